@@ -1,0 +1,103 @@
+"""Stage 1, trace: the normalized `Trace` model, its readers and its on-disk form.
+
+Typical use::
+
+    from daydream.trace import read_job
+    job = read_job("rank0.json.gz")          # a file, a folder of rank files, or a .tar.gz
+    trace = job.traces[0]
+    trace.count(EventKind.KERNEL)
+
+`READERS` maps a format name to its decoder; today every trace daydream reads
+is Kineto (PyTorch profiler) Chrome-trace JSON.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from daydream.trace import kineto, store
+from daydream.trace.model import (
+    API_KINDS,
+    GPU_ACTIVITY_KINDS,
+    KERNEL_KINDS,
+    NO_VALUE,
+    EventKind,
+    GpuInfo,
+    Job,
+    Trace,
+    TraceMeta,
+    Track,
+    TrackKind,
+)
+from daydream.trace.sources import Source, discover
+
+Progress = Callable[[str, int, int], None]
+
+READERS: dict[str, Callable[[bytes, str, Progress | None], Trace]] = {"kineto": kineto.decode}
+
+
+def stamp_of(source: Source) -> dict[str, Any]:
+    """What must be unchanged for a cached copy of `source` to be reused."""
+    return {"identity": source.identity, "size": source.size, "mtime_ns": source.mtime_ns}
+
+
+def load_cached(source: Source) -> Trace | None:
+    """The cached normalized trace of `source`, if one exists and is still fresh."""
+    return store.load(store.cache_path(source.identity), stamp_of(source))
+
+
+def write_cache(source: Source, trace: Trace) -> bool:
+    """Cache `trace` for `source`; False (and nothing written) if the cache folder is not writable."""
+    try:
+        store.save(trace, store.cache_path(source.identity), stamp_of(source))
+    except OSError:
+        return False
+    return True
+
+
+def read_source(source: Source, progress: Progress | None = None) -> Trace:
+    """Read and normalize one trace document, ignoring any cache."""
+    return READERS["kineto"](source.read(progress), source.label, progress)
+
+
+def order_by_rank(traces: list[Trace]) -> list[Trace]:
+    """Rank order from each file's distributedInfo; files without a rank keep their order, last."""
+    return sorted(traces, key=lambda t: (t.meta.rank is None, t.meta.rank if t.meta.rank is not None else 0))
+
+
+def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
+    """All ranks at `path` (file, folder or archive), normalized, in rank order."""
+    traces = []
+    for source in discover(path):
+        trace = load_cached(source) if cache else None
+        if trace is None:
+            trace = read_source(source, progress)
+            if cache:
+                write_cache(source, trace)
+        traces.append(trace)
+    return Job(source=str(path), traces=order_by_rank(traces))
+
+
+__all__ = [
+    "API_KINDS",
+    "GPU_ACTIVITY_KINDS",
+    "KERNEL_KINDS",
+    "NO_VALUE",
+    "READERS",
+    "EventKind",
+    "GpuInfo",
+    "Job",
+    "Source",
+    "Trace",
+    "TraceMeta",
+    "Track",
+    "TrackKind",
+    "discover",
+    "load_cached",
+    "order_by_rank",
+    "read_job",
+    "read_source",
+    "write_cache",
+]

@@ -1,0 +1,299 @@
+"""The normalized trace model: one `Trace` per rank, events stored as columns.
+
+Every reader produces this model and every later stage consumes it. Events are
+rows of a handful of numpy columns (integer nanoseconds, interned names), not
+Python objects; the rarer, kind-specific fields (memory events, collective
+metadata, kernel launch configuration, explicit sync records, autograd flows)
+live in side tables that point back at their event by row index.
+
+Times are integer nanoseconds relative to the trace's own time base
+(`TraceMeta.base_time_ns` gives the absolute epoch of zero where the file has
+one). Missing integer fields are -1.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+NO_VALUE = -1
+
+
+class EventKind(enum.IntEnum):
+    """What an event is; stored as int8 in `Trace.kind`."""
+
+    CPU_OP = 0
+    RUNTIME = 1  # CUDA runtime API call (cudaLaunchKernel, cudaMemcpyAsync, ...)
+    DRIVER = 2  # CUDA driver API call (cuLaunchKernelEx, ...)
+    KERNEL = 3  # GPU compute kernel
+    MEMCPY = 4
+    MEMSET = 5
+    SYNC = 6  # cuda_sync record: the GPU-side view of a synchronization
+    ANNOTATION = 7  # host user annotation (ProfilerStep#N, ## forward ##, ...)
+    GPU_ANNOTATION = 8  # copy of a user annotation on a GPU stream
+    MEMORY = 9  # [memory] allocation / free instant event
+    COMMUNICATION = 10  # GPU collective kernel (NCCL and similar)
+    OVERHEAD = 11  # profiler overhead span
+
+    @property
+    def label(self) -> str:
+        return _KIND_LABELS[self]
+
+
+_KIND_LABELS = {
+    EventKind.CPU_OP: "cpu op",
+    EventKind.RUNTIME: "runtime call",
+    EventKind.DRIVER: "driver call",
+    EventKind.KERNEL: "kernel",
+    EventKind.MEMCPY: "memcpy",
+    EventKind.MEMSET: "memset",
+    EventKind.SYNC: "sync",
+    EventKind.ANNOTATION: "annotation",
+    EventKind.GPU_ANNOTATION: "gpu annotation",
+    EventKind.MEMORY: "memory",
+    EventKind.COMMUNICATION: "communication",
+    EventKind.OVERHEAD: "overhead",
+}
+
+#: Kinds that execute on a GPU stream and occupy it.
+GPU_ACTIVITY_KINDS = (EventKind.KERNEL, EventKind.COMMUNICATION, EventKind.MEMCPY, EventKind.MEMSET)
+#: Kinds that count as kernels, exactly as the file lists them (collectives are kernels too).
+KERNEL_KINDS = (EventKind.KERNEL, EventKind.COMMUNICATION)
+#: Host API calls that may launch GPU work.
+API_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
+
+
+class TrackKind(enum.IntEnum):
+    HOST = 0  # a host thread: pid / tid
+    GPU = 1  # a GPU stream: device / stream
+    OTHER = 2
+
+
+@dataclass(slots=True, frozen=True)
+class Track:
+    """Where an event ran: a host thread or a GPU stream."""
+
+    kind: TrackKind
+    pid: int | str
+    tid: int | str
+    device: int = NO_VALUE  # GPU tracks only
+    stream: int = NO_VALUE  # GPU tracks only
+
+    @property
+    def label(self) -> str:
+        if self.kind is TrackKind.GPU:
+            return f"cuda:{self.device} stream {self.stream}"
+        return f"thread {self.tid} (pid {self.pid})"
+
+
+@dataclass(slots=True, frozen=True)
+class GpuInfo:
+    """One entry of the trace's `deviceProperties`."""
+
+    device: int
+    name: str
+    total_memory_bytes: int | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+
+
+@dataclass(slots=True)
+class TraceMeta:
+    """Trace-level facts: where it came from, which GPUs, which rank, which format."""
+
+    source: str
+    rank: int | None = None
+    world_size: int | None = None
+    gpus: list[GpuInfo] = field(default_factory=list)
+    format: str = "unknown"  # human label of the format vintage
+    features: list[str] = field(default_factory=list)  # e.g. "baseTimeNanoseconds", "cuda_driver"
+    base_time_ns: int = 0
+    events_in_file: int = 0  # traceEvents entries, including those dropped on purpose
+    categories: dict[str, int] = field(default_factory=dict)  # cat -> count, as listed in the file
+    skipped: dict[str, int] = field(default_factory=dict)  # malformed events skipped, by reason
+    distributed: dict[str, Any] = field(default_factory=dict)  # distributedInfo, as recorded
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+
+#: Columns every trace has, with their dtypes.
+EVENT_COLUMNS: dict[str, Any] = {
+    "kind": np.int8,
+    "name": np.int32,
+    "track": np.int32,
+    "ts_ns": np.int64,
+    "dur_ns": np.int64,
+    "correlation": np.int64,
+    "external_id": np.int64,
+    "sequence": np.int64,  # autograd sequence number
+    "bytes": np.int64,  # memcpy/memset bytes; [memory] Bytes (negative = free)
+}
+
+#: Side tables: name -> {column -> dtype}. Each has an "event" column (row in the trace).
+#: Columns ending in "_str" hold indices into `Trace.strings`.
+SIDE_TABLES: dict[str, dict[str, Any]] = {
+    "memory": {
+        "event": np.int64,
+        "addr": np.int64,
+        "total_allocated": np.int64,
+        "total_reserved": np.int64,
+        "device_type": np.int8,
+        "device_id": np.int32,
+    },
+    "collective": {
+        "event": np.int64,
+        "collective_str": np.int32,
+        "in_nelems": np.int64,
+        "out_nelems": np.int64,
+        "group_size": np.int32,
+        "dtype_str": np.int32,
+        "group_name_str": np.int32,
+        "group_ranks_str": np.int32,
+    },
+    "launch_config": {
+        "event": np.int64,
+        "grid_x": np.int32,
+        "grid_y": np.int32,
+        "grid_z": np.int32,
+        "block_x": np.int32,
+        "block_y": np.int32,
+        "block_z": np.int32,
+        "registers": np.int32,
+        "shared_memory": np.int64,
+    },
+    "sync": {
+        "event": np.int64,
+        "sync_kind_str": np.int32,
+        "wait_on_stream": np.int64,
+        "wait_on_event_record_correlation": np.int64,
+        "wait_on_event_id": np.int64,
+    },
+    "flow": {
+        # autograd forward->backward flows (cat fwdbwd): start on the forward op,
+        # finish on the backward op, matched by id.
+        "flow_id": np.int64,
+        "ts_ns": np.int64,
+        "track": np.int32,
+        "is_start": np.int8,
+    },
+}
+
+
+def empty_table(name: str) -> dict[str, np.ndarray]:
+    return {col: np.zeros(0, dtype=dt) for col, dt in SIDE_TABLES[name].items()}
+
+
+@dataclass(slots=True)
+class Trace:
+    """One rank's events as columns, sorted by start time.
+
+    `columns` holds the `EVENT_COLUMNS`, all the same length; `tables` holds the
+    `SIDE_TABLES`; `derived` holds arrays later stages computed and want cached
+    with the trace (e.g. the mapping's links), keyed "stage.name".
+    """
+
+    meta: TraceMeta
+    strings: list[str]
+    tracks: list[Track]
+    columns: dict[str, np.ndarray]
+    tables: dict[str, dict[str, np.ndarray]]
+    derived: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.columns["kind"].shape[0])
+
+    # Column accessors keep call sites short and typo-proof.
+    @property
+    def kind(self) -> np.ndarray:
+        return self.columns["kind"]
+
+    @property
+    def name(self) -> np.ndarray:
+        return self.columns["name"]
+
+    @property
+    def track(self) -> np.ndarray:
+        return self.columns["track"]
+
+    @property
+    def ts_ns(self) -> np.ndarray:
+        return self.columns["ts_ns"]
+
+    @property
+    def dur_ns(self) -> np.ndarray:
+        return self.columns["dur_ns"]
+
+    @property
+    def end_ns(self) -> np.ndarray:
+        return self.columns["ts_ns"] + self.columns["dur_ns"]
+
+    @property
+    def correlation(self) -> np.ndarray:
+        return self.columns["correlation"]
+
+    @property
+    def external_id(self) -> np.ndarray:
+        return self.columns["external_id"]
+
+    @property
+    def sequence(self) -> np.ndarray:
+        return self.columns["sequence"]
+
+    @property
+    def bytes(self) -> np.ndarray:
+        return self.columns["bytes"]
+
+    def mask(self, *kinds: EventKind) -> np.ndarray:
+        """Boolean mask of the events whose kind is one of `kinds`."""
+        return np.isin(self.columns["kind"], np.array([int(k) for k in kinds], dtype=np.int8))
+
+    def indices(self, *kinds: EventKind) -> np.ndarray:
+        return np.flatnonzero(self.mask(*kinds))
+
+    def count(self, *kinds: EventKind) -> int:
+        return int(np.count_nonzero(self.mask(*kinds)))
+
+    def name_of(self, event: int) -> str:
+        return self.strings[int(self.columns["name"][event])]
+
+    def string_index(self, text: str) -> int:
+        """Index of `text` in the string table, or -1 when no event uses it."""
+        try:
+            return self.strings.index(text)
+        except ValueError:
+            return NO_VALUE
+
+    def track_is_gpu(self) -> np.ndarray:
+        """Per track: True for GPU streams (index with `Trace.track`)."""
+        return np.array([t.kind is TrackKind.GPU for t in self.tracks], dtype=bool)
+
+    @property
+    def gpu_names(self) -> list[str]:
+        """Distinct names of the GPUs this rank used (or, if none ran, of those listed)."""
+        used = {t.device for t in self.tracks if t.kind is TrackKind.GPU}
+        gpus = [g for g in self.meta.gpus if g.device in used] or list(self.meta.gpus)
+        return list(dict.fromkeys(g.name for g in gpus))
+
+    def span_ns(self) -> tuple[int, int]:
+        """(first start, last end) over all events, or (0, 0) for an empty trace."""
+        if len(self) == 0:
+            return (0, 0)
+        return int(self.ts_ns.min()), int(self.end_ns.max())
+
+
+@dataclass(slots=True)
+class Job:
+    """All ranks of one training job, in rank order (one `Trace` per rank)."""
+
+    source: str
+    traces: list[Trace]
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = {t.meta.world_size for t in self.traces if t.meta.world_size is not None}
+        return max(sizes) if sizes else None
