@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
@@ -134,6 +136,15 @@ _GPU_KINDS = {
     EventKind.GPU_ANNOTATION,
 }
 _INSTANT_KINDS = {EventKind.MEMORY}
+_get_cat = attrgetter("cat")
+_get_name = attrgetter("name")
+_get_ts = attrgetter("ts")
+_get_dur = attrgetter("dur")
+_get_pid = attrgetter("pid")
+_get_tid = attrgetter("tid")
+_get_correlation = attrgetter("correlation")
+_get_sequence = attrgetter("sequence")
+_get_bytes = attrgetter("bytes")
 _STREAM_TID = re.compile(r"stream\s*(-?\d+)")
 _COLLECTIVE_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
 
@@ -144,7 +155,7 @@ def decode(raw: bytes, source: str, progress: Progress | None = None) -> Trace:
     Raises `TraceFormatError` when `raw` is not a trace at all; events that are
     malformed are skipped and counted in `Trace.meta.skipped`.
     """
-    if not raw.strip():
+    if _is_blank(raw):
         raise TraceFormatError(source, "file is empty")
     if progress:
         progress("decoding JSON", 0, 1)
@@ -154,8 +165,17 @@ def decode(raw: bytes, source: str, progress: Progress | None = None) -> Trace:
     return _build_trace(envelope, events, skipped, source)
 
 
+def _is_blank(raw: bytes) -> bool:
+    return not raw[:4096].strip() and not raw.strip()
+
+
+def _first_byte(raw: bytes) -> bytes:
+    head = raw[:4096].lstrip()
+    return head[:1] if head else raw.lstrip()[:1]
+
+
 def _decode_events(raw: bytes, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
-    first = raw.lstrip()[:1]
+    first = _first_byte(raw)
     try:
         if first == b"[":
             return None, msgspec.json.decode(raw, type=list[_Event]), {}
@@ -225,36 +245,32 @@ def _short(exc: Exception) -> str:
 
 
 class _Interner:
-    __slots__ = ("index", "strings")
+    """Maps strings to dense int ids in order of first appearance."""
+
+    __slots__ = ("index",)
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
-        self.strings: list[str] = []
 
     def __call__(self, text: str) -> int:
-        found = self.index.get(text)
-        if found is None:
-            found = self.index[text] = len(self.strings)
-            self.strings.append(text)
-        return found
+        index = self.index
+        return index.setdefault(text, len(index))
 
     def many(self, texts: Sequence[str]) -> np.ndarray:
         index = self.index
-        get = index.get
-        out = np.empty(len(texts), dtype=np.int32)
-        for i, text in enumerate(texts):
-            found = get(text)
-            if found is None:
-                found = index[text] = len(self.strings)
-                self.strings.append(text)
-            out[i] = found
-        return out
+        setdefault = index.setdefault
+        return np.array([setdefault(text, len(index)) for text in texts], dtype=np.int32)
+
+    @property
+    def strings(self) -> list[str]:
+        return list(self.index)
 
 
 def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], source: str) -> Trace:
     skipped = dict(skipped)
-    categories = _count_categories(events)
-    kinds = _classify(events)
+    cats = list(map(_get_cat, events))
+    categories = _count_categories(cats)
+    kinds = _classify(events, cats)
     keep = np.flatnonzero(kinds >= 0)
     kept = [events[i] for i in keep.tolist()]
     kind = kinds[keep]
@@ -266,7 +282,7 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
     args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
     strings = _Interner()
     strings("")
-    names = strings.many([e.name for e in kept])
+    names = strings.many(list(map(_get_name, kept)))
     kind = _refine_kinds(kind, kept, args, names, strings)
     tracks, track_ids = _tracks(kept, kind, args)
     columns = {
@@ -275,37 +291,36 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
         "track": track_ids,
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
-        "correlation": np.array([a.correlation for a in args], dtype=np.int64),
+        "correlation": np.array(list(map(_get_correlation, args)), dtype=np.int64),
         "external_id": np.array(
             [a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args],
             dtype=np.int64,
         ),
-        "sequence": np.array([a.sequence for a in args], dtype=np.int64),
-        "bytes": np.array([a.bytes for a in args], dtype=np.int64),
+        "sequence": np.array(list(map(_get_sequence, args)), dtype=np.int64),
+        "bytes": np.array(list(map(_get_bytes, args)), dtype=np.int64),
     }
     tables = _side_tables(kind, args, strings, columns)
-    tables["flow"] = _flows(events, tracks, track_ids, kept)
+    tables["flow"] = _flows(events, tracks, "fwdbwd" in categories)
     meta = _meta(envelope, source, len(events), categories, skipped)
     trace = Trace(meta=meta, strings=strings.strings, tracks=tracks, columns=columns, tables=tables)
     _sort_by_time(trace)
     return trace
 
 
-def _count_categories(events: list[_Event]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for cat in [e.cat for e in events]:
-        counts[cat] = counts.get(cat, 0) + 1
+def _count_categories(cats: list[str]) -> dict[str, int]:
+    counts = Counter(cats)
     if "" in counts:
         counts["<none>"] = counts.pop("")
     return dict(sorted(counts.items()))
 
 
-def _classify(events: list[_Event]) -> np.ndarray:
+def _classify(events: list[_Event], cats: list[str]) -> np.ndarray:
     """Kind per event from its category; -1 for events daydream does not keep."""
-    lookup = {cat: int(kind) for cat, kind in _CATEGORY_KIND.items()}
-    kinds = np.array([lookup.get(e.cat, -1) for e in events], dtype=np.int16)
+    lookup: defaultdict[str, int] = defaultdict(lambda: -1, {c: int(k) for c, k in _CATEGORY_KIND.items()})
+    kinds = np.array(list(map(lookup.__getitem__, cats)), dtype=np.int16)
     # [memory] instant events: cat cpu_instant_event, or no cat at all in 2021 files.
-    memory = [i for i, e in enumerate(events) if e.name == "[memory]" and e.ph in ("i", "I")]
+    maybe_memory = [i for i, cat in enumerate(cats) if cat == "cpu_instant_event" or cat == ""]
+    memory = [i for i in maybe_memory if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
     kinds[memory] = int(EventKind.MEMORY)
     return kinds
 
@@ -316,23 +331,22 @@ def _refine_kinds(
     kind = kind.copy()
     # Collective kernels are communication tasks (still kernels, as the file lists them).
     kernel_rows = np.flatnonzero(kind == EventKind.KERNEL)
-    collective_names = np.array(
-        [bool(_COLLECTIVE_KERNEL.match(text)) for text in strings.strings], dtype=bool
-    )
+    table = strings.strings
+    collective_names = np.array([bool(_COLLECTIVE_KERNEL.match(text)) for text in table], dtype=bool)
     is_collective = collective_names[names[kernel_rows]] | np.array(
         [args[i].collective != "" for i in kernel_rows.tolist()], dtype=bool
     )
     kind[kernel_rows[is_collective]] = EventKind.COMMUNICATION
     # The 2021 format files ProfilerStep#N under Operator.
-    step_names = np.array([text.startswith("ProfilerStep#") for text in strings.strings], dtype=bool)
+    step_names = np.array([text.startswith("ProfilerStep#") for text in table], dtype=bool)
     kind[(kind == EventKind.CPU_OP) & step_names[names]] = EventKind.ANNOTATION
     return kind
 
 
 def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Integer ns from fractional µs, exact to the precision the file's doubles carry."""
-    ts_us = np.array([e.ts for e in kept], dtype=np.float64)
-    dur_us = np.array([e.dur for e in kept], dtype=np.float64)
+    ts_us = np.array(list(map(_get_ts, kept)), dtype=np.float64)
+    dur_us = np.array(list(map(_get_dur, kept)), dtype=np.float64)
     instant = np.isin(kind, [int(k) for k in _INSTANT_KINDS])
     dur_us[instant & np.isnan(dur_us)] = 0.0
     bad_ts = ~np.isfinite(ts_us)
@@ -355,19 +369,19 @@ def _us_to_ns(us: np.ndarray) -> np.ndarray:
 
 
 def _tracks(kept: list[_Event], kind: np.ndarray, args: list[_Args]) -> tuple[list[Track], np.ndarray]:
-    gpu_kind = np.isin(kind, [int(k) for k in _GPU_KINDS])
-    keys = [(g, e.pid, e.tid) for g, e in zip(gpu_kind.tolist(), kept)]
-    index: dict[tuple[Any, ...], int] = {}
-    first_row: list[int] = []
-    ids = np.empty(len(keys), dtype=np.int32)
-    for row, key in enumerate(keys):
-        found = index.get(key)
-        if found is None:
-            found = index[key] = len(first_row)
-            first_row.append(row)
-        ids[row] = found
-    tracks = [_make_track(key, args[row]) for key, row in zip(index, first_row)]
-    return tracks, ids
+    is_gpu = np.isin(kind, [int(k) for k in _GPU_KINDS]).astype(np.int64)
+    pid_values: dict[Any, int] = {}
+    tid_values: dict[Any, int] = {}
+    pid_ids = np.array([pid_values.setdefault(p, len(pid_values)) for p in map(_get_pid, kept)], dtype=np.int64)
+    tid_ids = np.array([tid_values.setdefault(t, len(tid_values)) for t in map(_get_tid, kept)], dtype=np.int64)
+    combined = (is_gpu << 62) | (pid_ids << 31) | tid_ids
+    _, first_row, ids = np.unique(combined, return_index=True, return_inverse=True)
+    pids, tids = list(pid_values), list(tid_values)
+    tracks = [
+        _make_track((bool(is_gpu[row]), pids[pid_ids[row]], tids[tid_ids[row]]), args[row])
+        for row in first_row.tolist()
+    ]
+    return tracks, ids.astype(np.int32).reshape(-1)
 
 
 def _make_track(key: tuple[Any, ...], args: _Args) -> Track:
@@ -419,8 +433,8 @@ def _side_tables(
     launched = np.array([i for i, a in enumerate(args) if a.grid is not None], dtype=np.int64)
     if launched.size:
         rows = [args[i] for i in launched.tolist()]
-        grid = np.array([_dim3(a.grid) for a in rows], dtype=np.int32).reshape(-1, 3)
-        block = np.array([_dim3(a.block) for a in rows], dtype=np.int32).reshape(-1, 3)
+        grid = _dims(a.grid for a in rows)
+        block = _dims(a.block for a in rows)
         tables["launch_config"] = _table(
             "launch_config",
             event=launched,
@@ -443,6 +457,18 @@ def _side_tables(
     return tables
 
 
+def _dims(values: Iterable[list[int] | None]) -> np.ndarray:
+    """An (n, 3) int32 array of CUDA dim3 values; short or missing ones padded with -1."""
+    listed = list(values)
+    try:
+        dims = np.array(listed, dtype=np.int32)
+        if dims.ndim == 2 and dims.shape[1] == 3:
+            return dims
+    except (ValueError, TypeError):
+        pass
+    return np.array([_dim3(v) for v in listed], dtype=np.int32).reshape(-1, 3)
+
+
 def _dim3(value: list[int] | None) -> list[int]:
     dims = list(value or [])[:3]
     return dims + [NO_VALUE] * (3 - len(dims))
@@ -452,8 +478,8 @@ def _table(name: str, **columns: Any) -> dict[str, np.ndarray]:
     return {col: np.asarray(columns[col], dtype=dt) for col, dt in SIDE_TABLES[name].items()}
 
 
-def _flows(events: list[_Event], tracks: list[Track], track_ids: np.ndarray, kept: list[_Event]) -> dict[str, np.ndarray]:
-    flows = [e for e in events if e.cat == "fwdbwd" and e.ph in ("s", "f") and isinstance(e.id, int)]
+def _flows(events: list[_Event], tracks: list[Track], has_flows: bool) -> dict[str, np.ndarray]:
+    flows = [e for e in events if e.cat == "fwdbwd" and e.ph in ("s", "f") and isinstance(e.id, int)] if has_flows else []
     if not flows:
         return empty_table("flow")
     host_track = {(t.pid, t.tid): i for i, t in enumerate(tracks) if t.kind is TrackKind.HOST}

@@ -1,0 +1,39 @@
+"""The calls the command line makes; each CLI command is one call from here.
+
+    from daydream.api import open_job
+    job = open_job("traces/rank0.json.gz")   # read (or reuse the cache), link, in rank order
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from daydream import trace as trace_stage
+from daydream.mapping import link
+from daydream.trace import Job, Trace
+from daydream.trace.sources import Source
+
+Progress = Callable[[str, int, int], None]
+
+
+def open_trace(source: Source, cache: bool = True, progress: Progress | None = None) -> Trace:
+    """One rank's trace, normalized and linked; cached after the first read."""
+    trace = trace_stage.load_cached(source) if cache else None
+    fresh = trace is None
+    if trace is None:
+        trace = trace_stage.read_source(source, progress)
+    had_links = "mapping.launch" in trace.derived
+    if progress:
+        progress("linking", 0, 1)
+    link(trace)
+    if cache and (fresh or not had_links):
+        trace_stage.write_cache(source, trace)
+    return trace
+
+
+def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
+    """Every rank at `path` (a trace file, a folder of rank files, or a tar archive)."""
+    sources = trace_stage.discover(path)
+    traces = [open_trace(source, cache, progress) for source in sources]
+    return Job(source=str(path), traces=trace_stage.order_by_rank(traces))

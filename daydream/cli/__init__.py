@@ -1,0 +1,61 @@
+"""Stage 8, cli: the `daydream` command. The one place that turns errors into exit codes.
+
+`main(argv) -> int` runs one command; `run()` is the console-script entry point.
+Exit codes: 0 success, 1 failure of daydream itself, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from daydream import __version__
+from daydream.cli.inspect import inspect_command
+from daydream.errors import DaydreamError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="daydream")
+def cli() -> None:
+    """daydream: predict how a training step would change, from one trace of it."""
+
+
+cli.add_command(inspect_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the daydream CLI with `argv` (default: sys.argv[1:]) and return the exit code."""
+    try:
+        cli.main(args=argv, prog_name="daydream", standalone_mode=False)
+    except DaydreamError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "daydream"
+        return _fail(f"{exc.format_message()} — see '{command} --help'", 2)
+    except click.Abort:
+        return _fail("aborted", 130)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except MemoryError:
+        return _fail("out of memory — try a smaller trace or a machine with more RAM", 1)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(f"{where}{exc.strerror or exc}", 1)
+    except Exception as exc:  # an internal bug: one line unless asked for the traceback
+        if os.environ.get("DAYDREAM_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
+    return 0
+
+
+def _fail(message: str, code: int) -> int:
+    click.echo(f"daydream: error: {message}", err=True)
+    return code
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from daydream.cli import run
+
+run()

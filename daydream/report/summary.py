@@ -1,0 +1,138 @@
+"""The facts `daydream inspect` reports, as plain JSON-ready data.
+
+`summarize_job` is the stable machine contract (`daydream inspect --json`):
+`{"ranks": [{"rank", "gpu", "kernels", "iterations": [{"name", "measured_ns"}]}]}`
+is guaranteed; the other keys are added to, never renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daydream import __version__
+from daydream.mapping import find_iterations, link
+from daydream.mapping.iterations import SOURCE_PROFILER_STEP
+from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, EventKind, Job, Trace, TrackKind
+
+SCHEMA_VERSION = 1
+TOP_KERNELS = 10
+
+
+def summarize_job(job: Job, iteration_marker: str | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
+    """JSON-ready summary of every rank of `job`."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "daydream_version": __version__,
+        "source": job.source,
+        "world_size": job.world_size,
+        "ranks": [summarize_trace(t, iteration_marker, top) for t in job.traces],
+    }
+
+
+def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
+    iterations = find_iterations(trace, iteration_marker)
+    meta = trace.meta
+    return {
+        "rank": meta.rank,
+        "world_size": meta.world_size,
+        "source": meta.source,
+        "format": meta.format,
+        "features": meta.features,
+        "gpu": trace.gpu_names,
+        "devices": [
+            {
+                "device": g.device,
+                "name": g.name,
+                "memory_bytes": g.total_memory_bytes,
+                "compute_capability": g.compute_capability,
+                "sm_count": g.sm_count,
+            }
+            for g in meta.gpus
+        ],
+        "events": {
+            "in_file": meta.events_in_file,
+            "kept": len(trace),
+            "skipped_malformed": meta.skipped_total,
+            "skipped_reasons": meta.skipped,
+        },
+        "kinds": {k.label: trace.count(k) for k in EventKind},
+        "kernels": trace.count(*KERNEL_KINDS),
+        "gpu_activities": trace.count(*GPU_ACTIVITY_KINDS),
+        "iteration_source": iterations[0].source if iterations else None,
+        "iterations": [
+            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "source": it.source}
+            for it in iterations
+        ],
+        "profiler_steps": [
+            {"name": it.name, "measured_ns": it.measured_ns} for it in iterations if it.source == SOURCE_PROFILER_STEP
+        ],
+        "streams": _streams(trace),
+        "threads": _threads(trace),
+        "top_kernels": _top_kernels(trace, top),
+        "linking": _linking(trace),
+    }
+
+
+def _streams(trace: Trace) -> list[dict[str, Any]]:
+    rows = trace.indices(*GPU_ACTIVITY_KINDS)
+    tracks = trace.track[rows]
+    counts = np.bincount(tracks, minlength=len(trace.tracks))
+    busy = np.bincount(tracks, weights=trace.dur_ns[rows], minlength=len(trace.tracks))
+    streams = []
+    for index, track in enumerate(trace.tracks):
+        if track.kind is TrackKind.GPU and counts[index]:
+            streams.append(
+                {"device": track.device, "stream": track.stream, "activities": int(counts[index]), "busy_ns": int(busy[index])}
+            )
+    return sorted(streams, key=lambda s: (s["device"], s["stream"]))
+
+
+def _threads(trace: Trace) -> list[dict[str, Any]]:
+    counts = np.bincount(trace.track, minlength=len(trace.tracks))
+    return [
+        {"pid": t.pid, "tid": t.tid, "events": int(counts[i])}
+        for i, t in enumerate(trace.tracks)
+        if t.kind is TrackKind.HOST and counts[i]
+    ]
+
+
+def _top_kernels(trace: Trace, top: int) -> list[dict[str, Any]]:
+    rows = trace.indices(*KERNEL_KINDS)
+    if rows.size == 0:
+        return []
+    names = trace.name[rows]
+    total = np.bincount(names, weights=trace.dur_ns[rows])
+    count = np.bincount(names)
+    all_kernels = float(trace.dur_ns[rows].sum()) or 1.0
+    best = np.argsort(-total, kind="stable")[:top]
+    return [
+        {
+            "name": trace.strings[int(i)],
+            "count": int(count[i]),
+            "total_ns": int(total[i]),
+            "share": float(total[i]) / all_kernels,
+        }
+        for i in best
+        if count[i]
+    ]
+
+
+def _linking(trace: Trace) -> dict[str, Any]:
+    links = link(trace)
+    rows = trace.indices(*GPU_ACTIVITY_KINDS)
+    duration = trace.dur_ns[rows]
+    to_op = links.op[rows] >= 0
+    total_ns = int(duration.sum())
+    orphans = links.orphan[rows]
+    launched = links.launch[rows] >= 0
+    return {
+        "convention": links.convention,
+        "gpu_activities": int(rows.size),
+        "linked_to_launch": int(np.count_nonzero(launched)),
+        "linked_to_op": int(np.count_nonzero(to_op)),
+        "linked_to_op_time_share": float(duration[to_op].sum()) / total_ns if total_ns else 0.0,
+        "orphans": int(np.count_nonzero(orphans)),
+        "unlinked": int(np.count_nonzero(~launched & ~orphans)),
+    }
