@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"daydream: error: {message}", err=True)
+    one_line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    click.echo(f"daydream: error: {one_line}", err=True)
     return code
 
 

@@ -160,6 +160,8 @@ def decode(raw: bytes, source: str, progress: Progress | None = None) -> Trace:
     if progress:
         progress("decoding JSON", 0, 1)
     envelope, events, skipped = _decode_events(raw, source)
+    if not events and not skipped:
+        raise TraceFormatError(source, "trace holds no events")
     if progress:
         progress("building columns", 0, 1)
     return _build_trace(envelope, events, skipped, source)
@@ -210,7 +212,8 @@ def _decode_tolerant(raw: bytes, source: str) -> tuple[Any, list[_Event], dict[s
             reason = _validation_reason(exc)
             skipped[reason] = skipped.get(reason, 0) + 1
     if raw_events and not events:
-        raise TraceFormatError(source, f"none of its {len(raw_events)} events is a trace event")
+        reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
+        raise TraceFormatError(source, f"none of its {len(raw_events)} events could be read ({reasons})")
     return envelope, events, skipped
 
 
@@ -223,8 +226,13 @@ def _describe_non_trace(raw: bytes) -> str:
         if "traceEvents" not in value:
             keys = ", ".join(list(value)[:5]) or "none"
             return f"JSON object has no 'traceEvents' list (keys: {keys})"
-        return f"'traceEvents' is a {type(value['traceEvents']).__name__}, not a list of events"
-    return f"top-level JSON is a {type(value).__name__}, not a trace object or a list of events"
+        return f"'traceEvents' holds {_json_type(value['traceEvents'])}, not a list of events"
+    return f"top-level JSON is {_json_type(value)}, not a trace object or a list of events"
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
 
 
 def _validation_reason(exc: msgspec.ValidationError) -> str:
@@ -272,6 +280,13 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
     categories = _count_categories(cats)
     kinds = _classify(events, cats)
     keep = np.flatnonzero(kinds >= 0)
+    if keep.size == 0:
+        found = ", ".join(f"{cat} {n}" for cat, n in list(categories.items())[:6])
+        raise TraceFormatError(
+            source,
+            f"none of its {len(events)} events is a profiler event daydream reads (found: {found})",
+            "expected cpu_op / cuda_runtime / kernel events from torch.profiler",
+        )
     kept = [events[i] for i in keep.tolist()]
     kind = kinds[keep]
     ts_ns, dur_ns, valid = _times(kept, kind, skipped)
@@ -279,6 +294,9 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
         select = np.flatnonzero(valid)
         kept = [kept[i] for i in select.tolist()]
         kind, ts_ns, dur_ns = kind[select], ts_ns[select], dur_ns[select]
+        if not kept:
+            reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
+            raise TraceFormatError(source, f"every profiler event is malformed ({reasons})")
     args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
     strings = _Interner()
     strings("")

@@ -53,7 +53,7 @@ class Source:
                     raise TraceFormatError(self.label, "archive member is not a regular file", "")
                 return _read_maybe_gzip(handle, self.label, self.size, progress)
         except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-            raise TraceFormatError(self.label, f"cannot read archive member ({exc})", "is the archive complete?") from None
+            raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})", "is the archive complete?") from None
 
 
 def discover(path: str | os.PathLike[str]) -> list[Source]:
@@ -88,7 +88,7 @@ def _archive_sources(root: Path) -> list[Source]:
                 m.name for m in archive.getmembers() if m.isfile() and m.name.endswith(_TRACE_SUFFIXES)
             )
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise TraceFormatError(str(root), f"not a readable tar archive ({exc})", "is the archive complete?") from None
+        raise TraceFormatError(str(root), f"not a readable tar archive ({_first_line(exc)})", "is the archive complete?") from None
     if not members:
         raise InputError(f"{root}: archive holds no *.json or *.json.gz trace files — pack one trace file per rank")
     return [Source(root, member, stat.st_size, stat.st_mtime_ns) for member in members]
@@ -120,8 +120,11 @@ def _read_maybe_gzip(handle, label: str, size: int, progress: Progress | None) -
             if not data:
                 break
     except zlib.error as exc:
-        raise TraceFormatError(label, f"corrupt gzip data ({exc})", "re-copy the file; it is damaged") from None
+        raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})", "re-copy the file; it is damaged") from None
     if not inflater.eof:
         raise TraceFormatError(label, "gzip stream is truncated", "the file was cut short; re-copy or re-record it")
     return b"".join(chunks)
 
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,103 @@
+"""Bad input: one line naming the file and the problem, exit code 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from tests.builders import op, write_trace
+
+VALID = json.dumps({"traceEvents": [op("aten::add", 1, 2, ext=1)] * 200}).encode()
+
+
+def _bad_files(folder: Path) -> dict[str, Path]:
+    files = {
+        "empty": b"",
+        "truncated gzip": gzip.compress(VALID)[: len(gzip.compress(VALID)) // 2],
+        "not JSON": b"\x00\x01binary garbage\xff",
+        "empty object": b"{}",
+        "empty list": b"[]",
+        "list of numbers": b"[1, 2, 3]",
+        "trace events not a list": b'{"traceEvents": 5}',
+        "no usable events": b'{"traceEvents": [{"foo": 1}, {"bar": 2}]}',
+        "all events mistyped": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "x", "dur": 1}]}).encode(),
+        "all events missing ts": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "dur": 1}]}).encode(),
+        "truncated JSON": VALID[: len(VALID) // 2],
+    }
+    paths = {}
+    for label, data in files.items():
+        suffix = ".json.gz" if label == "truncated gzip" else ".json"
+        path = folder / (label.replace(" ", "_") + suffix)
+        path.write_bytes(data)
+        paths[label] = path
+    return paths
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["empty", "truncated gzip", "not JSON", "empty object", "empty list", "list of numbers",
+     "trace events not a list", "no usable events", "all events mistyped", "all events missing ts", "truncated JSON"],
+)
+def test_bad_file_is_one_line_exit_2_nothing_written(
+    label: str, tmp_path: Path, isolated_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _bad_files(tmp_path)[label]
+    before = sorted(tmp_path.iterdir())
+    code = main(["inspect", str(path)])
+    captured = capsys.readouterr()
+    assert code == 2
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert str(path) in lines[0]
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert sorted(tmp_path.iterdir()) == before
+    assert list(isolated_cache.iterdir()) == []
+
+
+def test_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["inspect", str(tmp_path / "nope.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no such file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_folder_without_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    code = main(["inspect", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and str(tmp_path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_corrupt_archive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "job.tar.gz"
+    archive.write_bytes(gzip.compress(b"not a tar archive at all" * 100))
+    code = main(["inspect", str(archive)])
+    err = capsys.readouterr().err
+    assert code == 2 and str(archive) in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_iteration_marker_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_trace(tmp_path, [op("aten::add", 1, 2, ext=1)])
+    code = main(["inspect", "--iteration-marker", "(unclosed", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--iteration-marker" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["inspect", "--frobnicate", "x.json"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--frobnicate" in err
+
+
+def test_partly_malformed_trace_is_read_with_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    events = [op("aten::add", 1, 2, ext=1), {"ph": "X", "cat": "cpu_op", "name": "x", "ts": [], "dur": 1}, "junk"]
+    path = write_trace(tmp_path, events)
+    code = main(["inspect", "--json", str(path)])
+    captured = capsys.readouterr()
+    assert code == 0
+    rank = json.loads(captured.out)["ranks"][0]
+    assert rank["events"]["skipped_malformed"] == 2
+    assert rank["events"]["kept"] == 1

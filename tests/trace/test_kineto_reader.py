@@ -1,0 +1,152 @@
+"""The Kineto reader on tiny hand-built traces whose every value is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from daydream.trace import EventKind, TrackKind, read_job
+from tests.builders import annotation, kernel, op, runtime, write_trace
+
+
+def _read(path: Path):  # type: ignore[no-untyped-def]
+    return read_job(path, cache=False).traces[0]
+
+
+def test_fractional_microseconds_become_exact_nanoseconds(tmp_path: Path) -> None:
+    events = [
+        op("aten::mm", 4458677009853.422, 2636.669, ext=5),
+        kernel("gemm", 4458677009900.001, 0.999, correlation=9, ext=5),
+    ]
+    trace = _read(write_trace(tmp_path, events, name="t.json.gz", baseTimeNanoseconds=1711964646000000000))
+    assert trace.ts_ns.tolist() == [4458677009853422, 4458677009900001]
+    assert trace.dur_ns.tolist() == [2636669, 999]
+    assert trace.meta.base_time_ns == 1711964646000000000
+    assert "baseTimeNanoseconds" in trace.meta.features
+
+
+def test_epoch_microseconds_keep_sub_microsecond_precision(tmp_path: Path) -> None:
+    trace = _read(write_trace(tmp_path, [op("aten::add", 1712184698123456.5, 1.25, ext=1)]))
+    assert trace.ts_ns[0] == 1712184698123456500
+    assert trace.dur_ns[0] == 1250
+
+
+def test_legacy_2021_categories_and_string_stream_tids(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 10, "tid": "10", "ts": 100, "dur": 900,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 10, "tid": "10", "ts": 110, "dur": 50,
+         "args": {"External id": 2}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": "10", "ts": 120, "dur": 5,
+         "args": {"correlation": 77, "external id": 2}},
+        {"ph": "X", "cat": "Kernel", "name": "implicit_gemm", "pid": 0, "tid": "stream 7", "ts": 130, "dur": 20,
+         "args": {"device": 0, "stream": 7, "correlation": 77, "external id": 2, "grid": [4, 2, 1], "block": [128, 1, 1]}},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": "stream 7", "ts": 160, "dur": 3,
+         "args": {"correlation": 78, "external id": 2, "bytes": 4096}},
+        {"ph": "i", "s": "t", "name": "[memory]", "pid": 10, "tid": 10, "ts": 115,
+         "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Addr": 1234, "Total Allocated": 512}},
+        {"ph": "s", "id": 77, "pid": 10, "tid": 10, "ts": 120, "cat": "async", "name": "launch"},
+    ]
+    trace = _read(write_trace(tmp_path, events))
+    assert trace.meta.format.startswith("Kineto 2021")
+    kinds = {trace.name_of(i): EventKind(int(trace.kind[i])) for i in range(len(trace))}
+    assert kinds == {
+        "ProfilerStep#5": EventKind.ANNOTATION,
+        "aten::conv2d": EventKind.CPU_OP,
+        "cudaLaunchKernel": EventKind.RUNTIME,
+        "implicit_gemm": EventKind.KERNEL,
+        "Memcpy HtoD": EventKind.MEMCPY,
+        "[memory]": EventKind.MEMORY,
+    }
+    gpu_track = trace.tracks[int(trace.track[trace.indices(EventKind.MEMCPY)[0]])]
+    assert (gpu_track.kind, gpu_track.device, gpu_track.stream) == (TrackKind.GPU, 0, 7)
+    runtime_row = trace.indices(EventKind.RUNTIME)[0]
+    assert trace.external_id[runtime_row] == 2  # the lowercase key points at the op
+    assert trace.bytes[trace.indices(EventKind.MEMCPY)[0]] == 4096
+    config = trace.tables["launch_config"]
+    assert config["grid_x"].tolist() == [4] and config["block_x"].tolist() == [128]
+    memory = trace.tables["memory"]
+    assert memory["addr"].tolist() == [1234] and memory["total_allocated"].tolist() == [512]
+    assert memory["total_reserved"].tolist() == [-1]  # not in the event
+    assert trace.bytes[memory["event"][0]] == 512
+
+
+def test_collective_and_sync_side_tables(tmp_path: Path) -> None:
+    events = [
+        kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 10, 5, correlation=3, ext=3, stream=40,
+               **{"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2,
+                  "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}),
+        kernel("elementwise", 20, 5, correlation=4, ext=4),
+        {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": -1, "ts": 30, "dur": 2,
+         "args": {"cuda_sync_kind": "Event Sync", "wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": 4,
+                  "wait_on_cuda_event_id": 8, "stream": -1, "correlation": 5, "device": 0}},
+    ]
+    trace = _read(write_trace(tmp_path, events))
+    assert trace.count(EventKind.COMMUNICATION) == 1 and trace.count(EventKind.KERNEL) == 1
+    coll = trace.tables["collective"]
+    assert trace.strings[int(coll["collective_str"][0])] == "allreduce"
+    assert coll["in_nelems"].tolist() == [1024] and coll["group_size"].tolist() == [2]
+    assert trace.name_of(int(coll["event"][0])).startswith("ncclKernel")
+    sync = trace.tables["sync"]
+    assert sync["wait_on_event_record_correlation"].tolist() == [4]
+    assert sync["wait_on_stream"].tolist() == [7]
+
+
+def test_rows_sorted_by_start_parents_first(tmp_path: Path) -> None:
+    events = [
+        runtime("cudaLaunchKernel", 12, 2, correlation=1, ext=1),
+        op("aten::inner", 10, 5, ext=2),
+        op("aten::outer", 10, 20, ext=3),
+    ]
+    trace = _read(write_trace(tmp_path, events))
+    assert [trace.name_of(i) for i in range(len(trace))] == ["aten::outer", "aten::inner", "cudaLaunchKernel"]
+
+
+def test_top_level_event_array_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "array.json"
+    path.write_text('[{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]')
+    trace = _read(path)
+    assert len(trace) == 1 and trace.name_of(0) == "aten::add"
+
+
+def test_malformed_events_are_skipped_and_counted(tmp_path: Path) -> None:
+    events = [
+        op("aten::good", 1, 2, ext=1),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::bad_ts", "pid": 1, "tid": 1, "ts": "soon", "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::no_dur", "pid": 1, "tid": 1, "ts": 3},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4, "dur": 1, "args": {"correlation": "x"}},
+        42,
+        op("aten::also_good", 5, 2, ext=2),
+    ]
+    trace = _read(write_trace(tmp_path, events))
+    assert [trace.name_of(i) for i in range(len(trace))] == ["aten::good", "aten::also_good"]
+    assert trace.meta.skipped_total == 4
+    assert trace.meta.skipped["missing dur"] == 1
+    assert trace.meta.skipped["event is not a JSON object"] == 1
+
+
+def test_unused_events_are_dropped_but_counted(tmp_path: Path) -> None:
+    events = [
+        op("aten::add", 1, 2, ext=1),
+        {"ph": "X", "cat": "python_function", "name": "train.py(10): step", "pid": 1, "tid": 1, "ts": 0, "dur": 9},
+        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 1, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        annotation("ProfilerStep#1", 0, 10),
+    ]
+    trace = _read(write_trace(tmp_path, events))
+    assert len(trace) == 2
+    assert trace.meta.events_in_file == 5
+    assert trace.meta.categories == {"<none>": 1, "ac2g": 1, "cpu_op": 1, "python_function": 1, "user_annotation": 1}
+
+
+def test_metadata_gpus_rank_world_size(tmp_path: Path) -> None:
+    events = [kernel("k", 1, 1, correlation=1, ext=1)]
+    props = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85, "computeMajor": 9, "computeMinor": 0,
+              "numSms": 132}, {"id": 1, "name": "NVIDIA H100 80GB HBM3"}]
+    trace = _read(write_trace(tmp_path, events, deviceProperties=props,
+                              distributedInfo={"backend": "nccl", "rank": 3, "world_size": 8}))
+    assert (trace.meta.rank, trace.meta.world_size) == (3, 8)
+    assert trace.gpu_names == ["NVIDIA H100 80GB HBM3"]
+    assert trace.meta.gpus[0].compute_capability == "9.0" and trace.meta.gpus[0].sm_count == 132
+    assert np.array_equal(trace.track_is_gpu(), [True])
