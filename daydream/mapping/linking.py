@@ -164,36 +164,66 @@ def _link_by_external_id(trace: Trace, api_rows: np.ndarray, op: np.ndarray) -> 
 
 
 def _link_by_nesting(trace: Trace, call_rows: np.ndarray, op: np.ndarray) -> None:
-    """Innermost enclosing CPU op on the same thread, by a stack sweep in time order."""
+    """Innermost enclosing CPU op on the same thread, for every row of `call_rows`.
+
+    With rows ordered by (thread, start, longest first), the innermost op that
+    encloses a call is the nearest earlier op whose end is not before the call's
+    end; `nearest_earlier_at_least` finds it for all calls at once.
+    """
     op_rows = trace.indices(EventKind.CPU_OP)
-    rows = np.union1d(op_rows, call_rows)  # trace rows are sorted by (start, longest first)
-    is_op = np.isin(rows, op_rows)
+    op_rows = op_rows[np.isin(trace.track[op_rows], np.unique(trace.track[call_rows]))]
+    rows = np.concatenate([op_rows, call_rows])
+    is_call = np.concatenate([np.zeros(op_rows.size, dtype=bool), np.ones(call_rows.size, dtype=bool)])
+    order = np.lexsort((is_call, -trace.dur_ns[rows], trace.ts_ns[rows], trace.track[rows]))
+    rows, is_call = rows[order], is_call[order]
     tracks = trace.track[rows]
-    for track in np.unique(trace.track[call_rows]).tolist():
-        on_track = tracks == track
-        _sweep(
-            rows[on_track].tolist(),
-            trace.end_ns[rows[on_track]].tolist(),
-            is_op[on_track].tolist(),
-            op,
-        )
+    enclosing = nearest_earlier_at_least(trace.end_ns[rows], ~is_call)
+    same_thread = enclosing >= 0
+    same_thread[same_thread] = tracks[enclosing[same_thread]] == tracks[same_thread]
+    linked = is_call & same_thread
+    op[rows[linked]] = rows[enclosing[linked]]
 
 
-def _sweep(rows: list[int], ends: list[int], is_op: list[bool], op: np.ndarray) -> None:
-    stack_rows: list[int] = []
-    stack_ends: list[int] = []
-    parents = []
-    children = []
-    for row, end, opening in zip(rows, ends, is_op):
-        # Rows arrive by start time, so an op on the stack encloses this row iff it ends no earlier.
-        while stack_ends and stack_ends[-1] < end:
-            stack_ends.pop()
-            stack_rows.pop()
-        if opening:
-            stack_rows.append(row)
-            stack_ends.append(end)
-        elif stack_rows:
-            children.append(row)
-            parents.append(stack_rows[-1])
-    if children:
-        op[np.array(children, dtype=np.int64)] = parents
+def nearest_earlier_at_least(values: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """For each i, the largest j < i with candidate[j] and values[j] >= values[i]; -1 if none.
+
+    Vectorized binary lifting over a sparse table of window maxima: O(n log n)
+    numpy work instead of a Python loop with a stack.
+    """
+    n = values.size
+    floor = np.iinfo(np.int64).min
+    level = np.where(candidate, values, floor).astype(np.int64)
+    maxima = [level]  # maxima[k][j] = max of values[max(0, j - 2**k + 1) .. j]
+    width = 1
+    while width < n:
+        shifted = np.concatenate([np.full(width, floor, dtype=np.int64), level[:-width]])
+        level = np.maximum(level, shifted)
+        maxima.append(level)
+        width *= 2
+    position = np.arange(n, dtype=np.int64) - 1
+    for k in range(len(maxima) - 1, -1, -1):
+        inside = position >= 0
+        window_max = np.full(n, floor, dtype=np.int64)
+        window_max[inside] = maxima[k][position[inside]]
+        jump = inside & (window_max < values)
+        position[jump] -= 1 << k
+    found = position >= 0
+    found[found] = candidate[position[found]] & (values[position[found]] >= values[found])
+    return np.where(found, position, -1)
+
+
+def link_by_nesting_reference(trace: Trace, call_rows: np.ndarray) -> np.ndarray:
+    """Reference for `_link_by_nesting`: a plain stack sweep per thread (slow, obviously right)."""
+    op = np.full(len(trace), NO_VALUE, dtype=np.int64)
+    op_rows = set(trace.indices(EventKind.CPU_OP).tolist())
+    rows = sorted(op_rows | set(call_rows.tolist()),
+                  key=lambda r: (int(trace.track[r]), int(trace.ts_ns[r]), -int(trace.dur_ns[r]), r not in op_rows))
+    stack: list[int] = []
+    for row in rows:
+        while stack and (trace.track[stack[-1]] != trace.track[row] or trace.end_ns[stack[-1]] < trace.end_ns[row]):
+            stack.pop()
+        if row in op_rows:
+            stack.append(row)
+        elif stack:
+            op[row] = stack[-1]
+    return op

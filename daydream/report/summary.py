@@ -14,7 +14,7 @@ import numpy as np
 from daydream import __version__
 from daydream.mapping import find_iterations, link
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP
-from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, EventKind, Job, Trace, TrackKind
+from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 10
@@ -57,7 +57,7 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
             "skipped_malformed": meta.skipped_total,
             "skipped_reasons": meta.skipped,
         },
-        "kinds": {k.label: trace.count(k) for k in EventKind},
+        "kinds": {kind.label: count for kind, count in trace.kind_counts().items()},
         "kernels": trace.count(*KERNEL_KINDS),
         "gpu_activities": trace.count(*GPU_ACTIVITY_KINDS),
         "iteration_source": iterations[0].source if iterations else None,

@@ -35,7 +35,7 @@ from daydream.trace.sources import Source, discover
 
 Progress = Callable[[str, int, int], None]
 
-READERS: dict[str, Callable[[bytes, str, Progress | None], Trace]] = {"kineto": kineto.decode}
+READERS: dict[str, Callable[[Source, Progress | None], Trace]] = {"kineto": kineto.read}
 
 
 def stamp_of(source: Source) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def write_cache(source: Source, trace: Trace) -> bool:
 
 def read_source(source: Source, progress: Progress | None = None) -> Trace:
     """Read and normalize one trace document, ignoring any cache."""
-    return READERS["kineto"](source.read(progress), source.label, progress)
+    return READERS["kineto"](source, progress)
 
 
 def order_by_rank(traces: list[Trace]) -> list[Trace]:

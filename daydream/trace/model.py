@@ -250,7 +250,14 @@ class Trace:
 
     def mask(self, *kinds: EventKind) -> np.ndarray:
         """Boolean mask of the events whose kind is one of `kinds`."""
-        return np.isin(self.columns["kind"], np.array([int(k) for k in kinds], dtype=np.int8))
+        wanted = np.zeros(len(EventKind), dtype=bool)
+        wanted[[int(k) for k in kinds]] = True
+        return wanted[self.columns["kind"]]
+
+    def kind_counts(self) -> dict[EventKind, int]:
+        """Events per kind, every kind listed."""
+        counts = np.bincount(self.columns["kind"], minlength=len(EventKind))
+        return {kind: int(counts[kind]) for kind in EventKind}
 
     def indices(self, *kinds: EventKind) -> np.ndarray:
         return np.flatnonzero(self.mask(*kinds))

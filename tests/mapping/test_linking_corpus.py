@@ -110,3 +110,13 @@ def test_every_linked_launch_is_a_host_api_call(corpus: Path) -> None:
     assert np.isin(trace.kind[launched], [int(k) for k in API_KINDS]).all()
     rows = np.flatnonzero(links.launch >= 0)
     assert (trace.correlation[rows] == trace.correlation[links.launch[rows]]).all()
+
+
+def test_fast_nesting_agrees_with_the_reference_sweep(corpus: Path) -> None:
+    from daydream.mapping.linking import link_by_nesting_reference, link_calls_to_ops
+
+    for name in ("param/et_replay_inputs/resnet_kineto.json.gz", "hta/trace_filter/sampled_rank-0.json.gz"):
+        trace = _open(corpus / name)
+        fast = link_calls_to_ops(trace, TIME_NESTING)
+        reference = link_by_nesting_reference(trace, trace.indices(*API_KINDS))
+        assert np.array_equal(fast, reference), name

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Benchmark: how fast daydream reads a trace, cold and from its cache, next to HTA.
+
+Each measurement runs in a fresh child process, so that its peak memory (max RSS)
+is its own. Times are measured inside the child around the work itself (imports
+excluded); the CLI rows time whole `daydream inspect --json` processes.
+
+    python scripts/bench_ingest.py                      # the 216k-event corpus trace
+    python scripts/bench_ingest.py --trace my.json.gz --repeat 5
+    python scripts/bench_ingest.py --hta-python /path/to/venv/bin/python   # HTA in another env
+
+HTA (`pip install holistictraceanalysis`) is optional; without it, its rows say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+
+_DAYDREAM_COLD = """
+import json, sys, time
+from daydream.api import open_job
+from daydream.report.summary import summarize_job
+start = time.perf_counter()
+job = open_job(sys.argv[1], cache=False)
+read = time.perf_counter() - start
+summary = summarize_job(job)
+total = time.perf_counter() - start
+print(json.dumps({"seconds": read, "with_summary": total, "events": sum(t.meta.events_in_file for t in job.traces)}))
+"""
+
+_DAYDREAM_CACHED = """
+import json, sys, time
+from daydream.api import open_job
+from daydream.report.summary import summarize_job
+start = time.perf_counter()
+job = open_job(sys.argv[1], cache=True)
+read = time.perf_counter() - start
+summarize_job(job)
+print(json.dumps({"seconds": read, "with_summary": time.perf_counter() - start}))
+"""
+
+_HTA = """
+import json, sys, time, logging
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+start = time.perf_counter()
+TraceAnalysis(trace_dir=sys.argv[1])
+print(json.dumps({"seconds": time.perf_counter() - start}))
+"""
+
+
+def run_child(python: str, code: str, argument: str, env: dict[str, str]) -> dict[str, float]:
+    """Run `code` in a fresh interpreter; the JSON line it prints, plus its wall seconds."""
+    start = time.perf_counter()
+    done = subprocess.run([python, "-c", code, argument], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "child failed")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["wall"] = wall
+    return result
+
+
+def peak_rss_mib(python: str, code: str, argument: str, env: dict[str, str]) -> float:
+    """Peak RSS (MiB) of one child run, from the kernel's accounting of that process alone."""
+    process = subprocess.Popen([python, "-c", code, argument], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        return float("nan")
+    return usage.ru_maxrss / 1024
+
+
+def time_cli(args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "daydream", *args], check=True, capture_output=True, env=env)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is shown")
+    parser.add_argument("--hta-python", default=sys.executable, help="interpreter that has holistictraceanalysis")
+    parser.add_argument("--no-hta", action="store_true")
+    options = parser.parse_args()
+    trace = options.trace.resolve()
+    if not trace.is_file():
+        print(f"bench_ingest: {trace}: no such trace file — pass --trace", file=sys.stderr)
+        return 2
+
+    cache = Path(tempfile.mkdtemp(prefix="daydream-bench-"))
+    env = {**os.environ, "DAYDREAM_CACHE_DIR": str(cache)}
+    try:
+        cold = [run_child(sys.executable, _DAYDREAM_COLD, str(trace), env) for _ in range(options.repeat)]
+        cold_peak = peak_rss_mib(sys.executable, _DAYDREAM_COLD, str(trace), env)
+        run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env)  # first cached open writes the cache
+        warm = [run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env) for _ in range(options.repeat)]
+        shutil.rmtree(cache)
+        cache.mkdir()
+        cli_first = time_cli(["inspect", "--json", str(trace)], env)
+        cli_second = statistics.median(time_cli(["inspect", "--json", str(trace)], env) for _ in range(options.repeat))
+        hta_seconds, hta_peak, hta_note = _hta(options, trace)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    events = int(cold[0]["events"])
+    cold_s = statistics.median(r["seconds"] for r in cold)
+    cold_summary_s = statistics.median(r["with_summary"] for r in cold)
+    warm_s = statistics.median(r["seconds"] for r in warm)
+    warm_summary_s = statistics.median(r["with_summary"] for r in warm)
+    rows = [
+        ("trace", f"{trace} ({trace.stat().st_size / 2**20:.1f} MiB, {events:,} events)"),
+        ("daydream cold read+link", f"{cold_s:.3f} s  ({events / cold_s:,.0f} events/s), peak {cold_peak:.0f} MiB"),
+        ("daydream cold + summary", f"{cold_summary_s:.3f} s"),
+        ("daydream cached open", f"{warm_s:.4f} s  ({cold_s / warm_s:.0f}x faster than cold)"),
+        ("daydream cached + summary", f"{warm_summary_s:.4f} s  ({cold_summary_s / warm_summary_s:.0f}x faster than cold + summary)"),
+        ("CLI inspect, first / second", f"{cli_first:.2f} s / {cli_second:.2f} s (whole processes, imports included)"),
+    ]
+    if hta_seconds is not None:
+        rows.append(("HTA TraceAnalysis parse", f"{hta_seconds:.3f} s, peak {hta_peak:.0f} MiB"))
+        rows.append(("HTA / daydream cold", f"{hta_seconds / cold_s:.1f}x time, {hta_peak / cold_peak:.2f}x peak memory"))
+    else:
+        rows.append(("HTA", hta_note))
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
+    return 0
+
+
+def _hta(options: argparse.Namespace, trace: Path) -> tuple[float | None, float, str]:
+    if options.no_hta:
+        return None, float("nan"), "skipped (--no-hta)"
+    folder = Path(tempfile.mkdtemp(prefix="daydream-bench-hta-"))
+    try:
+        (folder / trace.name).symlink_to(trace)
+        env = dict(os.environ)
+        try:
+            runs = [run_child(options.hta_python, _HTA, str(folder), env) for _ in range(options.repeat)]
+        except RuntimeError as exc:
+            return None, float("nan"), f"not measured ({exc}); pip install holistictraceanalysis or pass --hta-python"
+        peak = peak_rss_mib(options.hta_python, _HTA, str(folder), env)
+        return statistics.median(r["seconds"] for r in runs), peak, ""
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

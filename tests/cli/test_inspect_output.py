@@ -1,0 +1,48 @@
+"""The human rendering of `daydream inspect`, at a fixed terminal width."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from daydream.report.console import format_ns, short_kernel_name
+from tests.builders import annotation, kernel, op, runtime, write_trace
+
+
+def _trace(tmp_path: Path) -> Path:
+    events = [annotation("ProfilerStep#7", 0, 1000), op("aten::mm", 10, 50, ext=1),
+              runtime("cudaLaunchKernel", 20, 5, correlation=7, ext=1),
+              kernel("void at::native::gemm<float, 4>(float*, int)", 30, 400, correlation=7, ext=1)]
+    return write_trace(tmp_path, events, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
+
+
+def test_text_summary_names_gpu_iterations_and_kernels(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["inspect", str(_trace(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    for expected in ("NVIDIA H100 80GB HBM3", "ProfilerStep#7", "1 ms", "at::native::gemm<float, 4>", "400 µs",
+                     "1 of 1 GPU activities linked to a CPU op"):
+        assert expected in out, expected
+
+
+def test_json_and_text_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _trace(tmp_path)
+    assert main(["inspect", "--json", str(path)]) == 0
+    rank = json.loads(capsys.readouterr().out)["ranks"][0]
+    assert rank["kernels"] == 1 and rank["iterations"] == [
+        {"name": "ProfilerStep#7", "start_ns": 0, "measured_ns": 1_000_000, "source": "profiler_step"}
+    ]
+    assert rank["top_kernels"][0]["total_ns"] == 400_000
+
+
+def test_format_ns() -> None:
+    assert [format_ns(v) for v in (12, 1_500, 45_600_000, 2_000_000_000)] == ["12 ns", "1.5 µs", "45.6 ms", "2 s"]
+
+
+def test_short_kernel_name_keeps_one_template_level() -> None:
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>)"
+    assert short_kernel_name(name, width=200) == "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, at::detail::Array<…> >"
