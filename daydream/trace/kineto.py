@@ -346,13 +346,13 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
         "track": track_ids,
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
-        "correlation": np.array(list(map(_get_correlation, args)), dtype=np.int64),
+        "correlation": np.fromiter(map(_get_correlation, args), dtype=np.int64, count=len(args)),
         "external_id": np.array(
             [a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args],
             dtype=np.int64,
         ),
-        "sequence": np.array(list(map(_get_sequence, args)), dtype=np.int64),
-        "bytes": np.array(list(map(_get_bytes, args)), dtype=np.int64),
+        "sequence": np.fromiter(map(_get_sequence, args), dtype=np.int64, count=len(args)),
+        "bytes": np.fromiter(map(_get_bytes, args), dtype=np.int64, count=len(args)),
     }
     tables = _side_tables(kind, args, strings, columns)
     tables["flow"] = _flows(events, tracks, "fwdbwd" in categories)
@@ -372,7 +372,7 @@ def _count_categories(cats: list[str]) -> dict[str, int]:
 def _classify(events: list[_Event], cats: list[str]) -> np.ndarray:
     """Kind per event from its category; -1 for events daydream does not keep."""
     lookup: defaultdict[str, int] = defaultdict(lambda: -1, {c: int(k) for c, k in _CATEGORY_KIND.items()})
-    kinds = np.array(list(map(lookup.__getitem__, cats)), dtype=np.int16)
+    kinds = np.fromiter(map(lookup.__getitem__, cats), dtype=np.int16, count=len(cats))
     # [memory] instant events: cat cpu_instant_event, or no cat at all in 2021 files.
     maybe_memory = [i for i, cat in enumerate(cats) if cat == "cpu_instant_event" or cat == ""]
     memory = [i for i in maybe_memory if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
@@ -400,8 +400,8 @@ def _refine_kinds(
 
 def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Integer ns from fractional µs, exact to the precision the file's doubles carry."""
-    ts_us = np.array(list(map(_get_ts, kept)), dtype=np.float64)
-    dur_us = np.array(list(map(_get_dur, kept)), dtype=np.float64)
+    ts_us = np.fromiter(map(_get_ts, kept), dtype=np.float64, count=len(kept))
+    dur_us = np.fromiter(map(_get_dur, kept), dtype=np.float64, count=len(kept))
     instant = np.isin(kind, [int(k) for k in _INSTANT_KINDS])
     dur_us[instant & np.isnan(dur_us)] = 0.0
     bad_ts = ~np.isfinite(ts_us)
