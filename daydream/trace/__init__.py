@@ -35,7 +35,8 @@ from daydream.trace.sources import Source, discover
 
 Progress = Callable[[str, int, int], None]
 
-READERS: dict[str, Callable[[Source, Progress | None], Trace]] = {"kineto": kineto.read}
+#: format name -> reader of one document (anything with `.label` and `.read(progress)`, e.g. a `Source`).
+READERS: dict[str, Callable[[kineto.Readable, Progress | None], Trace]] = {"kineto": kineto.read}
 
 
 def stamp_of(source: Source) -> dict[str, Any]:

@@ -68,8 +68,8 @@ class _Args(msgspec.Struct, gc=False):
     group_name: Any = msgspec.field(default="", name="Process Group Name")
     group_ranks: Any = msgspec.field(default="", name="Process Group Ranks")
     # kernel launch configuration
-    grid: Union[list[int], None] = None
-    block: Union[list[int], None] = None
+    grid: list[int] | None = None
+    block: list[int] | None = None
     registers: int = msgspec.field(default=NO_VALUE, name="registers per thread")
     shared_memory: int = msgspec.field(default=NO_VALUE, name="shared memory")
     # cuda_sync records
@@ -88,12 +88,12 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: Union[int, str] = NO_VALUE
-    tid: Union[int, str] = NO_VALUE
+    pid: int | str = NO_VALUE
+    tid: int | str = NO_VALUE
     ts: float = _NAN
     dur: float = _NAN
-    id: Union[int, str, None] = None
-    args: Union[_Args, None] = None
+    id: int | str | None = None
+    args: _Args | None = None
 
 
 class _TypedFile(msgspec.Struct):
@@ -152,13 +152,14 @@ _STREAM_TID = re.compile(r"stream\s*(-?\d+)")
 _COLLECTIVE_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
 
 
-class _Readable(Protocol):
-    label: str
+class Readable(Protocol):
+    @property
+    def label(self) -> str: ...
 
     def read(self, progress: Progress | None = None) -> bytes: ...
 
 
-def read(document: _Readable, progress: Progress | None = None) -> Trace:
+def read(document: Readable, progress: Progress | None = None) -> Trace:
     """Read one Kineto JSON document (a `Source`) into a `Trace`.
 
     The decompressed bytes are dropped as soon as they are decoded, so the peak
@@ -598,9 +599,10 @@ def _gpus(properties: Any) -> list[GpuInfo]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             continue
         major, minor = entry.get("computeMajor"), entry.get("computeMinor")
+        device = _int_or_none(entry.get("id"))
         gpus.append(
             GpuInfo(
-                device=_int_or_none(entry.get("id")) if _int_or_none(entry.get("id")) is not None else position,
+                device=device if device is not None else position,
                 name=entry["name"],
                 total_memory_bytes=_int_or_none(entry.get("totalGlobalMem")),
                 compute_capability=f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,

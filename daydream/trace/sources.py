@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from daydream.errors import InputError, TraceFormatError
 
@@ -48,10 +49,10 @@ class Source:
                 return _read_maybe_gzip(handle, self.label, self.size, progress)
         try:
             with tarfile.open(self.path, "r:*") as archive:
-                handle = archive.extractfile(self.member)
-                if handle is None:
+                member = archive.extractfile(self.member)
+                if member is None:
                     raise TraceFormatError(self.label, "archive member is not a regular file", "")
-                return _read_maybe_gzip(handle, self.label, self.size, progress)
+                return _read_maybe_gzip(member, self.label, self.size, progress)
         except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
             raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})", "is the archive complete?") from None
 
@@ -94,7 +95,7 @@ def _archive_sources(root: Path) -> list[Source]:
     return [Source(root, member, stat.st_size, stat.st_mtime_ns) for member in members]
 
 
-def _read_maybe_gzip(handle, label: str, size: int, progress: Progress | None) -> bytes:  # type: ignore[no-untyped-def]
+def _read_maybe_gzip(handle: IO[bytes], label: str, size: int, progress: Progress | None) -> bytes:
     head = handle.read(2)
     if head != _GZIP_MAGIC:
         body = head + handle.read()

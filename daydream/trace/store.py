@@ -63,7 +63,7 @@ def save(trace: Trace, path: Path, stamp: dict[str, Any]) -> None:
     handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as out:
-            np.savez(out, **arrays)
+            np.savez(out, **arrays)  # type: ignore[arg-type]
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

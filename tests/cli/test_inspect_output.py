@@ -44,5 +44,7 @@ def test_format_ns() -> None:
 
 
 def test_short_kernel_name_keeps_one_template_level() -> None:
-    name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>)"
-    assert short_kernel_name(name, width=200) == "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, at::detail::Array<…> >"
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>)")
+    expected = "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, at::detail::Array<…> >"
+    assert short_kernel_name(name, width=200) == expected

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream import api, trace as trace_stage
+from daydream import api
+from daydream import trace as trace_stage
 from daydream.trace import read_source, store
 from daydream.trace.sources import discover
 from tests.builders import annotation, kernel, op, runtime, write_trace
