@@ -1,0 +1,31 @@
+"""Optional numba compilation for the few array loops that must run at native speed.
+
+`jit(f)` compiles `f` with numba when it is installed (cached on disk) and returns
+`f` unchanged otherwise; the plain-Python function stays reachable as
+`f.py_func` either way, so tests can check the compiled path against it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+try:
+    if os.environ.get("DAYDREAM_NO_JIT"):
+        raise ImportError("disabled by DAYDREAM_NO_JIT")
+    import numba
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised where numba is absent
+    numba = None
+    HAVE_NUMBA = False
+
+
+def jit(function: F) -> F:
+    if numba is None:
+        function.py_func = function  # type: ignore[attr-defined]
+        return function
+    return numba.njit(cache=True, nogil=True)(function)  # type: ignore[no-any-return]

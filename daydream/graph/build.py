@@ -1,0 +1,631 @@
+"""Building the dependency graph of one rank from its linked trace.
+
+The rules, with the reasons behind them, are in docs/replay-model.md. In short:
+
+* host tasks are the CUDA API calls of each host thread (a thread that makes
+  none, e.g. in a CPU-only trace, contributes its top-level CPU ops); the CPU
+  time between two of them is the second one's `gap`;
+* GPU tasks are kernels, copies and memsets, in stream order, each launched by
+  its API call (a launch latency after the call began);
+* a blocking call (stream/device/event synchronize, a blocking copy, cudaFree)
+  becomes two tasks: the call, with only its own time, and its completion,
+  which waits for the GPU work the call waited for;
+* a launch waits for a free slot of CUDA's launch queue: GPU work `depth + 1`
+  launches back must have finished;
+* `cudaStreamWaitEvent` gets a GPU→GPU edge when the recorded side is known;
+  otherwise the GPU work it held back is pinned to its recorded start;
+* GPU work launched before the trace window, and collectives (whose time on one
+  rank includes waiting for the others), are pinned to their recorded starts;
+* when the main thread idles while another thread (PyTorch's autograd thread)
+  works, the other thread's burst starts after the main thread's last task and
+  the main thread resumes after the burst.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daydream.graph import calibrate
+from daydream.graph.model import (
+    EDGE_COLUMNS,
+    NOT_PINNED,
+    TASK_COLUMNS,
+    DepKind,
+    Graph,
+    Resource,
+    ResourceKind,
+    TaskKind,
+    empty_columns,
+)
+from daydream.mapping import Links, find_iterations, link
+from daydream.mapping.linking import nearest_earlier_at_least
+from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace, TrackKind
+
+UNSET = np.iinfo(np.int64).min
+
+DEVICE_SYNC = re.compile(r"^(cudaDeviceSynchronize|cuCtxSynchronize|cudaFree|cudaFreeHost|cuMemFree.*)$")
+STREAM_SYNC = re.compile(r"^(cudaStreamSynchronize|cuStreamSynchronize)$")
+EVENT_SYNC = re.compile(r"^(cudaEventSynchronize|cuEventSynchronize)$")
+BLOCKING_COPY = re.compile(r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|cuMemcpyDtoH.*|cuMemcpyHtoD.*)$")
+EVENT_RECORD = re.compile(r"^(cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord.*)$")
+STREAM_WAIT = re.compile(r"^(cudaStreamWaitEvent|cuStreamWaitEvent)$")
+PAGEABLE_COPY = re.compile(r"Pageable", re.IGNORECASE)
+
+_GPU_TASK_KIND = {
+    EventKind.KERNEL: TaskKind.KERNEL,
+    EventKind.MEMCPY: TaskKind.MEMCPY,
+    EventKind.MEMSET: TaskKind.MEMSET,
+    EventKind.COMMUNICATION: TaskKind.COLLECTIVE,
+}
+
+
+@dataclass(slots=True)
+class BuildReport:
+    """What the builder derived and what it had to pin, for people and for `replay`."""
+
+    blocking_calls: int = 0
+    blocked_launches: int = 0
+    event_waits_derived: int = 0
+    event_waits_trivial: int = 0
+    event_waits_pinned: int = 0
+    cross_thread_bursts: int = 0
+    pinned_orphans: int = 0
+    pinned_collectives: int = 0
+    pinned_unlinked: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def build_graph(trace: Trace, links: Links | None = None) -> Graph:
+    """The dependency graph of one rank. See the module docstring for the rules."""
+    return _Builder(trace, links if links is not None else link(trace)).build()
+
+
+class _Builder:
+    def __init__(self, trace: Trace, links: Links) -> None:
+        self.trace = trace
+        self.links = links
+        self.report = BuildReport()
+        self.names = trace.strings
+        self.is_gpu_track = trace.track_is_gpu()
+
+    # ------------------------------------------------------------------ tasks
+
+    def build(self) -> Graph:
+        trace = self.trace
+        host_rows = self._host_rows()
+        gpu_rows = trace.indices(*GPU_ACTIVITY_KINDS)
+        rows = np.concatenate([host_rows, gpu_rows])
+        self.resources, resource_of_track = self._resources(rows)
+        tasks = empty_columns(TASK_COLUMNS, rows.size)
+        tasks["event"] = rows
+        tasks["resource"] = resource_of_track[trace.track[rows]]
+        tasks["name"] = trace.name[rows]
+        tasks["measured_start_ns"] = trace.ts_ns[rows]
+        tasks["measured_end_ns"] = trace.end_ns[rows]
+        tasks["duration_ns"] = trace.dur_ns[rows]
+        tasks["pinned_start_ns"][:] = NOT_PINNED
+        tasks["iteration"][:] = -1
+        host_kind = np.where(np.isin(trace.kind[host_rows], [int(k) for k in API_KINDS]), TaskKind.HOST_CALL, TaskKind.HOST_OP)
+        gpu_kind = np.array([_GPU_TASK_KIND[EventKind(int(k))] for k in trace.kind[gpu_rows]], dtype=np.int8)
+        tasks["kind"] = np.concatenate([host_kind.astype(np.int8), gpu_kind])
+        self.graph = Graph(tasks=tasks, edges=empty_columns(EDGE_COLUMNS), resources=self.resources, strings=list(self.names))
+        self.task_of_event = np.full(len(trace), -1, dtype=np.int64)
+        self.task_of_event[rows] = np.arange(rows.size)
+        self.host_tasks = np.arange(host_rows.size)
+        self.gpu_tasks = np.arange(host_rows.size, rows.size)
+
+        self._calibrate_gpu()
+        completion = self._blocking_calls()
+        self._host_order(completion)
+        self._stream_order()
+        self._launches()
+        self._launch_queue()
+        self._event_waits()
+        self._cross_thread(completion)
+        self._pins()
+        self._iterations()
+        self._host_gaps()
+        self.graph.notes = self.report.notes
+        self.graph.calibration.update(
+            {
+                "blocking_calls": self.report.blocking_calls,
+                "blocked_launches": self.report.blocked_launches,
+                "event_waits_derived": self.report.event_waits_derived,
+                "event_waits_trivial": self.report.event_waits_trivial,
+                "event_waits_pinned": self.report.event_waits_pinned,
+                "cross_thread_bursts": self.report.cross_thread_bursts,
+                "pinned_orphans": self.report.pinned_orphans,
+                "pinned_collectives": self.report.pinned_collectives,
+                "pinned_unlinked": self.report.pinned_unlinked,
+            }
+        )
+        return self.graph
+
+    def _host_rows(self) -> np.ndarray:
+        """API calls on threads that make them; top-level CPU ops on threads that make none."""
+        trace = self.trace
+        api_rows = trace.indices(*API_KINDS)
+        threads_with_calls = np.unique(trace.track[api_rows])
+        op_rows = trace.indices(EventKind.CPU_OP)
+        op_rows = op_rows[~np.isin(trace.track[op_rows], threads_with_calls)]
+        if op_rows.size:
+            order = np.lexsort((-trace.dur_ns[op_rows], trace.ts_ns[op_rows], trace.track[op_rows]))
+            op_rows = op_rows[order]
+            enclosing = nearest_earlier_at_least(trace.end_ns[op_rows], np.ones(op_rows.size, dtype=bool))
+            tracks = trace.track[op_rows]
+            top = (enclosing < 0) | (tracks[np.maximum(enclosing, 0)] != tracks)
+            op_rows = op_rows[top]
+        rows = np.concatenate([api_rows, op_rows])
+        return rows[np.lexsort((trace.ts_ns[rows], trace.track[rows]))]
+
+    def _resources(self, rows: np.ndarray) -> tuple[list[Resource], np.ndarray]:
+        trace = self.trace
+        used = np.unique(trace.track[rows])
+        resource_of_track = np.full(len(trace.tracks), -1, dtype=np.int32)
+        resources = []
+        for track_id in used.tolist():
+            track = trace.tracks[track_id]
+            if track.kind is TrackKind.GPU:
+                resources.append(Resource(ResourceKind.GPU_STREAM, track.label, track.device, track.stream, track_id))
+            else:
+                resources.append(Resource(ResourceKind.HOST_THREAD, track.label, track=track_id))
+            resource_of_track[track_id] = len(resources) - 1
+        return resources, resource_of_track
+
+    # ------------------------------------------------------------------ calibration
+
+    def _calibrate_gpu(self) -> None:
+        """Launch latency and inter-kernel gap from launched GPU work; GPU work in launch order."""
+        trace, tasks = self.trace, self.graph.tasks
+        gpu = self.gpu_tasks
+        rows = tasks["event"][gpu]
+        launch_rows = self.links.launch[rows]
+        self.launch_task = np.where(launch_rows >= 0, self.task_of_event[np.maximum(launch_rows, 0)], -1)
+        self.stream_previous = self._previous_on_resource(gpu)
+        previous_end = np.where(self.stream_previous >= 0, tasks["measured_end_ns"][np.maximum(self.stream_previous, 0)], UNSET)
+        launched = self.launch_task >= 0
+        call_start = np.where(launched, tasks["measured_start_ns"][np.maximum(self.launch_task, 0)], 0)
+        latency, gap = calibrate.launch_latency_and_gap(
+            call_start[launched], trace.ts_ns[rows][launched], previous_end[launched]
+        )
+        self.graph.calibration.update({"launch_latency_ns": latency, "kernel_gap_ns": gap})
+        self.launch_latency, self.kernel_gap = latency, gap
+
+    def _previous_on_resource(self, task_ids: np.ndarray) -> np.ndarray:
+        """For each task, the previous task (by recorded start) on its resource, or -1."""
+        tasks = self.graph.tasks
+        order = np.lexsort((tasks["measured_start_ns"][task_ids], tasks["resource"][task_ids]))
+        ordered = task_ids[order]
+        previous = np.full(task_ids.size, -1, dtype=np.int64)
+        same = tasks["resource"][ordered[1:]] == tasks["resource"][ordered[:-1]]
+        previous_sorted = np.full(ordered.size, -1, dtype=np.int64)
+        previous_sorted[1:][same] = ordered[:-1][same]
+        previous[order] = previous_sorted
+        return previous
+
+    # ------------------------------------------------------------------ blocking calls
+
+    def _blocking_calls(self) -> np.ndarray:
+        """Split every blocking call into call + completion. Returns completion task per task (-1)."""
+        trace, tasks = self.trace, self.graph.tasks
+        host = self.host_tasks
+        host = host[tasks["kind"][host] == TaskKind.HOST_CALL]
+        names = [self.names[int(i)] for i in tasks["name"][host]]
+        awaited: list[tuple[int, list[int], bool]] = []  # (call task, awaited gpu tasks, derivable)
+        launches_by_thread = self._launch_history()
+        sync_records = self._sync_records()
+        for call, name in zip(host.tolist(), names):
+            targets = self._awaited(call, name, launches_by_thread, sync_records)
+            if targets is not None:
+                awaited.append((call, *targets))
+        completion = np.full(self.graph.task_count, -1, dtype=np.int64)
+        if not awaited:
+            return completion
+        self.report.blocking_calls = len(awaited)
+        return self._add_completions(awaited, completion)
+
+    def _launch_history(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per host resource: (call start times, GPU task) of its launches, in call order."""
+        tasks = self.graph.tasks
+        launched = np.flatnonzero(self.launch_task >= 0)
+        gpu = self.gpu_tasks[launched]
+        calls = self.launch_task[launched]
+        history = {}
+        call_resource = tasks["resource"][calls]
+        for resource in np.unique(call_resource).tolist():
+            mine = call_resource == resource
+            order = np.lexsort((tasks["measured_start_ns"][gpu[mine]], tasks["measured_start_ns"][calls[mine]]))
+            history[resource] = (tasks["measured_start_ns"][calls[mine]][order], gpu[mine][order])
+        return history
+
+    def _sync_records(self) -> dict[int, int]:
+        """cuda_sync records by their correlation id -> row in the sync table."""
+        table = self.trace.tables.get("sync", {})
+        if not table or table["event"].size == 0:
+            return {}
+        correlations = self.trace.correlation[table["event"]]
+        return {int(c): i for i, c in enumerate(correlations.tolist()) if c != NO_VALUE}
+
+    def _awaited(
+        self, call: int, name: str, history: dict[int, tuple[np.ndarray, np.ndarray]], sync_records: dict[int, int]
+    ) -> tuple[list[int], bool] | None:
+        """The GPU tasks a blocking call waits for (and whether that is derivable), or None if it does not block."""
+        tasks = self.graph.tasks
+        start = int(tasks["measured_start_ns"][call])
+        resource = int(tasks["resource"][call])
+        if DEVICE_SYNC.match(name):
+            return self._last_launched_per_stream(start, None), True
+        if STREAM_SYNC.match(name):
+            stream = self._sync_stream(call, sync_records)
+            if stream is None:
+                stream = self._recent_stream(history.get(resource), start)
+            return (self._last_launched_per_stream(start, stream), True) if stream is not None else ([], True)
+        if EVENT_SYNC.match(name):
+            targets = self._event_sync_targets(call, sync_records)
+            return (targets, True) if targets is not None else ([], False)
+        own_copies = self._launched_by(call)
+        if BLOCKING_COPY.match(name):
+            return own_copies, True
+        if own_copies and all(
+            tasks["kind"][t] == TaskKind.MEMCPY and PAGEABLE_COPY.search(self.names[int(tasks["name"][t])]) for t in own_copies
+        ):
+            return own_copies, True
+        return None
+
+    def _launched_by(self, call: int) -> list[int]:
+        if not hasattr(self, "_by_call"):
+            by_call: dict[int, list[int]] = {}
+            for gpu_task, launcher in zip(self.gpu_tasks.tolist(), self.launch_task.tolist()):
+                if launcher >= 0:
+                    by_call.setdefault(launcher, []).append(gpu_task)
+            self._by_call = by_call
+        return self._by_call.get(call, [])
+
+    def _sync_stream(self, call: int, sync_records: dict[int, int]) -> int | None:
+        record = sync_records.get(int(self.trace.correlation[self.graph.tasks["event"][call]]))
+        if record is None:
+            return None
+        stream = int(self.trace.tables["sync"]["wait_on_stream"][record])
+        if stream == NO_VALUE:
+            row = int(self.trace.tables["sync"]["event"][record])
+            stream = self.trace.tracks[int(self.trace.track[row])].stream
+        return stream if stream != NO_VALUE else None
+
+    def _recent_stream(self, history: tuple[np.ndarray, np.ndarray] | None, time: int) -> int | None:
+        """The stream of the thread's most recent launch before `time` (its current stream)."""
+        if history is None:
+            return None
+        starts, gpu = history
+        k = int(np.searchsorted(starts, time, side="left")) - 1
+        if k < 0:
+            return None
+        return self.resources[int(self.graph.tasks["resource"][gpu[k]])].stream
+
+    def _last_launched_per_stream(self, time: int, stream: int | None) -> list[int]:
+        """The last GPU task launched (by any thread) before `time` on each stream (or on `stream`)."""
+        if not hasattr(self, "_stream_launches"):
+            tasks = self.graph.tasks
+            launched = np.flatnonzero(self.launch_task >= 0)
+            gpu = self.gpu_tasks[launched]
+            call_start = tasks["measured_start_ns"][self.launch_task[launched]]
+            per_stream = {}
+            resources = tasks["resource"][gpu]
+            for resource in np.unique(resources).tolist():
+                mine = resources == resource
+                order = np.lexsort((tasks["measured_start_ns"][gpu[mine]], call_start[mine]))
+                per_stream[resource] = (call_start[mine][order], gpu[mine][order])
+            self._stream_launches = per_stream
+        targets = []
+        for resource, (starts, gpu) in self._stream_launches.items():
+            if stream is not None and self.resources[resource].stream != stream:
+                continue
+            k = int(np.searchsorted(starts, time, side="left")) - 1
+            if k >= 0:
+                targets.append(int(gpu[k]))
+        return targets
+
+    def _event_sync_targets(self, call: int, sync_records: dict[int, int]) -> list[int] | None:
+        record = sync_records.get(int(self.trace.correlation[self.graph.tasks["event"][call]]))
+        if record is None:
+            return None
+        table = self.trace.tables["sync"]
+        record_correlation = int(table["wait_on_event_record_correlation"][record])
+        stream = int(table["wait_on_stream"][record])
+        record_call = self._api_call_by_correlation(record_correlation)
+        if record_call is None or stream == NO_VALUE:
+            return None
+        return self._last_launched_per_stream(int(self.graph.tasks["measured_start_ns"][record_call]) + 1, stream)
+
+    def _api_call_by_correlation(self, correlation: int) -> int | None:
+        if not hasattr(self, "_call_by_correlation"):
+            host = self.host_tasks
+            rows = self.graph.tasks["event"][host]
+            self._call_by_correlation = dict(zip(self.trace.correlation[rows].tolist(), host.tolist()))
+        return self._call_by_correlation.get(correlation)
+
+    def _add_completions(self, awaited: list[tuple[int, list[int], bool]], completion: np.ndarray) -> np.ndarray:
+        tasks = self.graph.tasks
+        calls = np.array([a[0] for a in awaited], dtype=np.int64)
+        call_start = tasks["measured_start_ns"][calls]
+        call_end = tasks["measured_end_ns"][calls]
+        awaited_end = np.array(
+            [max((int(tasks["measured_end_ns"][t]) for t in targets), default=UNSET) for _, targets, _ in awaited], dtype=np.int64
+        )
+        waited = awaited_end > call_start
+        ret = calibrate.median_or(call_end[waited] - awaited_end[waited], calibrate.DEFAULT_SYNC_RETURN_NS)
+        own = calibrate.median_or(call_end[~waited] - call_start[~waited], calibrate.DEFAULT_SYNC_OWN_NS)
+        self.graph.calibration.update({"sync_return_ns": ret, "sync_own_ns": own})
+        # A call that waited keeps only its own time; the wait is re-derived by the completion.
+        # One that had nothing to wait for spent all of its recorded time on its own work.
+        waited_calls = calls[waited]
+        tasks["duration_ns"][waited_calls] = np.minimum(tasks["duration_ns"][waited_calls], own)
+        ids = self.graph.add_tasks(
+            kind=TaskKind.COMPLETION,
+            resource=tasks["resource"][calls],
+            name=tasks["name"][calls],
+            duration_ns=0,
+            measured_start_ns=call_end,
+            measured_end_ns=call_end,
+        )
+        completion = np.concatenate([completion, np.full(ids.size, -1, dtype=np.int64)])
+        completion[calls] = ids
+        self.graph.add_edges(calls, ids, DepKind.SYNC)
+        sources, targets = [], []
+        for (call, gpu_targets, derivable), done in zip(awaited, ids.tolist()):
+            if not derivable:
+                tasks["pinned_start_ns"][done] = tasks["measured_start_ns"][done]
+                self.report.notes.append(f"{self.names[int(tasks['name'][call])]} at task {call}: wait target unknown, completion pinned")
+            sources.extend(gpu_targets)
+            targets.extend([done] * len(gpu_targets))
+        self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=ret)
+        return completion
+
+    # ------------------------------------------------------------------ order edges
+
+    def _host_order(self, completion: np.ndarray) -> None:
+        host = self.host_tasks
+        previous = self._previous_on_resource(host)
+        has = previous >= 0
+        source = previous[has]
+        source = np.where(completion[source] >= 0, completion[source], source)
+        self.graph.add_edges(source, host[has], DepKind.HOST_ORDER)
+
+    def _stream_order(self) -> None:
+        has = self.stream_previous >= 0
+        self.graph.add_edges(self.stream_previous[has], self.gpu_tasks[has], DepKind.STREAM_ORDER, latency_ns=self.kernel_gap)
+
+    def _launches(self) -> None:
+        launched = self.launch_task >= 0
+        self.graph.add_edges(
+            self.launch_task[launched], self.gpu_tasks[launched], DepKind.LAUNCH, latency_ns=self.launch_latency, from_start=True
+        )
+
+    def _launch_queue(self) -> None:
+        """A launch waits until the work `depth + 1` launches back (on its device) has finished."""
+        tasks = self.graph.tasks
+        launched = np.flatnonzero(self.launch_task >= 0)
+        if launched.size == 0:
+            return
+        gpu = self.gpu_tasks[launched]
+        calls = self.launch_task[launched]
+        order = np.lexsort((tasks["measured_start_ns"][gpu], tasks["measured_start_ns"][calls]))
+        gpu, calls = gpu[order], calls[order]
+        first_of_call = np.ones(calls.size, dtype=bool)
+        first_of_call[1:] = calls[1:] != calls[:-1]
+        names = tasks["name"][calls]
+        usual = self._usual_duration(calls, names)
+        depth, blocked = calibrate.queue_depth(
+            tasks["measured_start_ns"][calls], tasks["measured_end_ns"][calls], usual, tasks["measured_end_ns"][gpu]
+        )
+        self.graph.calibration["queue_depth"] = depth
+        self.report.blocked_launches = blocked
+        back = depth + 1
+        if calls.size <= back:
+            return
+        index = np.flatnonzero(first_of_call)
+        index = index[index >= back]
+        self.graph.add_edges(gpu[index - back], calls[index], DepKind.LAUNCH_QUEUE)
+        # A launch that the queue held back keeps only its usual own time.
+        held = tasks["measured_end_ns"][gpu[index - back]] > tasks["measured_start_ns"][calls[index]]
+        held_calls = calls[index][held]
+        tasks["duration_ns"][held_calls] = np.minimum(tasks["duration_ns"][held_calls], usual[index][held])
+
+    def _usual_duration(self, calls: np.ndarray, names: np.ndarray) -> np.ndarray:
+        durations = self.graph.tasks["duration_ns"][calls]
+        usual = np.zeros(calls.size, dtype=np.int64)
+        for name in np.unique(names).tolist():
+            mine = names == name
+            usual[mine] = int(np.median(durations[mine]))
+        return usual
+
+    # ------------------------------------------------------------------ cross-stream waits
+
+    def _event_waits(self) -> None:
+        tasks = self.graph.tasks
+        host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
+        names = tasks["name"][host]
+        wait_name = np.array([bool(STREAM_WAIT.match(s)) for s in self.names], dtype=bool)
+        record_name = np.array([bool(EVENT_RECORD.match(s)) for s in self.names], dtype=bool)
+        waits = host[wait_name[names]]
+        if waits.size == 0:
+            return
+        streams_per_device: dict[int, set[int]] = {}
+        for resource in self.resources:
+            if resource.kind is ResourceKind.GPU_STREAM:
+                streams_per_device.setdefault(resource.device, set()).add(resource.stream)
+        single_stream = all(len(s) <= 1 for s in streams_per_device.values())
+        records = host[record_name[names]]
+        history = self._launch_history()
+        sync_records = self._sync_records()
+        sources, targets = [], []
+        for wait in waits.tolist():
+            resource = int(tasks["resource"][wait])
+            start = int(tasks["measured_start_ns"][wait])
+            held_back = self._next_launch(history.get(resource), start)
+            if held_back is None:
+                continue
+            if single_stream:
+                self.report.event_waits_trivial += 1
+                continue
+            source = self._recorded_side(wait, resource, records, history, sync_records)
+            if source == -2:
+                self.report.event_waits_trivial += 1
+            elif source is None:
+                tasks["pinned_start_ns"][held_back] = tasks["measured_start_ns"][held_back]
+                self.report.event_waits_pinned += 1
+            else:
+                sources.append(source)
+                targets.append(held_back)
+                self.report.event_waits_derived += 1
+        self.graph.add_edges(sources, targets, DepKind.EVENT_WAIT, latency_ns=self.kernel_gap)
+        if self.report.event_waits_pinned:
+            self.report.notes.append(
+                f"{self.report.event_waits_pinned} cudaStreamWaitEvent calls have no known recorded side "
+                "(no cudaEventRecord / cuda_sync in the trace): the GPU work they held back is pinned"
+            )
+
+    def _next_launch(self, history: tuple[np.ndarray, np.ndarray] | None, time: int) -> int | None:
+        if history is None:
+            return None
+        starts, gpu = history
+        k = int(np.searchsorted(starts, time, side="right"))
+        return int(gpu[k]) if k < starts.size else None
+
+    def _recorded_side(
+        self, wait: int, resource: int, records: np.ndarray, history: dict[int, tuple[np.ndarray, np.ndarray]],
+        sync_records: dict[int, int],
+    ) -> int | None:
+        """The GPU task the wait must follow; -2 when the wait is on the same stream (no edge); None if unknown."""
+        tasks = self.graph.tasks
+        start = int(tasks["measured_start_ns"][wait])
+        waiting = self._next_launch(history.get(resource), start)
+        waiting_stream = self.resources[int(tasks["resource"][waiting])].stream if waiting is not None else None
+        record = sync_records.get(int(self.trace.correlation[tasks["event"][wait]]))
+        if record is not None:
+            table = self.trace.tables["sync"]
+            record_call = self._api_call_by_correlation(int(table["wait_on_event_record_correlation"][record]))
+            stream = int(table["wait_on_stream"][record])
+            if record_call is None or stream == NO_VALUE:
+                return None
+            if stream == waiting_stream:
+                return -2
+            found = self._last_launched_per_stream(int(tasks["measured_start_ns"][record_call]) + 1, stream)
+            return found[0] if found else -2
+        mine = records[(tasks["resource"][records] == resource) & (tasks["measured_start_ns"][records] < start)]
+        if mine.size == 0:
+            return None
+        record_call = int(mine[np.argmax(tasks["measured_start_ns"][mine])])
+        record_time = int(tasks["measured_start_ns"][record_call])
+        recorded_stream = self._recent_stream(history.get(resource), record_time)
+        if recorded_stream is None or recorded_stream == waiting_stream:
+            return -2
+        found = self._last_launched_per_stream(record_time, recorded_stream)
+        return found[0] if found else -2
+
+    # ------------------------------------------------------------------ threads
+
+    def _main_thread(self) -> int | None:
+        tasks = self.graph.tasks
+        host_resources = tasks["resource"][self.host_tasks]
+        if host_resources.size == 0:
+            return None
+        iterations = find_iterations(self.trace)
+        if iterations and iterations[0].source != "whole_trace":
+            step_rows = self.trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
+            step_rows = step_rows[self.trace.ts_ns[step_rows] == iterations[0].start_ns]
+            for row in step_rows.tolist():
+                track = int(self.trace.track[row])
+                for index, resource in enumerate(self.resources):
+                    if resource.track == track:
+                        return index
+        return int(np.bincount(host_resources).argmax())
+
+    def _cross_thread(self, completion: np.ndarray) -> None:
+        """Bursts of another thread inside an idle stretch of the main thread are chained to it."""
+        tasks = self.graph.tasks
+        main = self._main_thread()
+        if main is None:
+            return
+        host = self.host_tasks
+        resources = tasks["resource"][host]
+        main_tasks = host[resources == main]
+        if main_tasks.size == 0:
+            return
+        main_start = tasks["measured_start_ns"][main_tasks]
+        main_end_ref = np.where(completion[main_tasks] >= 0, completion[main_tasks], main_tasks)
+        sources, targets = [], []
+        for resource in np.unique(resources).tolist():
+            if resource == main:
+                continue
+            other = host[resources == resource]
+            other = other[np.argsort(tasks["measured_start_ns"][other], kind="stable")]
+            # Index of the first main-thread task starting after each task of the other thread.
+            after = np.searchsorted(main_start, tasks["measured_start_ns"][other], side="right")
+            burst_starts = np.flatnonzero(np.r_[True, after[1:] != after[:-1]])
+            burst_ends = np.r_[burst_starts[1:], other.size] - 1
+            for first, last in zip(burst_starts.tolist(), burst_ends.tolist()):
+                k = int(after[first])
+                if k == 0 or k >= main_tasks.size:
+                    continue
+                before_task, after_task = int(main_end_ref[k - 1]), int(main_tasks[k])
+                last_end = int(tasks["measured_end_ns"][other[last]])
+                if last_end > int(tasks["measured_start_ns"][after_task]):
+                    continue  # the main thread did not wait for this burst
+                sources += [before_task, int(other[last]) if completion[other[last]] < 0 else int(completion[other[last]])]
+                targets += [int(other[first]), after_task]
+                self.report.cross_thread_bursts += 1
+        self.graph.add_edges(sources, targets, DepKind.CROSS_THREAD)
+
+    # ------------------------------------------------------------------ pins, iterations, gaps
+
+    def _pins(self) -> None:
+        tasks = self.graph.tasks
+        gpu = self.gpu_tasks
+        rows = tasks["event"][gpu]
+        orphan = self.links.orphan[rows]
+        unlinked = (self.launch_task < 0) & ~orphan
+        collective = tasks["kind"][gpu] == TaskKind.COLLECTIVE
+        for mask in (orphan, unlinked, collective):
+            chosen = gpu[mask]
+            tasks["pinned_start_ns"][chosen] = tasks["measured_start_ns"][chosen]
+        self.report.pinned_orphans = int(orphan.sum())
+        self.report.pinned_unlinked = int(unlinked.sum())
+        self.report.pinned_collectives = int(collective.sum())
+        if collective.any():
+            self.report.notes.append(
+                f"{int(collective.sum())} collectives replayed as recorded: on one rank their time includes waiting for the others"
+            )
+
+    def _iterations(self) -> None:
+        """Host tasks belong to the iteration whose span holds their start; GPU work to its launcher's."""
+        tasks = self.graph.tasks
+        iterations = find_iterations(self.trace)
+        if not iterations:
+            return
+        bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
+        host = np.flatnonzero(np.isin(tasks["kind"], [TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION]))
+        index = np.searchsorted(bounds, tasks["measured_start_ns"][host], side="right") - 1
+        inside = (index >= 0) & (index < len(iterations))
+        tasks["iteration"][host[inside]] = index[inside]
+        gpu = self.gpu_tasks
+        launched = self.launch_task >= 0
+        tasks["iteration"][gpu[launched]] = tasks["iteration"][self.launch_task[launched]]
+        unlaunched = gpu[~launched]
+        index = np.searchsorted(bounds, tasks["measured_start_ns"][unlaunched], side="right") - 1
+        inside = (index >= 0) & (index < len(iterations))
+        tasks["iteration"][unlaunched[inside]] = index[inside]
+
+    def _host_gaps(self) -> None:
+        """gap = recorded start - latest recorded finish of the host tasks it waited for (never negative)."""
+        tasks, edges = self.graph.tasks, self.graph.edges
+        host_edges = np.flatnonzero((edges["kind"] == DepKind.HOST_ORDER) | (edges["kind"] == DepKind.CROSS_THREAD))
+        src, dst = edges["src"][host_edges], edges["dst"][host_edges]
+        latest = np.full(self.graph.task_count, UNSET, dtype=np.int64)
+        np.maximum.at(latest, dst, tasks["measured_end_ns"][src])
+        has = latest != UNSET
+        gap = np.zeros(self.graph.task_count, dtype=np.int64)
+        gap[has] = np.maximum(tasks["measured_start_ns"][has] - latest[has], 0)
+        tasks["gap_ns"] = gap

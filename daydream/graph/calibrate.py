@@ -1,0 +1,73 @@
+"""Per-trace constants of the replay model, measured from the trace itself.
+
+Each constant is a median over the events where it is observable on its own, so
+that no task's recorded start is ever copied into its simulated start:
+
+* `launch_latency_ns`: from a launch call's start to its GPU work's start, over
+  GPU work whose stream was idle when it was launched;
+* `kernel_gap_ns`: from one GPU activity's end to the next one's start on the
+  same stream, over work launched well before its stream became free;
+* `sync_return_ns`: from the end of the GPU work a blocking call waited for to
+  the call's return, over calls that really waited;
+* `sync_own_ns`: the duration of blocking calls that had nothing to wait for;
+* `queue_depth`: how many launched-but-unfinished GPU operations CUDA's launch
+  queue holds before a launch blocks, from launches that visibly blocked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_LAUNCH_LATENCY_NS = 5_000
+DEFAULT_KERNEL_GAP_NS = 1_500
+DEFAULT_SYNC_RETURN_NS = 5_000
+DEFAULT_SYNC_OWN_NS = 5_000
+DEFAULT_QUEUE_DEPTH = 1024
+#: A launch is counted as blocked by the queue when it lasted this many times its usual duration...
+BLOCKED_FACTOR = 8
+#: ...and at least this many operations were outstanding when it returned.
+MIN_BLOCKED_OUTSTANDING = 256
+#: Work launched this long before its stream became free was queued, not launch-bound.
+QUEUED_MARGIN_NS = 20_000
+
+
+def median_or(values: np.ndarray, default: int, minimum_count: int = 3) -> int:
+    values = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+    if values.size < minimum_count:
+        return default
+    return max(0, int(np.median(values)))
+
+
+def launch_latency_and_gap(
+    call_start: np.ndarray, gpu_start: np.ndarray, previous_end: np.ndarray
+) -> tuple[int, int]:
+    """(launch latency, inter-kernel gap) from launched GPU work.
+
+    `previous_end` is the end of the previous activity on the same stream
+    (int64 min for the first one).
+    """
+    idle_at_launch = previous_end <= call_start
+    latency = median_or(gpu_start[idle_at_launch] - call_start[idle_at_launch], DEFAULT_LAUNCH_LATENCY_NS)
+    queued = (previous_end != np.iinfo(np.int64).min) & (call_start + latency + QUEUED_MARGIN_NS < previous_end)
+    gap = median_or(gpu_start[queued] - previous_end[queued], DEFAULT_KERNEL_GAP_NS)
+    return latency, gap
+
+
+def queue_depth(
+    launch_call_start: np.ndarray, launch_call_end: np.ndarray, usual_duration: np.ndarray, gpu_end_by_launch: np.ndarray
+) -> tuple[int, int]:
+    """(depth, blocked launch count). Inputs are per launch, in launch order; `gpu_end_by_launch`
+    is the end of the GPU work each launch made."""
+    duration = launch_call_end - launch_call_start
+    candidates = np.flatnonzero(duration > BLOCKED_FACTOR * np.maximum(usual_duration, 1))
+    if candidates.size == 0:
+        return DEFAULT_QUEUE_DEPTH, 0
+    outstanding = []
+    for k in candidates.tolist():
+        earlier_ends = gpu_end_by_launch[:k]
+        outstanding.append(int(np.count_nonzero(earlier_ends > launch_call_end[k])))
+    counts = np.array(outstanding)
+    blocked = counts >= MIN_BLOCKED_OUTSTANDING
+    if np.count_nonzero(blocked) < 3:
+        return DEFAULT_QUEUE_DEPTH, 0
+    return int(np.median(counts[blocked])), int(np.count_nonzero(blocked))

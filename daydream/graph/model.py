@@ -1,0 +1,188 @@
+"""The dependency graph: tasks on resources, and typed dependency edges between them.
+
+Tasks and edges are stored as numpy columns (a task is an integer id, a row of
+`Graph.tasks`), because real traces give hundreds of thousands of tasks and the
+simulator wants arrays. `Graph.to_networkx()` gives the networkx view (node ids
+are task ids, task and edge fields as attributes) for analysis and validation.
+
+Timing semantics, applied by the simulator (all ns):
+
+    host_ready  = max over HOST edges      (ref(src) + latency)
+    other_ready = max over all other edges (ref(src) + latency)
+    start       = max(host_ready + gap, other_ready, pinned_start)
+    end         = start + duration
+
+`ref(src)` is the source's end, or its start for edges with `from_start` (a
+kernel may begin a launch latency after its launch call *began*). `gap` is the
+host's own CPU work between the task and the host task it waited for (framework
+overhead, Python, data loading): it is measured once and kept, as in Daydream.
+A pinned task cannot start before its recorded start: it marks what the trace
+does not let daydream derive (see docs/replay-model.md).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+NO_TASK = -1
+NOT_PINNED = np.iinfo(np.int64).min
+
+
+class TaskKind(enum.IntEnum):
+    HOST_CALL = 0  # a CUDA runtime/driver API call
+    HOST_OP = 1  # a CPU op (threads without API calls, CPU-only traces)
+    COMPLETION = 2  # the moment a blocking call returns, once what it waits for is done
+    KERNEL = 3
+    MEMCPY = 4
+    MEMSET = 5
+    COLLECTIVE = 6  # a communication kernel (NCCL)
+
+
+class DepKind(enum.IntEnum):
+    HOST_ORDER = 0  # program order on a host thread (the successor's gap applies)
+    STREAM_ORDER = 1  # program order on a GPU stream
+    LAUNCH = 2  # API call -> the GPU work it launched (from the call's start)
+    SYNC = 3  # GPU work -> the completion of the host call that waits for it
+    EVENT_WAIT = 4  # GPU -> GPU across streams (cudaEventRecord -> cudaStreamWaitEvent)
+    CROSS_THREAD = 5  # host thread -> host thread (main thread <-> autograd thread)
+    COMMUNICATION = 6  # gradient producer -> collective -> consumer; across ranks
+    LAUNCH_QUEUE = 7  # GPU work finishing frees a slot of CUDA's launch queue -> a blocked launch
+
+    @property
+    def is_host(self) -> bool:
+        return self in (DepKind.HOST_ORDER, DepKind.CROSS_THREAD)
+
+
+class ResourceKind(enum.IntEnum):
+    HOST_THREAD = 0
+    GPU_STREAM = 1
+    COMM_CHANNEL = 2
+
+
+@dataclass(slots=True, frozen=True)
+class Resource:
+    kind: ResourceKind
+    label: str
+    device: int = -1
+    stream: int = -1
+    track: int = -1  # the trace track it came from
+
+
+TASK_COLUMNS: dict[str, Any] = {
+    "kind": np.int8,
+    "resource": np.int32,
+    "event": np.int64,  # row in the trace, -1 for tasks daydream made (completions, inserted work)
+    "name": np.int32,  # index into Graph.strings
+    "duration_ns": np.int64,
+    "gap_ns": np.int64,
+    "pinned_start_ns": np.int64,  # NOT_PINNED unless pinned
+    "measured_start_ns": np.int64,
+    "measured_end_ns": np.int64,
+    "iteration": np.int32,  # -1 outside every iteration
+}
+
+EDGE_COLUMNS: dict[str, Any] = {
+    "src": np.int64,
+    "dst": np.int64,
+    "kind": np.int8,
+    "latency_ns": np.int64,
+    "from_start": np.bool_,
+}
+
+
+def empty_columns(spec: dict[str, Any], size: int = 0) -> dict[str, np.ndarray]:
+    return {name: np.zeros(size, dtype=dtype) for name, dtype in spec.items()}
+
+
+@dataclass(slots=True)
+class Graph:
+    """Tasks, edges and resources of one rank; `calibration` holds the per-trace constants."""
+
+    tasks: dict[str, np.ndarray]
+    edges: dict[str, np.ndarray]
+    resources: list[Resource]
+    strings: list[str]
+    calibration: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the builder could not derive, for people
+
+    @property
+    def task_count(self) -> int:
+        return int(self.tasks["kind"].shape[0])
+
+    @property
+    def edge_count(self) -> int:
+        return int(self.edges["src"].shape[0])
+
+    def task_name(self, task: int) -> str:
+        return self.strings[int(self.tasks["name"][task])]
+
+    def pinned(self) -> np.ndarray:
+        return self.tasks["pinned_start_ns"] != NOT_PINNED
+
+    def edges_of_kind(self, kind: DepKind) -> np.ndarray:
+        return np.flatnonzero(self.edges["kind"] == kind)
+
+    def add_tasks(self, **columns: Any) -> np.ndarray:
+        """Append tasks (columns not given take defaults); returns their ids."""
+        count = max(int(np.size(values)) for values in columns.values())
+        defaults = {"event": -1, "name": 0, "gap_ns": 0, "pinned_start_ns": NOT_PINNED, "iteration": -1,
+                    "measured_start_ns": 0, "measured_end_ns": 0}
+        first = self.task_count
+        for name, dtype in TASK_COLUMNS.items():
+            values = columns.get(name, defaults.get(name))
+            if values is None:
+                raise ValueError(f"add_tasks needs the {name!r} column")
+            block = np.broadcast_to(np.asarray(values, dtype=dtype), (count,))
+            self.tasks[name] = np.concatenate([self.tasks[name], block])
+        return np.arange(first, first + count)
+
+    def add_edges(self, src: Any, dst: Any, kind: DepKind, latency_ns: Any = 0, from_start: bool = False) -> None:
+        src = np.asarray(src, dtype=np.int64).reshape(-1)
+        dst = np.asarray(dst, dtype=np.int64).reshape(-1)
+        count = src.size
+        new = {
+            "src": src,
+            "dst": dst,
+            "kind": np.full(count, int(kind), dtype=np.int8),
+            "latency_ns": np.broadcast_to(np.asarray(latency_ns, dtype=np.int64), (count,)),
+            "from_start": np.full(count, from_start, dtype=np.bool_),
+        }
+        for name in EDGE_COLUMNS:
+            self.edges[name] = np.concatenate([self.edges[name], new[name]])
+
+    def to_networkx(self) -> Any:
+        """A networkx.DiGraph view: node = task id with its fields, edge attributes kind/latency_ns."""
+        import networkx as nx
+
+        view = nx.MultiDiGraph()
+        columns = {name: values.tolist() for name, values in self.tasks.items()}
+        view.add_nodes_from((i, {name: columns[name][i] for name in columns}) for i in range(self.task_count))
+        view.add_edges_from(
+            (int(s), int(d), {"kind": DepKind(int(k)), "latency_ns": int(lat)})
+            for s, d, k, lat in zip(self.edges["src"], self.edges["dst"], self.edges["kind"], self.edges["latency_ns"])
+        )
+        return view
+
+    def validate(self) -> list[str]:
+        """Problems that make the graph unsimulatable: dangling edges, tasks without a resource, cycles."""
+        problems = []
+        n = self.task_count
+        src, dst = self.edges["src"], self.edges["dst"]
+        dangling = (src < 0) | (src >= n) | (dst < 0) | (dst >= n)
+        if dangling.any():
+            problems.append(f"{int(dangling.sum())} edges point at tasks that do not exist (first: edge {int(np.argmax(dangling))})")
+        homeless = (self.tasks["resource"] < 0) | (self.tasks["resource"] >= len(self.resources))
+        if homeless.any():
+            problems.append(f"{int(homeless.sum())} tasks have no resource (first: task {int(np.argmax(homeless))})")
+        if not dangling.any():
+            from daydream.graph.order import find_cycle
+
+            cycle = find_cycle(n, src, dst)
+            if cycle:
+                shown = " -> ".join(f"{t} ({self.task_name(t)})" for t in cycle[:6])
+                problems.append(f"dependency cycle of {len(cycle)} tasks: {shown}{' -> ...' if len(cycle) > 6 else ''}")
+        return problems

@@ -1,0 +1,100 @@
+"""Replay: simulate the untouched graph of a trace and compare it with what was measured.
+
+Iteration boundaries are annotations on a host thread, not tasks. A boundary at
+recorded time T is carried into the simulated timeline by the host task on the
+same thread that follows it (T keeps its offset before that task's start), or,
+after the last task, by the one before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daydream.graph import Graph, TaskKind, build_graph
+from daydream.mapping import Iteration, find_iterations
+from daydream.simulate.engine import Timeline, simulate
+from daydream.trace import Trace
+
+HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION)
+
+
+@dataclass(slots=True)
+class IterationReplay:
+    name: str
+    measured_ns: int
+    simulated_ns: int
+    pinned_fraction: float
+    tasks: int
+
+    @property
+    def error(self) -> float:
+        return abs(self.simulated_ns - self.measured_ns) / self.measured_ns if self.measured_ns else 0.0
+
+
+@dataclass(slots=True)
+class Replay:
+    """The replay of one rank."""
+
+    trace: Trace
+    graph: Graph
+    timeline: Timeline
+    iterations: list[IterationReplay] = field(default_factory=list)
+
+
+def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
+    graph = graph if graph is not None else build_graph(trace)
+    timeline = simulate(graph)
+    iterations = find_iterations(trace)
+    mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
+    pinned = graph.pinned()
+    results = []
+    for index, iteration in enumerate(iterations):
+        mine = graph.tasks["iteration"] == index
+        count = int(mine.sum())
+        results.append(
+            IterationReplay(
+                name=iteration.name,
+                measured_ns=iteration.measured_ns,
+                simulated_ns=mapper.simulated(iteration.end_ns) - mapper.simulated(iteration.start_ns),
+                pinned_fraction=float(pinned[mine].sum()) / count if count else 0.0,
+                tasks=count,
+            )
+        )
+    return Replay(trace=trace, graph=graph, timeline=timeline, iterations=results)
+
+
+def _anchor_resource(trace: Trace, graph: Graph, iterations: list[Iteration]) -> int:
+    """The host thread whose tasks carry the iteration boundaries: the one holding the annotations."""
+    host = np.isin(graph.tasks["kind"], [int(k) for k in HOST_TASK_KINDS])
+    resources = graph.tasks["resource"][host]
+    if iterations and iterations[0].source != "whole_trace":
+        rows = np.flatnonzero(trace.ts_ns == iterations[0].start_ns)
+        tracks = {int(trace.track[r]) for r in rows}
+        for index, resource in enumerate(graph.resources):
+            if resource.track in tracks and np.any(resources == index):
+                return index
+    return int(np.bincount(resources).argmax())
+
+
+class _BoundaryMapper:
+    def __init__(self, graph: Graph, timeline: Timeline, resource: int) -> None:
+        tasks = graph.tasks
+        on_thread = np.flatnonzero(
+            (tasks["resource"] == resource) & np.isin(tasks["kind"], [int(k) for k in HOST_TASK_KINDS])
+        )
+        order = np.lexsort((tasks["measured_end_ns"][on_thread], tasks["measured_start_ns"][on_thread]))
+        self.tasks = on_thread[order]
+        self.measured_start = tasks["measured_start_ns"][self.tasks]
+        self.measured_end = tasks["measured_end_ns"][self.tasks]
+        self.simulated_start = timeline.start_ns[self.tasks]
+        self.simulated_end = timeline.end_ns[self.tasks]
+
+    def simulated(self, time_ns: int) -> int:
+        k = int(np.searchsorted(self.measured_start, time_ns, side="left"))
+        if k < self.tasks.size:
+            return int(self.simulated_start[k] - (self.measured_start[k] - time_ns))
+        if self.tasks.size == 0:
+            return time_ns
+        return int(self.simulated_end[-1] + (time_ns - self.measured_end[-1]))
