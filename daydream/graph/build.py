@@ -52,6 +52,7 @@ EVENT_SYNC = re.compile(r"^(cudaEventSynchronize|cuEventSynchronize)$")
 BLOCKING_COPY = re.compile(r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|cuMemcpyDtoH.*|cuMemcpyHtoD.*)$")
 EVENT_RECORD = re.compile(r"^(cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord.*)$")
 STREAM_WAIT = re.compile(r"^(cudaStreamWaitEvent|cuStreamWaitEvent)$")
+AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
 PAGEABLE_COPY = re.compile(r"Pageable", re.IGNORECASE)
 
 _GPU_TASK_KIND = {
@@ -543,8 +544,22 @@ class _Builder:
                         return index
         return int(np.bincount(host_resources).argmax())
 
+    def _autograd_threads(self) -> list[int]:
+        """Host resources running PyTorch's autograd engine (its ops are named autograd::engine::...)."""
+        trace = self.trace
+        engine = np.array([s.startswith(AUTOGRAD_ENGINE_PREFIX) for s in trace.strings], dtype=bool)
+        rows = trace.indices(EventKind.CPU_OP)
+        tracks = set(np.unique(trace.track[rows[engine[trace.name[rows]]]]).tolist())
+        return [i for i, r in enumerate(self.resources) if r.kind is ResourceKind.HOST_THREAD and r.track in tracks]
+
     def _cross_thread(self, completion: np.ndarray) -> None:
-        """Bursts of another thread inside an idle stretch of the main thread are chained to it."""
+        """The autograd thread's bursts run while the main thread is blocked in backward().
+
+        A burst (the autograd thread's tasks between two consecutive main-thread
+        tasks) starts after the main thread's task before it, and the main thread
+        resumes after the burst. Other threads get no cross-thread edges: nothing
+        in the trace says what they wait for.
+        """
         tasks = self.graph.tasks
         main = self._main_thread()
         if main is None:
@@ -557,7 +572,7 @@ class _Builder:
         main_start = tasks["measured_start_ns"][main_tasks]
         main_end_ref = np.where(completion[main_tasks] >= 0, completion[main_tasks], main_tasks)
         sources, targets = [], []
-        for resource in np.unique(resources).tolist():
+        for resource in self._autograd_threads():
             if resource == main:
                 continue
             other = host[resources == resource]
