@@ -2,6 +2,7 @@
 
     from daydream.api import open_job
     job = open_job("traces/rank0.json.gz")   # read (or reuse the cache), link, in rank order
+    replays = replay_job("traces/")          # build and simulate every rank's graph
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 from daydream import trace as trace_stage
 from daydream.mapping import link
+from daydream.simulate import Replay, replay_trace
 from daydream.trace import Job, Trace
 from daydream.trace.sources import Source
 
@@ -37,3 +39,11 @@ def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
     sources = trace_stage.discover(path)
     traces = [open_trace(source, cache, progress) for source in sources]
     return Job(source=str(path), traces=trace_stage.order_by_rank(traces))
+
+
+def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> list[Replay]:
+    """Build and simulate the untouched graph of every rank at `path`."""
+    job = open_job(path, cache, progress)
+    if progress:
+        progress("simulating", 0, 1)
+    return [replay_trace(trace) for trace in job.traces]

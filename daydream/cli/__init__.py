@@ -13,6 +13,7 @@ import click
 
 from daydream import __version__
 from daydream.cli.inspect import inspect_command
+from daydream.cli.replay import replay_command
 from daydream.errors import DaydreamError
 
 
@@ -23,6 +24,7 @@ def cli() -> None:
 
 
 cli.add_command(inspect_command)
+cli.add_command(replay_command)
 
 
 def main(argv: list[str] | None = None) -> int:

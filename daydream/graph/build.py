@@ -68,6 +68,7 @@ class BuildReport:
     """What the builder derived and what it had to pin, for people and for `replay`."""
 
     blocking_calls: int = 0
+    blocking_unknown: int = 0
     blocked_launches: int = 0
     event_waits_derived: int = 0
     event_waits_trivial: int = 0
@@ -133,6 +134,7 @@ class _Builder:
         self.graph.calibration.update(
             {
                 "blocking_calls": self.report.blocking_calls,
+                "blocking_calls_pinned": self.report.blocking_unknown,
                 "blocked_launches": self.report.blocked_launches,
                 "event_waits_derived": self.report.event_waits_derived,
                 "event_waits_trivial": self.report.event_waits_trivial,
@@ -211,7 +213,7 @@ class _Builder:
 
     def _blocking_calls(self) -> np.ndarray:
         """Split every blocking call into call + completion. Returns completion task per task (-1)."""
-        trace, tasks = self.trace, self.graph.tasks
+        _trace, tasks = self.trace, self.graph.tasks
         host = self.host_tasks
         host = host[tasks["kind"][host] == TaskKind.HOST_CALL]
         names = [self.names[int(i)] for i in tasks["name"][host]]
@@ -266,6 +268,8 @@ class _Builder:
             return (self._last_launched_per_stream(start, stream), True) if stream is not None else ([], True)
         if EVENT_SYNC.match(name):
             targets = self._event_sync_targets(call, sync_records)
+            if targets is None:
+                targets = self._event_sync_by_program_order(call, history)
             return (targets, True) if targets is not None else ([], False)
         own_copies = self._launched_by(call)
         if BLOCKING_COPY.match(name):
@@ -340,6 +344,29 @@ class _Builder:
             return None
         return self._last_launched_per_stream(int(self.graph.tasks["measured_start_ns"][record_call]) + 1, stream)
 
+    def _event_sync_by_program_order(self, call: int, history: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[int] | None:
+        """Without cuda_sync records: the thread's latest cudaEventRecord, on the stream it was then using."""
+        record = self._latest_record_before(call)
+        if record is None:
+            return None
+        resource = int(self.graph.tasks["resource"][call])
+        record_time = int(self.graph.tasks["measured_start_ns"][record])
+        stream = self._recent_stream(history.get(resource), record_time)
+        if stream is None:
+            return []
+        return self._last_launched_per_stream(record_time, stream)
+
+    def _latest_record_before(self, call: int) -> int | None:
+        tasks = self.graph.tasks
+        if not hasattr(self, "_records"):
+            host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
+            record_name = np.array([bool(EVENT_RECORD.match(s)) for s in self.names], dtype=bool)
+            self._records = host[record_name[tasks["name"][host]]]
+        records = self._records
+        mine = records[(tasks["resource"][records] == tasks["resource"][call])
+                       & (tasks["measured_start_ns"][records] < tasks["measured_start_ns"][call])]
+        return int(mine[np.argmax(tasks["measured_start_ns"][mine])]) if mine.size else None
+
     def _api_call_by_correlation(self, correlation: int) -> int | None:
         if not hasattr(self, "_call_by_correlation"):
             host = self.host_tasks
@@ -375,12 +402,17 @@ class _Builder:
         completion[calls] = ids
         self.graph.add_edges(calls, ids, DepKind.SYNC)
         sources, targets = [], []
+        unknown: dict[str, int] = {}
         for (call, gpu_targets, derivable), done in zip(awaited, ids.tolist()):
             if not derivable:
                 tasks["pinned_start_ns"][done] = tasks["measured_start_ns"][done]
-                self.report.notes.append(f"{self.names[int(tasks['name'][call])]} at task {call}: wait target unknown, completion pinned")
+                name = self.names[int(tasks["name"][call])]
+                unknown[name] = unknown.get(name, 0) + 1
             sources.extend(gpu_targets)
             targets.extend([done] * len(gpu_targets))
+        for name, count in unknown.items():
+            self.report.notes.append(f"{count} {name} calls wait on something the trace does not name: their completions are pinned")
+        self.report.blocking_unknown = sum(unknown.values())
         self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=ret)
         return completion
 
@@ -449,7 +481,6 @@ class _Builder:
         host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
         names = tasks["name"][host]
         wait_name = np.array([bool(STREAM_WAIT.match(s)) for s in self.names], dtype=bool)
-        record_name = np.array([bool(EVENT_RECORD.match(s)) for s in self.names], dtype=bool)
         waits = host[wait_name[names]]
         if waits.size == 0:
             return
@@ -458,7 +489,6 @@ class _Builder:
             if resource.kind is ResourceKind.GPU_STREAM:
                 streams_per_device.setdefault(resource.device, set()).add(resource.stream)
         single_stream = all(len(s) <= 1 for s in streams_per_device.values())
-        records = host[record_name[names]]
         history = self._launch_history()
         sync_records = self._sync_records()
         sources, targets = [], []
@@ -471,7 +501,7 @@ class _Builder:
             if single_stream:
                 self.report.event_waits_trivial += 1
                 continue
-            source = self._recorded_side(wait, resource, records, history, sync_records)
+            source = self._recorded_side(wait, resource, history, sync_records)
             if source == -2:
                 self.report.event_waits_trivial += 1
             elif source is None:
@@ -496,8 +526,7 @@ class _Builder:
         return int(gpu[k]) if k < starts.size else None
 
     def _recorded_side(
-        self, wait: int, resource: int, records: np.ndarray, history: dict[int, tuple[np.ndarray, np.ndarray]],
-        sync_records: dict[int, int],
+        self, wait: int, resource: int, history: dict[int, tuple[np.ndarray, np.ndarray]], sync_records: dict[int, int],
     ) -> int | None:
         """The GPU task the wait must follow; -2 when the wait is on the same stream (no edge); None if unknown."""
         tasks = self.graph.tasks
@@ -515,10 +544,10 @@ class _Builder:
                 return -2
             found = self._last_launched_per_stream(int(tasks["measured_start_ns"][record_call]) + 1, stream)
             return found[0] if found else -2
-        mine = records[(tasks["resource"][records] == resource) & (tasks["measured_start_ns"][records] < start)]
-        if mine.size == 0:
+        latest = self._latest_record_before(wait)
+        if latest is None:
             return None
-        record_call = int(mine[np.argmax(tasks["measured_start_ns"][mine])])
+        record_call = latest
         record_time = int(tasks["measured_start_ns"][record_call])
         recorded_stream = self._recent_stream(history.get(resource), record_time)
         if recorded_stream is None or recorded_stream == waiting_stream:

@@ -16,6 +16,11 @@ def csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 @jit
+def _before(key_a: int, id_a: int, key_b: int, id_b: int) -> bool:
+    return key_a < key_b or (key_a == key_b and id_a < id_b)
+
+
+@jit
 def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray, priority: np.ndarray) -> np.ndarray:
     """Kahn's algorithm; among ready tasks the lowest `priority` (then id) goes first.
 
@@ -54,9 +59,9 @@ def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray, p
             left = 2 * i + 1
             right = left + 1
             smallest = i
-            if left < size and (heap_key[left] < heap_key[smallest] or (heap_key[left] == heap_key[smallest] and heap_id[left] < heap_id[smallest])):
+            if left < size and _before(heap_key[left], heap_id[left], heap_key[smallest], heap_id[smallest]):
                 smallest = left
-            if right < size and (heap_key[right] < heap_key[smallest] or (heap_key[right] == heap_key[smallest] and heap_id[right] < heap_id[smallest])):
+            if right < size and _before(heap_key[right], heap_id[right], heap_key[smallest], heap_id[smallest]):
                 smallest = right
             if smallest == i:
                 break

@@ -43,7 +43,7 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     one level: `void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)`
     becomes `at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, …>`.
     """
-    text = name.removeprefix("void ")
+    text = name.removeprefix("void ").replace("(anonymous namespace)", "{anonymous}")
     out: list[str] = []
     depth = 0
     for char in text:

@@ -22,11 +22,23 @@ HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION)
 
 @dataclass(slots=True)
 class IterationReplay:
+    """One iteration, recorded and replayed; times in ns."""
+
     name: str
-    measured_ns: int
-    simulated_ns: int
-    pinned_fraction: float
+    measured_start_ns: int
+    measured_end_ns: int
+    simulated_start_ns: int
+    simulated_end_ns: int
+    pinned_fraction: float  # share of the iteration's tasks replayed at their recorded start
     tasks: int
+
+    @property
+    def measured_ns(self) -> int:
+        return self.measured_end_ns - self.measured_start_ns
+
+    @property
+    def simulated_ns(self) -> int:
+        return self.simulated_end_ns - self.simulated_start_ns
 
     @property
     def error(self) -> float:
@@ -56,8 +68,10 @@ def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
         results.append(
             IterationReplay(
                 name=iteration.name,
-                measured_ns=iteration.measured_ns,
-                simulated_ns=mapper.simulated(iteration.end_ns) - mapper.simulated(iteration.start_ns),
+                measured_start_ns=iteration.start_ns,
+                measured_end_ns=iteration.end_ns,
+                simulated_start_ns=mapper.simulated(iteration.start_ns),
+                simulated_end_ns=mapper.simulated(iteration.end_ns),
                 pinned_fraction=float(pinned[mine].sum()) / count if count else 0.0,
                 tasks=count,
             )

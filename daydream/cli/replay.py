@@ -1,0 +1,53 @@
+"""`daydream replay TRACE`: simulate the untouched graph and compare it with the measurement."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+
+from daydream.api import replay_job
+from daydream.cli.progress import progress_bar
+from daydream.report.replay import render_replays, summarize_replays
+from daydream.report.timeline import timeline_events, write_chrome_trace
+
+
+@click.command("replay")
+@click.argument("trace", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (a stable contract) instead of tables.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write the simulated timeline as a Chrome trace (Perfetto, chrome://tracing); .gz compresses it. "
+                   "With several ranks, {rank} in the name is replaced by the rank.")
+@click.option("--critical-path", is_flag=True, help="Show the tasks that bound each simulated iteration.")
+@click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
+def replay_command(trace: str, as_json: bool, timeline_path: str | None, critical_path: bool, no_cache: bool) -> None:
+    """Replay TRACE's dependency graph in the simulator: measured vs simulated time per iteration.
+
+    Every wait (synchronization, the launch queue, cross-stream events, the autograd
+    thread) is re-derived from dependencies; what cannot be derived is pinned to its
+    recorded start and reported as the pinned fraction.
+    """
+    status = Console(stderr=True)
+    with progress_bar(status) as progress:
+        replays = replay_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+    summary = summarize_replays(trace, replays, with_critical_path=critical_path)
+    if timeline_path:
+        _write_timelines(timeline_path, replays)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    render_replays(summary, Console())
+
+
+def _write_timelines(pattern: str, replays: list) -> None:  # type: ignore[type-arg]
+    if len(replays) > 1 and "{rank}" not in pattern:
+        raise click.UsageError("--timeline: this trace has several ranks; put {rank} in the file name")
+    for replay in replays:
+        iterations = [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in replay.iterations]
+        events = timeline_events(replay.trace, replay.graph, replay.timeline, iterations)
+        metadata = {"schemaVersion": 1, "displayTimeUnit": "ms", "daydream": "simulated timeline",
+                    "distributedInfo": replay.trace.meta.distributed or {"rank": replay.trace.meta.rank}}
+        if replay.trace.meta.base_time_ns:
+            metadata["baseTimeNanoseconds"] = replay.trace.meta.base_time_ns
+        write_chrome_trace(pattern.replace("{rank}", str(replay.trace.meta.rank)), events, metadata)

@@ -1,0 +1,155 @@
+"""`daydream replay` results as JSON-ready data and as rich tables.
+
+The JSON contract: `{"ranks": [{"rank", "iterations": [{"name", "measured_ns",
+"simulated_ns", "pinned_fraction"}]}]}` is guaranteed; keys are added, never renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from daydream import __version__
+from daydream.graph import DepKind
+from daydream.report.console import format_ns, short_kernel_name
+from daydream.simulate import Replay
+from daydream.simulate.analysis import breakdown, critical_path, recorded_timeline
+
+SCHEMA_VERSION = 1
+
+
+def summarize_replays(source: str, replays: list[Replay], with_critical_path: bool = False) -> dict[str, Any]:
+    ranks = [summarize_replay(r, with_critical_path) for r in replays]
+    errors = [it["error"] for rank in ranks for it in rank["iterations"]]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "daydream_version": __version__,
+        "source": source,
+        "max_error": max(errors) if errors else None,
+        "ranks": ranks,
+    }
+
+
+def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[str, Any]:
+    graph, trace = replay.graph, replay.trace
+    recorded = recorded_timeline(graph)
+    iterations = []
+    for it in replay.iterations:
+        entry: dict[str, Any] = {
+            "name": it.name,
+            "measured_ns": it.measured_ns,
+            "simulated_ns": it.simulated_ns,
+            "error": it.error,
+            "signed_error": (it.simulated_ns - it.measured_ns) / it.measured_ns if it.measured_ns else 0.0,
+            "pinned_fraction": it.pinned_fraction,
+            "tasks": it.tasks,
+            "breakdown": {
+                "measured": breakdown(graph, recorded, it.measured_start_ns, it.measured_end_ns, recorded=True).as_dict(),
+                "simulated": breakdown(graph, replay.timeline, it.simulated_start_ns, it.simulated_end_ns, recorded=False).as_dict(),
+            },
+        }
+        if with_critical_path:
+            path = critical_path(graph, replay.timeline, it.simulated_start_ns, it.simulated_end_ns)
+            entry["critical_path"] = {
+                "tasks": len(path.tasks),
+                "by_kind_ns": path.by_kind_ns,
+                "top": [{"kind": k, "name": n, "ns": t} for k, n, t in path.top_tasks],
+            }
+        iterations.append(entry)
+    edge_kinds = np.bincount(graph.edges["kind"], minlength=len(DepKind))
+    return {
+        "rank": trace.meta.rank,
+        "source": trace.meta.source,
+        "iterations": iterations,
+        "graph": {
+            "tasks": graph.task_count,
+            "edges": graph.edge_count,
+            "edges_by_kind": {kind.name.lower(): int(edge_kinds[kind]) for kind in DepKind},
+            "pinned_tasks": int(graph.pinned().sum()),
+        },
+        "calibration": {k: (int(v) if float(v).is_integer() else v) for k, v in graph.calibration.items()},
+        "collectives_replayed_as_recorded": bool(graph.calibration.get("pinned_collectives", 0)),
+        "notes": graph.notes,
+    }
+
+
+def render_replays(summary: dict[str, Any], console: Console) -> None:
+    console.print(_error_table(summary))
+    for rank in summary["ranks"][:1] if len(summary["ranks"]) > 1 else summary["ranks"]:
+        console.print(_rank_detail(rank))
+    if len(summary["ranks"]) > 1:
+        console.print(Text(f"(details of rank {summary['ranks'][0]['rank']}; --json has every rank)", style="dim"))
+
+
+def _error_table(summary: dict[str, Any]) -> Table:
+    table = Table(title=f"replay of {summary['source']}", title_justify="left")
+    for header in ("rank", "iteration", "measured", "simulated", "error", "pinned"):
+        table.add_column(header, justify="left" if header == "iteration" else "right", no_wrap=True)
+    for rank in summary["ranks"]:
+        for it in rank["iterations"]:
+            error = it["signed_error"] * 100
+            style = "red" if abs(error) > 2 else ""
+            table.add_row(
+                str(rank["rank"]), it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]),
+                Text(f"{error:+.2f}%", style=style), f"{it['pinned_fraction'] * 100:.1f}%",
+            )
+    return table
+
+
+def _rank_detail(rank: dict[str, Any]) -> Panel:
+    parts: list[Any] = []
+    if rank["iterations"]:
+        parts.append(_breakdown_table(rank["iterations"]))
+        path = rank["iterations"][-1].get("critical_path")
+        if path:
+            parts.append(_critical_path_table(rank["iterations"][-1]["name"], path))
+    calibration = rank["calibration"]
+    model = Table.grid(padding=(0, 1))
+    model.add_column(style="bold", no_wrap=True)
+    model.add_column(overflow="fold")
+    model.add_row("graph", f"{rank['graph']['tasks']:,} tasks, {rank['graph']['edges']:,} edges, {rank['graph']['pinned_tasks']:,} pinned")
+    model.add_row(
+        "calibrated",
+        f"launch latency {format_ns(calibration.get('launch_latency_ns'))}, kernel gap {format_ns(calibration.get('kernel_gap_ns'))}, "
+        f"sync return {format_ns(calibration.get('sync_return_ns'))}, launch queue depth {calibration.get('queue_depth')} "
+        f"({calibration.get('blocked_launches', 0)} launches blocked)",
+    )
+    for note in rank["notes"][:5]:
+        model.add_row("note", note)
+    parts.append(model)
+    return Panel(Group(*parts), title=f"rank {rank['rank']}", title_align="left")
+
+
+def _breakdown_table(iterations: list[dict[str, Any]]) -> Table:
+    table = Table(title="where the time went (mean per iteration: measured → simulated)", title_justify="left")
+    table.add_column("")
+    table.add_column("measured", justify="right")
+    table.add_column("simulated", justify="right")
+    rows = (
+        ("iteration", "window_ns"),
+        ("GPU busy", "gpu_busy_ns"),
+        ("GPU idle (waiting on the host)", "gpu_idle_ns"),
+        ("host waiting on the GPU", "host_waiting_on_gpu_ns"),
+        ("communication", "communication_ns"),
+    )
+    for label, key in rows:
+        measured = np.mean([it["breakdown"]["measured"][key] for it in iterations])
+        simulated = np.mean([it["breakdown"]["simulated"][key] for it in iterations])
+        table.add_row(label, format_ns(measured), format_ns(simulated))
+    return table
+
+
+def _critical_path_table(name: str, path: dict[str, Any]) -> Table:
+    table = Table(title=f"critical path of {name} ({path['tasks']:,} tasks)", title_justify="left", expand=True)
+    table.add_column("on the path", ratio=1, overflow="ellipsis", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    for kind, ns in sorted(path["by_kind_ns"].items(), key=lambda item: -item[1]):
+        table.add_row(Text(kind, style="bold"), format_ns(ns))
+    for entry in path["top"]:
+        table.add_row(f"  {entry['kind']}: {short_kernel_name(entry['name'], 80)}", format_ns(entry["ns"]))
+    return table

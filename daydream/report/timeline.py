@@ -1,0 +1,104 @@
+"""Chrome-trace (Perfetto / chrome://tracing) export of a simulated timeline.
+
+Events keep the input's categories (`cuda_runtime`, `cpu_op`, `kernel`,
+`gpu_memcpy`, `gpu_memset`) and its process/thread ids, so that the recorded
+and the simulated trace can be opened side by side. Iterations appear as
+`ProfilerStep#N`-style `user_annotation` spans at their simulated times.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daydream.graph import Graph, TaskKind
+from daydream.simulate.engine import Timeline
+from daydream.trace import Trace
+
+_CATEGORY = {
+    TaskKind.HOST_CALL: "cuda_runtime",
+    TaskKind.HOST_OP: "cpu_op",
+    TaskKind.COMPLETION: "cuda_runtime",
+    TaskKind.KERNEL: "kernel",
+    TaskKind.MEMCPY: "gpu_memcpy",
+    TaskKind.MEMSET: "gpu_memset",
+    TaskKind.COLLECTIVE: "kernel",
+}
+
+
+def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    """Chrome-trace events of `timeline`; `iterations` are (name, simulated start, simulated end) in ns."""
+    tasks = graph.tasks
+    events: list[dict[str, Any]] = []
+    completion_of_call = _completions(graph)
+    for task in range(graph.task_count):
+        kind = TaskKind(int(tasks["kind"][task]))
+        if kind is TaskKind.COMPLETION:
+            continue
+        resource = graph.resources[int(tasks["resource"][task])]
+        track = trace.tracks[resource.track]
+        start = int(timeline.start_ns[task])
+        end = int(timeline.end_ns[task])
+        if task in completion_of_call:  # a blocking call lasts until its completion, as in the input
+            end = max(end, int(timeline.start_ns[completion_of_call[task]]))
+        args: dict[str, Any] = {"daydream task": task}
+        row = int(tasks["event"][task])
+        if row >= 0 and trace.correlation[row] != -1:
+            args["correlation"] = int(trace.correlation[row])
+        events.append(
+            {
+                "ph": "X",
+                "cat": _CATEGORY[kind],
+                "name": graph.task_name(task),
+                "pid": track.pid,
+                "tid": track.tid,
+                "ts": start / 1000.0,
+                "dur": (end - start) / 1000.0,
+                "args": args,
+            }
+        )
+    host_pid, host_tid = _main_thread(trace, graph)
+    for name, start, end in iterations:
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": host_pid, "tid": host_tid,
+                       "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": {}})
+    return events
+
+
+def _completions(graph: Graph) -> dict[int, int]:
+    kinds = graph.tasks["kind"]
+    src, dst = graph.edges["src"], graph.edges["dst"]
+    mine = (kinds[src] == TaskKind.HOST_CALL) & (kinds[dst] == TaskKind.COMPLETION)
+    return dict(zip(src[mine].tolist(), dst[mine].tolist()))
+
+
+def _main_thread(trace: Trace, graph: Graph) -> tuple[Any, Any]:
+    host = np.isin(graph.tasks["kind"], [TaskKind.HOST_CALL, TaskKind.HOST_OP])
+    if not host.any():
+        return 0, 0
+    resource = graph.resources[int(np.bincount(graph.tasks["resource"][host]).argmax())]
+    track = trace.tracks[resource.track]
+    return track.pid, track.tid
+
+
+def write_chrome_trace(path: str | os.PathLike[str], events: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
+    """Write a Chrome-trace document atomically (gzip when the name ends in .gz)."""
+    target = Path(path)
+    document = {**metadata, "traceEvents": events, "displayTimeUnit": "ms"}
+    data = json.dumps(document).encode("utf-8")
+    if target.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=6)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

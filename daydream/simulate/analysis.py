@@ -1,0 +1,148 @@
+"""Where the time of an iteration went, and which tasks bound it (the critical path).
+
+Both work on any timeline of a graph: the recorded one (`recorded_timeline`)
+or a simulated one, so that they can be shown side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import NOT_PINNED
+from daydream.simulate.engine import Timeline
+
+GPU_TASK_KINDS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
+
+
+def recorded_timeline(graph: Graph) -> Timeline:
+    """The timeline as the trace recorded it (blocking calls with their waiting included)."""
+    return Timeline(graph.tasks["measured_start_ns"].copy(), graph.tasks["measured_end_ns"].copy())
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray, window_start: int, window_end: int) -> int:
+    """Total length of the union of intervals, clipped to [window_start, window_end)."""
+    starts = np.clip(starts, window_start, window_end)
+    ends = np.clip(ends, window_start, window_end)
+    keep = ends > starts
+    if not keep.any():
+        return 0
+    order = np.argsort(starts[keep], kind="stable")
+    s, e = starts[keep][order], ends[keep][order]
+    running_end = np.maximum.accumulate(e)
+    # A new covered stretch begins where a start passes every earlier end.
+    new_block = np.r_[True, s[1:] > running_end[:-1]]
+    block_id = np.cumsum(new_block) - 1
+    block_start = s[new_block]
+    block_end = np.zeros(block_start.size, dtype=np.int64)
+    np.maximum.at(block_end, block_id, e)
+    return int((block_end - block_start).sum())
+
+
+@dataclass(slots=True)
+class Breakdown:
+    """Time of one iteration window, ns."""
+
+    window_ns: int
+    gpu_busy_ns: int
+    gpu_idle_ns: int  # the GPU had nothing to run: waiting on the host
+    host_waiting_on_gpu_ns: int  # blocking calls waiting for GPU work
+    communication_ns: int  # collectives running
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "window_ns": self.window_ns,
+            "gpu_busy_ns": self.gpu_busy_ns,
+            "gpu_idle_ns": self.gpu_idle_ns,
+            "host_waiting_on_gpu_ns": self.host_waiting_on_gpu_ns,
+            "communication_ns": self.communication_ns,
+        }
+
+
+def breakdown(graph: Graph, timeline: Timeline, window_start: int, window_end: int, recorded: bool) -> Breakdown:
+    """Where the window's time went. `recorded` says whether `timeline` is the trace's own."""
+    kinds = graph.tasks["kind"]
+    gpu = np.isin(kinds, [int(k) for k in GPU_TASK_KINDS])
+    busy = union_ns(timeline.start_ns[gpu], timeline.end_ns[gpu], window_start, window_end)
+    collective = kinds == TaskKind.COLLECTIVE
+    communication = union_ns(timeline.start_ns[collective], timeline.end_ns[collective], window_start, window_end)
+    return Breakdown(
+        window_ns=window_end - window_start,
+        gpu_busy_ns=busy,
+        gpu_idle_ns=(window_end - window_start) - busy,
+        host_waiting_on_gpu_ns=_host_waiting(graph, timeline, window_start, window_end, recorded),
+        communication_ns=communication,
+    )
+
+
+def _host_waiting(graph: Graph, timeline: Timeline, window_start: int, window_end: int, recorded: bool) -> int:
+    sync = graph.edges_of_kind(DepKind.SYNC)
+    kinds = graph.tasks["kind"]
+    src, dst = graph.edges["src"][sync], graph.edges["dst"][sync]
+    mine = (kinds[src] == TaskKind.HOST_CALL) & (kinds[dst] == TaskKind.COMPLETION)
+    calls, completions = src[mine], dst[mine]
+    if recorded:
+        # The recorded call spans its own time and its wait; the completion is its end.
+        wait_start = timeline.start_ns[calls] + graph.tasks["duration_ns"][calls]
+    else:
+        wait_start = timeline.end_ns[calls]
+    wait_end = timeline.start_ns[completions]
+    return union_ns(wait_start, np.maximum(wait_end, wait_start), window_start, window_end)
+
+
+@dataclass(slots=True)
+class CriticalPath:
+    """The chain of tasks that bound an iteration, newest first, and its time by kind."""
+
+    tasks: list[int]
+    by_kind_ns: dict[str, int]
+    host_gap_ns: int  # CPU work between host tasks on the path
+    top_tasks: list[tuple[str, str, int]]  # (kind, name, ns on the path), largest first
+
+
+def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_end: int, top: int = 10) -> CriticalPath:
+    """Walk back from the last task to finish inside the window along binding dependencies."""
+    tasks = graph.tasks
+    inside = np.flatnonzero((timeline.end_ns <= window_end) & (timeline.end_ns > window_start))
+    if inside.size == 0:
+        return CriticalPath([], {}, 0, [])
+    current = int(inside[np.argmax(timeline.end_ns[inside])])
+    dst_order = np.argsort(graph.edges["dst"], kind="stable")
+    offsets = np.searchsorted(graph.edges["dst"][dst_order], np.arange(graph.task_count + 1))
+    path: list[int] = []
+    by_kind: dict[str, int] = {}
+    per_task: dict[tuple[str, str], int] = {}
+    gap_total = 0
+    while current >= 0 and timeline.end_ns[current] > window_start:
+        path.append(current)
+        kind = TaskKind(int(tasks["kind"][current])).name.lower()
+        own = int(min(timeline.end_ns[current], window_end) - max(timeline.start_ns[current], window_start))
+        by_kind[kind] = by_kind.get(kind, 0) + max(own, 0)
+        key = (kind, graph.task_name(current))
+        per_task[key] = per_task.get(key, 0) + max(own, 0)
+        current, gap = _binding_predecessor(graph, timeline, current, dst_order, offsets)
+        gap_total += gap
+    if gap_total:
+        by_kind["host gap (cpu work)"] = gap_total
+    ranked = sorted(((k, n, t) for (k, n), t in per_task.items()), key=lambda item: -item[2])[:top]
+    return CriticalPath(path, by_kind, gap_total, ranked)
+
+
+def _binding_predecessor(graph: Graph, timeline: Timeline, v: int, dst_order: np.ndarray, offsets: np.ndarray) -> tuple[int, int]:
+    """(the predecessor that determined v's start, the host gap spent after it); -1 when none did."""
+    edges = graph.edges
+    start = int(timeline.start_ns[v])
+    if graph.tasks["pinned_start_ns"][v] != NOT_PINNED and start == int(graph.tasks["pinned_start_ns"][v]):
+        return -1, 0
+    best, best_ready, best_gap = -1, np.iinfo(np.int64).min, 0
+    for k in range(int(offsets[v]), int(offsets[v + 1])):
+        e = int(dst_order[k])
+        u = int(edges["src"][e])
+        ref = timeline.start_ns[u] if edges["from_start"][e] else timeline.end_ns[u]
+        ready = int(ref + edges["latency_ns"][e])
+        gap = int(graph.tasks["gap_ns"][v]) if DepKind(int(edges["kind"][e])).is_host else 0
+        if ready + gap > best_ready:
+            best, best_ready, best_gap = u, ready + gap, gap
+    return best, best_gap
