@@ -16,16 +16,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 try:
     if os.environ.get("DAYDREAM_NO_JIT"):
         raise ImportError("disabled by DAYDREAM_NO_JIT")
-    import numba
+    import numba as _numba
 
-    HAVE_NUMBA = True
+    numba: Any = _numba
 except ImportError:  # pragma: no cover - exercised where numba is absent
     numba = None
-    HAVE_NUMBA = False
 
 
 def jit(function: F) -> F:
     if numba is None:
         function.py_func = function  # type: ignore[attr-defined]
         return function
-    return numba.njit(cache=True, nogil=True)(function)  # type: ignore[no-any-return]
+    compiled: F = numba.njit(cache=True, nogil=True)(function)
+    return compiled

@@ -118,16 +118,18 @@ class _Builder:
         self.task_of_event[rows] = np.arange(rows.size)
         self.host_tasks = np.arange(host_rows.size)
         self.gpu_tasks = np.arange(host_rows.size, rows.size)
+        self._iteration_markers()
 
-        self._calibrate_gpu()
+        self._link_gpu_work()
         completion = self._blocking_calls()
         self._host_order(completion)
+        self._event_waits()
+        self._pins()
+        self._calibrate_gpu()
         self._stream_order()
         self._launches()
         self._launch_queue()
-        self._event_waits()
         self._cross_thread(completion)
-        self._pins()
         self._iterations()
         self._host_gaps()
         self.graph.notes = self.report.notes
@@ -164,6 +166,42 @@ class _Builder:
         rows = np.concatenate([api_rows, op_rows])
         return rows[np.lexsort((trace.ts_ns[rows], trace.track[rows]))]
 
+    def _iteration_markers(self) -> None:
+        """A zero-duration host task at every iteration boundary, on the thread that annotated it.
+
+        The host time before a boundary becomes the marker's gap, so a what-if that
+        changes host time moves the boundary with it.
+        """
+        trace, graph = self.trace, self.graph
+        iterations = find_iterations(trace)
+        if not iterations:
+            return
+        resource = self._annotation_resource(iterations)
+        if resource is None:
+            return
+        times = sorted({t for it in iterations for t in (it.start_ns, it.end_ns)})
+        graph.strings.append("iteration boundary")
+        ids = graph.add_tasks(
+            kind=TaskKind.MARKER, resource=resource, name=len(graph.strings) - 1, duration_ns=0,
+            measured_start_ns=np.array(times, dtype=np.int64), measured_end_ns=np.array(times, dtype=np.int64),
+        )
+        marker_at = dict(zip(times, ids.tolist()))
+        graph.iteration_markers = [(marker_at[it.start_ns], marker_at[it.end_ns]) for it in iterations]
+        # Markers first, so that a marker sorts before a task starting at the same instant.
+        self.host_tasks = np.concatenate([ids, self.host_tasks])
+
+    def _annotation_resource(self, iterations: list) -> int | None:  # type: ignore[type-arg]
+        """The host resource of the thread holding the iteration annotations, else the busiest host thread."""
+        trace = self.trace
+        if iterations[0].source != "whole_trace":
+            rows = np.flatnonzero((trace.ts_ns == iterations[0].start_ns) & ~self.is_gpu_track[trace.track])
+            tracks = set(trace.track[rows].tolist())
+            for index, resource in enumerate(self.resources):
+                if resource.track in tracks and resource.kind is ResourceKind.HOST_THREAD:
+                    return index
+        host = self.graph.tasks["resource"][self.host_tasks]
+        return int(np.bincount(host).argmax()) if host.size else None
+
     def _resources(self, rows: np.ndarray) -> tuple[list[Resource], np.ndarray]:
         trace = self.trace
         used = np.unique(trace.track[rows])
@@ -180,22 +218,29 @@ class _Builder:
 
     # ------------------------------------------------------------------ calibration
 
-    def _calibrate_gpu(self) -> None:
-        """Launch latency and inter-kernel gap from launched GPU work; GPU work in launch order."""
-        trace, tasks = self.trace, self.graph.tasks
-        gpu = self.gpu_tasks
-        rows = tasks["event"][gpu]
+    def _link_gpu_work(self) -> None:
+        """Each GPU task's launching call task and its predecessor on its stream."""
+        tasks = self.graph.tasks
+        rows = tasks["event"][self.gpu_tasks]
         launch_rows = self.links.launch[rows]
         self.launch_task = np.where(launch_rows >= 0, self.task_of_event[np.maximum(launch_rows, 0)], -1)
-        self.stream_previous = self._previous_on_resource(gpu)
+        self.stream_previous = self._previous_on_resource(self.gpu_tasks)
+
+    def _calibrate_gpu(self) -> None:
+        """Launch latency and inter-kernel gap, from GPU work nothing else held back (no event wait, no pin)."""
+        tasks = self.graph.tasks
+        gpu = self.gpu_tasks
         previous_end = np.where(self.stream_previous >= 0, tasks["measured_end_ns"][np.maximum(self.stream_previous, 0)], UNSET)
-        launched = self.launch_task >= 0
-        call_start = np.where(launched, tasks["measured_start_ns"][np.maximum(self.launch_task, 0)], 0)
+        waited = np.zeros(self.graph.task_count, dtype=bool)
+        waited[self.graph.edges["dst"][self.graph.edges_of_kind(DepKind.EVENT_WAIT)]] = True
+        usable = (self.launch_task >= 0) & ~waited[gpu] & ~self.graph.pinned()[gpu]
+        call_start = tasks["measured_start_ns"][self.launch_task[usable]]
         latency, gap = calibrate.launch_latency_and_gap(
-            call_start[launched], trace.ts_ns[rows][launched], previous_end[launched]
+            call_start, tasks["measured_start_ns"][gpu[usable]], previous_end[usable]
         )
         self.graph.calibration.update({"launch_latency_ns": latency, "kernel_gap_ns": gap})
         self.launch_latency, self.kernel_gap = latency, gap
+        self.graph.edges["latency_ns"][self.graph.edges_of_kind(DepKind.EVENT_WAIT)] = gap
 
     def _previous_on_resource(self, task_ids: np.ndarray) -> np.ndarray:
         """For each task, the previous task (by recorded start) on its resource, or -1."""
@@ -449,9 +494,9 @@ class _Builder:
         first_of_call = np.ones(calls.size, dtype=bool)
         first_of_call[1:] = calls[1:] != calls[:-1]
         names = tasks["name"][calls]
-        usual = self._usual_duration(calls, names)
+        quick = self._per_name(calls, names, lambda d: int(np.percentile(d, 10)))
         depth, blocked = calibrate.queue_depth(
-            tasks["measured_start_ns"][calls], tasks["measured_end_ns"][calls], usual, tasks["measured_end_ns"][gpu]
+            tasks["measured_start_ns"][calls], tasks["measured_end_ns"][calls], quick, tasks["measured_end_ns"][gpu]
         )
         self.graph.calibration["queue_depth"] = depth
         self.report.blocked_launches = blocked
@@ -461,18 +506,24 @@ class _Builder:
         index = np.flatnonzero(first_of_call)
         index = index[index >= back]
         self.graph.add_edges(gpu[index - back], calls[index], DepKind.LAUNCH_QUEUE)
-        # A launch that the queue held back keeps only its usual own time.
-        held = tasks["measured_end_ns"][gpu[index - back]] > tasks["measured_start_ns"][calls[index]]
-        held_calls = calls[index][held]
-        tasks["duration_ns"][held_calls] = np.minimum(tasks["duration_ns"][held_calls], usual[index][held])
+        # A launch the queue held back keeps only the usual own time of launches that were not held.
+        held = np.zeros(calls.size, dtype=bool)
+        held[index] = tasks["measured_end_ns"][gpu[index - back]] > tasks["measured_start_ns"][calls[index]]
+        usual = self._per_name(calls, names, lambda d: int(np.median(d)), among=~held, fallback=quick)
+        held_calls = calls[held]
+        tasks["duration_ns"][held_calls] = np.minimum(tasks["duration_ns"][held_calls], usual[held])
 
-    def _usual_duration(self, calls: np.ndarray, names: np.ndarray) -> np.ndarray:
+    def _per_name(self, calls: np.ndarray, names: np.ndarray, statistic, among: np.ndarray | None = None,  # type: ignore[no-untyped-def]
+                  fallback: np.ndarray | None = None) -> np.ndarray:
+        """`statistic` of the recorded durations of calls with the same name (optionally only `among` them)."""
         durations = self.graph.tasks["duration_ns"][calls]
-        usual = np.zeros(calls.size, dtype=np.int64)
+        result = np.zeros(calls.size, dtype=np.int64) if fallback is None else fallback.copy()
         for name in np.unique(names).tolist():
             mine = names == name
-            usual[mine] = int(np.median(durations[mine]))
-        return usual
+            chosen = mine if among is None else mine & among
+            if chosen.any():
+                result[mine] = statistic(durations[chosen])
+        return result
 
     # ------------------------------------------------------------------ cross-stream waits
 
@@ -485,9 +536,9 @@ class _Builder:
         if waits.size == 0:
             return
         streams_per_device: dict[int, set[int]] = {}
-        for resource in self.resources:
-            if resource.kind is ResourceKind.GPU_STREAM:
-                streams_per_device.setdefault(resource.device, set()).add(resource.stream)
+        for stream_resource in self.resources:
+            if stream_resource.kind is ResourceKind.GPU_STREAM:
+                streams_per_device.setdefault(stream_resource.device, set()).add(stream_resource.stream)
         single_stream = all(len(s) <= 1 for s in streams_per_device.values())
         history = self._launch_history()
         sync_records = self._sync_records()
@@ -495,7 +546,7 @@ class _Builder:
         for wait in waits.tolist():
             resource = int(tasks["resource"][wait])
             start = int(tasks["measured_start_ns"][wait])
-            held_back = self._next_launch(history.get(resource), start)
+            held_back = self._held_back(history.get(resource), start)
             if held_back is None:
                 continue
             if single_stream:
@@ -511,12 +562,26 @@ class _Builder:
                 sources.append(source)
                 targets.append(held_back)
                 self.report.event_waits_derived += 1
-        self.graph.add_edges(sources, targets, DepKind.EVENT_WAIT, latency_ns=self.kernel_gap)
+        self.graph.add_edges(sources, targets, DepKind.EVENT_WAIT)  # latency set once the gap is calibrated
         if self.report.event_waits_pinned:
             self.report.notes.append(
                 f"{self.report.event_waits_pinned} cudaStreamWaitEvent calls have no known recorded side "
                 "(no cudaEventRecord / cuda_sync in the trace): the GPU work they held back is pinned"
             )
+
+    def _held_back(self, history: tuple[np.ndarray, np.ndarray] | None, time: int) -> int | None:
+        """The GPU work a wait holds back: the first work launched after it, by any thread, on the
+        stream of this thread's next launch (the stream it waits on)."""
+        following = self._next_launch(history, time)
+        if following is None:
+            return None
+        stream = self.resources[int(self.graph.tasks["resource"][following])].stream
+        self._last_launched_per_stream(time, stream)  # builds the per-stream launch index
+        for resource, (starts, gpu) in self._stream_launches.items():
+            if self.resources[resource].stream == stream:
+                k = int(np.searchsorted(starts, time, side="right"))
+                return int(gpu[k]) if k < starts.size else following
+        return following
 
     def _next_launch(self, history: tuple[np.ndarray, np.ndarray] | None, time: int) -> int | None:
         if history is None:
@@ -650,7 +715,7 @@ class _Builder:
         if not iterations:
             return
         bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
-        host = np.flatnonzero(np.isin(tasks["kind"], [TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION]))
+        host = np.flatnonzero(np.isin(tasks["kind"], [TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION, TaskKind.MARKER]))
         index = np.searchsorted(bounds, tasks["measured_start_ns"][host], side="right") - 1
         inside = (index >= 0) & (index < len(iterations))
         tasks["iteration"][host[inside]] = index[inside]

@@ -25,10 +25,14 @@ DEFAULT_SYNC_OWN_NS = 5_000
 DEFAULT_QUEUE_DEPTH = 1024
 #: A launch is counted as blocked by the queue when it lasted this many times its usual duration...
 BLOCKED_FACTOR = 8
-#: ...and at least this many operations were outstanding when it returned.
-MIN_BLOCKED_OUTSTANDING = 256
-#: Work launched this long before its stream became free was queued, not launch-bound.
-QUEUED_MARGIN_NS = 20_000
+#: ...and at least this many operations were outstanding when it returned (CUDA's queue holds ~1024).
+MIN_BLOCKED_OUTSTANDING = 512
+#: Launches blocked by the queue return with outstanding counts within this fraction of each other...
+QUEUE_CLUSTER_TOLERANCE = 0.03
+#: ...and there are at least this many of them.
+QUEUE_CLUSTER_MIN = 10
+#: Work ready (launched + latency) this long before its stream became free was queued, not launch-bound.
+QUEUED_MARGIN_NS = 2_000
 
 
 def median_or(values: np.ndarray, default: int, minimum_count: int = 3) -> int:
@@ -67,7 +71,16 @@ def queue_depth(
         earlier_ends = gpu_end_by_launch[:k]
         outstanding.append(int(np.count_nonzero(earlier_ends > launch_call_end[k])))
     counts = np.array(outstanding)
-    blocked = counts >= MIN_BLOCKED_OUTSTANDING
-    if np.count_nonzero(blocked) < 3:
+    counts = counts[counts >= MIN_BLOCKED_OUTSTANDING]
+    if counts.size < QUEUE_CLUSTER_MIN:
         return DEFAULT_QUEUE_DEPTH, 0
-    return int(np.median(counts[blocked])), int(np.count_nonzero(blocked))
+    # Launches held by a full queue all return with (almost) the same number of operations
+    # outstanding, the largest count seen; slow launches with scattered counts were slow for
+    # some other reason. Take the cluster at the top.
+    top = float(np.percentile(counts, 95))
+    cluster = counts[np.abs(counts - top) <= QUEUE_CLUSTER_TOLERANCE * top]
+    if cluster.size < QUEUE_CLUSTER_MIN:
+        return DEFAULT_QUEUE_DEPTH, 0
+    depth = float(np.median(cluster))
+    clustered = cluster
+    return int(depth), int(np.count_nonzero(clustered))

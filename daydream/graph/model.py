@@ -40,6 +40,7 @@ class TaskKind(enum.IntEnum):
     MEMCPY = 4
     MEMSET = 5
     COLLECTIVE = 6  # a communication kernel (NCCL)
+    MARKER = 7  # an iteration boundary on its host thread (zero duration; its gap is the host time before it)
 
 
 class DepKind(enum.IntEnum):
@@ -108,6 +109,8 @@ class Graph:
     strings: list[str]
     calibration: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the builder could not derive, for people
+    #: Per iteration: (marker task at its start, marker task at its end).
+    iteration_markers: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def task_count(self) -> int:

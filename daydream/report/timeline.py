@@ -29,6 +29,7 @@ _CATEGORY = {
     TaskKind.MEMCPY: "gpu_memcpy",
     TaskKind.MEMSET: "gpu_memset",
     TaskKind.COLLECTIVE: "kernel",
+    TaskKind.MARKER: "user_annotation",
 }
 
 
@@ -39,7 +40,7 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
     completion_of_call = _completions(graph)
     for task in range(graph.task_count):
         kind = TaskKind(int(tasks["kind"][task]))
-        if kind is TaskKind.COMPLETION:
+        if kind in (TaskKind.COMPLETION, TaskKind.MARKER):
             continue
         resource = graph.resources[int(tasks["resource"][task])]
         track = trace.tracks[resource.track]

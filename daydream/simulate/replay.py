@@ -1,9 +1,10 @@
 """Replay: simulate the untouched graph of a trace and compare it with what was measured.
 
-Iteration boundaries are annotations on a host thread, not tasks. A boundary at
-recorded time T is carried into the simulated timeline by the host task on the
-same thread that follows it (T keeps its offset before that task's start), or,
-after the last task, by the one before it.
+Iteration boundaries are the graph's marker tasks (zero-duration host tasks on
+the annotating thread, whose gap is the host time before the boundary). For a
+graph without markers, a boundary at recorded time T is carried into the
+simulated timeline by the host task on the same thread that follows it (T keeps
+its offset before that task's start), or, after the last task, by the one before it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from daydream.mapping import Iteration, find_iterations
 from daydream.simulate.engine import Timeline, simulate
 from daydream.trace import Trace
 
-HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION)
+HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION, TaskKind.MARKER)
 
 
 @dataclass(slots=True)
@@ -59,19 +60,24 @@ def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
     graph = graph if graph is not None else build_graph(trace)
     timeline = simulate(graph)
     iterations = find_iterations(trace)
-    mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
+    if len(graph.iteration_markers) == len(iterations):
+        bounds = [(int(timeline.start_ns[a]), int(timeline.start_ns[b])) for a, b in graph.iteration_markers]
+    else:
+        mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
+        bounds = [(mapper.simulated(it.start_ns), mapper.simulated(it.end_ns)) for it in iterations]
     pinned = graph.pinned()
     results = []
-    for index, iteration in enumerate(iterations):
-        mine = graph.tasks["iteration"] == index
+    real = graph.tasks["kind"] != TaskKind.MARKER
+    for index, (iteration, (simulated_start, simulated_end)) in enumerate(zip(iterations, bounds)):
+        mine = (graph.tasks["iteration"] == index) & real
         count = int(mine.sum())
         results.append(
             IterationReplay(
                 name=iteration.name,
                 measured_start_ns=iteration.start_ns,
                 measured_end_ns=iteration.end_ns,
-                simulated_start_ns=mapper.simulated(iteration.start_ns),
-                simulated_end_ns=mapper.simulated(iteration.end_ns),
+                simulated_start_ns=simulated_start,
+                simulated_end_ns=simulated_end,
                 pinned_fraction=float(pinned[mine].sum()) / count if count else 0.0,
                 tasks=count,
             )
