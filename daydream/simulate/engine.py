@@ -244,7 +244,9 @@ class _EventState:
                 self.finish(payload, time)
             else:  # a task is ready at `time`: queue it on its resource
                 self.enqueue(payload, time)
-            self.dispatch_all(time)
+            # Everything that happens at this instant is queued before a policy chooses.
+            if not self.events or self.events[0][0] > time:
+                self.dispatch_all(time)
         if done < n:
             raise ValueError(f"event-driven replay stopped with {n - done} tasks never ready (a dependency cycle?)")
         return Timeline(np.array(self.start, dtype=np.int64), np.array(self.end, dtype=np.int64))

@@ -1,0 +1,88 @@
+"""Replay of every real trace in the corpus: the accuracy bound, engine agreement, the CLI contract."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job
+from daydream.cli import main
+from daydream.graph import DepKind, build_graph
+from daydream.simulate import replay_trace, simulate, simulate_event_driven, simulate_reference
+from tests.conftest import CORPUS
+
+BOUND = 0.02
+TRACES = sorted(
+    str(p.relative_to(CORPUS)) for p in CORPUS.glob("**/*.gz")
+) if CORPUS.is_dir() else ["<corpus missing>"]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_every_iteration_replays_within_two_percent(corpus: Path, name: str) -> None:
+    for trace in open_job(corpus / name).traces:
+        replay = replay_trace(trace)
+        assert replay.graph.validate() == []
+        assert replay.iterations, "every trace has at least one iteration"
+        for iteration in replay.iterations:
+            measured = iteration.measured_ns
+            # The measured side comes straight from the trace's own annotation spans.
+            assert measured > 0
+            assert iteration.error <= BOUND, (name, trace.meta.rank, iteration.name, iteration.simulated_ns, measured)
+
+
+def test_the_launch_queue_is_what_makes_ns_resolution_replay(corpus: Path) -> None:
+    trace = open_job(corpus / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz").traces[0]
+    graph = build_graph(trace)
+    assert graph.calibration["blocked_launches"] > 500
+    assert 1000 <= graph.calibration["queue_depth"] <= 1030
+    keep = graph.edges["kind"] != DepKind.LAUNCH_QUEUE
+    for key in graph.edges:
+        graph.edges[key] = graph.edges[key][keep]
+    without_queue = replay_trace(trace, graph)
+    assert max(it.error for it in without_queue.iterations[1:]) > 0.2
+
+
+def test_engines_agree_on_a_real_graph(corpus: Path) -> None:
+    trace = open_job(corpus / "hta/nccl_parser_config/nccl_data.json.gz").traces[0]
+    graph = build_graph(trace)
+    fast = simulate(graph)
+    reference = simulate_reference(graph)
+    event_driven = simulate_event_driven(graph)
+    assert np.array_equal(fast.start_ns, reference.start_ns) and np.array_equal(fast.end_ns, reference.end_ns)
+    assert np.array_equal(fast.start_ns, event_driven.start_ns) and np.array_equal(fast.end_ns, event_driven.end_ns)
+
+
+def test_replay_cli_json_and_timeline(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim.json.gz"
+    path = corpus / "hta/nccl_parser_config/nccl_data.json.gz"
+    assert main(["replay", "--json", "--critical-path", "--timeline", str(out), str(path)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    rank = document["ranks"][0]
+    assert rank["rank"] == 0
+    names = [it["name"] for it in rank["iterations"]]
+    assert names == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
+    for it in rank["iterations"]:
+        assert {"measured_ns", "simulated_ns", "pinned_fraction"} <= it.keys()
+        assert isinstance(it["measured_ns"], int) and isinstance(it["simulated_ns"], int)
+        assert 0.0 <= it["pinned_fraction"] < 1.0
+        assert it["critical_path"]["tasks"] > 0
+    timeline = json.loads(gzip.decompress(out.read_bytes()))
+    events = timeline["traceEvents"]
+    raw = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    assert sum(e["cat"] == "kernel" for e in events) == sum(e.get("cat") == "kernel" for e in raw)
+    steps = [e for e in events if e["cat"] == "user_annotation"]
+    assert [e["name"] for e in steps] == names
+    for step, it in zip(steps, rank["iterations"]):
+        assert abs(step["dur"] * 1000 - it["simulated_ns"]) <= 1
+
+
+def test_replay_of_an_archive_needs_a_rank_placeholder(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = corpus / "param/et_replay_inputs/dlrm_kineto.tar.gz"
+    assert main(["replay", "--timeline", str(tmp_path / "sim.json"), str(path)]) == 2
+    assert "{rank}" in capsys.readouterr().err
+    assert main(["replay", "--json", "--timeline", str(tmp_path / "sim-{rank}.json"), str(path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"sim-{r}.json" for r in range(8)]
