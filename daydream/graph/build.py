@@ -53,7 +53,9 @@ BLOCKING_COPY = re.compile(r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|c
 EVENT_RECORD = re.compile(r"^(cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord.*)$")
 STREAM_WAIT = re.compile(r"^(cudaStreamWaitEvent|cuStreamWaitEvent)$")
 AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
-PAGEABLE_COPY = re.compile(r"Pageable", re.IGNORECASE)
+# A copy into pageable host memory returns only once the data is there; one from pageable
+# memory returns once the data is staged, before the transfer itself finishes.
+PAGEABLE_COPY = re.compile(r"-> Pageable|DtoH \(Pageable", re.IGNORECASE)
 
 _GPU_TASK_KIND = {
     EventKind.KERNEL: TaskKind.KERNEL,
