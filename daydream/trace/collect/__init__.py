@@ -1,0 +1,144 @@
+"""Collecting a trace from an unmodified training script (`daydream trace`).
+
+    from daydream.trace.collect import CaptureOptions, capture
+    result = capture(CaptureOptions(script="train.py", iterations=3))
+
+Backends: `torch` (torch.profiler: CPU ops, CUDA kernels and runtime calls, memory
+events) and `cupti` (NVIDIA's cupti-python activity API, on a GPU). `auto` takes
+cupti where it works and torch otherwise. The trace is gzip Chrome-trace JSON
+with daydream's layer / phase / iteration markers and a `daydream` metadata block.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daydream import __version__
+from daydream.errors import DaydreamError, InputError
+from daydream.trace.collect.runner import ScriptOutcome
+
+BACKENDS = ("auto", "torch", "cupti")
+Status = Callable[[str], None]
+
+
+class CaptureError(DaydreamError):
+    """The script ran but the wanted iterations could not be recorded."""
+
+
+@dataclass(slots=True)
+class CaptureOptions:
+    script: str
+    args: list[str] = field(default_factory=list)
+    warmup: int = 1
+    iterations: int = 3
+    out: str | None = None
+    backend: str = "auto"
+    finish: bool = False  # let the script run to its end after the capture
+    step_fn: str | None = None
+    memory: bool = True
+
+
+@dataclass(slots=True)
+class CaptureResult:
+    path: Path
+    backend: str
+    iterations: int
+    outcome: ScriptOutcome
+    notices: list[str] = field(default_factory=list)
+
+
+def default_out(script: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("daydream-traces") / f"{Path(script).stem}-{stamp}.json.gz"
+
+
+def check_options(options: CaptureOptions) -> None:
+    if not os.path.isfile(options.script):
+        raise InputError(f"{options.script}: no such script — pass the training script to run, e.g. daydream trace train.py")
+    if options.iterations < 1:
+        raise InputError(f"--iterations {options.iterations}: record at least 1 iteration")
+    if options.warmup < 0:
+        raise InputError(f"--warmup {options.warmup}: cannot skip a negative number of iterations")
+    if options.backend not in BACKENDS:
+        raise InputError(f"--backend {options.backend}: choose one of {', '.join(BACKENDS)}")
+
+
+def choose_backend(requested: str) -> tuple[str, str | None]:
+    """(backend to use, a one-line notice or None)."""
+    if requested == "torch":
+        return "torch", None
+    from daydream.trace.collect import cupti_backend
+
+    problem = cupti_backend.unavailable_reason()
+    if requested == "cupti":
+        if problem:
+            raise InputError(f"--backend cupti: {problem} — use --backend torch")
+        return "cupti", None
+    if problem:
+        return "torch", f"using torch.profiler ({problem})"
+    return "cupti", "using CUPTI (cupti-python)"
+
+
+def capture(options: CaptureOptions, status: Status | None = None) -> CaptureResult:
+    """Run the script, record `iterations` iterations after `warmup`, write the trace."""
+    check_options(options)
+    backend, notice = choose_backend(options.backend)
+    if backend == "cupti":
+        from daydream.trace.collect import cupti_backend
+
+        document, recorded, outcome = cupti_backend.record(options, status)
+    else:
+        from daydream.trace.collect import torch_backend
+
+        document, recorded, outcome = torch_backend.record(options, status)
+    if recorded < options.iterations or document is None:
+        raise CaptureError(_short_capture_message(options, recorded, outcome))
+    out = Path(options.out) if options.out else default_out(options.script)
+    write_trace_document(out, document)
+    return CaptureResult(out, backend, recorded, outcome, [notice] if notice else [])
+
+
+def _short_capture_message(options: CaptureOptions, recorded: int, outcome: ScriptOutcome) -> str:
+    wanted = options.warmup + options.iterations
+    seen = options.warmup + recorded if recorded else "fewer than " + str(options.warmup + 1)
+    if outcome.error is not None:
+        why = f"the script failed first: {type(outcome.error).__name__}: {outcome.error}"
+    else:
+        why = "the script ended first"
+    return (f"{options.script}: {why}; saw {seen} iteration(s) of the {wanted} needed "
+            f"(--warmup {options.warmup} + --iterations {options.iterations}); no trace written — "
+            "run more steps or lower --warmup/--iterations (iterations end at optimizer.step(); see --step-fn)")
+
+
+def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "collector": "daydream trace",
+        "version": __version__,
+        "backend": backend,
+        "script": os.path.abspath(options.script),
+        "args": options.args,
+        "warmup": options.warmup,
+        "iterations": options.iterations,
+        "layers": layers,
+    }
+
+
+def write_trace_document(path: Path, document: dict[str, Any]) -> None:
+    """gzip JSON, written to a temporary file and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json.gz", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
+            out.write(json.dumps(document).encode("utf-8"))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,193 @@
+"""Global hooks that mark layers, phases and iterations in an unmodified training script.
+
+Installed before the script runs; they need no change to the user's code:
+
+* every `nn.Module` forward is wrapped in a `daydream.layer::<path>` range, where
+  `<path>` is the module's dotted path in its root model (`blocks.2.attn`); a root
+  model is named by its class (`TinyTransformer`), so paths read `TinyTransformer.blocks.2.attn`;
+* a top-level module call is wrapped in `daydream.phase::forward`, `torch.autograd.backward`
+  in `daydream.phase::backward`, each optimizer step in `daydream.phase::optimizer`;
+* the end of each step of the first optimizer to step (or each return of the
+  user's `--step-fn`) is an iteration boundary, reported to `on_step`.
+
+torch is imported here only; the rest of daydream never needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from daydream.errors import InputError
+
+LAYER_PREFIX = "daydream.layer::"
+PHASE_PREFIX = "daydream.phase::"
+
+
+@dataclass
+class LayerInfo:
+    path: str
+    type: str
+    leaf: bool
+
+
+@dataclass
+class Hooks:
+    """The installed hooks; `remove()` uninstalls them all."""
+
+    on_step: Callable[[], None]
+    layers: dict[str, LayerInfo] = field(default_factory=dict)
+    _handles: list[Any] = field(default_factory=list)
+    _restore: list[Callable[[], None]] = field(default_factory=list)
+    _names: Any = None
+    _open: list[Any] = field(default_factory=list)
+    _depth: int = 0
+    _primary_optimizer: int | None = None
+    _roots: dict[str, int] = field(default_factory=dict)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for restore in reversed(self._restore):
+            restore()
+        self._handles.clear()
+        self._restore.clear()
+
+
+class RangeScope(Protocol):
+    """A named time range: entered when it opens, exited when it closes."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
+
+
+def install(on_step: Callable[[], None], step_fn: str | None = None,
+            open_range: Callable[[str], RangeScope] | None = None) -> Hooks:
+    """Install the global hooks; `on_step` is called at every iteration boundary.
+
+    `open_range(name)` makes the scope that marks a layer or phase; the default is
+    torch's `record_function` (what torch.profiler records as a user annotation).
+    """
+    import torch
+    from torch.nn.modules import module as module_hooks
+    from torch.optim import optimizer as optimizer_hooks
+
+    if open_range is None:
+        from torch.autograd.profiler import record_function
+
+        open_range = record_function
+    record_function = open_range
+    hooks = Hooks(on_step=on_step)
+    hooks._names = weakref.WeakKeyDictionary()
+
+    def name_of(module: Any) -> str:
+        known = hooks._names.get(module)
+        if known is not None:
+            return known
+        root = type(module).__name__
+        count = hooks._roots.get(root, 0) + 1
+        hooks._roots[root] = count
+        root_name = root if count == 1 else f"{root}#{count}"
+        for path, child in module.named_modules():
+            if child in hooks._names:
+                continue
+            full = f"{root_name}.{path}" if path else root_name
+            hooks._names[child] = full
+            hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()))
+        return hooks._names[module]
+
+    def before_forward(module: Any, args: Any) -> None:
+        scopes = []
+        if hooks._depth == 0:
+            scopes.append(record_function(PHASE_PREFIX + "forward"))
+        scopes.append(record_function(LAYER_PREFIX + name_of(module)))
+        for scope in scopes:
+            scope.__enter__()
+        hooks._open.append(scopes)
+        hooks._depth += 1
+
+    def after_forward(module: Any, args: Any, output: Any) -> None:
+        if not hooks._open:
+            return
+        hooks._depth -= 1
+        for scope in reversed(hooks._open.pop()):
+            scope.__exit__(None, None, None)
+
+    hooks._handles.append(module_hooks.register_module_forward_pre_hook(before_forward))
+    hooks._handles.append(module_hooks.register_module_forward_hook(after_forward, always_call=True))
+
+    optimizer_scope: list[Any] = []
+
+    def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        scope = record_function(PHASE_PREFIX + "optimizer")
+        scope.__enter__()
+        optimizer_scope.append(scope)
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if optimizer_scope:
+            optimizer_scope.pop().__exit__(None, None, None)
+        if hooks._primary_optimizer is None:
+            hooks._primary_optimizer = id(optimizer)
+        if step_fn is None and id(optimizer) == hooks._primary_optimizer:
+            hooks.on_step()
+
+    hooks._handles.append(optimizer_hooks.register_optimizer_step_pre_hook(before_step))
+    hooks._handles.append(optimizer_hooks.register_optimizer_step_post_hook(after_step))
+
+    original_backward = torch.autograd.backward
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        with record_function(PHASE_PREFIX + "backward"):
+            return original_backward(*args, **kwargs)
+
+    torch.autograd.backward = backward
+    hooks._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
+    if step_fn is not None and ":" in step_fn:
+        _wrap_step_fn(step_fn, hooks)
+    return hooks
+
+
+def watch_script_function(name: str, script: str, hooks: Hooks) -> None:
+    """Make every return of the function `name` defined in the script file an iteration boundary.
+
+    The script is not importable before it runs, so this watches returns with
+    `sys.setprofile` (slower Python calls while it is installed).
+    """
+    import os
+    import sys
+
+    script_path = os.path.realpath(script)
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        if event == "return" and frame.f_code.co_name == name and os.path.realpath(frame.f_code.co_filename) == script_path:
+            hooks.on_step()
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    hooks._restore.append(lambda: sys.setprofile(previous))
+
+
+def _wrap_step_fn(spec: str, hooks: Hooks) -> None:
+    """Make `module:function` an iteration boundary: each return ends an iteration."""
+    module_name, _, function_name = spec.partition(":")
+    if not module_name or not function_name:
+        raise InputError(f"--step-fn {spec!r}: expected module:function (or a function of the script), e.g. train:train_step")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"--step-fn {spec!r}: cannot import {module_name!r} ({exc}) — is it on the script's path?") from None
+    original = getattr(module, function_name, None)
+    if not callable(original):
+        raise InputError(f"--step-fn {spec!r}: {module_name} has no function {function_name!r}")
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        hooks.on_step()
+        return result
+
+    setattr(module, function_name, wrapped)
+    hooks._restore.append(lambda: setattr(module, function_name, original))

@@ -1,0 +1,83 @@
+"""The torch.profiler backend: CPU ops (and CUDA kernels and runtime calls on a GPU), memory events."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from daydream.trace.collect import hooks as hook_module
+from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
+
+if TYPE_CHECKING:
+    from daydream.trace.collect import CaptureOptions, Status
+
+
+def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
+    """(trace document or None, iterations recorded, how the script ended)."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from daydream.trace.collect import daydream_metadata
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    warmup, active = options.warmup, options.iterations
+    plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
+    exported: dict[str, str] = {}
+    scratch = tempfile.mkdtemp(prefix="daydream-capture-")
+
+    def ready(profiler: Any) -> None:
+        path = os.path.join(scratch, "trace.json")
+        profiler.export_chrome_trace(path)
+        exported["path"] = path
+
+    profiler = profile(activities=activities, schedule=plan, on_trace_ready=ready, record_shapes=True,
+                       profile_memory=options.memory, with_stack=False)
+    steps = 0
+    wanted = warmup + active
+
+    def on_step() -> None:
+        nonlocal steps
+        steps += 1
+        profiler.step()
+        if status:
+            if steps < warmup:
+                status(f"warming up: iteration {steps + 1} of {warmup}")
+            elif steps < wanted:
+                status(f"recording iteration {steps - warmup + 1} of {active}")
+        if steps >= wanted and "path" in exported and not options.finish:
+            raise CaptureComplete
+
+    installed = hook_module.install(on_step, options.step_fn)
+    if options.step_fn and ":" not in options.step_fn:
+        hook_module.watch_script_function(options.step_fn, options.script, installed)
+    if status:
+        status("warming up" if warmup else f"recording iteration 1 of {active}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
+        profiler.start()
+        try:
+            outcome = run_script(options.script, options.args)
+        finally:
+            installed.remove()
+            if "path" not in exported:
+                exported["incomplete"] = "1"
+            try:
+                profiler.stop()
+            except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
+                pass
+    recorded = max(0, min(steps - warmup, active))
+    if "incomplete" in exported or recorded < active:
+        return None, recorded, outcome
+    with open(exported["path"], encoding="utf-8") as handle:
+        document = json.load(handle)
+    os.remove(exported["path"])
+    os.rmdir(scratch)
+    layers = {path: {"type": info.type, "leaf": info.leaf} for path, info in installed.layers.items()}
+    document["daydream"] = daydream_metadata(options, "torch", layers)
+    return document, recorded, outcome
