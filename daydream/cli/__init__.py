@@ -14,6 +14,7 @@ import click
 from daydream import __version__
 from daydream.cli.inspect import inspect_command
 from daydream.cli.replay import replay_command
+from daydream.cli.trace import trace_command
 from daydream.errors import DaydreamError
 
 
@@ -25,6 +26,7 @@ def cli() -> None:
 
 cli.add_command(inspect_command)
 cli.add_command(replay_command)
+cli.add_command(trace_command)
 
 
 def main(argv: list[str] | None = None) -> int:

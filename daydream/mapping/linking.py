@@ -164,24 +164,36 @@ def _link_by_external_id(trace: Trace, api_rows: np.ndarray, op: np.ndarray) -> 
 
 
 def _link_by_nesting(trace: Trace, call_rows: np.ndarray, op: np.ndarray) -> None:
-    """Innermost enclosing CPU op on the same thread, for every row of `call_rows`.
+    """Innermost enclosing CPU op on the same thread, for every row of `call_rows`."""
+    enclosing = innermost_enclosing(trace, trace.indices(EventKind.CPU_OP), call_rows)
+    found = enclosing >= 0
+    op[call_rows[found]] = enclosing[found]
 
-    With rows ordered by (thread, start, longest first), the innermost op that
-    encloses a call is the nearest earlier op whose end is not before the call's
-    end; `nearest_earlier_at_least` finds it for all calls at once.
+
+def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
+    """For each query row, the innermost candidate row enclosing it on the same thread (-1 if none).
+
+    With rows ordered by (thread, start, longest first), the innermost candidate that
+    encloses a row is the nearest earlier candidate whose end is not before the row's
+    end; `nearest_earlier_at_least` finds it for all rows at once. A row never encloses itself.
     """
-    op_rows = trace.indices(EventKind.CPU_OP)
-    op_rows = op_rows[np.isin(trace.track[op_rows], np.unique(trace.track[call_rows]))]
-    rows = np.concatenate([op_rows, call_rows])
-    is_call = np.concatenate([np.zeros(op_rows.size, dtype=bool), np.ones(call_rows.size, dtype=bool)])
-    order = np.lexsort((is_call, -trace.dur_ns[rows], trace.ts_ns[rows], trace.track[rows]))
-    rows, is_call = rows[order], is_call[order]
+    result = np.full(query_rows.size, NO_VALUE, dtype=np.int64)
+    if candidate_rows.size == 0 or query_rows.size == 0:
+        return result
+    candidate_rows = candidate_rows[np.isin(trace.track[candidate_rows], np.unique(trace.track[query_rows]))]
+    rows = np.concatenate([candidate_rows, query_rows])
+    is_query = np.concatenate([np.zeros(candidate_rows.size, dtype=bool), np.ones(query_rows.size, dtype=bool)])
+    position = np.concatenate([np.full(candidate_rows.size, -1), np.arange(query_rows.size)])
+    # Ties: by row, and a row's query copy before its own candidate copy, so it is not its own answer.
+    order = np.lexsort((~is_query, rows, -trace.dur_ns[rows], trace.ts_ns[rows], trace.track[rows]))
+    rows, is_query, position = rows[order], is_query[order], position[order]
     tracks = trace.track[rows]
-    enclosing = nearest_earlier_at_least(trace.end_ns[rows], ~is_call)
+    enclosing = nearest_earlier_at_least(trace.end_ns[rows], ~is_query)
     same_thread = enclosing >= 0
     same_thread[same_thread] = tracks[enclosing[same_thread]] == tracks[same_thread]
-    linked = is_call & same_thread
-    op[rows[linked]] = rows[enclosing[linked]]
+    answered = is_query & same_thread
+    result[position[answered]] = rows[enclosing[answered]]
+    return result
 
 
 def nearest_earlier_at_least(values: np.ndarray, candidate: np.ndarray) -> np.ndarray:

@@ -109,6 +109,10 @@ def _rank_panel(rank: dict[str, Any], several: bool) -> Panel:
     parts: list[Any] = [_overview(rank), Columns(side_by_side, padding=(0, 4))]
     if rank["top_kernels"]:
         parts.append(_kernels_table(rank))
+    if rank.get("phases"):
+        parts.append(_phases_line(rank))
+    if any(layer["forward_ns"] or layer["backward_ns"] for layer in rank.get("layers", [])):
+        parts.append(_layers_table(rank))
     title = f"rank {rank['rank']}" if several or rank["rank"] is not None else "trace"
     return Panel(Group(*parts), title=title, title_align="left")
 
@@ -175,6 +179,34 @@ def _streams_table(rank: dict[str, Any]) -> Table:
         table.add_column(header, justify="right", no_wrap=True)
     for stream in rank["streams"]:
         table.add_row(str(stream["device"]), str(stream["stream"]), f"{stream['activities']:,}", format_ns(stream["busy_ns"]))
+    return table
+
+
+def _phases_line(rank: dict[str, Any]) -> Table:
+    phases, attribution = rank["phases"], rank["attribution"]
+    total = sum(phases.values()) or 1
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    basis = "GPU time" if attribution["basis"] == "gpu" else "CPU op time"
+    grid.add_row("phases", "  ".join(f"{name} {format_ns(ns)} ({ns / total:.0%})" for name, ns in phases.items())
+                 + f"  — {basis} per iteration")
+    grid.add_row("layers", f"from {attribution['source']}: {attribution['forward_layer_share']:.0%} of forward time on a layer "
+                 f"({attribution['forward_leaf_share']:.0%} on a leaf module), {attribution['backward_layer_share']:.0%} of backward")
+    return grid
+
+
+def _layers_table(rank: dict[str, Any], top: int = 15) -> Table:
+    layers = sorted(rank["layers"], key=lambda layer: -(layer["forward_ns"] + layer["backward_ns"]))
+    shown = [layer for layer in layers if layer["forward_ns"] or layer["backward_ns"]][:top]
+    total = sum(layer["forward_ns"] + layer["backward_ns"] for layer in layers) or 1
+    table = Table(title=f"layers by time per iteration (exclusive; top {len(shown)})", title_justify="left", expand=True)
+    table.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
+    for header in ("forward", "backward", "share"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for layer in shown:
+        both = layer["forward_ns"] + layer["backward_ns"]
+        table.add_row(layer["name"], format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]), f"{both / total:.1%}")
     return table
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from daydream import __version__
-from daydream.mapping import find_iterations, link
+from daydream.mapping import attribute, find_iterations, link, phase_layer_times
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
 
@@ -68,10 +68,28 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "profiler_steps": [
             {"name": it.name, "measured_ns": it.measured_ns} for it in iterations if it.source == SOURCE_PROFILER_STEP
         ],
+        **_phases_and_layers(trace, iterations),
         "streams": _streams(trace),
         "threads": _threads(trace),
         "top_kernels": _top_kernels(trace, top),
         "linking": _linking(trace),
+    }
+
+
+def _phases_and_layers(trace: Trace, iterations: list) -> dict[str, Any]:  # type: ignore[type-arg]
+    attribution = attribute(trace)
+    times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in iterations])
+    return {
+        "phases": times.phases,
+        "layers": [{"name": entry["name"], "forward_ns": entry["forward_ns"], "backward_ns": entry["backward_ns"],
+                    "leaf": entry["leaf"]} for entry in times.layers],
+        "attribution": {
+            "source": attribution.source,
+            "basis": times.basis,
+            "forward_layer_share": times.forward_layer_share,
+            "forward_leaf_share": times.forward_leaf_share,
+            "backward_layer_share": times.backward_layer_share,
+        },
     }
 
 

@@ -101,6 +101,7 @@ class _TypedFile(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
+    daydream: Any = None
 
 
 class _RawFile(msgspec.Struct):
@@ -108,6 +109,7 @@ class _RawFile(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
+    daydream: Any = None
 
 
 _CATEGORY_KIND: dict[str, EventKind] = {
@@ -127,6 +129,7 @@ _CATEGORY_KIND: dict[str, EventKind] = {
     "gpu_user_annotation": EventKind.GPU_ANNOTATION,
     "overhead": EventKind.OVERHEAD,
 }
+MODULE_SPAN_PREFIX = "nn.Module: "
 _LEGACY_CATEGORIES = {"Operator", "Runtime", "Kernel", "Memcpy", "Memset"}
 _GPU_KINDS = {
     EventKind.KERNEL,
@@ -378,6 +381,10 @@ def _classify(events: list[_Event], cats: list[str]) -> np.ndarray:
     maybe_memory = [i for i, cat in enumerate(cats) if cat == "cpu_instant_event" or cat == ""]
     memory = [i for i in maybe_memory if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
     kinds[memory] = int(EventKind.MEMORY)
+    # Module spans recorded with with_stack=True: the only python_function events kept (layer attribution).
+    python = [i for i, cat in enumerate(cats) if cat == "python_function"]
+    modules = [i for i in python if events[i].name.startswith(MODULE_SPAN_PREFIX) and events[i].ph == "X"]
+    kinds[modules] = int(EventKind.ANNOTATION)
     return kinds
 
 
@@ -571,6 +578,7 @@ def _meta(envelope: Any, source: str, event_count: int, categories: dict[str, in
     distributed = envelope.distributedInfo if envelope is not None else None
     distributed = distributed if isinstance(distributed, dict) else {}
     base = envelope.baseTimeNanoseconds if envelope is not None else None
+    collector = envelope.daydream if envelope is not None and isinstance(envelope.daydream, dict) else {}
     features = _features(categories, isinstance(base, int))
     return TraceMeta(
         source=source,
@@ -584,6 +592,7 @@ def _meta(envelope: Any, source: str, event_count: int, categories: dict[str, in
         categories=categories,
         skipped=skipped,
         distributed=distributed,
+        collector=collector,
     )
 
 

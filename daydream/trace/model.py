@@ -115,6 +115,7 @@ class TraceMeta:
     categories: dict[str, int] = field(default_factory=dict)  # cat -> count, as listed in the file
     skipped: dict[str, int] = field(default_factory=dict)  # malformed events skipped, by reason
     distributed: dict[str, Any] = field(default_factory=dict)  # distributedInfo, as recorded
+    collector: dict[str, Any] = field(default_factory=dict)  # the `daydream` block of traces daydream recorded
 
     @property
     def skipped_total(self) -> int:

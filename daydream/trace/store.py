@@ -23,7 +23,7 @@ import numpy as np
 from daydream.trace.model import GpuInfo, Trace, TraceMeta, Track, TrackKind
 
 #: Bump whenever the normalized model or what readers put in it changes.
-STORE_VERSION = 1
+STORE_VERSION = 2
 
 
 def cache_dir() -> Path:

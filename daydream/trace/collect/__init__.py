@@ -75,9 +75,12 @@ def choose_backend(requested: str) -> tuple[str, str | None]:
     """(backend to use, a one-line notice or None)."""
     if requested == "torch":
         return "torch", None
-    from daydream.trace.collect import cupti_backend
-
-    problem = cupti_backend.unavailable_reason()
+    try:
+        from daydream.trace.collect import cupti_backend
+    except ImportError as exc:  # pragma: no cover - the backend module ships with daydream
+        problem: str | None = f"the CUPTI backend cannot load ({exc})"
+    else:
+        problem = cupti_backend.unavailable_reason()
     if requested == "cupti":
         if problem:
             raise InputError(f"--backend cupti: {problem} — use --backend torch")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from daydream.trace.collect import hooks as hook_module
@@ -13,6 +16,20 @@ from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_sc
 
 if TYPE_CHECKING:
     from daydream.trace.collect import CaptureOptions, Status
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence what the profiler's C++ side prints on stderr when it starts and stops."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
@@ -60,17 +77,19 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         status("warming up" if warmup else f"recording iteration 1 of {active}")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
-        profiler.start()
+        with _quiet_stderr():
+            profiler.start()
         try:
             outcome = run_script(options.script, options.args)
         finally:
             installed.remove()
             if "path" not in exported:
                 exported["incomplete"] = "1"
-            try:
-                profiler.stop()
-            except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
-                pass
+            with _quiet_stderr():
+                try:
+                    profiler.stop()
+                except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
+                    pass
     recorded = max(0, min(steps - warmup, active))
     if "incomplete" in exported or recorded < active:
         return None, recorded, outcome

@@ -1,0 +1,253 @@
+"""Layer and phase of every event: which model layer it belongs to, and whether it is
+forward, backward, optimizer or other work.
+
+What the trace has decides how (`Attribution.source` says which):
+
+* traces `daydream trace` recorded carry `daydream.layer::<module path>` and
+  `daydream.phase::<phase>` ranges;
+* traces recorded with `with_stack=True` carry `nn.Module: <name>` spans;
+* many carry `## forward ##` / `## backward ##` / `## optimizer ##` annotations, and
+  PyTorch's own `Optimizer.step#...` / `Optimizer.zero_grad#...` annotations;
+* backward work runs inside `autograd::engine::evaluate_function: XBackward0` ops whose
+  autograd sequence number is that of the forward op that made the node: backward
+  work is attributed to the layer of that forward op.
+
+A host event takes the innermost phase range and the innermost layer range around it;
+GPU work takes those of the API call that launched it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from daydream.mapping.linking import Links, innermost_enclosing, link
+from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace
+from daydream.trace.kineto import MODULE_SPAN_PREFIX
+
+PHASES = ("forward", "backward", "optimizer", "other")
+FORWARD, BACKWARD, OPTIMIZER, OTHER = range(4)
+LAYER_PREFIX = "daydream.layer::"
+PHASE_PREFIX = "daydream.phase::"
+AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
+_PHASE_ANNOTATIONS = {
+    "## forward ##": FORWARD,
+    "## backward ##": BACKWARD,
+    "## optimizer ##": OPTIMIZER,
+}
+
+
+@dataclass(slots=True)
+class Attribution:
+    """Per event: `phase` (index into PHASES; -1 for events that are not work) and `layer`
+    (index into `layers`; -1 for none)."""
+
+    phase: np.ndarray
+    layer: np.ndarray
+    layers: list[str]
+    leaf: np.ndarray  # per layer: a module with no child module
+    source: str
+
+
+def attribute(trace: Trace, links: Links | None = None) -> Attribution:
+    """Layer and phase of every CPU op, API call and GPU activity of `trace`."""
+    links = links if links is not None else link(trace)
+    names = trace.strings
+    annotations = trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
+    label = trace.name[annotations]
+    layer_name = np.array([_layer_name(s) for s in names], dtype=object)
+    phase_code = np.array([_phase_of_name(s) for s in names], dtype=np.int8)
+    layer_rows = annotations[np.array([layer_name[i] is not None for i in label.tolist()], dtype=bool)]
+    phase_rows = annotations[phase_code[label] >= 0]
+    engine_rows = trace.indices(EventKind.CPU_OP)
+    engine_rows = engine_rows[np.array([names[i].startswith(AUTOGRAD_ENGINE_PREFIX) for i in trace.name[engine_rows]], dtype=bool)]
+
+    work = trace.indices(EventKind.CPU_OP, *API_KINDS)
+    phase = np.full(len(trace), NO_VALUE, dtype=np.int8)
+    layer = np.full(len(trace), NO_VALUE, dtype=np.int32)
+    layers, layer_ids = _layer_ids(trace, layer_rows, layer_name)
+
+    enclosing_phase = innermost_enclosing(trace, np.concatenate([phase_rows, engine_rows]), work)
+    phase[work] = OTHER
+    has = enclosing_phase >= 0
+    codes = np.where(np.isin(enclosing_phase[has], engine_rows), BACKWARD, phase_code[trace.name[enclosing_phase[has]]])
+    phase[work[has]] = codes
+    # The engine op itself is backward work too.
+    phase[engine_rows] = BACKWARD
+
+    enclosing_layer = innermost_enclosing(trace, layer_rows, work)
+    has = enclosing_layer >= 0
+    layer[work[has]] = layer_ids[enclosing_layer[has]]
+    _backward_layers(trace, work, engine_rows, enclosing_layer, layer, layer_ids)
+
+    # Module work that no phase annotation claims is forward work (inference, or a training
+    # trace recorded without phase annotations); backward work was claimed by its engine op.
+    unclaimed = work[(phase[work] == OTHER) & (layer[work] >= 0)]
+    phase[unclaimed] = FORWARD
+
+    gpu = trace.indices(*GPU_ACTIVITY_KINDS)
+    launched = links.launch[gpu]
+    ok = launched >= 0
+    phase[gpu] = OTHER
+    phase[gpu[ok]] = phase[launched[ok]]
+    layer[gpu[ok]] = layer[launched[ok]]
+    leaf = _leaves(trace, layers, layer_rows, layer_ids)
+    source = _source(layer_rows, names, trace, phase_rows, engine_rows)
+    return Attribution(phase=phase, layer=layer, layers=layers, leaf=leaf, source=source)
+
+
+def _layer_name(name: str) -> str | None:
+    if name.startswith(LAYER_PREFIX):
+        return name[len(LAYER_PREFIX):]
+    if name.startswith(MODULE_SPAN_PREFIX):
+        return name[len(MODULE_SPAN_PREFIX):]
+    return None
+
+
+def _phase_of_name(name: str) -> int:
+    if name.startswith(PHASE_PREFIX):
+        return PHASES.index(name[len(PHASE_PREFIX):]) if name[len(PHASE_PREFIX):] in PHASES else OTHER
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
+        return OPTIMIZER
+    return _PHASE_ANNOTATIONS.get(name, NO_VALUE)
+
+
+def _layer_ids(trace: Trace, layer_rows: np.ndarray, layer_name: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Layer names in order of first appearance, and the layer id of each layer-span row."""
+    ids = np.full(len(trace), NO_VALUE, dtype=np.int32)
+    index: dict[str, int] = {}
+    for row in layer_rows.tolist():
+        name = layer_name[int(trace.name[row])]
+        ids[row] = index.setdefault(name, len(index))
+    return list(index), ids
+
+
+def _backward_layers(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, enclosing_layer: np.ndarray,
+                     layer: np.ndarray, layer_ids: np.ndarray) -> None:
+    """Backward work takes the layer of the forward op with the same autograd sequence number."""
+    if engine_rows.size == 0:
+        return
+    sequence = trace.sequence
+    forward_ops = trace.indices(EventKind.CPU_OP)
+    forward_ops = forward_ops[(sequence[forward_ops] != NO_VALUE) & (layer[forward_ops] >= 0)]
+    forward_ops = forward_ops[~np.isin(forward_ops, engine_rows)]
+    # The first forward op with a sequence number is the one that recorded the autograd node.
+    if forward_ops.size == 0:
+        return
+    order = np.lexsort((trace.ts_ns[forward_ops], sequence[forward_ops]))
+    forward_ops = forward_ops[order]
+    first = np.r_[True, sequence[forward_ops][1:] != sequence[forward_ops][:-1]]
+    forward_ops = forward_ops[first]
+    keys = sequence[forward_ops]
+    wanted = sequence[engine_rows]
+    position = np.searchsorted(keys, wanted)
+    found = (position < keys.size) & (wanted != NO_VALUE)
+    found[found] = keys[position[found]] == wanted[found]
+    engine_layer = np.full(engine_rows.size, NO_VALUE, dtype=np.int32)
+    engine_layer[found] = layer[forward_ops[position[found]]]
+    layer[engine_rows] = engine_layer
+    # Work inside an engine op takes its layer unless a layer range nested inside that op
+    # (e.g. recomputation under activation checkpointing) encloses it more tightly.
+    enclosing_engine = innermost_enclosing(trace, engine_rows, work)
+    inside = enclosing_engine >= 0
+    engine_start = np.full(work.size, np.iinfo(np.int64).min)
+    engine_start[inside] = trace.ts_ns[enclosing_engine[inside]]
+    span_start = np.where(enclosing_layer >= 0, trace.ts_ns[np.maximum(enclosing_layer, 0)], np.iinfo(np.int64).min)
+    use_engine = inside & (span_start < engine_start)
+    engine_index = np.searchsorted(engine_rows, enclosing_engine[use_engine])
+    layer[work[use_engine]] = engine_layer[engine_index]
+
+
+def _leaves(trace: Trace, layers: list[str], layer_rows: np.ndarray, layer_ids: np.ndarray) -> np.ndarray:
+    """Leaf modules: from the recorder's module table when there is one, else layers with no layer inside."""
+    recorded = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
+    if isinstance(recorded, dict) and recorded:
+        return np.array([bool(recorded.get(name, {}).get("leaf", True)) for name in layers], dtype=bool)
+    leaf = np.ones(len(layers), dtype=bool)
+    parents = innermost_enclosing(trace, layer_rows, layer_rows)
+    has = parents >= 0
+    leaf[np.unique(layer_ids[parents[has]])] = False
+    return leaf
+
+
+def _source(layer_rows: np.ndarray, names: list[str], trace: Trace, phase_rows: np.ndarray, engine_rows: np.ndarray) -> str:
+    if layer_rows.size:
+        first = names[int(trace.name[layer_rows[0]])]
+        return "daydream markers" if first.startswith(LAYER_PREFIX) else "nn.Module spans"
+    if phase_rows.size or engine_rows.size:
+        return "phase annotations only"
+    return "none"
+
+
+@dataclass(slots=True)
+class PhaseLayerTimes:
+    """Mean time per iteration, ns, by phase and by layer (exclusive: a layer's own work only)."""
+
+    basis: str  # "gpu": GPU activity time; "cpu": CPU op self time (CPU-only traces)
+    phases: dict[str, int]
+    layers: list[dict[str, object]]
+    forward_layer_share: float  # of forward time, the share attributed to some layer
+    forward_leaf_share: float  # ... to a leaf module
+    backward_layer_share: float
+
+
+def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: list[tuple[int, int]],
+                      links: Links | None = None) -> PhaseLayerTimes:
+    """Where an iteration's work goes, by phase and by layer, averaged over `iteration_spans` (ns)."""
+    links = links if links is not None else link(trace)
+    rows, weights, when, basis = _work_and_weights(trace, links)
+    count = max(len(iteration_spans), 1)
+    inside = np.zeros(rows.size, dtype=bool)
+    for start, end in iteration_spans:
+        inside |= (when >= start) & (when < end)
+    rows, weights = rows[inside], weights[inside]
+    phase = attribution.phase[rows].astype(np.int64)
+    valid = phase >= 0
+    per_phase = np.bincount(phase[valid], weights=weights[valid], minlength=len(PHASES))
+    layer = attribution.layer[rows].astype(np.int64)
+    layers = []
+    forward_per_layer = _per_layer(layer, weights, phase == FORWARD, len(attribution.layers))
+    backward_per_layer = _per_layer(layer, weights, phase == BACKWARD, len(attribution.layers))
+    for index, name in enumerate(attribution.layers):
+        layers.append({"name": name, "leaf": bool(attribution.leaf[index]),
+                       "forward_ns": int(forward_per_layer[index] / count), "backward_ns": int(backward_per_layer[index] / count)})
+    forward = phase == FORWARD
+    backward = phase == BACKWARD
+    leaf_layer = np.zeros(rows.size, dtype=bool)
+    has_layer = layer >= 0
+    leaf_layer[has_layer] = attribution.leaf[layer[has_layer]]
+    return PhaseLayerTimes(
+        basis=basis,
+        phases={name: int(per_phase[i] / count) for i, name in enumerate(PHASES)},
+        layers=layers,
+        forward_layer_share=_share(weights, forward, has_layer),
+        forward_leaf_share=_share(weights, forward, leaf_layer),
+        backward_layer_share=_share(weights, backward, has_layer),
+    )
+
+
+def _work_and_weights(trace: Trace, links: Links) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(rows, time of each, host time that places it in an iteration, basis)."""
+    gpu = trace.indices(*GPU_ACTIVITY_KINDS)
+    if gpu.size:
+        launched = links.launch[gpu]
+        when = np.where(launched >= 0, trace.ts_ns[np.maximum(launched, 0)], trace.ts_ns[gpu])
+        return gpu, trace.dur_ns[gpu].astype(np.float64), when, "gpu"
+    ops = trace.indices(EventKind.CPU_OP)
+    parent = innermost_enclosing(trace, ops, ops)
+    children = np.zeros(len(trace), dtype=np.float64)
+    has = parent >= 0
+    np.add.at(children, parent[has], trace.dur_ns[ops[has]])
+    own = np.maximum(trace.dur_ns[ops] - children[ops], 0).astype(np.float64)
+    return ops, own, trace.ts_ns[ops], "cpu"
+
+
+def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: int) -> np.ndarray:
+    chosen = mask & (layer >= 0)
+    return np.bincount(layer[chosen], weights=weights[chosen], minlength=count) if count else np.zeros(0)
+
+
+def _share(weights: np.ndarray, population: np.ndarray, attributed: np.ndarray) -> float:
+    total = float(weights[population].sum())
+    return float(weights[population & attributed].sum()) / total if total else 0.0
