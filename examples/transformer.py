@@ -12,18 +12,30 @@ import torch
 from torch import nn
 
 
+class CausalAttention(nn.Module):
+    """Multi-head softmax(q k^T / sqrt(d)) v with a causal mask, from packed q, k, v."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, qkv: torch.Tensor) -> torch.Tensor:
+        batch, length, packed = qkv.shape
+        width = packed // 3
+        q, k, v = qkv.view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(batch, length, width)
+
+
 class Attention(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
         self.qkv = nn.Linear(width, 3 * width)
+        self.core = CausalAttention(heads)
         self.proj = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, width = x.shape
-        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
-        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(batch, length, width))
+        return self.proj(self.core(self.qkv(x)))
 
 
 class MLP(nn.Module):
@@ -51,7 +63,7 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = 1000, width: int = 128, heads: int = 4, depth: int = 2, context: int = 64) -> None:
+    def __init__(self, vocab: int = 1000, width: int = 256, heads: int = 4, depth: int = 2, context: int = 64) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.position = nn.Embedding(context, width)

@@ -32,7 +32,7 @@ cli.add_command(trace_command)
 def main(argv: list[str] | None = None) -> int:
     """Run the daydream CLI with `argv` (default: sys.argv[1:]) and return the exit code."""
     try:
-        cli.main(args=argv, prog_name="daydream", standalone_mode=False)
+        returned = cli.main(args=argv, prog_name="daydream", standalone_mode=False)
     except DaydreamError as exc:
         return _fail(str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:
@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DAYDREAM_DEBUG"):
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
-    return 0
+    # Without standalone mode, click hands back the code of a command that exited early.
+    return returned if isinstance(returned, int) else 0
 
 
 def _fail(message: str, code: int) -> int:

@@ -77,10 +77,10 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     from torch.optim import optimizer as optimizer_hooks
 
     if open_range is None:
-        from torch.autograd.profiler import record_function
+        from torch.autograd.profiler import record_function as torch_range
 
-        open_range = record_function
-    record_function = open_range
+        open_range = torch_range
+    record_function: Callable[[str], RangeScope] = open_range
     hooks = Hooks(on_step=on_step)
     hooks._names = weakref.WeakKeyDictionary()
 

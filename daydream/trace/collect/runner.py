@@ -69,7 +69,7 @@ def run_script(script: str, args: list[str], on_start: Callable[[], None] | None
 
 def _script_traceback(exc: BaseException, script: str) -> str:
     """The traceback from the script's first frame on (daydream's own frames left out)."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = list(traceback.extract_tb(exc.__traceback__))
     script_path = os.path.realpath(script)
     for index, frame in enumerate(frames):
         if os.path.realpath(frame.filename) == script_path:

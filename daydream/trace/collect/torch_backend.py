@@ -53,15 +53,18 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         profiler.export_chrome_trace(path)
         exported["path"] = path
 
-    profiler = profile(activities=activities, schedule=plan, on_trace_ready=ready, record_shapes=True,
-                       profile_memory=options.memory, with_stack=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
+        profiler = profile(activities=activities, schedule=plan, on_trace_ready=ready, record_shapes=True,
+                           profile_memory=options.memory, with_stack=False)
     steps = 0
     wanted = warmup + active
 
     def on_step() -> None:
         nonlocal steps
         steps += 1
-        profiler.step()
+        with _quiet_stderr():
+            profiler.step()
         if status:
             if steps < warmup:
                 status(f"warming up: iteration {steps + 1} of {warmup}")

@@ -1,0 +1,174 @@
+"""`daydream trace` on real training scripts, run on the CPU with the torch.profiler backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from daydream.mapping import attribute, find_iterations, phase_layer_times
+from daydream.simulate import replay_trace
+from daydream.trace import read_job
+from tests.builders import load_raw
+from tests.conftest import REPO
+
+if os.environ.get("CI") == "true":
+    import torch  # noqa: F401  (in CI the test extras install torch; its absence is a failure)
+else:
+    pytest.importorskip("torch")
+
+EXAMPLES = ["mlp", "cnn", "transformer"]
+
+
+def _trace(tmp_path: Path, script: Path, *options: str, script_args: tuple[str, ...] = ()) -> tuple[int, Path]:
+    out = tmp_path / f"{script.stem}.json.gz"
+    code = main(["trace", "--backend", "torch", "-o", str(out), *options, str(script), "--", *script_args])
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def example_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("examples")
+    traces = {}
+    for name in EXAMPLES:
+        code, out = _trace(folder, REPO / "examples" / f"{name}.py", "--warmup", "2", "--iterations", "3",
+                           script_args=("--steps", "8"))
+        assert code == 0, name
+        traces[name] = out
+    return traces
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_captures_exactly_the_wanted_iterations(example_traces: dict[str, Path], name: str) -> None:
+    raw = load_raw(example_traces[name])
+    steps = [e["name"] for e in raw["traceEvents"] if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert raw["daydream"]["backend"] == "torch" and raw["daydream"]["iterations"] == 3
+    trace = read_job(example_traces[name], cache=False).traces[0]
+    assert [it.name for it in find_iterations(trace)] == steps
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_layers_and_phases_are_attributed(example_traces: dict[str, Path], name: str) -> None:
+    trace = read_job(example_traces[name], cache=False).traces[0]
+    attribution = attribute(trace)
+    iterations = find_iterations(trace)
+    times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in iterations])
+    assert attribution.source == "daydream markers"
+    assert times.forward_leaf_share >= 0.95, times
+    # Not all backward work has a forward op to follow: gradient accumulation into parameters
+    # (AccumulateGrad) and the backward of functional code outside any module stay unattributed.
+    assert times.backward_layer_share >= 0.75, times
+    assert times.phases["optimizer"] > 0 and times.phases["forward"] > 0 and times.phases["backward"] > 0
+    forward = {layer["name"] for layer in times.layers if layer["forward_ns"] > 0}
+    backward = {layer["name"] for layer in times.layers if layer["backward_ns"] > 0}
+    assert backward and backward <= forward
+    # Every module with weights has backward work (its weight gradient) on itself.
+    recorded = load_raw(example_traces[name])["daydream"]["layers"]
+    weighted = {path for path, info in recorded.items() if info["type"] in ("Linear", "Conv2d")}
+    assert weighted <= backward
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_replay_of_a_recorded_trace_is_within_three_percent(example_traces: dict[str, Path], name: str) -> None:
+    replay = replay_trace(read_job(example_traces[name], cache=False).traces[0])
+    assert len(replay.iterations) == 3
+    for iteration in replay.iterations:
+        assert iteration.error <= 0.03, (name, iteration.name, iteration.simulated_ns, iteration.measured_ns)
+
+
+def test_inspect_json_reports_phases_and_layers(example_traces: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--json", str(example_traces["transformer"])]) == 0
+    rank = json.loads(capsys.readouterr().out)["ranks"][0]
+    assert set(rank["phases"]) == {"forward", "backward", "optimizer", "other"}
+    names = [layer["name"] for layer in rank["layers"]]
+    assert "TinyTransformer.blocks.1.attn.qkv" in names and "TinyTransformer.head" in names
+    assert all({"name", "forward_ns", "backward_ns"} <= layer.keys() for layer in rank["layers"])
+
+
+TRAINING_LOOP = """
+import sys
+import torch
+from torch import nn
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+steps = int(sys.argv[1])
+for step in range(steps):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    {after_step}
+open(sys.argv[2], "w").write("finished")
+"""
+
+
+def _script(tmp_path: Path, after_step: str = "pass") -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(TRAINING_LOOP.format(after_step=after_step)))
+    return script
+
+
+def test_script_that_crashes_after_capture_leaves_a_readable_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = _script(tmp_path, after_step="if step == 4: raise RuntimeError('diverged at step 4')")
+    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "2", "--finish",
+                       script_args=("10", str(tmp_path / "done")))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "RuntimeError: diverged at step 4" in err and "train.py" in err
+    assert "daydream/" not in err.split("Traceback", 1)[-1].split("RuntimeError")[0]  # the script's frames only
+    trace = read_job(out, cache=False).traces[0]
+    assert [it.name for it in find_iterations(trace)] == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert not (tmp_path / "done").exists()
+
+
+def test_script_is_stopped_after_capture_by_default(tmp_path: Path) -> None:
+    code, out = _trace(tmp_path, _script(tmp_path), "--warmup", "1", "--iterations", "2",
+                       script_args=("50", str(tmp_path / "done")))
+    assert code == 0 and out.exists()
+    assert not (tmp_path / "done").exists()
+
+
+def test_finish_lets_the_script_run_to_its_end(tmp_path: Path) -> None:
+    code, out = _trace(tmp_path, _script(tmp_path), "--warmup", "0", "--iterations", "2", "--finish",
+                       script_args=("6", str(tmp_path / "done")))
+    assert code == 0 and out.exists()
+    assert (tmp_path / "done").read_text() == "finished"
+
+
+def test_script_ending_too_early_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _trace(tmp_path, _script(tmp_path), "--warmup", "2", "--iterations", "3",
+                       script_args=("3", str(tmp_path / "done")))
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "saw 3 iteration(s) of the 5 needed" in err
+    assert len([line for line in err.splitlines() if line.startswith("daydream: error")]) == 1
+
+
+def test_step_function_marks_iterations_without_an_optimizer(tmp_path: Path) -> None:
+    script = tmp_path / "manual.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        weight = torch.randn(8, 8, requires_grad=True)
+        def train_step():
+            loss = (torch.randn(4, 8) @ weight).pow(2).mean()
+            loss.backward()
+            with torch.no_grad():
+                weight.sub_(0.01 * weight.grad)
+                weight.grad = None
+        for _ in range(6):
+            train_step()
+    """))
+    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "3", "--step-fn", "train_step")
+    assert code == 0
+    trace = read_job(out, cache=False).traces[0]
+    assert len(find_iterations(trace)) == 3
+
+
+def test_missing_script_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["trace", str(tmp_path / "nope.py")])
+    assert code == 2 and "no such script" in capsys.readouterr().err
