@@ -44,7 +44,9 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
     warmup, active = options.warmup, options.iterations
-    plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")  # no profiler warmup with --warmup 0: asked for
+        plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
     exported: dict[str, str] = {}
     scratch = tempfile.mkdtemp(prefix="daydream-capture-")
 
