@@ -8,6 +8,7 @@ classes, so the fakes cannot drift from what CUPTI delivers.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from types import SimpleNamespace
@@ -220,17 +221,18 @@ def test_unknown_and_malformed_records_are_skipped_and_counted() -> None:
         "unknown kind 12": 1,
     }
     assert document["daydream"]["cupti"]["events"]["kernel"] == 2
-    assert len(read(document)) == len(records) + len(spans) - 4  # external correlations and the event record are folded in
+    assert len(read(document)) == 15  # 16 records + 2 spans; the 2 external correlations and the event record fold in
 
 
 def test_runtime_names_lose_cuptis_version_suffix() -> None:
-    namer = cb.api_namer(SimpleNamespace(
-        RuntimeApiTraceCbid=[SimpleNamespace(name="cudaLaunchKernel_v7000", __int__=None)],
-        DriverApiTraceCbid=[],
-    )) if False else None  # the real enums are checked below; here only the fallback
-    assert namer is None
-    assert cb.cbid_label(K.RUNTIME, 999) == "runtime API cbid 999"
-    assert cb.cbid_label(K.DRIVER, 999) == "driver API cbid 999"
+    runtime = enum.IntEnum("RuntimeApiTraceCbid", {"cudaLaunchKernel_v7000": 211, "cudaLaunchKernel_ptsz_v7000": 214})
+    driver = enum.IntEnum("DriverApiTraceCbid", {"cuMemcpyHtoD_v2": 175})
+    name = cb.api_namer(SimpleNamespace(RuntimeApiTraceCbid=runtime, DriverApiTraceCbid=driver))
+    assert name(K.RUNTIME, 211) == "cudaLaunchKernel"
+    assert name(K.RUNTIME, 214) == "cudaLaunchKernel_ptsz"
+    assert name(K.DRIVER, 175) == "cuMemcpyHtoD_v2"  # a driver symbol's own _v2 stays
+    assert name(K.RUNTIME, 999) == "runtime API cbid 999"
+    assert name(K.DRIVER, 999) == "driver API cbid 999"
 
 
 def test_kernel_names_are_demangled_like_kineto() -> None:
