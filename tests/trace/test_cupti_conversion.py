@@ -27,7 +27,7 @@ from daydream.trace.model import Trace
 K = cb.ActivityKind
 BASE = 1_712_000_000_123_456_789  # CUPTI timestamps are ns since the epoch
 PID, TID = 4242, 4243
-API_NAMES = {
+API_NAMES: dict[tuple[int, int], str] = {
     (K.RUNTIME, 211): "cudaLaunchKernel",
     (K.RUNTIME, 41): "cudaMemcpyAsync",
     (K.RUNTIME, 51): "cudaMemsetAsync",
@@ -213,21 +213,23 @@ def test_unknown_and_malformed_records_are_skipped_and_counted() -> None:
     broken = SimpleNamespace(kind=int(K.CONCURRENT_KERNEL), start=BASE + 5, end=BASE + 6)  # attributes missing
     blocked = api(14, 10, 2_950, 2_951)  # cudaGetLastError: Kineto leaves it out
     untimed = api(15, 211, -BASE, -BASE)  # start = end = 0: CUPTI could not time it
-    document = cb.convert([marker, *records, broken, blocked, untimed], spans, meta())
+    unreadable = SimpleNamespace(kind=-1)  # what the buffer callback keeps of a record it could not copy
+    document = cb.convert([marker, *records, broken, blocked, untimed, unreadable], spans, meta())
     assert document["daydream"]["cupti"]["skipped"] == {
         "malformed concurrent_kernel record": 1,
         "runtime call Kineto leaves out": 1,
         "runtime record without timestamps": 1,
         "unknown kind 12": 1,
+        "unreadable record": 1,
     }
     assert document["daydream"]["cupti"]["events"]["kernel"] == 2
     assert len(read(document)) == 15  # 16 records + 2 spans; the 2 external correlations and the event record fold in
 
 
 def test_runtime_names_lose_cuptis_version_suffix() -> None:
-    runtime = enum.IntEnum("RuntimeApiTraceCbid", {"cudaLaunchKernel_v7000": 211, "cudaLaunchKernel_ptsz_v7000": 214})
-    driver = enum.IntEnum("DriverApiTraceCbid", {"cuMemcpyHtoD_v2": 175})
-    name = cb.api_namer(SimpleNamespace(RuntimeApiTraceCbid=runtime, DriverApiTraceCbid=driver))
+    RuntimeApiTraceCbid = enum.IntEnum("RuntimeApiTraceCbid", {"cudaLaunchKernel_v7000": 211, "cudaLaunchKernel_ptsz_v7000": 214})
+    DriverApiTraceCbid = enum.IntEnum("DriverApiTraceCbid", {"cuMemcpyHtoD_v2": 175})
+    name = cb.api_namer(SimpleNamespace(RuntimeApiTraceCbid=RuntimeApiTraceCbid, DriverApiTraceCbid=DriverApiTraceCbid))
     assert name(K.RUNTIME, 211) == "cudaLaunchKernel"
     assert name(K.RUNTIME, 214) == "cudaLaunchKernel_ptsz"
     assert name(K.DRIVER, 175) == "cuMemcpyHtoD_v2"  # a driver symbol's own _v2 stays
@@ -395,16 +397,18 @@ def test_api_names_come_from_cuptis_callback_id_enums(cupti: Any) -> None:
     assert name(K.RUNTIME, 10**6) == "runtime API cbid 1000000"
 
 
+def filled(record: Any, **values: Any) -> Any:
+    for attr, value in values.items():
+        setattr(record, attr, value)
+    return record
+
+
 def test_real_records_snapshot_and_convert(cupti: Any) -> None:
-    launch = cupti.ActivityAPI()
-    for attr, value in dict(kind=int(K.RUNTIME), cbid=211, correlation_id=7, start=BASE + 10, end=BASE + 20,
-                            process_id=PID, thread_id=TID).items():
-        setattr(launch, attr, value)
-    work = cupti.ActivityKernel11()
-    for attr, value in dict(kind=int(K.CONCURRENT_KERNEL), name="_Z3fooi", start=BASE + 30, end=BASE + 90, device_id=0,
-                            context_id=1, stream_id=7, correlation_id=7, grid_x=1, grid_y=1, grid_z=1, block_x=32,
-                            block_y=1, block_z=1, registers_per_thread=8).items():
-        setattr(work, attr, value)
+    launch = filled(cupti.ActivityAPI(), kind=int(K.RUNTIME), cbid=211, correlation_id=7, start=BASE + 10,
+                    end=BASE + 20, process_id=PID, thread_id=TID)
+    work = filled(cupti.ActivityKernel11(), kind=int(K.CONCURRENT_KERNEL), name="_Z3fooi", start=BASE + 30, end=BASE + 90,
+                  device_id=0, context_id=1, stream_id=7, correlation_id=7, grid_x=1, grid_y=1, grid_z=1, block_x=32,
+                  block_y=1, block_z=1, registers_per_thread=8)
     records = [cb.snapshot(launch), cb.snapshot(work)]
     trace = read(cb.convert(records, [], cb.CaptureMeta(PID, api_name=cb.api_namer(cupti), kernel_name=cb.demangle)))
     assert link(trace).launch[row(trace, "foo(int)")] == row(trace, "cudaLaunchKernel")

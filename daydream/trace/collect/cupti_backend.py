@@ -24,13 +24,15 @@ cupti-python is importable):
 * `from cupti import cupti`; `cupti.activity_register_callbacks(requested, completed)`
   where `requested()` returns `(buffer size in bytes, max records or 0)` and
   `completed(activities)` gets a list of record objects (the samples shipped with
-  cupti-python 13.4.0, `cupti_common.py`). The objects wrap CUPTI's buffer, so they are
-  copied into plain namespaces (`snapshot`) inside the callback.
+  cupti-python 13.4.0, `cupti_common.py`). The objects can point into CUPTI's buffer
+  (`ptr`, `from_ptr`), so they are copied into plain namespaces (`snapshot`) inside the
+  callback.
 * `cupti.activity_enable(kind)`, `cupti.activity_disable(kind)`,
-  `cupti.activity_flush_all(flag)` (1 = forced), `cupti.get_timestamp()` (ns),
-  `cupti.activity_push_external_correlation_id(kind, id)`,
+  `cupti.activity_flush_all(flag)` (1 = forced; CUPTI documents cuptiActivityFlushAll as
+  blocking: the completed callback has run when it returns), `cupti.get_timestamp()`
+  (ns), `cupti.activity_push_external_correlation_id(kind, id)`,
   `cupti.activity_pop_external_correlation_id(kind)`, `cupti.set_thread_id_type(type)`.
-  Without a CUDA driver every one of these raises
+  Without a CUDA driver, enable, disable, get_timestamp and push raise
   `cupti._internal.utils.NotSupportedError` (a `RuntimeError`) "CUDA driver is not found".
 * `cupti.ActivityKind`: MEMCPY 1, MEMSET 2, KERNEL 3, DRIVER 4, RUNTIME 5,
   CONCURRENT_KERNEL 10, MEMCPY2 22, CUDA_EVENT 36, SYNCHRONIZATION 38,
@@ -58,6 +60,12 @@ runtime calls cudaGetDevice, cudaSetDevice, cudaGetLastError, cudaEventCreate,
 cudaEventCreateWithFlags and cudaEventDestroy are left out; memcpy names read
 "Memcpy HtoD (Pageable -> Device)", memset names "Memset (Device)"; a kernel's shared
 memory is static + dynamic; kernel names are demangled.
+
+Limits: CUPTI keeps external correlation ids per host thread, so work launched on
+another thread than the range's (autograd runs the backward of CUDA tensors on its own
+device threads) has no `External id`; ProfilerStep#N spans carry an id but push none,
+because iteration boundaries need not nest with the layer ranges on CUPTI's stack. Only
+the current device is synchronized before the last flush.
 """
 
 from __future__ import annotations
@@ -623,7 +631,9 @@ def _convert_record(record: Any, correlations: _Correlations, meta: CaptureMeta,
     kind = getattr(record, "kind", NO_VALUE)
     converter = _CONVERTERS.get(kind)
     if converter is None:
-        if kind not in (ActivityKind.EXTERNAL_CORRELATION, ActivityKind.CUDA_EVENT):
+        if kind == NO_VALUE:
+            skipped["unreadable record"] += 1
+        elif kind not in (ActivityKind.EXTERNAL_CORRELATION, ActivityKind.CUDA_EVENT):
             skipped[f"unknown kind {kind}"] += 1
         return None
     label = ActivityKind(kind).name.lower()
