@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import textwrap
 from pathlib import Path
 
@@ -35,8 +36,8 @@ def example_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("examples")
     traces = {}
     for name in EXAMPLES:
-        code, out = _trace(folder, REPO / "examples" / f"{name}.py", "--warmup", "2", "--iterations", "3",
-                           script_args=("--steps", "8"))
+        code, out = _trace(folder, REPO / "examples" / f"{name}.py", "--warmup", "2", "--iterations", "5",
+                           script_args=("--steps", "10"))
         assert code == 0, name
         traces[name] = out
     return traces
@@ -46,8 +47,8 @@ def example_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_captures_exactly_the_wanted_iterations(example_traces: dict[str, Path], name: str) -> None:
     raw = load_raw(example_traces[name])
     steps = [e["name"] for e in raw["traceEvents"] if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
-    assert steps == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
-    assert raw["daydream"]["backend"] == "torch" and raw["daydream"]["iterations"] == 3
+    assert steps == [f"ProfilerStep#{n}" for n in range(2, 7)]
+    assert raw["daydream"]["backend"] == "torch" and raw["daydream"]["iterations"] == 5
     trace = read_job(example_traces[name], cache=False).traces[0]
     assert [it.name for it in find_iterations(trace)] == steps
 
@@ -56,13 +57,15 @@ def test_captures_exactly_the_wanted_iterations(example_traces: dict[str, Path],
 def test_layers_and_phases_are_attributed(example_traces: dict[str, Path], name: str) -> None:
     trace = read_job(example_traces[name], cache=False).traces[0]
     attribution = attribute(trace)
-    iterations = find_iterations(trace)
-    times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in iterations])
     assert attribution.source == "daydream markers"
-    assert times.forward_leaf_share >= 0.95, times
+    # Per iteration, and the median over iterations: CPU time on a shared machine is noisy, and
+    # one op descheduled for 100 ms must not decide the share.
+    per_iteration = [phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns)]) for it in find_iterations(trace)]
+    assert statistics.median(t.forward_leaf_share for t in per_iteration) >= 0.95
     # Not all backward work has a forward op to follow: gradient accumulation into parameters
     # (AccumulateGrad) and the backward of functional code outside any module stay unattributed.
-    assert times.backward_layer_share >= 0.75, times
+    assert statistics.median(t.backward_layer_share for t in per_iteration) >= 0.75
+    times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in find_iterations(trace)])
     assert times.phases["optimizer"] > 0 and times.phases["forward"] > 0 and times.phases["backward"] > 0
     forward = {layer["name"] for layer in times.layers if layer["forward_ns"] > 0}
     backward = {layer["name"] for layer in times.layers if layer["backward_ns"] > 0}
@@ -76,7 +79,7 @@ def test_layers_and_phases_are_attributed(example_traces: dict[str, Path], name:
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_replay_of_a_recorded_trace_is_within_three_percent(example_traces: dict[str, Path], name: str) -> None:
     replay = replay_trace(read_job(example_traces[name], cache=False).traces[0])
-    assert len(replay.iterations) == 3
+    assert len(replay.iterations) == 5
     for iteration in replay.iterations:
         assert iteration.error <= 0.03, (name, iteration.name, iteration.simulated_ns, iteration.measured_ns)
 
