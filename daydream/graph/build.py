@@ -40,7 +40,7 @@ from daydream.graph.model import (
     TaskKind,
     empty_columns,
 )
-from daydream.mapping import Links, find_iterations, link
+from daydream.mapping import Links, attribute, find_iterations, link
 from daydream.mapping.linking import nearest_earlier_at_least
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace, TrackKind
 
@@ -112,10 +112,14 @@ class _Builder:
         tasks["duration_ns"] = trace.dur_ns[rows]
         tasks["pinned_start_ns"][:] = NOT_PINNED
         tasks["iteration"][:] = -1
+        attribution = attribute(trace, self.links)
+        tasks["layer"] = attribution.layer[rows]
+        tasks["phase"] = attribution.phase[rows]
         host_kind = np.where(np.isin(trace.kind[host_rows], [int(k) for k in API_KINDS]), TaskKind.HOST_CALL, TaskKind.HOST_OP)
         gpu_kind = np.array([_GPU_TASK_KIND[EventKind(int(k))] for k in trace.kind[gpu_rows]], dtype=np.int8)
         tasks["kind"] = np.concatenate([host_kind.astype(np.int8), gpu_kind])
-        self.graph = Graph(tasks=tasks, edges=empty_columns(EDGE_COLUMNS), resources=self.resources, strings=list(self.names))
+        self.graph = Graph(tasks=tasks, edges=empty_columns(EDGE_COLUMNS), resources=self.resources, strings=list(self.names),
+                           layers=list(attribution.layers))
         self.task_of_event = np.full(len(trace), -1, dtype=np.int64)
         self.task_of_event[rows] = np.arange(rows.size)
         self.host_tasks = np.arange(host_rows.size)
@@ -444,6 +448,8 @@ class _Builder:
             duration_ns=0,
             measured_start_ns=call_end,
             measured_end_ns=call_end,
+            layer=tasks["layer"][calls],
+            phase=tasks["phase"][calls],
         )
         completion = np.concatenate([completion, np.full(ids.size, -1, dtype=np.int64)])
         completion[calls] = ids

@@ -84,6 +84,9 @@ TASK_COLUMNS: dict[str, Any] = {
     "measured_start_ns": np.int64,
     "measured_end_ns": np.int64,
     "iteration": np.int32,  # -1 outside every iteration
+    "layer": np.int32,  # index into Graph.layers, -1 for none
+    "phase": np.int8,  # index into daydream.mapping.PHASES (forward, backward, optimizer, other), -1 for none
+    "priority": np.int64,  # for queue policies that order by priority (lower first)
 }
 
 EDGE_COLUMNS: dict[str, Any] = {
@@ -111,6 +114,8 @@ class Graph:
     notes: list[str] = field(default_factory=list)  # what the builder could not derive, for people
     #: Per iteration: (marker task at its start, marker task at its end).
     iteration_markers: list[tuple[int, int]] = field(default_factory=list)
+    #: Layer names (module paths) that `tasks["layer"]` indexes.
+    layers: list[str] = field(default_factory=list)
 
     @property
     def task_count(self) -> int:
@@ -119,6 +124,19 @@ class Graph:
     @property
     def edge_count(self) -> int:
         return int(self.edges["src"].shape[0])
+
+    def copy(self) -> Graph:
+        """An independent copy (arrays and lists copied), for what-ifs that must keep the original."""
+        return Graph(
+            tasks={k: v.copy() for k, v in self.tasks.items()},
+            edges={k: v.copy() for k, v in self.edges.items()},
+            resources=list(self.resources),
+            strings=list(self.strings),
+            calibration=dict(self.calibration),
+            notes=list(self.notes),
+            iteration_markers=list(self.iteration_markers),
+            layers=list(self.layers),
+        )
 
     def task_name(self, task: int) -> str:
         return self.strings[int(self.tasks["name"][task])]
@@ -133,7 +151,7 @@ class Graph:
         """Append tasks (columns not given take defaults); returns their ids."""
         count = max(int(np.size(values)) for values in columns.values())
         defaults = {"event": -1, "name": 0, "gap_ns": 0, "pinned_start_ns": NOT_PINNED, "iteration": -1,
-                    "measured_start_ns": 0, "measured_end_ns": 0}
+                    "measured_start_ns": 0, "measured_end_ns": 0, "layer": -1, "phase": -1, "priority": 0}
         first = self.task_count
         for name, dtype in TASK_COLUMNS.items():
             values = columns.get(name, defaults.get(name))

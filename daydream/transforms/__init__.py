@@ -1,0 +1,32 @@
+"""Stage 4, transforms: rewrite a graph the way an optimization would change execution.
+
+Primitives (`select`, `insert`, `remove`, `scale`, `reschedule`) are plain functions
+over a `Graph`; optimizations are named pipelines of them in `OPTIMIZATIONS`, each
+with a `describe()` that states its model; custom ones come from YAML files.
+"""
+
+from daydream.transforms.optimizations import ALIASES, OPTIMIZATIONS, Context, Optimization, apply_spec, parse_spec
+from daydream.transforms.pipeline import Pipeline, apply_pipeline, load_pipeline
+from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, PRIMITIVES, insert, remove, reschedule, scale, select, unpin
+
+__all__ = [
+    "ALIASES",
+    "GPU_WORK",
+    "HOST_WORK",
+    "KERNELS",
+    "OPTIMIZATIONS",
+    "PRIMITIVES",
+    "Context",
+    "Optimization",
+    "Pipeline",
+    "apply_pipeline",
+    "apply_spec",
+    "insert",
+    "load_pipeline",
+    "parse_spec",
+    "remove",
+    "reschedule",
+    "scale",
+    "select",
+    "unpin",
+]

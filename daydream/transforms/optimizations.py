@@ -1,0 +1,476 @@
+"""The what-if library: named, parameterized optimizations written with the primitives.
+
+Each `Optimization` states its model in `describe()`: which tasks it touches, by what
+factor, and where the factor comes from. `apply(graph, params, context)` changes the
+graph in place and returns notes for people (what it did, with numbers).
+
+    spec = parse_spec("batch-size:factor=2")
+    notes = apply_spec(graph, spec, Context(device=find_device("V100")))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR, Device
+from daydream.errors import InputError
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.mapping import PHASES
+from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select
+
+COMPUTE_BOUND = re.compile(
+    r"gemm|cutlass|conv|winograd|implicit_?gemm|xmma|nvjet|cublas|dgrad|wgrad|fprop|matmul|_mma|scudnn", re.IGNORECASE
+)
+TENSOR_CORE = re.compile(r"tensorop|s1688|s884|h884|h1688|16816|tf32|xmma|nvjet|hmma|wgmma", re.IGNORECASE)
+ELEMENTWISE = re.compile(r"elementwise|pointwise|vectorized_|unrolled_|distribution_", re.IGNORECASE)
+MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
+NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
+LAUNCH_CALL = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|cudaLaunchCooperativeKernel)")
+
+#: Host cost of one autocast-inserted cast: about one launch, measured per trace (median launch call).
+#: A cast of a weight to fp16 reads 4 and writes 2 bytes per element: half an fp32 elementwise pass.
+CAST_COST_OF_ELEMENTWISE = 0.5
+
+
+@dataclass(slots=True, frozen=True)
+class Context:
+    """What an optimization may consult besides the graph."""
+
+    device: Device | None = None
+    device_name: str | None = None
+
+
+Apply = Callable[[Graph, dict[str, Any], Context], list[str]]
+
+
+@dataclass(slots=True, frozen=True)
+class Parameter:
+    type: type
+    default: Any
+    help: str
+
+
+@dataclass(slots=True, frozen=True)
+class Optimization:
+    name: str
+    summary: str
+    model: str  # the model, in words: which tasks, what factor, where the factor comes from
+    apply: Apply
+    parameters: dict[str, Parameter] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        params = ", ".join(f"{k}={p.default!r} ({p.help})" for k, p in self.parameters.items())
+        return f"{self.name}: {self.summary}\n  model: {self.model}" + (f"\n  parameters: {params}" if params else "")
+
+
+OPTIMIZATIONS: dict[str, Optimization] = {}
+ALIASES = {"fused-adam": "fused-optimizer"}
+
+
+def register(optimization: Optimization) -> Optimization:
+    OPTIMIZATIONS[optimization.name] = optimization
+    return optimization
+
+
+def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
+    """'name:key=value,key=value' -> (canonical name, typed parameters with defaults filled in)."""
+    name, _, rest = text.partition(":")
+    name = ALIASES.get(name.strip(), name.strip())
+    if name not in OPTIMIZATIONS:
+        raise InputError(f"--opt {text}: unknown optimization {name!r} — see daydream whatif --list")
+    optimization = OPTIMIZATIONS[name]
+    params = {key: p.default for key, p in optimization.parameters.items()}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in optimization.parameters:
+            known = ", ".join(optimization.parameters) or "none"
+            raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: {known})")
+        params[key] = _convert(text, key, value, optimization.parameters[key].type)
+    return name, params
+
+
+def _convert(spec: str, key: str, value: str, kind: type) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise InputError(f"--opt {spec}: {key}={value!r} is not a {kind.__name__}") from None
+
+
+def apply_spec(graph: Graph, spec: tuple[str, dict[str, Any]], context: Context) -> list[str]:
+    name, params = spec
+    return OPTIMIZATIONS[name].apply(graph, params, context)
+
+
+def _has_gpu(graph: Graph) -> bool:
+    return bool(np.isin(graph.tasks["kind"], [int(k) for k in GPU_WORK]).any())
+
+
+def _names(graph: Graph, ids: np.ndarray) -> list[str]:
+    return [graph.strings[int(i)] for i in graph.tasks["name"][ids]]
+
+
+def _matching(graph: Graph, ids: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
+    by_string = np.array([bool(pattern.search(s)) for s in graph.strings], dtype=bool)
+    return ids[by_string[graph.tasks["name"][ids]]]
+
+
+def _launchers(graph: Graph, kernels: np.ndarray) -> np.ndarray:
+    """The launch calls of the given GPU tasks."""
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    mine = np.isin(graph.edges["dst"][launch], kernels)
+    return np.unique(graph.edges["src"][launch][mine])
+
+
+def _low_percentile(values: np.ndarray, q: float = 10) -> int:
+    return int(np.percentile(values, q)) if values.size else 0
+
+
+# --------------------------------------------------------------------------- amp
+
+
+def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    if not _has_gpu(graph):
+        return ["amp: the trace has no GPU work; mixed precision is modelled on GPU kernels only, nothing changed"]
+    device = context.device
+    kernels = select(graph, kind=KERNELS)
+    compute = _matching(graph, kernels, COMPUTE_BOUND)
+    memory = np.setdiff1d(kernels, compute)
+    tensor_core = _matching(graph, compute, TENSOR_CORE)
+    simt = np.setdiff1d(compute, tensor_core)
+    if params["compute"] > 0:
+        simt_factor = core_factor = float(params["compute"])
+        source = "--opt amp:compute="
+    elif device is not None:
+        simt_factor, core_factor = device.amp_compute_factor_from_fp32, device.amp_compute_factor_from_tf32
+        source = f"the device table ({device.name})"
+    else:
+        simt_factor = core_factor = FALLBACK_COMPUTE_FACTOR
+        source = "Daydream's published constant (GPU not in the device table)"
+    memory_factor = float(params["memory"]) if params["memory"] > 0 else FALLBACK_MEMORY_FACTOR
+    forward_compute = compute[graph.tasks["phase"][compute] == PHASES.index("forward")]
+    elementwise = _matching(graph, kernels, ELEMENTWISE)
+    cast_ns = int(np.median(graph.tasks["duration_ns"][elementwise]) * CAST_COST_OF_ELEMENTWISE) if elementwise.size else 0
+    launch_calls = _launchers(graph, forward_compute)
+    launch_ns = int(np.median(graph.tasks["duration_ns"][launch_calls])) if launch_calls.size else 0
+    scale(graph, simt, factor=1 / simt_factor)
+    scale(graph, tensor_core, factor=1 / core_factor)
+    scale(graph, memory, factor=1 / memory_factor)
+    # autocast casts each weight before its GEMM/conv: a cast kernel on the stream, and its launch on the host.
+    graph.tasks["duration_ns"][forward_compute] += cast_ns
+    graph.tasks["gap_ns"][launch_calls] += launch_ns
+    return [
+        f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} tf32 tensor-core kernels "
+        f"÷{core_factor:.2f} (from {source}); {memory.size} memory-bound kernels ÷{memory_factor:g}; "
+        f"{forward_compute.size} casts of {cast_ns} ns and their launches ({launch_ns} ns of host time each) added",
+    ]
+
+
+register(Optimization(
+    "amp", "automatic mixed precision (fp16/bf16 autocast)",
+    "GEMM/convolution kernels sped up by the device's fp16 tensor-core peak over the fp32 (or tf32 for kernels already "
+    "on tensor cores) peak, from the device table (÷3 when the GPU is unknown); all other kernels ÷2 (half the bytes); "
+    "each forward GEMM/conv gets a weight cast (half an elementwise kernel) and its launch on the host; CPU unchanged",
+    _amp,
+    {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)"),
+     "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)")},
+))
+
+
+# --------------------------------------------------------------------------- fused optimizer
+
+
+def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    optimizer = PHASES.index("optimizer")
+    gpu = _has_gpu(graph)
+    kinds = KERNELS if gpu else (TaskKind.HOST_OP,)
+    work = select(graph, kind=kinds)
+    work = work[graph.tasks["phase"][work] == optimizer]
+    work = np.setdiff1d(work, _matching(graph, work, MULTI_TENSOR))
+    if work.size == 0:
+        return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?); nothing changed"]
+    keep_per_iteration = max(1, int(params["kernels"]))
+    fixed = _low_percentile(graph.tasks["duration_ns"][work])
+    removed: list[np.ndarray] = []
+    kept_total = 0
+    for iteration in np.unique(graph.tasks["iteration"][work]).tolist():
+        mine = work[graph.tasks["iteration"][work] == iteration]
+        mine = mine[np.argsort(graph.tasks["measured_start_ns"][mine], kind="stable")]
+        keep = mine[:keep_per_iteration]
+        total = int(graph.tasks["duration_ns"][mine].sum())
+        # The same bytes move through fewer, larger kernels: each removed one takes its fixed cost with it.
+        fused = max(total - fixed * (mine.size - keep.size), fixed * keep.size)
+        graph.tasks["duration_ns"][keep] = fused // keep.size
+        removed.append(mine[keep.size:])
+        kept_total += keep.size
+    gone = np.concatenate(removed) if removed else np.zeros(0, dtype=np.int64)
+    calls = _launchers(graph, gone) if gpu else np.zeros(0, dtype=np.int64)
+    calls = np.setdiff1d(calls, _launchers(graph, np.setdiff1d(work, gone)))
+    remove(graph, np.concatenate([gone, calls]))
+    unit = "kernels" if gpu else "CPU ops"
+    return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} became {kept_total} multi-tensor ones "
+            f"(fixed cost {fixed} ns each removed, from the trace's 10th-percentile optimizer {unit[:-1]}); "
+            f"{calls.size} launches and the CPU work between them removed"]
+
+
+register(Optimization(
+    "fused-optimizer", "a fused / multi-tensor optimizer step (e.g. Adam(fused=True) or foreach)",
+    "per-parameter optimizer kernels (CPU ops on a CPU trace) and their launches replaced by `kernels` multi-tensor "
+    "ones per iteration, whose time follows the bytes moved: the removed ones' total minus, for each removed one, the "
+    "fixed cost of a near-empty one (10th percentile of the optimizer's kernels in this trace); the CPU work between "
+    "the removed launches goes too",
+    _fused_optimizer,
+    {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration")},
+))
+
+
+# --------------------------------------------------------------------------- CUDA graphs
+
+
+def _cuda_graphs(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    if not _has_gpu(graph):
+        return ["cuda-graphs: the trace has no GPU work; nothing changed"]
+    phases = [p.strip() for p in str(params["phases"]).split("+") if p.strip()]
+    calls = select(graph, kind=TaskKind.HOST_CALL, phase=phases)
+    calls = _matching(graph, calls, LAUNCH_CALL)
+    keep = []
+    for iteration in np.unique(graph.tasks["iteration"][calls]).tolist():
+        mine = calls[graph.tasks["iteration"][calls] == iteration]
+        keep.append(mine[np.argmin(graph.tasks["measured_start_ns"][mine])])
+    kept = np.array(keep, dtype=np.int64)
+    gone = np.setdiff1d(calls, kept)
+    remove(graph, gone)
+    return [f"cuda-graphs: {gone.size} kernel launches in {'+'.join(phases)} and the CPU work before them removed; "
+            f"one graph launch per iteration kept; GPU work unchanged"]
+
+
+register(Optimization(
+    "cuda-graphs", "capture the training step in CUDA graphs",
+    "kernel launch calls of the captured phases removed with the CPU work before them (a graph replay runs no Python "
+    "and no dispatcher); one launch per iteration stays as the graph launch; every kernel keeps its time and order",
+    _cuda_graphs,
+    {"phases": Parameter(str, "forward+backward+optimizer", "captured phases, joined by +")},
+))
+
+
+# --------------------------------------------------------------------------- elementwise fusion
+
+
+def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    if not _has_gpu(graph):
+        return ["fuse-elementwise: the trace has no GPU kernels; nothing changed"]
+    kernels = select(graph, kind=KERNELS)
+    elementwise = np.zeros(graph.task_count, dtype=bool)
+    elementwise[_matching(graph, kernels, ELEMENTWISE)] = True
+    saving = float(params["saving"])
+    removed, chains = [], 0
+    for resource in np.unique(graph.tasks["resource"][kernels]).tolist():
+        mine = kernels[graph.tasks["resource"][kernels] == resource]
+        mine = mine[np.argsort(graph.tasks["measured_start_ns"][mine], kind="stable")]
+        chain: list[int] = []
+        for task in [*mine.tolist(), -1]:
+            same_layer = chain and task >= 0 and graph.tasks["layer"][task] == graph.tasks["layer"][chain[0]] >= 0
+            if task >= 0 and elementwise[task] and (not chain or same_layer):
+                chain.append(task)
+                continue
+            if len(chain) > 1:
+                durations = graph.tasks["duration_ns"][chain]
+                graph.tasks["duration_ns"][chain[0]] = int(durations.max() + (1 - saving) * (durations.sum() - durations.max()))
+                removed.extend(chain[1:])
+                chains += 1
+            chain = [task] if task >= 0 and elementwise[task] else []
+    gone = np.array(removed, dtype=np.int64)
+    calls = _launchers(graph, gone)
+    remove(graph, np.concatenate([gone, calls]))
+    return [f"fuse-elementwise: {chains} chains of elementwise kernels fused ({gone.size} kernels and launches removed)"]
+
+
+register(Optimization(
+    "fuse-elementwise", "fuse chains of elementwise kernels inside each layer, as a compiler would",
+    "consecutive elementwise kernels of one layer on one stream become one kernel lasting as long as the longest plus "
+    "(1 - saving) of the others (the intermediate tensors are no longer written and read back); the other kernels and "
+    "their launches are removed",
+    _fuse_elementwise,
+    {"saving": Parameter(float, 0.8, "share of the non-longest kernels' time the fusion saves")},
+))
+
+
+# --------------------------------------------------------------------------- batch size
+
+
+def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    factor = float(params["factor"])
+    if factor <= 0:
+        raise InputError(f"--opt batch-size:factor={factor:g}: the factor must be positive")
+    gpu = _has_gpu(graph)
+    kinds = GPU_WORK if gpu else (TaskKind.HOST_OP,)
+    work = select(graph, kind=kinds, phase=["forward", "backward", "other"])
+    work = np.setdiff1d(work, _matching(graph, work, NOT_BATCH_PROPORTIONAL))
+    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]  # gradients do not grow with the batch
+    durations = graph.tasks["duration_ns"][work]
+    fixed = _low_percentile(durations, float(params["fixed_percentile"]))
+    fixed_part = np.minimum(durations, fixed)
+    graph.tasks["duration_ns"][work] = np.rint(fixed_part + (durations - fixed_part) * factor).astype(np.int64)
+    unit = "GPU tasks" if gpu else "CPU ops"
+    return [f"batch-size: {work.size} batch-proportional {unit} rescaled ×{factor:g} above a fixed cost of {fixed} ns "
+            f"each (the {params['fixed_percentile']:g}th-percentile duration); optimizer, gradient accumulation, "
+            "collectives and host overhead kept"]
+
+
+register(Optimization(
+    "batch-size", "change the batch size by a factor",
+    "forward, backward and data work (GPU tasks; CPU ops on a CPU trace) scale as fixed + (t - fixed) * factor, where "
+    "the fixed cost is a low percentile of the trace's task durations: small kernels do not scale linearly; optimizer, "
+    "per-parameter work (AccumulateGrad, zeroing), collectives, launches and host gaps are kept",
+    _batch_size,
+    {"factor": Parameter(float, 2.0, "new batch size / old batch size"),
+     "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost")},
+))
+
+
+# --------------------------------------------------------------------------- activation checkpointing
+
+
+def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    pattern = re.compile(str(params["layers"]))
+    targets = [i for i, name in enumerate(graph.layers) if pattern.search(name)]
+    if not targets:
+        raise InputError(f"--opt checkpoint:layers={params['layers']}: no layer matches; "
+                         "see the layers in daydream inspect")
+    # A checkpointed layer's forward includes its children's.
+    member = np.zeros(len(graph.layers) + 1, dtype=np.int64) - 1
+    for target in targets:
+        prefix = graph.layers[target]
+        for i, name in enumerate(graph.layers):
+            if (name == prefix or name.startswith(prefix + ".")) and member[i] < 0:
+                member[i] = target
+    layer_of = member[graph.tasks["layer"]]  # -1 index hits the trailing -1
+    forward, backward = PHASES.index("forward"), PHASES.index("backward")
+    recomputed = 0
+    for iteration in np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0]).tolist():
+        for target in targets:
+            in_layer = (layer_of == target) & (graph.tasks["iteration"] == iteration)
+            forward_tasks = np.flatnonzero(in_layer & (graph.tasks["phase"] == forward))
+            backward_tasks = np.flatnonzero(in_layer & (graph.tasks["phase"] == backward))
+            if forward_tasks.size and backward_tasks.size:
+                recomputed += _recompute_before(graph, forward_tasks, backward_tasks)
+    return [f"checkpoint: the forward work of {len(targets)} layer(s) matching {params['layers']!r} recomputed before "
+            f"their backward ({recomputed} tasks per run added)"]
+
+
+def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray) -> int:
+    """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task."""
+    tasks = graph.tasks
+    host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
+    host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
+    if host.size == 0:
+        return 0
+    backward_host = backward_tasks[np.isin(tasks["kind"][backward_tasks], [int(k) for k in HOST_WORK])]
+    if backward_host.size == 0:
+        return 0
+    first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
+    copies = graph.add_tasks(**{column: values[host] for column, values in tasks.items()})
+    graph.tasks["pinned_start_ns"][copies] = np.iinfo(np.int64).min
+    graph.tasks["phase"][copies] = PHASES.index("backward")
+    _splice_host(graph, copies, first_backward)
+    gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
+    return int(copies.size + gpu_copies)
+
+
+def _splice_host(graph: Graph, chain: np.ndarray, before: int) -> None:
+    """Put `chain` in host program order right before `before`: pred -> chain... -> before."""
+    edges = graph.edges
+    into = np.flatnonzero((edges["dst"] == before) & (edges["kind"] == DepKind.HOST_ORDER))
+    predecessors = edges["src"][into].tolist()
+    keep = np.ones(graph.edge_count, dtype=bool)
+    keep[into] = False
+    graph.edges = {c: v[keep] for c, v in edges.items()}
+    graph.add_edges(predecessors, [int(chain[0])] * len(predecessors), DepKind.HOST_ORDER)
+    graph.add_edges(chain[:-1], chain[1:], DepKind.HOST_ORDER)
+    graph.add_edges([int(chain[-1])], [before], DepKind.HOST_ORDER)
+
+
+def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray, backward_tasks: np.ndarray) -> int:
+    """Copy the GPU work the original calls launched, and queue it before the layer's first backward GPU work."""
+    edges = graph.edges
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    launched = launch[np.isin(edges["src"][launch], calls)]
+    if launched.size == 0:
+        return 0
+    kernels = edges["dst"][launched]
+    copy_of_call = dict(zip(calls.tolist(), call_copies.tolist()))
+    latency = edges["latency_ns"][launched]
+    order = np.argsort(graph.tasks["measured_start_ns"][kernels], kind="stable")
+    kernels, sources, latency = kernels[order], edges["src"][launched][order], latency[order]
+    kernel_copies = graph.add_tasks(**{column: values[kernels] for column, values in graph.tasks.items()})
+    graph.tasks["pinned_start_ns"][kernel_copies] = np.iinfo(np.int64).min
+    graph.add_edges([copy_of_call[int(s)] for s in sources], kernel_copies, DepKind.LAUNCH, latency_ns=latency, from_start=True)
+    gap = int(graph.calibration.get("kernel_gap_ns", 0))
+    graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
+    backward_gpu = backward_tasks[np.isin(graph.tasks["kind"][backward_tasks], [int(k) for k in GPU_WORK])]
+    if backward_gpu.size:
+        first = int(backward_gpu[np.argmin(graph.tasks["measured_start_ns"][backward_gpu])])
+        graph.add_edges([int(kernel_copies[-1])], [first], DepKind.STREAM_ORDER, latency_ns=gap)
+    return int(kernel_copies.size)
+
+
+register(Optimization(
+    "checkpoint", "activation checkpointing of the matching layers",
+    "for each iteration and each matching layer, its forward work (host tasks and the GPU work they launch, children "
+    "included) runs again right before the layer's first backward task; everything else unchanged (the memory it "
+    "saves is reported by the memory what-if)",
+    _checkpoint,
+    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},
+))
+
+
+# --------------------------------------------------------------------------- host and GPU speed
+
+
+def _faster_host(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    factor = float(params["factor"])
+    if factor <= 0:
+        raise InputError(f"--opt faster-host:factor={factor:g}: the factor must be positive")
+    host = select(graph, kind=(*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER))
+    scale(graph, host, factor=1 / factor, gaps=True)
+    return [f"faster-host: {host.size} host tasks and the CPU time between them ÷{factor:g}"]
+
+
+def _no_host_overhead(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    host = select(graph, kind=(*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER))
+    scale(graph, host, factor=0.0, gaps=True)
+    return [f"no-host-overhead: {host.size} host tasks and the CPU time between them set to zero"]
+
+
+register(Optimization(
+    "faster-host", "a faster host (CPU, Python, framework)",
+    "every host call and CPU op, and the CPU time between them, ÷factor; GPU work and waits unchanged",
+    _faster_host, {"factor": Parameter(float, 2.0, "host speed-up")},
+))
+register(Optimization(
+    "no-host-overhead", "an infinitely fast host: is the step launch-bound?",
+    "every host call and CPU op, and the CPU time between them, take no time; GPU work and waits unchanged",
+    _no_host_overhead,
+))
+
+
+def _faster_gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    factor = float(params["factor"])
+    if factor <= 0:
+        raise InputError(f"--opt faster-gpu:factor={factor:g}: the factor must be positive")
+    work = select(graph, kind=GPU_WORK, name=params["kernels"] or None)
+    scale(graph, work, factor=1 / factor)
+    what = f"matching {params['kernels']!r}" if params["kernels"] else "(all)"
+    return [f"faster-gpu: {work.size} GPU tasks {what} ÷{factor:g}"]
+
+
+register(Optimization(
+    "faster-gpu", "a faster (factor > 1) or slower (factor < 1) GPU, or faster matching kernels",
+    "GPU kernels, copies and memsets (or only those whose name matches `kernels`) ÷factor; host unchanged",
+    _faster_gpu,
+    {"factor": Parameter(float, 2.0, "GPU speed-up"), "kernels": Parameter(str, "", "regular expression over kernel names")},
+))

@@ -1,0 +1,101 @@
+"""Custom optimizations from YAML: a list of primitive steps a user can read, reorder and write.
+
+    version: 1
+    name: faster-gemm
+    description: GEMM kernels 1.5x faster (a better BLAS)
+    steps:
+      - select: {kind: kernel, name: "gemm|cutlass"}
+        scale: {factor: 0.667}
+
+Each step selects tasks (`kind`, `name`, `layer`, `phase`, `iteration` as for
+`select`) and applies one action: `scale: {factor, gaps}`, `remove: {keep_gaps}`,
+`unpin: {}` or `reschedule: {resource, priority}`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import yaml
+
+from daydream.errors import InputError
+from daydream.graph import Graph, TaskKind
+from daydream.transforms.primitives import remove, reschedule, scale, select, unpin
+
+SUPPORTED_VERSIONS = (1,)
+_ACTIONS = ("scale", "remove", "unpin", "reschedule")
+_SELECT_KEYS = ("kind", "name", "layer", "phase", "iteration")
+
+
+@dataclass(slots=True, frozen=True)
+class Pipeline:
+    version: int
+    name: str
+    description: str
+    steps: tuple[dict[str, Any], ...]
+    source: str
+
+
+def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
+    """Read and check a YAML optimization; errors name the file and the step."""
+    source = str(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except OSError as exc:
+        raise InputError(f"{source}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{source}: expected a mapping with version, name and steps")
+    version = document.get("version")
+    if version not in SUPPORTED_VERSIONS:
+        raise InputError(f"{source}: version {version!r} is not supported (use version: 1)")
+    steps = document.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise InputError(f"{source}: 'steps' must be a non-empty list")
+    for number, step in enumerate(steps, start=1):
+        _check_step(source, number, step)
+    return Pipeline(int(version), str(document.get("name") or os.path.basename(source)),
+                    str(document.get("description") or ""), tuple(steps), source)
+
+
+def _check_step(source: str, number: int, step: Any) -> None:
+    where = f"{source}: step {number}"
+    if not isinstance(step, dict):
+        raise InputError(f"{where}: expected a mapping with 'select' and one action")
+    actions = [key for key in step if key in _ACTIONS]
+    unknown = [key for key in step if key not in (*_ACTIONS, "select")]
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r} (expected select and one of {', '.join(_ACTIONS)})")
+    if len(actions) != 1:
+        raise InputError(f"{where}: needs exactly one action of {', '.join(_ACTIONS)}")
+    selector = step.get("select") or {}
+    if not isinstance(selector, dict) or any(key not in _SELECT_KEYS for key in selector):
+        raise InputError(f"{where}: 'select' takes {', '.join(_SELECT_KEYS)}")
+    kind = selector.get("kind")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    for name in kinds:
+        if str(name).upper() not in TaskKind.__members__:
+            raise InputError(f"{where}: unknown kind {name!r} (kinds: {', '.join(k.lower() for k in TaskKind.__members__)})")
+
+
+def apply_pipeline(graph: Graph, pipeline: Pipeline) -> list[str]:
+    notes = []
+    for number, step in enumerate(pipeline.steps, start=1):
+        selector = dict(step.get("select") or {})
+        if "kind" in selector:
+            kinds = selector["kind"] if isinstance(selector["kind"], list) else [selector["kind"]]
+            selector["kind"] = [TaskKind[str(k).upper()] for k in kinds]
+        try:
+            chosen = select(graph, **selector)
+            action = next(key for key in step if key in _ACTIONS)
+            arguments = step[action] or {}
+            {"scale": scale, "remove": remove, "unpin": unpin, "reschedule": reschedule}[action](graph, chosen, **arguments)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{pipeline.source}: step {number}: {exc}") from None
+        notes.append(f"{pipeline.name} step {number}: {action} on {np.asarray(chosen).size} tasks")
+    return notes

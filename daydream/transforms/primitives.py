@@ -1,0 +1,203 @@
+"""The five primitives every optimization is written with: select, insert, remove, scale, reschedule.
+
+Each is a plain function over a `Graph`. They change the graph in place and return
+it, so that steps chain; take `graph.copy()` first to keep the original.
+
+    gemms = select(graph, kind=KERNELS, name=r"gemm|conv")
+    scale(graph, gemms, factor=1 / 3)           # three times faster
+    remove(graph, select(graph, name="cudaLaunchKernel", phase="optimizer"))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import EDGE_COLUMNS, NOT_PINNED
+from daydream.graph.order import topological_order
+from daydream.mapping import PHASES
+
+KERNELS = (TaskKind.KERNEL,)
+GPU_WORK = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
+HOST_WORK = (TaskKind.HOST_CALL, TaskKind.HOST_OP)
+
+
+def select(
+    graph: Graph,
+    kind: TaskKind | Iterable[TaskKind] | None = None,
+    name: str | None = None,
+    layer: str | None = None,
+    phase: str | Iterable[str] | None = None,
+    iteration: int | Iterable[int] | None = None,
+    resource: int | Iterable[int] | None = None,
+    predicate: Callable[[Graph, np.ndarray], np.ndarray] | None = None,
+    within: np.ndarray | None = None,
+) -> np.ndarray:
+    """Task ids matching every criterion given.
+
+    `name` and `layer` are regular expressions searched in the task's name and layer
+    path; `phase` is one of forward, backward, optimizer, other; `predicate(graph, ids)`
+    returns a boolean mask over `ids`; `within` restricts the search to those ids.
+    """
+    tasks = graph.tasks
+    ids = np.arange(graph.task_count) if within is None else np.asarray(within, dtype=np.int64)
+    keep = np.ones(ids.size, dtype=bool)
+    if kind is not None:
+        kinds = [int(kind)] if isinstance(kind, TaskKind) else [int(k) for k in kind]
+        keep &= np.isin(tasks["kind"][ids], kinds)
+    if name is not None:
+        pattern = _compile(name, "name")
+        matches = np.array([bool(pattern.search(s)) for s in graph.strings], dtype=bool)
+        keep &= matches[tasks["name"][ids]]
+    if layer is not None:
+        pattern = _compile(layer, "layer")
+        matches = np.array([bool(pattern.search(s)) for s in graph.layers] + [False], dtype=bool)
+        keep &= matches[tasks["layer"][ids]]  # -1 indexes the trailing False
+    if phase is not None:
+        wanted = [phase] if isinstance(phase, str) else list(phase)
+        unknown = [p for p in wanted if p not in PHASES]
+        if unknown:
+            raise ValueError(f"unknown phase {unknown[0]!r} (choose from {', '.join(PHASES)})")
+        keep &= np.isin(tasks["phase"][ids], [PHASES.index(p) for p in wanted])
+    if iteration is not None:
+        keep &= np.isin(tasks["iteration"][ids], [iteration] if isinstance(iteration, int) else list(iteration))
+    if resource is not None:
+        keep &= np.isin(tasks["resource"][ids], [resource] if isinstance(resource, int) else list(resource))
+    if predicate is not None:
+        keep &= np.asarray(predicate(graph, ids), dtype=bool)
+    return ids[keep]
+
+
+def _compile(pattern: str, what: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{what} pattern {pattern!r} is not a regular expression ({exc})") from None
+
+
+def scale(graph: Graph, selection: np.ndarray, factor: float | None = None,
+          function: Callable[[Graph, np.ndarray], np.ndarray] | None = None, gaps: bool = False) -> Graph:
+    """Multiply the durations (and, with `gaps`, the host gaps) of the selected tasks.
+
+    Either a constant `factor` or `function(graph, ids) -> factors`. Pinned tasks stay
+    pinned: their start is still bounded by the recorded one.
+    """
+    if (factor is None) == (function is None):
+        raise ValueError("scale needs exactly one of factor= or function=")
+    selection = np.asarray(selection, dtype=np.int64)
+    factors = np.full(selection.size, factor, dtype=np.float64) if factor is not None else np.asarray(function(graph, selection))  # type: ignore[misc]
+    if np.any(factors < 0):
+        raise ValueError("scale factors must not be negative")
+    tasks = graph.tasks
+    tasks["duration_ns"][selection] = np.rint(tasks["duration_ns"][selection] * factors).astype(np.int64)
+    if gaps:
+        tasks["gap_ns"][selection] = np.rint(tasks["gap_ns"][selection] * factors).astype(np.int64)
+    return graph
+
+
+def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, DepKind, int, bool]] = ()) -> np.ndarray:
+    """Add tasks (columns as for `Graph.add_tasks`) and edges; returns the new task ids.
+
+    Edge endpoints may be existing task ids, or ("new", k) for the k-th inserted task.
+    """
+    ids = graph.add_tasks(**tasks)
+
+    def resolve(endpoint: Any) -> int:
+        if isinstance(endpoint, tuple) and endpoint[0] == "new":
+            return int(ids[endpoint[1]])
+        return int(endpoint)
+
+    for src, dst, kind, latency, from_start in edges:
+        graph.add_edges([resolve(src)], [resolve(dst)], kind, latency_ns=latency, from_start=from_start)
+    return ids
+
+
+def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Graph:
+    """Remove tasks, connecting each one's predecessors to its successors.
+
+    The reconnected edge keeps the kind and latency of the edge that left the removed
+    task, counted from the predecessor's end. With `keep_gaps`, a removed host task's
+    gap (the CPU work before it) moves to its host successor; by default that CPU work
+    disappears with it.
+    """
+    selection = np.unique(np.asarray(selection, dtype=np.int64))
+    if selection.size == 0:
+        return graph
+    removed = np.zeros(graph.task_count, dtype=bool)
+    removed[selection] = True
+    edges = graph.edges
+    touching = removed[edges["src"]] | removed[edges["dst"]]
+    incoming: dict[int, list[int]] = {}
+    outgoing: dict[int, list[tuple[int, int, int]]] = {}
+    for s, d, k, lat in zip(*(edges[c][touching].tolist() for c in ("src", "dst", "kind", "latency_ns"))):
+        if removed[d] and not removed[s]:
+            incoming.setdefault(d, []).append(s)
+        if removed[s]:
+            outgoing.setdefault(s, []).append((d, k, lat))
+    gap = graph.tasks["gap_ns"]
+    new_edges: list[tuple[int, int, int, int]] = []
+    order = topological_order(graph.task_count, edges["src"], edges["dst"])
+    for v in order[removed[order]].tolist():
+        predecessors = incoming.get(v, [])
+        for w, kind, latency in outgoing.get(v, []):
+            if keep_gaps and DepKind(kind).is_host:
+                gap[w] += gap[v]
+            if removed[w]:
+                incoming.setdefault(w, []).extend(predecessors)
+            else:
+                new_edges.extend((u, w, kind, latency) for u in predecessors)
+    graph.edges = {c: edges[c][~touching] for c in EDGE_COLUMNS}
+    if new_edges:
+        src, dst, kinds, latency = (np.array(column, dtype=np.int64) for column in zip(*set(new_edges)))
+        for kind in np.unique(kinds).tolist():
+            mine = kinds == kind
+            graph.add_edges(src[mine], dst[mine], DepKind(kind), latency_ns=latency[mine])
+    _drop_tasks(graph, removed)
+    return graph
+
+
+def _drop_tasks(graph: Graph, removed: np.ndarray) -> None:
+    """Delete tasks and renumber the rest (edges, markers)."""
+    keep = ~removed
+    new_id = np.cumsum(keep) - 1
+    graph.tasks = {c: v[keep] for c, v in graph.tasks.items()}
+    graph.edges["src"] = new_id[graph.edges["src"]]
+    graph.edges["dst"] = new_id[graph.edges["dst"]]
+    graph.iteration_markers = [(int(new_id[a]), int(new_id[b])) for a, b in graph.iteration_markers
+                               if keep[a] and keep[b]]
+
+
+def reschedule(graph: Graph, selection: np.ndarray, resource: int | None = None,
+               priority: np.ndarray | int | None = None) -> Graph:
+    """Move tasks to another resource and/or give them queue priorities (lower runs first).
+
+    Moving tasks does not add program-order edges on the new resource: replay the
+    result with `simulate_event_driven`, whose per-resource queue orders them.
+    """
+    selection = np.asarray(selection, dtype=np.int64)
+    if resource is not None:
+        if not 0 <= resource < len(graph.resources):
+            raise ValueError(f"resource {resource} does not exist (the graph has {len(graph.resources)})")
+        graph.tasks["resource"][selection] = resource
+    if priority is not None:
+        graph.tasks["priority"][selection] = priority
+    return graph
+
+
+def unpin(graph: Graph, selection: np.ndarray) -> Graph:
+    """Let the selected tasks start as their dependencies allow (a what-if changes what they waited for)."""
+    graph.tasks["pinned_start_ns"][np.asarray(selection, dtype=np.int64)] = NOT_PINNED
+    return graph
+
+
+PRIMITIVES: dict[str, Callable[..., Any]] = {
+    "select": select,
+    "insert": insert,
+    "remove": remove,
+    "scale": scale,
+    "reschedule": reschedule,
+}
