@@ -273,7 +273,8 @@ def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) ->
         mine = mine[np.argsort(graph.tasks["measured_start_ns"][mine], kind="stable")]
         chain: list[int] = []
         for task in [*mine.tolist(), -1]:
-            same_layer = chain and task >= 0 and graph.tasks["layer"][task] == graph.tasks["layer"][chain[0]] >= 0
+            # Without layer information (-1 on both), consecutive elementwise kernels still form a chain.
+            same_layer = bool(chain) and task >= 0 and graph.tasks["layer"][task] == graph.tasks["layer"][chain[0]]
             if task >= 0 and elementwise[task] and (not chain or same_layer):
                 chain.append(task)
                 continue
@@ -291,7 +292,8 @@ def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) ->
 
 register(Optimization(
     "fuse-elementwise", "fuse chains of elementwise kernels inside each layer, as a compiler would",
-    "consecutive elementwise kernels of one layer on one stream become one kernel lasting as long as the longest plus "
+    "consecutive elementwise kernels of one layer (or, in traces without layers, of one stream) become one kernel "
+    "lasting as long as the longest plus "
     "(1 - saving) of the others (the intermediate tensors are no longer written and read back); the other kernels and "
     "their launches are removed",
     _fuse_elementwise,

@@ -116,11 +116,19 @@ def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, 
     return ids
 
 
+#: Dependencies that pass through a removed task to its successors. A launch, a sync wait or a
+#: launch-queue slot belongs to the removed task itself and goes with it.
+_TRANSFERABLE = {int(DepKind.HOST_ORDER), int(DepKind.CROSS_THREAD), int(DepKind.STREAM_ORDER),
+                 int(DepKind.EVENT_WAIT), int(DepKind.COMMUNICATION)}
+
+
 def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Graph:
     """Remove tasks, connecting each one's predecessors to its successors.
 
-    The reconnected edge keeps the kind and latency of the edge that left the removed
-    task, counted from the predecessor's end. With `keep_gaps`, a removed host task's
+    Program order (host and stream), cross-thread, event and communication dependencies
+    pass through a removed task; launches, syncs and launch-queue slots go with it. The
+    reconnected edge keeps the kind and latency of the edge that left the removed task,
+    counted from the predecessor's end. With `keep_gaps`, a removed host task's
     gap (the CPU work before it) moves to its host successor; by default that CPU work
     disappears with it.
     """
@@ -131,28 +139,29 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
     removed[selection] = True
     edges = graph.edges
     touching = removed[edges["src"]] | removed[edges["dst"]]
-    incoming: dict[int, list[int]] = {}
+    incoming: dict[int, set[int]] = {}
     outgoing: dict[int, list[tuple[int, int, int]]] = {}
     for s, d, k, lat in zip(*(edges[c][touching].tolist() for c in ("src", "dst", "kind", "latency_ns"))):
-        if removed[d] and not removed[s]:
-            incoming.setdefault(d, []).append(s)
+        if removed[d] and not removed[s] and k in _TRANSFERABLE:
+            incoming.setdefault(d, set()).add(s)
         if removed[s]:
             outgoing.setdefault(s, []).append((d, k, lat))
     gap = graph.tasks["gap_ns"]
-    new_edges: list[tuple[int, int, int, int]] = []
+    new_edges: set[tuple[int, int, int, int]] = set()
     order = topological_order(graph.task_count, edges["src"], edges["dst"])
     for v in order[removed[order]].tolist():
-        predecessors = incoming.get(v, [])
+        predecessors = incoming.pop(v, set())
         for w, kind, latency in outgoing.get(v, []):
             if keep_gaps and DepKind(kind).is_host:
                 gap[w] += gap[v]
             if removed[w]:
-                incoming.setdefault(w, []).extend(predecessors)
+                if kind in _TRANSFERABLE:
+                    incoming.setdefault(w, set()).update(predecessors)
             else:
-                new_edges.extend((u, w, kind, latency) for u in predecessors)
+                new_edges.update((u, w, kind, latency) for u in predecessors)
     graph.edges = {c: edges[c][~touching] for c in EDGE_COLUMNS}
     if new_edges:
-        src, dst, kinds, latency = (np.array(column, dtype=np.int64) for column in zip(*set(new_edges)))
+        src, dst, kinds, latency = (np.array(column, dtype=np.int64) for column in zip(*sorted(new_edges)))
         for kind in np.unique(kinds).tolist():
             mine = kinds == kind
             graph.add_edges(src[mine], dst[mine], DepKind(kind), latency_ns=latency[mine])

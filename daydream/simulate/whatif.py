@@ -1,0 +1,139 @@
+"""What-if prediction: transform a trace's graph, replay it, and compare with the untouched replay.
+
+    prediction = predict(trace, ["amp", "fused-optimizer"])
+    prediction.speedup            # simulated baseline / predicted, per iteration (mean)
+
+The baseline is the simulated untouched graph, not the measurement, so that the
+speed-up compares like with like; the measured time is reported beside both.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daydream.devices import Device, device, find_device
+from daydream.graph import Graph, TaskKind, build_graph
+from daydream.mapping import PHASES
+from daydream.simulate.engine import Timeline, simulate
+from daydream.simulate.replay import replay_trace
+from daydream.trace import Trace
+from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, load_pipeline, parse_spec
+
+GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)]
+HOST_KINDS = [int(TaskKind.HOST_CALL), int(TaskKind.HOST_OP)]
+
+
+@dataclass(slots=True)
+class Prediction:
+    """One rank: measured, simulated baseline and predicted iteration times (mean, ns) and what moved."""
+
+    trace: Trace
+    optimizations: list[str]
+    measured_ns: int
+    simulated_ns: int
+    predicted_ns: int
+    per_iteration: list[dict[str, Any]]
+    phases: dict[str, dict[str, int]]  # phase -> {"baseline": ns of work, "predicted": ns of work}
+    layers: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    graph: Graph | None = None
+    timeline: Timeline | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.simulated_ns / self.predicted_ns if self.predicted_ns else float("inf")
+
+
+def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:
+    """The device the trace ran on (or the one named), from the device table."""
+    if name:
+        return device(name), name
+    gpu = trace.gpu_names[0] if trace.gpu_names else None
+    return find_device(gpu), gpu
+
+
+def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> Prediction:
+    """Apply the optimizations `specs` ("amp", "batch-size:factor=2", "path/to/opt.yaml") in order."""
+    baseline_graph = build_graph(trace)
+    baseline = replay_trace(trace, baseline_graph)
+    graph = baseline_graph.copy()
+    found, name = resolve_device(trace, device_name)
+    context = Context(device=found, device_name=name)
+    notes: list[str] = []
+    if name and found is None:
+        notes.append(f"{name} is not in the device table: Daydream's published constants are used")
+    for spec in specs:
+        if spec.endswith((".yaml", ".yml")) or os.path.sep in spec:
+            notes += apply_pipeline(graph, load_pipeline(spec))
+        else:
+            notes += apply_spec(graph, parse_spec(spec), context)
+    problems = graph.validate()
+    if problems:
+        raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
+    timeline = simulate(graph)
+    per_iteration = []
+    for index, replayed in enumerate(baseline.iterations):
+        if index >= len(graph.iteration_markers):
+            break
+        start, end = graph.iteration_markers[index]
+        predicted = int(timeline.start_ns[end] - timeline.start_ns[start])
+        per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
+                              "simulated_ns": replayed.simulated_ns, "predicted_ns": predicted})
+
+    def mean(key: str) -> int:
+        return int(np.mean([it[key] for it in per_iteration])) if per_iteration else 0
+
+    return Prediction(
+        trace=trace,
+        optimizations=specs,
+        measured_ns=mean("measured_ns"),
+        simulated_ns=mean("simulated_ns"),
+        predicted_ns=mean("predicted_ns"),
+        per_iteration=per_iteration,
+        phases=_work_by(baseline_graph, graph, "phase", list(PHASES)),
+        layers=_layers(baseline_graph, graph),
+        notes=notes,
+        graph=graph,
+        timeline=timeline,
+    )
+
+
+def _work(graph: Graph) -> tuple[np.ndarray, str]:
+    """Which tasks count as the work to compare: GPU work if any, else host work."""
+    gpu = np.isin(graph.tasks["kind"], GPU_KINDS)
+    if gpu.any():
+        return np.flatnonzero(gpu), "gpu"
+    return np.flatnonzero(np.isin(graph.tasks["kind"], HOST_KINDS)), "cpu"
+
+
+def _iterations(graph: Graph) -> int:
+    return max(len(graph.iteration_markers), 1)
+
+
+def _work_by(before: Graph, after: Graph, column: str, labels: list[str]) -> dict[str, dict[str, int]]:
+    result = {}
+    sums = []
+    for graph in (before, after):
+        ids, _ = _work(graph)
+        ids = ids[graph.tasks["iteration"][ids] >= 0]
+        values = graph.tasks[column][ids].astype(np.int64)
+        ok = values >= 0
+        sums.append(np.bincount(values[ok], weights=graph.tasks["duration_ns"][ids][ok], minlength=len(labels)) / _iterations(graph))
+    for index, label in enumerate(labels):
+        result[label] = {"baseline_ns": int(sums[0][index]), "predicted_ns": int(sums[1][index])}
+    return result
+
+
+def _layers(before: Graph, after: Graph, top: int = 10) -> list[dict[str, Any]]:
+    moved = _work_by(before, after, "layer", before.layers)
+    ranked = sorted(moved.items(), key=lambda item: -abs(item[1]["baseline_ns"] - item[1]["predicted_ns"]))
+    return [{"name": name, **values} for name, values in ranked[:top] if values["baseline_ns"] != values["predicted_ns"]]
+
+
+def list_optimizations() -> list[dict[str, str]]:
+    return [{"name": o.name, "summary": o.summary, "model": o.model,
+             "parameters": ", ".join(f"{k}={p.default!r}" for k, p in o.parameters.items())} for o in OPTIMIZATIONS.values()]
