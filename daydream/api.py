@@ -3,6 +3,7 @@
     from daydream.api import open_job
     job = open_job("traces/rank0.json.gz")   # read (or reuse the cache), link, in rank order
     replays = replay_job("traces/")          # build and simulate every rank's graph
+    predictions = predict_job("trace.json.gz", ["amp"])   # what if: each rank under optimizations
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Callable
 
 from daydream import trace as trace_stage
 from daydream.mapping import link
+from daydream.errors import InputError
 from daydream.simulate import Replay, replay_trace
+from daydream.simulate.whatif import Prediction, predict
 from daydream.trace import Job, Trace
 from daydream.trace.sources import Source
 
@@ -47,3 +50,15 @@ def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progr
     if progress:
         progress("simulating", 0, 1)
     return [replay_trace(trace) for trace in job.traces]
+
+
+def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None, cache: bool = True,
+                progress: Progress | None = None) -> list[Prediction]:
+    """Predict every rank at `path` under the optimizations `specs` (applied in order)."""
+    job = open_job(path, cache, progress)
+    if progress:
+        progress("predicting", 0, 1)
+    try:
+        return [predict(trace, specs, device_name) for trace in job.traces]
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from None

@@ -15,6 +15,7 @@ from daydream import __version__
 from daydream.cli.inspect import inspect_command
 from daydream.cli.replay import replay_command
 from daydream.cli.trace import trace_command
+from daydream.cli.whatif import whatif_command
 from daydream.errors import DaydreamError
 
 
@@ -27,6 +28,7 @@ def cli() -> None:
 cli.add_command(inspect_command)
 cli.add_command(replay_command)
 cli.add_command(trace_command)
+cli.add_command(whatif_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,6 +138,8 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         return ["amp: the trace has no GPU work; mixed precision is modelled on GPU kernels only, nothing changed"]
     device = context.device
     kernels = select(graph, kind=KERNELS)
+    # The optimizer keeps fp32 master weights under AMP: its kernels are unchanged.
+    kernels = kernels[graph.tasks["phase"][kernels] != PHASES.index("optimizer")]
     compute = _matching(graph, kernels, COMPUTE_BOUND)
     memory = np.setdiff1d(kernels, compute)
     tensor_core = _matching(graph, compute, TENSOR_CORE)
@@ -173,8 +175,9 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
 register(Optimization(
     "amp", "automatic mixed precision (fp16/bf16 autocast)",
     "GEMM/convolution kernels sped up by the device's fp16 tensor-core peak over the fp32 (or tf32 for kernels already "
-    "on tensor cores) peak, from the device table (÷3 when the GPU is unknown); all other kernels ÷2 (half the bytes); "
-    "each forward GEMM/conv gets a weight cast (half an elementwise kernel) and its launch on the host; CPU unchanged",
+    "on tensor cores) peak, from the device table (÷3 when the GPU is unknown); all other kernels ÷2 (half the bytes) "
+    "except the optimizer's (fp32 master weights); each forward GEMM/conv gets a weight cast (half an elementwise "
+    "kernel) and its launch on the host; CPU unchanged",
     _amp,
     {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)"),
      "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)")},

@@ -1,0 +1,106 @@
+"""`daydream whatif` results as JSON-ready data and as rich tables.
+
+The JSON contract: `{"iteration_ns": {"measured", "simulated", "predicted"}, "speedup",
+"optimizations": [...]}` is guaranteed (for several ranks, the slowest rank sets the
+iteration); keys are added, never renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from daydream import __version__
+from daydream.report.console import format_ns
+from daydream.simulate.whatif import Prediction
+
+SCHEMA_VERSION = 1
+
+
+def summarize_predictions(source: str, specs: list[str], predictions: list[Prediction]) -> dict[str, Any]:
+    slowest = max(predictions, key=lambda p: p.predicted_ns)
+    baseline = max(predictions, key=lambda p: p.simulated_ns)
+    measured = max(p.measured_ns for p in predictions)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "daydream_version": __version__,
+        "source": source,
+        "optimizations": specs,
+        "iteration_ns": {"measured": measured, "simulated": baseline.simulated_ns, "predicted": slowest.predicted_ns},
+        "speedup": baseline.simulated_ns / slowest.predicted_ns if slowest.predicted_ns else None,
+        "ranks": [
+            {
+                "rank": p.trace.meta.rank,
+                "iteration_ns": {"measured": p.measured_ns, "simulated": p.simulated_ns, "predicted": p.predicted_ns},
+                "speedup": p.speedup,
+                "iterations": p.per_iteration,
+                "phases": p.phases,
+                "layers": p.layers,
+                "notes": p.notes,
+            }
+            for p in predictions
+        ],
+    }
+
+
+def render_predictions(summary: dict[str, Any], console: Console) -> None:
+    times = summary["iteration_ns"]
+    table = Table(title=f"what if: {' + '.join(summary['optimizations'])}", title_justify="left")
+    table.add_column("iteration (mean)")
+    table.add_column("time", justify="right")
+    table.add_column("", justify="left")
+    table.add_row("measured", format_ns(times["measured"]), "")
+    table.add_row("simulated baseline", format_ns(times["simulated"]), Text(_error(times), style="dim"))
+    speedup = summary["speedup"]
+    style = "bold green" if speedup and speedup > 1.01 else "bold red" if speedup and speedup < 0.99 else "bold"
+    table.add_row(Text("predicted", style="bold"), Text(format_ns(times["predicted"]), style="bold"),
+                  Text(f"{speedup:.2f}x" if speedup else "—", style=style))
+    rank = summary["ranks"][0]
+    parts: list[Any] = [table, _phases_table(rank)]
+    if rank["layers"]:
+        parts.append(_layers_table(rank))
+    notes = Table.grid(padding=(0, 1))
+    notes.add_column(style="bold", no_wrap=True)
+    notes.add_column(overflow="fold")
+    for note in rank["notes"]:
+        notes.add_row("model", note)
+    parts.append(notes)
+    console.print(Panel(Group(*parts), title=summary["source"], title_align="left"))
+
+
+def _error(times: dict[str, int]) -> str:
+    if not times["measured"]:
+        return ""
+    return f"replay error {(times['simulated'] - times['measured']) / times['measured'] * 100:+.2f}%"
+
+
+def _phases_table(rank: dict[str, Any]) -> Table:
+    table = Table(title="work per phase (per iteration)", title_justify="left")
+    for header in ("phase", "baseline", "predicted", "change"):
+        table.add_column(header, justify="left" if header == "phase" else "right")
+    for phase, values in rank["phases"].items():
+        before, after = values["baseline_ns"], values["predicted_ns"]
+        if before or after:
+            table.add_row(phase, format_ns(before), format_ns(after), _change(before, after))
+    return table
+
+
+def _layers_table(rank: dict[str, Any]) -> Table:
+    table = Table(title="layers that moved most (work per iteration)", title_justify="left", expand=True)
+    table.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
+    for header in ("baseline", "predicted", "change"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for layer in rank["layers"]:
+        table.add_row(layer["name"], format_ns(layer["baseline_ns"]), format_ns(layer["predicted_ns"]),
+                      _change(layer["baseline_ns"], layer["predicted_ns"]))
+    return table
+
+
+def _change(before: int, after: int) -> str:
+    if not before:
+        return "new" if after else ""
+    return f"{(after - before) / before * 100:+.0f}%"
