@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 
 from daydream import trace as trace_stage
-from daydream.mapping import link
 from daydream.errors import InputError
+from daydream.mapping import link
 from daydream.simulate import Replay, replay_trace
 from daydream.simulate.whatif import Prediction, predict
 from daydream.trace import Job, Trace

@@ -1,0 +1,167 @@
+"""Each optimization on a small hand-built graph (times computed by hand) and on a real trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job
+from daydream.devices import DEVICES, find_device
+from daydream.errors import InputError
+from daydream.graph import DepKind, TaskKind
+from daydream.simulate import simulate
+from daydream.simulate.whatif import predict
+from daydream.transforms import OPTIMIZATIONS, Context, apply_spec, load_pipeline, parse_spec
+from tests.transforms.graphs import call, graph, kernel, launch_chain, op
+
+V100 = Context(device=DEVICES["V100"])
+
+
+def _apply(g, text: str, context: Context = Context()) -> list[str]:  # type: ignore[no-untyped-def]
+    return apply_spec(g, parse_spec(text), context)
+
+
+def test_amp_uses_the_device_table_and_adds_casts() -> None:
+    tasks, edges = launch_chain(
+        [call(phase="forward"), call(phase="forward"), call(phase="optimizer")],
+        [kernel("volta_sgemm_128x64_nn", 796, phase="forward"), kernel("vectorized_elementwise_kernel", 20, phase="forward"),
+         kernel("multi_tensor_apply_kernel", 10, phase="optimizer")],
+    )
+    g = graph(tasks, edges)
+    _apply(g, "amp", V100)
+    ratio = DEVICES["V100"].fp16_tflops / DEVICES["V100"].fp32_tflops  # 7.96
+    cast = 20 // 2  # half the median elementwise kernel
+    assert g.tasks["duration_ns"][3] == round(796 / ratio) + cast
+    assert g.tasks["duration_ns"][4] == 10  # memory-bound: half the bytes
+    assert g.tasks["duration_ns"][5] == 10  # the optimizer keeps fp32 master weights
+    assert g.tasks["gap_ns"][0] == 5  # the cast's launch: one median launch call (5 ns) of host time
+    unknown = graph(*launch_chain([call(phase="forward")], [kernel("sgemm", 300, phase="forward")]))
+    _apply(unknown, "amp")  # no device: Daydream's ÷3
+    assert unknown.tasks["duration_ns"][1] == 100
+
+
+def test_fused_optimizer_keeps_the_bytes_and_drops_fixed_costs() -> None:
+    durations = [10, 10, 10, 10, 30, 50]
+    tasks, edges = launch_chain([call(phase="optimizer", gap=8) for _ in durations],
+                                [kernel("adam_kernel", d, phase="optimizer") for d in durations])
+    g = graph(tasks, edges)
+    _apply(g, "fused-optimizer:kernels=2")
+    # fixed cost = 10th percentile = 10 ns; total 120 - 4 * 10 = 80 ns over 2 kernels
+    kernels = g.tasks["kind"] == TaskKind.KERNEL
+    assert g.tasks["duration_ns"][kernels].tolist() == [40, 40]
+    assert (g.tasks["kind"] == TaskKind.HOST_CALL).sum() == 2
+    # calls at 0 and 5+8 = 13; kernels at 4 and max(13+4, 44+1) = 45 -> end 85
+    assert simulate(g).end_ns.max() == 85
+
+
+def test_cuda_graphs_keeps_one_launch_and_every_kernel() -> None:
+    tasks, edges = launch_chain([call(gap=20, phase="forward") for _ in range(3)],
+                                [kernel("k", 10, phase="forward") for _ in range(3)])
+    g = graph(tasks, edges)
+    assert simulate(g).end_ns.max() == 50 + 4 + 10  # third call at 50, its kernel 54..64
+    _apply(g, "cuda-graphs")
+    assert (g.tasks["kind"] == TaskKind.HOST_CALL).sum() == 1 and (g.tasks["kind"] == TaskKind.KERNEL).sum() == 3
+    # one launch at 0; kernels back to back: 4..14, 15..25, 26..36
+    assert simulate(g).end_ns.max() == 36
+
+
+def test_fuse_elementwise_chains_within_a_layer() -> None:
+    tasks, edges = launch_chain([call(layer="l"), call(layer="l"), call(layer="l"), call(layer="m")],
+                                [kernel("vectorized_elementwise_kernel", d, layer="l") for d in (10, 20, 30)]
+                                + [kernel("sgemm", 5, layer="m")])
+    g = graph(tasks, edges, layers=["l", "m"])
+    _apply(g, "fuse-elementwise")
+    kernels = np.flatnonzero(g.tasks["kind"] == TaskKind.KERNEL)
+    # longest (30) + (1 - 0.8) * (10 + 20) = 36; the GEMM of another layer stays
+    assert g.tasks["duration_ns"][kernels].tolist() == [36, 5]
+    assert (g.tasks["kind"] == TaskKind.HOST_CALL).sum() == 2
+
+
+def test_batch_size_scales_above_a_fixed_cost() -> None:
+    tasks, edges = launch_chain([call(phase="forward")] * 3 + [call(phase="optimizer")],
+                                [kernel("k", d, phase="forward") for d in (1, 10, 100)] + [kernel("k", 7, phase="optimizer")])
+    g = graph(tasks, edges)
+    _apply(g, "batch-size:factor=2")
+    # fixed = 10th percentile of (1, 10, 100) = 2 (int); t -> min(t, 2) + (t - min(t, 2)) * 2
+    assert g.tasks["duration_ns"][4:].tolist() == [1, 18, 198, 7]
+    with pytest.raises(InputError):
+        _apply(g, "batch-size:factor=0")
+
+
+def test_checkpoint_recomputes_the_layer_forward_before_its_backward() -> None:
+    g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("other", 5, phase="forward", layer="net.head"),
+               op("bwd", 20, phase="backward", layer="net.blocks.0")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False)],
+              layers=["net.blocks.0", "net.head"])
+    assert simulate(g).end_ns.max() == 35
+    _apply(g, r"checkpoint:layers=blocks\.\d+$")
+    assert g.task_count == 4 and g.validate() == []
+    assert simulate(g).end_ns.max() == 45  # 10 + 5 + 10 (recomputed) + 20
+    with pytest.raises(InputError, match="no layer matches"):
+        _apply(g, "checkpoint:layers=nothing_like_this")
+
+
+def test_host_and_gpu_speed() -> None:
+    tasks, edges = launch_chain([call(gap=10), call(gap=10)], [kernel("a", 40), kernel("b", 40)])
+    g = graph(tasks, edges)
+    _apply(g, "faster-host:factor=2")
+    assert g.tasks["duration_ns"][:2].tolist() == [2, 2] and g.tasks["gap_ns"][:2].tolist() == [5, 5]
+    _apply(g, "faster-gpu:factor=4,kernels=^a$")
+    assert g.tasks["duration_ns"][2:].tolist() == [10, 40]
+    _apply(g, "no-host-overhead")
+    assert g.tasks["duration_ns"][:2].tolist() == [0, 0] and g.tasks["gap_ns"][:2].tolist() == [0, 0]
+
+
+def test_spec_parsing_errors_name_the_problem() -> None:
+    assert parse_spec("fused-adam") == ("fused-optimizer", {"kernels": 4})
+    for bad, message in (("warp-speed", "unknown optimization"), ("amp:speed=3", "no parameter"),
+                         ("batch-size:factor=two", "not a float")):
+        with pytest.raises(InputError, match=message):
+            parse_spec(bad)
+    assert all(o.describe().startswith(o.name) for o in OPTIMIZATIONS.values())
+
+
+def test_yaml_pipeline(tmp_path: Path) -> None:
+    good = tmp_path / "opt.yaml"
+    good.write_text("version: 1\nname: halve-gemm\nsteps:\n  - select: {kind: kernel, name: gemm}\n    scale: {factor: 0.5}\n")
+    pipeline = load_pipeline(good)
+    assert pipeline.name == "halve-gemm" and len(pipeline.steps) == 1
+    for text, message in (("version: 2\nsteps: []\n", "version"), ("version: 1\nsteps: []\n", "non-empty"),
+                          ("version: 1\nsteps:\n  - select: {kind: warp}\n    scale: {factor: 1}\n", "unknown kind"),
+                          ("version: 1\nsteps:\n  - select: {}\n    frobnicate: {}\n", "unknown key"),
+                          ("[: not yaml", "not valid YAML")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(InputError, match=message):
+            load_pipeline(bad)
+
+
+def test_shipped_yaml_examples_load() -> None:
+    from tests.conftest import REPO
+
+    for path in (REPO / "examples" / "optimizations").glob("*.yaml"):
+        assert load_pipeline(path).steps
+
+
+@pytest.mark.parametrize("spec", ["amp", "fused-optimizer", "cuda-graphs", "fuse-elementwise", "batch-size:factor=2",
+                                  "faster-host:factor=2", "no-host-overhead", "faster-gpu:factor=2"])
+def test_every_optimization_on_a_real_trace(corpus: Path, spec: str) -> None:
+    trace = open_job(corpus / "kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz").traces[0]
+    prediction = predict(trace, [spec])
+    assert prediction.graph is not None and prediction.graph.validate() == []
+    assert len(prediction.per_iteration) == 6
+    assert prediction.predicted_ns > 0 and prediction.notes
+
+
+def test_real_trace_predictions_are_bounded_by_their_model(corpus: Path) -> None:
+    gpu_bound = open_job(corpus / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz").traces[0]
+    ratio = find_device("Tesla V100-SXM2-32GB").amp_compute_factor_from_fp32  # type: ignore[union-attr]
+    assert 1.0 < predict(gpu_bound, ["amp"]).speedup < ratio
+    faster = predict(gpu_bound, ["faster-gpu:factor=2"])
+    assert 1.5 < faster.speedup <= 2.0  # GPU-bound, but the first iteration is not
+    assert predict(gpu_bound, ["no-host-overhead"]).speedup < 1.05  # the host is not the bottleneck
+    host_bound = open_job(corpus / "param/et_replay_inputs/resnet_kineto.json.gz").traces[0]
+    assert predict(host_bound, ["faster-gpu:factor=2"]).speedup < 1.02
+    assert predict(host_bound, ["no-host-overhead"]).speedup > 1.5
