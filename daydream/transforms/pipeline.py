@@ -15,6 +15,7 @@ Each step selects tasks (`kind`, `name`, `layer`, `phase`, `iteration` as for
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from daydream.transforms.primitives import remove, reschedule, scale, select, un
 SUPPORTED_VERSIONS = (1,)
 _ACTIONS = ("scale", "remove", "unpin", "reschedule")
 _SELECT_KEYS = ("kind", "name", "layer", "phase", "iteration")
+_ACTION_FUNCTIONS: dict[str, Callable[..., Any]] = {"scale": scale, "remove": remove, "unpin": unpin, "reschedule": reschedule}
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,7 +96,7 @@ def apply_pipeline(graph: Graph, pipeline: Pipeline) -> list[str]:
             chosen = select(graph, **selector)
             action = next(key for key in step if key in _ACTIONS)
             arguments = step[action] or {}
-            {"scale": scale, "remove": remove, "unpin": unpin, "reschedule": reschedule}[action](graph, chosen, **arguments)
+            _ACTION_FUNCTIONS[action](graph, chosen, **arguments)
         except (TypeError, ValueError) as exc:
             raise InputError(f"{pipeline.source}: step {number}: {exc}") from None
         notes.append(f"{pipeline.name} step {number}: {action} on {np.asarray(chosen).size} tasks")

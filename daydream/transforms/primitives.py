@@ -161,10 +161,10 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
                 new_edges.update((u, w, kind, latency) for u in predecessors)
     graph.edges = {c: edges[c][~touching] for c in EDGE_COLUMNS}
     if new_edges:
-        src, dst, kinds, latency = (np.array(column, dtype=np.int64) for column in zip(*sorted(new_edges)))
-        for kind in np.unique(kinds).tolist():
-            mine = kinds == kind
-            graph.add_edges(src[mine], dst[mine], DepKind(kind), latency_ns=latency[mine])
+        table = np.array(sorted(new_edges), dtype=np.int64)
+        for edge_kind in np.unique(table[:, 2]).tolist():
+            mine = table[table[:, 2] == edge_kind]
+            graph.add_edges(mine[:, 0], mine[:, 1], DepKind(edge_kind), latency_ns=mine[:, 3])
     _drop_tasks(graph, removed)
     return graph
 

@@ -19,8 +19,8 @@ from tests.transforms.graphs import call, graph, kernel, launch_chain, op
 V100 = Context(device=DEVICES["V100"])
 
 
-def _apply(g, text: str, context: Context = Context()) -> list[str]:  # type: ignore[no-untyped-def]
-    return apply_spec(g, parse_spec(text), context)
+def _apply(g, text: str, context: Context | None = None) -> list[str]:  # type: ignore[no-untyped-def]
+    return apply_spec(g, parse_spec(text), context or Context())
 
 
 def test_amp_uses_the_device_table_and_adds_casts() -> None:
