@@ -9,6 +9,7 @@ Runs on a GPU when one is available, on the CPU otherwise. No profiler code.
 import argparse
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 
@@ -25,25 +26,31 @@ class ConvBlock(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    def __init__(self, classes: int = 10) -> None:
+    def __init__(self, classes: int = 10, checkpoint: bool = False) -> None:
         super().__init__()
-        self.features = nn.Sequential(ConvBlock(3, 16), ConvBlock(16, 32), ConvBlock(32, 64))
+        self.blocks = nn.ModuleList([ConvBlock(3, 16), ConvBlock(16, 32), ConvBlock(32, 64)])
         self.flatten = nn.Flatten()
         self.classifier = nn.Linear(64 * 4 * 4, classes)
+        self.checkpoint = checkpoint
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.flatten(self.features(x)))
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if self.checkpoint else block(x)
+        return self.classifier(self.flatten(x))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--checkpoint", action="store_true", help="recompute each block's activations in backward")
+    parser.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach"], default="default")
     args = parser.parse_args()
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = SmallCNN().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model = SmallCNN(checkpoint=args.checkpoint).to(device)
+    foreach = {"default": None, "for-loop": False, "foreach": True}[args.optimizer_impl]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=foreach)
     loss_fn = nn.CrossEntropyLoss()
     for step in range(args.steps):
         images = torch.randn(args.batch_size, 3, 32, 32, device=device)

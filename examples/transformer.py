@@ -9,6 +9,7 @@ Runs on a GPU when one is available, on the CPU otherwise. No profiler code.
 import argparse
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 
@@ -63,8 +64,10 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = 1000, width: int = 256, heads: int = 4, depth: int = 2, context: int = 64) -> None:
+    def __init__(self, vocab: int = 1000, width: int = 256, heads: int = 4, depth: int = 2, context: int = 64,
+                 checkpoint: bool = False) -> None:
         super().__init__()
+        self.checkpoint = checkpoint
         self.embed = nn.Embedding(vocab, width)
         self.position = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(depth))
@@ -75,7 +78,7 @@ class TinyTransformer(nn.Module):
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embed(tokens) + self.position(positions)
         for block in self.blocks:
-            x = block(x)
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if self.checkpoint else block(x)
         return self.head(self.ln_f(x))
 
 
@@ -84,11 +87,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--context", type=int, default=64)
+    parser.add_argument("--checkpoint", action="store_true", help="recompute each block's activations in backward")
+    parser.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach"], default="default")
     args = parser.parse_args()
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = TinyTransformer(context=args.context).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    model = TinyTransformer(context=args.context, checkpoint=args.checkpoint).to(device)
+    foreach = {"default": None, "for-loop": False, "foreach": True}[args.optimizer_impl]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=foreach)
     for step in range(args.steps):
         tokens = torch.randint(0, 1000, (args.batch_size, args.context + 1), device=device)
         logits = model(tokens[:, :-1])

@@ -45,6 +45,7 @@ class Hooks:
     _names: Any = None
     _open: list[Any] = field(default_factory=list)
     _depth: int = 0
+    _in_backward: int = 0  # > 0 while torch.autograd.backward runs (recomputation is backward work)
     _primary_optimizer: int | None = None
     _roots: dict[str, int] = field(default_factory=dict)
 
@@ -102,7 +103,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
     def before_forward(module: Any, args: Any) -> None:
         scopes = []
-        if hooks._depth == 0:
+        if hooks._depth == 0 and not hooks._in_backward:
             scopes.append(record_function(PHASE_PREFIX + "forward"))
         scopes.append(record_function(LAYER_PREFIX + name_of(module)))
         for scope in scopes:
@@ -141,8 +142,12 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     original_backward = torch.autograd.backward
 
     def backward(*args: Any, **kwargs: Any) -> Any:
-        with record_function(PHASE_PREFIX + "backward"):
-            return original_backward(*args, **kwargs)
+        hooks._in_backward += 1
+        try:
+            with record_function(PHASE_PREFIX + "backward"):
+                return original_backward(*args, **kwargs)
+        finally:
+            hooks._in_backward -= 1
 
     torch.autograd.backward = backward
     hooks._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))

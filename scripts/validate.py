@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Validate what-if predictions against real runs, on the CPU, and write docs/validation.md.
+
+    python scripts/validate.py                # about 2-3 minutes on 2 cores
+    python scripts/validate.py --out -        # print only
+
+For each example model: trace a baseline (`--optimizer-impl for-loop`), predict
+`batch-size:factor=2`, `checkpoint:layers=blocks\\.\\d+$` and `fused-optimizer` from it,
+then trace each variant for real (`--batch-size 2x`, `--checkpoint`, `--optimizer-impl
+foreach`) under the same tracer and compare the predicted with the measured iteration time
+(medians over the recorded iterations). Target: error at most 10% per row.
+
+It also predicts `amp` on the fp32 GPU training traces of ../shared/traces and checks that
+the predicted speed-up lies between 1 and the device's tensor-core ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from daydream.api import open_job  # noqa: E402
+from daydream.devices import find_device  # noqa: E402
+from daydream.mapping import find_iterations  # noqa: E402
+from daydream.simulate.whatif import predict  # noqa: E402
+
+EXAMPLES = {"mlp": 64, "cnn": 32, "transformer": 8}  # example -> its default batch size
+WARMUP, ITERATIONS, STEPS = 3, 6, 12
+CHECKPOINT = r"checkpoint:layers=blocks\.\d+$"
+AMP_TRACES = [
+    "hta/df_index_resolver/df_index_resolver.json.gz",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+    "hta/negative_queue_length_values_check/rank0.json.gz",
+    "kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "param/et_replay_inputs/resnet_kineto.json.gz",
+]
+
+
+def trace(example: str, out: Path, *script_args: str) -> Path:
+    command = [sys.executable, "-m", "daydream", "trace", "--backend", "torch", "--warmup", str(WARMUP),
+               "--iterations", str(ITERATIONS), "-o", str(out), str(REPO / "examples" / f"{example}.py"), "--",
+               "--steps", str(STEPS), *script_args]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return out
+
+
+def measured_median(path: Path) -> int:
+    trace_ = open_job(path, cache=False).traces[0]
+    return int(statistics.median(it.measured_ns for it in find_iterations(trace_)))
+
+
+def predicted_median(path: Path, spec: str) -> int:
+    prediction = predict(open_job(path, cache=False).traces[0], [spec])
+    return int(statistics.median(it["predicted_ns"] for it in prediction.per_iteration))
+
+
+def example_rows(work: Path) -> list[dict[str, object]]:
+    rows = []
+    for example, batch in EXAMPLES.items():
+        baseline = trace(example, work / f"{example}-base.json.gz", "--optimizer-impl", "for-loop")
+        variants = {
+            "batch-size:factor=2": ("--optimizer-impl", "for-loop", "--batch-size", str(2 * batch)),
+            CHECKPOINT: ("--optimizer-impl", "for-loop", "--checkpoint"),
+            "fused-optimizer": ("--optimizer-impl", "foreach"),
+        }
+        base_ms = measured_median(baseline) / 1e6
+        for spec, args in variants.items():
+            real = trace(example, work / f"{example}-{len(rows)}.json.gz", *args)
+            predicted = predicted_median(baseline, spec)
+            measured = measured_median(real)
+            rows.append({"example": example, "what-if": spec, "baseline_ms": base_ms, "predicted_ms": predicted / 1e6,
+                         "measured_ms": measured / 1e6, "error": (predicted - measured) / measured})
+    return rows
+
+
+def amp_rows(corpus: Path) -> list[dict[str, object]]:
+    rows = []
+    for name in AMP_TRACES:
+        trace_ = open_job(corpus / name).traces[0]
+        prediction = predict(trace_, ["amp"])
+        found = find_device(trace_.gpu_names[0] if trace_.gpu_names else None)
+        ratio = found.amp_compute_factor_from_fp32 if found else 3.0
+        phases = {k: (v["baseline_ns"], v["predicted_ns"]) for k, v in prediction.phases.items()}
+        rows.append({"trace": name, "gpu": trace_.gpu_names[0] if trace_.gpu_names else "?", "speedup": prediction.speedup,
+                     "ratio": ratio, "within": 1.0 <= prediction.speedup <= ratio,
+                     "forward": phases["forward"], "backward": phases["backward"], "other": phases["other"]})
+    return rows
+
+
+def markdown(examples: list[dict[str, object]], amp: list[dict[str, object]]) -> str:
+    worst = max(abs(float(r["error"])) for r in examples) if examples else 0.0  # type: ignore[arg-type]
+    misses = [r for r in examples if abs(float(r["error"])) > 0.10]  # type: ignore[arg-type]
+    lines = [
+        "# What-if validation",
+        "",
+        f"Generated by `python scripts/validate.py` on {date.today().isoformat()} (CPU, torch.profiler backend,",
+        f"`--warmup {WARMUP} --iterations {ITERATIONS}`, medians over the recorded iterations).",
+        "",
+        "## Predicted vs measured, on the CPU",
+        "",
+        "Each row: the baseline (`--optimizer-impl for-loop`) is traced, the what-if predicted from that trace, the",
+        "variant run for real under the same tracer. Target: error at most 10%.",
+        f"**Largest error: {worst * 100:.1f}%**" + (f"; {len(misses)} row(s) over 10%." if misses else "; every row meets the target."),
+        "",
+        "| example | what-if | baseline | predicted | measured | error |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in examples:
+        lines.append(f"| {r['example']} | `{r['what-if']}` | {float(r['baseline_ms']):.2f} ms | {float(r['predicted_ms']):.2f} ms | "  # type: ignore[arg-type]
+                     f"{float(r['measured_ms']):.2f} ms | {float(r['error']) * 100:+.1f}% |")  # type: ignore[arg-type]
+    lines += [
+        "",
+        "## AMP on the fp32 GPU training traces",
+        "",
+        "The predicted speed-up must lie between 1 and the device's fp16-tensor-core / fp32 peak ratio. Work per",
+        "phase is GPU time per iteration, baseline → predicted (host time is unchanged by AMP).",
+        "",
+        "| trace | GPU | predicted speed-up | bound | within | forward | backward | other |",
+        "|---|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in amp:
+        def pair(values: object) -> str:
+            before, after = values  # type: ignore[misc]
+            return f"{before / 1e6:.1f} → {after / 1e6:.1f} ms"
+        lines.append(f"| {r['trace']} | {r['gpu']} | {float(r['speedup']):.2f}x | {float(r['ratio']):.2f} | "  # type: ignore[arg-type]
+                     f"{'yes' if r['within'] else 'NO'} | {pair(r['forward'])} | {pair(r['backward'])} | {pair(r['other'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "traces")
+    parser.add_argument("--out", default=str(REPO / "docs" / "validation.md"), help="markdown file to write, or -")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        os.environ.setdefault("DAYDREAM_CACHE_DIR", str(Path(work) / "cache"))
+        examples = example_rows(Path(work))
+        amp = amp_rows(options.corpus) if options.corpus.is_dir() else []
+    text = markdown(examples, amp)
+    print(text)
+    if options.out != "-":
+        Path(options.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
