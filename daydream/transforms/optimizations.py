@@ -355,14 +355,17 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
                 member[i] = target
     layer_of = member[graph.tasks["layer"]]  # -1 index hits the trailing -1
     forward, backward = PHASES.index("forward"), PHASES.index("backward")
-    recomputed = 0
-    for iteration in np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0]).tolist():
+    iterations = graph.tasks["iteration"].copy()
+    phases = graph.tasks["phase"].copy()
+    work = []  # chosen before any copy is added, so that copies are never copied again
+    for iteration in np.unique(iterations[iterations >= 0]).tolist():
         for target in targets:
-            in_layer = (layer_of == target) & (graph.tasks["iteration"] == iteration)
-            forward_tasks = np.flatnonzero(in_layer & (graph.tasks["phase"] == forward))
-            backward_tasks = np.flatnonzero(in_layer & (graph.tasks["phase"] == backward))
-            if forward_tasks.size and backward_tasks.size:
-                recomputed += _recompute_before(graph, forward_tasks, backward_tasks)
+            in_layer = (layer_of == target) & (iterations == iteration)
+            work.append((np.flatnonzero(in_layer & (phases == forward)), np.flatnonzero(in_layer & (phases == backward))))
+    recomputed = 0
+    for forward_tasks, backward_tasks in work:
+        if forward_tasks.size and backward_tasks.size:
+            recomputed += _recompute_before(graph, forward_tasks, backward_tasks)
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching {params['layers']!r} recomputed before "
             f"their backward ({recomputed} tasks per run added)"]
 
