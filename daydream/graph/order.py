@@ -21,6 +21,44 @@ def _before(key_a: int, id_a: int, key_b: int, id_b: int) -> bool:
 
 
 @jit
+def _heap_push(heap_key: np.ndarray, heap_id: np.ndarray, size: int, key: int, item: int) -> int:
+    """Push (key, item) on the binary min-heap of `size` entries; returns the new size."""
+    i = size
+    heap_key[i] = key
+    heap_id[i] = item
+    while i > 0:
+        parent = (i - 1) // 2
+        if _before(heap_key[parent], heap_id[parent], heap_key[i], heap_id[i]):
+            break
+        heap_key[parent], heap_key[i] = heap_key[i], heap_key[parent]
+        heap_id[parent], heap_id[i] = heap_id[i], heap_id[parent]
+        i = parent
+    return size + 1
+
+
+@jit
+def _heap_pop(heap_key: np.ndarray, heap_id: np.ndarray, size: int) -> int:
+    """Remove the smallest entry (read it from index 0 first); returns the new size."""
+    size -= 1
+    heap_key[0] = heap_key[size]
+    heap_id[0] = heap_id[size]
+    i = 0
+    while True:
+        left = 2 * i + 1
+        right = left + 1
+        smallest = i
+        if left < size and _before(heap_key[left], heap_id[left], heap_key[smallest], heap_id[smallest]):
+            smallest = left
+        if right < size and _before(heap_key[right], heap_id[right], heap_key[smallest], heap_id[smallest]):
+            smallest = right
+        if smallest == i:
+            return size
+        heap_key[smallest], heap_key[i] = heap_key[i], heap_key[smallest]
+        heap_id[smallest], heap_id[i] = heap_id[i], heap_id[smallest]
+        i = smallest
+
+
+@jit
 def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray, priority: np.ndarray) -> np.ndarray:
     """Kahn's algorithm; among ready tasks the lowest `priority` (then id) goes first.
 
@@ -35,56 +73,19 @@ def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray, p
     size = 0
     for v in range(n):
         if indegree[v] == 0:
-            # sift up
-            i = size
-            size += 1
-            heap_key[i] = priority[v]
-            heap_id[i] = v
-            while i > 0:
-                parent = (i - 1) // 2
-                if heap_key[parent] < heap_key[i] or (heap_key[parent] == heap_key[i] and heap_id[parent] < heap_id[i]):
-                    break
-                heap_key[parent], heap_key[i] = heap_key[i], heap_key[parent]
-                heap_id[parent], heap_id[i] = heap_id[i], heap_id[parent]
-                i = parent
+            size = _heap_push(heap_key, heap_id, size, priority[v], v)
     order = np.empty(n, dtype=np.int64)
     count = 0
     while size > 0:
         v = heap_id[0]
-        size -= 1
-        heap_key[0] = heap_key[size]
-        heap_id[0] = heap_id[size]
-        i = 0
-        while True:
-            left = 2 * i + 1
-            right = left + 1
-            smallest = i
-            if left < size and _before(heap_key[left], heap_id[left], heap_key[smallest], heap_id[smallest]):
-                smallest = left
-            if right < size and _before(heap_key[right], heap_id[right], heap_key[smallest], heap_id[smallest]):
-                smallest = right
-            if smallest == i:
-                break
-            heap_key[smallest], heap_key[i] = heap_key[i], heap_key[smallest]
-            heap_id[smallest], heap_id[i] = heap_id[i], heap_id[smallest]
-            i = smallest
+        size = _heap_pop(heap_key, heap_id, size)
         order[count] = v
         count += 1
         for k in range(offsets[v], offsets[v + 1]):
             w = dst[by_source[k]]
             indegree[w] -= 1
             if indegree[w] == 0:
-                j = size
-                size += 1
-                heap_key[j] = priority[w]
-                heap_id[j] = w
-                while j > 0:
-                    parent = (j - 1) // 2
-                    if heap_key[parent] < heap_key[j] or (heap_key[parent] == heap_key[j] and heap_id[parent] < heap_id[j]):
-                        break
-                    heap_key[parent], heap_key[j] = heap_key[j], heap_key[parent]
-                    heap_id[parent], heap_id[j] = heap_id[j], heap_id[parent]
-                    j = parent
+                size = _heap_push(heap_key, heap_id, size, priority[w], w)
     return order[:count]
 
 
