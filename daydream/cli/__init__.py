@@ -13,6 +13,7 @@ import click
 
 from daydream import __version__
 from daydream.cli.inspect import inspect_command
+from daydream.cli.memory import memory_command
 from daydream.cli.replay import replay_command
 from daydream.cli.trace import trace_command
 from daydream.cli.whatif import whatif_command
@@ -26,6 +27,7 @@ def cli() -> None:
 
 
 cli.add_command(inspect_command)
+cli.add_command(memory_command)
 cli.add_command(replay_command)
 cli.add_command(trace_command)
 cli.add_command(whatif_command)

@@ -1,0 +1,34 @@
+"""`daydream memory TRACE`: peak memory per device, what it is made of, and a timeline plot."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+
+from daydream.api import open_job
+from daydream.cli.progress import progress_bar
+from daydream.memory import analyze_memory
+from daydream.report.memory import plot_memory, render_memory, summarize_memory
+
+
+@click.command("memory")
+@click.argument("trace", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON (a stable contract).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write a PNG of the allocated memory over time, categories stacked, the peak marked.")
+@click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
+def memory_command(trace: str, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
+    """Peak allocated and reserved memory per device of TRACE, broken down into weights,
+    activations, gradients, optimizer state, temporaries and other, at the peak."""
+    with progress_bar(Console(stderr=True)) as progress:
+        job = open_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+    ranks = [(t.meta.rank, analyze_memory(t)) for t in job.traces]
+    if plot_path:
+        plot_memory(plot_path, [device for _, memory in ranks for device in memory], trace)
+    summary = summarize_memory(trace, ranks)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    render_memory(summary, Console())

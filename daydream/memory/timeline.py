@@ -1,0 +1,180 @@
+"""Memory timeline and breakdown from a trace's `[memory]` events.
+
+Allocations are paired with their frees by address (per device, in time order). Each
+one is attributed to the CPU op that made it (the innermost op around the event on its
+thread), and through it to a layer, a phase and an iteration. Categories come from
+lifetimes and phases:
+
+| category | rule |
+|---|---|
+| weights | allocated before the first iteration and alive past the last (or never freed) |
+| activations | allocated in forward, freed in backward (saved for backward) |
+| gradients | allocated in backward, alive after the backward phase ends |
+| optimizer state | allocated in the optimizer phase and alive after it |
+| temporaries | allocated and freed within one phase of one iteration |
+| before the trace | allocated before the trace window (known only as the recorded total minus what the window shows) |
+| other | everything else, reported as unclassified |
+
+The peak allocated of a device is the largest `Total Allocated` the trace recorded
+(exact); when the file has no such field (2021 traces), it is the running sum of `Bytes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daydream.mapping import attribute, find_iterations
+from daydream.mapping.attribution import BACKWARD, FORWARD, OPTIMIZER
+from daydream.mapping.linking import innermost_enclosing
+from daydream.trace import NO_VALUE, EventKind, Trace
+
+CATEGORIES = ("weights", "activations", "gradients", "optimizer state", "temporaries", "before the trace", "other")
+NEVER = np.iinfo(np.int64).max
+
+
+@dataclass(slots=True)
+class DeviceMemory:
+    """One device's memory: peaks, the breakdown at the peak, and the timeline."""
+
+    device: str  # "cuda:0" or "cpu"
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int | None
+    peak_time_ns: int
+    peak_from: str  # "Total Allocated" (recorded) or "running sum of Bytes"
+    categories: dict[str, int]  # bytes live at the peak, per category
+    layers: list[dict[str, object]]  # activation bytes live at the peak, per layer, largest first
+    unclassified_share: float  # share of the peak in "other"
+    times_ns: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    by_category: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # bytes live after each time
+    allocations: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per allocation: size, start, end, ...
+
+
+def device_label(device_type: int, device_id: int) -> str:
+    return f"cuda:{device_id}" if device_type == 1 else "cpu"
+
+
+def analyze_memory(trace: Trace) -> list[DeviceMemory]:
+    """Every device's memory timeline and breakdown; empty when the trace has no memory events."""
+    table = trace.tables.get("memory")
+    if table is None or table["event"].size == 0:
+        return []
+    attribution = attribute(trace)
+    rows = table["event"]
+    op = innermost_enclosing(trace, trace.indices(EventKind.CPU_OP), rows)
+    phase = np.where(op >= 0, attribution.phase[np.maximum(op, 0)], NO_VALUE).astype(np.int64)
+    layer = np.where(op >= 0, attribution.layer[np.maximum(op, 0)], NO_VALUE).astype(np.int64)
+    iterations = find_iterations(trace)
+    bounds = np.array([it.start_ns for it in iterations] + ([iterations[-1].end_ns] if iterations else []), dtype=np.int64)
+    results = []
+    keys = np.stack([table["device_type"].astype(np.int64), table["device_id"].astype(np.int64)], axis=1)
+    for device_type, device_id in np.unique(keys, axis=0).tolist():
+        mine = np.flatnonzero((keys[:, 0] == device_type) & (keys[:, 1] == device_id))
+        results.append(_device(trace, table, mine, phase, layer, bounds, attribution.layers, device_type, device_id))
+    return results
+
+
+def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase: np.ndarray, layer: np.ndarray,
+            bounds: np.ndarray, layer_names: list[str], device_type: int, device_id: int) -> DeviceMemory:
+    rows = table["event"][mine]
+    times = trace.ts_ns[rows]
+    sizes = trace.bytes[rows]
+    addresses = table["addr"][mine]
+    recorded = table["total_allocated"][mine]
+    allocs = _pair(times, sizes, addresses)
+    alloc_index, free_index = allocs
+    start = times[alloc_index]
+    end = np.where(free_index >= 0, times[np.maximum(free_index, 0)], NEVER)
+    size = sizes[alloc_index]
+    category = _classify(start, end, phase[mine][alloc_index],
+                         np.where(free_index >= 0, phase[mine][np.maximum(free_index, 0)], NO_VALUE), bounds)
+    has_total = bool((recorded >= 0).any())
+    running = np.cumsum(sizes)
+    total = recorded if has_total else running - min(0, int(running.min()))
+    peak_at = int(np.argmax(total))
+    peak_time = int(times[peak_at])
+    live = (start <= peak_time) & (end > peak_time)
+    peak = int(total[peak_at])
+    if (addresses >= 0).any():
+        categories = {name: int(size[live & (category == i)].sum()) for i, name in enumerate(CATEGORIES)}
+        categories["before the trace"] = max(0, peak - int(size[live].sum()))
+    else:  # no addresses (2021 traces): nothing can be paired, so nothing classified
+        categories = {name: 0 for name in CATEGORIES}
+        categories["other"] = peak
+        live[:] = False
+    reserved = table["total_reserved"][mine]
+    activations = live & (category == CATEGORIES.index("activations"))
+    alloc_layer = layer[mine][alloc_index]
+    per_layer = np.bincount(np.maximum(alloc_layer[activations], 0), weights=size[activations],
+                            minlength=len(layer_names)) if layer_names else np.zeros(0)
+    layers = sorted(({"name": name, "activation_bytes": int(per_layer[i])} for i, name in enumerate(layer_names) if per_layer[i]),
+                    key=lambda entry: -int(entry["activation_bytes"]))  # type: ignore[call-overload]
+    timeline_times, by_category = _stacked(times, start, end, size, category, total)
+    return DeviceMemory(
+        device=device_label(device_type, device_id),
+        peak_allocated_bytes=peak,
+        peak_reserved_bytes=int(reserved.max()) if (reserved > 0).any() else None,
+        peak_time_ns=peak_time,
+        peak_from="Total Allocated" if has_total else "running sum of Bytes",
+        categories=categories,
+        layers=layers,
+        unclassified_share=categories["other"] / peak if peak else 0.0,
+        times_ns=timeline_times,
+        by_category=by_category,
+        allocations={"size": size, "start": start, "end": end, "category": category, "layer": alloc_layer,
+                     "phase": phase[mine][alloc_index]},
+    )
+
+
+def _pair(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each allocation, index of its free or -1); events without an address stay unpaired."""
+    allocations = np.flatnonzero(sizes > 0)
+    free_of = np.full(allocations.size, -1, dtype=np.int64)
+    known = addresses >= 0
+    order = np.lexsort((times, addresses))
+    order = order[known[order]]
+    # An allocation followed, at the same address, by a free of the same size is its pair.
+    follows = (addresses[order][1:] == addresses[order][:-1]) & (sizes[order][:-1] > 0) & (sizes[order][1:] == -sizes[order][:-1])
+    alloc_rows = order[:-1][follows]
+    free_rows = order[1:][follows]
+    position = np.searchsorted(allocations, alloc_rows)
+    free_of[position] = free_rows
+    return allocations, free_of
+
+
+def _classify(start: np.ndarray, end: np.ndarray, alloc_phase: np.ndarray, free_phase: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    category = np.full(start.size, CATEGORIES.index("other"), dtype=np.int8)
+    if bounds.size:
+        first, last = int(bounds[0]), int(bounds[-1])
+        iteration_of_alloc = np.searchsorted(bounds, start, side="right")
+        iteration_of_free = np.searchsorted(bounds, np.minimum(end, NEVER - 1), side="right")
+        same_iteration = (iteration_of_alloc == iteration_of_free) & (end != NEVER)
+        category[(alloc_phase == FORWARD) & (free_phase == BACKWARD)] = CATEGORIES.index("activations")
+        category[(alloc_phase == BACKWARD) & (free_phase != BACKWARD)] = CATEGORIES.index("gradients")
+        category[(alloc_phase == OPTIMIZER) & ((end == NEVER) | ~same_iteration)] = CATEGORIES.index("optimizer state")
+        category[(alloc_phase == free_phase) & (alloc_phase >= 0) & same_iteration] = CATEGORIES.index("temporaries")
+        category[(start < first) & ((end == NEVER) | (end > last))] = CATEGORIES.index("weights")
+    return category
+
+
+def _stacked(times: np.ndarray, start: np.ndarray, end: np.ndarray, size: np.ndarray, category: np.ndarray,
+             total: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Bytes live per category after each event time (the recorded total minus the window's is 'before the trace')."""
+    grid = np.unique(times)
+    by_category = {}
+    window_total = np.zeros(grid.size, dtype=np.float64)
+    for index, name in enumerate(CATEGORIES):
+        if name == "before the trace":
+            continue
+        chosen = category == index
+        delta = np.zeros(grid.size + 1, dtype=np.float64)
+        np.add.at(delta, np.searchsorted(grid, start[chosen]), size[chosen])
+        freed = end[chosen] != NEVER
+        np.add.at(delta, np.searchsorted(grid, end[chosen][freed]), -size[chosen][freed])
+        live = np.cumsum(delta)[:-1]
+        by_category[name] = live
+        window_total += live
+    recorded_at = total[np.searchsorted(times, grid, side="right") - 1]
+    by_category["before the trace"] = np.maximum(recorded_at - window_total, 0)
+    return grid, by_category

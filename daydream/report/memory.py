@@ -1,0 +1,112 @@
+"""`daydream memory` results: JSON-ready data, rich tables, and the stacked timeline plot.
+
+The JSON contract: `{"devices": [{"device", "peak_allocated_bytes", "peak_reserved_bytes",
+"categories": {name: bytes at the peak}}]}` is guaranteed; keys are added, never renamed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+
+from daydream import __version__
+from daydream.errors import InputError
+from daydream.memory import CATEGORIES, DeviceMemory
+from daydream.report.console import format_bytes
+
+SCHEMA_VERSION = 1
+_COLORS = {"weights": "#4c72b0", "activations": "#dd8452", "gradients": "#55a868", "optimizer state": "#c44e52",
+           "temporaries": "#8172b3", "before the trace": "#937860", "other": "#bbbbbb"}
+
+
+def summarize_memory(source: str, ranks: list[tuple[int | None, list[DeviceMemory]]]) -> dict[str, Any]:
+    devices = []
+    for rank, memory in ranks:
+        for device in memory:
+            devices.append({
+                "rank": rank,
+                "device": device.device,
+                "peak_allocated_bytes": device.peak_allocated_bytes,
+                "peak_reserved_bytes": device.peak_reserved_bytes,
+                "peak_time_ns": device.peak_time_ns,
+                "peak_from": device.peak_from,
+                "categories": device.categories,
+                "unclassified_share": device.unclassified_share,
+                "top_layers_by_activation_bytes": device.layers[:10],
+            })
+    return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "devices": devices}
+
+
+def render_memory(summary: dict[str, Any], console: Console) -> None:
+    if not summary["devices"]:
+        console.print(f"{summary['source']}: no [memory] events — record with profile_memory=True (daydream trace does)")
+        return
+    for device in summary["devices"]:
+        reserved = format_bytes(device["peak_reserved_bytes"]) if device["peak_reserved_bytes"] else "not recorded"
+        table = Table(title=f"at the peak: {format_bytes(device['peak_allocated_bytes'])} allocated "
+                            f"({device['peak_from']}), {reserved} reserved", title_justify="left")
+        table.add_column("category")
+        table.add_column("bytes", justify="right")
+        table.add_column("share", justify="right")
+        peak = device["peak_allocated_bytes"] or 1
+        for name in CATEGORIES:
+            value = device["categories"].get(name, 0)
+            if value:
+                table.add_row(name, format_bytes(value), f"{value / peak:.0%}")
+        parts: list[Any] = [table]
+        if device["top_layers_by_activation_bytes"]:
+            layers = Table(title="layers by activation memory at the peak", title_justify="left", expand=True)
+            layers.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
+            layers.add_column("activations", justify="right", no_wrap=True)
+            for entry in device["top_layers_by_activation_bytes"]:
+                layers.add_row(entry["name"], format_bytes(entry["activation_bytes"]))
+            parts.append(layers)
+        rank = f"rank {device['rank']} " if device["rank"] is not None else ""
+        console.print(Panel(Group(*parts), title=f"{rank}{device['device']}", title_align="left"))
+
+
+def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title: str) -> None:
+    """A stacked-area PNG per device (one row each), categories stacked, the peak marked; written atomically."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib — pip install 'daydream[plot]'") from None
+    shown = [d for d in memory if d.times_ns.size]
+    if not shown:
+        raise InputError(f"{title}: no memory events to plot")
+    figure, axes = plt.subplots(len(shown), 1, figsize=(10, 3.2 * len(shown)), squeeze=False)
+    for axis, device in zip(axes[:, 0], shown):
+        start = device.times_ns[0]
+        times_ms = (device.times_ns - start) / 1e6
+        names = [n for n in CATEGORIES if device.by_category.get(n) is not None and device.by_category[n].any()]
+        axis.stackplot(times_ms, [device.by_category[n] / 2**20 for n in names], labels=names,
+                       colors=[_COLORS[n] for n in names], step="post")
+        axis.axvline((device.peak_time_ns - start) / 1e6, color="black", linestyle="--", linewidth=1)
+        axis.annotate(f"peak {device.peak_allocated_bytes / 2**20:.1f} MiB", xy=((device.peak_time_ns - start) / 1e6, 0),
+                      xytext=(4, 4), textcoords="offset points", fontsize=8)
+        axis.set_title(f"{title} — {device.device}", fontsize=10)
+        axis.set_xlabel("time (ms)")
+        axis.set_ylabel("allocated (MiB)")
+        axis.legend(loc="upper left", fontsize=7, ncol=4)
+    figure.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=target.parent)
+    os.close(handle)
+    try:
+        figure.savefig(temporary, dpi=110, format="png")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(figure)
