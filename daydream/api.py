@@ -62,3 +62,38 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
         return [predict(trace, specs, device_name) for trace in job.traces]
     except ValueError as exc:
         raise InputError(f"{path}: {exc}") from None
+
+
+def predict_memory_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None,
+                       cache: bool = True) -> list[dict[str, object]]:
+    """Predicted peak memory per device of every rank at `path` under `specs`, with a fits verdict."""
+    from daydream.mapping import attribute
+    from daydream.memory import analyze_memory
+    from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
+    from daydream.simulate.whatif import resolve_device
+    from daydream.transforms import parse_spec
+
+    parsed = [parse_spec(spec) for spec in specs if not spec.endswith((".yaml", ".yml"))]
+    results: list[dict[str, object]] = []
+    for trace in open_job(path, cache).traces:
+        layers = attribute(trace).layers
+        current = current_optimizer_of(trace.strings)
+        device, _ = resolve_device(trace, device_name)
+        for memory in analyze_memory(trace):
+            target = device if memory.device.startswith("cuda") else None
+            prediction = predict_memory(memory, parsed, layers, current, target)
+            entry: dict[str, object] = {
+                "rank": trace.meta.rank,
+                "device": memory.device,
+                "measured_peak_bytes": prediction.measured_peak_bytes,
+                "predicted_peak_bytes": prediction.predicted_peak_bytes,
+                "predicted_reserved_bytes": prediction.predicted_reserved_bytes,
+                "capacity_bytes": prediction.capacity_bytes,
+                "fits": prediction.fits,
+                "headroom_bytes": prediction.headroom_bytes,
+                "notes": prediction.notes,
+            }
+            if target is not None:
+                entry["largest_batch_factor"] = largest_batch_factor(memory, parsed, layers, current, target)
+            results.append(entry)
+    return results

@@ -9,11 +9,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from daydream.api import predict_job
+from daydream.api import predict_job, predict_memory_job
 from daydream.cli.progress import progress_bar
 from daydream.errors import InputError
 from daydream.report.timeline import timeline_events, write_chrome_trace
-from daydream.report.whatif import render_predictions, summarize_predictions
+from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
 from daydream.simulate.whatif import list_optimizations
 
 DEFAULT_FOLDER = Path("daydream-traces")
@@ -28,9 +28,11 @@ DEFAULT_FOLDER = Path("daydream-traces")
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (a stable contract).")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the predicted timeline as a Chrome trace (.gz compresses; {rank} for several ranks).")
+@click.option("--memory", "with_memory", is_flag=True,
+              help="Also predict the peak memory per device, whether it fits (--device or the trace's GPU) and the largest batch that does.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, device_name: str | None, as_json: bool,
-                   timeline_path: str | None, no_cache: bool) -> None:
+                   timeline_path: str | None, with_memory: bool, no_cache: bool) -> None:
     """Predict the iteration time of TRACE with the optimizations applied.
 
     TRACE defaults to the newest trace in ./daydream-traces/, so that
@@ -45,6 +47,8 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     with progress_bar(Console(stderr=True)) as progress:
         predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
     summary = summarize_predictions(path, list(specs), predictions)
+    if with_memory:
+        summary["memory"] = predict_memory_job(path, list(specs), device_name, cache=not no_cache)
     if timeline_path:
         if len(predictions) > 1 and "{rank}" not in timeline_path:
             raise click.UsageError("--timeline: this trace has several ranks; put {rank} in the file name")
@@ -59,7 +63,10 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    render_predictions(summary, Console())
+    console = Console()
+    render_predictions(summary, console)
+    if with_memory:
+        render_memory_predictions(summary["memory"], console)
 
 
 def _newest_trace() -> Path:

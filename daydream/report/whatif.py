@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from daydream import __version__
-from daydream.report.console import format_ns
+from daydream.report.console import format_bytes, format_ns
 from daydream.simulate.whatif import Prediction
 
 SCHEMA_VERSION = 1
@@ -104,3 +104,23 @@ def _change(before: int, after: int) -> str:
     if not before:
         return "new" if after else ""
     return f"{(after - before) / before * 100:+.0f}%"
+
+
+def render_memory_predictions(entries: list[dict[str, Any]], console: Console) -> None:
+    if not entries:
+        console.print("memory: the trace has no [memory] events — record with profile_memory=True (daydream trace does)")
+        return
+    table = Table(title="peak memory", title_justify="left")
+    for header in ("device", "measured", "predicted", "reserved", "fits", "headroom", "largest batch"):
+        table.add_column(header, justify="left" if header == "device" else "right")
+    for entry in entries:
+        fits = {True: Text("yes", style="green"), False: Text("NO", style="bold red"), None: Text("—")}[entry["fits"]]
+        factor = entry.get("largest_batch_factor")
+        table.add_row(
+            f"{'rank ' + str(entry['rank']) + ' ' if entry['rank'] is not None else ''}{entry['device']}",
+            format_bytes(entry["measured_peak_bytes"]), format_bytes(entry["predicted_peak_bytes"]),
+            format_bytes(entry["predicted_reserved_bytes"]), fits,
+            format_bytes(entry["headroom_bytes"]) if entry["headroom_bytes"] is not None else "—",
+            f"×{factor:.2f}" if isinstance(factor, float) else "—",
+        )
+    console.print(table)

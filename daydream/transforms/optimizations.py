@@ -482,3 +482,29 @@ register(Optimization(
     _faster_gpu,
     {"factor": Parameter(float, 2.0, "GPU speed-up"), "kernels": Parameter(str, "", "regular expression over kernel names")},
 ))
+
+
+# --------------------------------------------------------------------------- memory-only what-ifs
+
+
+def _memory_only(name: str) -> Apply:
+    def apply(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+        return [f"{name}: time unchanged — this version models its memory only (daydream whatif --memory)"]
+
+    return apply
+
+
+register(Optimization(
+    "optimizer", "another optimizer (SGD, SGD with momentum, Adam, AdamW, Adagrad, RMSprop)",
+    "memory: optimizer state = state tensors per parameter × the parameters' bytes (the gradients' size); "
+    "time: unchanged in this version",
+    _memory_only("optimizer"),
+    {"name": Parameter(str, "adam", "sgd, sgd-momentum, adam, adamw, adagrad or rmsprop")},
+))
+register(Optimization(
+    "zero", "ZeRO / FSDP sharding across data-parallel ranks",
+    "memory: optimizer state ÷world (stage ≥ 1), gradients ÷world (stage ≥ 2), weights ÷world (stage 3); "
+    "time: unchanged in this version (the collectives it adds come with the distributed what-ifs)",
+    _memory_only("zero"),
+    {"stage": Parameter(int, 2, "1, 2 or 3"), "world": Parameter(int, 8, "data-parallel ranks")},
+))

@@ -1,0 +1,262 @@
+"""What-if memory: the peak each optimization would leave, and whether it fits a device.
+
+The allocations of the trace (sizes, lifetimes, categories, layers) are rewritten the
+way the optimization changes them, the peak is recomputed by a sweep over the new
+lifetimes, and the caching-allocator model turns the allocations into reserved memory.
+
+| optimization | model |
+|---|---|
+| batch-size:factor=F | activations, and temporaries of forward/backward, × F |
+| amp | activations and forward/backward temporaries × 0.5 (fp16); a cast copy of the weights (× 0.5) lives through each forward |
+| checkpoint:layers=RE | the matching layers' activations are freed when the layer's forward ends, and recomputed just before their backward needs them |
+| optimizer:name=N | optimizer state = state tensors per parameter × gradient bytes (SGD 0, SGD+momentum 1, Adagrad 1, Adam/AdamW 2) |
+| zero:stage=S,world=W | optimizer state / W (S ≥ 1), gradients / W (S ≥ 2), weights / W (S = 3) |
+
+Memory the trace shows only as a recorded total (allocated before the window) is kept
+as it is, except where an optimization says otherwise about weights.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daydream.devices import Device
+from daydream.errors import InputError
+from daydream.mapping.attribution import BACKWARD, FORWARD
+from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
+
+STATE_TENSORS = {"sgd": 0, "sgd-momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
+_OPTIMIZER_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
+ACT, TMP, GRAD, OPT, WEIGHTS = (CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state", "weights"))
+
+
+@dataclass(slots=True)
+class MemoryPrediction:
+    device: str
+    measured_peak_bytes: int
+    predicted_peak_bytes: int
+    predicted_reserved_bytes: int | None
+    capacity_bytes: int | None
+    notes: list[str]
+
+    @property
+    def fits(self) -> bool | None:
+        if self.capacity_bytes is None:
+            return None
+        return (self.predicted_reserved_bytes or self.predicted_peak_bytes) <= self.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        if self.capacity_bytes is None:
+            return None
+        return self.capacity_bytes - (self.predicted_reserved_bytes or self.predicted_peak_bytes)
+
+
+@dataclass(slots=True)
+class _Allocations:
+    size: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    category: np.ndarray
+    layer: np.ndarray
+    phase: np.ndarray
+    baseline_times: np.ndarray  # memory from before the window, as a step function
+    baseline_bytes: np.ndarray
+
+    def copy(self) -> _Allocations:
+        return _Allocations(*(getattr(self, name).copy() for name in self.__slots__))  # type: ignore[attr-defined]
+
+
+def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
+                   current_optimizer: str | None, device: Device | None) -> MemoryPrediction:
+    allocations = _from(memory)
+    notes: list[str] = []
+    for name, params in specs:
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            notes.append(f"{name}: no memory model; allocations unchanged")
+            continue
+        notes.append(handler(allocations, params, layers, current_optimizer))
+    peak = peak_bytes(allocations)
+    reserved = _reserved(allocations) if memory.peak_reserved_bytes else None
+    capacity = int(device.memory_gib * 2**30) if device is not None else None
+    return MemoryPrediction(memory.device, memory.peak_allocated_bytes, peak, reserved, capacity, notes)
+
+
+def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
+                         current_optimizer: str | None, device: Device) -> float | None:
+    """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None if even 1/64 does not."""
+    def fits(factor: float) -> bool:
+        prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers, current_optimizer, device)
+        return bool(prediction.fits)
+
+    low, high = 1 / 64, 1.0
+    if not fits(low):
+        return None
+    while fits(high) and high < 4096:
+        low, high = high, high * 2
+    for _ in range(20):
+        middle = (low + high) / 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def current_optimizer_of(names: list[str]) -> str | None:
+    for name in names:
+        match = _OPTIMIZER_NAME.search(name)
+        if match:
+            return match.group(1).lower()
+    return None
+
+
+def peak_bytes(allocations: _Allocations) -> int:
+    """The largest sum of live allocations plus the pre-window memory, over the timeline."""
+    times = np.unique(np.concatenate([allocations.start, allocations.end[allocations.end != NEVER], allocations.baseline_times]))
+    delta = np.zeros(times.size + 1, dtype=np.float64)
+    np.add.at(delta, np.searchsorted(times, allocations.start), allocations.size)
+    freed = allocations.end != NEVER
+    np.add.at(delta, np.searchsorted(times, allocations.end[freed]), -allocations.size[freed])
+    live = np.cumsum(delta)[:-1]
+    position = np.searchsorted(allocations.baseline_times, times, side="right") - 1
+    baseline = np.where(position >= 0, allocations.baseline_bytes[np.maximum(position, 0)], 0)
+    return int((live + baseline).max()) if times.size else 0
+
+
+def _from(memory: DeviceMemory) -> _Allocations:
+    a = memory.allocations
+    return _Allocations(a["size"].astype(np.float64), a["start"].copy(), a["end"].copy(), a["category"].copy(),
+                        a["layer"].copy(), a["phase"].copy(), memory.times_ns.copy(),
+                        memory.by_category.get("before the trace", np.zeros(memory.times_ns.size)).astype(np.float64))
+
+
+def _reserved(allocations: _Allocations) -> int | None:
+    try:
+        from daydream.memory.allocator import replay_events
+    except ImportError:  # pragma: no cover - the allocator model ships with daydream
+        return None
+    # In time order; at the same instant frees first, as the allocator would have seen them.
+    allocs = [(int(t), 1, i) for i, t in enumerate(allocations.start.tolist())]
+    frees = [(int(t), 0, i) for i, t in enumerate(allocations.end.tolist()) if t != NEVER]
+    sizes = allocations.size.tolist()
+    stream = ((handle, int(sizes[handle]) if kind else -1) for _, kind, handle in sorted(allocs + frees))
+    peaks = replay_events((handle, size) for handle, size in stream if size != 0)
+    baseline = int(allocations.baseline_bytes.max()) if allocations.baseline_bytes.size else 0
+    return int(peaks.peak_reserved_bytes) + baseline
+
+
+def _batch_size(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    factor = float(params["factor"])
+    chosen = (a.category == ACT) | ((a.category == TMP) & np.isin(a.phase, [FORWARD, BACKWARD]))
+    a.size[chosen] *= factor
+    return f"batch-size: {int(chosen.sum())} activation and forward/backward temporary allocations × {factor:g}"
+
+
+def _amp(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    chosen = (a.category == ACT) | ((a.category == TMP) & np.isin(a.phase, [FORWARD, BACKWARD]))
+    a.size[chosen] *= 0.5
+    weights = float(a.size[a.category == WEIGHTS].sum())
+    forward = a.phase == FORWARD
+    if weights and forward.any():
+        start, end = int(a.start[forward].min()), int(a.start[forward].max())
+        _add(a, weights * 0.5, start, end, TMP)
+    return f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies ({weights * 0.5 / 2**20:.1f} MiB) during forward"
+
+
+def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    pattern = re.compile(str(params["layers"]))
+    targets = [i for i, name in enumerate(layers) if pattern.search(name)]
+    member = np.full(len(layers) + 1, -1, dtype=np.int64)
+    for target in targets:
+        for i, name in enumerate(layers):
+            if name == layers[target] or name.startswith(layers[target] + "."):
+                member[i] = target
+    owner = member[a.layer]
+    moved = 0
+    for target in targets:
+        chosen = np.flatnonzero((owner == target) & (a.category == ACT))
+        if chosen.size == 0:
+            continue
+        # Per forward pass of the layer: its activations die when its forward ends; the
+        # recomputation brings them back from the first moment backward frees one of them.
+        forward_end = _group_max(a.start[chosen], a.start[chosen])
+        backward_start = _group_min(a.start[chosen], a.end[chosen])
+        original_end = a.end[chosen].copy()
+        sizes = a.size[chosen].copy()
+        a.end[chosen] = forward_end
+        for size, begin, finish in zip(sizes.tolist(), backward_start.tolist(), original_end.tolist()):
+            _add(a, size, int(begin), int(finish), ACT)
+        moved += chosen.size
+    return f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward and recomputed before their backward"
+
+
+def _group_max(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per allocation, the max of `values` over allocations of the same layer pass (start within 1 s gaps)."""
+    return _by_pass(starts, values, np.maximum)
+
+
+def _group_min(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return _by_pass(starts, values, np.minimum)
+
+
+def _by_pass(starts: np.ndarray, values: np.ndarray, combine: Any) -> np.ndarray:
+    order = np.argsort(starts, kind="stable")
+    gaps = np.diff(starts[order])
+    # A new pass of the layer begins where allocations stop for longer than the median gap times 50.
+    threshold = (np.median(gaps) * 50 + 1) if gaps.size else 1
+    group = np.concatenate([[0], np.cumsum(gaps > threshold)])
+    result = np.empty(values.size, dtype=values.dtype)
+    for g in np.unique(group).tolist():
+        members = order[group == g]
+        result[members] = combine.reduce(values[members])
+    return result
+
+
+def _optimizer(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    name = str(params["name"]).lower()
+    if name not in STATE_TENSORS:
+        raise InputError(f"--opt optimizer:name={name}: unknown optimizer (known: {', '.join(STATE_TENSORS)})")
+    # One iteration's gradients are the parameters' size.
+    gradient_bytes = float(a.size[a.category == GRAD].sum()) / max(1, _passes(a, GRAD))
+    state = a.category == OPT
+    old = float(a.size[state].sum())
+    new = STATE_TENSORS[name] * gradient_bytes
+    a.size[state] = 0
+    if new:
+        _add(a, new, int(a.start.min()), NEVER, OPT)
+    return (f"optimizer: state {old / 2**20:.1f} MiB ({current or 'unknown'}) -> {new / 2**20:.1f} MiB "
+            f"({name}: {STATE_TENSORS[name]} tensor(s) per parameter × {gradient_bytes / 2**20:.1f} MiB of gradients)")
+
+
+def _passes(a: _Allocations, category: int) -> int:
+    chosen = np.flatnonzero(a.category == category)
+    if chosen.size == 0:
+        return 1
+    gaps = np.diff(np.sort(a.start[chosen]))
+    threshold = (np.median(gaps) * 50 + 1) if gaps.size else 1
+    return int(np.count_nonzero(gaps > threshold)) + 1
+
+
+def _zero(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    stage, world = int(params["stage"]), int(params["world"])
+    if stage not in (1, 2, 3) or world < 1:
+        raise InputError(f"--opt zero:stage={stage},world={world}: stage is 1, 2 or 3 and world at least 1")
+    shard = [OPT] + ([GRAD] if stage >= 2 else []) + ([WEIGHTS] if stage == 3 else [])
+    chosen = np.isin(a.category, shard)
+    a.size[chosen] /= world
+    return f"zero: stage {stage} over {world} ranks shards {', '.join(CATEGORIES[c] for c in shard)} (÷{world})"
+
+
+def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> None:
+    a.size = np.append(a.size, size)
+    a.start = np.append(a.start, start)
+    a.end = np.append(a.end, end)
+    a.category = np.append(a.category, np.int8(category))
+    a.layer = np.append(a.layer, -1)
+    a.phase = np.append(a.phase, -1)
+
+
+_HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero}
