@@ -29,7 +29,8 @@ DEFAULT_FOLDER = Path("daydream-traces")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the predicted timeline as a Chrome trace (.gz compresses; {rank} for several ranks).")
 @click.option("--memory", "with_memory", is_flag=True,
-              help="Also predict the peak memory per device, whether it fits (--device or the trace's GPU) and the largest batch that does.")
+              help="Also predict the peak memory per device, whether it fits (--device or the trace's GPU) "
+                   "and the largest batch that does.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, device_name: str | None, as_json: bool,
                    timeline_path: str | None, with_memory: bool, no_cache: bool) -> None:

@@ -7,7 +7,7 @@ lifetimes, and the caching-allocator model turns the allocations into reserved m
 | optimization | model |
 |---|---|
 | batch-size:factor=F | activations, and temporaries of forward/backward, × F |
-| amp | activations and forward/backward temporaries × 0.5 (fp16); a cast copy of the weights (× 0.5) lives through each forward |
+| amp | activations and forward/backward temporaries × 0.5 (fp16); a cast copy of the weights (× 0.5) in each forward |
 | checkpoint:layers=RE | the matching layers' activations are freed when the layer's forward ends, and recomputed just before their backward needs them |
 | optimizer:name=N | optimizer state = state tensors per parameter × gradient bytes (SGD 0, SGD+momentum 1, Adagrad 1, Adam/AdamW 2) |
 | zero:stage=S,world=W | optimizer state / W (S ≥ 1), gradients / W (S ≥ 2), weights / W (S = 3) |
@@ -163,7 +163,8 @@ def _amp(a: _Allocations, params: dict[str, Any], layers: list[str], current: st
     if weights and forward.any():
         start, end = int(a.start[forward].min()), int(a.start[forward].max())
         _add(a, weights * 0.5, start, end, TMP)
-    return f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies ({weights * 0.5 / 2**20:.1f} MiB) during forward"
+    copies = weights * 0.5 / 2**20
+    return f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies ({copies:.1f} MiB) during forward"
 
 
 def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
@@ -190,7 +191,8 @@ def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], curr
         for size, begin, finish in zip(sizes.tolist(), backward_start.tolist(), original_end.tolist()):
             _add(a, size, int(begin), int(finish), ACT)
         moved += chosen.size
-    return f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward and recomputed before their backward"
+    return (f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward "
+            "and recomputed before their backward")
 
 
 def _group_max(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
