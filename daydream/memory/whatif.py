@@ -8,7 +8,7 @@ lifetimes, and the caching-allocator model turns the allocations into reserved m
 |---|---|
 | batch-size:factor=F | activations, and temporaries of forward/backward, × F |
 | amp | activations and forward/backward temporaries × 0.5 (fp16); a cast copy of the weights (× 0.5) in each forward |
-| checkpoint:layers=RE | the matching layers' activations are freed when the layer's forward ends, and recomputed just before their backward needs them |
+| checkpoint:layers=RE | matching layers' activations freed when the layer's forward ends, recomputed before their backward |
 | optimizer:name=N | optimizer state = state tensors per parameter × gradient bytes (SGD 0, SGD+momentum 1, Adagrad 1, Adam/AdamW 2) |
 | zero:stage=S,world=W | optimizer state / W (S ≥ 1), gradients / W (S ≥ 2), weights / W (S = 3) |
 
