@@ -31,7 +31,11 @@ sys.path.insert(0, str(REPO))
 from daydream.api import open_job  # noqa: E402
 from daydream.devices import find_device  # noqa: E402
 from daydream.mapping import find_iterations  # noqa: E402
+from daydream.mapping import attribute  # noqa: E402
+from daydream.memory import analyze_memory  # noqa: E402
+from daydream.memory.whatif import current_optimizer_of, predict_memory  # noqa: E402
 from daydream.simulate.whatif import predict  # noqa: E402
+from daydream.transforms import parse_spec  # noqa: E402
 
 EXAMPLES = {"mlp": 64, "cnn": 32, "transformer": 8}  # example -> its default batch size
 WARMUP, ITERATIONS, STEPS = 3, 6, 12
@@ -94,6 +98,23 @@ def example_rows(work: Path) -> list[dict[str, object]]:
     return rows
 
 
+def memory_rows(work: Path) -> list[dict[str, object]]:
+    """Predicted vs measured peak allocated memory (CPU), from one baseline trace per example."""
+    rows = []
+    for example, batch in EXAMPLES.items():
+        baseline = open_job(trace(example, work / f"{example}-mem-base.json.gz"), cache=False).traces[0]
+        memory = analyze_memory(baseline)[0]
+        layers = attribute(baseline).layers
+        for spec, args in (("batch-size:factor=2", ("--batch-size", str(2 * batch))), (CHECKPOINT, ("--checkpoint",))):
+            real = open_job(trace(example, work / f"{example}-mem-{len(rows)}.json.gz", *args), cache=False).traces[0]
+            measured = analyze_memory(real)[0].peak_allocated_bytes
+            predicted = predict_memory(memory, [parse_spec(spec)], layers, current_optimizer_of(baseline.strings), None)
+            rows.append({"example": example, "what-if": spec, "baseline": memory.peak_allocated_bytes,
+                         "predicted": predicted.predicted_peak_bytes, "measured": measured,
+                         "error": (predicted.predicted_peak_bytes - measured) / measured})
+    return rows
+
+
 def amp_rows(corpus: Path) -> list[dict[str, object]]:
     rows = []
     for name in AMP_TRACES:
@@ -108,7 +129,7 @@ def amp_rows(corpus: Path) -> list[dict[str, object]]:
     return rows
 
 
-def markdown(examples: list[dict[str, object]], amp: list[dict[str, object]]) -> str:
+def markdown(examples: list[dict[str, object]], amp: list[dict[str, object]], memory: list[dict[str, object]]) -> str:
     worst = max(abs(float(r["error"])) for r in examples) if examples else 0.0  # type: ignore[arg-type]
     misses = [r for r in examples if abs(float(r["error"])) > 0.10]  # type: ignore[arg-type]
     lines = [
@@ -131,6 +152,21 @@ def markdown(examples: list[dict[str, object]], amp: list[dict[str, object]]) ->
     for r in examples:
         lines.append(f"| {r['example']} | `{r['what-if']}` | {float(r['baseline_ms']):.2f} ms | {float(r['predicted_ms']):.2f} ms | "  # type: ignore[arg-type]
                      f"{float(r['measured_ms']):.2f} ms | {float(r['error']) * 100:+.1f}% |")  # type: ignore[arg-type]
+    worst_memory = max(abs(float(r["error"])) for r in memory) if memory else 0.0  # type: ignore[arg-type]
+    lines += [
+        "",
+        "## Peak memory, predicted vs measured, on the CPU",
+        "",
+        "Peak allocated bytes of the CPU allocator (`[memory]` events), predicted from the baseline trace and",
+        f"measured on the real variant. Target: within 5%. **Largest error: {worst_memory * 100:.1f}%.**",
+        "",
+        "| example | what-if | baseline | predicted | measured | error |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in memory:
+        lines.append(f"| {r['example']} | `{r['what-if']}` | {int(r['baseline']) / 2**20:.2f} MiB | "  # type: ignore[call-overload]
+                     f"{int(r['predicted']) / 2**20:.2f} MiB | {int(r['measured']) / 2**20:.2f} MiB | "  # type: ignore[call-overload]
+                     f"{float(r['error']) * 100:+.1f}% |")  # type: ignore[arg-type]
     lines += [
         "",
         "## AMP on the fp32 GPU training traces",
@@ -158,8 +194,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as work:
         os.environ.setdefault("DAYDREAM_CACHE_DIR", str(Path(work) / "cache"))
         examples = example_rows(Path(work))
+        memory = memory_rows(Path(work))
         amp = amp_rows(options.corpus) if options.corpus.is_dir() else []
-    text = markdown(examples, amp)
+    text = markdown(examples, amp, memory)
     print(text)
     if options.out != "-":
         Path(options.out).write_text(text)

@@ -123,7 +123,8 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         times_ns=timeline_times,
         by_category=by_category,
         allocations={"size": size, "start": start, "end": end, "category": category, "layer": alloc_layer,
-                     "phase": phase[mine][alloc_index]},
+                     "phase": phase[mine][alloc_index],
+                     "iteration": np.searchsorted(bounds, start, side="right") - 1 if bounds.size else np.zeros(size.size, dtype=np.int64)},
     )
 
 

@@ -31,7 +31,9 @@ from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 STATE_TENSORS = {"sgd": 0, "sgd-momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 _OPTIMIZER_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
-ACT, TMP, GRAD, OPT, WEIGHTS = (CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state", "weights"))
+ACT, TMP, GRAD, OPT, WEIGHTS, OTHER = (
+    CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state", "weights", "other")
+)
 
 
 @dataclass(slots=True)
@@ -64,6 +66,7 @@ class _Allocations:
     category: np.ndarray
     layer: np.ndarray
     phase: np.ndarray
+    iteration: np.ndarray
     baseline_times: np.ndarray  # memory from before the window, as a step function
     baseline_bytes: np.ndarray
 
@@ -129,7 +132,7 @@ def peak_bytes(allocations: _Allocations) -> int:
 def _from(memory: DeviceMemory) -> _Allocations:
     a = memory.allocations
     return _Allocations(a["size"].astype(np.float64), a["start"].copy(), a["end"].copy(), a["category"].copy(),
-                        a["layer"].copy(), a["phase"].copy(), memory.times_ns.copy(),
+                        a["layer"].copy(), a["phase"].copy(), a["iteration"].copy(), memory.times_ns.copy(),
                         memory.by_category.get("before the trace", np.zeros(memory.times_ns.size)).astype(np.float64))
 
 
@@ -148,15 +151,20 @@ def _reserved(allocations: _Allocations) -> int | None:
     return int(peaks.peak_reserved_bytes) + baseline
 
 
+def _batch_proportional(a: _Allocations) -> np.ndarray:
+    """Activations, and temporaries or unclassified tensors made in forward or backward (outputs, logits, losses)."""
+    return (a.category == ACT) | (np.isin(a.category, [TMP, OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
+
+
 def _batch_size(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
     factor = float(params["factor"])
-    chosen = (a.category == ACT) | ((a.category == TMP) & np.isin(a.phase, [FORWARD, BACKWARD]))
+    chosen = _batch_proportional(a)
     a.size[chosen] *= factor
-    return f"batch-size: {int(chosen.sum())} activation and forward/backward temporary allocations × {factor:g}"
+    return f"batch-size: {int(chosen.sum())} activation and other forward/backward allocations × {factor:g}"
 
 
 def _amp(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
-    chosen = (a.category == ACT) | ((a.category == TMP) & np.isin(a.phase, [FORWARD, BACKWARD]))
+    chosen = _batch_proportional(a)
     a.size[chosen] *= 0.5
     weights = float(a.size[a.category == WEIGHTS].sum())
     forward = a.phase == FORWARD
@@ -177,44 +185,25 @@ def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], curr
                 member[i] = target
     owner = member[a.layer]
     moved = 0
-    for target in targets:
-        chosen = np.flatnonzero((owner == target) & (a.category == ACT))
-        if chosen.size == 0:
-            continue
-        # Per forward pass of the layer: its activations die when its forward ends; the
-        # recomputation brings them back from the first moment backward frees one of them.
-        forward_end = _group_max(a.start[chosen], a.start[chosen])
-        backward_start = _group_min(a.start[chosen], a.end[chosen])
-        original_end = a.end[chosen].copy()
-        sizes = a.size[chosen].copy()
-        a.end[chosen] = forward_end
-        for size, begin, finish in zip(sizes.tolist(), backward_start.tolist(), original_end.tolist()):
-            _add(a, size, int(begin), int(finish), ACT)
-        moved += chosen.size
+    # Chosen before any recomputed allocation is appended.
+    selections = [np.flatnonzero((owner == target) & (a.category == ACT)) for target in targets]
+    for chosen in selections:
+        for iteration in np.unique(a.iteration[chosen]).tolist():
+            mine = chosen[a.iteration[chosen] == iteration]
+            freed = mine[a.end[mine] != NEVER]
+            if freed.size == 0:
+                continue
+            # The layer's activations die when its forward ends; recomputation brings them back
+            # from the moment backward first frees one of them until each one's original free.
+            forward_end = int(a.start[mine].max())
+            backward_start = int(a.end[freed].min())
+            sizes, ends = a.size[freed].copy(), a.end[freed].copy()
+            a.end[freed] = np.maximum(forward_end, a.start[freed])
+            for size, finish in zip(sizes.tolist(), ends.tolist()):
+                _add(a, size, backward_start, int(finish), ACT)
+            moved += freed.size
     return (f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward "
             "and recomputed before their backward")
-
-
-def _group_max(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per allocation, the max of `values` over allocations of the same layer pass (start within 1 s gaps)."""
-    return _by_pass(starts, values, np.maximum)
-
-
-def _group_min(starts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    return _by_pass(starts, values, np.minimum)
-
-
-def _by_pass(starts: np.ndarray, values: np.ndarray, combine: Any) -> np.ndarray:
-    order = np.argsort(starts, kind="stable")
-    gaps = np.diff(starts[order])
-    # A new pass of the layer begins where allocations stop for longer than the median gap times 50.
-    threshold = (np.median(gaps) * 50 + 1) if gaps.size else 1
-    group = np.concatenate([[0], np.cumsum(gaps > threshold)])
-    result = np.empty(values.size, dtype=values.dtype)
-    for g in np.unique(group).tolist():
-        members = order[group == g]
-        result[members] = combine.reduce(values[members])
-    return result
 
 
 def _optimizer(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
@@ -234,12 +223,9 @@ def _optimizer(a: _Allocations, params: dict[str, Any], layers: list[str], curre
 
 
 def _passes(a: _Allocations, category: int) -> int:
-    chosen = np.flatnonzero(a.category == category)
-    if chosen.size == 0:
-        return 1
-    gaps = np.diff(np.sort(a.start[chosen]))
-    threshold = (np.median(gaps) * 50 + 1) if gaps.size else 1
-    return int(np.count_nonzero(gaps > threshold)) + 1
+    """How many iterations made allocations of `category`."""
+    chosen = a.iteration[(a.category == category) & (a.iteration >= 0)]
+    return max(1, int(np.unique(chosen).size))
 
 
 def _zero(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
@@ -259,6 +245,7 @@ def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> N
     a.category = np.append(a.category, np.int8(category))
     a.layer = np.append(a.layer, -1)
     a.phase = np.append(a.phase, -1)
+    a.iteration = np.append(a.iteration, -1)
 
 
 _HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero}
