@@ -30,10 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from daydream.api import open_job  # noqa: E402
 from daydream.devices import find_device  # noqa: E402
-from daydream.mapping import (
-    attribute,  # noqa: E402
-    find_iterations,  # noqa: E402
-)
+from daydream.mapping import attribute, find_iterations  # noqa: E402
 from daydream.memory import analyze_memory  # noqa: E402
 from daydream.memory.whatif import current_optimizer_of, predict_memory  # noqa: E402
 from daydream.simulate.whatif import predict  # noqa: E402
