@@ -186,17 +186,20 @@ def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], curr
     owner = member[a.layer]
     moved = 0
     # Chosen before any recomputed allocation is appended.
-    selections = [np.flatnonzero((owner == target) & (a.category == ACT)) for target in targets]
-    for chosen in selections:
+    selections = [(np.flatnonzero((owner == target) & (a.category == ACT)),
+                   np.flatnonzero((owner == target) & (a.phase == BACKWARD))) for target in targets]
+    for chosen, backward_allocations in selections:
         for iteration in np.unique(a.iteration[chosen]).tolist():
             mine = chosen[a.iteration[chosen] == iteration]
             freed = mine[a.end[mine] != NEVER]
             if freed.size == 0:
                 continue
-            # The layer's activations die when its forward ends; recomputation brings them back
-            # from the moment backward first frees one of them until each one's original free.
+            # The layer's activations die when its forward ends; recomputation brings them back when
+            # the layer's backward begins (its first backward allocation, else its first free of them)
+            # until each one's original free.
             forward_end = int(a.start[mine].max())
-            backward_start = int(a.end[freed].min())
+            backward_mine = backward_allocations[a.iteration[backward_allocations] == iteration]
+            backward_start = int(min(a.end[freed].min(), a.start[backward_mine].min() if backward_mine.size else NEVER))
             sizes, ends = a.size[freed].copy(), a.end[freed].copy()
             a.end[freed] = np.maximum(forward_end, a.start[freed])
             for size, finish in zip(sizes.tolist(), ends.tolist()):

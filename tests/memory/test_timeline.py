@@ -1,0 +1,133 @@
+"""Memory timeline, categories and what-if memory on hand-built event lists, and the corpus peaks."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daydream.cli import main
+from daydream.mapping import attribute
+from daydream.memory import analyze_memory
+from daydream.memory.whatif import current_optimizer_of, predict_memory
+from daydream.trace import read_job
+from daydream.transforms import parse_spec
+from tests.builders import annotation, op, write_trace
+from tests.conftest import CORPUS
+
+
+def memory(ts: float, addr: int, nbytes: int, total: int) -> dict[str, Any]:
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+            "args": {"Addr": addr, "Bytes": nbytes, "Total Allocated": total, "Total Reserved": 0,
+                     "Device Type": 1, "Device Id": 0}}
+
+
+def _training_step(base: float) -> list[dict[str, Any]]:
+    """One iteration: forward saves a 1000-byte activation in layer net.fc and a 100-byte temporary;
+    backward frees the activation and makes a 400-byte gradient; the optimizer step frees the gradient."""
+    return [
+        annotation("daydream.phase::forward", base + 10, 30),
+        annotation("daydream.layer::net.fc", base + 11, 28),
+        op("aten::addmm", base + 12, 20, ext=int(base) + 1, **{"Sequence number": int(base) + 7}),
+        memory(base + 13, 7000, 1000, 0),       # activation
+        memory(base + 14, 8000, 100, 0),        # temporary
+        memory(base + 15, 8000, -100, 0),
+        annotation("daydream.phase::backward", base + 50, 30),
+        op("autograd::engine::evaluate_function: AddmmBackward0", base + 51, 20, ext=int(base) + 2,
+           **{"Sequence number": int(base) + 7}),
+        memory(base + 52, 9000, 400, 0),        # gradient
+        memory(base + 60, 7000, -1000, 0),      # activation freed in backward
+        annotation("daydream.phase::optimizer", base + 90, 8),
+        op("aten::add_", base + 91, 5, ext=int(base) + 3),
+        memory(base + 92, 9000, -400, 0),       # gradient freed after backward
+    ]
+
+
+def _trace(tmp_path: Path):  # type: ignore[no-untyped-def]
+    events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
+              *_training_step(0), *_training_step(100), memory(-5, 1, 5000, 0)]
+    # Total Allocated as the allocator would report it, after each event in time order.
+    running = 0
+    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
+        running += event["args"]["Bytes"]
+        event["args"]["Total Allocated"] = running + 10_000  # 10,000 bytes allocated before the window
+    return read_job(write_trace(tmp_path, events), cache=False).traces[0]
+
+
+def test_pairing_categories_and_peak(tmp_path: Path) -> None:
+    trace = _trace(tmp_path)
+    (device,) = analyze_memory(trace)
+    assert device.device == "cuda:0"
+    # Peak: before-window 10,000 + the early 5,000 weight + activation 1,000 + gradient 400 = 16,400
+    assert device.peak_allocated_bytes == 16_400
+    assert device.categories["activations"] == 1000
+    assert device.categories["gradients"] == 400
+    assert device.categories["weights"] == 5000
+    assert device.categories["before the trace"] == 10_000
+    assert device.layers == [{"name": "net.fc", "activation_bytes": 1000}]
+    sizes = device.allocations["size"].tolist()
+    assert sorted(sizes) == sorted([5000] + [1000, 100, 400] * 2)
+
+
+def test_what_if_memory_on_the_hand_built_trace(tmp_path: Path) -> None:
+    trace = _trace(tmp_path)
+    (device,) = analyze_memory(trace)
+    layers = attribute(trace).layers
+
+    def peak(spec: str) -> int:
+        return predict_memory(device, [parse_spec(spec)], layers, None, None).predicted_peak_bytes
+
+    assert peak("batch-size:factor=2") == 16_400 + 1000  # the activation doubles; the temporary is gone by then
+    assert peak("zero:stage=2,world=4") == 16_400 - 300  # gradients ÷4
+    assert peak(r"checkpoint:layers=net\.fc") == 16_400  # recomputed before backward: the peak stays in backward
+
+
+def test_current_optimizer_is_read_from_annotations() -> None:
+    assert current_optimizer_of(["aten::add", "Optimizer.step#AdamW.step"]) == "adamw"
+    assert current_optimizer_of(["aten::add"]) is None
+
+
+def test_memory_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _trace(tmp_path)
+    plot = tmp_path / "mem.png"
+    assert main(["memory", "--json", "--plot", str(plot), trace.meta.source]) == 0
+    document = json.loads(capsys.readouterr().out)
+    (device,) = document["devices"]
+    assert device["device"] == "cuda:0" and device["peak_allocated_bytes"] == 16_400
+    assert set(device["categories"]) >= {"weights", "activations", "gradients", "optimizer state", "temporaries", "other"}
+    data = plot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert 600 <= width <= 3000 and 200 <= height <= 3000 and len(data) > 5000
+
+
+def test_corpus_peaks_equal_the_largest_total_allocated(corpus: Path, manifest: dict[str, Any]) -> None:
+    checked = 0
+    for key, facts in manifest.items():
+        expected = facts["peak_total_allocated_bytes"]
+        if "::" in key or not expected or not any(expected.values()):
+            continue  # no memory events, or (2021 format) no Total Allocated field
+        devices = analyze_memory(read_job(corpus / key, cache=False).traces[0])
+        ours = {(1 if d.device.startswith("cuda") else 0, int(d.device.split(":")[1]) if ":" in d.device else -1):
+                d.peak_allocated_bytes for d in devices}
+        for device_key, value in expected.items():
+            device_type, device_id = (int(x) for x in device_key.split(":"))
+            assert ours[(device_type, device_id)] == value, (key, device_key)
+            checked += 1
+    assert checked >= 4
+
+
+def test_whatif_memory_json(capsys: pytest.CaptureFixture[str]) -> None:
+    path = CORPUS / "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    if not path.exists():
+        pytest.skip("corpus missing")
+    assert main(["whatif", str(path), "--opt", "batch-size:factor=2", "--memory", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)["memory"]
+    gpu = [e for e in entries if e["device"] == "cuda:0"][0]
+    assert gpu["measured_peak_bytes"] == 2088508416
+    assert gpu["predicted_peak_bytes"] >= gpu["measured_peak_bytes"]
+    assert gpu["fits"] is True and gpu["capacity_bytes"] == 80 * 2**30
+    assert isinstance(gpu["largest_batch_factor"], float) and gpu["largest_batch_factor"] > 2
