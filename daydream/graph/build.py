@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from daydream.graph.model import (
     empty_columns,
 )
 from daydream.mapping import Links, attribute, find_iterations, link
+from daydream.mapping.attribution import AUTOGRAD_ENGINE_PREFIX
 from daydream.mapping.linking import nearest_earlier_at_least
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace, TrackKind
 
@@ -52,7 +54,6 @@ EVENT_SYNC = re.compile(r"^(cudaEventSynchronize|cuEventSynchronize)$")
 BLOCKING_COPY = re.compile(r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|cuMemcpyDtoH.*|cuMemcpyHtoD.*)$")
 EVENT_RECORD = re.compile(r"^(cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord.*)$")
 STREAM_WAIT = re.compile(r"^(cudaStreamWaitEvent|cuStreamWaitEvent)$")
-AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
 # A copy into pageable host memory returns only once the data is there; one from pageable
 # memory returns once the data is staged, before the transfer itself finishes.
 PAGEABLE_COPY = re.compile(r"-> Pageable|DtoH \(Pageable", re.IGNORECASE)
@@ -124,6 +125,8 @@ class _Builder:
         self.task_of_event[rows] = np.arange(rows.size)
         self.host_tasks = np.arange(host_rows.size)
         self.gpu_tasks = np.arange(host_rows.size, rows.size)
+        self.iterations = find_iterations(trace)
+        self.main_resource = self._annotation_resource()
         self._iteration_markers()
 
         self._link_gpu_work()
@@ -178,12 +181,8 @@ class _Builder:
         The host time before a boundary becomes the marker's gap, so a what-if that
         changes host time moves the boundary with it.
         """
-        trace, graph = self.trace, self.graph
-        iterations = find_iterations(trace)
-        if not iterations:
-            return
-        resource = self._annotation_resource(iterations)
-        if resource is None:
+        graph, iterations, resource = self.graph, self.iterations, self.main_resource
+        if not iterations or resource is None:
             return
         times = sorted({t for it in iterations for t in (it.start_ns, it.end_ns)})
         graph.strings.append("iteration boundary")
@@ -196,12 +195,12 @@ class _Builder:
         # Markers first, so that a marker sorts before a task starting at the same instant.
         self.host_tasks = np.concatenate([ids, self.host_tasks])
 
-    def _annotation_resource(self, iterations: list) -> int | None:  # type: ignore[type-arg]
-        """The host resource of the thread holding the iteration annotations, else the busiest host thread."""
-        trace = self.trace
-        if iterations[0].source != "whole_trace":
-            rows = np.flatnonzero((trace.ts_ns == iterations[0].start_ns) & ~self.is_gpu_track[trace.track])
-            tracks = set(trace.track[rows].tolist())
+    def _annotation_resource(self) -> int | None:
+        """The host thread holding the iteration annotations (the main thread), else the busiest host thread."""
+        trace, iterations = self.trace, self.iterations
+        if iterations and iterations[0].source != "whole_trace":
+            rows = trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
+            tracks = set(trace.track[rows[trace.ts_ns[rows] == iterations[0].start_ns]].tolist())
             for index, resource in enumerate(self.resources):
                 if resource.track in tracks and resource.kind is ResourceKind.HOST_THREAD:
                     return index
@@ -269,7 +268,7 @@ class _Builder:
         host = host[tasks["kind"][host] == TaskKind.HOST_CALL]
         names = [self.names[int(i)] for i in tasks["name"][host]]
         awaited: list[tuple[int, list[int], bool]] = []  # (call task, awaited gpu tasks, derivable)
-        launches_by_thread = self._launch_history()
+        launches_by_thread = self._launch_history
         sync_records = self._sync_records()
         for call, name in zip(host.tolist(), names):
             targets = self._awaited(call, name, launches_by_thread, sync_records)
@@ -281,6 +280,7 @@ class _Builder:
         self.report.blocking_calls = len(awaited)
         return self._add_completions(awaited, completion)
 
+    @cached_property
     def _launch_history(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per host resource: (call start times, GPU task) of its launches, in call order."""
         tasks = self.graph.tasks
@@ -331,14 +331,16 @@ class _Builder:
             return own_copies, True
         return None
 
+    @cached_property
+    def _gpu_work_by_call(self) -> dict[int, list[int]]:
+        by_call: dict[int, list[int]] = {}
+        for gpu_task, launcher in zip(self.gpu_tasks.tolist(), self.launch_task.tolist()):
+            if launcher >= 0:
+                by_call.setdefault(launcher, []).append(gpu_task)
+        return by_call
+
     def _launched_by(self, call: int) -> list[int]:
-        if not hasattr(self, "_by_call"):
-            by_call: dict[int, list[int]] = {}
-            for gpu_task, launcher in zip(self.gpu_tasks.tolist(), self.launch_task.tolist()):
-                if launcher >= 0:
-                    by_call.setdefault(launcher, []).append(gpu_task)
-            self._by_call = by_call
-        return self._by_call.get(call, [])
+        return self._gpu_work_by_call.get(call, [])
 
     def _sync_stream(self, call: int, sync_records: dict[int, int]) -> int | None:
         record = sync_records.get(int(self.trace.correlation[self.graph.tasks["event"][call]]))
@@ -360,20 +362,23 @@ class _Builder:
             return None
         return self.resources[int(self.graph.tasks["resource"][gpu[k]])].stream
 
+    @cached_property
+    def _stream_launches(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per GPU stream: (launch call start times, GPU task) of the work launched on it, in launch order."""
+        tasks = self.graph.tasks
+        launched = np.flatnonzero(self.launch_task >= 0)
+        gpu = self.gpu_tasks[launched]
+        call_start = tasks["measured_start_ns"][self.launch_task[launched]]
+        per_stream = {}
+        resources = tasks["resource"][gpu]
+        for resource in np.unique(resources).tolist():
+            mine = resources == resource
+            order = np.lexsort((tasks["measured_start_ns"][gpu[mine]], call_start[mine]))
+            per_stream[resource] = (call_start[mine][order], gpu[mine][order])
+        return per_stream
+
     def _last_launched_per_stream(self, time: int, stream: int | None) -> list[int]:
         """The last GPU task launched (by any thread) before `time` on each stream (or on `stream`)."""
-        if not hasattr(self, "_stream_launches"):
-            tasks = self.graph.tasks
-            launched = np.flatnonzero(self.launch_task >= 0)
-            gpu = self.gpu_tasks[launched]
-            call_start = tasks["measured_start_ns"][self.launch_task[launched]]
-            per_stream = {}
-            resources = tasks["resource"][gpu]
-            for resource in np.unique(resources).tolist():
-                mine = resources == resource
-                order = np.lexsort((tasks["measured_start_ns"][gpu[mine]], call_start[mine]))
-                per_stream[resource] = (call_start[mine][order], gpu[mine][order])
-            self._stream_launches = per_stream
         targets = []
         for resource, (starts, gpu) in self._stream_launches.items():
             if stream is not None and self.resources[resource].stream != stream:
@@ -407,22 +412,28 @@ class _Builder:
             return []
         return self._last_launched_per_stream(record_time, stream)
 
+    @cached_property
+    def _host_calls(self) -> np.ndarray:
+        return self.host_tasks[self.graph.tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
+
+    @cached_property
+    def _event_records(self) -> np.ndarray:
+        record_name = np.array([bool(EVENT_RECORD.match(s)) for s in self.names], dtype=bool)
+        return self._host_calls[record_name[self.graph.tasks["name"][self._host_calls]]]
+
     def _latest_record_before(self, call: int) -> int | None:
         tasks = self.graph.tasks
-        if not hasattr(self, "_records"):
-            host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
-            record_name = np.array([bool(EVENT_RECORD.match(s)) for s in self.names], dtype=bool)
-            self._records = host[record_name[tasks["name"][host]]]
-        records = self._records
+        records = self._event_records
         mine = records[(tasks["resource"][records] == tasks["resource"][call])
                        & (tasks["measured_start_ns"][records] < tasks["measured_start_ns"][call])]
         return int(mine[np.argmax(tasks["measured_start_ns"][mine])]) if mine.size else None
 
+    @cached_property
+    def _call_by_correlation(self) -> dict[int, int]:
+        rows = self.graph.tasks["event"][self._host_calls]
+        return dict(zip(self.trace.correlation[rows].tolist(), self._host_calls.tolist()))
+
     def _api_call_by_correlation(self, correlation: int) -> int | None:
-        if not hasattr(self, "_call_by_correlation"):
-            host = self.host_tasks
-            rows = self.graph.tasks["event"][host]
-            self._call_by_correlation = dict(zip(self.trace.correlation[rows].tolist(), host.tolist()))
         return self._call_by_correlation.get(correlation)
 
     def _add_completions(self, awaited: list[tuple[int, list[int], bool]], completion: np.ndarray) -> np.ndarray:
@@ -548,7 +559,7 @@ class _Builder:
             if stream_resource.kind is ResourceKind.GPU_STREAM:
                 streams_per_device.setdefault(stream_resource.device, set()).add(stream_resource.stream)
         single_stream = all(len(s) <= 1 for s in streams_per_device.values())
-        history = self._launch_history()
+        history = self._launch_history
         sync_records = self._sync_records()
         sources, targets = [], []
         for wait in waits.tolist():
@@ -583,13 +594,9 @@ class _Builder:
         following = self._next_launch(history, time)
         if following is None:
             return None
-        stream = self.resources[int(self.graph.tasks["resource"][following])].stream
-        self._last_launched_per_stream(time, stream)  # builds the per-stream launch index
-        for resource, (starts, gpu) in self._stream_launches.items():
-            if self.resources[resource].stream == stream:
-                k = int(np.searchsorted(starts, time, side="right"))
-                return int(gpu[k]) if k < starts.size else following
-        return following
+        stream = int(self.graph.tasks["resource"][following])
+        first = self._next_launch(self._stream_launches.get(stream), time)
+        return first if first is not None else following
 
     def _next_launch(self, history: tuple[np.ndarray, np.ndarray] | None, time: int) -> int | None:
         if history is None:
@@ -630,22 +637,6 @@ class _Builder:
 
     # ------------------------------------------------------------------ threads
 
-    def _main_thread(self) -> int | None:
-        tasks = self.graph.tasks
-        host_resources = tasks["resource"][self.host_tasks]
-        if host_resources.size == 0:
-            return None
-        iterations = find_iterations(self.trace)
-        if iterations and iterations[0].source != "whole_trace":
-            step_rows = self.trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
-            step_rows = step_rows[self.trace.ts_ns[step_rows] == iterations[0].start_ns]
-            for row in step_rows.tolist():
-                track = int(self.trace.track[row])
-                for index, resource in enumerate(self.resources):
-                    if resource.track == track:
-                        return index
-        return int(np.bincount(host_resources).argmax())
-
     def _autograd_threads(self) -> list[int]:
         """Host resources running PyTorch's autograd engine (its ops are named autograd::engine::...)."""
         trace = self.trace
@@ -663,7 +654,7 @@ class _Builder:
         in the trace says what they wait for.
         """
         tasks = self.graph.tasks
-        main = self._main_thread()
+        main = self.main_resource
         if main is None:
             return
         host = self.host_tasks
@@ -718,8 +709,7 @@ class _Builder:
 
     def _iterations(self) -> None:
         """Host tasks belong to the iteration whose span holds their start; GPU work to its launcher's."""
-        tasks = self.graph.tasks
-        iterations = find_iterations(self.trace)
+        tasks, iterations = self.graph.tasks, self.iterations
         if not iterations:
             return
         bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
