@@ -18,18 +18,18 @@ GPU work takes those of the API call that launched it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from daydream.mapping.linking import Links, innermost_enclosing, link
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace
+from daydream.trace.collect.hooks import LAYER_PREFIX, PHASE_PREFIX
 from daydream.trace.kineto import MODULE_SPAN_PREFIX
 
 PHASES = ("forward", "backward", "optimizer", "other")
 FORWARD, BACKWARD, OPTIMIZER, OTHER = range(4)
-LAYER_PREFIX = "daydream.layer::"
-PHASE_PREFIX = "daydream.phase::"
 AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
 _PHASE_ANNOTATIONS = {
     "## forward ##": FORWARD,
@@ -251,3 +251,21 @@ def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: 
 def _share(weights: np.ndarray, population: np.ndarray, attributed: np.ndarray) -> float:
     total = float(weights[population].sum())
     return float(weights[population & attributed].sum()) / total if total else 0.0
+
+
+def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray]:
+    """The layers whose path matches `pattern`, and which of them contains each layer.
+
+    Returns (matching layer ids, owner) where `owner[i]` is the first matching layer
+    that is layer i or one of its ancestors by module path, else -1; `owner` has one
+    more slot, -1, so that indexing it with a task's layer -1 ("none") gives -1.
+    """
+    regex = re.compile(pattern)
+    targets = [i for i, name in enumerate(layers) if regex.search(name)]
+    owner = np.full(len(layers) + 1, NO_VALUE, dtype=np.int64)
+    for target in targets:
+        prefix = layers[target]
+        for i, name in enumerate(layers):
+            if owner[i] < 0 and (name == prefix or name.startswith(prefix + ".")):
+                owner[i] = target
+    return targets, owner

@@ -26,7 +26,7 @@ import numpy as np
 
 from daydream.devices import Device
 from daydream.errors import InputError
-from daydream.mapping.attribution import BACKWARD, FORWARD
+from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
 from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 STATE_TENSORS = {"sgd": 0, "sgd-momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
@@ -176,13 +176,7 @@ def _amp(a: _Allocations, params: dict[str, Any], layers: list[str], current: st
 
 
 def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
-    pattern = re.compile(str(params["layers"]))
-    targets = [i for i, name in enumerate(layers) if pattern.search(name)]
-    member = np.full(len(layers) + 1, -1, dtype=np.int64)
-    for target in targets:
-        for i, name in enumerate(layers):
-            if name == layers[target] or name.startswith(layers[target] + "."):
-                member[i] = target
+    targets, member = layer_owners(layers, str(params["layers"]))
     owner = member[a.layer]
     moved = 0
     # Chosen before any recomputed allocation is appended.

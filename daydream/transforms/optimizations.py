@@ -21,6 +21,7 @@ from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR, De
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.mapping import PHASES
+from daydream.mapping.attribution import layer_owners
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select
 
 COMPUTE_BOUND = re.compile(
@@ -341,18 +342,11 @@ register(Optimization(
 
 
 def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    pattern = re.compile(str(params["layers"]))
-    targets = [i for i, name in enumerate(graph.layers) if pattern.search(name)]
+    # A checkpointed layer's forward includes its children's.
+    targets, member = layer_owners(graph.layers, str(params["layers"]))
     if not targets:
         raise InputError(f"--opt checkpoint:layers={params['layers']}: no layer matches; "
                          "see the layers in daydream inspect")
-    # A checkpointed layer's forward includes its children's.
-    member = np.zeros(len(graph.layers) + 1, dtype=np.int64) - 1
-    for target in targets:
-        prefix = graph.layers[target]
-        for i, name in enumerate(graph.layers):
-            if (name == prefix or name.startswith(prefix + ".")) and member[i] < 0:
-                member[i] = target
     layer_of = member[graph.tasks["layer"]]  # -1 index hits the trailing -1
     forward, backward = PHASES.index("forward"), PHASES.index("backward")
     iterations = graph.tasks["iteration"].copy()
