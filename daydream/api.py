@@ -64,9 +64,8 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
         raise InputError(f"{path}: {exc}") from None
 
 
-def predict_memory_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None,
-                       cache: bool = True) -> list[dict[str, object]]:
-    """Predicted peak memory per device of every rank at `path` under `specs`, with a fits verdict."""
+def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[dict[str, object]]:
+    """Predicted peak memory per device of each trace (rank) under `specs`, with a fits verdict."""
     from daydream.mapping import attribute
     from daydream.memory import analyze_memory
     from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
@@ -75,7 +74,7 @@ def predict_memory_job(path: str | os.PathLike[str], specs: list[str], device_na
 
     parsed = [parse_spec(spec) for spec in specs if not spec.endswith((".yaml", ".yml"))]
     results: list[dict[str, object]] = []
-    for trace in open_job(path, cache).traces:
+    for trace in traces:
         layers = attribute(trace).layers
         current = current_optimizer_of(trace.strings)
         device, _ = resolve_device(trace, device_name)

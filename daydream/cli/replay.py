@@ -10,7 +10,7 @@ from rich.console import Console
 from daydream.api import replay_job
 from daydream.cli.progress import progress_bar
 from daydream.report.replay import render_replays, summarize_replays
-from daydream.report.timeline import timeline_events, write_chrome_trace
+from daydream.report.timeline import write_timelines
 
 
 @click.command("replay")
@@ -33,21 +33,10 @@ def replay_command(trace: str, as_json: bool, timeline_path: str | None, critica
         replays = replay_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
     summary = summarize_replays(trace, replays, with_critical_path=critical_path)
     if timeline_path:
-        _write_timelines(timeline_path, replays)
+        runs = [(r.trace, r.graph, r.timeline, [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in r.iterations])
+                for r in replays]
+        write_timelines(timeline_path, runs, "simulated timeline")
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
     render_replays(summary, Console())
-
-
-def _write_timelines(pattern: str, replays: list) -> None:  # type: ignore[type-arg]
-    if len(replays) > 1 and "{rank}" not in pattern:
-        raise click.UsageError("--timeline: this trace has several ranks; put {rank} in the file name")
-    for replay in replays:
-        iterations = [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in replay.iterations]
-        events = timeline_events(replay.trace, replay.graph, replay.timeline, iterations)
-        metadata = {"schemaVersion": 1, "displayTimeUnit": "ms", "daydream": "simulated timeline",
-                    "distributedInfo": replay.trace.meta.distributed or {"rank": replay.trace.meta.rank}}
-        if replay.trace.meta.base_time_ns:
-            metadata["baseTimeNanoseconds"] = replay.trace.meta.base_time_ns
-        write_chrome_trace(pattern.replace("{rank}", str(replay.trace.meta.rank)), events, metadata)

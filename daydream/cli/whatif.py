@@ -9,10 +9,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from daydream.api import predict_job, predict_memory_job
+from daydream.api import predict_job, predict_memory_for
 from daydream.cli.progress import progress_bar
 from daydream.errors import InputError
-from daydream.report.timeline import timeline_events, write_chrome_trace
+from daydream.report.timeline import write_timelines
 from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
 from daydream.simulate.whatif import list_optimizations
 
@@ -49,18 +49,15 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
         predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
     summary = summarize_predictions(path, list(specs), predictions)
     if with_memory:
-        summary["memory"] = predict_memory_job(path, list(specs), device_name, cache=not no_cache)
+        summary["memory"] = predict_memory_for([p.trace for p in predictions], list(specs), device_name)
     if timeline_path:
-        if len(predictions) > 1 and "{rank}" not in timeline_path:
-            raise click.UsageError("--timeline: this trace has several ranks; put {rank} in the file name")
+        runs = []
         for p in predictions:
             assert p.graph is not None and p.timeline is not None
-            marks = p.graph.iteration_markers
             iterations = [(it["name"], int(p.timeline.start_ns[a]), int(p.timeline.start_ns[b]))
-                          for it, (a, b) in zip(p.per_iteration, marks)]
-            events = timeline_events(p.trace, p.graph, p.timeline, iterations)
-            write_chrome_trace(timeline_path.replace("{rank}", str(p.trace.meta.rank)), events,
-                               {"schemaVersion": 1, "daydream": f"predicted timeline: {' + '.join(specs)}"})
+                          for it, (a, b) in zip(p.per_iteration, p.graph.iteration_markers)]
+            runs.append((p.trace, p.graph, p.timeline, iterations))
+        write_timelines(timeline_path, runs, f"predicted timeline: {' + '.join(specs)}")
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return

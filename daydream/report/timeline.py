@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.simulate.engine import Timeline
 from daydream.trace import Trace
@@ -103,3 +104,19 @@ def write_chrome_trace(path: str | os.PathLike[str], events: list[dict[str, Any]
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]], description: str) -> None:
+    """One Chrome trace per rank: `pattern` with {rank} replaced (required when there are several ranks).
+
+    Each run is (trace, graph, timeline, iterations as (name, start ns, end ns)).
+    """
+    if len(runs) > 1 and "{rank}" not in pattern:
+        raise InputError("--timeline: this trace has several ranks; put {rank} in the file name")
+    for trace, graph, timeline, iterations in runs:
+        metadata: dict[str, Any] = {"schemaVersion": 1, "displayTimeUnit": "ms", "daydream": description,
+                                    "distributedInfo": trace.meta.distributed or {"rank": trace.meta.rank}}
+        if trace.meta.base_time_ns:
+            metadata["baseTimeNanoseconds"] = trace.meta.base_time_ns
+        events = timeline_events(trace, graph, timeline, iterations)
+        write_chrome_trace(pattern.replace("{rank}", str(trace.meta.rank)), events, metadata)
