@@ -1,36 +1,45 @@
 """Stage 8, cli: the `daydream` command. The one place that turns errors into exit codes.
 
 `main(argv) -> int` runs one command; `run()` is the console-script entry point.
-Exit codes: 0 success, 1 failure of daydream itself, 2 bad input or usage.
+Exit codes: 0 success, 1 failure of daydream itself (or, for `check`, a broken bound),
+2 bad input or usage.
+
+One module per command: `daydream/cli/NAME.py` defines `NAME_command`, and that is the
+whole registration. Modules are imported only when their command runs (or for --help),
+so `daydream inspect` does not pay for the simulator's imports.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sys
 
 import click
 
 from daydream import __version__
-from daydream.cli.inspect import inspect_command
-from daydream.cli.memory import memory_command
-from daydream.cli.replay import replay_command
-from daydream.cli.trace import trace_command
-from daydream.cli.whatif import whatif_command
 from daydream.errors import DaydreamError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _CommandModules(click.Group):
+    """The commands are the public modules of this package (see the module docstring)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.list_commands(ctx):
+            return None
+        module = importlib.import_module(f"{__name__}.{cmd_name}")
+        command: click.Command = getattr(module, f"{cmd_name.replace('-', '_')}_command")
+        return command
+
+
+@click.group(cls=_CommandModules, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="daydream")
 def cli() -> None:
     """daydream: predict how a training step would change, from one trace of it."""
-
-
-cli.add_command(inspect_command)
-cli.add_command(memory_command)
-cli.add_command(replay_command)
-cli.add_command(trace_command)
-cli.add_command(whatif_command)
 
 
 def main(argv: list[str] | None = None) -> int:

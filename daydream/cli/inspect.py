@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from daydream.api import open_job
-from daydream.cli.progress import progress_bar
+from daydream.cli._progress import progress_bar
 from daydream.report.console import render_job_summary
 from daydream.report.summary import summarize_job
 

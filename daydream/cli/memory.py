@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from daydream.api import open_job
-from daydream.cli.progress import progress_bar
+from daydream.cli._progress import progress_bar
 from daydream.memory import analyze_memory
 from daydream.report.memory import plot_memory, render_memory, summarize_memory
 

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from daydream.api import replay_job
-from daydream.cli.progress import progress_bar
+from daydream.cli._progress import progress_bar
 from daydream.report.replay import render_replays, summarize_replays
 from daydream.report.timeline import write_timelines
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from daydream.api import predict_job, predict_memory_for
-from daydream.cli.progress import progress_bar
+from daydream.cli._progress import progress_bar
 from daydream.errors import InputError
 from daydream.report.timeline import write_timelines
 from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
