@@ -7,8 +7,6 @@ The JSON contract: `{"devices": [{"device", "peak_allocated_bytes", "peak_reserv
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -16,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from daydream import __version__
+from daydream._files import atomic_output
 from daydream.errors import InputError
 from daydream.memory import CATEGORIES, DeviceMemory
 from daydream.report.console import format_bytes
@@ -98,15 +97,8 @@ def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title:
         axis.set_ylabel("allocated (MiB)")
         axis.legend(loc="upper left", fontsize=7, ncol=4)
     figure.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=target.parent)
-    os.close(handle)
     try:
-        figure.savefig(temporary, dpi=110, format="png")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        with atomic_output(path) as out:
+            figure.savefig(out, dpi=110, format="png")
     finally:
         plt.close(figure)

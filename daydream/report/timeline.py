@@ -11,12 +11,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from daydream._files import write_atomically
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.simulate.engine import Timeline
@@ -95,15 +95,7 @@ def write_chrome_trace(path: str | os.PathLike[str], events: list[dict[str, Any]
     data = json.dumps(document).encode("utf-8")
     if target.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=6)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(target, data)
 
 
 def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]], description: str) -> None:

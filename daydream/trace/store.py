@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from daydream._files import atomic_output
 from daydream.trace.model import GpuInfo, Trace, TraceMeta, Track, TrackKind
 
 #: Bump whenever the normalized model or what readers put in it changes.
@@ -59,15 +59,8 @@ def save(trace: Trace, path: Path, stamp: dict[str, Any]) -> None:
             arrays[f"tab.{table}.{key}"] = column
     for key, column in trace.derived.items():
         arrays[f"der.{key}"] = column
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            np.savez(out, **arrays)  # type: ignore[arg-type]
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as out:
+        np.savez(out, **arrays)  # type: ignore[arg-type]
 
 
 def load(path: Path, stamp: dict[str, Any] | None = None) -> Trace | None:

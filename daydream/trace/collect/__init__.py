@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from daydream import __version__
+from daydream._files import atomic_output
 from daydream.errors import DaydreamError, InputError
 from daydream.trace.collect.runner import ScriptOutcome
 
@@ -136,12 +136,5 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
 
 def write_trace_document(path: Path, document: dict[str, Any]) -> None:
     """gzip JSON, written to a temporary file and renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json.gz", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
-            out.write(json.dumps(document).encode("utf-8"))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
+        out.write(json.dumps(document).encode("utf-8"))
