@@ -14,7 +14,8 @@ from collections.abc import Callable
 from daydream import trace as trace_stage
 from daydream.errors import InputError
 from daydream.mapping import link
-from daydream.simulate import Replay, replay_trace
+from daydream.simulate import Replay
+from daydream.simulate.replay import replay_traces
 from daydream.simulate.whatif import Prediction, predict
 from daydream.trace import Job, Trace
 from daydream.trace.sources import Source
@@ -49,7 +50,7 @@ def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progr
     job = open_job(path, cache, progress)
     if progress:
         progress("simulating", 0, 1)
-    return [replay_trace(trace) for trace in job.traces]
+    return replay_traces(job.traces)
 
 
 def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None, cache: bool = True,

@@ -43,6 +43,7 @@ from daydream.graph.model import (
 )
 from daydream.mapping import Links, attribute, find_iterations, link
 from daydream.mapping.attribution import AUTOGRAD_ENGINE_PREFIX
+from daydream.mapping.collectives import collectives_of
 from daydream.mapping.linking import nearest_earlier_at_least
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace, TrackKind
 
@@ -111,6 +112,7 @@ class _Builder:
         tasks["measured_start_ns"] = trace.ts_ns[rows]
         tasks["measured_end_ns"] = trace.end_ns[rows]
         tasks["duration_ns"] = trace.dur_ns[rows]
+        tasks["bytes"] = np.maximum(trace.bytes[rows], 0)
         tasks["pinned_start_ns"][:] = NOT_PINNED
         tasks["iteration"][:] = -1
         attribution = attribute(trace, self.links)
@@ -123,6 +125,7 @@ class _Builder:
                            layers=list(attribution.layers))
         self.task_of_event = np.full(len(trace), -1, dtype=np.int64)
         self.task_of_event[rows] = np.arange(rows.size)
+        self._collective_sizes()
         self.host_tasks = np.arange(host_rows.size)
         self.gpu_tasks = np.arange(host_rows.size, rows.size)
         self.iterations = find_iterations(trace)
@@ -706,6 +709,12 @@ class _Builder:
             self.report.notes.append(
                 f"{int(collective.sum())} collectives replayed as recorded: on one rank their time includes waiting for the others"
             )
+
+    def _collective_sizes(self) -> None:
+        """A collective's payload from its metadata (elements x dtype), where the trace records it."""
+        info = collectives_of(self.trace)
+        sized = info.message_bytes >= 0
+        self.graph.tasks["bytes"][self.task_of_event[info.rows[sized]]] = info.message_bytes[sized]
 
     def _iterations(self) -> None:
         """Host tasks belong to the iteration whose span holds their start; GPU work to its launcher's."""

@@ -87,6 +87,8 @@ TASK_COLUMNS: dict[str, Any] = {
     "layer": np.int32,  # index into Graph.layers, -1 for none
     "phase": np.int8,  # index into daydream.mapping.PHASES (forward, backward, optimizer, other), -1 for none
     "priority": np.int64,  # for queue policies that order by priority (lower first)
+    "bytes": np.int64,  # payload of a collective or copy, 0 when unknown
+    "collective": np.int64,  # a collective matched across ranks: its job-wide id (from 1); 0 for none
 }
 
 EDGE_COLUMNS: dict[str, Any] = {
@@ -151,7 +153,8 @@ class Graph:
         """Append tasks (columns not given take defaults); returns their ids."""
         count = max(int(np.size(values)) for values in columns.values())
         defaults = {"event": -1, "name": 0, "gap_ns": 0, "pinned_start_ns": NOT_PINNED, "iteration": -1,
-                    "measured_start_ns": 0, "measured_end_ns": 0, "layer": -1, "phase": -1, "priority": 0}
+                    "measured_start_ns": 0, "measured_end_ns": 0, "layer": -1, "phase": -1, "priority": 0,
+                    "bytes": 0, "collective": 0}
         first = self.task_count
         for name, dtype in TASK_COLUMNS.items():
             values = columns.get(name, defaults.get(name))

@@ -26,13 +26,28 @@ SCHEMA_VERSION = 1
 def summarize_replays(source: str, replays: list[Replay], with_critical_path: bool = False) -> dict[str, Any]:
     ranks = [summarize_replay(r, with_critical_path) for r in replays]
     errors = [it["error"] for rank in ranks for it in rank["iterations"]]
-    return {
+    summary = {
         "schema_version": SCHEMA_VERSION,
         "daydream_version": __version__,
         "source": source,
         "max_error": max(errors) if errors else None,
         "ranks": ranks,
     }
+    if len(ranks) > 1:
+        summary["job"] = summarize_job(ranks)
+    return summary
+
+
+def summarize_job(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's iteration is its slowest rank's: per iteration index, measured and simulated maxima."""
+    count = min(len(rank["iterations"]) for rank in ranks)
+    iterations = []
+    for index in range(count):
+        measured = max(rank["iterations"][index]["measured_ns"] for rank in ranks)
+        simulated = max(rank["iterations"][index]["simulated_ns"] for rank in ranks)
+        iterations.append({"name": ranks[0]["iterations"][index]["name"], "measured_ns": measured, "simulated_ns": simulated,
+                           "signed_error": (simulated - measured) / measured if measured else 0.0})
+    return {"ranks": len(ranks), "iterations": iterations}
 
 
 def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[str, Any]:
@@ -98,6 +113,9 @@ def _error_table(summary: dict[str, Any]) -> Table:
                 str(rank["rank"]), it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]),
                 Text(f"{error:+.2f}%", style=style), f"{it['pinned_fraction'] * 100:.1f}%",
             )
+    for it in summary.get("job", {}).get("iterations", []):
+        table.add_row(Text("job", style="bold"), it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]),
+                      f"{it['signed_error'] * 100:+.2f}%", "", style="bold")
     return table
 
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daydream.graph import Graph, TaskKind, build_graph
+from daydream.graph.job import build_job_graphs
 from daydream.mapping import Iteration, find_iterations
 from daydream.simulate.engine import Timeline, simulate
+from daydream.simulate.job import simulate_job
 from daydream.trace import Trace
 
 HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION, TaskKind.MARKER)
@@ -57,8 +59,19 @@ class Replay:
 
 
 def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
+    """Build (unless given) and simulate one rank's graph on its own; compare with the measurement."""
     graph = graph if graph is not None else build_graph(trace)
-    timeline = simulate(graph)
+    return measure_replay(trace, graph, simulate(graph))
+
+
+def replay_traces(traces: list[Trace]) -> list[Replay]:
+    """Replay a job's ranks together: collectives matched across ranks finish together (see simulate.job)."""
+    graphs, _ = build_job_graphs(traces)
+    return [measure_replay(t, g, tl) for t, g, tl in zip(traces, graphs, simulate_job(graphs))]
+
+
+def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
+    """Measured vs simulated per iteration, given the simulated `timeline` of `graph`."""
     iterations = find_iterations(trace)
     if len(graph.iteration_markers) == len(iterations):
         bounds = [(int(timeline.start_ns[a]), int(timeline.start_ns[b])) for a, b in graph.iteration_markers]
