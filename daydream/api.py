@@ -4,6 +4,7 @@
     job = open_job("traces/rank0.json.gz")   # read (or reuse the cache), link, in rank order
     replays = replay_job("traces/")          # build and simulate every rank's graph
     predictions = predict_job("trace.json.gz", ["amp"])   # what if: each rank under optimizations
+    comparisons = diff_jobs("before.json.gz", "after.json.gz")   # B against A, rank by rank
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from daydream import trace as trace_stage
 from daydream.errors import InputError
 from daydream.mapping import link
 from daydream.simulate import Replay
+from daydream.simulate.diff import Comparison, diff_pairs
 from daydream.simulate.replay import replay_traces
-from daydream.simulate.whatif import Prediction, predict
+from daydream.simulate.whatif import Prediction, predict_traces
 from daydream.trace import Job, Trace
 from daydream.trace.sources import Source
 
@@ -60,9 +62,26 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
     if progress:
         progress("predicting", 0, 1)
     try:
-        return [predict(trace, specs, device_name) for trace in job.traces]
+        return predict_traces(job.traces, specs, device_name)
     except ValueError as exc:
         raise InputError(f"{path}: {exc}") from None
+
+
+def diff_jobs(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], cache: bool = True,
+              progress: Progress | None = None) -> list[Comparison]:
+    """Compare the traces at `path_b` with those at `path_a`, rank by rank (see daydream.simulate.diff)."""
+    job_a, job_b = open_job(path_a, cache, progress), open_job(path_b, cache, progress)
+    ranks_a, ranks_b = [t.meta.rank for t in job_a.traces], [t.meta.rank for t in job_b.traces]
+    if (len(ranks_a) > 1 or len(ranks_b) > 1) and ranks_a != ranks_b:
+        raise InputError(f"{path_b}: holds {_ranks(ranks_b)} but {path_a} holds {_ranks(ranks_a)} — compare traces of the "
+                         "same ranks (two files, or two folders of the same rank files)")
+    if progress:
+        progress("comparing", 0, 1)
+    return diff_pairs(job_a.traces, job_b.traces)
+
+
+def _ranks(ranks: list[int | None]) -> str:
+    return f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''} ({', '.join('?' if r is None else str(r) for r in ranks)})"
 
 
 def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[dict[str, object]]:
