@@ -38,7 +38,7 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
     """Chrome-trace events of `timeline`; `iterations` are (name, simulated start, simulated end) in ns."""
     tasks = graph.tasks
     events: list[dict[str, Any]] = []
-    completion_of_call = _completions(graph)
+    completion_of_call = completions_of_calls(graph)
     for task in range(graph.task_count):
         kind = TaskKind(int(tasks["kind"][task]))
         if kind in (TaskKind.COMPLETION, TaskKind.MARKER):
@@ -72,7 +72,8 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
     return events
 
 
-def _completions(graph: Graph) -> dict[int, int]:
+def completions_of_calls(graph: Graph) -> dict[int, int]:
+    """Blocking host call task -> its completion task (the moment the call returns), for drawing the call that long."""
     kinds = graph.tasks["kind"]
     src, dst = graph.edges["src"], graph.edges["dst"]
     mine = (kinds[src] == TaskKind.HOST_CALL) & (kinds[dst] == TaskKind.COMPLETION)

@@ -1,0 +1,59 @@
+"""`daydream report TRACE [--opt SPEC ...] -o report.html`: one self-contained HTML page."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Console
+
+from daydream.api import predict_job, replay_job
+from daydream.cli._progress import progress_bar
+from daydream.errors import InputError
+from daydream.report.console import format_bytes
+from daydream.report.html import build_report, choose_iteration, write_report
+
+
+@click.command("report")
+@click.argument("trace", type=click.Path(path_type=str))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="The HTML file to write (self-contained: open it anywhere, offline).")
+@click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
+              help="An optimization to predict (repeat to combine, in order; see daydream whatif --list). "
+                   "Without it the predicted timeline is the simulated replay.")
+@click.option("--device", "device_name", default=None, help="The GPU the trace ran on, if the trace does not say (device table name).")
+@click.option("--iteration", "iteration", default=None, metavar="N|NAME",
+              help="The iteration to draw: its position (0 for the first) or its name. Default: the first full one.")
+@click.option("--rank", "rank", type=int, default=None, help="With several ranks, the rank to draw and break down (default: the first).")
+@click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
+def report_command(trace: str, output_path: str, specs: tuple[str, ...], device_name: str | None, iteration: str | None,
+                   rank: int | None, no_cache: bool) -> None:
+    """Write one HTML page about TRACE: the measured and predicted timelines of one iteration,
+    the time per phase and layer, the what-if table (each --opt alone, then all of them
+    together) and the memory timeline with the breakdown at its peak."""
+    began = time.perf_counter()
+    status = Console(stderr=True)
+    with progress_bar(status) as progress:
+        replays = replay_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+        whatifs = [(row, predict_job(trace, row, device_name, cache=not no_cache, progress=progress))  # type: ignore[arg-type]
+                   for row in _rows(list(specs))]
+    rank_index = _rank_index([r.trace.meta.rank for r in replays], rank)
+    chosen = choose_iteration(replays[rank_index], iteration)
+    document = build_report(trace, replays, whatifs, rank_index, chosen)
+    size = write_report(output_path, document)
+    status.print(f"wrote {output_path} ({format_bytes(size)}, {document['iteration']['name']}) in {time.perf_counter() - began:.1f} s")
+
+
+def _rows(specs: list[str]) -> list[list[str]]:
+    """The what-if table's rows: each optimization alone, then (with several) all of them in order."""
+    rows = [[spec] for spec in specs]
+    return rows + [specs] if len(specs) > 1 else rows
+
+
+def _rank_index(ranks: list[int | None], wanted: int | None) -> int:
+    if wanted is None:
+        return 0
+    if wanted not in ranks:
+        raise InputError(f"--rank {wanted}: the trace has ranks {', '.join(str(r) for r in ranks)} — pick one of them")
+    return ranks.index(wanted)
+

@@ -1,0 +1,240 @@
+"""The data behind `daydream report`'s page, JSON-ready: timeline boxes per track, memory series.
+
+Sizes are bounded so that a page stays a few MB for any trace: on a track, boxes
+narrower than 1/TIMELINE_COLUMNS of the drawn span that lie next to each other are
+merged into one (named after its longest task, with the count), and a track whose
+boxes still exceed MAX_BOXES_PER_TRACK is merged at a coarser resolution until it
+fits. A memory timeline keeps at most MEMORY_POINTS points per device (the highest
+of each time bucket, so the peak is always kept). All times are integer ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daydream.graph import Graph, Resource, ResourceKind, TaskKind
+from daydream.mapping import PHASES, Iteration, link
+from daydream.memory import CATEGORIES, DeviceMemory
+from daydream.report.timeline import completions_of_calls
+from daydream.simulate import Replay
+from daydream.simulate.engine import Timeline
+from daydream.trace import GPU_ACTIVITY_KINDS, Trace
+
+TIMELINE_COLUMNS = 16384  # merge resolution: about 12 screen widths of detail before boxes merge
+MAX_BOXES_PER_TRACK = 6000
+MEMORY_POINTS = 1500
+NAME_CHARS = 300  # longer (templated C++) names are cut in tooltips
+DRAWN_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
+BOX_FIELDS = ("start_ns", "duration_ns", "name", "phase", "kind", "count")
+
+
+@dataclass(slots=True, frozen=True)
+class TimelineRun:
+    """One drawn timeline: a graph, when each task ran (ns) and the iteration's window on that clock."""
+
+    title: str
+    graph: Graph
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    window_ns: tuple[int, int]
+
+
+def first_full_iteration(trace: Trace, iterations: list[Iteration]) -> int:
+    """Index of the first iteration that is whole: not cut by the start of the trace window.
+
+    An iteration is cut when GPU work in it was launched before the window (orphans), or
+    when it is the first of optimizer-step iterations (it starts where the trace does,
+    not at a step). The first iteration when none is whole.
+    """
+    gpu = trace.indices(*GPU_ACTIVITY_KINDS)
+    orphans = trace.ts_ns[gpu[link(trace).orphan[gpu]]]
+    for index, iteration in enumerate(iterations):
+        if index == 0 and iteration.source == "optimizer_step" and len(iterations) > 1:
+            continue
+        if not np.any((orphans >= iteration.start_ns) & (orphans < iteration.end_ns)):
+            return index
+    return 0
+
+
+def measured_run(replay: Replay, index: int) -> TimelineRun:
+    """The recorded timeline of iteration `index`, from the untouched graph's recorded task times."""
+    tasks = replay.graph.tasks
+    it = replay.iterations[index]
+    return TimelineRun("measured", replay.graph, tasks["measured_start_ns"], tasks["measured_end_ns"],
+                       (it.measured_start_ns, it.measured_end_ns))
+
+
+def simulated_run(title: str, graph: Graph, timeline: Timeline, window_ns: tuple[int, int]) -> TimelineRun:
+    """A simulated timeline; a blocking call is drawn until it returns (its completion), as it was recorded."""
+    end = timeline.end_ns.copy()
+    completions = completions_of_calls(graph)
+    if completions:
+        calls = np.fromiter(completions.keys(), dtype=np.int64, count=len(completions))
+        done = np.fromiter(completions.values(), dtype=np.int64, count=len(completions))
+        end[calls] = np.maximum(end[calls], timeline.start_ns[done])
+    return TimelineRun(title, graph, timeline.start_ns, end, window_ns)
+
+
+def predicted_window(graph: Graph, timeline: Timeline, index: int) -> tuple[int, int]:
+    """Iteration `index`'s simulated (start, end) ns, from its boundary markers; the whole run without them."""
+    if index < len(graph.iteration_markers):
+        first, last = graph.iteration_markers[index]
+        return int(timeline.start_ns[first]), int(timeline.start_ns[last])
+    return int(timeline.start_ns.min()), int(timeline.end_ns.max())
+
+
+def timeline_data(runs: list[TimelineRun]) -> dict[str, Any]:
+    """Tracks (the same in every run) and, per run, the boxes on each track, offset from the run's window start.
+
+    A track is a host thread or GPU stream with a task in the window of any run. Boxes
+    are flat lists of BOX_FIELDS per track; `name` indexes `names`, `phase` indexes
+    `phases`, `kind` indexes `kinds`, and `count` > 1 marks merged boxes.
+    """
+    axis_ns = max(max(run.window_ns[1] - run.window_ns[0] for run in runs), 1)
+    resolution_ns = max(axis_ns // TIMELINE_COLUMNS, 1)
+    chosen = [_in_window(run) for run in runs]
+    tracks = _tracks(runs, chosen)
+    names: dict[str, int] = {}
+    views = []
+    for run, tasks in zip(runs, chosen):
+        resource = run.graph.tasks["resource"][tasks]
+        boxes = [_track_boxes(run, tasks[resource == index], resolution_ns, names) for index in tracks]
+        views.append({"title": run.title, "window_ns": list(run.window_ns), "duration_ns": run.window_ns[1] - run.window_ns[0],
+                      "tasks": int(tasks.size), "boxes": [box for box, _ in boxes],
+                      "drawn": sum(len(box) // len(BOX_FIELDS) for box, _ in boxes),
+                      "merge_resolution_ns": max((used for _, used in boxes), default=resolution_ns)})
+    resources = runs[0].graph.resources
+    return {
+        "axis_ns": axis_ns,
+        "fields": list(BOX_FIELDS),
+        "tracks": [{"label": resources[i].label, "kind": "gpu" if resources[i].kind is ResourceKind.GPU_STREAM else "host"}
+                   for i in tracks],
+        "names": list(names),
+        "phases": [*PHASES, "none"],
+        "kinds": [kind.name.lower().replace("_", " ") for kind in TaskKind],
+        "views": views,
+    }
+
+
+def _in_window(run: TimelineRun) -> np.ndarray:
+    """Drawn tasks of `run` that overlap its window (a zero-length task counts when it starts inside)."""
+    first, last = run.window_ns
+    drawn = np.isin(run.graph.tasks["kind"], [int(kind) for kind in DRAWN_KINDS])
+    overlaps = (run.start_ns < last) & ((run.end_ns > first) | (run.start_ns >= first))
+    return np.flatnonzero(drawn & overlaps)
+
+
+def _tracks(runs: list[TimelineRun], chosen: list[np.ndarray]) -> list[int]:
+    """Resource indices with work in any run, host threads first, then streams by device and stream."""
+    used = sorted({int(r) for run, tasks in zip(runs, chosen) for r in np.unique(run.graph.tasks["resource"][tasks])})
+    resources = runs[0].graph.resources
+
+    def order(index: int) -> tuple[int, int, int, int]:
+        resource: Resource = resources[index]
+        return (int(resource.kind), resource.device, resource.stream, index)
+
+    return sorted(used, key=order)
+
+
+def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, names: dict[str, int]) -> tuple[list[int], int]:
+    """One track's boxes as a flat list of BOX_FIELDS, merged until they fit MAX_BOXES_PER_TRACK; and the resolution used."""
+    order = np.lexsort((tasks, run.start_ns[tasks]))
+    tasks = tasks[order]
+    start = run.start_ns[tasks] - run.window_ns[0]
+    end = np.maximum(run.end_ns[tasks] - run.window_ns[0], start)
+    group = merge_groups(start, end, resolution_ns)
+    while group.size and int(group[-1]) + 1 > MAX_BOXES_PER_TRACK:
+        resolution_ns *= 2
+        group = merge_groups(start, end, resolution_ns)
+    if not tasks.size:
+        return [], resolution_ns
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    group_end = np.maximum.reduceat(end, first)
+    count = np.diff(np.r_[first, tasks.size])
+    longest = _longest_in_group(group, end - start)
+    graph = run.graph
+    phase = graph.tasks["phase"][tasks[longest]].astype(np.int64)
+    columns = np.stack([
+        start[first],
+        group_end - start[first],
+        np.array([_intern(names, graph.task_name(int(task))) for task in tasks[longest]], dtype=np.int64),
+        np.where(phase >= 0, phase, len(PHASES)),
+        graph.tasks["kind"][tasks[longest]].astype(np.int64),
+        count,
+    ], axis=1)
+    return columns.reshape(-1).tolist(), resolution_ns
+
+
+def merge_groups(start_ns: np.ndarray, end_ns: np.ndarray, resolution_ns: int) -> np.ndarray:
+    """Group id of each box (sorted by start): runs of neighbouring boxes narrower than `resolution_ns` share one.
+
+    A group spans at most `resolution_ns` and its boxes are less than `resolution_ns` apart,
+    so merging never hides anything wider than one column of the drawn span.
+    """
+    group = np.zeros(start_ns.size, dtype=np.int64)
+    small = ((end_ns - start_ns) < resolution_ns).tolist()
+    starts, ends = start_ns.tolist(), end_ns.tolist()
+    current = -1
+    group_start = group_end = 0
+    group_small = False
+    for i, (begin, finish) in enumerate(zip(starts, ends)):
+        joins = group_small and small[i] and begin - group_end < resolution_ns and finish - group_start <= resolution_ns
+        if not joins:
+            current += 1
+            group_start, group_end, group_small = begin, finish, small[i]
+        group_end = max(group_end, finish)
+        group[i] = current
+    return group
+
+
+def _longest_in_group(group: np.ndarray, duration_ns: np.ndarray) -> np.ndarray:
+    """Per group, the position of its longest box (the first of equals)."""
+    order = np.lexsort((np.arange(group.size), -duration_ns, group))
+    firsts = np.r_[True, group[order][1:] != group[order][:-1]]
+    return order[firsts]
+
+
+def _intern(names: dict[str, int], name: str) -> int:
+    if len(name) > NAME_CHARS:
+        name = name[: NAME_CHARS - 1] + "…"
+    return names.setdefault(name, len(names))
+
+
+def memory_data(memory: list[DeviceMemory], origin_ns: int) -> list[dict[str, Any]]:
+    """Per device with memory events: allocated bytes per category over time (ns since `origin_ns`), and the peak."""
+    devices = []
+    for device in memory:
+        if not device.times_ns.size:
+            continue
+        categories = [name for name in CATEGORIES if name in device.by_category and device.by_category[name].any()]
+        stacked = np.array([device.by_category[name] for name in categories], dtype=np.int64).reshape(len(categories), -1)
+        kept = downsample_peaks(device.times_ns, stacked.sum(axis=0), MEMORY_POINTS)
+        devices.append({
+            "device": device.device,
+            "categories": categories,
+            "times_ns": (device.times_ns[kept] - origin_ns).tolist(),
+            "bytes": stacked[:, kept].tolist(),
+            "peak_time_ns": device.peak_time_ns - origin_ns,
+            "peak_allocated_bytes": device.peak_allocated_bytes,
+            "points": int(device.times_ns.size),
+        })
+    return devices
+
+
+def downsample_peaks(times_ns: np.ndarray, total: np.ndarray, points: int) -> np.ndarray:
+    """Indices of at most `points` samples: per equal time bucket, the highest `total` (first of equals), in time order.
+
+    The first and last samples are always kept, and the highest sample overall is the
+    highest of its bucket, so the peak survives.
+    """
+    size = times_ns.size
+    if size <= points:
+        return np.arange(size)
+    span = max(int(times_ns[-1] - times_ns[0]), 1)
+    bucket = ((times_ns - times_ns[0]).astype(np.float64) * (points - 2) / span).astype(np.int64)
+    order = np.lexsort((np.arange(size), -total, bucket))
+    best = order[np.r_[True, bucket[order][1:] != bucket[order][:-1]]]
+    return np.unique(np.r_[0, best, size - 1])
