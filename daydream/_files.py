@@ -25,10 +25,17 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     try:
         with os.fdopen(handle, "wb") as out:
             yield out
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; an output file is not
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-Callback = "Callable[[str, int, int], None]"
+Callback = Callable[[str, int, int], None]
 
 
 @contextmanager
-def progress_bar(console: Console) -> Iterator[object]:
+def progress_bar(console: Console) -> Iterator[Callback]:
     """Yields a callback; draws nothing when stderr is not a terminal."""
     bar = Progress(
         TextColumn("{task.description:<16}"),

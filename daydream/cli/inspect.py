@@ -29,7 +29,7 @@ def inspect_command(trace: str, as_json: bool, detail_rank: int | None, iteratio
     """
     status = Console(stderr=True)
     with progress_bar(status) as progress:
-        job = open_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+        job = open_job(trace, cache=not no_cache, progress=progress)
     summary = summarize_job(job, iteration_marker=iteration_marker, top=top)
     if as_json:
         click.echo(json.dumps(summary, indent=2))

@@ -23,7 +23,7 @@ def memory_command(trace: str, as_json: bool, plot_path: str | None, no_cache: b
     """Peak allocated and reserved memory per device of TRACE, broken down into weights,
     activations, gradients, optimizer state, temporaries and other, at the peak."""
     with progress_bar(Console(stderr=True)) as progress:
-        job = open_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+        job = open_job(trace, cache=not no_cache, progress=progress)
     ranks = [(t.meta.rank, analyze_memory(t)) for t in job.traces]
     if plot_path:
         plot_memory(plot_path, [device for _, memory in ranks for device in memory], trace)

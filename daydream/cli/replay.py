@@ -30,7 +30,7 @@ def replay_command(trace: str, as_json: bool, timeline_path: str | None, critica
     """
     status = Console(stderr=True)
     with progress_bar(status) as progress:
-        replays = replay_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+        replays = replay_job(trace, cache=not no_cache, progress=progress)
     summary = summarize_replays(trace, replays, with_critical_path=critical_path)
     if timeline_path:
         runs = [(r.trace, r.graph, r.timeline, [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in r.iterations])

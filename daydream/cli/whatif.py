@@ -9,12 +9,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from daydream.api import predict_job, predict_memory_for
+from daydream.api import open_job, predict_job, predict_memory_for
 from daydream.cli._progress import progress_bar
 from daydream.errors import InputError
+from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
 from daydream.report.timeline import write_timelines
 from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
-from daydream.simulate.whatif import list_optimizations
+from daydream.simulate.whatif import list_optimizations, predict_traces
+from daydream.transforms import parse_spec
+from daydream.transforms.optimizations import parse_sweep, with_value
 
 DEFAULT_FOLDER = Path("daydream-traces")
 
@@ -31,9 +34,15 @@ DEFAULT_FOLDER = Path("daydream-traces")
 @click.option("--memory", "with_memory", is_flag=True,
               help="Also predict the peak memory per device, whether it fits (--device or the trace's GPU) "
                    "and the largest batch that does.")
+@click.option("--sweep", default=None, metavar="KEY=V1,V2,...",
+              help="Predict once per value of parameter KEY of the --opt optimizations that have it "
+                   "(e.g. --opt ddp --sweep world=1,2,4,8): a scaling table.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="With --sweep: also draw the predicted iteration time (and scaling efficiency) as a PNG.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, device_name: str | None, as_json: bool,
-                   timeline_path: str | None, with_memory: bool, no_cache: bool) -> None:
+                   timeline_path: str | None, with_memory: bool, sweep: str | None, plot_path: str | None,
+                   no_cache: bool) -> None:
     """Predict the iteration time of TRACE with the optimizations applied.
 
     TRACE defaults to the newest trace in ./daydream-traces/, so that
@@ -45,8 +54,13 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     if not specs:
         raise click.UsageError("name at least one optimization with --opt (see --list)")
     path = trace or str(_newest_trace())
+    if plot_path and not sweep:
+        raise click.UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,...")
+    if sweep:
+        _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache)
+        return
     with progress_bar(Console(stderr=True)) as progress:
-        predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
+        predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)
     summary = summarize_predictions(path, list(specs), predictions)
     if with_memory:
         summary["memory"] = predict_memory_for([p.trace for p in predictions], list(specs), device_name)
@@ -65,6 +79,29 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     render_predictions(summary, console)
     if with_memory:
         render_memory_predictions(summary["memory"], console)
+
+
+def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_json: bool, plot_path: str | None,
+           cache: bool) -> None:
+    key, values = parse_sweep(sweep)
+    if not any(key in parse_spec(spec)[1] for spec in specs if not spec.endswith((".yaml", ".yml"))):
+        raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
+    with progress_bar(Console(stderr=True)) as progress:
+        job = open_job(path, cache, progress)
+        runs = []
+        for index, value in enumerate(values):
+            progress(f"predicting {key}={value}", index, len(values))
+            try:
+                runs.append((value, predict_traces(job.traces, [with_value(spec, key, value) for spec in specs], device_name)))
+            except ValueError as exc:
+                raise InputError(f"{path}: {exc}") from None
+    summary = summarize_sweep(path, specs, key, runs)
+    if plot_path:
+        plot_sweep(plot_path, summary)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    render_sweep(summary, Console())
 
 
 def _newest_trace() -> Path:

@@ -118,6 +118,9 @@ class Graph:
     iteration_markers: list[tuple[int, int]] = field(default_factory=list)
     #: Layer names (module paths) that `tasks["layer"]` indexes.
     layers: list[str] = field(default_factory=list)
+    #: Resources whose order is not fixed by program-order edges: resource id -> queue policy
+    #: (daydream.simulate.engine.POLICIES). A graph with any is simulated by the event-driven engine.
+    queue_policies: dict[int, str] = field(default_factory=dict)
 
     @property
     def task_count(self) -> int:
@@ -138,6 +141,7 @@ class Graph:
             notes=list(self.notes),
             iteration_markers=list(self.iteration_markers),
             layers=list(self.layers),
+            queue_policies=dict(self.queue_policies),
         )
 
     def task_name(self, task: int) -> str:

@@ -15,21 +15,28 @@ from __future__ import annotations
 import numpy as np
 
 from daydream.graph.model import EDGE_COLUMNS, DepKind, Graph, Resource, ResourceKind, TaskKind
-from daydream.simulate.engine import Timeline, simulate
+from daydream.simulate.engine import Timeline, simulate, simulate_event_driven
 
 
 def simulate_job(graphs: list[Graph]) -> list[Timeline]:
     """Simulate every rank graph; ranks tied by matched collectives are simulated as one."""
     if not any(np.any(g.tasks["collective"] > 0) for g in graphs):
-        return [simulate(graph) for graph in graphs]
+        return [simulate_graph(graph) for graph in graphs]
     combined, offsets = side_by_side(graphs)
     _add_joins(combined, graphs, offsets)
     problems = combined.validate()
     if problems:
         raise ValueError(f"the ranks' collectives cannot be ordered consistently: {problems[0]}")
-    timeline = simulate(combined)
+    timeline = simulate_graph(combined)
     return [Timeline(timeline.start_ns[a:a + g.task_count].copy(), timeline.end_ns[a:a + g.task_count].copy())
             for g, a in zip(graphs, offsets)]
+
+
+def simulate_graph(graph: Graph) -> Timeline:
+    """The fast pass, or the event-driven engine where the graph has queue-scheduled resources."""
+    if graph.queue_policies:
+        return simulate_event_driven(graph, graph.queue_policies, graph.tasks["priority"])
+    return simulate(graph)
 
 
 def side_by_side(graphs: list[Graph]) -> tuple[Graph, list[int]]:
@@ -57,8 +64,9 @@ def side_by_side(graphs: list[Graph]) -> tuple[Graph, list[int]]:
         if column in ("src", "dst"):
             parts = [p + shift for p, shift in zip(parts, offsets)]
         edges[column] = np.concatenate(parts)
+    policies = {resource + shift: policy for g, shift in zip(graphs, resources_before) for resource, policy in g.queue_policies.items()}
     combined = Graph(tasks=tasks, edges=edges, resources=[r for g in graphs for r in g.resources],
-                     strings=[s for g in graphs for s in g.strings])
+                     strings=[s for g in graphs for s in g.strings], queue_policies=policies)
     return combined, offsets
 
 

@@ -16,14 +16,17 @@ from typing import Any
 import numpy as np
 
 from daydream.devices import Device, device, find_device
-from daydream.graph import Graph, TaskKind, build_graph
+from daydream.graph import Graph, TaskKind
+from daydream.graph.job import build_job_graphs
 from daydream.mapping import PHASES
-from daydream.simulate.engine import Timeline, simulate
-from daydream.simulate.replay import replay_trace
+from daydream.simulate.engine import Timeline
+from daydream.simulate.job import simulate_job
+from daydream.simulate.replay import Replay, measure_replay
 from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, load_pipeline, parse_spec
 
 GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)]
+COMPUTE_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET)]
 HOST_KINDS = [int(TaskKind.HOST_CALL), int(TaskKind.HOST_OP)]
 
 
@@ -58,11 +61,31 @@ def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str |
 
 def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> Prediction:
     """Apply the optimizations `specs` ("amp", "batch-size:factor=2", "path/to/opt.yaml") in order."""
-    baseline_graph = build_graph(trace)
-    baseline = replay_trace(trace, baseline_graph)
-    graph = baseline_graph.copy()
+    return predict_traces([trace], specs, device_name)[0]
+
+
+def predict_traces(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[Prediction]:
+    """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job)."""
+    baseline_graphs, _ = build_job_graphs(traces)
+    baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs))]
+    graphs, notes = [], []
+    for trace, baseline_graph in zip(traces, baseline_graphs):
+        graph = baseline_graph.copy()
+        notes.append(transform(graph, trace, specs, device_name))
+        problems = graph.validate()
+        if problems:
+            raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
+        graphs.append(graph)
+    timelines = simulate_job(graphs)
+    return [_prediction(trace, specs, baseline, graph, timeline, rank_notes)
+            for trace, baseline, graph, timeline, rank_notes in zip(traces, baselines, graphs, timelines, notes)]
+
+
+def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | None = None) -> list[str]:
+    """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied."""
     found, name = resolve_device(trace, device_name)
-    context = Context(device=found, device_name=name)
+    context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
+                      world_size=trace.meta.world_size or 0)
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -71,10 +94,20 @@ def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> P
             notes += apply_pipeline(graph, load_pipeline(spec))
         else:
             notes += apply_spec(graph, parse_spec(spec), context)
-    problems = graph.validate()
-    if problems:
-        raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
-    timeline = simulate(graph)
+    return notes
+
+
+def gradient_bytes_of(trace: Trace) -> dict[str, int]:
+    """Per layer (module path), the bytes of its own trainable parameters, from a daydream recording."""
+    layers = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
+    if not isinstance(layers, dict):
+        return {}
+    return {path: int(info.get("gradient_bytes", 0)) for path, info in layers.items()
+            if isinstance(info, dict) and int(info.get("gradient_bytes", 0) or 0) > 0}
+
+
+def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,
+                notes: list[str]) -> Prediction:
     per_iteration = []
     for index, replayed in enumerate(baseline.iterations):
         if index >= len(graph.iteration_markers):
@@ -94,8 +127,8 @@ def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> P
         simulated_ns=mean("simulated_ns"),
         predicted_ns=mean("predicted_ns"),
         per_iteration=per_iteration,
-        phases=_work_by(baseline_graph, graph, "phase", list(PHASES)),
-        layers=_layers(baseline_graph, graph),
+        phases=_work_by(baseline.graph, graph, "phase", list(PHASES)),
+        layers=_layers(baseline.graph, graph),
         notes=notes,
         graph=graph,
         timeline=timeline,
@@ -104,10 +137,11 @@ def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> P
 
 def _work(graph: Graph) -> tuple[np.ndarray, str]:
     """Which tasks count as the work to compare: GPU work if any, else host work."""
-    gpu = np.isin(graph.tasks["kind"], GPU_KINDS)
-    if gpu.any():
-        return np.flatnonzero(gpu), "gpu"
-    return np.flatnonzero(np.isin(graph.tasks["kind"], HOST_KINDS)), "cpu"
+    kinds = graph.tasks["kind"]
+    if np.isin(kinds, COMPUTE_KINDS).any():
+        return np.flatnonzero(np.isin(kinds, GPU_KINDS)), "gpu"
+    # A CPU-only trace; communication a what-if added counts as work too.
+    return np.flatnonzero(np.isin(kinds, [*HOST_KINDS, int(TaskKind.COLLECTIVE)])), "cpu"
 
 
 def _iterations(graph: Graph) -> int:

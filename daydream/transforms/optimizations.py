@@ -44,6 +44,9 @@ class Context:
 
     device: Device | None = None
     device_name: str | None = None
+    #: Gradient bytes of each layer's own parameters (module path -> bytes), where the trace records them.
+    gradient_bytes: dict[str, int] = field(default_factory=dict)
+    world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
 
 
 Apply = Callable[[Graph, dict[str, Any], Context], list[str]]
@@ -93,6 +96,26 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
             raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: {known})")
         params[key] = _convert(text, key, value, optimization.parameters[key].type)
     return name, params
+
+
+def parse_sweep(text: str) -> tuple[str, list[str]]:
+    """'world=1,2,4' -> ('world', ['1', '2', '4'])."""
+    key, sep, rest = text.partition("=")
+    values = [v.strip() for v in rest.split(",") if v.strip()]
+    if not sep or not key.strip() or not values:
+        raise InputError(f"--sweep {text}: write KEY=V1,V2,... (e.g. world=1,2,4,8)")
+    return key.strip(), values
+
+
+def with_value(spec: str, key: str, value: str) -> str:
+    """The spec with parameter `key` set to `value`, if its optimization has that parameter."""
+    if spec.endswith((".yaml", ".yml")):
+        return spec
+    name, _, rest = spec.partition(":")
+    if key not in OPTIMIZATIONS[ALIASES.get(name.strip(), name.strip())].parameters:
+        return spec
+    items = [item for item in rest.split(",") if item.strip() and item.partition("=")[0].strip() != key]
+    return f"{name}:{','.join([*items, f'{key}={value}'])}"
 
 
 def _convert(spec: str, key: str, value: str, kind: type) -> Any:

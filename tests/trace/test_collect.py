@@ -175,3 +175,24 @@ def test_step_function_marks_iterations_without_an_optimizer(tmp_path: Path) -> 
 def test_missing_script_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["trace", str(tmp_path / "nope.py")])
     assert code == 2 and "no such script" in capsys.readouterr().err
+
+
+def test_layers_list_their_own_gradient_bytes(example_traces: dict[str, Path]) -> None:
+    layers = load_raw(example_traces["mlp"])["daydream"]["layers"]
+    # examples/mlp.py defaults: Linear(256, 512), 3 x [Linear(512, 512), LayerNorm(512)], Linear(512, 10); fp32.
+    expected = {"MLP.embed": (256 * 512 + 512) * 4, "MLP.head": (512 * 10 + 10) * 4}
+    for block in range(3):
+        expected[f"MLP.blocks.{block}.linear"] = (512 * 512 + 512) * 4
+        expected[f"MLP.blocks.{block}.norm"] = 2 * 512 * 4
+    listed = {path: info["gradient_bytes"] for path, info in layers.items() if info["gradient_bytes"]}
+    assert listed == expected
+
+
+def test_ddp_on_one_rank_predicts_the_baseline_and_more_ranks_cost_time(example_traces: dict[str, Path],
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # A slow link (0.05 GB/s) so that the 3.3 MB of gradients cannot hide behind this small model's backward.
+    assert main(["whatif", str(example_traces["mlp"]), "--opt", "ddp:bandwidth=0.05", "--sweep", "world=1,2,4", "--json"]) == 0
+    sweep = json.loads(capsys.readouterr().out)
+    times = [point["predicted_ns"] for point in sweep["points"]]
+    assert times[0] == sweep["baseline_ns"]
+    assert times[0] < times[1] < times[2]

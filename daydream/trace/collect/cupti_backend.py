@@ -258,7 +258,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         return None, recorder.recorded, outcome
     meta = CaptureMeta(os.getpid(), _device_properties(torch), recorder.distributed, api_namer(cupti), demangle)
     document = convert(recorder.records, recorder.spans, meta)
-    layers = {path: {"type": info.type, "leaf": info.leaf} for path, info in installed.layers.items()}
+    layers = {path: info.as_metadata() for path, info in installed.layers.items()}
     document["daydream"] = {**daydream_metadata(options, "cupti", layers), **document["daydream"]}
     return document, recorder.recorded, outcome
 

@@ -32,6 +32,10 @@ class LayerInfo:
     path: str
     type: str
     leaf: bool
+    gradient_bytes: int = 0  # the module's own trainable parameters (not its children's), bytes
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {"type": self.type, "leaf": self.leaf, "gradient_bytes": self.gradient_bytes}
 
 
 @dataclass
@@ -98,7 +102,8 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
                 continue
             full = f"{root_name}.{path}" if path else root_name
             hooks._names[child] = full
-            hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()))
+            hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
+                                           gradient_bytes=_own_gradient_bytes(child))
         return hooks._names[module]
 
     def before_forward(module: Any, args: Any) -> None:
@@ -196,3 +201,8 @@ def _wrap_step_fn(spec: str, hooks: Hooks) -> None:
 
     setattr(module, function_name, wrapped)
     hooks._restore.append(lambda: setattr(module, function_name, original))
+
+
+def _own_gradient_bytes(module: Any) -> int:
+    """Bytes of the gradients a module's own parameters get (what data parallelism all-reduces)."""
+    return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters(recurse=False) if p.requires_grad)

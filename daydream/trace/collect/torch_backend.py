@@ -102,6 +102,6 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         document = json.load(handle)
     os.remove(exported["path"])
     os.rmdir(scratch)
-    layers = {path: {"type": info.type, "leaf": info.leaf} for path, info in installed.layers.items()}
+    layers = {path: info.as_metadata() for path, info in installed.layers.items()}
     document["daydream"] = daydream_metadata(options, "torch", layers)
     return document, recorded, outcome

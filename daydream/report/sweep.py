@@ -1,0 +1,99 @@
+"""`daydream whatif --sweep KEY=V1,V2,...`: one prediction per value, as a scaling table and a plot.
+
+The JSON contract: `{"parameter", "values", "baseline_ns", "points": [{"value", "predicted_ns",
+"relative_throughput", "scaling_efficiency"}]}`. For a sweep over `world` (data-parallel
+ranks, each with the traced batch), relative throughput is N · T1 / TN, and scaling
+efficiency T1 / TN, where T1 is the simulated baseline (one rank, no communication).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from daydream import __version__
+from daydream._files import atomic_output
+from daydream.errors import InputError
+from daydream.report.console import format_ns
+from daydream.simulate.whatif import Prediction
+
+SCHEMA_VERSION = 1
+
+
+def summarize_sweep(source: str, specs: list[str], parameter: str, runs: list[tuple[str, list[Prediction]]]) -> dict[str, Any]:
+    """`runs`: (value, the predictions of every rank with that value), in sweep order."""
+    baseline = max(p.simulated_ns for p in runs[0][1])
+    points = []
+    for value, predictions in runs:
+        predicted = max(p.predicted_ns for p in predictions)
+        ranks = _number(value) if parameter == "world" else 1.0
+        points.append({
+            "value": value,
+            "predicted_ns": predicted,
+            "relative_throughput": ranks * baseline / predicted if predicted else None,
+            "scaling_efficiency": baseline / predicted if predicted else None,
+            "notes": predictions[0].notes,
+        })
+    return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "optimizations": specs,
+            "parameter": parameter, "values": [v for v, _ in runs], "baseline_ns": baseline, "points": points}
+
+
+def _number(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return 1.0
+
+
+def render_sweep(summary: dict[str, Any], console: Console) -> None:
+    parameter = summary["parameter"]
+    table = Table(title=f"what if: {' + '.join(summary['optimizations'])}, sweeping {parameter} "
+                        f"(baseline {format_ns(summary['baseline_ns'])})", title_justify="left")
+    table.add_column(parameter, justify="right")
+    table.add_column("iteration", justify="right")
+    table.add_column("throughput" if parameter == "world" else "speed-up", justify="right")
+    table.add_column("scaling efficiency" if parameter == "world" else "", justify="right")
+    for point in summary["points"]:
+        efficiency = point["scaling_efficiency"]
+        style = "green" if efficiency and efficiency >= 0.9 else "yellow" if efficiency and efficiency >= 0.7 else "red"
+        throughput = point["relative_throughput"]
+        table.add_row(str(point["value"]), format_ns(point["predicted_ns"]),
+                      f"{throughput:.2f}x" if throughput else "—",
+                      f"[{style}]{efficiency:.0%}[/]" if efficiency and parameter == "world" else "")
+    console.print(table)
+
+
+def plot_sweep(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
+    """Iteration time and (for world) scaling efficiency against the swept value, as a PNG; written atomically."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib — pip install 'daydream[plot]'") from None
+    values = [_number(p["value"]) for p in summary["points"]]
+    times_ms = [p["predicted_ns"] / 1e6 for p in summary["points"]]
+    figure, left = plt.subplots(figsize=(7, 4))
+    try:
+        left.plot(values, times_ms, marker="o", color="#4c72b0", label="iteration time")
+        left.set_xlabel(summary["parameter"])
+        left.set_ylabel("predicted iteration time (ms)", color="#4c72b0")
+        left.set_ylim(bottom=0)
+        if summary["parameter"] == "world":
+            left.set_xscale("log", base=2)
+            left.set_xticks(values, [str(p["value"]) for p in summary["points"]])
+            right = left.twinx()
+            right.plot(values, [100 * (p["scaling_efficiency"] or 0) for p in summary["points"]], marker="s",
+                       color="#c44e52", label="scaling efficiency")
+            right.set_ylabel("scaling efficiency (%)", color="#c44e52")
+            right.set_ylim(0, 105)
+        left.set_title(f"{' + '.join(summary['optimizations'])} — {os.path.basename(summary['source'])}", fontsize=10)
+        figure.tight_layout()
+        with atomic_output(path) as out:
+            figure.savefig(out, dpi=110, format="png")
+    finally:
+        plt.close(figure)

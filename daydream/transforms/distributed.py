@@ -1,0 +1,378 @@
+"""Distributed-training what-ifs: data parallelism from one rank's trace, and re-timed communication.
+
+    ddp:world=8[,interconnect=nvlink3][,bandwidth=GB/s][,latency=us][,bucket=25MB]
+    comm:factor=2 | comm:bandwidth=100 | no-comm
+    p3:world=8[,slice=4MB]  grad-compression:ratio=100[,world=8]  zero:stage=1|2|3,world=8
+
+Data parallelism (`ddp`, `p3`, `zero`) is modelled on the trace of one rank: every rank
+runs the same step, so one rank's graph plus its communication is the job's step.
+Gradients become ready when the last backward work of their layer ends; they are
+grouped into buckets in that order (PyTorch DDP: a first bucket of 1 MiB, then
+`bucket` bytes), and each bucket is one all-reduce on a communication stream of its
+own, timed by daydream.interconnect's cost model, overlapping the rest of backward;
+the optimizer waits for the last bucket. Gradient sizes come from the layers a
+`daydream trace` recording lists, else from the collectives `no-comm` removed, else
+from `params=BYTES` spread evenly over the backward work.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daydream.errors import InputError
+from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
+from daydream.interconnect import Interconnect, collective_time_ns, interconnect, interconnect_of_device, normalize_operation
+from daydream.mapping import PHASES
+from daydream.transforms.optimizations import Context, Optimization, Parameter, register
+from daydream.transforms.primitives import GPU_WORK, HOST_WORK, remove
+
+BACKWARD, OPTIMIZER, FORWARD = PHASES.index("backward"), PHASES.index("optimizer"), PHASES.index("forward")
+FIRST_BUCKET_BYTES = 2**20  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+GPUS_PER_NODE = 8
+REMOVED_BYTES_KEY = "no-comm.allreduce_bytes_per_iteration"
+_SIZE = re.compile(r"^\s*([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """'25MB' -> 25e6, '25MiB' -> 25 * 2**20, '1e8' -> 1e8 (bytes)."""
+    found = _SIZE.match(str(text))
+    if not found or found.group(2).lower() not in _UNITS:
+        raise InputError(f"{what}={text!r} is not a size — write bytes like 25MB, 512KiB or 1e8")
+    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+
+
+# ------------------------------------------------------------------ where the links come from
+
+
+@dataclass(slots=True, frozen=True)
+class Fabric:
+    """The link a data-parallel job of `world` ranks communicates over."""
+
+    link: Interconnect
+    world: int
+    algorithm: str
+
+    def time_ns(self, operation: str, message_bytes: float) -> int:
+        return collective_time_ns(operation, message_bytes, self.world, self.link, self.algorithm)
+
+
+def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
+    """interconnect= (preset), else the trace's GPU's link within a node and network= across nodes; bandwidth=/latency= override."""
+    if world < 1:
+        raise InputError(f"world={world}: the number of ranks must be at least 1")
+    name = str(params.get("interconnect") or "auto")
+    if name != "auto":
+        link = interconnect(name)
+    elif world > int(params.get("gpus_per_node", GPUS_PER_NODE)):
+        link = interconnect(str(params.get("network", "ib-hdr")))
+    else:
+        found = interconnect_of_device(context.device.interconnect if context.device else None)
+        if found is None and not params.get("bandwidth"):
+            raise InputError("the trace's GPU is not in the device table, so its interconnect is unknown — "
+                             "give interconnect=NAME (e.g. nvlink3, pcie4, ib-hdr) or bandwidth=GB/s")
+        link = found or Interconnect("custom", 1.0, 10.0)
+    if params.get("bandwidth"):
+        link = Interconnect(link.name, float(params["bandwidth"]), link.step_latency_us)
+    if params.get("latency") not in (None, ""):
+        link = Interconnect(link.name, link.bus_bandwidth_gbs, float(params["latency"]))
+    algorithm = str(params.get("algorithm", "auto"))
+    if algorithm not in ("ring", "tree", "auto"):
+        raise InputError(f"algorithm={algorithm!r}: choose ring, tree or auto")
+    return Fabric(link, world, algorithm)
+
+
+# ------------------------------------------------------------------ gradients and buckets
+
+
+def _work_kinds(graph: Graph) -> list[int]:
+    """GPU work in a GPU trace, host work in a CPU-only one (collectives alone do not make a trace a GPU trace)."""
+    compute = [int(k) for k in GPU_WORK if k != TaskKind.COLLECTIVE]
+    return [int(k) for k in (GPU_WORK if np.isin(graph.tasks["kind"], compute).any() else HOST_WORK)]
+
+
+def gradient_events(graph: Graph, iteration: int, context: Context, total_bytes: int | None) -> list[tuple[int, int]]:
+    """(task after which a gradient is ready, its bytes), in the order backward produces them."""
+    tasks = graph.tasks
+    backward = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == BACKWARD)
+                              & np.isin(tasks["kind"], _work_kinds(graph)))
+    if backward.size == 0:
+        return []
+    backward = backward[np.lexsort((tasks["measured_end_ns"][backward], tasks["measured_start_ns"][backward]))]
+    if total_bytes is None and context.gradient_bytes:
+        events = _by_layer(graph, backward, context.gradient_bytes)
+        if events:
+            return events
+    if total_bytes is None:
+        return []
+    # Gradients spread evenly over backward work: chunk k is ready once that share of the work is done.
+    work = np.cumsum(tasks["duration_ns"][backward].astype(np.float64))
+    chunks = min(64, backward.size)
+    marks = np.searchsorted(work, work[-1] * np.arange(1, chunks + 1) / chunks, side="left")
+    sizes = np.diff(np.round(np.linspace(0, total_bytes, chunks + 1))).astype(np.int64)
+    return [(int(backward[min(m, backward.size - 1)]), int(b)) for m, b in zip(marks, sizes) if b > 0]
+
+
+def _by_layer(graph: Graph, backward: np.ndarray, gradient_bytes: dict[str, int]) -> list[tuple[int, int]]:
+    last_of_layer: dict[int, int] = {}
+    for task in backward.tolist():  # in recorded order: the last one seen is the layer's last
+        layer = int(graph.tasks["layer"][task])
+        while layer >= 0:
+            last_of_layer[layer] = task
+            layer = _parent(graph, layer)
+    events = []
+    for index, name in enumerate(graph.layers):
+        size = gradient_bytes.get(name, 0)
+        if size > 0:
+            owner = index
+            while owner >= 0 and owner not in last_of_layer:
+                owner = _parent(graph, owner)
+            events.append((last_of_layer.get(owner, int(backward[-1])), size))
+    position = {task: index for index, task in enumerate(backward.tolist())}
+    events.sort(key=lambda e: position[e[0]])
+    return events
+
+
+def _parent(graph: Graph, layer: int) -> int:
+    name = graph.layers[layer]
+    parent = name.rsplit(".", 1)[0] if "." in name else None
+    return graph.layers.index(parent) if parent in graph.layers else -1
+
+
+def buckets(events: list[tuple[int, int]], cap_bytes: int, first_bytes: int = FIRST_BUCKET_BYTES) -> list[tuple[int, int]]:
+    """Group ready gradients into buckets: (task the bucket waits for, bytes). The first bucket is `first_bytes`."""
+    result, size, limit = [], 0, min(first_bytes, cap_bytes)
+    for task, nbytes in events:
+        size += nbytes
+        if size >= limit:
+            result.append((task, size))
+            size, limit = 0, cap_bytes
+    if size:
+        result.append((events[-1][0], size))
+    return result
+
+
+# ------------------------------------------------------------------ inserting communication
+
+
+def comm_resource(graph: Graph, label: str) -> int:
+    graph.resources.append(Resource(ResourceKind.COMM_CHANNEL, label))
+    return len(graph.resources) - 1
+
+
+def insert_collectives(graph: Graph, resource: int, iteration: int, plan: list[tuple[int, int, str, int]],
+                       chain: bool = True) -> np.ndarray:
+    """Add collectives (waits-for task, bytes, name, duration ns) on `resource`, chained in order when `chain`."""
+    if not plan:
+        return np.empty(0, dtype=np.int64)
+    names = [graph.strings.index(n) if n in graph.strings else _add_string(graph, n) for _, _, n, _ in plan]
+    after = np.array([p[0] for p in plan], dtype=np.int64)
+    ids = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=resource, name=names,
+                          duration_ns=[p[3] for p in plan], bytes=[p[1] for p in plan], iteration=iteration,
+                          phase=graph.tasks["phase"][after], measured_start_ns=graph.tasks["measured_end_ns"][after],
+                          measured_end_ns=graph.tasks["measured_end_ns"][after])
+    graph.add_edges(after, ids, DepKind.COMMUNICATION)
+    if chain and ids.size > 1:
+        graph.add_edges(ids[:-1], ids[1:], DepKind.STREAM_ORDER)
+    return ids
+
+
+def _add_string(graph: Graph, text: str) -> int:
+    graph.strings.append(text)
+    return len(graph.strings) - 1
+
+
+def first_task(graph: Graph, iteration: int, phase: int) -> int | None:
+    """The earliest work task of `phase` in `iteration` (GPU work when the graph has any)."""
+    tasks = graph.tasks
+    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
+    return int(chosen[np.argmin(tasks["measured_start_ns"][chosen])]) if chosen.size else None
+
+
+def wait_before_optimizer(graph: Graph, iteration: int, last: int) -> str | None:
+    """The optimizer of `iteration` waits for task `last`; without one, the iteration's end does."""
+    target = first_task(graph, iteration, OPTIMIZER)
+    if target is None and iteration < len(graph.iteration_markers):
+        target = graph.iteration_markers[iteration][1]
+        graph.add_edges([last], [target], DepKind.COMMUNICATION)
+        return "no optimizer work found: the iteration's end waits for the last bucket instead"
+    if target is not None:
+        graph.add_edges([last], [target], DepKind.COMMUNICATION)
+    return None
+
+
+def iterations_of(graph: Graph) -> list[int]:
+    found = np.unique(graph.tasks["iteration"])
+    return [int(i) for i in found if i >= 0]
+
+
+def _no_existing_collectives(graph: Graph, name: str) -> None:
+    count = int(np.sum(graph.tasks["kind"] == TaskKind.COLLECTIVE))
+    if count:
+        raise InputError(f"{name}: the trace already has {count} collectives (it is a rank of a distributed job) — "
+                         f"put no-comm before {name} (--opt no-comm --opt {name}:...) to model the job from this rank's compute")
+
+
+def _gradient_volume(graph: Graph, params: dict[str, Any]) -> int | None:
+    if params.get("params"):
+        return parse_bytes(params["params"], "params")
+    removed = graph.calibration.get(REMOVED_BYTES_KEY)
+    return int(removed) if removed else None
+
+
+# ------------------------------------------------------------------ ddp
+
+
+def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    return data_parallel(graph, params, context, "ddp", "allreduce")
+
+
+def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
+                  compression: float = 1.0) -> list[str]:
+    """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last."""
+    _no_existing_collectives(graph, name)
+    world = int(params["world"])
+    net = fabric(params, context, world)
+    cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
+    total = _gradient_volume(graph, params)
+    resource = comm_resource(graph, f"{name} communication")
+    notes: list[str] = []
+    inserted = 0
+    volume = 0
+    for iteration in iterations_of(graph):
+        events = gradient_events(graph, iteration, context, total)
+        if not events:
+            continue
+        plan = []
+        for index, (task, nbytes) in enumerate(buckets(events, cap)):
+            payload = nbytes / compression
+            plan.append((task, int(payload), f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
+                         net.time_ns(operation, payload)))
+        ids = insert_collectives(graph, resource, iteration, plan)
+        inserted += ids.size
+        volume = sum(p[1] for p in plan)
+        problem = wait_before_optimizer(graph, iteration, int(ids[-1]))
+        if problem and problem not in notes:
+            notes.append(problem)
+    if not inserted:
+        raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
+                         "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
+    graph.calibration[f"{name}.world"] = world
+    per_iteration = inserted / max(len(iterations_of(graph)), 1)
+    notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {operation}s of {volume / 2**20:.1f} MiB per iteration over "
+                    f"{net.link.name} ({net.link.bus_bandwidth_gbs:g} GB/s bus, {net.link.step_latency_us:g} µs per step, "
+                    f"{net.algorithm}); the optimizer waits for the last bucket")
+    return notes
+
+
+register(Optimization(
+    "ddp", "data parallelism over WORLD ranks (PyTorch DDP), from a one-rank trace",
+    "gradients become ready when their layer's last backward work ends; in that order they fill buckets "
+    "(1 MiB first, then bucket=25MiB); one all-reduce per bucket on a communication stream, timed by the ring/tree "
+    "alpha-beta model of daydream.interconnect (2(n-1)/n·S/B + 2(n-1)·latency for a ring), overlapping backward; "
+    "the optimizer waits for the last bucket. Link: interconnect= preset, else the GPU's NVLink/PCIe within "
+    f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override. world=1 changes nothing",
+    _ddp,
+    {"world": Parameter(int, 8, "data-parallel ranks"),
+     "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
+     "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
+     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link"),
+     "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s (overrides the preset)"),
+     "latency": Parameter(str, "", "per-step latency in µs (overrides the preset)"),
+     "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
+     "bucket": Parameter(str, "25MiB", "bucket size"),
+     "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")},
+))
+
+
+# ------------------------------------------------------------------ existing collectives
+
+
+def _collectives(graph: Graph) -> np.ndarray:
+    return np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE)
+
+
+def _no_comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    chosen = _collectives(graph)
+    if chosen.size == 0:
+        return ["no-comm: the trace has no collectives; nothing to remove"]
+    names = [graph.task_name(int(t)) for t in chosen]
+    reduce = np.array([_is_allreduce(n) for n in names], dtype=bool)
+    iterations = max(len(iterations_of(graph)), 1)
+    in_iterations = graph.tasks["iteration"][chosen] >= 0
+    payload = int(graph.tasks["bytes"][chosen[reduce & in_iterations]].sum()) // iterations
+    busy = int(graph.tasks["duration_ns"][chosen].sum())
+    remove(graph, chosen)
+    if payload:
+        graph.calibration[REMOVED_BYTES_KEY] = payload
+    return [f"no-comm: removed {chosen.size} collectives ({busy / 1e6:.2f} ms of communication kernels; "
+            f"{payload / 2**20:.1f} MiB of all-reduce per iteration, which a following ddp uses as the gradient volume)"]
+
+
+def _is_allreduce(name: str) -> bool:
+    try:
+        return normalize_operation(name) == "allreduce"
+    except ValueError:
+        return False
+
+
+register(Optimization(
+    "no-comm", "the step without communication",
+    "removes every collective (NCCL kernel); what waited for one waits for what it waited for. Records the all-reduce "
+    "bytes per iteration, so that a following ddp models the job from this rank's compute",
+    _no_comm,
+))
+
+
+def _comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    chosen = _collectives(graph)
+    if chosen.size == 0:
+        return ["comm: the trace has no collectives; nothing to re-time"]
+    factor = float(params["factor"])
+    if factor <= 0:
+        raise InputError(f"comm: factor={factor} must be positive")
+    tasks = graph.tasks
+    if params.get("interconnect", "auto") == "auto" and not params.get("bandwidth"):
+        tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / factor).astype(np.int64)
+        return [f"comm: {chosen.size} collectives {factor:g}x faster"]
+    world = int(params["world"]) or context.world_size
+    if world < 2:
+        raise InputError("comm: the trace does not say how many ranks the job has — give world=N")
+    net = fabric(params, context, world)
+    timed = 0
+    for task in chosen.tolist():
+        size = int(tasks["bytes"][task])
+        try:
+            operation = normalize_operation(graph.task_name(task))
+        except ValueError:
+            continue
+        if size > 0:
+            tasks["duration_ns"][task] = int(round(net.time_ns(operation, size) / factor))
+            timed += 1
+    note = (f"comm: {timed} of {chosen.size} collectives re-timed over {net.link.name} ({net.link.bus_bandwidth_gbs:g} GB/s, "
+            f"world={world}, {net.algorithm})")
+    if timed < chosen.size:
+        note += f"; {chosen.size - timed} without a recorded size kept their time"
+    return [note]
+
+
+register(Optimization(
+    "comm", "re-time the trace's collectives",
+    "factor=F: every collective F times faster. interconnect=/bandwidth=: each collective with a recorded size "
+    "(elements × dtype from its metadata) takes the cost model's time for its operation among world ranks "
+    "(the trace's world size unless world= is given), divided by factor",
+    _comm,
+    {"factor": Parameter(float, 1.0, "speed-up of every collective"),
+     "interconnect": Parameter(str, "auto", "preset to re-time with (see ddp)"),
+     "network": Parameter(str, "ib-hdr", "preset between nodes"),
+     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks per node"),
+     "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s"),
+     "latency": Parameter(str, "", "per-step latency in µs"),
+     "algorithm": Parameter(str, "auto", "ring, tree or auto"),
+     "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)")},
+))
