@@ -198,7 +198,7 @@ def _gpu_work(graph: Graph, iterations: int) -> Work:
     klass = _classes(tasks["name"][gpu], graph.strings)
     for kind, name in _CLASS_OF_KIND.items():
         klass[tasks["kind"][gpu] == kind] = CLASSES.index(name)
-    host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in (*HOST_KINDS, TaskKind.MARKER)]) & in_iteration)
+    host = _host_tasks(graph, HOST_KINDS)
     return Work(basis="gpu", task=gpu, ns=tasks["duration_ns"][gpu].astype(np.float64), klass=klass,
                 phase=_phases(tasks["phase"][gpu]), layer=tasks["layer"][gpu].astype(np.int64), layers=list(graph.layers),
                 iterations=iterations, host_tasks=host,
@@ -221,11 +221,23 @@ def _cpu_work(trace: Trace, graph: Graph, iterations: int) -> Work:
     inside[inside] = tasks["iteration"][task[inside]] >= 0
     ops, task = ops[inside], task[inside]
     attribution = attribute(trace)
-    host = np.flatnonzero(np.isin(tasks["kind"], [int(TaskKind.HOST_OP), int(TaskKind.MARKER)]) & (tasks["iteration"] >= 0))
+    host = _host_tasks(graph, (TaskKind.HOST_OP,))
     return Work(basis="cpu", task=task, ns=_self_ns(trace, ops), klass=_classes(trace.name[ops], trace.strings),
                 phase=_phases(attribution.phase[ops]), layer=attribution.layer[ops].astype(np.int64),
                 layers=list(attribution.layers), iterations=iterations, host_tasks=host,
                 host_ns=float(tasks["gap_ns"][host].sum()) / iterations)
+
+
+def _host_tasks(graph: Graph, kinds: tuple[TaskKind, ...]) -> np.ndarray:
+    """Host tasks of `kinds` inside iterations, and the marker ending each iteration.
+
+    The end marker's gap is the host time before the boundary: it belongs to the iteration
+    that ends there, not to the next one, which the marker's own start places it in.
+    """
+    tasks = graph.tasks
+    chosen = np.isin(tasks["kind"], [int(k) for k in kinds]) & (tasks["iteration"] >= 0)
+    chosen[[end for _, end in graph.iteration_markers]] = True
+    return np.flatnonzero(chosen)
 
 
 def _classes(names: np.ndarray, strings: list[str]) -> np.ndarray:
@@ -310,7 +322,7 @@ def _notes(trace_a: Trace, trace_b: Trace, work_a: Work, work_b: Work, classes: 
     if new:
         notes.append(f"work only B has ({', '.join(new)}) cannot be simulated by rescaling A: it is part of what is not explained")
     if work_a.iterations != work_b.iterations:
-        notes.append(f"A has {work_a.iterations} iterations and B {work_b.iterations}: means per iteration are compared")
+        notes.append(f"A has {work_a.iterations} iterations and B has {work_b.iterations}: means per iteration are compared")
     if trace_a.gpu_names != trace_b.gpu_names:
         notes.append(f"A ran on {', '.join(trace_a.gpu_names) or 'no GPU'} and B on {', '.join(trace_b.gpu_names) or 'no GPU'}")
     return notes
