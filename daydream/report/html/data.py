@@ -3,8 +3,8 @@
 Sizes are bounded so that a page stays a few MB for any trace: on a track, boxes
 narrower than 1/TIMELINE_COLUMNS of the drawn span that lie next to each other are
 merged into one (named after its longest task, with the count), and a track whose
-boxes still exceed MAX_BOXES_PER_TRACK is merged at a coarser resolution until it
-fits. A memory timeline keeps at most MEMORY_POINTS points per device (the highest
+boxes still exceed its share of MAX_BOXES_PER_VIEW (at most MAX_BOXES_PER_TRACK) is
+merged at a coarser resolution until it fits. A memory timeline keeps at most MEMORY_POINTS points per device (the highest
 of each time bucket, so the peak is always kept). All times are integer ns.
 """
 
@@ -25,6 +25,7 @@ from daydream.trace import GPU_ACTIVITY_KINDS, Trace
 
 TIMELINE_COLUMNS = 16384  # merge resolution: about 12 screen widths of detail before boxes merge
 MAX_BOXES_PER_TRACK = 6000
+MAX_BOXES_PER_VIEW = 50000  # about 1.5 MB of JSON per view, however many streams
 MEMORY_POINTS = 1500
 NAME_CHARS = 300  # longer (templated C++) names are cut in tooltips
 DRAWN_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
@@ -99,9 +100,10 @@ def timeline_data(runs: list[TimelineRun]) -> dict[str, Any]:
     tracks = _tracks(runs, chosen)
     names: dict[str, int] = {}
     views = []
+    cap = min(MAX_BOXES_PER_TRACK, MAX_BOXES_PER_VIEW // max(len(tracks), 1))
     for run, tasks in zip(runs, chosen):
         resource = run.graph.tasks["resource"][tasks]
-        boxes = [_track_boxes(run, tasks[resource == index], resolution_ns, names) for index in tracks]
+        boxes = [_track_boxes(run, tasks[resource == index], resolution_ns, cap, names) for index in tracks]
         views.append({"title": run.title, "window_ns": list(run.window_ns), "duration_ns": run.window_ns[1] - run.window_ns[0],
                       "tasks": int(tasks.size), "boxes": [box for box, _ in boxes],
                       "drawn": sum(len(box) // len(BOX_FIELDS) for box, _ in boxes),
@@ -139,14 +141,14 @@ def _tracks(runs: list[TimelineRun], chosen: list[np.ndarray]) -> list[int]:
     return sorted(used, key=order)
 
 
-def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, names: dict[str, int]) -> tuple[list[int], int]:
-    """One track's boxes as a flat list of BOX_FIELDS, merged until they fit MAX_BOXES_PER_TRACK; and the resolution used."""
+def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, cap: int, names: dict[str, int]) -> tuple[list[int], int]:
+    """One track's boxes as a flat list of BOX_FIELDS, merged until there are at most `cap`; and the resolution used."""
     order = np.lexsort((tasks, run.start_ns[tasks]))
     tasks = tasks[order]
     start = run.start_ns[tasks] - run.window_ns[0]
     end = np.maximum(run.end_ns[tasks] - run.window_ns[0], start)
     group = merge_groups(start, end, resolution_ns)
-    while group.size and int(group[-1]) + 1 > MAX_BOXES_PER_TRACK:
+    while group.size and int(group[-1]) + 1 > cap:
         resolution_ns *= 2
         group = merge_groups(start, end, resolution_ns)
     if not tasks.size:
