@@ -142,7 +142,7 @@ def markdown(corpus: Path) -> str:
         "without its NCCL kernels replays to the same time), and so does the prediction: every row is within a",
         "fraction of a percent whatever the link. These rows are correct but do not test the cost model.",
         "",
-        "The collective table does. The shortest recorded all-reduce kernels are 16-50x slower than the model over the",
+        "The collective table does. The shortest recorded all-reduce kernels are an order of magnitude slower than the model over the",
         "NVLink 3 preset the device table gives an A100: the kernels include waiting for the other rank, and NCCL",
         "ran its low-latency protocol (RING_LL in the kernel names), whose bandwidth is a fraction of the link's.",
         "What the model missed is the fabric, not the overlap: where a trace shows its own collectives, pass the",
