@@ -98,9 +98,10 @@ def _speedup(value: float | None) -> Markup:
 
 def _header(document: dict[str, Any]) -> str:
     iteration = document["iteration"]
+    rank = "not recorded" if document["rank"] is None else str(document["rank"])
     facts = [
         ("trace", document["source"]),
-        ("rank", f"{document['rank']} of {len(document['ranks'])} ranks" if len(document["ranks"]) > 1 else str(document["rank"])),
+        ("rank", f"{rank} of {len(document['ranks'])} ranks" if len(document["ranks"]) > 1 else rank),
         ("GPU", ", ".join(document["gpu"]) or "not recorded"),
         ("iterations", f"{len(iteration['names'])} ({iteration['source']})"),
         ("shown", f"{iteration['name']} (--iteration {iteration['index']})"),
