@@ -98,26 +98,17 @@ def timeline_data(runs: list[TimelineRun]) -> dict[str, Any]:
     resolution_ns = max(axis_ns // TIMELINE_COLUMNS, 1)
     chosen = [_in_window(run) for run in runs]
     tracks = _tracks(runs, chosen)
-    names: dict[str, int] = {}
-    views = []
     cap = min(MAX_BOXES_PER_TRACK, MAX_BOXES_PER_VIEW // max(len(tracks), 1))
-    for run, tasks in zip(runs, chosen):
-        resource = run.graph.tasks["resource"][tasks]
-        boxes = [_track_boxes(run, tasks[resource == index], resolution_ns, cap, names) for index in tracks]
-        views.append({"title": run.title, "window_ns": list(run.window_ns), "duration_ns": run.window_ns[1] - run.window_ns[0],
-                      "tasks": int(tasks.size), "boxes": [box for box, _ in boxes],
-                      "drawn": sum(len(box) // len(BOX_FIELDS) for box, _ in boxes),
-                      "merge_resolution_ns": max((used for _, used in boxes), default=resolution_ns)})
-    resources = runs[0].graph.resources
+    names: dict[str, int] = {}  # filled by the views
+    views = [_view(run, tasks, tracks, resolution_ns, cap, names) for run, tasks in zip(runs, chosen)]
     return {
         "axis_ns": axis_ns,
         "fields": list(BOX_FIELDS),
-        "tracks": [{"label": resources[i].label, "kind": "gpu" if resources[i].kind is ResourceKind.GPU_STREAM else "host"}
-                   for i in tracks],
+        "tracks": [{"label": track.label, "kind": "gpu" if track.kind is ResourceKind.GPU_STREAM else "host"} for track in tracks],
+        "views": views,
         "names": list(names),
         "phases": [*PHASES, "none"],
         "kinds": [kind.name.lower().replace("_", " ") for kind in TaskKind],
-        "views": views,
     }
 
 
@@ -129,16 +120,29 @@ def _in_window(run: TimelineRun) -> np.ndarray:
     return np.flatnonzero(drawn & overlaps)
 
 
-def _tracks(runs: list[TimelineRun], chosen: list[np.ndarray]) -> list[int]:
-    """Resource indices with work in any run, host threads first, then streams by device and stream."""
-    used = sorted({int(r) for run, tasks in zip(runs, chosen) for r in np.unique(run.graph.tasks["resource"][tasks])})
-    resources = runs[0].graph.resources
+def _tracks(runs: list[TimelineRun], chosen: list[np.ndarray]) -> list[Resource]:
+    """Resources with work in any run (matched by value: each run has its own graph), host threads first,
+    then GPU streams by device and stream."""
+    used = {run.graph.resources[int(index)] for run, tasks in zip(runs, chosen) for index in np.unique(run.graph.tasks["resource"][tasks])}
+    return sorted(used, key=lambda r: (int(r.kind), r.device, r.stream, r.track, r.label))
 
-    def order(index: int) -> tuple[int, int, int, int]:
-        resource: Resource = resources[index]
-        return (int(resource.kind), resource.device, resource.stream, index)
 
-    return sorted(used, key=order)
+def _view(run: TimelineRun, tasks: np.ndarray, tracks: list[Resource], resolution_ns: int, cap: int,
+          names: dict[str, int]) -> dict[str, Any]:
+    """One run's boxes, track by track, with what was merged."""
+    position = {resource: index for index, resource in enumerate(run.graph.resources)}
+    resource = run.graph.tasks["resource"][tasks]
+    boxes = [_track_boxes(run, tasks[resource == position[track]], resolution_ns, cap, names) if track in position else ([], resolution_ns)
+             for track in tracks]
+    return {
+        "title": run.title,
+        "window_ns": list(run.window_ns),
+        "duration_ns": run.window_ns[1] - run.window_ns[0],
+        "tasks": int(tasks.size),
+        "boxes": [box for box, _ in boxes],
+        "drawn": sum(len(box) // len(BOX_FIELDS) for box, _ in boxes),
+        "merge_resolution_ns": max(used for _, used in boxes) if boxes else resolution_ns,
+    }
 
 
 def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, cap: int, names: dict[str, int]) -> tuple[list[int], int]:
