@@ -228,6 +228,17 @@ def _gradient_volume(graph: Graph, params: dict[str, Any]) -> int | None:
 # ------------------------------------------------------------------ ddp
 
 
+DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks"),
+     "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
+     "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
+     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link"),
+     "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s (overrides the preset)"),
+     "latency": Parameter(str, "", "per-step latency in µs (overrides the preset)"),
+     "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
+     "bucket": Parameter(str, "25MiB", "bucket size"),
+     "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")}
+
+
 def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     return data_parallel(graph, params, context, "ddp", "allreduce")
 
@@ -262,7 +273,8 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     if not inserted:
         raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
                          "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
-    graph.calibration[f"{name}.world"] = world
+    graph.calibration.update({"dp.world": world, "dp.bandwidth_gbs": net.link.bus_bandwidth_gbs,
+                              "dp.latency_us": net.link.step_latency_us})
     per_iteration = inserted / max(len(iterations_of(graph)), 1)
     notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {operation}s of {volume / 2**20:.1f} MiB per iteration over "
                     f"{net.link.name} ({net.link.bus_bandwidth_gbs:g} GB/s bus, {net.link.step_latency_us:g} µs per step, "
@@ -278,15 +290,7 @@ register(Optimization(
     "the optimizer waits for the last bucket. Link: interconnect= preset, else the GPU's NVLink/PCIe within "
     f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override. world=1 changes nothing",
     _ddp,
-    {"world": Parameter(int, 8, "data-parallel ranks"),
-     "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
-     "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
-     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link"),
-     "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s (overrides the preset)"),
-     "latency": Parameter(str, "", "per-step latency in µs (overrides the preset)"),
-     "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
-     "bucket": Parameter(str, "25MiB", "bucket size"),
-     "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")},
+    DATA_PARALLEL_PARAMETERS,
 ))
 
 
@@ -375,4 +379,244 @@ register(Optimization(
      "latency": Parameter(str, "", "per-step latency in µs"),
      "algorithm": Parameter(str, "auto", "ring, tree or auto"),
      "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)")},
+))
+
+
+# ------------------------------------------------------------------ sharding (ZeRO / FSDP)
+
+
+def _scale_optimizer(graph: Graph, iteration: int, world: int) -> int:
+    """Each rank updates its 1/world shard: the optimizer's device work shrinks, its launches do not."""
+    tasks = graph.tasks
+    compute = [int(k) for k in GPU_WORK if k != TaskKind.COLLECTIVE]
+    kinds = compute if np.isin(tasks["kind"], compute).any() else [int(TaskKind.HOST_OP)]
+    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
+    tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / world).astype(np.int64)
+    return int(chosen.size)
+
+
+def _last_task(graph: Graph, iteration: int, phase: int) -> int | None:
+    tasks = graph.tasks
+    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
+    return int(chosen[np.argmax(tasks["measured_end_ns"][chosen])]) if chosen.size else None
+
+
+def _before_next_iteration(graph: Graph, iteration: int, task: int) -> None:
+    """`task` must finish before the next iteration's first forward work (or, after the last, the iteration's end)."""
+    target = first_task(graph, iteration + 1, FORWARD)
+    if target is None and iteration < len(graph.iteration_markers):
+        target = graph.iteration_markers[iteration][1]
+    if target is not None:
+        graph.add_edges([task], [target], DepKind.COMMUNICATION)
+
+
+def _layer_params(graph: Graph, iteration: int, context: Context, phase: int) -> list[tuple[int, int, int]]:
+    """(layer, bytes, first task of `phase` in that layer or its nearest ancestor), in recorded order."""
+    tasks = graph.tasks
+    work = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
+    work = work[np.lexsort((tasks["measured_end_ns"][work], tasks["measured_start_ns"][work]))]
+    first: dict[int, int] = {}
+    for task in work.tolist():
+        layer = int(tasks["layer"][task])
+        while layer >= 0:
+            first.setdefault(layer, task)
+            layer = _parent(graph, layer)
+    found = []
+    for index, name in enumerate(graph.layers):
+        size = context.gradient_bytes.get(name, 0)
+        owner = index
+        while owner >= 0 and owner not in first:
+            owner = _parent(graph, owner)
+        if size > 0 and owner >= 0:
+            found.append((index, size, first[owner]))
+    position = {task: k for k, task in enumerate(work.tolist())}
+    return sorted(found, key=lambda item: position[item[2]])
+
+
+def _gather_before(graph: Graph, resource: int, iteration: int, items: list[tuple[int, int, int]], net: Fabric,
+                   anchor: int | None, label: str) -> int:
+    """One all-gather per layer on `resource`, in order after `anchor` (prefetching), each before its layer's first task."""
+    if not items or anchor is None:
+        return 0
+    plan = [(anchor, size, f"zero all-gather ({label}, {graph.layers[layer]})", net.time_ns("allgather", size))
+            for layer, size, _ in items]
+    ids = insert_collectives(graph, resource, iteration, plan)
+    graph.add_edges(ids, [task for _, _, task in items], DepKind.COMMUNICATION)
+    return int(ids.size)
+
+
+def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    stage, world = int(params["stage"]), int(params["world"])
+    if stage not in (1, 2, 3):
+        raise InputError(f"zero:stage={stage}: the stage is 1, 2 or 3")
+    notes = data_parallel(graph, params, context, "zero", "reducescatter")
+    net = fabric(params, context, world)
+    total = _gradient_volume(graph, params)
+    gather = comm_resource(graph, "zero parameter all-gather")
+    gathers = scaled = 0
+    for iteration in iterations_of(graph):
+        scaled += _scale_optimizer(graph, iteration, world)
+        if stage < 3:
+            last = _last_task(graph, iteration, OPTIMIZER)
+            volume = total if total is not None else sum(context.gradient_bytes.values())
+            if last is not None and volume:
+                ids = insert_collectives(graph, gather, iteration, [(last, volume, "zero all-gather (parameters)",
+                                                                     net.time_ns("allgather", volume))])
+                _before_next_iteration(graph, iteration, int(ids[0]))
+                gathers += 1
+            continue
+        start = graph.iteration_markers[iteration][0] if iteration < len(graph.iteration_markers) else None
+        gathers += _gather_before(graph, gather, iteration, _layer_params(graph, iteration, context, FORWARD), net, start, "forward")
+        gathers += _gather_before(graph, gather, iteration, _layer_params(graph, iteration, context, BACKWARD), net,
+                                  _last_task(graph, iteration, FORWARD), "backward")
+    notes.append(f"zero stage {stage}: reduce-scatter instead of all-reduce; the optimizer's device work ÷{world} "
+                 f"({scaled} tasks); {gathers} parameter all-gathers "
+                 + ("after each optimizer step, before the next forward" if stage < 3 else
+                    "per layer before its forward and its backward (prefetched in order on their own stream)"))
+    if stage == 3 and not context.gradient_bytes:
+        notes.append("zero stage 3: the trace lists no per-layer parameters, so no per-layer all-gathers were added "
+                     "(record it with daydream trace)")
+    return notes
+
+
+register(Optimization(
+    "zero", "ZeRO / FSDP: data parallelism with sharded optimizer state, gradients (stage 2) and weights (stage 3)",
+    "time: as ddp, but each bucket is reduce-scattered; the optimizer's device work ÷world; stages 1-2 all-gather "
+    "the updated parameters after the optimizer, before the next forward; stage 3 all-gathers each layer's "
+    "parameters before its forward and before its backward, on a stream of their own, in order. "
+    "memory: optimizer state ÷world (stage ≥ 1), gradients ÷world (stage ≥ 2), weights ÷world (stage 3)",
+    _zero,
+    {"stage": Parameter(int, 2, "1, 2 or 3"), "world": Parameter(int, 8, "data-parallel ranks"),
+     **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"}},
+))
+
+
+# ------------------------------------------------------------------ priority-based parameter propagation (P3)
+
+
+def _p3(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    _no_existing_collectives(graph, "p3")
+    world = int(params["world"])
+    net = fabric(params, context, world)
+    slice_bytes = parse_bytes(params.get("slice", "4MiB"), "slice")
+    resource = comm_resource(graph, "p3 communication")
+    graph.queue_policies[resource] = "priority"
+    slices = 0
+    for iteration in iterations_of(graph):
+        layers = _layer_params(graph, iteration, context, BACKWARD)
+        ready = {layer: task for layer, task in _gradient_ready(graph, iteration, context)}
+        forward_order = {layer: k for k, (layer, _, _) in enumerate(_layer_params(graph, iteration, context, FORWARD))}
+        last_slice: dict[int, int] = {}
+        for layer, size, _ in layers:
+            count = max(1, -(-size // slice_bytes))
+            plan = [(ready[layer], size // count, f"p3 all-reduce ({graph.layers[layer]}, slice {k})",
+                     net.time_ns("allreduce", size // count)) for k in range(count)]
+            ids = insert_collectives(graph, resource, iteration, plan, chain=False)
+            graph.tasks["priority"][ids] = forward_order.get(layer, len(forward_order)) * 1_000_000 + np.arange(ids.size)
+            last_slice[layer] = int(ids[-1])
+            slices += ids.size
+        for layer, task in last_slice.items():
+            target = _first_forward_of(graph, iteration + 1, layer)
+            if target is None and iteration < len(graph.iteration_markers):
+                target = graph.iteration_markers[iteration][1]
+            if target is not None:
+                graph.add_edges([task], [target], DepKind.COMMUNICATION)
+    if not slices:
+        raise InputError("p3: no per-layer gradient sizes — P3 slices each layer's gradients, so the trace must list its "
+                         "layers' parameters (record it with daydream trace)")
+    return [f"p3: world={world}, {slices // max(len(iterations_of(graph)), 1)} slices of at most {slice_bytes / 2**20:.1f} MiB "
+            f"per iteration, all-reduced over {net.link.name} in priority order (the layer the next forward needs first, "
+            "first); each layer's next forward waits for its own slices, not for the whole model's"]
+
+
+def _gradient_ready(graph: Graph, iteration: int, context: Context) -> list[tuple[int, int]]:
+    """(layer, the last backward task of that layer or its nearest ancestor) for layers with parameters."""
+    tasks = graph.tasks
+    backward = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == BACKWARD) & np.isin(tasks["kind"], _work_kinds(graph)))
+    backward = backward[np.lexsort((tasks["measured_end_ns"][backward], tasks["measured_start_ns"][backward]))]
+    last: dict[int, int] = {}
+    for task in backward.tolist():
+        layer = int(tasks["layer"][task])
+        while layer >= 0:
+            last[layer] = task
+            layer = _parent(graph, layer)
+    result = []
+    for index, name in enumerate(graph.layers):
+        owner = index
+        while owner >= 0 and owner not in last:
+            owner = _parent(graph, owner)
+        if context.gradient_bytes.get(name, 0) > 0 and owner >= 0:
+            result.append((index, last[owner]))
+    return result
+
+
+def _first_forward_of(graph: Graph, iteration: int, layer: int) -> int | None:
+    tasks = graph.tasks
+    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == FORWARD) & (tasks["layer"] == layer)
+                            & np.isin(tasks["kind"], _work_kinds(graph)))
+    return int(chosen[np.argmin(tasks["measured_start_ns"][chosen])]) if chosen.size else None
+
+
+register(Optimization(
+    "p3", "priority-based parameter propagation (P3): sliced gradients, sent in the order the next forward needs them",
+    "as ddp, but each layer's gradients are cut into slices of at most slice=4MiB, each an all-reduce on a "
+    "communication channel that runs the waiting slice of the earliest layer (in forward order) first; each layer's "
+    "parameters are updated as their slices arrive, so the next iteration's forward of a layer waits for that "
+    "layer's slices only (the optimizer's own work stays where it was). Needs per-layer parameter sizes",
+    _p3,
+    {"slice": Parameter(str, "4MiB", "slice size"), **DATA_PARALLEL_PARAMETERS},
+))
+
+
+# ------------------------------------------------------------------ gradient compression
+
+
+def _grad_compression(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    ratio = float(params["ratio"])
+    if ratio < 1:
+        raise InputError(f"grad-compression: ratio={ratio} — the compression ratio is at least 1")
+    tasks = graph.tasks
+    chosen = [t for t in np.flatnonzero(tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+              if tasks["bytes"][t] > 0 and _is_allreduce(graph.task_name(t))]
+    if not chosen:
+        raise InputError("grad-compression: no all-reduce with a known size to compress — put it after ddp "
+                         "(--opt ddp:world=8 --opt grad-compression:ratio=100)")
+    world = int(params["world"]) or int(graph.calibration.get("dp.world", 0)) or context.world_size
+    if world < 2:
+        raise InputError("grad-compression: the number of ranks is unknown — give world=N")
+    own_link = params.get("interconnect", "auto") != "auto" or params.get("bandwidth")
+    if not own_link and "dp.bandwidth_gbs" in graph.calibration:  # the link the data-parallel what-if before it used
+        link = Interconnect("the data-parallel link", graph.calibration["dp.bandwidth_gbs"], graph.calibration["dp.latency_us"])
+        net = Fabric(link, world, str(params.get("algorithm", "auto")))
+    else:
+        net = fabric(params, context, world)
+    memory_gbs = float(params["memory_bandwidth"]) or (context.device.memory_bandwidth_gbs if context.device else 0.0)
+    if not memory_gbs:
+        raise InputError("grad-compression: the device's memory bandwidth is unknown — give memory_bandwidth=GB/s")
+    passes = float(params["passes"])
+    before = int(tasks["duration_ns"][chosen].sum())
+    for task in chosen:
+        size = float(tasks["bytes"][task])
+        sparse = 2 * size / ratio  # values and 32-bit indices of the kept fp32 elements
+        compress_ns = passes * size / memory_gbs
+        decompress_ns = world * sparse / memory_gbs
+        tasks["duration_ns"][task] = int(round(compress_ns + net.time_ns("allgather", world * sparse) + decompress_ns))
+    after = int(tasks["duration_ns"][chosen].sum())
+    return [f"grad-compression: {len(chosen)} all-reduces become top-1/{ratio:g} selection ({passes:g} passes over the "
+            f"gradient at {memory_gbs:g} GB/s), a sparse all-gather of values and indices among {world} ranks and their "
+            f"accumulation: {before / 1e6:.2f} ms -> {after / 1e6:.2f} ms of communication"]
+
+
+register(Optimization(
+    "grad-compression", "gradient compression (e.g. DGC): send the top 1/ratio of each gradient",
+    "each all-reduce of S bytes becomes: selecting the top elements (passes=4 passes over S at the device's memory "
+    "bandwidth), an all-gather of the kept values and 32-bit indices (2S/ratio bytes per rank), and accumulating "
+    "world such sets (world·2S/ratio bytes at memory bandwidth), on the communication stream. Apply after ddp, or to a "
+    "trace's own all-reduces (with world= and a link)",
+    _grad_compression,
+    {"ratio": Parameter(float, 100.0, "compression ratio (DGC: 270-600)"),
+     "passes": Parameter(float, 4.0, "passes over the gradient to select the top elements"),
+     "memory_bandwidth": Parameter(float, 0.0, "GB/s for compression work (default: the device table's)"),
+     **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"},
+     "world": Parameter(int, 0, "ranks (default: ddp's, or the trace's world size)")},
 ))

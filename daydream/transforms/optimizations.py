@@ -518,10 +518,3 @@ register(Optimization(
     _memory_only("optimizer"),
     {"name": Parameter(str, "adam", "sgd, sgd-momentum, adam, adamw, adagrad or rmsprop")},
 ))
-register(Optimization(
-    "zero", "ZeRO / FSDP sharding across data-parallel ranks",
-    "memory: optimizer state ÷world (stage ≥ 1), gradients ÷world (stage ≥ 2), weights ÷world (stage 3); "
-    "time: unchanged in this version (the collectives it adds come with the distributed what-ifs)",
-    _memory_only("zero"),
-    {"stage": Parameter(int, 2, "1, 2 or 3"), "world": Parameter(int, 8, "data-parallel ranks")},
-))

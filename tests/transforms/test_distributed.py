@@ -8,6 +8,7 @@ import pytest
 from daydream.errors import InputError
 from daydream.graph import TaskKind
 from daydream.simulate import simulate
+from daydream.simulate.job import simulate_job
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.distributed import REMOVED_BYTES_KEY, buckets, parse_bytes
 from daydream.transforms.optimizations import parse_sweep, with_value
@@ -131,3 +132,64 @@ def test_sweep_values_replace_the_parameter_in_specs_that_have_it() -> None:
     assert with_value("amp", "world", "2") == "amp"
     with pytest.raises(InputError):
         parse_sweep("world")
+
+
+def test_zero_stage_one_reduce_scatters_shards_the_optimizer_and_gathers_parameters_after_it() -> None:
+    g = _step()
+    apply_spec(g, parse_spec("zero:stage=1,world=2,bandwidth=1000,latency=0"), CONTEXT)
+    timeline = simulate(g)
+    collectives = np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)
+    names = [g.task_name(int(t)) for t in collectives]
+    # Reduce-scatter among 2: 1/2 * S / B. b's 1 MiB: 2005 + 524 = 2529; a's 3 MiB after it: 3006 + 1573 = 4579.
+    # The optimizer (500 ns ÷ 2 ranks) starts after the last: 4579-4829; the all-gather of all 4 MiB follows: +2097.
+    assert ["reducescatter" in n for n in names] == [True, True, False]
+    assert timeline.start_ns[collectives].tolist() == [2005, 3006, 4829]
+    assert timeline.end_ns[collectives].tolist() == [2529, 4579, 6926]
+    optimizer = int(np.flatnonzero(g.tasks["phase"] == 2)[0])
+    assert (int(timeline.start_ns[optimizer]), int(timeline.end_ns[optimizer])) == (4579, 4829)
+
+
+def test_grad_compression_retimes_ddp_all_reduces_as_selection_sparse_gather_and_accumulation() -> None:
+    g = _step()
+    apply_spec(g, parse_spec("ddp:world=2,bandwidth=1000,latency=0"), CONTEXT)
+    apply_spec(g, parse_spec("grad-compression:ratio=4,passes=4,memory_bandwidth=1"), CONTEXT)
+    first = int(np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)[0])
+    # 1 MiB bucket at 1 GB/s of memory bandwidth: select 4 x 1,048,576 ns; gather 2 ranks x 2 x 1 MiB / 4 = 1 MiB
+    # among 2 at 1000 GB/s: 524 ns; accumulate 2 x 524,288 B: 1,048,576 ns.
+    assert int(g.tasks["duration_ns"][first]) == 4 * 1_048_576 + 524 + 1_048_576
+
+
+def _two_iterations() -> object:
+    """Iteration 0: fwd a, fwd b, bwd b, bwd a, optimizer; iteration 1: fwd a, fwd b (100 ns each, optimizer 10).
+
+    Recorded schedule: 4-104, 105-205, 206-306, 307-407, 408-418, then 419-519, 520-620.
+    """
+    tasks, edges = launch_chain(
+        [call() for _ in range(7)],
+        [kernel("fwd", 100, phase="forward", layer="a"), kernel("fwd", 100, phase="forward", layer="b"),
+         kernel("bwd", 100, phase="backward", layer="b"), kernel("bwd", 100, phase="backward", layer="a"),
+         kernel("sgd", 10, phase="optimizer"),
+         kernel("fwd", 100, phase="forward", layer="a", iteration=1), kernel("fwd", 100, phase="forward", layer="b", iteration=1)],
+    )
+    return graph(tasks, edges, layers=["a", "b"])
+
+
+def test_p3_sends_the_slice_the_next_forward_needs_first_and_each_layer_waits_for_its_own() -> None:
+    g = _two_iterations()
+    apply_spec(g, parse_spec("p3:world=2,bandwidth=5,latency=0,slice=1000B"), Context(gradient_bytes={"a": 1000, "b": 2000}))
+    timeline = simulate_job([g])[0]  # a queue-scheduled channel: the event-driven engine
+    slices = np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)
+    by_layer = {g.task_name(int(t)): (int(timeline.start_ns[t]), int(timeline.end_ns[t])) for t in slices}
+    # 1000 B among 2 at 5 GB/s: 200 ns a slice. b's two slices wait from 306, a's one from 407. b's first runs
+    # 306-506; then a's (earlier in forward) goes before b's second although b's waited longer: 506-706, 706-906.
+    assert by_layer["p3 all-reduce (b, slice 0)"] == (306, 506)
+    assert by_layer["p3 all-reduce (a, slice 0)"] == (506, 706)
+    assert by_layer["p3 all-reduce (b, slice 1)"] == (706, 906)
+    next_forward_a, next_forward_b = np.flatnonzero(g.tasks["iteration"] == 1)[-2:]
+    assert int(timeline.start_ns[next_forward_a]) == 706  # a's parameters only, not b's
+    assert int(timeline.start_ns[next_forward_b]) == 906
+
+
+def test_p3_needs_per_layer_sizes() -> None:
+    with pytest.raises(InputError, match="per-layer"):
+        apply_spec(_two_iterations(), parse_spec("p3:world=2,bandwidth=5"), Context())
