@@ -51,7 +51,7 @@ def measure_checks(expectations: Expectations, notify: Notify | None = None) -> 
 def _measure(run: _Run, check: Check) -> Values:
     where = f"{run.expectations.path}: check '{check.name}'"
     if check.command is not None:
-        _run_command(run, check, where)
+        _run_command(run, check, check.command, where)
     quantities = {bound.kind.quantity for bound in check.bounds}
     if run.notify:
         run.notify(f"check '{check.name}': predicting {' + '.join(check.whatif) or 'the untouched trace'}")
@@ -75,23 +75,22 @@ def _speedup(predictions: list[Prediction]) -> float:
     return baseline / predicted if predicted else 1.0
 
 
-def _run_command(run: _Run, check: Check, where: str) -> None:
+def _run_command(run: _Run, check: Check, command: str, where: str) -> None:
     """Run the check's command in the expectations file's folder, once per run; it must (re)write the trace."""
-    assert check.command is not None
-    key = (check.command, check.trace)
+    key = (command, check.trace)
     if key in run.commands:
         return
     if run.notify:
-        run.notify(f"check '{check.name}': running {check.command}")
+        run.notify(f"check '{check.name}': running {command}")
     before = _stamp(check.trace)
-    result = subprocess.run(check.command, shell=True, cwd=run.expectations.folder, capture_output=True, text=True,
+    result = subprocess.run(command, shell=True, cwd=run.expectations.folder, capture_output=True, text=True,
                             errors="replace", check=False)
     if result.returncode != 0:
-        raise InputError(f"{where}: command {check.command!r} exited with code {result.returncode}{_last_words(result)} "
+        raise InputError(f"{where}: command {command!r} exited with code {result.returncode}{_last_words(result)} "
                          f"— run it by hand in {run.expectations.folder} to see why")
     after = _stamp(check.trace)
     if after is None or after == before:
-        raise InputError(f"{where}: command {check.command!r} exited with code 0 but did not write {check.trace} "
+        raise InputError(f"{where}: command {command!r} exited with code 0 but did not write {check.trace} "
                          "— make the command write the trace that 'trace' names")
     run.commands[key] = None
     run.replay_errors.pop(check.trace, None)

@@ -6,6 +6,7 @@ Exit codes: 0 every bound holds (or --update), 1 a bound is broken, 2 bad input.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import click
 from rich.console import Console
@@ -48,7 +49,7 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     return 0 if update or summary["passed"] else 1
 
 
-def _notifier(console: Console):  # type: ignore[no-untyped-def]
+def _notifier(console: Console) -> Callable[[str], None] | None:
     """Progress lines on a terminal only: in CI logs and pipes, stderr carries errors alone."""
     if not console.is_terminal:
         return None
