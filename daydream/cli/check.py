@@ -29,6 +29,8 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     Each check reads a trace (or runs a command that writes one), predicts it under its
     what-ifs and compares the speed-up, the iteration time against the stored one, the
     peak memory and the replay error with its bounds. docs/check.md has the file format.
+
+    Exit codes: 0 every bound holds (or --update), 1 a bound is broken, 2 bad input.
     """
     expectations = load_expectations(expectations_path)
     if not update:
