@@ -294,25 +294,31 @@
     var height = canvas.clientHeight;
     var span = this.end - this.start;
     var step = tickStep(span, Math.max(width / 110, 2));
-    context.fillStyle = "#656d76";
-    context.strokeStyle = "#c4cbd3";
     context.font = "11px sans-serif";
     context.textBaseline = "top";
+    var ended = Math.round((axis.view.duration_ns - this.start) / span * width);
+    var marker = "iteration ends";
+    var markerWidth = context.measureText(marker).width;
+    var showEnd = ended >= 0 && ended <= width;
+    /* The marker's label sits left of the line, or right of it when the line is near the left edge. */
+    var markerLeft = ended - markerWidth - 4 < 0 ? ended + 4 : ended - markerWidth - 4;
+    context.fillStyle = "#656d76";
+    context.strokeStyle = "#c4cbd3";
     for (var time = Math.ceil(this.start / step) * step; time <= this.end; time += step) {
       var x = Math.round((time - this.start) / span * width) + 0.5;
       context.beginPath();
       context.moveTo(x, height - 7);
       context.lineTo(x, height);
       context.stroke();
-      if (x < width - 40) { context.fillText(formatNs(time), x + 3, 3); }
+      var label = formatNs(time);
+      var labelRight = x + 3 + context.measureText(label).width;
+      var hidden = showEnd && labelRight > markerLeft - 4 && x + 3 < markerLeft + markerWidth + 4;
+      if (labelRight < width && !hidden) { context.fillText(label, x + 3, 3); }
     }
-    var ended = (axis.view.duration_ns - this.start) / span * width;
-    if (ended >= 0 && ended <= width) {
+    if (showEnd) {
       context.fillStyle = "#cf222e";
-      context.fillRect(Math.round(ended) - 1, 0, 2, height);
-      context.textAlign = "right";
-      context.fillText("iteration ends", Math.round(ended) - 4, 3);
-      context.textAlign = "left";
+      context.fillRect(ended - 1, 0, 2, height);
+      context.fillText(marker, markerLeft, 3);
     }
   };
 
