@@ -24,6 +24,9 @@ from daydream.report.timeline import write_timelines
 def replay_command(trace: str, as_json: bool, timeline_path: str | None, critical_path: bool, no_cache: bool) -> None:
     """Replay TRACE's dependency graph in the simulator: measured vs simulated time per iteration.
 
+    TRACE is a trace file, a folder of rank files or an archive; the ranks of a job are
+    replayed together, each collective matched across its ranks (docs/distributed.md).
+
     Every wait (synchronization, the launch queue, cross-stream events, the autograd
     thread) is re-derived from dependencies; what cannot be derived is pinned to its
     recorded start and reported as the pinned fraction.

@@ -276,7 +276,8 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     graph.calibration.update({"dp.world": world, "dp.bandwidth_gbs": net.link.bus_bandwidth_gbs,
                               "dp.latency_us": net.link.step_latency_us})
     per_iteration = inserted / max(len(iterations_of(graph)), 1)
-    notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {operation}s of {volume / 2**20:.1f} MiB per iteration over "
+    shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
+    notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "
                     f"{net.link.name} ({net.link.bus_bandwidth_gbs:g} GB/s bus, {net.link.step_latency_us:g} µs per step, "
                     f"{net.algorithm}); the optimizer waits for the last bucket")
     return notes
@@ -454,6 +455,7 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     total = _gradient_volume(graph, params)
     gather = comm_resource(graph, "zero parameter all-gather")
     gathers = scaled = 0
+    iterations = max(len(iterations_of(graph)), 1)
     for iteration in iterations_of(graph):
         scaled += _scale_optimizer(graph, iteration, world)
         if stage < 3:
@@ -470,7 +472,7 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         gathers += _gather_before(graph, gather, iteration, _layer_params(graph, iteration, context, BACKWARD), net,
                                   _last_task(graph, iteration, FORWARD), "backward")
     notes.append(f"zero stage {stage}: reduce-scatter instead of all-reduce; the optimizer's device work ÷{world} "
-                 f"({scaled} tasks); {gathers} parameter all-gathers "
+                 f"({scaled // iterations} tasks per iteration); {gathers // iterations} parameter all-gathers per iteration "
                  + ("after each optimizer step, before the next forward" if stage < 3 else
                     "per layer before its forward and its backward (prefetched in order on their own stream)"))
     if stage == 3 and not context.gradient_bytes:
