@@ -11,6 +11,7 @@ lifetimes, and the caching-allocator model turns the allocations into reserved m
 | checkpoint:layers=RE | matching layers' activations freed when the layer's forward ends, recomputed before their backward |
 | optimizer:name=N | optimizer state = state tensors per parameter × gradient bytes (SGD 0, SGD+momentum 1, Adagrad 1, Adam/AdamW 2) |
 | zero:stage=S,world=W | optimizer state / W (S ≥ 1), gradients / W (S ≥ 2), weights / W (S = 3) |
+| ddp | DDP's flat gradient buckets: one more copy of the gradients, for the whole run |
 
 Memory the trace shows only as a recorded total (allocated before the window) is kept
 as it is, except where an optimization says otherwise about weights.
@@ -235,6 +236,15 @@ def _zero(a: _Allocations, params: dict[str, Any], layers: list[str], current: s
     return f"zero: stage {stage} over {world} ranks shards {', '.join(CATEGORIES[c] for c in shard)} (÷{world})"
 
 
+def _ddp(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    gradient_bytes = float(a.size[a.category == GRAD].sum()) / max(1, _passes(a, GRAD))
+    if not gradient_bytes:
+        return "ddp: no gradient allocations in the trace, so its bucket buffers are not counted"
+    _add(a, gradient_bytes, int(a.start.min()), NEVER, GRAD)
+    return (f"ddp: gradient buckets hold one more copy of the gradients ({gradient_bytes / 2**20:.1f} MiB; "
+            "DistributedDataParallel(gradient_as_bucket_view=True) avoids it)")
+
+
 def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> None:
     a.size = np.append(a.size, size)
     a.start = np.append(a.start, start)
@@ -245,4 +255,5 @@ def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> N
     a.iteration = np.append(a.iteration, -1)
 
 
-_HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero}
+_HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero,
+             "ddp": _ddp}
