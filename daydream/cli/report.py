@@ -34,8 +34,8 @@ def report_command(trace: str, output_path: str, specs: tuple[str, ...], device_
     began = time.perf_counter()
     status = Console(stderr=True)
     with progress_bar(status) as progress:
-        replays = replay_job(trace, cache=not no_cache, progress=progress)  # type: ignore[arg-type]
-        whatifs = [(row, predict_job(trace, row, device_name, cache=not no_cache, progress=progress))  # type: ignore[arg-type]
+        replays = replay_job(trace, cache=not no_cache, progress=progress)
+        whatifs = [(row, predict_job(trace, row, device_name, cache=not no_cache, progress=progress))
                    for row in _rows(list(specs))]
     rank_index = _rank_index([r.trace.meta.rank for r in replays], rank)
     chosen = choose_iteration(replays[rank_index], iteration)
