@@ -98,44 +98,54 @@ def _work_kinds(graph: Graph) -> list[int]:
 
 def gradient_events(graph: Graph, iteration: int, context: Context, total_bytes: int | None) -> list[tuple[int, int]]:
     """(task after which a gradient is ready, its bytes), in the order backward produces them."""
-    tasks = graph.tasks
-    backward = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == BACKWARD)
-                              & np.isin(tasks["kind"], _work_kinds(graph)))
+    backward = phase_work(graph, iteration, BACKWARD)
     if backward.size == 0:
         return []
-    backward = backward[np.lexsort((tasks["measured_end_ns"][backward], tasks["measured_start_ns"][backward]))]
     if total_bytes is None and context.gradient_bytes:
-        events = _by_layer(graph, backward, context.gradient_bytes)
+        events = [(task, size) for _, size, task in layer_tasks(graph, backward, context.gradient_bytes, last=True)]
         if events:
             return events
     if total_bytes is None:
         return []
     # Gradients spread evenly over backward work: chunk k is ready once that share of the work is done.
-    work = np.cumsum(tasks["duration_ns"][backward].astype(np.float64))
+    work = np.cumsum(graph.tasks["duration_ns"][backward].astype(np.float64))
     chunks = min(64, backward.size)
     marks = np.searchsorted(work, work[-1] * np.arange(1, chunks + 1) / chunks, side="left")
     sizes = np.diff(np.round(np.linspace(0, total_bytes, chunks + 1))).astype(np.int64)
     return [(int(backward[min(m, backward.size - 1)]), int(b)) for m, b in zip(marks, sizes) if b > 0]
 
 
-def _by_layer(graph: Graph, backward: np.ndarray, gradient_bytes: dict[str, int]) -> list[tuple[int, int]]:
-    last_of_layer: dict[int, int] = {}
-    for task in backward.tolist():  # in recorded order: the last one seen is the layer's last
+def phase_work(graph: Graph, iteration: int, phase: int) -> np.ndarray:
+    """The work tasks of `phase` in `iteration`, in recorded order."""
+    tasks = graph.tasks
+    work = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
+    return work[np.lexsort((tasks["measured_end_ns"][work], tasks["measured_start_ns"][work]))]
+
+
+def layer_tasks(graph: Graph, work: np.ndarray, sizes: dict[str, int], last: bool) -> list[tuple[int, int, int]]:
+    """(layer, its bytes, its first or last task in `work`) for each layer with bytes, in the order of those tasks.
+
+    A layer without work of its own takes its nearest ancestor's (a module whose children ran the
+    kernels); one with no such ancestor takes the first or last task of `work`.
+    """
+    seen: dict[int, int] = {}
+    for task in work.tolist():
         layer = int(graph.tasks["layer"][task])
         while layer >= 0:
-            last_of_layer[layer] = task
+            if last or layer not in seen:
+                seen[layer] = task
             layer = _parent(graph, layer)
-    events = []
+    found = []
     for index, name in enumerate(graph.layers):
-        size = gradient_bytes.get(name, 0)
-        if size > 0:
-            owner = index
-            while owner >= 0 and owner not in last_of_layer:
-                owner = _parent(graph, owner)
-            events.append((last_of_layer.get(owner, int(backward[-1])), size))
-    position = {task: index for index, task in enumerate(backward.tolist())}
-    events.sort(key=lambda e: position[e[0]])
-    return events
+        size = sizes.get(name, 0)
+        if size <= 0:
+            continue
+        owner = index
+        while owner >= 0 and owner not in seen:
+            owner = _parent(graph, owner)
+        found.append((index, size, seen[owner] if owner >= 0 else int(work[-1 if last else 0])))
+    position = {task: k for k, task in enumerate(work.tolist())}
+    return sorted(found, key=lambda item: position[item[2]])
 
 
 def _parent(graph: Graph, layer: int) -> int:
@@ -411,29 +421,6 @@ def _before_next_iteration(graph: Graph, iteration: int, task: int) -> None:
         graph.add_edges([task], [target], DepKind.COMMUNICATION)
 
 
-def _layer_params(graph: Graph, iteration: int, context: Context, phase: int) -> list[tuple[int, int, int]]:
-    """(layer, bytes, first task of `phase` in that layer or its nearest ancestor), in recorded order."""
-    tasks = graph.tasks
-    work = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
-    work = work[np.lexsort((tasks["measured_end_ns"][work], tasks["measured_start_ns"][work]))]
-    first: dict[int, int] = {}
-    for task in work.tolist():
-        layer = int(tasks["layer"][task])
-        while layer >= 0:
-            first.setdefault(layer, task)
-            layer = _parent(graph, layer)
-    found = []
-    for index, name in enumerate(graph.layers):
-        size = context.gradient_bytes.get(name, 0)
-        owner = index
-        while owner >= 0 and owner not in first:
-            owner = _parent(graph, owner)
-        if size > 0 and owner >= 0:
-            found.append((index, size, first[owner]))
-    position = {task: k for k, task in enumerate(work.tolist())}
-    return sorted(found, key=lambda item: position[item[2]])
-
-
 def _gather_before(graph: Graph, resource: int, iteration: int, items: list[tuple[int, int, int]], net: Fabric,
                    anchor: int | None, label: str) -> int:
     """One all-gather per layer on `resource`, in order after `anchor` (prefetching), each before its layer's first task."""
@@ -468,8 +455,8 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                 gathers += 1
             continue
         start = graph.iteration_markers[iteration][0] if iteration < len(graph.iteration_markers) else None
-        gathers += _gather_before(graph, gather, iteration, _layer_params(graph, iteration, context, FORWARD), net, start, "forward")
-        gathers += _gather_before(graph, gather, iteration, _layer_params(graph, iteration, context, BACKWARD), net,
+        gathers += _gather_before(graph, gather, iteration, _first_tasks(graph, iteration, context, FORWARD), net, start, "forward")
+        gathers += _gather_before(graph, gather, iteration, _first_tasks(graph, iteration, context, BACKWARD), net,
                                   _last_task(graph, iteration, FORWARD), "backward")
     notes.append(f"zero stage {stage}: reduce-scatter instead of all-reduce; the optimizer's device work ÷{world} "
                  f"({scaled // iterations} tasks per iteration); {gathers // iterations} parameter all-gathers per iteration "
@@ -505,9 +492,10 @@ def _p3(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     graph.queue_policies[resource] = "priority"
     slices = 0
     for iteration in iterations_of(graph):
-        layers = _layer_params(graph, iteration, context, BACKWARD)
-        ready = {layer: task for layer, task in _gradient_ready(graph, iteration, context)}
-        forward_order = {layer: k for k, (layer, _, _) in enumerate(_layer_params(graph, iteration, context, FORWARD))}
+        layers = _first_tasks(graph, iteration, context, BACKWARD)
+        backward = phase_work(graph, iteration, BACKWARD)
+        ready = {layer: task for layer, _, task in layer_tasks(graph, backward, context.gradient_bytes, last=True)} if backward.size else {}
+        forward_order = {layer: k for k, (layer, _, _) in enumerate(_first_tasks(graph, iteration, context, FORWARD))}
         last_slice: dict[int, int] = {}
         for layer, size, _ in layers:
             count = max(1, -(-size // slice_bytes))
@@ -531,25 +519,10 @@ def _p3(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
             "first); each layer's next forward waits for its own slices, not for the whole model's"]
 
 
-def _gradient_ready(graph: Graph, iteration: int, context: Context) -> list[tuple[int, int]]:
-    """(layer, the last backward task of that layer or its nearest ancestor) for layers with parameters."""
-    tasks = graph.tasks
-    backward = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == BACKWARD) & np.isin(tasks["kind"], _work_kinds(graph)))
-    backward = backward[np.lexsort((tasks["measured_end_ns"][backward], tasks["measured_start_ns"][backward]))]
-    last: dict[int, int] = {}
-    for task in backward.tolist():
-        layer = int(tasks["layer"][task])
-        while layer >= 0:
-            last[layer] = task
-            layer = _parent(graph, layer)
-    result = []
-    for index, name in enumerate(graph.layers):
-        owner = index
-        while owner >= 0 and owner not in last:
-            owner = _parent(graph, owner)
-        if context.gradient_bytes.get(name, 0) > 0 and owner >= 0:
-            result.append((index, last[owner]))
-    return result
+def _first_tasks(graph: Graph, iteration: int, context: Context, phase: int) -> list[tuple[int, int, int]]:
+    """(layer, bytes, its first task of `phase`) for layers with parameters, in the order they run."""
+    work = phase_work(graph, iteration, phase)
+    return layer_tasks(graph, work, context.gradient_bytes, last=False) if work.size else []
 
 
 def _first_forward_of(graph: Graph, iteration: int, layer: int) -> int | None:
