@@ -2,15 +2,23 @@
 
     python examples/transformer.py --steps 20
     daydream trace examples/transformer.py -- --steps 20
+    torchrun --nproc-per-node 2 examples/transformer.py --ddp --threads 1
 
 Runs on a GPU when one is available, on the CPU otherwise. No profiler code.
+
+With --ddp, launched by torchrun (or with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+set), each process is one rank of DistributedDataParallel (gloo on the CPU, nccl on GPUs):
+every rank trains on its own --batch-size samples per step and gradients are averaged.
 """
 
 import argparse
+import os
 
 import torch
+import torch.distributed
 import torch.utils.checkpoint
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 
 class CausalAttention(nn.Module):
@@ -82,6 +90,17 @@ class TinyTransformer(nn.Module):
         return self.head(self.ln_f(x))
 
 
+def join_process_group(device: str) -> int:
+    """Join the process group torch.distributed's environment variables describe; returns this process's rank."""
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise SystemExit(f"--ddp: {', '.join(missing)} not set — launch with torchrun --nproc-per-node N ... --ddp")
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return torch.distributed.get_rank()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
@@ -89,10 +108,19 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--checkpoint", action="store_true", help="recompute each block's activations in backward")
     parser.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach"], default="default")
+    parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
     args = parser.parse_args()
-    torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.ddp and device == "cuda":
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    rank = join_process_group(device) if args.ddp else 0
+    torch.manual_seed(rank)  # each rank its own data; DDP copies rank 0's initial weights to all
     model = TinyTransformer(context=args.context, checkpoint=args.checkpoint).to(device)
+    if args.ddp:
+        model = DistributedDataParallel(model)
     foreach = {"default": None, "for-loop": False, "foreach": True}[args.optimizer_impl]
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=foreach)
     for step in range(args.steps):
@@ -104,6 +132,8 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}")
+    if args.ddp:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
