@@ -40,6 +40,8 @@ EXAMPLES = {"mlp": 64, "cnn": 32, "transformer": 8}  # example -> its default ba
 WARMUP, ITERATIONS, STEPS = 3, 6, 12
 REPEATS = 4  # each configuration is traced this many times, interleaved; the least-disturbed run of each is compared
 CHECKPOINT = r"checkpoint:layers=blocks\.\d+$"
+DDP_LINK = ("Data parallelism (the `ddp` what-if against real 2-process gloo runs): "
+            "[Data parallelism on the CPU (gloo)](validation-ddp-cpu.md), from `scripts/validate_ddp_cpu.py`.")
 AMP_TRACES = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
@@ -138,6 +140,8 @@ def markdown(examples: list[dict[str, object]], amp: list[dict[str, object]], me
         f"`--warmup {WARMUP} --iterations {ITERATIONS}`, one intra-op thread; each configuration traced {REPEATS} times,",
         "interleaved; per run the median iteration, then the fastest run of each configuration: runs of the same",
         "configuration differ by up to ~50% on this shared 2-core machine, from slow phases of the host).",
+        "",
+        DDP_LINK,
         "",
         "## Predicted vs measured, on the CPU",
         "",

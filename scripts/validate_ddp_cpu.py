@@ -314,10 +314,11 @@ models the all-reduces only, and hides part of them behind backward. The rest:
   communication channel of their own, overlapping backward for free. gloo on loopback is CPU work (the
   reduction, the copies through the kernel's TCP stack) on gloo's threads, which compete with the two ranks'
   compute threads for the two cores, and a ring step needs both ranks' gloo threads to run. In the traces a
-  bucket launched mid-backward finishes only after backward's compute has ended: one gloo all-reduce spans
-  several times the benchmark's time for its size (last column), and rank 0's backward phase grows by about the
-  whole modelled all-reduce time plus the reducer's ops (phase table), where the what-if adds less ("predicted −
-  1 process" against "modelled all-reduce"). Compute itself is barely slower ("matmul ops").
+  bucket launched mid-backward finishes only after backward's compute has ended; one gloo all-reduce spans
+  longer than the benchmark's time for its size, its longest instances several times longer (last column);
+  rank 0's backward phase grows by as much as, or more than, the whole modelled all-reduce time plus the
+  reducer's ops (phase table), where the what-if adds half to two thirds of the modelled all-reduce time ("predicted − 1
+  process"). Compute itself is not consistently slower ("matmul ops" moves both ways from round to round).
 - **DDP's own CPU work is not in the model.** As each gradient becomes ready the reducer copies it, scaled by
   1/world, into its bucket (`reducer::mul_out`), and after the all-reduce copies the bucket back into the
   gradients (`copy_bucket_to_grad`): the "DDP reducer ops" column, on the main thread, about a tenth of the MLP's
@@ -326,16 +327,16 @@ models the all-reduces only, and hides part of them behind backward. The rest:
   collectives in the forward phase that the what-if does not insert.
 - **Ranks wait for each other.** A collective ends when the slower rank has joined it. On a busy shared machine
   the two ranks are descheduled at different moments, and every step pays the slower rank's delays: the CNN's
-  single 0.13 MiB bucket, launched when backward has ended, spans milliseconds on gloo's thread, its longest
-  instances tens of milliseconds. One rank's trace cannot show this; it shrinks as the machine gets quieter.
+  single 0.13 MiB bucket, launched when backward has ended, often spans several times the benchmark's time for
+  its size on gloo's thread. One rank's trace cannot show this; it shrinks as the machine gets quieter.
 - **The fitted link depends on the load.** Small messages are the most affected: a 4 KiB all-reduce takes
   0.2-0.5 ms on a quiet machine and up to ~2 ms on a busy one, so the fitted per-step latency moves several fold
   between benchmark runs; the bandwidth term moves less. The per-example "link fit's spread" line shows what
   that does to a prediction: less than the gap to the measured step.
 - **Noise.** Runs of the same configuration differ by tens of percent here, the 1-process baseline included (a
   slow baseline can even predict a DDP step longer than the measured one). The 2-process baseline (each copy
-  sharing the CPU with another) does not predict better: the sharing itself costs little with one thread per
-  process on two cores, and it adds its own noise.
+  sharing the CPU with another) does not predict consistently better: with one thread per process on two cores
+  the sharing itself costs little, and it adds its own noise.
 - **Not a source of error here:** DDP rebuilds its buckets in the backward order after the first iteration, the
   order the what-if assumes (2 all-reduces per step for the MLP: 1.03 MiB, then 2.51 MiB, in the traces and in the
   what-if alike); the three warm-up iterations keep the first iteration out of the comparison.
