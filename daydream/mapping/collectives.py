@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daydream.interconnect import normalize_operation
 from daydream.trace import EventKind, Trace
 
 DEFAULT_GROUP = "default"
-_KERNEL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll)", re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -64,8 +64,7 @@ def collectives_of(trace: Trace) -> CollectiveInfo:
     for k, row in enumerate(rows.tolist()):
         i = by_row.get(row)
         kernel = trace.strings[int(trace.name[row])]
-        found = _KERNEL_OP.search(kernel)
-        operation = found.group(1).lower() if found else kernel.split("(")[0]
+        operation = _operation(kernel)
         if i is None:
             groups.append(DEFAULT_GROUP)
             members.append(None)
@@ -79,6 +78,13 @@ def collectives_of(trace: Trace) -> CollectiveInfo:
                 sizes[k] = elements * width
         operations.append(operation)
     return CollectiveInfo(rows=rows, groups=groups, members=members, operations=operations, message_bytes=sizes)
+
+
+def _operation(name: str) -> str:
+    try:
+        return normalize_operation(name.split("(")[0])
+    except ValueError:
+        return name.split("(")[0]
 
 
 def _parse_ranks(text: str) -> tuple[int, ...] | None:

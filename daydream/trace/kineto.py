@@ -153,6 +153,7 @@ _get_collective = attrgetter("collective")
 _get_grid = attrgetter("grid")
 _STREAM_TID = re.compile(r"stream\s*(-?\d+)")
 _COLLECTIVE_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
+_GLOO_PREFIX = "gloo:"
 
 
 class Readable(Protocol):
@@ -400,6 +401,9 @@ def _refine_kinds(
         [args[i].collective != "" for i in kernel_rows.tolist()], dtype=bool
     )
     kind[kernel_rows[is_collective]] = EventKind.COMMUNICATION
+    # gloo runs a CPU collective on its own worker threads, under a `gloo:<op>` annotation.
+    gloo_names = np.array([text.startswith(_GLOO_PREFIX) for text in table], dtype=bool)
+    kind[(kind == EventKind.ANNOTATION) & gloo_names[names]] = EventKind.COMMUNICATION
     # The 2021 format files ProfilerStep#N under Operator.
     step_names = np.array([text.startswith("ProfilerStep#") for text in table], dtype=bool)
     kind[(kind == EventKind.CPU_OP) & step_names[names]] = EventKind.ANNOTATION

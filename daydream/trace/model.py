@@ -35,7 +35,7 @@ class EventKind(enum.IntEnum):
     ANNOTATION = 7  # host user annotation (ProfilerStep#N, ## forward ##, ...)
     GPU_ANNOTATION = 8  # copy of a user annotation on a GPU stream
     MEMORY = 9  # [memory] allocation / free instant event
-    COMMUNICATION = 10  # GPU collective kernel (NCCL and similar)
+    COMMUNICATION = 10  # a collective's execution: an NCCL kernel on a GPU, gloo's work on its CPU threads
     OVERHEAD = 11  # profiler overhead span
 
     @property

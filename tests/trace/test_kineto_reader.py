@@ -150,3 +150,13 @@ def test_metadata_gpus_rank_world_size(tmp_path: Path) -> None:
     assert trace.gpu_names == ["NVIDIA H100 80GB HBM3"]
     assert trace.meta.gpus[0].compute_capability == "9.0" and trace.meta.gpus[0].sm_count == 132
     assert np.array_equal(trace.track_is_gpu(), [True])
+
+
+def test_gloo_work_on_its_threads_is_communication(tmp_path: Path) -> None:
+    events = [annotation("ProfilerStep#1", 0, 100), op("c10d::allreduce_", 10, 2, ext=1),
+              annotation("gloo:all_reduce", 12, 30, tid=7), annotation("gloo:broadcast", 50, 5, tid=8),
+              annotation("## backward ##", 5, 50)]
+    trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
+    kinds = {trace.strings[int(n)]: EventKind(int(k)) for n, k in zip(trace.name, trace.kind)}
+    assert kinds["gloo:all_reduce"] == kinds["gloo:broadcast"] == EventKind.COMMUNICATION
+    assert kinds["## backward ##"] == EventKind.ANNOTATION and kinds["c10d::allreduce_"] == EventKind.CPU_OP
