@@ -41,7 +41,9 @@ WARMUP, ITERATIONS, STEPS = 3, 6, 12
 REPEATS = 4  # each configuration is traced this many times, interleaved; the least-disturbed run of each is compared
 CHECKPOINT = r"checkpoint:layers=blocks\.\d+$"
 DDP_LINK = ("Data parallelism (the `ddp` what-if against real 2-process gloo runs): "
-            "[Data parallelism on the CPU (gloo)](validation-ddp-cpu.md), from `scripts/validate_ddp_cpu.py`.")
+            "[Data parallelism on the CPU (gloo)](validation-ddp-cpu.md), from `scripts/validate_ddp_cpu.py`. "
+            "Against real 2-GPU DDP ranks (`no-comm`, then `ddp:world=2`): "
+            "[validation-distributed.md](validation-distributed.md), from `scripts/validate_distributed.py`.")
 AMP_TRACES = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
