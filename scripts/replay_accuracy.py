@@ -12,13 +12,12 @@ edges and without the GPU -> blocking-call edges, to show what each rule is wort
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from datetime import date
 from pathlib import Path
 
 import numpy as np
+from _generated import corpus_missing, page_options, publish, scratch_cache
 
 from daydream.api import open_job
 from daydream.graph import DepKind, Graph, TaskKind, build_graph
@@ -139,23 +138,13 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "traces")
-    parser.add_argument("--out", default=str(REPO / "docs" / "accuracy.md"), help="markdown file to write, or - for none")
-    options = parser.parse_args()
-    if not options.corpus.is_dir():
-        print(f"replay_accuracy: {options.corpus}: no such folder — pass --corpus", file=sys.stderr)
+    options = page_options(__doc__.splitlines()[0], "accuracy.md").parse_args()
+    if corpus_missing("replay_accuracy", options.corpus):
         return 2
-    with tempfile.TemporaryDirectory() as cache:
-        import os
-
-        os.environ.setdefault("DAYDREAM_CACHE_DIR", cache)
+    with scratch_cache():
         rows = rows_for(options.corpus)
         jobs = job_rows(options.corpus)
-    text = markdown(rows) + job_markdown(jobs)
-    print(text)
-    if options.out != "-":
-        Path(options.out).write_text(text)
+    publish(markdown(rows) + job_markdown(jobs), options.out)
     return 0
 
 

@@ -16,17 +16,17 @@ the predicted speed-up lies between 1 and the device's tensor-core ratio.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _generated import page_options, publish, scratch_cache  # noqa: E402
 
 from daydream.api import open_job  # noqa: E402
 from daydream.devices import find_device  # noqa: E402
@@ -211,19 +211,12 @@ NOTES = """## Where the time model misses, and why
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "traces")
-    parser.add_argument("--out", default=str(REPO / "docs" / "validation.md"), help="markdown file to write, or -")
-    options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as work:
-        os.environ.setdefault("DAYDREAM_CACHE_DIR", str(Path(work) / "cache"))
-        examples = example_rows(Path(work))
-        memory = memory_rows(Path(work))
+    options = page_options(__doc__.splitlines()[0], "validation.md").parse_args()
+    with scratch_cache() as work:
+        examples = example_rows(work)
+        memory = memory_rows(work)
         amp = amp_rows(options.corpus) if options.corpus.is_dir() else []
-    text = markdown(examples, amp, memory)
-    print(text)
-    if options.out != "-":
-        Path(options.out).write_text(text)
+    publish(markdown(examples, amp, memory), options.out)
     return 0
 
 

@@ -44,6 +44,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _generated import publish  # noqa: E402
+
 from daydream.interconnect import Interconnect, collective_time_ns  # noqa: E402
 
 WORLD = 2
@@ -537,10 +539,7 @@ def main() -> int:
         predict_rounds(results, link)
         volumes = {example: gradient_bytes(rounds[0].solo_trace) for example, rounds in results.items()}
         spreads = {example: sensitivity(rounds, every_round, volumes[example]) for example, rounds in results.items()}
-    text = markdown(results, link, pooled, options.threads, volumes, spreads)
-    print(text)
-    if options.out != "-":
-        Path(options.out).write_text(text)
+    publish(markdown(results, link, pooled, options.threads, volumes, spreads), options.out)
     return 0
 
 

@@ -13,14 +13,12 @@ size, the model's transfer time beside the shortest recorded kernel.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
 from datetime import date
 from pathlib import Path
 
 import numpy as np
+from _generated import corpus_missing, page_options, publish, scratch_cache
 
 from daydream.api import open_job
 from daydream.errors import InputError
@@ -154,19 +152,12 @@ def markdown(corpus: Path) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "traces")
-    parser.add_argument("--out", default=str(REPO / "docs" / "validation-distributed.md"), help="markdown file, or - for none")
-    options = parser.parse_args()
-    if not options.corpus.is_dir():
-        print(f"validate_distributed: {options.corpus}: no such folder — pass --corpus", file=sys.stderr)
+    options = page_options(__doc__.splitlines()[0], "validation-distributed.md").parse_args()
+    if corpus_missing("validate_distributed", options.corpus):
         return 2
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ.setdefault("DAYDREAM_CACHE_DIR", cache)
+    with scratch_cache():
         text = markdown(options.corpus)
-    print(text)
-    if options.out != "-":
-        Path(options.out).write_text(text)
+    publish(text, options.out)
     return 0
 
 
