@@ -14,7 +14,8 @@ from daydream.trace.collect import BACKENDS, CaptureOptions, capture
 @click.option("--warmup", default=1, show_default=True, type=int, help="Iterations to run before recording.")
 @click.option("--iterations", "-n", default=3, show_default=True, type=int, help="Iterations to record.")
 @click.option("--out", "-o", default=None, type=click.Path(dir_okay=False, path_type=str),
-              help="Trace file to write (.json.gz). Default: ./daydream-traces/SCRIPT-TIME.json.gz")
+              help="Trace file to write (.json.gz; {rank} is replaced by the rank under torchrun). "
+                   "Default: ./daydream-traces/SCRIPT-TIME.json.gz, or SCRIPT-ranks/rankN.json.gz per rank.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="cupti (cupti-python, GPU only), torch (torch.profiler), or auto: cupti where it works, else torch.")
 @click.option("--finish/--stop", default=False, show_default=True,

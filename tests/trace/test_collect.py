@@ -196,3 +196,18 @@ def test_ddp_on_one_rank_predicts_the_baseline_and_more_ranks_cost_time(example_
     times = [point["predicted_ns"] for point in sweep["points"]]
     assert times[0] == sweep["baseline_ns"]
     assert times[0] < times[1] < times[2]
+
+
+@pytest.mark.parametrize("out,expected", [("run.json.gz", "run-rank1.json.gz"), ("job/{rank}.json.gz", "job/1.json.gz"),
+                                          ("run.trace", "run-rank1.trace")])
+def test_each_rank_of_a_launch_writes_its_own_file(out: str, expected: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from daydream.trace.collect import CaptureOptions, output_path
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    path, notice = output_path(CaptureOptions(script="train.py", args=[], out=str(tmp_path / out)))
+    assert path == tmp_path / expected
+    assert (notice is None) == ("{rank}" in out)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert output_path(CaptureOptions(script="train.py", args=[], out=str(tmp_path / "run.json.gz")))[0] == tmp_path / "run.json.gz"

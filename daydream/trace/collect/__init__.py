@@ -60,6 +60,38 @@ def default_out(script: str) -> Path:
     return Path("daydream-traces") / f"{Path(script).stem}-{stamp}.json.gz"
 
 
+def launched_rank() -> int | None:
+    """This process's rank when a launcher (torchrun, mpirun via torch's variables) started several."""
+    try:
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return None
+    return rank if world > 1 else None
+
+
+def output_path(options: CaptureOptions) -> tuple[Path, str | None]:
+    """Where the trace goes, and a notice when one process of several chose a per-rank name.
+
+    `{rank}` in --out is replaced by the rank. Without it, each rank of a multi-process
+    launch writes NAME-rankN.json.gz beside NAME, so that the ranks do not overwrite one
+    another; the default is daydream-traces/SCRIPT-ranks/rankN.json.gz, a folder that
+    `daydream replay` reads as one job.
+    """
+    rank = launched_rank()
+    if options.out and "{rank}" in options.out:
+        return Path(options.out.replace("{rank}", str(rank or 0))), None
+    if rank is None:
+        return (Path(options.out) if options.out else default_out(options.script)), None
+    if not options.out:
+        folder = Path("daydream-traces") / f"{Path(options.script).stem}-ranks"
+        return folder / f"rank{rank}.json.gz", f"rank {rank} of {os.environ['WORLD_SIZE']}: one file per rank in {folder}/"
+    out = Path(options.out)
+    suffix = "".join(s for s in out.suffixes[-2:] if s in (".json", ".gz")) or out.suffix
+    stem = out.name[: len(out.name) - len(suffix)] if suffix else out.name
+    chosen = out.with_name(f"{stem}-rank{rank}{suffix}")
+    return chosen, f"rank {rank} of {os.environ['WORLD_SIZE']}: wrote {chosen.name}, not {out.name} ({{rank}} in --out names them yourself)"
+
+
 def check_options(options: CaptureOptions) -> None:
     if not os.path.isfile(options.script):
         raise InputError(f"{options.script}: no such script — pass the training script to run, e.g. daydream trace train.py")
@@ -104,9 +136,9 @@ def capture(options: CaptureOptions, status: Status | None = None) -> CaptureRes
         document, recorded, outcome = torch_backend.record(options, status)
     if recorded < options.iterations or document is None:
         raise CaptureError(_short_capture_message(options, recorded, outcome))
-    out = Path(options.out) if options.out else default_out(options.script)
+    out, rank_notice = output_path(options)
     write_trace_document(out, document)
-    return CaptureResult(out, backend, recorded, outcome, [notice] if notice else [])
+    return CaptureResult(out, backend, recorded, outcome, [n for n in (notice, rank_notice) if n])
 
 
 def _short_capture_message(options: CaptureOptions, recorded: int, outcome: ScriptOutcome) -> str:
