@@ -62,7 +62,8 @@ def render_check(summary: dict[str, Any], console: Console) -> None:
                       + Text(f" — if the change is intended: daydream check {summary['expectations']} --update "
                              "(or edit the limits)", style="dim"))
     else:
-        console.print(Text(f"{total} bounds in {len(summary['checks'])} checks hold", style="bold green"))
+        checks = len(summary["checks"])
+        console.print(Text(f"{_count(total, 'bound')} in {_count(checks, 'check')} hold", style="bold green"))
 
 
 def _table(title: str, rows: list[tuple[dict[str, Any], dict[str, Any]]], with_miss: bool) -> Table:
@@ -105,3 +106,7 @@ def write_junit(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
             ET.SubElement(case, "system-out").text = line
     ET.indent(root)
     write_atomically(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

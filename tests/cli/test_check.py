@@ -65,7 +65,7 @@ def test_every_bound_holds(tmp_path: Path, reference: dict[str, Any], capsys: py
         """)
     assert main(["check", str(path)]) == 0
     captured = capsys.readouterr()
-    assert "every bound holds" in captured.out and "3 bounds in 1 checks hold" in captured.out
+    assert "every bound holds" in captured.out and "3 bounds in 1 check hold" in captured.out
     assert captured.err == ""
 
 
