@@ -3,7 +3,8 @@
 NCCL runs the collectives of one communicator in the same order on every rank, so
 the k-th collective of a process group on one rank is the k-th on every other rank.
 A collective is matched when every rank of its group is in the job and the ranks
-agree on the sequence (same length, same collective at each position); then one id
+agree on the sequence (same length, same operation at each position, and the same
+message size where the metadata records it); then one id
 names all its instances and the simulator lets it finish on every rank together.
 
     matching = match_collectives(job.traces)
@@ -139,11 +140,16 @@ def _disagreement(infos: list[CollectiveInfo], sequences: dict[int, list[int]], 
         shown = ", ".join(f"rank {r}: {n}" for r, n in sorted(lengths.items()))
         return f"the ranks issued different numbers of collectives ({shown})"
     reference_trace, reference = next(iter(sequences.items()))
+    first = infos[reference_trace]
     for t, positions in sequences.items():
         for index, (a, b) in enumerate(zip(reference, positions)):
-            if infos[reference_trace].operations[a] != infos[t].operations[b]:
-                return (f"collective #{index + 1} is {infos[reference_trace].operations[a]} on rank "
+            if first.operations[a] != infos[t].operations[b]:
+                return (f"collective #{index + 1} is {first.operations[a]} on rank "
                         f"{ranks[reference_trace]} but {infos[t].operations[b]} on rank {ranks[t]}")
+            size_a, size_b = int(first.message_bytes[a]), int(infos[t].message_bytes[b])
+            if min(size_a, size_b) >= 0 and size_a != size_b:
+                return (f"collective #{index + 1} ({first.operations[a]}) moves {size_a:,} bytes on rank "
+                        f"{ranks[reference_trace]} but {size_b:,} on rank {ranks[t]}")
     return None
 
 

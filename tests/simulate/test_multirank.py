@@ -105,3 +105,30 @@ def test_inconsistent_collective_order_is_reported() -> None:
 def _two_collectives() -> tuple[list, list]:
     return launch_chain([call(), call()], [{"kind": TaskKind.COLLECTIVE, "name": "c", "duration": 5},
                                            {"kind": TaskKind.COLLECTIVE, "name": "c", "duration": 5}])
+
+
+def _rank_file(folder: Path, rank: int, elements: int) -> Path:
+    from tests.builders import annotation, kernel, runtime, write_trace
+
+    events = [annotation("ProfilerStep#1", 0, 100, tid=1),
+              runtime("cudaLaunchKernel", 10, 2, correlation=5, ext=5),
+              kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 20, 30 + 10 * rank, correlation=5, ext=5, stream=40,
+                     **{"Collective name": "allreduce", "In msg nelems": elements, "Out msg nelems": elements,
+                        "Group size": 2, "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"})]
+    return write_trace(folder, events, name=f"rank{rank}.json", distributedInfo={"rank": rank, "world_size": 2})
+
+
+def test_matching_uses_the_metadata_group_and_message_size(tmp_path: Path) -> None:
+    from daydream.trace import read_job
+
+    same, differ = tmp_path / "same", tmp_path / "differ"
+    for folder, sizes in ((same, (1024, 1024)), (differ, (1024, 2048))):
+        folder.mkdir()
+        for rank, elements in enumerate(sizes):
+            _rank_file(folder, rank, elements)
+    matched = match_collectives(read_job(same, cache=False).traces)
+    assert matched.matched == 1 and not matched.notes
+    refused = match_collectives(read_job(differ, cache=False).traces)
+    assert refused.matched == 0
+    assert refused.notes == ["process group '0': collective #1 (allreduce) moves 4,096 bytes on rank 0 but 8,192 on rank 1 "
+                             "— its collectives are replayed as recorded"]
