@@ -43,6 +43,11 @@ class TaskKind(enum.IntEnum):
     MARKER = 7  # an iteration boundary on its host thread (zero duration; its gap is the host time before it)
 
 
+#: Work that only a GPU does. A graph with any is a GPU graph; collectives alone do not make one
+#: (gloo runs them on CPU threads, and data-parallel what-ifs insert them into CPU graphs too).
+DEVICE_WORK = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET)
+
+
 class DepKind(enum.IntEnum):
     HOST_ORDER = 0  # program order on a host thread (the successor's gap applies)
     STREAM_ORDER = 1  # program order on a GPU stream
@@ -143,6 +148,10 @@ class Graph:
             layers=list(self.layers),
             queue_policies=dict(self.queue_policies),
         )
+
+    def has_device_work(self) -> bool:
+        """Whether this is a GPU graph (kernels, copies or memsets), as opposed to a CPU-only one."""
+        return bool(np.isin(self.tasks["kind"], [int(k) for k in DEVICE_WORK]).any())
 
     def task_name(self, task: int) -> str:
         return self.strings[int(self.tasks["name"][task])]

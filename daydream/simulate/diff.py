@@ -185,7 +185,7 @@ def _explain_group(explainer: _Explainer, changes: list[Change | None], rows: li
 def measure_work(trace: Trace, graph: Graph) -> Work:
     """The work of `trace`'s iterations: GPU tasks if the graph has any, else CPU ops' self time."""
     iterations = max(len(find_iterations(trace)), 1)
-    if np.isin(graph.tasks["kind"], [int(k) for k in GPU_KINDS]).any():
+    if graph.has_device_work():
         return _gpu_work(graph, iterations)
     return _cpu_work(trace, graph, iterations)
 

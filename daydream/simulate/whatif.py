@@ -26,7 +26,6 @@ from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, load_pipeline, parse_spec
 
 GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)]
-COMPUTE_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET)]
 HOST_KINDS = [int(TaskKind.HOST_CALL), int(TaskKind.HOST_OP)]
 
 
@@ -138,7 +137,7 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
 def _work(graph: Graph) -> tuple[np.ndarray, str]:
     """Which tasks count as the work to compare: GPU work if any, else host work."""
     kinds = graph.tasks["kind"]
-    if np.isin(kinds, COMPUTE_KINDS).any():
+    if graph.has_device_work():
         return np.flatnonzero(np.isin(kinds, GPU_KINDS)), "gpu"
     # A CPU-only trace; communication a what-if added counts as work too.
     return np.flatnonzero(np.isin(kinds, [*HOST_KINDS, int(TaskKind.COLLECTIVE)])), "cpu"

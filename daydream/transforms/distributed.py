@@ -25,6 +25,7 @@ import numpy as np
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
+from daydream.graph.model import DEVICE_WORK
 from daydream.interconnect import Interconnect, collective_time_ns, interconnect, interconnect_of_device, normalize_operation
 from daydream.mapping import PHASES
 from daydream.transforms.optimizations import Context, Optimization, Parameter, register
@@ -91,9 +92,8 @@ def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
 
 
 def _work_kinds(graph: Graph) -> list[int]:
-    """GPU work in a GPU trace, host work in a CPU-only one (collectives alone do not make a trace a GPU trace)."""
-    compute = [int(k) for k in GPU_WORK if k != TaskKind.COLLECTIVE]
-    return [int(k) for k in (GPU_WORK if np.isin(graph.tasks["kind"], compute).any() else HOST_WORK)]
+    """GPU work in a GPU graph, host work in a CPU-only one (see Graph.has_device_work)."""
+    return [int(k) for k in (GPU_WORK if graph.has_device_work() else HOST_WORK)]
 
 
 def gradient_events(graph: Graph, iteration: int, context: Context, total_bytes: int | None) -> list[tuple[int, int]]:
@@ -399,8 +399,7 @@ register(Optimization(
 def _scale_optimizer(graph: Graph, iteration: int, world: int) -> int:
     """Each rank updates its 1/world shard: the optimizer's device work shrinks, its launches do not."""
     tasks = graph.tasks
-    compute = [int(k) for k in GPU_WORK if k != TaskKind.COLLECTIVE]
-    kinds = compute if np.isin(tasks["kind"], compute).any() else [int(TaskKind.HOST_OP)]
+    kinds = [int(k) for k in DEVICE_WORK] if graph.has_device_work() else [int(TaskKind.HOST_OP)]
     chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
     tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / world).astype(np.int64)
     return int(chosen.size)

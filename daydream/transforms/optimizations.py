@@ -130,10 +130,6 @@ def apply_spec(graph: Graph, spec: tuple[str, dict[str, Any]], context: Context)
     return OPTIMIZATIONS[name].apply(graph, params, context)
 
 
-def _has_gpu(graph: Graph) -> bool:
-    return bool(np.isin(graph.tasks["kind"], [int(k) for k in GPU_WORK]).any())
-
-
 def _names(graph: Graph, ids: np.ndarray) -> list[str]:
     return [graph.strings[int(i)] for i in graph.tasks["name"][ids]]
 
@@ -158,7 +154,7 @@ def _low_percentile(values: np.ndarray, q: float = 10) -> int:
 
 
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    if not _has_gpu(graph):
+    if not graph.has_device_work():
         return ["amp: the trace has no GPU work; mixed precision is modelled on GPU kernels only, nothing changed"]
     device = context.device
     kernels = select(graph, kind=KERNELS)
@@ -213,7 +209,7 @@ register(Optimization(
 
 def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     optimizer = PHASES.index("optimizer")
-    gpu = _has_gpu(graph)
+    gpu = graph.has_device_work()
     kinds = KERNELS if gpu else (TaskKind.HOST_OP,)
     work = select(graph, kind=kinds)
     work = work[graph.tasks["phase"][work] == optimizer]
@@ -259,7 +255,7 @@ register(Optimization(
 
 
 def _cuda_graphs(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    if not _has_gpu(graph):
+    if not graph.has_device_work():
         return ["cuda-graphs: the trace has no GPU work; nothing changed"]
     phases = [p.strip() for p in str(params["phases"]).split("+") if p.strip()]
     calls = select(graph, kind=TaskKind.HOST_CALL, phase=phases)
@@ -288,7 +284,7 @@ register(Optimization(
 
 
 def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    if not _has_gpu(graph):
+    if not graph.has_device_work():
         return ["fuse-elementwise: the trace has no GPU kernels; nothing changed"]
     kernels = select(graph, kind=KERNELS)
     elementwise = np.zeros(graph.task_count, dtype=bool)
@@ -335,7 +331,7 @@ def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[
     factor = float(params["factor"])
     if factor <= 0:
         raise InputError(f"--opt batch-size:factor={factor:g}: the factor must be positive")
-    gpu = _has_gpu(graph)
+    gpu = graph.has_device_work()
     kinds = GPU_WORK if gpu else (TaskKind.HOST_OP,)
     work = select(graph, kind=kinds, phase=["forward", "backward", "other"])
     work = np.setdiff1d(work, _matching(graph, work, NOT_BATCH_PROPORTIONAL))

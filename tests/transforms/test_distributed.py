@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daydream.errors import InputError
-from daydream.graph import TaskKind
+from daydream.graph import DepKind, TaskKind
 from daydream.simulate import simulate
 from daydream.simulate.job import simulate_job
 from daydream.transforms import Context, apply_spec, parse_spec
@@ -193,3 +193,16 @@ def test_p3_sends_the_slice_the_next_forward_needs_first_and_each_layer_waits_fo
 def test_p3_needs_per_layer_sizes() -> None:
     with pytest.raises(InputError, match="per-layer"):
         apply_spec(_two_iterations(), parse_spec("p3:world=2,bandwidth=5"), Context())
+
+
+def test_collectives_alone_do_not_make_a_cpu_graph_a_gpu_graph() -> None:
+    from tests.transforms.graphs import op
+
+    g = graph([op("aten::addmm", 1000, phase="forward"), op("aten::mm", 3000, phase="backward"),
+               {"kind": TaskKind.COLLECTIVE, "name": "gloo:all_reduce", "duration": 500, "phase": "backward"}],
+              [(0, 1, DepKind.HOST_ORDER, 0, False)])
+    assert not g.has_device_work()
+    apply_spec(g, parse_spec("batch-size:factor=2,fixed_percentile=0"), Context())
+    # The CPU ops carry the batch (a CPU trace's work), not the collective: fixed cost 1000 ns (the shortest
+    # op), so 3000 ns becomes 1000 + 2 x 2000.
+    assert g.tasks["duration_ns"].tolist() == [1000, 5000, 500]
