@@ -128,13 +128,14 @@ def layer_tasks(graph: Graph, work: np.ndarray, sizes: dict[str, int], last: boo
     A layer without work of its own takes its nearest ancestor's (a module whose children ran the
     kernels); one with no such ancestor takes the first or last task of `work`.
     """
+    parent = _parents(graph.layers)
     seen: dict[int, int] = {}
     for task in work.tolist():
         layer = int(graph.tasks["layer"][task])
         while layer >= 0:
             if last or layer not in seen:
                 seen[layer] = task
-            layer = _parent(graph, layer)
+            layer = parent[layer]
     found = []
     for index, name in enumerate(graph.layers):
         size = sizes.get(name, 0)
@@ -142,16 +143,16 @@ def layer_tasks(graph: Graph, work: np.ndarray, sizes: dict[str, int], last: boo
             continue
         owner = index
         while owner >= 0 and owner not in seen:
-            owner = _parent(graph, owner)
+            owner = parent[owner]
         found.append((index, size, seen[owner] if owner >= 0 else int(work[-1 if last else 0])))
     position = {task: k for k, task in enumerate(work.tolist())}
     return sorted(found, key=lambda item: position[item[2]])
 
 
-def _parent(graph: Graph, layer: int) -> int:
-    name = graph.layers[layer]
-    parent = name.rsplit(".", 1)[0] if "." in name else None
-    return graph.layers.index(parent) if parent in graph.layers else -1
+def _parents(layers: list[str]) -> list[int]:
+    """Per layer (module path), the index of its parent module's layer, or -1."""
+    index = {name: k for k, name in enumerate(layers)}
+    return [index.get(name.rsplit(".", 1)[0], -1) if "." in name else -1 for name in layers]
 
 
 def buckets(events: list[tuple[int, int]], cap_bytes: int, first_bytes: int = FIRST_BUCKET_BYTES) -> list[tuple[int, int]]:
@@ -199,21 +200,20 @@ def _add_string(graph: Graph, text: str) -> int:
 
 def first_task(graph: Graph, iteration: int, phase: int) -> int | None:
     """The earliest work task of `phase` in `iteration` (GPU work when the graph has any)."""
-    tasks = graph.tasks
-    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
-    return int(chosen[np.argmin(tasks["measured_start_ns"][chosen])]) if chosen.size else None
+    work = phase_work(graph, iteration, phase)
+    return int(work[0]) if work.size else None
 
 
 def wait_before_optimizer(graph: Graph, iteration: int, last: int) -> str | None:
     """The optimizer of `iteration` waits for task `last`; without one, the iteration's end does."""
     target = first_task(graph, iteration, OPTIMIZER)
+    problem = None
     if target is None and iteration < len(graph.iteration_markers):
         target = graph.iteration_markers[iteration][1]
-        graph.add_edges([last], [target], DepKind.COMMUNICATION)
-        return "no optimizer work found: the iteration's end waits for the last bucket instead"
+        problem = "no optimizer work found: the iteration's end waits for the last bucket instead"
     if target is not None:
         graph.add_edges([last], [target], DepKind.COMMUNICATION)
-    return None
+    return problem
 
 
 def iterations_of(graph: Graph) -> list[int]:
@@ -253,8 +253,7 @@ def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     return data_parallel(graph, params, context, "ddp", "allreduce")
 
 
-def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
-                  compression: float = 1.0) -> list[str]:
+def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str) -> list[str]:
     """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last."""
     _no_existing_collectives(graph, name)
     world = int(params["world"])
@@ -271,9 +270,8 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
             continue
         plan = []
         for index, (task, nbytes) in enumerate(buckets(events, cap)):
-            payload = nbytes / compression
-            plan.append((task, int(payload), f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
-                         net.time_ns(operation, payload)))
+            plan.append((task, nbytes, f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
+                         net.time_ns(operation, nbytes)))
         ids = insert_collectives(graph, resource, iteration, plan)
         inserted += ids.size
         volume = sum(p[1] for p in plan)
@@ -406,9 +404,9 @@ def _scale_optimizer(graph: Graph, iteration: int, world: int) -> int:
 
 
 def _last_task(graph: Graph, iteration: int, phase: int) -> int | None:
-    tasks = graph.tasks
-    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == phase) & np.isin(tasks["kind"], _work_kinds(graph)))
-    return int(chosen[np.argmax(tasks["measured_end_ns"][chosen])]) if chosen.size else None
+    """The work task of `phase` in `iteration` that ends last."""
+    work = phase_work(graph, iteration, phase)
+    return int(work[np.argmax(graph.tasks["measured_end_ns"][work])]) if work.size else None
 
 
 def _before_next_iteration(graph: Graph, iteration: int, task: int) -> None:
@@ -525,10 +523,9 @@ def _first_tasks(graph: Graph, iteration: int, context: Context, phase: int) -> 
 
 
 def _first_forward_of(graph: Graph, iteration: int, layer: int) -> int | None:
-    tasks = graph.tasks
-    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == FORWARD) & (tasks["layer"] == layer)
-                            & np.isin(tasks["kind"], _work_kinds(graph)))
-    return int(chosen[np.argmin(tasks["measured_start_ns"][chosen])]) if chosen.size else None
+    work = phase_work(graph, iteration, FORWARD)
+    work = work[graph.tasks["layer"][work] == layer]
+    return int(work[0]) if work.size else None
 
 
 register(Optimization(
