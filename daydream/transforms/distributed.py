@@ -409,9 +409,10 @@ def _last_task(graph: Graph, iteration: int, phase: int) -> int | None:
     return int(work[np.argmax(graph.tasks["measured_end_ns"][work])]) if work.size else None
 
 
-def _before_next_iteration(graph: Graph, iteration: int, task: int) -> None:
-    """`task` must finish before the next iteration's first forward work (or, after the last, the iteration's end)."""
-    target = first_task(graph, iteration + 1, FORWARD)
+def _before_next_iteration(graph: Graph, iteration: int, task: int, layer: int | None = None) -> None:
+    """`task` must finish before the next iteration's first forward work (of `layer`, if given), or, after the
+    last iteration, before the iteration's end."""
+    target = first_task(graph, iteration + 1, FORWARD) if layer is None else _first_forward_of(graph, iteration + 1, layer)
     if target is None and iteration < len(graph.iteration_markers):
         target = graph.iteration_markers[iteration][1]
     if target is not None:
@@ -438,13 +439,13 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     net = fabric(params, context, world)
     total = _gradient_volume(graph, params)
     gather = comm_resource(graph, "zero parameter all-gather")
+    volume = total if total is not None else sum(context.gradient_bytes.values())
     gathers = scaled = 0
     iterations = max(len(iterations_of(graph)), 1)
     for iteration in iterations_of(graph):
         scaled += _scale_optimizer(graph, iteration, world)
         if stage < 3:
             last = _last_task(graph, iteration, OPTIMIZER)
-            volume = total if total is not None else sum(context.gradient_bytes.values())
             if last is not None and volume:
                 ids = insert_collectives(graph, gather, iteration, [(last, volume, "zero all-gather (parameters)",
                                                                      net.time_ns("allgather", volume))])
@@ -489,25 +490,17 @@ def _p3(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     graph.queue_policies[resource] = "priority"
     slices = 0
     for iteration in iterations_of(graph):
-        layers = _first_tasks(graph, iteration, context, BACKWARD)
         backward = phase_work(graph, iteration, BACKWARD)
-        ready = {layer: task for layer, _, task in layer_tasks(graph, backward, context.gradient_bytes, last=True)} if backward.size else {}
+        ready = layer_tasks(graph, backward, context.gradient_bytes, last=True) if backward.size else []
         forward_order = {layer: k for k, (layer, _, _) in enumerate(_first_tasks(graph, iteration, context, FORWARD))}
-        last_slice: dict[int, int] = {}
-        for layer, size, _ in layers:
+        for layer, size, gradient_ready in ready:
             count = max(1, -(-size // slice_bytes))
-            plan = [(ready[layer], size // count, f"p3 all-reduce ({graph.layers[layer]}, slice {k})",
+            plan = [(gradient_ready, size // count, f"p3 all-reduce ({graph.layers[layer]}, slice {k})",
                      net.time_ns("allreduce", size // count)) for k in range(count)]
             ids = insert_collectives(graph, resource, iteration, plan, chain=False)
             graph.tasks["priority"][ids] = forward_order.get(layer, len(forward_order)) * 1_000_000 + np.arange(ids.size)
-            last_slice[layer] = int(ids[-1])
+            _before_next_iteration(graph, iteration, int(ids[-1]), layer)
             slices += ids.size
-        for layer, task in last_slice.items():
-            target = _first_forward_of(graph, iteration + 1, layer)
-            if target is None and iteration < len(graph.iteration_markers):
-                target = graph.iteration_markers[iteration][1]
-            if target is not None:
-                graph.add_edges([task], [target], DepKind.COMMUNICATION)
     if not slices:
         raise InputError("p3: no per-layer gradient sizes — P3 slices each layer's gradients, so the trace must list its "
                          "layers' parameters (record it with daydream trace)")
