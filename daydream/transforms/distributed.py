@@ -238,13 +238,16 @@ def _gradient_volume(graph: Graph, params: dict[str, Any]) -> int | None:
 # ------------------------------------------------------------------ ddp
 
 
-DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks"),
-     "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
-     "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
-     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link"),
-     "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s (overrides the preset)"),
-     "latency": Parameter(str, "", "per-step latency in µs (overrides the preset)"),
-     "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
+#: What `fabric` reads: the link a collective is timed over.
+LINK_PARAMETERS: dict[str, Parameter] = {
+    "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
+    "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
+    "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link"),
+    "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s (overrides the preset)"),
+    "latency": Parameter(str, "", "per-step latency in µs (overrides the preset)"),
+    "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
+}
+DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks"), **LINK_PARAMETERS,
      "bucket": Parameter(str, "25MiB", "bucket size"),
      "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")}
 
@@ -380,13 +383,7 @@ register(Optimization(
     "(elements × dtype from its metadata) takes the cost model's time for its operation among world ranks "
     "(the trace's world size unless world= is given), divided by factor",
     _comm,
-    {"factor": Parameter(float, 1.0, "speed-up of every collective"),
-     "interconnect": Parameter(str, "auto", "preset to re-time with (see ddp)"),
-     "network": Parameter(str, "ib-hdr", "preset between nodes"),
-     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks per node"),
-     "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s"),
-     "latency": Parameter(str, "", "per-step latency in µs"),
-     "algorithm": Parameter(str, "auto", "ring, tree or auto"),
+    {"factor": Parameter(float, 1.0, "speed-up of every collective"), **LINK_PARAMETERS,
      "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)")},
 ))
 
@@ -581,6 +578,5 @@ register(Optimization(
     {"ratio": Parameter(float, 100.0, "compression ratio (DGC: 270-600)"),
      "passes": Parameter(float, 4.0, "passes over the gradient to select the top elements"),
      "memory_bandwidth": Parameter(float, 0.0, "GB/s for compression work (default: the device table's)"),
-     **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"},
-     "world": Parameter(int, 0, "ranks (default: ddp's, or the trace's world size)")},
+     **LINK_PARAMETERS, "world": Parameter(int, 0, "ranks (default: ddp's, or the trace's world size)")},
 ))
