@@ -90,9 +90,9 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
     from daydream.memory import analyze_memory
     from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
     from daydream.simulate.whatif import resolve_device
-    from daydream.transforms import parse_spec
+    from daydream.transforms import is_pipeline_file, parse_spec
 
-    parsed = [parse_spec(spec) for spec in specs if not spec.endswith((".yaml", ".yml"))]
+    parsed = [parse_spec(spec) for spec in specs if not is_pipeline_file(spec)]
     results: list[dict[str, object]] = []
     for trace in traces:
         layers = attribute(trace).layers

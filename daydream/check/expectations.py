@@ -291,9 +291,9 @@ def _whatif(where: str, folder: Path, value: Any) -> tuple[str, ...]:
 
 def _spec(where: str, folder: Path, spec: str) -> str:
     """Check one --opt spec now; pipeline files are made absolute (they are relative to the expectations file)."""
-    from daydream.transforms import load_pipeline, parse_spec
+    from daydream.transforms import is_pipeline_file, load_pipeline, parse_spec
 
-    if spec.endswith((".yaml", ".yml")) or "/" in spec or os.path.sep in spec:
+    if is_pipeline_file(spec):
         resolved = str(folder / os.path.expanduser(spec))
         _wrapped(where, "whatif", lambda: load_pipeline(resolved))
         return resolved

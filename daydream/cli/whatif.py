@@ -16,7 +16,7 @@ from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
 from daydream.report.timeline import write_timelines
 from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
 from daydream.simulate.whatif import list_optimizations, predict_traces
-from daydream.transforms import parse_spec
+from daydream.transforms import is_pipeline_file, parse_spec
 from daydream.transforms.optimizations import parse_sweep, with_value
 
 DEFAULT_FOLDER = Path("daydream-traces")
@@ -84,7 +84,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
 def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_json: bool, plot_path: str | None,
            cache: bool) -> None:
     key, values = parse_sweep(sweep)
-    if not any(key in parse_spec(spec)[1] for spec in specs if not spec.endswith((".yaml", ".yml"))):
+    if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):
         raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
     with progress_bar(Console(stderr=True)) as progress:
         job = open_job(path, cache, progress)

@@ -9,7 +9,6 @@ speed-up compares like with like; the measured time is reported beside both.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,7 @@ from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.trace import Trace
-from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, load_pipeline, parse_spec
+from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 
 GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)]
 HOST_KINDS = [int(TaskKind.HOST_CALL), int(TaskKind.HOST_OP)]
@@ -89,7 +88,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
     for spec in specs:
-        if spec.endswith((".yaml", ".yml")) or os.path.sep in spec:
+        if is_pipeline_file(spec):
             notes += apply_pipeline(graph, load_pipeline(spec))
         else:
             notes += apply_spec(graph, parse_spec(spec), context)

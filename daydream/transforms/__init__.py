@@ -7,7 +7,7 @@ with a `describe()` that states its model; custom ones come from YAML files.
 
 from daydream.transforms import distributed  # noqa: F401  (registers ddp, comm, no-comm, ...)
 from daydream.transforms.optimizations import ALIASES, OPTIMIZATIONS, Context, Optimization, apply_spec, parse_spec
-from daydream.transforms.pipeline import Pipeline, apply_pipeline, load_pipeline
+from daydream.transforms.pipeline import Pipeline, apply_pipeline, is_pipeline_file, load_pipeline
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, PRIMITIVES, insert, remove, reschedule, scale, select, unpin
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "apply_pipeline",
     "apply_spec",
     "insert",
+    "is_pipeline_file",
     "load_pipeline",
     "parse_spec",
     "remove",

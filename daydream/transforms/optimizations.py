@@ -22,6 +22,7 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
+from daydream.transforms.pipeline import is_pipeline_file
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select
 
 COMPUTE_BOUND = re.compile(
@@ -109,7 +110,7 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
 
 def with_value(spec: str, key: str, value: str) -> str:
     """The spec with parameter `key` set to `value`, if its optimization has that parameter."""
-    if spec.endswith((".yaml", ".yml")):
+    if is_pipeline_file(spec):
         return spec
     name, _, rest = spec.partition(":")
     if key not in OPTIMIZATIONS[ALIASES.get(name.strip(), name.strip())].parameters:

@@ -32,6 +32,11 @@ _SELECT_KEYS = ("kind", "name", "layer", "phase", "iteration")
 _ACTION_FUNCTIONS: dict[str, Callable[..., Any]] = {"scale": scale, "remove": remove, "unpin": unpin, "reschedule": reschedule}
 
 
+def is_pipeline_file(spec: str) -> bool:
+    """Whether an --opt spec names a YAML pipeline file rather than a registered optimization."""
+    return spec.endswith((".yaml", ".yml")) or "/" in spec or os.path.sep in spec
+
+
 @dataclass(slots=True, frozen=True)
 class Pipeline:
     version: int
