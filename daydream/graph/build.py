@@ -84,6 +84,11 @@ class BuildReport:
     notes: list[str] = field(default_factory=list)
 
 
+def pinned_collectives_note(count: int) -> str:
+    """The note a graph carries while `count` of its collectives stay pinned (see graph.job for matched ones)."""
+    return f"{count} collectives replayed as recorded: on one rank their time includes waiting for the others"
+
+
 def build_graph(trace: Trace, links: Links | None = None) -> Graph:
     """The dependency graph of one rank. See the module docstring for the rules."""
     return _Builder(trace, links if links is not None else link(trace)).build()
@@ -706,9 +711,7 @@ class _Builder:
         self.report.pinned_unlinked = int(unlinked.sum())
         self.report.pinned_collectives = int(collective.sum())
         if collective.any():
-            self.report.notes.append(
-                f"{int(collective.sum())} collectives replayed as recorded: on one rank their time includes waiting for the others"
-            )
+            self.report.notes.append(pinned_collectives_note(int(collective.sum())))
 
     def _collective_sizes(self) -> None:
         """A collective's payload from its metadata (elements x dtype), where the trace records it."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from daydream.graph.build import build_graph
+from daydream.graph.build import build_graph, pinned_collectives_note
 from daydream.graph.model import NOT_PINNED, Graph, TaskKind
 from daydream.mapping.collectives import CollectiveMatching, match_collectives
 from daydream.trace import Trace
@@ -58,6 +58,16 @@ def tie_collectives(graphs: list[Graph], matching: CollectiveMatching) -> None:
     for graph, table in zip(graphs, members):
         if table.size:
             graph.tasks["duration_ns"][table[:, 0]] = shortest[table[:, 1]]
-            graph.notes = [n for n in graph.notes if "collectives replayed as recorded" not in n]
+            _recount_pinned(graph, table.shape[0])
             graph.notes.append(f"{table.shape[0]} collectives matched across the job's ranks: each starts when "
                                "every rank is ready for it and lasts its shortest recorded instance")
+
+
+def _recount_pinned(graph: Graph, matched: int) -> None:
+    """The builder's count of pinned collectives, less the `matched` ones, in the calibration and the notes."""
+    before = int(graph.calibration.get("pinned_collectives", 0))
+    remaining = max(before - matched, 0)
+    graph.calibration["pinned_collectives"] = remaining
+    graph.notes = [n for n in graph.notes if n != pinned_collectives_note(before)]
+    if remaining:
+        graph.notes.append(pinned_collectives_note(remaining))
