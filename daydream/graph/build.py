@@ -64,6 +64,7 @@ _GPU_TASK_KIND = {
     EventKind.MEMCPY: TaskKind.MEMCPY,
     EventKind.MEMSET: TaskKind.MEMSET,
     EventKind.COMMUNICATION: TaskKind.COLLECTIVE,
+    EventKind.HOST_COMMUNICATION: TaskKind.COLLECTIVE,  # gloo's work on its own CPU thread, placed like GPU work
 }
 
 
@@ -107,7 +108,7 @@ class _Builder:
     def build(self) -> Graph:
         trace = self.trace
         host_rows = self._host_rows()
-        gpu_rows = trace.indices(*GPU_ACTIVITY_KINDS)
+        gpu_rows = trace.indices(*GPU_ACTIVITY_KINDS, EventKind.HOST_COMMUNICATION)
         rows = np.concatenate([host_rows, gpu_rows])
         self.resources, resource_of_track = self._resources(rows)
         tasks = empty_columns(TASK_COLUMNS, rows.size)

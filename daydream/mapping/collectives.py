@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daydream.interconnect import normalize_operation
-from daydream.trace import EventKind, Trace
+from daydream.trace import COLLECTIVE_KINDS, Trace
 
 DEFAULT_GROUP = "default"
 
@@ -54,7 +54,7 @@ _DTYPE_BYTES = {"float": 4, "float32": 4, "float16": 2, "half": 2, "bfloat16": 2
 
 def collectives_of(trace: Trace) -> CollectiveInfo:
     """The communication kernels of `trace` in issue (start) order, with their group metadata."""
-    rows = np.flatnonzero(trace.kind == EventKind.COMMUNICATION)
+    rows = trace.indices(*COLLECTIVE_KINDS)
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
     table = trace.tables.get("collective", {})
     by_row = {int(r): i for i, r in enumerate(table.get("event", np.empty(0, dtype=np.int64)).tolist())}

@@ -20,6 +20,7 @@ from typing import Any
 from daydream.trace import kineto, store
 from daydream.trace.model import (
     API_KINDS,
+    COLLECTIVE_KINDS,
     GPU_ACTIVITY_KINDS,
     KERNEL_KINDS,
     NO_VALUE,
@@ -83,6 +84,7 @@ def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
 
 __all__ = [
     "API_KINDS",
+    "COLLECTIVE_KINDS",
     "GPU_ACTIVITY_KINDS",
     "KERNEL_KINDS",
     "NO_VALUE",

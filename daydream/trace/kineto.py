@@ -403,7 +403,7 @@ def _refine_kinds(
     kind[kernel_rows[is_collective]] = EventKind.COMMUNICATION
     # gloo runs a CPU collective on its own worker threads, under a `gloo:<op>` annotation.
     gloo_names = np.array([text.startswith(_GLOO_PREFIX) for text in table], dtype=bool)
-    kind[(kind == EventKind.ANNOTATION) & gloo_names[names]] = EventKind.COMMUNICATION
+    kind[(kind == EventKind.ANNOTATION) & gloo_names[names]] = EventKind.HOST_COMMUNICATION
     # The 2021 format files ProfilerStep#N under Operator.
     step_names = np.array([text.startswith("ProfilerStep#") for text in table], dtype=bool)
     kind[(kind == EventKind.CPU_OP) & step_names[names]] = EventKind.ANNOTATION

@@ -35,8 +35,9 @@ class EventKind(enum.IntEnum):
     ANNOTATION = 7  # host user annotation (ProfilerStep#N, ## forward ##, ...)
     GPU_ANNOTATION = 8  # copy of a user annotation on a GPU stream
     MEMORY = 9  # [memory] allocation / free instant event
-    COMMUNICATION = 10  # a collective's execution: an NCCL kernel on a GPU, gloo's work on its CPU threads
+    COMMUNICATION = 10  # GPU collective kernel (NCCL and similar)
     OVERHEAD = 11  # profiler overhead span
+    HOST_COMMUNICATION = 12  # a collective's work on a CPU thread (gloo)
 
     @property
     def label(self) -> str:
@@ -56,12 +57,15 @@ _KIND_LABELS = {
     EventKind.MEMORY: "memory",
     EventKind.COMMUNICATION: "communication",
     EventKind.OVERHEAD: "overhead",
+    EventKind.HOST_COMMUNICATION: "host communication",
 }
 
 #: Kinds that execute on a GPU stream and occupy it.
 GPU_ACTIVITY_KINDS = (EventKind.KERNEL, EventKind.COMMUNICATION, EventKind.MEMCPY, EventKind.MEMSET)
 #: Kinds that count as kernels, exactly as the file lists them (collectives are kernels too).
 KERNEL_KINDS = (EventKind.KERNEL, EventKind.COMMUNICATION)
+#: A collective's execution, on a GPU stream or on a CPU thread.
+COLLECTIVE_KINDS = (EventKind.COMMUNICATION, EventKind.HOST_COMMUNICATION)
 #: Host API calls that may launch GPU work.
 API_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
 

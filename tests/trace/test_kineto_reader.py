@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from daydream.trace import EventKind, TrackKind, read_job
+from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, TrackKind, read_job
 from tests.builders import annotation, kernel, op, runtime, write_trace
 
 
@@ -158,5 +158,7 @@ def test_gloo_work_on_its_threads_is_communication(tmp_path: Path) -> None:
               annotation("## backward ##", 5, 50)]
     trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
     kinds = {trace.strings[int(n)]: EventKind(int(k)) for n, k in zip(trace.name, trace.kind)}
-    assert kinds["gloo:all_reduce"] == kinds["gloo:broadcast"] == EventKind.COMMUNICATION
+    assert kinds["gloo:all_reduce"] == kinds["gloo:broadcast"] == EventKind.HOST_COMMUNICATION
     assert kinds["## backward ##"] == EventKind.ANNOTATION and kinds["c10d::allreduce_"] == EventKind.CPU_OP
+    # Still a CPU trace: gloo's threads are host threads, and there is no GPU activity.
+    assert all(track.kind == TrackKind.HOST for track in trace.tracks) and trace.count(*GPU_ACTIVITY_KINDS) == 0
