@@ -235,12 +235,17 @@ def _work_and_weights(trace: Trace, links: Links) -> tuple[np.ndarray, np.ndarra
         when = np.where(launched >= 0, trace.ts_ns[np.maximum(launched, 0)], trace.ts_ns[gpu])
         return gpu, trace.dur_ns[gpu].astype(np.float64), when, "gpu"
     ops = trace.indices(EventKind.CPU_OP)
-    parent = innermost_enclosing(trace, ops, ops)
+    return ops, self_time_ns(trace, ops), trace.ts_ns[ops], "cpu"
+
+
+def self_time_ns(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Each of the CPU ops `ops`: its duration less that of the CPU ops directly inside it (ns, float)."""
+    every = trace.indices(EventKind.CPU_OP)
+    parent = innermost_enclosing(trace, every, every)
     children = np.zeros(len(trace), dtype=np.float64)
     has = parent >= 0
-    np.add.at(children, parent[has], trace.dur_ns[ops[has]])
-    own = np.maximum(trace.dur_ns[ops] - children[ops], 0).astype(np.float64)
-    return ops, own, trace.ts_ns[ops], "cpu"
+    np.add.at(children, parent[has], trace.dur_ns[every[has]])
+    return np.maximum(trace.dur_ns[ops] - children[ops], 0).astype(np.float64)
 
 
 def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: int) -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import tie_collectives
 from daydream.mapping import PHASES, attribute, find_iterations
+from daydream.mapping.attribution import self_time_ns
 from daydream.mapping.classes import CLASSES, classify
 from daydream.mapping.collectives import match_collectives
 from daydream.mapping.linking import innermost_enclosing
@@ -222,7 +223,7 @@ def _cpu_work(trace: Trace, graph: Graph, iterations: int) -> Work:
     ops, task = ops[inside], task[inside]
     attribution = attribute(trace)
     host = _host_tasks(graph, (TaskKind.HOST_OP,))
-    return Work(basis="cpu", task=task, ns=_self_ns(trace, ops), klass=_classes(trace.name[ops], trace.strings),
+    return Work(basis="cpu", task=task, ns=self_time_ns(trace, ops), klass=_classes(trace.name[ops], trace.strings),
                 phase=_phases(attribution.phase[ops]), layer=attribution.layer[ops].astype(np.int64),
                 layers=list(attribution.layers), iterations=iterations, host_tasks=host,
                 host_ns=float(tasks["gap_ns"][host].sum()) / iterations)
@@ -252,15 +253,6 @@ def _phases(phase: np.ndarray) -> np.ndarray:
     phase = phase.astype(np.int64)
     return np.where(phase >= 0, phase, OTHER_PHASE)
 
-
-def _self_ns(trace: Trace, ops: np.ndarray) -> np.ndarray:
-    """Each op's duration less that of the ops directly inside it (ns, float)."""
-    every = trace.indices(EventKind.CPU_OP)
-    parent = innermost_enclosing(trace, every, every)
-    children = np.zeros(len(trace), dtype=np.float64)
-    has = parent >= 0
-    np.add.at(children, parent[has], trace.dur_ns[every[has]])
-    return np.maximum(trace.dur_ns[ops] - children[ops], 0).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------- changes
