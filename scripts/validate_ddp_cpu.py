@@ -343,11 +343,11 @@ models the all-reduces only, and hides part of them behind backward. The rest:
   order the what-if assumes (2 all-reduces per step for the MLP: 1.03 MiB, then 2.51 MiB, in the traces and in the
   what-if alike); the three warm-up iterations keep the first iteration out of the comparison.
 - **Tracing DDP ranks.** `daydream trace` works under `torchrun` (and with the environment variables set by
-  hand), but `-o` names one file for every rank: the ranks overwrite each other's trace. Give each rank its own
-  file, e.g. `torchrun --nproc-per-node 2 --no-python sh -c 'daydream trace -o rank$RANK.json.gz train.py --ddp'`.
-  daydream reads gloo's collectives in a CPU trace (`gloo:all_reduce` annotations on gloo's threads,
-  `c10d::allreduce_` ops) as ordinary host events, not as collectives: `no-comm` finds none in a traced DDP
-  rank, and `ddp` does not refuse one.""".splitlines()
+  hand); each rank writes its own file (`{rank}` in `-o`, else NAME-rankN, by default
+  `daydream-traces/SCRIPT-ranks/rankN.json.gz`, a folder `daydream replay` reads as one job). gloo's collectives
+  (`gloo:all_reduce` annotations on gloo's threads) are read as host communication: replayed as recorded and
+  matched across ranks, and `ddp` refuses a traced DDP rank; `no-comm` cannot shorten its step, because the
+  host's wait for them is inside its recorded ops.""".splitlines()
 
 
 def _ms(ns: float) -> str:
