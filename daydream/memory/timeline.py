@@ -51,8 +51,17 @@ class DeviceMemory:
     allocations: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per allocation: size, start, end, ...
 
 
+#: c10::DeviceType of a `[memory]` event -> the device name PyTorch gives it. ROCm builds record the GPU
+#: as HIP (6) but address it as "cuda", so both are GPU memory named cuda:N.
+DEVICE_TYPE_NAMES = {1: "cuda", 6: "cuda", 12: "xpu", 13: "mps", 19: "mtia", 20: "privateuse1"}
+
+
 def device_label(device_type: int, device_id: int) -> str:
-    return f"cuda:{device_id}" if device_type == 1 else "cpu"
+    """"cuda:0" for GPU memory (CUDA or HIP), "cpu" for host memory, the PyTorch name for other devices."""
+    name = DEVICE_TYPE_NAMES.get(device_type)
+    if name is None:
+        return "cpu" if device_type in (0, NO_VALUE) else f"device-type-{device_type}:{device_id}"
+    return f"{name}:{device_id}"
 
 
 def analyze_memory(trace: Trace) -> list[DeviceMemory]:

@@ -44,41 +44,46 @@ Progress = Callable[[str, int, int], None]
 _NAN = math.nan
 
 
+# Numeric args as the file writes them: ROCm builds write some as strings ("stream": "0x0",
+# "bytes": "128"); `_ints` turns either into integers when the columns are built.
+_Int = Union[int, str]
+
+
 class _Args(msgspec.Struct, gc=False):
-    correlation: int = NO_VALUE
-    external_id: int = msgspec.field(default=NO_VALUE, name="External id")
-    external_id_legacy: int = msgspec.field(default=NO_VALUE, name="external id")
-    sequence: int = msgspec.field(default=NO_VALUE, name="Sequence number")
-    bytes: int = NO_VALUE
-    device: int = NO_VALUE
-    stream: int = NO_VALUE
+    correlation: _Int = NO_VALUE
+    external_id: _Int = msgspec.field(default=NO_VALUE, name="External id")
+    external_id_legacy: _Int = msgspec.field(default=NO_VALUE, name="external id")
+    sequence: _Int = msgspec.field(default=NO_VALUE, name="Sequence number")
+    bytes: _Int = NO_VALUE
+    device: _Int = NO_VALUE
+    stream: _Int = NO_VALUE
     # [memory] events
-    addr: int = msgspec.field(default=NO_VALUE, name="Addr")
-    memory_bytes: int = msgspec.field(default=0, name="Bytes")
-    total_allocated: int = msgspec.field(default=NO_VALUE, name="Total Allocated")
-    total_reserved: int = msgspec.field(default=NO_VALUE, name="Total Reserved")
-    device_type: int = msgspec.field(default=NO_VALUE, name="Device Type")
-    device_id: int = msgspec.field(default=NO_VALUE, name="Device Id")
+    addr: _Int = msgspec.field(default=NO_VALUE, name="Addr")
+    memory_bytes: _Int = msgspec.field(default=0, name="Bytes")
+    total_allocated: _Int = msgspec.field(default=NO_VALUE, name="Total Allocated")
+    total_reserved: _Int = msgspec.field(default=NO_VALUE, name="Total Reserved")
+    device_type: _Int = msgspec.field(default=NO_VALUE, name="Device Type")
+    device_id: _Int = msgspec.field(default=NO_VALUE, name="Device Id")
     # collectives (NCCL kernels and record_param_comms)
     collective: str = msgspec.field(default="", name="Collective name")
-    in_nelems: int = msgspec.field(default=NO_VALUE, name="In msg nelems")
-    out_nelems: int = msgspec.field(default=NO_VALUE, name="Out msg nelems")
-    group_size: int = msgspec.field(default=NO_VALUE, name="Group size")
+    in_nelems: _Int = msgspec.field(default=NO_VALUE, name="In msg nelems")
+    out_nelems: _Int = msgspec.field(default=NO_VALUE, name="Out msg nelems")
+    group_size: _Int = msgspec.field(default=NO_VALUE, name="Group size")
     dtype: Any = ""
     group_name: Any = msgspec.field(default="", name="Process Group Name")
     group_ranks: Any = msgspec.field(default="", name="Process Group Ranks")
     # kernel launch configuration
     grid: list[int] | None = None
     block: list[int] | None = None
-    registers: int = msgspec.field(default=NO_VALUE, name="registers per thread")
-    shared_memory: int = msgspec.field(default=NO_VALUE, name="shared memory")
+    registers: _Int = msgspec.field(default=NO_VALUE, name="registers per thread")
+    shared_memory: _Int = msgspec.field(default=NO_VALUE, name="shared memory")
     # cuda_sync records
     sync_kind: str = msgspec.field(default="", name="cuda_sync_kind")
-    wait_on_stream: int = NO_VALUE
-    wait_on_event_record_correlation: int = msgspec.field(
+    wait_on_stream: _Int = NO_VALUE
+    wait_on_event_record_correlation: _Int = msgspec.field(
         default=NO_VALUE, name="wait_on_cuda_event_record_corr_id"
     )
-    wait_on_event_id: int = msgspec.field(default=NO_VALUE, name="wait_on_cuda_event_id")
+    wait_on_event_id: _Int = msgspec.field(default=NO_VALUE, name="wait_on_cuda_event_id")
 
 
 _EMPTY_ARGS = _Args()
@@ -351,13 +356,10 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
         "track": track_ids,
         "ts_ns": ts_ns,
         "dur_ns": dur_ns,
-        "correlation": np.fromiter(map(_get_correlation, args), dtype=np.int64, count=len(args)),
-        "external_id": np.array(
-            [a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args],
-            dtype=np.int64,
-        ),
-        "sequence": np.fromiter(map(_get_sequence, args), dtype=np.int64, count=len(args)),
-        "bytes": np.fromiter(map(_get_bytes, args), dtype=np.int64, count=len(args)),
+        "correlation": _ints(list(map(_get_correlation, args))),
+        "external_id": _ints([a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args]),
+        "sequence": _ints(list(map(_get_sequence, args))),
+        "bytes": _ints(list(map(_get_bytes, args))),
     }
     tables = _side_tables(kind, args, strings, columns)
     tables["flow"] = _flows(events, tracks, "fwdbwd" in categories)
@@ -452,8 +454,8 @@ def _make_track(key: tuple[Any, ...], args: _Args) -> Track:
     is_gpu, pid, tid = key
     if not is_gpu:
         return Track(TrackKind.HOST, pid, tid)
-    device = args.device if args.device != NO_VALUE else (pid if isinstance(pid, int) else NO_VALUE)
-    stream = args.stream
+    device = _as_int(args.device) if args.device != NO_VALUE else (pid if isinstance(pid, int) else NO_VALUE)
+    stream = _as_int(args.stream)
     if stream == NO_VALUE:
         if isinstance(tid, int):
             stream = tid
@@ -470,7 +472,7 @@ def _side_tables(
     memory = np.flatnonzero(kind == EventKind.MEMORY)
     if memory.size:
         rows = [args[i] for i in memory.tolist()]
-        columns["bytes"][memory] = [a.memory_bytes for a in rows]
+        columns["bytes"][memory] = _ints([a.memory_bytes for a in rows])
         tables["memory"] = _table(
             "memory",
             event=memory,
@@ -541,7 +543,33 @@ def _dim3(value: list[int] | None) -> list[int]:
 
 
 def _table(name: str, **columns: Any) -> dict[str, np.ndarray]:
-    return {col: np.asarray(columns[col], dtype=dt) for col, dt in SIDE_TABLES[name].items()}
+    return {col: _ints(columns[col]).astype(dt) if isinstance(columns[col], list) and np.dtype(dt).kind == "i"
+            else np.asarray(columns[col], dtype=dt) for col, dt in SIDE_TABLES[name].items()}
+
+
+def _ints(values: list[Any]) -> np.ndarray:
+    """An int64 column from numbers as written: ints, or strings such as "128" and "0x0" (ROCm)."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
+
+
+def _as_int(value: Any) -> int:
+    """One number as written (decimal or 0x-hex string, int, or float); NO_VALUE when it is not one."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else NO_VALUE
+    try:
+        return int(str(value).strip(), 0)
+    except ValueError:
+        try:
+            return int(float(value))
+        except (ValueError, OverflowError):
+            return NO_VALUE
 
 
 def _flows(events: list[_Event], tracks: list[Track], has_flows: bool) -> dict[str, np.ndarray]:
