@@ -46,15 +46,10 @@ from daydream.mapping.attribution import AUTOGRAD_ENGINE_PREFIX
 from daydream.mapping.collectives import collectives_of
 from daydream.mapping.linking import nearest_earlier_at_least
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace, TrackKind
+from daydream.trace.runtime_api import CallRole, role_of
 
 UNSET = np.iinfo(np.int64).min
 
-DEVICE_SYNC = re.compile(r"^(cudaDeviceSynchronize|cuCtxSynchronize|cudaFree|cudaFreeHost|cuMemFree.*)$")
-STREAM_SYNC = re.compile(r"^(cudaStreamSynchronize|cuStreamSynchronize)$")
-EVENT_SYNC = re.compile(r"^(cudaEventSynchronize|cuEventSynchronize)$")
-BLOCKING_COPY = re.compile(r"^(cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|cuMemcpyDtoH.*|cuMemcpyHtoD.*)$")
-EVENT_RECORD = re.compile(r"^(cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord.*)$")
-STREAM_WAIT = re.compile(r"^(cudaStreamWaitEvent|cuStreamWaitEvent)$")
 # A copy into pageable host memory returns only once the data is there; one from pageable
 # memory returns once the data is staged, before the transfer itself finishes.
 PAGEABLE_COPY = re.compile(r"-> Pageable|DtoH \(Pageable", re.IGNORECASE)
@@ -319,26 +314,32 @@ class _Builder:
         tasks = self.graph.tasks
         start = int(tasks["measured_start_ns"][call])
         resource = int(tasks["resource"][call])
-        if DEVICE_SYNC.match(name):
+        role = self._roles[name]
+        if role is CallRole.DEVICE_SYNC:
             return self._last_launched_per_stream(start, None), True
-        if STREAM_SYNC.match(name):
+        if role is CallRole.STREAM_SYNC:
             stream = self._sync_stream(call, sync_records)
             if stream is None:
                 stream = self._recent_stream(history.get(resource), start)
             return (self._last_launched_per_stream(start, stream), True) if stream is not None else ([], True)
-        if EVENT_SYNC.match(name):
+        if role is CallRole.EVENT_SYNC:
             targets = self._event_sync_targets(call, sync_records)
             if targets is None:
                 targets = self._event_sync_by_program_order(call, history)
             return (targets, True) if targets is not None else ([], False)
         own_copies = self._launched_by(call)
-        if BLOCKING_COPY.match(name):
+        if role is CallRole.BLOCKING_COPY:
             return own_copies, True
         if own_copies and all(
             tasks["kind"][t] == TaskKind.MEMCPY and PAGEABLE_COPY.search(self.names[int(tasks["name"][t])]) for t in own_copies
         ):
             return own_copies, True
         return None
+
+    @cached_property
+    def _roles(self) -> dict[str, CallRole]:
+        """The role of every API call name of the trace (CUDA and HIP alike), decided once per name."""
+        return {name: role_of(name) for name in set(self.names)}
 
     @cached_property
     def _gpu_work_by_call(self) -> dict[int, list[int]]:
@@ -427,7 +428,7 @@ class _Builder:
 
     @cached_property
     def _event_records(self) -> np.ndarray:
-        record_name = np.array([bool(EVENT_RECORD.match(s)) for s in self.names], dtype=bool)
+        record_name = np.array([role_of(s) is CallRole.EVENT_RECORD for s in self.names], dtype=bool)
         return self._host_calls[record_name[self.graph.tasks["name"][self._host_calls]]]
 
     def _latest_record_before(self, call: int) -> int | None:
@@ -559,7 +560,7 @@ class _Builder:
         tasks = self.graph.tasks
         host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
         names = tasks["name"][host]
-        wait_name = np.array([bool(STREAM_WAIT.match(s)) for s in self.names], dtype=bool)
+        wait_name = np.array([role_of(s) is CallRole.STREAM_WAIT for s in self.names], dtype=bool)
         waits = host[wait_name[names]]
         if waits.size == 0:
             return

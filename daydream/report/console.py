@@ -117,6 +117,14 @@ def _rank_panel(rank: dict[str, Any], several: bool) -> Panel:
     return Panel(Group(*parts), title=title, title_align="left")
 
 
+def _runtime_line(runtime: dict[str, Any]) -> str:
+    """"AMD ROCm: hip_runtime_version 60443483, roctracer_version 4.1" (or "not recorded")."""
+    if not runtime:
+        return "not recorded"
+    versions = ", ".join(f"{key} {value}" for key, value in runtime.items() if key != "vendor")
+    return f"{runtime.get('vendor', 'unknown')}: {versions}" if versions else str(runtime.get("vendor"))
+
+
 def _overview(rank: dict[str, Any]) -> Table:
     events, linking = rank["events"], rank["linking"]
     world = f" of {rank['world_size']}" if rank["world_size"] else ""
@@ -127,6 +135,7 @@ def _overview(rank: dict[str, Any]) -> Table:
         ("source   ", rank["source"]),
         ("format   ", rank["format"]),
         ("GPU      ", gpus),
+        ("runtime  ", _runtime_line(rank.get("runtime") or {})),
         ("rank     ", f"{rank['rank']}{world}" if rank["rank"] is not None else "not recorded"),
         ("events   ", f"{events['kept']:,} kept of {events['in_file']:,} in the file: {kinds}"),
         (

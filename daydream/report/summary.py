@@ -40,6 +40,7 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "source": meta.source,
         "format": meta.format,
         "features": meta.features,
+        "runtime": meta.runtime,
         "gpu": trace.gpu_names,
         "devices": [
             {

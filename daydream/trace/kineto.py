@@ -15,6 +15,7 @@ decoded one by one and the bad ones are skipped and counted by reason.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections import Counter, defaultdict
@@ -107,6 +108,12 @@ class _TypedFile(msgspec.Struct):
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
     daydream: Any = None
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+    hip_driver_version: Any = None
 
 
 class _RawFile(msgspec.Struct):
@@ -115,6 +122,12 @@ class _RawFile(msgspec.Struct):
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
     daydream: Any = None
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+    hip_driver_version: Any = None
 
 
 _CATEGORY_KIND: dict[str, EventKind] = {
@@ -625,7 +638,24 @@ def _meta(envelope: Any, source: str, event_count: int, categories: dict[str, in
         skipped=skipped,
         distributed=distributed,
         collector=collector,
+        runtime=_runtime(envelope),
     )
+
+
+#: The envelope's version fields: the GPU software stack the trace was recorded with.
+_RUNTIME_FIELDS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
+                   "hip_runtime_version", "hip_driver_version", "roctracer_version")
+
+
+def _runtime(envelope: Any) -> dict[str, Any]:
+    """{"vendor": "NVIDIA CUDA" | "AMD ROCm", and each version field the file records}; empty when none is."""
+    if envelope is None:
+        return {}
+    found = {name: value for name in _RUNTIME_FIELDS
+             if isinstance(value := getattr(envelope, name, None), (int, float, str)) and not isinstance(value, bool)}
+    if any(name.startswith(("hip", "roctracer")) for name in found):
+        return {"vendor": "AMD ROCm", **found}
+    return {"vendor": "NVIDIA CUDA", **found} if found else {}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -633,6 +663,12 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _gpus(properties: Any) -> list[GpuInfo]:
+    if isinstance(properties, str):
+        # Some recorders write the list as a Python literal string ("[{'id': 0, 'name': ...}]").
+        try:
+            properties = ast.literal_eval(properties)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return []
     if not isinstance(properties, list):
         return []
     gpus = []

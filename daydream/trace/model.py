@@ -120,6 +120,7 @@ class TraceMeta:
     skipped: dict[str, int] = field(default_factory=dict)  # malformed events skipped, by reason
     distributed: dict[str, Any] = field(default_factory=dict)  # distributedInfo, as recorded
     collector: dict[str, Any] = field(default_factory=dict)  # the `daydream` block of traces daydream recorded
+    runtime: dict[str, Any] = field(default_factory=dict)  # vendor and runtime/driver/tracer versions, as recorded
 
     @property
     def skipped_total(self) -> int:

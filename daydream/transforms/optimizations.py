@@ -22,6 +22,7 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
+from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select
 
@@ -32,7 +33,6 @@ TENSOR_CORE = re.compile(r"tensorop|s1688|s884|h884|h1688|16816|tf32|xmma|nvjet|
 ELEMENTWISE = re.compile(r"elementwise|pointwise|vectorized_|unrolled_|distribution_", re.IGNORECASE)
 MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
-LAUNCH_CALL = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|cudaLaunchCooperativeKernel)")
 
 #: Host cost of one autocast-inserted cast: about one launch, measured per trace (median launch call).
 #: A cast of a weight to fp16 reads 4 and writes 2 bytes per element: half an fp32 elementwise pass.
@@ -260,7 +260,7 @@ def _cuda_graphs(graph: Graph, params: dict[str, Any], context: Context) -> list
         return ["cuda-graphs: the trace has no GPU work; nothing changed"]
     phases = [p.strip() for p in str(params["phases"]).split("+") if p.strip()]
     calls = select(graph, kind=TaskKind.HOST_CALL, phase=phases)
-    calls = _matching(graph, calls, LAUNCH_CALL)
+    calls = _matching(graph, calls, runtime_api.LAUNCH)
     keep = []
     for iteration in np.unique(graph.tasks["iteration"][calls]).tolist():
         mine = calls[graph.tasks["iteration"][calls] == iteration]
