@@ -49,6 +49,9 @@ from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, T
 from daydream.trace.runtime_api import CallRole, role_of
 
 UNSET = np.iinfo(np.int64).min
+#: A blocking call that returned this long before the work it would wait for finished did not wait for it
+#: (host and GPU clocks of one trace agree far better than this).
+RETURNED_EARLY_NS = 1_000
 
 # A copy into pageable host memory returns only once the data is there; one from pageable
 # memory returns once the data is staged, before the transfer itself finishes.
@@ -69,6 +72,7 @@ class BuildReport:
 
     blocking_calls: int = 0
     blocking_unknown: int = 0
+    blocking_not_waiting: int = 0  # calls of a blocking kind that returned before their work finished
     blocked_launches: int = 0
     event_waits_derived: int = 0
     event_waits_trivial: int = 0
@@ -150,6 +154,7 @@ class _Builder:
             {
                 "blocking_calls": self.report.blocking_calls,
                 "blocking_calls_pinned": self.report.blocking_unknown,
+                "blocking_calls_not_waiting": self.report.blocking_not_waiting,
                 "blocked_launches": self.report.blocked_launches,
                 "event_waits_derived": self.report.event_waits_derived,
                 "event_waits_trivial": self.report.event_waits_trivial,
@@ -274,10 +279,18 @@ class _Builder:
         awaited: list[tuple[int, list[int], bool]] = []  # (call task, awaited gpu tasks, derivable)
         launches_by_thread = self._launch_history
         sync_records = self._sync_records()
+        ends = tasks["measured_end_ns"]
         for call, name in zip(host.tolist(), names):
             targets = self._awaited(call, name, launches_by_thread, sync_records)
-            if targets is not None:
-                awaited.append((call, *targets))
+            if targets is None:
+                continue
+            gpu_targets, _ = targets
+            if gpu_targets and int(ends[gpu_targets].max()) > int(ends[call]) + RETURNED_EARLY_NS:
+                # It returned while that work was still running, so it did not wait for it: e.g. ROCm's
+                # hipFree of a block the allocator reuses, which does not synchronize the device.
+                self.report.blocking_not_waiting += 1
+                continue
+            awaited.append((call, *targets))
         completion = np.full(self.graph.task_count, -1, dtype=np.int64)
         if not awaited:
             return completion
@@ -455,19 +468,25 @@ class _Builder:
             [max((int(tasks["measured_end_ns"][t]) for t in targets), default=UNSET) for _, targets, _ in awaited], dtype=np.int64
         )
         waited = awaited_end > call_start
-        ret = calibrate.median_or(call_end[waited] - awaited_end[waited], calibrate.DEFAULT_SYNC_RETURN_NS)
+        # The usual return latency: a low percentile, since some calls (hipFree) keep working after the wait.
+        tail = np.where(waited, call_end - awaited_end, 0)
+        ret = calibrate.percentile_or(tail[waited], 10, calibrate.DEFAULT_SYNC_RETURN_NS)
         own = calibrate.median_or(call_end[~waited] - call_start[~waited], calibrate.DEFAULT_SYNC_OWN_NS)
         self.graph.calibration.update({"sync_return_ns": ret, "sync_own_ns": own})
         # A call that waited keeps only its own time; the wait is re-derived by the completion.
         # One that had nothing to wait for spent all of its recorded time on its own work.
         waited_calls = calls[waited]
         tasks["duration_ns"][waited_calls] = np.minimum(tasks["duration_ns"][waited_calls], own)
+        # What a call did after its work finished, beyond the usual return latency, is its own work
+        # (ROCm's hipFree unmaps memory for milliseconds once the device is idle): the completion's duration.
+        return_ns = np.where(waited, np.clip(tail, 0, ret), ret)
+        after_ns = np.where(waited, np.maximum(tail - return_ns, 0), 0)
         ids = self.graph.add_tasks(
             kind=TaskKind.COMPLETION,
             resource=tasks["resource"][calls],
             name=tasks["name"][calls],
-            duration_ns=0,
-            measured_start_ns=call_end,
+            duration_ns=after_ns,
+            measured_start_ns=call_end - after_ns,
             measured_end_ns=call_end,
             layer=tasks["layer"][calls],
             phase=tasks["phase"][calls],
@@ -475,19 +494,20 @@ class _Builder:
         completion = np.concatenate([completion, np.full(ids.size, -1, dtype=np.int64)])
         completion[calls] = ids
         self.graph.add_edges(calls, ids, DepKind.SYNC)
-        sources, targets = [], []
+        sources, targets, latencies = [], [], []
         unknown: dict[str, int] = {}
-        for (call, gpu_targets, derivable), done in zip(awaited, ids.tolist()):
+        for (call, gpu_targets, derivable), done, latency in zip(awaited, ids.tolist(), return_ns.tolist()):
             if not derivable:
                 tasks["pinned_start_ns"][done] = tasks["measured_start_ns"][done]
                 name = self.names[int(tasks["name"][call])]
                 unknown[name] = unknown.get(name, 0) + 1
             sources.extend(gpu_targets)
             targets.extend([done] * len(gpu_targets))
+            latencies.extend([latency] * len(gpu_targets))
         for name, count in unknown.items():
             self.report.notes.append(f"{count} {name} calls wait on something the trace does not name: their completions are pinned")
         self.report.blocking_unknown = sum(unknown.values())
-        self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=ret)
+        self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=np.array(latencies, dtype=np.int64))
         return completion
 
     # ------------------------------------------------------------------ order edges

@@ -42,6 +42,13 @@ def median_or(values: np.ndarray, default: int, minimum_count: int = 3) -> int:
     return max(0, int(np.median(values)))
 
 
+def percentile_or(values: np.ndarray, q: float, default: int, minimum_count: int = 3) -> int:
+    """The q-th percentile of `values` (ns), or `default` when there are fewer than `minimum_count`."""
+    if values.size < minimum_count:
+        return default
+    return max(0, int(np.percentile(values, q)))
+
+
 def launch_latency_and_gap(
     call_start: np.ndarray, gpu_start: np.ndarray, previous_end: np.ndarray
 ) -> tuple[int, int]:
