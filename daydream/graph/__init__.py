@@ -6,6 +6,6 @@
 """
 
 from daydream.graph.build import build_graph
-from daydream.graph.model import NOT_PINNED, DepKind, Graph, Resource, ResourceKind, TaskKind
+from daydream.graph.model import DepKind, Graph, Resource, ResourceKind, TaskKind
 
-__all__ = ["NOT_PINNED", "DepKind", "Graph", "Resource", "ResourceKind", "TaskKind", "build_graph"]
+__all__ = ["DepKind", "Graph", "Resource", "ResourceKind", "TaskKind", "build_graph"]

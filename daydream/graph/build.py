@@ -30,9 +30,10 @@ from functools import cached_property
 import numpy as np
 
 from daydream.graph import calibrate
+from daydream.graph.order import topological_order
+from daydream.graph.timing import forward_times
 from daydream.graph.model import (
     EDGE_COLUMNS,
-    NOT_PINNED,
     TASK_COLUMNS,
     DepKind,
     Graph,
@@ -118,7 +119,6 @@ class _Builder:
         tasks["measured_end_ns"] = trace.end_ns[rows]
         tasks["duration_ns"] = trace.dur_ns[rows]
         tasks["bytes"] = np.maximum(trace.bytes[rows], 0)
-        tasks["pinned_start_ns"][:] = NOT_PINNED
         tasks["iteration"][:] = -1
         attribution = attribute(trace, self.links)
         tasks["layer"] = attribution.layer[rows]
@@ -149,6 +149,7 @@ class _Builder:
         self._cross_thread(completion)
         self._iterations()
         self._host_gaps()
+        self._relative_delays()
         self.graph.notes = self.report.notes
         self.graph.calibration.update(
             {
@@ -498,14 +499,17 @@ class _Builder:
         unknown: dict[str, int] = {}
         for (call, gpu_targets, derivable), done, latency in zip(awaited, ids.tolist(), return_ns.tolist()):
             if not derivable:
-                tasks["pinned_start_ns"][done] = tasks["measured_start_ns"][done]
+                # Its own time stays on the call; the rest of its recorded time is an unexplained delay.
+                tasks["duration_ns"][call] = min(int(tasks["duration_ns"][call]), own)
+                tasks["unexplained"][done] = True
                 name = self.names[int(tasks["name"][call])]
                 unknown[name] = unknown.get(name, 0) + 1
             sources.extend(gpu_targets)
             targets.extend([done] * len(gpu_targets))
             latencies.extend([latency] * len(gpu_targets))
         for name, count in unknown.items():
-            self.report.notes.append(f"{count} {name} calls wait on something the trace does not name: their completions are pinned")
+            self.report.notes.append(f"{count} {name} calls wait on something the trace does not name: their waits are "
+                                     "unexplained delays that scale with the iteration's progress")
         self.report.blocking_unknown = sum(unknown.values())
         self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=np.array(latencies, dtype=np.int64))
         return completion
@@ -605,8 +609,13 @@ class _Builder:
             if source == -2:
                 self.report.event_waits_trivial += 1
             elif source is None:
-                tasks["pinned_start_ns"][held_back] = tasks["measured_start_ns"][held_back]
+                # The recorded side is unknown: keep the order of the other streams' preceding work, not its time.
+                tasks["unexplained"][held_back] = True
                 self.report.event_waits_pinned += 1
+                ordered_after = self._last_finished_elsewhere(held_back, start)
+                if ordered_after is not None:
+                    sources.append(ordered_after)
+                    targets.append(held_back)
             else:
                 sources.append(source)
                 targets.append(held_back)
@@ -614,9 +623,29 @@ class _Builder:
         self.graph.add_edges(sources, targets, DepKind.EVENT_WAIT)  # latency set once the gap is calibrated
         if self.report.event_waits_pinned:
             self.report.notes.append(
-                f"{self.report.event_waits_pinned} cudaStreamWaitEvent calls have no known recorded side "
-                "(no cudaEventRecord / cuda_sync in the trace): the GPU work they held back is pinned"
+                f"{self.report.event_waits_pinned} stream waits have no known recorded side (no event record or "
+                "cuda_sync names it): the GPU work they held back keeps the order of the other streams' preceding work, "
+                "and the rest of its recorded wait is an unexplained delay"
             )
+
+    def _last_finished_elsewhere(self, held_back: int, wait_start: int) -> int | None:
+        """The GPU work launched on another stream of the device before the wait that finished last before
+        `held_back` started (in the recording): the order an unnamed event most likely kept."""
+        tasks = self.graph.tasks
+        own = self.resources[int(tasks["resource"][held_back])]
+        limit = int(tasks["measured_start_ns"][held_back])
+        best, best_end = None, UNSET
+        for resource, (starts, gpu) in self._stream_launches.items():
+            other = self.resources[resource]
+            if resource == int(tasks["resource"][held_back]) or other.device != own.device:
+                continue
+            k = int(np.searchsorted(starts, wait_start, side="left"))
+            launched = gpu[:k]
+            ends = tasks["measured_end_ns"][launched]
+            done = np.flatnonzero(ends <= limit)
+            if done.size and int(ends[done[-1]]) > best_end:
+                best, best_end = int(launched[done[-1]]), int(ends[done[-1]])
+        return best
 
     def _held_back(self, history: tuple[np.ndarray, np.ndarray] | None, time: int) -> int | None:
         """The GPU work a wait holds back: the first work launched after it, by any thread, on the
@@ -720,20 +749,84 @@ class _Builder:
     # ------------------------------------------------------------------ pins, iterations, gaps
 
     def _pins(self) -> None:
+        """Mark the GPU work whose start the trace cannot explain (see _relative_delays for what it becomes)."""
         tasks = self.graph.tasks
         gpu = self.gpu_tasks
         rows = tasks["event"][gpu]
         orphan = self.links.orphan[rows]
         unlinked = (self.launch_task < 0) & ~orphan
         collective = tasks["kind"][gpu] == TaskKind.COLLECTIVE
-        for mask in (orphan, unlinked, collective):
-            chosen = gpu[mask]
-            tasks["pinned_start_ns"][chosen] = tasks["measured_start_ns"][chosen]
+        tasks["unexplained"][gpu[orphan | unlinked | collective]] = True
         self.report.pinned_orphans = int(orphan.sum())
         self.report.pinned_unlinked = int(unlinked.sum())
         self.report.pinned_collectives = int(collective.sum())
         if collective.any():
             self.report.notes.append(pinned_collectives_note(int(collective.sum())))
+
+    def _relative_delays(self) -> None:
+        """What the trace cannot explain becomes a delay after the task is ready, never a timestamp.
+
+        One pass of the timing rule with every unexplained task held at its recorded start measures,
+        for each, how long after its dependencies allowed it the recording started it: that is its
+        delay, so the untouched graph replays exactly as the recording positions them. A collective
+        of a single rank keeps only its transfer (the shortest recorded instance of the same name and
+        size) as duration; the rest of its recorded time, the wait for the other ranks, joins its
+        delay. Inside an iteration a delay scales with the iteration's progress (graph.model): a
+        DELAY_ANCHOR edge from the iteration's start marker, `delay_span_ns` = progress at readiness.
+        """
+        tasks = self.graph.tasks
+        chosen = np.flatnonzero(tasks["unexplained"])
+        if chosen.size == 0:
+            return
+        anchors = self._anchor_edges(chosen)
+        pins = np.full(self.graph.task_count, UNSET, dtype=np.int64)
+        pins[chosen] = tasks["measured_start_ns"][chosen]
+        order = topological_order(self.graph.task_count, self.graph.edges["src"], self.graph.edges["dst"],
+                                  tasks["measured_start_ns"])
+        start, end, ready = forward_times(self.graph, order, pins)
+        tasks["delay_ns"][chosen] = start[chosen] - ready[chosen] + self._collective_transfers(chosen)
+        anchored = anchors >= 0
+        span = ready[chosen[anchored]] - end[anchors[anchored]]
+        tasks["delay_span_ns"][chosen[anchored]] = np.maximum(span, 0)
+
+    def _anchor_edges(self, chosen: np.ndarray) -> np.ndarray:
+        """The point each chosen task's delay is measured from, joined to it by a DELAY_ANCHOR edge: for a
+        collective, the end of the previous collective on its stream (the last time the ranks met), else
+        the start marker of its iteration. Returns each chosen task's anchor (-1: none, a fixed delay)."""
+        tasks = self.graph.tasks
+        anchors = np.full(chosen.size, -1, dtype=np.int64)
+        markers = self.graph.iteration_markers
+        if markers:
+            iteration = tasks["iteration"][chosen]
+            inside = (iteration >= 0) & (iteration < len(markers))
+            starts = np.array([a for a, _ in markers], dtype=np.int64)
+            anchors[inside] = starts[iteration[inside]]
+        is_collective = np.flatnonzero(tasks["kind"][chosen] == TaskKind.COLLECTIVE)
+        collectives = chosen[is_collective]
+        previous = self._previous_on_resource(collectives)
+        anchors[is_collective[previous >= 0]] = previous[previous >= 0]
+        has = anchors >= 0
+        self.graph.add_edges(anchors[has], chosen[has], DepKind.DELAY_ANCHOR)
+        return anchors
+
+    def _collective_transfers(self, chosen: np.ndarray) -> np.ndarray:
+        """A single rank's collectives last their transfer; returns, per chosen task, the rest of its
+        recorded time (the wait for the other ranks; 0 for tasks that are not collectives)."""
+        tasks = self.graph.tasks
+        wait = np.zeros(chosen.size, dtype=np.int64)
+        is_collective = tasks["kind"][chosen] == TaskKind.COLLECTIVE
+        collectives = chosen[is_collective]
+        if collectives.size == 0:
+            return wait
+        keys = np.stack([tasks["name"][collectives].astype(np.int64), tasks["bytes"][collectives]], axis=1)
+        _, group = np.unique(keys, axis=0, return_inverse=True)
+        group = group.reshape(-1)
+        shortest = np.full(int(group.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(shortest, group, tasks["duration_ns"][collectives])
+        transfer = shortest[group]
+        wait[is_collective] = tasks["duration_ns"][collectives] - transfer
+        tasks["duration_ns"][collectives] = transfer
+        return wait
 
     def _collective_sizes(self) -> None:
         """A collective's payload from its metadata (elements x dtype), where the trace records it."""

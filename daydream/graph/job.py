@@ -4,13 +4,13 @@
 
 A collective matched on every rank of its group (see daydream.mapping.collectives)
 gets its job-wide id in the `collective` column of each rank's graph, and loses its
-pin: the simulator starts it on every rank when the last rank is ready for it
+unexplained delay (the single-rank stand-in for the peers' arrival): the simulator starts it on every rank when the last rank is ready for it
 (daydream.simulate.job). Its duration becomes the transfer alone, which is the
 shortest recorded instance: the rank that arrived last waited least, and the
 others' longer kernels are that wait plus the same transfer.
 
-Collectives that are not matched keep the single-rank rule: pinned to their
-recorded start with their recorded duration.
+Collectives that are not matched keep the single-rank rule: their transfer plus the
+peers' arrival as a delay that scales with the iteration's progress (graph.build).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from daydream.graph.build import build_graph, pinned_collectives_note
-from daydream.graph.model import NOT_PINNED, Graph, TaskKind
+from daydream.graph.model import Graph, TaskKind
 from daydream.mapping.collectives import CollectiveMatching, match_collectives
 from daydream.trace import Trace
 
@@ -44,7 +44,9 @@ def tie_collectives(graphs: list[Graph], matching: CollectiveMatching) -> None:
             continue
         table = np.array(chosen, dtype=np.int64)
         tasks["collective"][table[:, 0]] = table[:, 1]
-        tasks["pinned_start_ns"][table[:, 0]] = NOT_PINNED
+        # The wait for the peers is now derived across ranks: no unexplained delay remains.
+        tasks["unexplained"][table[:, 0]] = False
+        tasks["delay_ns"][table[:, 0]] = 0
         members.append(table)
     for note in matching.notes:
         for graph in graphs:

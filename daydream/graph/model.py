@@ -9,15 +9,21 @@ Timing semantics, applied by the simulator (all ns):
 
     host_ready  = max over HOST edges      (ref(src) + latency)
     other_ready = max over all other edges (ref(src) + latency)
-    start       = max(host_ready + gap, other_ready, pinned_start)
+    ready       = max(host_ready + gap, other_ready)
+    start       = ready + delay
     end         = start + duration
 
 `ref(src)` is the source's end, or its start for edges with `from_start` (a
 kernel may begin a launch latency after its launch call *began*). `gap` is the
 host's own CPU work between the task and the host task it waited for (framework
 overhead, Python, data loading): it is measured once and kept, as in Daydream.
-A pinned task cannot start before its recorded start: it marks what the trace
-does not let daydream derive (see docs/replay-model.md).
+`delay` is what the trace cannot explain (a single rank's wait for its peers, a stream
+wait whose event is not recorded), never a recorded timestamp: a fixed ns delay, or,
+where the task has a DELAY_ANCHOR edge (from its iteration's start), a delay that scales
+with the progress since the anchor: delay × (ready − anchor start) / `delay_span`, so
+that a what-if that makes the iteration's work faster shrinks it alike (see
+docs/replay-model.md). Tasks with such a delay are `unexplained`; `Graph.pinned()`
+counts them.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from typing import Any
 import numpy as np
 
 NO_TASK = -1
-NOT_PINNED = np.iinfo(np.int64).min
 
 
 class TaskKind(enum.IntEnum):
@@ -57,6 +62,7 @@ class DepKind(enum.IntEnum):
     CROSS_THREAD = 5  # host thread -> host thread (main thread <-> autograd thread)
     COMMUNICATION = 6  # gradient producer -> collective -> consumer; across ranks
     LAUNCH_QUEUE = 7  # GPU work finishing frees a slot of CUDA's launch queue -> a blocked launch
+    DELAY_ANCHOR = 8  # iteration start -> a task with an unexplained delay that scales with the iteration's progress
 
     @property
     def is_host(self) -> bool:
@@ -85,7 +91,9 @@ TASK_COLUMNS: dict[str, Any] = {
     "name": np.int32,  # index into Graph.strings
     "duration_ns": np.int64,
     "gap_ns": np.int64,
-    "pinned_start_ns": np.int64,  # NOT_PINNED unless pinned
+    "unexplained": np.bool_,  # the trace does not say what part of this task's start or duration waited for
+    "delay_ns": np.int64,  # unexplained delay after the task is ready (0 for none), see the module docstring
+    "delay_span_ns": np.int64,  # recorded progress from the DELAY_ANCHOR to ready the delay scales with (0: fixed)
     "measured_start_ns": np.int64,
     "measured_end_ns": np.int64,
     "iteration": np.int32,  # -1 outside every iteration
@@ -157,7 +165,7 @@ class Graph:
         return self.strings[int(self.tasks["name"][task])]
 
     def pinned(self) -> np.ndarray:
-        return self.tasks["pinned_start_ns"] != NOT_PINNED
+        return self.tasks["unexplained"]
 
     def edges_of_kind(self, kind: DepKind) -> np.ndarray:
         return np.flatnonzero(self.edges["kind"] == kind)
@@ -165,7 +173,8 @@ class Graph:
     def add_tasks(self, **columns: Any) -> np.ndarray:
         """Append tasks (columns not given take defaults); returns their ids."""
         count = max(int(np.size(values)) for values in columns.values())
-        defaults = {"event": -1, "name": 0, "gap_ns": 0, "pinned_start_ns": NOT_PINNED, "iteration": -1,
+        defaults = {"event": -1, "name": 0, "gap_ns": 0, "unexplained": False, "delay_ns": 0,
+                    "delay_span_ns": 0, "iteration": -1,
                     "measured_start_ns": 0, "measured_end_ns": 0, "layer": -1, "phase": -1, "priority": 0,
                     "bytes": 0, "collective": 0}
         first = self.task_count

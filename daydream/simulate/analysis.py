@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import NOT_PINNED
 from daydream.simulate.engine import Timeline
 
 GPU_TASK_KINDS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
@@ -134,8 +133,6 @@ def _binding_predecessor(graph: Graph, timeline: Timeline, v: int, dst_order: np
     """(the predecessor that determined v's start, the host gap spent after it); -1 when none did."""
     edges = graph.edges
     start = int(timeline.start_ns[v])
-    if graph.tasks["pinned_start_ns"][v] != NOT_PINNED and start == int(graph.tasks["pinned_start_ns"][v]):
-        return -1, 0
     best, best_ready, best_gap = -1, np.iinfo(np.int64).min, 0
     for k in range(int(offsets[v]), int(offsets[v + 1])):
         e = int(dst_order[k])

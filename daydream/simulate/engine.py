@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from daydream._jit import jit
-from daydream.graph.model import NOT_PINNED, DepKind, Graph, ResourceKind
+from daydream.graph.model import DepKind, Graph, ResourceKind
 from daydream.graph.order import topological_order
+from daydream.graph.timing import delay_plain, forward_times, host_edge_mask
 
 UNSET = np.iinfo(np.int64).min
 
@@ -43,19 +43,6 @@ class Timeline:
         return int(self.end_ns.max() - self.start_ns.min()) if self.start_ns.size else 0
 
 
-def _in_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    dst = graph.edges["dst"]
-    order = np.argsort(dst, kind="stable").astype(np.int64)
-    offsets = np.zeros(graph.task_count + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst, minlength=graph.task_count), out=offsets[1:])
-    return offsets, order
-
-
-def _host_edge_mask(graph: Graph) -> np.ndarray:
-    kinds = graph.edges["kind"]
-    return (kinds == DepKind.HOST_ORDER) | (kinds == DepKind.CROSS_THREAD)
-
-
 def simulation_order(graph: Graph) -> np.ndarray:
     """A topological order close to the recorded one (ties by recorded start)."""
     return topological_order(graph.task_count, graph.edges["src"], graph.edges["dst"], graph.tasks["measured_start_ns"])
@@ -63,69 +50,8 @@ def simulation_order(graph: Graph) -> np.ndarray:
 
 def simulate(graph: Graph, order: np.ndarray | None = None) -> Timeline:
     """Replay `graph` in one pass over a topological order."""
-    if order is None:
-        order = simulation_order(graph)
-    offsets, in_edges = _in_edges(graph)
-    tasks, edges = graph.tasks, graph.edges
-    start, end = _forward_pass(
-        np.ascontiguousarray(order, dtype=np.int64),
-        offsets,
-        in_edges,
-        np.ascontiguousarray(edges["src"], dtype=np.int64),
-        _host_edge_mask(graph),
-        np.ascontiguousarray(edges["latency_ns"], dtype=np.int64),
-        np.ascontiguousarray(edges["from_start"], dtype=np.bool_),
-        np.ascontiguousarray(tasks["gap_ns"], dtype=np.int64),
-        np.ascontiguousarray(tasks["duration_ns"], dtype=np.int64),
-        np.ascontiguousarray(tasks["pinned_start_ns"], dtype=np.int64),
-        np.ascontiguousarray(tasks["measured_start_ns"], dtype=np.int64),
-    )
+    start, end, _ = forward_times(graph, simulation_order(graph) if order is None else order)
     return Timeline(start, end)
-
-
-@jit
-def _forward_pass(
-    order: np.ndarray,
-    offsets: np.ndarray,
-    in_edges: np.ndarray,
-    src: np.ndarray,
-    host_edge: np.ndarray,
-    latency: np.ndarray,
-    from_start: np.ndarray,
-    gap: np.ndarray,
-    duration: np.ndarray,
-    pinned: np.ndarray,
-    measured_start: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    n = gap.shape[0]
-    unset = np.iinfo(np.int64).min
-    start = np.full(n, unset, dtype=np.int64)
-    end = np.full(n, unset, dtype=np.int64)
-    for position in range(order.shape[0]):
-        v = order[position]
-        host_ready = unset
-        other_ready = unset
-        for k in range(offsets[v], offsets[v + 1]):
-            e = in_edges[k]
-            u = src[e]
-            ready = (start[u] if from_start[e] else end[u]) + latency[e]
-            if host_edge[e]:
-                if ready > host_ready:
-                    host_ready = ready
-            elif ready > other_ready:
-                other_ready = ready
-        begin = unset
-        if host_ready != unset:
-            begin = host_ready + gap[v]
-        if other_ready > begin:
-            begin = other_ready
-        if pinned[v] > begin:
-            begin = pinned[v]
-        if begin == unset:
-            begin = measured_start[v]
-        start[v] = begin
-        end[v] = begin + duration[v]
-    return start, end
 
 
 def simulate_reference(graph: Graph) -> Timeline:
@@ -135,20 +61,25 @@ def simulate_reference(graph: Graph) -> Timeline:
     for e, dst in enumerate(graph.edges["dst"].tolist()):
         preds[dst].append(e)
     src = graph.edges["src"].tolist()
-    is_host = _host_edge_mask(graph).tolist()
+    is_host = host_edge_mask(graph).tolist()
     latency = graph.edges["latency_ns"].tolist()
     from_start = graph.edges["from_start"].tolist()
     gap = graph.tasks["gap_ns"].tolist()
     duration = graph.tasks["duration_ns"].tolist()
-    pinned = graph.tasks["pinned_start_ns"].tolist()
+    delay = graph.tasks["delay_ns"].tolist()
+    span = graph.tasks["delay_span_ns"].tolist()
+    is_anchor = (graph.edges["kind"] == DepKind.DELAY_ANCHOR).tolist()
     measured = graph.tasks["measured_start_ns"].tolist()
     start: list[int] = [0] * graph.task_count
     end: list[int] = [0] * graph.task_count
     for v in order:
         host = [(start[src[e]] if from_start[e] else end[src[e]]) + latency[e] for e in preds[v] if is_host[e]]
         other = [(start[src[e]] if from_start[e] else end[src[e]]) + latency[e] for e in preds[v] if not is_host[e]]
-        candidates = ([max(host) + gap[v]] if host else []) + other + ([pinned[v]] if pinned[v] != NOT_PINNED else [])
+        anchors = [end[src[e]] for e in preds[v] if is_anchor[e]]
+        candidates = ([max(host) + gap[v]] if host else []) + other
         start[v] = max(candidates) if candidates else measured[v]
+        if delay[v] > 0:
+            start[v] += delay_plain(delay[v], span[v], start[v], anchors[-1] if anchors else None)
         end[v] = start[v] + duration[v]
     return Timeline(np.array(start, dtype=np.int64), np.array(end, dtype=np.int64))
 
@@ -194,10 +125,13 @@ class _EventState:
         self.dst = graph.edges["dst"].tolist()
         self.latency = graph.edges["latency_ns"].tolist()
         self.from_start = graph.edges["from_start"].tolist()
-        self.is_host = _host_edge_mask(graph).tolist()
+        self.is_host = host_edge_mask(graph).tolist()
         self.gap = graph.tasks["gap_ns"].tolist()
         self.duration = graph.tasks["duration_ns"].tolist()
-        self.pinned = graph.tasks["pinned_start_ns"].tolist()
+        self.delay = graph.tasks["delay_ns"].tolist()
+        self.delay_span = graph.tasks["delay_span_ns"].tolist()
+        self.is_anchor = (graph.edges["kind"] == DepKind.DELAY_ANCHOR).tolist()
+        self.anchor: list[int | None] = [None] * n
         self.measured = graph.tasks["measured_start_ns"].tolist()
         self.resource = graph.tasks["resource"].tolist()
         self.exclusive = [r.kind in exclusive for r in graph.resources]
@@ -224,9 +158,10 @@ class _EventState:
             candidates.append(self.host_ready[v] + self.gap[v])  # type: ignore[operator]
         if self.other_ready[v] is not None:
             candidates.append(self.other_ready[v])
-        if self.pinned[v] != NOT_PINNED:
-            candidates.append(self.pinned[v])
-        return max(candidates) if candidates else self.measured[v]
+        ready = max(candidates) if candidates else self.measured[v]
+        if self.delay[v] > 0:
+            ready += delay_plain(self.delay[v], self.delay_span[v], ready, self.anchor[v])
+        return ready
 
     def push_event(self, time: int, kind: int, payload: int) -> None:
         self.sequence += 1
@@ -258,6 +193,8 @@ class _EventState:
         for e in self.out[v]:
             w = self.dst[e]
             ready = (self.start[v] if self.from_start[e] else self.end[v]) + self.latency[e]
+            if self.is_anchor[e]:
+                self.anchor[w] = self.end[v]
             if self.is_host[e]:
                 self.host_ready[w] = ready if self.host_ready[w] is None else max(self.host_ready[w], ready)  # type: ignore[type-var]
             else:

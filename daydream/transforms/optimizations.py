@@ -24,7 +24,7 @@ from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
-from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select
+from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select, unpin
 
 COMPUTE_BOUND = re.compile(
     r"gemm|cutlass|conv|winograd|implicit_?gemm|xmma|nvjet|cublas|dgrad|wgrad|fprop|matmul|_mma|scudnn", re.IGNORECASE
@@ -396,7 +396,7 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
         return 0
     first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
     copies = graph.add_tasks(**{column: values[host] for column, values in tasks.items()})
-    graph.tasks["pinned_start_ns"][copies] = np.iinfo(np.int64).min
+    unpin(graph, copies)
     graph.tasks["phase"][copies] = PHASES.index("backward")
     _splice_host(graph, copies, first_backward)
     gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
@@ -429,7 +429,7 @@ def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray
     order = np.argsort(graph.tasks["measured_start_ns"][kernels], kind="stable")
     kernels, sources, latency = kernels[order], edges["src"][launched][order], latency[order]
     kernel_copies = graph.add_tasks(**{column: values[kernels] for column, values in graph.tasks.items()})
-    graph.tasks["pinned_start_ns"][kernel_copies] = np.iinfo(np.int64).min
+    unpin(graph, kernel_copies)
     graph.add_edges([copy_of_call[int(s)] for s in sources], kernel_copies, DepKind.LAUNCH, latency_ns=latency, from_start=True)
     gap = int(graph.calibration.get("kernel_gap_ns", 0))
     graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)

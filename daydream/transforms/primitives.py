@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import EDGE_COLUMNS, NOT_PINNED
+from daydream.graph.model import EDGE_COLUMNS
 from daydream.graph.order import topological_order
 from daydream.mapping import PHASES
 
@@ -83,8 +83,8 @@ def scale(graph: Graph, selection: np.ndarray, factor: float | None = None,
           function: Callable[[Graph, np.ndarray], np.ndarray] | None = None, gaps: bool = False) -> Graph:
     """Multiply the durations (and, with `gaps`, the host gaps) of the selected tasks.
 
-    Either a constant `factor` or `function(graph, ids) -> factors`. Pinned tasks stay
-    pinned: their start is still bounded by the recorded one.
+    Either a constant `factor` or `function(graph, ids) -> factors`. Unexplained delays are
+    not scaled here: they follow the iteration's progress by themselves (graph.model).
     """
     if (factor is None) == (function is None):
         raise ValueError("scale needs exactly one of factor= or function=")
@@ -199,7 +199,9 @@ def reschedule(graph: Graph, selection: np.ndarray, resource: int | None = None,
 
 def unpin(graph: Graph, selection: np.ndarray) -> Graph:
     """Let the selected tasks start as their dependencies allow (a what-if changes what they waited for)."""
-    graph.tasks["pinned_start_ns"][np.asarray(selection, dtype=np.int64)] = NOT_PINNED
+    selection = np.asarray(selection, dtype=np.int64)
+    graph.tasks["unexplained"][selection] = False
+    graph.tasks["delay_ns"][selection] = 0
     return graph
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from daydream.simulate import simulate
 from daydream.graph import DepKind, TaskKind, build_graph
 from daydream.trace import read_job
 from tests.builders import annotation, kernel, op, runtime, write_trace
@@ -74,13 +75,18 @@ def test_builder_derives_each_dependency_kind(tmp_path: Path) -> None:
     assert graph.tasks["measured_start_ns"][start] == 0 and graph.tasks["measured_start_ns"][end] == 1_000_000
 
 
-def test_wait_without_a_recorded_side_is_pinned(tmp_path: Path) -> None:
+def test_wait_without_a_recorded_side_keeps_order_and_a_relative_delay(tmp_path: Path) -> None:
     events = [e for e in _events() if e["name"] != "cudaEventRecord"]
     trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
     graph = build_graph(trace)
     names = [graph.task_name(t) for t in range(graph.task_count)]
     held = names.index("b_on_20")
     assert graph.pinned()[held]
-    assert graph.tasks["pinned_start_ns"][held] == 130_000
     assert graph.calibration["event_waits_pinned"] == 1
-    assert any("cudaStreamWaitEvent" in note for note in graph.notes)
+    assert any("stream waits have no known recorded side" in note for note in graph.notes)
+    # No timestamp holds it: the untouched replay starts it where the recording did (130 µs), through a delay
+    # after its readiness; the order of the other stream's preceding work (a_on_7) is kept as an edge.
+    assert int(simulate(graph).start_ns[held]) == 130_000
+    assert graph.tasks["delay_ns"][held] >= 0
+    edges = {(int(s), int(d), DepKind(int(k))) for s, d, k in zip(graph.edges["src"], graph.edges["dst"], graph.edges["kind"])}
+    assert (names.index("a_on_7"), held, DepKind.EVENT_WAIT) in edges

@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
-from daydream.graph.model import EDGE_COLUMNS, NOT_PINNED, TASK_COLUMNS, empty_columns
+from daydream.graph.model import EDGE_COLUMNS, TASK_COLUMNS, empty_columns
 from daydream.simulate import PRIORITY, simulate, simulate_event_driven, simulate_reference
 
 HOST, STREAM, STREAM2 = 0, 1, 2
 
 
 def _graph(tasks: list[tuple[TaskKind, int, int, int]], edges: list[tuple[int, int, DepKind, int, bool]],
-           pinned: dict[int, int] | None = None) -> Graph:
-    """tasks: (kind, resource, duration, gap); edges: (src, dst, kind, latency, from_start)."""
+           delays: dict[int, tuple[int, int]] | None = None) -> Graph:
+    """tasks: (kind, resource, duration, gap); edges: (src, dst, kind, latency, from_start);
+    delays: task -> (unexplained delay, recorded span it scales with; 0 for a fixed delay)."""
     graph = Graph(
         tasks=empty_columns(TASK_COLUMNS),
         edges=empty_columns(EDGE_COLUMNS),
@@ -26,8 +27,10 @@ def _graph(tasks: list[tuple[TaskKind, int, int, int]], edges: list[tuple[int, i
         kind=[t[0] for t in tasks], resource=[t[1] for t in tasks], duration_ns=[t[2] for t in tasks],
         gap_ns=[t[3] for t in tasks], measured_start_ns=np.arange(len(tasks)) * 10,
     )
-    for index, start in (pinned or {}).items():
-        graph.tasks["pinned_start_ns"][index] = start
+    for index, (delay, span) in (delays or {}).items():
+        graph.tasks["delay_ns"][index] = delay
+        graph.tasks["delay_span_ns"][index] = span
+        graph.tasks["unexplained"][index] = True
     for src, dst, kind, latency, from_start in edges:
         graph.add_edges([src], [dst], kind, latency_ns=latency, from_start=from_start)
     return graph
@@ -102,12 +105,31 @@ def test_autograd_thread_blocks_the_main_thread() -> None:
         assert starts == [0, 8, 19] and ends == [5, 15, 21]
 
 
-def test_pinned_task_cannot_start_before_its_recorded_start() -> None:
+def test_a_fixed_delay_follows_the_task_s_readiness_not_a_timestamp() -> None:
     graph = _graph([(TaskKind.KERNEL, STREAM, 5, 0), (TaskKind.COLLECTIVE, STREAM, 5, 0)],
-                   [(0, 1, DepKind.STREAM_ORDER, 1, False)], pinned={1: 100})
+                   [(0, 1, DepKind.STREAM_ORDER, 1, False)], delays={1: (94, 0)})
+    # kernel [0,5]; collective ready at 5+1 = 6, plus its delay of 94 -> [100,105]
     for starts, _ in _all_engines(graph):
         assert starts == [0, 100]
-    assert graph.tasks["pinned_start_ns"][0] == NOT_PINNED
+    graph.tasks["duration_ns"][0] = 55  # the kernel takes 50 ns longer: the delay moves with it
+    for starts, _ in _all_engines(graph):
+        assert starts == [0, 150]
+
+
+def test_an_anchored_delay_scales_with_the_progress_since_its_anchor() -> None:
+    # anchor (a marker) at 0; a 40 ns kernel; a collective ready at 40 that waited 20 ns more in the
+    # recording (span 40). Halve the kernel: progress 20 of 40, so the delay halves to 10.
+    tasks = [(TaskKind.MARKER, HOST, 0, 0), (TaskKind.KERNEL, STREAM, 40, 0), (TaskKind.COLLECTIVE, STREAM, 5, 0)]
+    edges = [(0, 1, DepKind.LAUNCH, 0, True), (1, 2, DepKind.STREAM_ORDER, 0, False), (0, 2, DepKind.DELAY_ANCHOR, 0, False)]
+    graph = _graph(tasks, edges, delays={2: (20, 40)})
+    for starts, _ in _all_engines(graph):
+        assert starts == [0, 0, 60]
+    graph.tasks["duration_ns"][1] = 20
+    for starts, _ in _all_engines(graph):
+        assert starts == [0, 0, 30]
+    graph.tasks["duration_ns"][1] = 400  # slower work never lengthens the delay beyond the recorded one
+    for starts, _ in _all_engines(graph):
+        assert starts == [0, 0, 420]
 
 
 def test_priority_policy_reorders_a_shared_stream() -> None:
@@ -158,6 +180,9 @@ def test_engines_agree_on_random_graphs() -> None:
         for _ in range(40):
             a, b = sorted(rng.choice(n, size=2, replace=False).tolist())
             edges.append((a, b, DepKind.SYNC, int(rng.integers(0, 5)), bool(rng.random() < 0.3)))
-        graph = _graph(tasks, edges, pinned={int(rng.integers(0, n)): int(rng.integers(0, 500))})
+        delayed = sorted(rng.choice(np.arange(1, n), size=3, replace=False).tolist())
+        for task in delayed[1:]:  # two delays scale with an earlier anchor, one is fixed
+            edges.append((int(rng.integers(0, task)), task, DepKind.DELAY_ANCHOR, 0, False))
+        graph = _graph(tasks, edges, delays={task: (int(rng.integers(1, 500)), int(rng.integers(0, 300))) for task in delayed})
         results = _all_engines(graph)
         assert results[0] == results[1] == results[2]
