@@ -53,6 +53,8 @@ UNSET = np.iinfo(np.int64).min
 #: A blocking call that returned this long before the work it would wait for finished did not wait for it
 #: (host and GPU clocks of one trace agree far better than this).
 RETURNED_EARLY_NS = 1_000
+#: Calls that do nothing but wait: their time after the awaited work ends is the return latency.
+PURE_WAITS = (CallRole.STREAM_SYNC, CallRole.EVENT_SYNC)
 
 # A copy into pageable host memory returns only once the data is there; one from pageable
 # memory returns once the data is staged, before the transfer itself finishes.
@@ -469,9 +471,11 @@ class _Builder:
             [max((int(tasks["measured_end_ns"][t]) for t in targets), default=UNSET) for _, targets, _ in awaited], dtype=np.int64
         )
         waited = awaited_end > call_start
-        # The usual return latency: a low percentile, since some calls (hipFree) keep working after the wait.
+        # The usual return latency, from the calls that only wait (synchronize calls): frees and blocking
+        # copies may keep working after the wait (ROCm's hipFree unmaps memory for milliseconds).
         tail = np.where(waited, call_end - awaited_end, 0)
-        ret = calibrate.percentile_or(tail[waited], 10, calibrate.DEFAULT_SYNC_RETURN_NS)
+        pure = np.array([self._roles[self.names[int(n)]] in PURE_WAITS for n in tasks["name"][calls]], dtype=bool)
+        ret = calibrate.median_or(tail[waited & pure], calibrate.DEFAULT_SYNC_RETURN_NS)
         own = calibrate.median_or(call_end[~waited] - call_start[~waited], calibrate.DEFAULT_SYNC_OWN_NS)
         self.graph.calibration.update({"sync_return_ns": ret, "sync_own_ns": own})
         # A call that waited keeps only its own time; the wait is re-derived by the completion.

@@ -1,0 +1,142 @@
+"""What bounds an iteration: its critical path, every nanosecond of it given to one category.
+
+    bound = bound_by(graph, timeline, start_marker, end_marker)
+    bound.shares()           # {"host": 0.62, "gpu": 0.31, ...}, summing to 1
+    bound.unexplained_share  # what the trace cannot explain (delays), 0..1
+
+The walk starts at the task that ends the iteration (its end marker) and steps back to the
+predecessor that made each task ready, until it passes the iteration's start. Each step
+splits the time between two tasks into the later task's own time, its unexplained delay,
+and the edge it waited on (a host gap, or a latency), so the parts add up to the window:
+
+| category | what |
+|---|---|
+| host | own time of host tasks (API calls, CPU ops, what a blocking call did after its wait) and the CPU work between them (gaps) |
+| gpu | kernels, copies and memsets |
+| communication | collectives (their transfer) |
+| latency | launch latency, inter-kernel gap, sync return: the fixed costs on edges |
+| unexplained | delays the trace cannot explain that scale with the iteration's progress (graph.model) |
+| pinned | delays the trace cannot explain that stay fixed under any what-if |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.timing import in_edges
+from daydream.simulate.engine import Timeline
+
+CATEGORIES = ("host", "gpu", "communication", "latency", "unexplained", "pinned")
+#: Above this share of the critical path, a prediction says it is bound by what the trace cannot explain.
+UNEXPLAINED_WARNING_SHARE = 0.05
+
+_CATEGORY_OF_KIND = {
+    TaskKind.HOST_CALL: "host", TaskKind.HOST_OP: "host", TaskKind.COMPLETION: "host", TaskKind.MARKER: "host",
+    TaskKind.KERNEL: "gpu", TaskKind.MEMCPY: "gpu", TaskKind.MEMSET: "gpu", TaskKind.COLLECTIVE: "communication",
+}
+
+
+@dataclass(slots=True)
+class Bound:
+    """The critical path of one iteration window, ns per category (see the module docstring)."""
+
+    window_ns: int
+    by_category_ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    tasks: int = 0  # tasks on the path
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.by_category_ns.values())
+        return {k: (v / total if total else 0.0) for k, v in self.by_category_ns.items()}
+
+    @property
+    def unexplained_share(self) -> float:
+        """Share of the path the trace cannot explain (scaling and fixed delays together)."""
+        shares = self.shares()
+        return shares["unexplained"] + shares["pinned"]
+
+    @property
+    def pinned_share(self) -> float:
+        return self.shares()["pinned"]
+
+    @property
+    def bound(self) -> str:
+        """The category holding the largest share of the path ("host", "gpu", ...)."""
+        return max(CATEGORIES, key=lambda k: self.by_category_ns[k])
+
+    def as_dict(self) -> dict[str, object]:
+        return {"bound": self.bound, "shares": {k: round(v, 4) for k, v in self.shares().items()},
+                "by_category_ns": dict(self.by_category_ns), "critical_path_tasks": self.tasks}
+
+
+def bound_by(graph: Graph, timeline: Timeline, first: int, last: int, edges_in: tuple[np.ndarray, np.ndarray] | None = None) -> Bound:
+    """The critical path of the window from task `first`'s start to task `last`'s end (e.g. an iteration's markers).
+
+    `edges_in` (from graph.timing.in_edges) may be passed when the same graph is walked many times.
+    """
+    window_start, window_end = int(timeline.start_ns[first]), int(timeline.end_ns[last])
+    bound = Bound(window_ns=window_end - window_start)
+    offsets, order = edges_in if edges_in is not None else in_edges(graph)
+    walker = _Walker(graph, timeline, offsets, order, window_start, bound)
+    walker.walk(last, window_end, with_duration=True)
+    return bound
+
+
+class _Walker:
+    def __init__(self, graph: Graph, timeline: Timeline, offsets: np.ndarray, order: np.ndarray, window_start: int,
+                 bound: Bound) -> None:
+        self.graph, self.timeline = graph, timeline
+        self.offsets, self.order = offsets, order
+        self.window_start = window_start
+        self.bound = bound
+        self.kind = graph.tasks["kind"]
+        self.gap = graph.tasks["gap_ns"]
+        self.duration = graph.tasks["duration_ns"]
+        self.fixed = graph.tasks["delay_span_ns"] <= 0
+        self.edge_src, self.edge_kind = graph.edges["src"], graph.edges["kind"]
+        self.latency, self.from_start = graph.edges["latency_ns"], graph.edges["from_start"]
+
+    def add(self, category: str, begin: int, end: int) -> None:
+        """Credit [begin, end) to `category`, clipped to the window."""
+        begin = max(begin, self.window_start)
+        if end > begin:
+            self.bound.by_category_ns[category] += end - begin
+
+    def walk(self, v: int, until: int, with_duration: bool) -> None:
+        start, end = self.timeline.start_ns, self.timeline.end_ns
+        while until > self.window_start:
+            self.bound.tasks += 1
+            task_start = int(start[v])
+            if with_duration:
+                self.add(_CATEGORY_OF_KIND[TaskKind(int(self.kind[v]))], task_start, min(int(end[v]), until))
+                until = min(until, task_start)
+            edge, ready = self.binding_edge(v)
+            if edge < 0:
+                return  # nothing made it ready: it started where the recording did, before the window
+            if ready < until:
+                self.add("pinned" if self.fixed[v] else "unexplained", ready, until)
+                until = ready
+            u = int(self.edge_src[edge])
+            reference = int(start[u]) if self.from_start[edge] else int(end[u])
+            host_gap = int(self.gap[v]) if DepKind(int(self.edge_kind[edge])).is_host else 0
+            self.add("host", until - host_gap, until)
+            self.add("latency", reference, until - host_gap)
+            until = min(until, reference)
+            v, with_duration = u, not bool(self.from_start[edge])
+
+    def binding_edge(self, v: int) -> tuple[int, int]:
+        """(the in-edge that made v ready, that ready time); (-1, start) for a task with none."""
+        start, end = self.timeline.start_ns, self.timeline.end_ns
+        best, best_ready = -1, int(start[v])
+        found = np.iinfo(np.int64).min
+        for k in range(int(self.offsets[v]), int(self.offsets[v + 1])):
+            e = int(self.order[k])
+            u = int(self.edge_src[e])
+            ready = (int(start[u]) if self.from_start[e] else int(end[u])) + int(self.latency[e])
+            if DepKind(int(self.edge_kind[e])).is_host:
+                ready += int(self.gap[v])
+            if ready > found:
+                best, found = e, ready
+        return (best, found) if best >= 0 else (-1, best_ready)
