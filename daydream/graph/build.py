@@ -30,8 +30,6 @@ from functools import cached_property
 import numpy as np
 
 from daydream.graph import calibrate
-from daydream.graph.order import topological_order
-from daydream.graph.timing import forward_times
 from daydream.graph.model import (
     EDGE_COLUMNS,
     TASK_COLUMNS,
@@ -42,6 +40,8 @@ from daydream.graph.model import (
     TaskKind,
     empty_columns,
 )
+from daydream.graph.order import topological_order
+from daydream.graph.timing import forward_times
 from daydream.mapping import Links, attribute, find_iterations, link
 from daydream.mapping.attribution import AUTOGRAD_ENGINE_PREFIX
 from daydream.mapping.collectives import collectives_of

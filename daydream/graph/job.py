@@ -4,7 +4,8 @@
 
 A collective matched on every rank of its group (see daydream.mapping.collectives)
 gets its job-wide id in the `collective` column of each rank's graph, and loses its
-unexplained delay (the single-rank stand-in for the peers' arrival): the simulator starts it on every rank when the last rank is ready for it
+unexplained delay (the single-rank stand-in for the peers' arrival): the simulator
+starts it on every rank when the last rank is ready for it
 (daydream.simulate.job). Its duration becomes the transfer alone, which is the
 shortest recorded instance: the rank that arrived last waited least, and the
 others' longer kernels are that wait plus the same transfer.

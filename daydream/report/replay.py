@@ -19,6 +19,7 @@ from daydream.graph import DepKind
 from daydream.report.console import format_ns, short_kernel_name
 from daydream.simulate import Replay
 from daydream.simulate.analysis import breakdown, critical_path, recorded_timeline
+from daydream.simulate.bound import UNEXPLAINED_WARNING_SHARE, bound_line, iteration_bounds
 
 SCHEMA_VERSION = 1
 
@@ -53,8 +54,9 @@ def summarize_job(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[str, Any]:
     graph, trace = replay.graph, replay.trace
     recorded = recorded_timeline(graph)
+    bounds = iteration_bounds(graph, replay.timeline) if len(graph.iteration_markers) == len(replay.iterations) else []
     iterations = []
-    for it in replay.iterations:
+    for index, it in enumerate(replay.iterations):
         entry: dict[str, Any] = {
             "name": it.name,
             "measured_ns": it.measured_ns,
@@ -68,6 +70,9 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
                 "simulated": breakdown(graph, replay.timeline, it.simulated_start_ns, it.simulated_end_ns, recorded=False).as_dict(),
             },
         }
+        if bounds:
+            entry["bound_by"] = bounds[index].as_dict()
+            entry["pinned_on_critical_path"] = bounds[index].unexplained_share
         if with_critical_path:
             path = critical_path(graph, replay.timeline, it.simulated_start_ns, it.simulated_end_ns)
             entry["critical_path"] = {
@@ -103,19 +108,23 @@ def render_replays(summary: dict[str, Any], console: Console) -> None:
 
 def _error_table(summary: dict[str, Any]) -> Table:
     table = Table(title=f"replay of {summary['source']}", title_justify="left")
-    for header in ("rank", "iteration", "measured", "simulated", "error", "pinned"):
-        table.add_column(header, justify="left" if header == "iteration" else "right", no_wrap=True)
+    for header in ("rank", "iteration", "measured", "simulated", "error", "unexplained", "critical path"):
+        table.add_column(header, justify="left" if header in ("iteration", "critical path") else "right", no_wrap=True)
     for rank in summary["ranks"]:
         for it in rank["iterations"]:
             error = it["signed_error"] * 100
             style = "red" if abs(error) > 2 else ""
+            unexplained = it.get("pinned_on_critical_path")
             table.add_row(
-                str(rank["rank"]), it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]),
-                Text(f"{error:+.2f}%", style=style), f"{it['pinned_fraction'] * 100:.1f}%",
+                "—" if rank["rank"] is None else str(rank["rank"]), it["name"], format_ns(it["measured_ns"]),
+                format_ns(it["simulated_ns"]), Text(f"{error:+.2f}%", style=style),
+                Text(f"{unexplained:.1%}", style="yellow" if unexplained > UNEXPLAINED_WARNING_SHARE else "")
+                if unexplained is not None else "—",
+                bound_line(it["bound_by"], top=3) if "bound_by" in it else "",
             )
     for it in summary.get("job", {}).get("iterations", []):
         table.add_row(Text("job", style="bold"), it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]),
-                      f"{it['signed_error'] * 100:+.2f}%", "", style="bold")
+                      f"{it['signed_error'] * 100:+.2f}%", "", "", style="bold")
     return table
 
 
@@ -130,7 +139,9 @@ def _rank_detail(rank: dict[str, Any]) -> Panel:
     model = Table.grid(padding=(0, 1))
     model.add_column(style="bold", no_wrap=True)
     model.add_column(overflow="fold")
-    model.add_row("graph", f"{rank['graph']['tasks']:,} tasks, {rank['graph']['edges']:,} edges, {rank['graph']['pinned_tasks']:,} pinned")
+    graph = rank["graph"]
+    model.add_row("graph", f"{graph['tasks']:,} tasks, {graph['edges']:,} edges, "
+                           f"{graph['pinned_tasks']:,} with waits the trace cannot explain")
     model.add_row(
         "calibrated",
         f"launch latency {format_ns(calibration.get('launch_latency_ns'))}, kernel gap {format_ns(calibration.get('kernel_gap_ns'))}, "

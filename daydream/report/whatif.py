@@ -2,7 +2,10 @@
 
 The JSON contract: `{"iteration_ns": {"measured", "simulated", "predicted"}, "speedup",
 "optimizations": [...]}` is guaranteed (for several ranks, the slowest rank sets the
-iteration); keys are added, never renamed.
+iteration); keys are added, never renamed. `bound_by` splits the predicted critical path
+of the mean iteration into host, gpu, communication, latency, unexplained and pinned
+(daydream.simulate.bound); `pinned_on_critical_path` is the share the trace cannot
+explain, and `warnings` says when it is above 5% or when the prediction did not move.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream.report.console import format_bytes, format_ns
+from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
 
 SCHEMA_VERSION = 1
@@ -25,6 +29,7 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
     slowest = max(predictions, key=lambda p: p.predicted_ns)
     baseline = max(predictions, key=lambda p: p.simulated_ns)
     measured = max(p.measured_ns for p in predictions)
+    bound = slowest.bound.as_dict() if slowest.bound else None
     return {
         "schema_version": SCHEMA_VERSION,
         "daydream_version": __version__,
@@ -32,6 +37,9 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
         "optimizations": specs,
         "iteration_ns": {"measured": measured, "simulated": baseline.simulated_ns, "predicted": slowest.predicted_ns},
         "speedup": baseline.simulated_ns / slowest.predicted_ns if slowest.predicted_ns else None,
+        "bound_by": bound,
+        "pinned_on_critical_path": slowest.bound.unexplained_share if slowest.bound else 0.0,
+        "warnings": slowest.warnings,
         "ranks": [
             {
                 "rank": p.trace.meta.rank,
@@ -41,6 +49,10 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
                 "phases": p.phases,
                 "layers": p.layers,
                 "notes": p.notes,
+                "bound_by": p.bound.as_dict() if p.bound else None,
+                "baseline_bound_by": p.baseline_bound.as_dict() if p.baseline_bound else None,
+                "pinned_on_critical_path": p.bound.unexplained_share if p.bound else 0.0,
+                "warnings": p.warnings,
             }
             for p in predictions
         ],
@@ -59,8 +71,12 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
     style = "bold green" if speedup and speedup > 1.01 else "bold red" if speedup and speedup < 0.99 else "bold"
     table.add_row(Text("predicted", style="bold"), Text(format_ns(times["predicted"]), style="bold"),
                   Text(f"{speedup:.2f}x" if speedup else "—", style=style))
+    if summary.get("bound_by"):
+        table.add_row("critical path", "", Text(bound_line(summary["bound_by"]), style="dim"))
     rank = summary["ranks"][0]
-    parts: list[Any] = [table, _phases_table(rank)]
+    parts: list[Any] = [table]
+    parts += [Text(f"warning: {warning}", style="bold yellow") for warning in summary.get("warnings", [])]
+    parts.append(_phases_table(rank))
     if rank["layers"]:
         parts.append(_layers_table(rank))
     notes = Table.grid(padding=(0, 1))

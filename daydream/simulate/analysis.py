@@ -132,7 +132,6 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
 def _binding_predecessor(graph: Graph, timeline: Timeline, v: int, dst_order: np.ndarray, offsets: np.ndarray) -> tuple[int, int]:
     """(the predecessor that determined v's start, the host gap spent after it); -1 when none did."""
     edges = graph.edges
-    start = int(timeline.start_ns[v])
     best, best_ready, best_gap = -1, np.iinfo(np.int64).min, 0
     for k in range(int(offsets[v]), int(offsets[v + 1])):
         e = int(dst_order[k])

@@ -140,3 +140,35 @@ class _Walker:
             if ready > found:
                 best, found = e, ready
         return (best, found) if best >= 0 else (-1, best_ready)
+
+
+def bound_line(bound: dict[str, object], top: int = 6) -> str:
+    """"host 62% · gpu 31% · latency 7%": the largest categories of a bound's `as_dict()`."""
+    shares = sorted(bound["shares"].items(), key=lambda item: -item[1])  # type: ignore[attr-defined]
+    return " · ".join(f"{category} {share:.0%}" for category, share in shares[:top] if share >= 0.005)
+
+
+def iteration_bounds(graph: Graph, timeline: Timeline) -> list[Bound]:
+    """The bound of every iteration of `graph` (between its markers), in iteration order."""
+    edges_in = in_edges(graph)
+    return [bound_by(graph, timeline, first, last, edges_in) for first, last in graph.iteration_markers]
+
+
+def merge(bounds: list[Bound]) -> Bound:
+    """Several iterations' bounds as one (their ns added): the mean iteration's shares."""
+    merged = Bound(window_ns=sum(b.window_ns for b in bounds), tasks=sum(b.tasks for b in bounds))
+    for bound in bounds:
+        for category, ns in bound.by_category_ns.items():
+            merged.by_category_ns[category] += ns
+    return merged
+
+
+def warnings_for(bound: Bound) -> list[str]:
+    """What a prediction with this (merged) bound must say about itself."""
+    if bound.unexplained_share <= UNEXPLAINED_WARNING_SHARE:
+        return []
+    shares = bound.shares()
+    return [f"{bound.unexplained_share:.0%} of the critical path is waiting the trace cannot explain "
+            f"({shares['unexplained']:.0%} scaling with the iteration's progress, {shares['pinned']:.0%} fixed): "
+            "a single rank's wait for its peers or a wait on work outside the trace. The prediction moves that part "
+            "only in proportion to the work before it; trace every rank (daydream replay DIR) to derive it"]

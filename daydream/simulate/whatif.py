@@ -18,6 +18,7 @@ from daydream.devices import Device, device, find_device
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
 from daydream.mapping import PHASES
+from daydream.simulate.bound import Bound, iteration_bounds, merge, warnings_for
 from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
@@ -43,6 +44,9 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     graph: Graph | None = None
     timeline: Timeline | None = None
+    bound: Bound | None = None  # the predicted critical path of the mean iteration, by category
+    baseline_bound: Bound | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -115,6 +119,12 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
                               "simulated_ns": replayed.simulated_ns, "predicted_ns": predicted})
 
+    bounds = iteration_bounds(graph, timeline)
+    for entry, bound in zip(per_iteration, bounds):
+        entry["bound_by"] = bound.as_dict()
+    predicted_bound = merge(bounds) if bounds else None
+    baseline_bound = merge(iteration_bounds(baseline.graph, baseline.timeline)) if bounds else None
+
     def mean(key: str) -> int:
         return int(np.mean([it[key] for it in per_iteration])) if per_iteration else 0
 
@@ -130,7 +140,27 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         notes=notes,
         graph=graph,
         timeline=timeline,
+        bound=predicted_bound,
+        baseline_bound=baseline_bound,
+        warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs),
     )
+
+
+#: A prediction within this of the baseline did not move.
+UNMOVED = 0.005
+
+
+def _warnings(bound: Bound | None, baseline: Bound | None, simulated_ns: int, predicted_ns: int, specs: list[str]) -> list[str]:
+    """What bounds the prediction, where the user must know it: unexplained waits, or a step the what-if cannot reach."""
+    if bound is None or baseline is None:
+        return []
+    warnings = warnings_for(bound)
+    if simulated_ns and abs(predicted_ns - simulated_ns) <= UNMOVED * simulated_ns:
+        shares = baseline.shares()
+        warnings.append(f"the prediction did not move: the baseline step is {baseline.bound}-bound "
+                        f"({', '.join(f'{k} {v:.0%}' for k, v in shares.items() if v >= 0.005)} of its critical path), "
+                        f"and {' + '.join(specs)} does not shorten that path")
+    return warnings
 
 
 def _work(graph: Graph) -> tuple[np.ndarray, str]:

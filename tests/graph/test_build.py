@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daydream.simulate import simulate
 from daydream.graph import DepKind, TaskKind, build_graph
+from daydream.simulate import simulate
 from daydream.trace import read_job
 from tests.builders import annotation, kernel, op, runtime, write_trace
 

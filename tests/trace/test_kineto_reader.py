@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, TrackKind, read_job
+from daydream.trace import GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, TrackKind, read_job
 from tests.builders import annotation, kernel, op, runtime, write_trace
 
 
@@ -120,10 +120,29 @@ def test_malformed_events_are_skipped_and_counted(tmp_path: Path) -> None:
         op("aten::also_good", 5, 2, ext=2),
     ]
     trace = _read(write_trace(tmp_path, events))
-    assert [trace.name_of(i) for i in range(len(trace))] == ["aten::good", "aten::also_good"]
-    assert trace.meta.skipped_total == 4
+    # A number field that holds no number is read as absent: the kernel stays, unlinked.
+    assert sorted(trace.name_of(i) for i in range(len(trace))) == ["aten::also_good", "aten::good", "k"]
+    kernel = [i for i in range(len(trace)) if trace.name_of(i) == "k"][0]
+    assert trace.correlation[kernel] == NO_VALUE
+    assert trace.meta.skipped_total == 3
     assert trace.meta.skipped["missing dur"] == 1
     assert trace.meta.skipped["event is not a JSON object"] == 1
+
+
+def test_numbers_written_as_strings_are_read_as_numbers(tmp_path: Path) -> None:
+    # ROCm builds write some args as strings: "stream": "0x0", "bytes": "128".
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyAsync", "pid": 1, "tid": 1, "ts": 1, "dur": 2,
+         "args": {"correlation": "7", "bytes": "128", "stream": "0x1f"}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "pid": 0, "tid": 31, "ts": 4, "dur": 1,
+         "args": {"correlation": 7, "bytes": "128", "stream": "0x1f", "device": "0"}},
+    ]
+    trace = _read(write_trace(tmp_path, events))
+    assert len(trace) == 2 and trace.meta.skipped_total == 0
+    assert trace.correlation.tolist() == [7, 7]
+    assert trace.bytes.tolist() == [128, 128]
+    gpu_track = trace.tracks[int(trace.track[1])]
+    assert gpu_track.stream == 31 and gpu_track.device == 0
 
 
 def test_unused_events_are_dropped_but_counted(tmp_path: Path) -> None:

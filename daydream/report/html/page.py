@@ -18,6 +18,7 @@ from typing import Any
 
 from daydream.memory import CATEGORIES
 from daydream.report.console import format_bytes, format_ns, short_kernel_name
+from daydream.simulate.bound import bound_line
 
 
 class Markup(str):
@@ -148,21 +149,24 @@ start and coloured by phase. Ctrl + wheel or the buttons zoom, drag pans, double
 
 
 def _whatif_section(document: dict[str, Any]) -> str:
-    rows, notes = [], []
+    rows, notes, warnings = [], [], []
     for entry in document["whatif"]:
         times = entry["iteration_ns"]
+        bound = entry.get("bound_by")
         rows.append([entry["label"], format_ns(times["measured"]), format_ns(times["simulated"]), format_ns(times["predicted"]),
-                     _speedup(entry["speedup"])])
+                     _speedup(entry["speedup"]), bound_line(bound, top=3) if bound else ""])
         notes += [note for note in entry["notes"] if note not in notes]  # a combined row repeats its parts' notes
-    table = _table(["optimization", "measured", "simulated baseline", "predicted", "speed-up"], rows, "whatif")
+        warnings += [f"{entry['label']}: {w}" for w in entry.get("warnings", [])]
+    table = _table(["optimization", "measured", "simulated baseline", "predicted", "speed-up", "critical path"], rows, "whatif")
     model = f'<ul class="notes">{"".join(f"<li>{_escape(note)}</li>" for note in notes)}</ul>' if notes else ""
+    model = "".join(f'<p class="warning">{_escape(w)}</p>' for w in warnings) + model
     return (f'<section id="whatif"><h2>What if</h2><p class="hint">Mean iteration time; the speed-up compares the prediction with '
             f"the simulated baseline (like with like). With several ranks the slowest rank sets each time.</p>{table}{model}</section>")
 
 
 def _iterations_section(document: dict[str, Any]) -> str:
     rank = document["replay"]["ranks"][document["rank_index"]]
-    headers = ["iteration", "measured", "simulated", "replay error", "pinned"]
+    headers = ["iteration", "measured", "simulated", "replay error", "unexplained"]
     predicted: dict[str, int] = {}
     if document["optimizations"]:
         headers.append("predicted")
@@ -170,7 +174,7 @@ def _iterations_section(document: dict[str, Any]) -> str:
     rows, classes = [], []
     for index, it in enumerate(rank["iterations"]):
         row = [it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]), f"{it['signed_error'] * 100:+.2f}%",
-               f"{it['pinned_fraction'] * 100:.1f}%"]
+               f"{it['pinned_on_critical_path'] * 100:.1f}%" if "pinned_on_critical_path" in it else "—"]
         rows.append(row + [format_ns(predicted.get(it["name"]))] if predicted else row)
         classes.append("chosen" if index == document["iteration"]["index"] else "")
     table = _table(headers, rows, "iterations", classes)
