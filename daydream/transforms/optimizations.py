@@ -22,15 +22,11 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
+from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classify_strings, precision_strings
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select, unpin
 
-COMPUTE_BOUND = re.compile(
-    r"gemm|cutlass|conv|winograd|implicit_?gemm|xmma|nvjet|cublas|dgrad|wgrad|fprop|matmul|_mma|scudnn", re.IGNORECASE
-)
-TENSOR_CORE = re.compile(r"tensorop|s1688|s884|h884|h1688|16816|tf32|xmma|nvjet|hmma|wgmma", re.IGNORECASE)
-ELEMENTWISE = re.compile(r"elementwise|pointwise|vectorized_|unrolled_|distribution_", re.IGNORECASE)
 MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
 
@@ -154,17 +150,53 @@ def _low_percentile(values: np.ndarray, q: float = 10) -> int:
 # --------------------------------------------------------------------------- amp
 
 
+def kernel_classes(graph: Graph, ids: np.ndarray) -> np.ndarray:
+    """The class (index into mapping.classes.CLASSES) of each task in `ids`, from its name."""
+    return classify_strings(graph.strings)[graph.tasks["name"][ids]]
+
+
+def kernel_precisions(graph: Graph, ids: np.ndarray) -> np.ndarray:
+    """The precision (index into mapping.classes.PRECISIONS) of each task in `ids`, from its name."""
+    return precision_strings(graph.strings)[graph.tasks["name"][ids]]
+
+
+def _of(values: np.ndarray, labels: tuple[str, ...], chosen: tuple[str, ...]) -> np.ndarray:
+    return np.isin(values, [labels.index(label) for label in chosen])
+
+
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not graph.has_device_work():
         return ["amp: the trace has no GPU work; mixed precision is modelled on GPU kernels only, nothing changed"]
-    device = context.device
     kernels = select(graph, kind=KERNELS)
     # The optimizer keeps fp32 master weights under AMP: its kernels are unchanged.
     kernels = kernels[graph.tasks["phase"][kernels] != PHASES.index("optimizer")]
-    compute = _matching(graph, kernels, COMPUTE_BOUND)
-    memory = np.setdiff1d(kernels, compute)
-    tensor_core = _matching(graph, compute, TENSOR_CORE)
+    classes, precisions = kernel_classes(graph, kernels), kernel_precisions(graph, kernels)
+    durations = graph.tasks["duration_ns"][kernels]
+    reduced = _of(precisions, PRECISIONS, REDUCED_PRECISION)
+    full = _of(precisions, PRECISIONS, FULL_PRECISION)
+    known_ns = int(durations[reduced | full].sum())
+    reduced_share = float(durations[reduced].sum()) / known_ns if known_ns else 0.0
+    # Kernels whose names do not say (nvjet, inductor, memsets) run like the rest of the trace.
+    unknown = precisions == PRECISIONS.index("unknown")
+    convertible = full | (unknown & (reduced_share < 0.5))
+    kernels, classes, precisions = kernels[convertible], classes[convertible], precisions[convertible]
+    is_compute = _of(classes, CLASSES, ("gemm", "convolution"))
+    compute = kernels[is_compute]
+    tensor_core = kernels[is_compute & (precisions == PRECISIONS.index("tf32"))]
     simt = np.setdiff1d(compute, tensor_core)
+    memory = kernels[~is_compute & ~_of(classes, CLASSES, ("communication",))]
+    notes = _amp_scale(graph, params, context, simt, tensor_core, memory, kernels[_of(classes, CLASSES, ("elementwise",))])
+    already = (f"{reduced_share:.0%} of the GPU time whose precision the kernel names state already runs in "
+               f"bf16/fp16/fp8 and is left as it is" if known_ns else "no kernel name states its precision")
+    if reduced_share >= 0.5:
+        already += "; kernels whose names do not say are taken to be reduced precision too"
+    return [notes, f"amp: {already}"]
+
+
+def _amp_scale(graph: Graph, params: dict[str, Any], context: Context, simt: np.ndarray, tensor_core: np.ndarray,
+               memory: np.ndarray, elementwise: np.ndarray) -> str:
+    """Speed up the fp32/tf32 work AMP converts, and add autocast's weight casts; returns the note."""
+    device = context.device
     if params["compute"] > 0:
         simt_factor = core_factor = float(params["compute"])
         source = "--opt amp:compute="
@@ -175,8 +207,8 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         simt_factor = core_factor = FALLBACK_COMPUTE_FACTOR
         source = "Daydream's published constant (GPU not in the device table)"
     memory_factor = float(params["memory"]) if params["memory"] > 0 else FALLBACK_MEMORY_FACTOR
+    compute = np.concatenate([simt, tensor_core])
     forward_compute = compute[graph.tasks["phase"][compute] == PHASES.index("forward")]
-    elementwise = _matching(graph, kernels, ELEMENTWISE)
     cast_ns = int(np.median(graph.tasks["duration_ns"][elementwise]) * CAST_COST_OF_ELEMENTWISE) if elementwise.size else 0
     launch_calls = _launchers(graph, forward_compute)
     launch_ns = int(np.median(graph.tasks["duration_ns"][launch_calls])) if launch_calls.size else 0
@@ -186,17 +218,16 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     # autocast casts each weight before its GEMM/conv: a cast kernel on the stream, and its launch on the host.
     graph.tasks["duration_ns"][forward_compute] += cast_ns
     graph.tasks["gap_ns"][launch_calls] += launch_ns
-    return [
-        f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} tf32 tensor-core kernels "
-        f"÷{core_factor:.2f} (from {source}); {memory.size} memory-bound kernels ÷{memory_factor:g}; "
-        f"{forward_compute.size} casts of {cast_ns} ns and their launches ({launch_ns} ns of host time each) added",
-    ]
+    return (f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} tf32 tensor-core kernels "
+            f"÷{core_factor:.2f} (from {source}); {memory.size} memory-bound kernels ÷{memory_factor:g}; "
+            f"{forward_compute.size} casts of {cast_ns} ns and their launches ({launch_ns} ns of host time each) added")
 
 
 register(Optimization(
     "amp", "automatic mixed precision (fp16/bf16 autocast)",
-    "GEMM/convolution kernels sped up by the device's fp16 tensor-core peak over the fp32 (or tf32 for kernels already "
-    "on tensor cores) peak, from the device table (÷3 when the GPU is unknown); all other kernels ÷2 (half the bytes) "
+    "only fp32/tf32 work changes (precision read from kernel names, mapping/classes.py; kernels whose names do not say "
+    "follow the trace's majority): GEMM/convolution kernels sped up by the device's fp16 tensor-core peak over the fp32 "
+    "(or tf32) peak, from the device table (÷3 when the GPU is unknown); all other kernels ÷2 (half the bytes) "
     "except the optimizer's (fp32 master weights); each forward GEMM/conv gets a weight cast (half an elementwise "
     "kernel) and its launch on the host; CPU unchanged",
     _amp,
@@ -289,7 +320,7 @@ def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) ->
         return ["fuse-elementwise: the trace has no GPU kernels; nothing changed"]
     kernels = select(graph, kind=KERNELS)
     elementwise = np.zeros(graph.task_count, dtype=bool)
-    elementwise[_matching(graph, kernels, ELEMENTWISE)] = True
+    elementwise[kernels[kernel_classes(graph, kernels) == CLASSES.index("elementwise")]] = True
     saving = float(params["saving"])
     removed, chains = [], 0
     for resource in np.unique(graph.tasks["resource"][kernels]).tolist():
@@ -484,9 +515,15 @@ def _faster_gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[
     factor = float(params["factor"])
     if factor <= 0:
         raise InputError(f"--opt faster-gpu:factor={factor:g}: the factor must be positive")
-    work = select(graph, kind=GPU_WORK, name=params["kernels"] or None)
+    chosen = str(params["kernels"])
+    if chosen in CLASSES:  # a kernel class of mapping/classes.py, e.g. kernels=gemm
+        work = select(graph, kind=GPU_WORK)
+        work = work[kernel_classes(graph, work) == CLASSES.index(chosen)]
+        what = f"of class {chosen}"
+    else:
+        work = select(graph, kind=GPU_WORK, name=chosen or None)
+        what = f"matching {chosen!r}" if chosen else "(all)"
     scale(graph, work, factor=1 / factor)
-    what = f"matching {params['kernels']!r}" if params["kernels"] else "(all)"
     return [f"faster-gpu: {work.size} GPU tasks {what} ÷{factor:g}"]
 
 
@@ -494,7 +531,8 @@ register(Optimization(
     "faster-gpu", "a faster (factor > 1) or slower (factor < 1) GPU, or faster matching kernels",
     "GPU kernels, copies and memsets (or only those whose name matches `kernels`) ÷factor; host unchanged",
     _faster_gpu,
-    {"factor": Parameter(float, 2.0, "GPU speed-up"), "kernels": Parameter(str, "", "regular expression over kernel names")},
+    {"factor": Parameter(float, 2.0, "GPU speed-up"),
+     "kernels": Parameter(str, "", "a kernel class (gemm, convolution, attention, ...) or a regular expression over kernel names")},
 ))
 
 

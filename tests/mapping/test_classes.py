@@ -32,9 +32,9 @@ KERNELS = [
      "4gemm9GemmShapeILi128ELi128ELi32EEE", "convolution"),
     ("void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>(int, int, int, float const*, int, float const*, int, "
      "float*, kernel_grad_params, unsigned long long, int, unsigned long long, int, float, int, int, int)", "convolution"),
-    # attention and softmax
+    # attention; a softmax alone is a reduction (a CNN's log_softmax loss is no attention)
     ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*, int, int, int, "
-     "bool const*, int, bool)", "attention"),
+     "bool const*, int, bool)", "reduction"),
     ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, "
      "cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, false, "
      "false, false, true, false>(pytorch_flash::Flash_fwd_params)", "attention"),
@@ -87,11 +87,14 @@ KERNELS = [
      "at::native::(anonymous namespace)::TensorListMetadata<2>)", "optimizer"),
     # types named only in the parameter list do not decide (cuBLAS, fbgemm types there)
     ("void scal_kernel<float, float, 1, false, 6, 5, 5, 3>(cublasTransposeParams<float>, float const*, float*, float const*)",
-     "other"),
+     "elementwise"),
     ("void bounds_check_indices_kernel<long>(at::GenericPackedTensorAccessor<long, 1ul, at::RestrictPtrTraits, int>, "
-     "fbgemm_gpu::FixedDivisor)", "other"),
+     "fbgemm_gpu::FixedDivisor)", "memory"),
     ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, int, int>::Policy800, false, long, int, int, "
-     "int>(int*, int*, int*, int const*, long*, long const*, int*, int const*, int, int, int)", "other"),
+     "int>(int*, int*, int*, int const*, long*, long const*, int*, int const*, int, int, int)", "reduction"),
+    # FBGEMM's table-batched embeddings are embedding lookups, not GEMMs
+    ("void split_embedding_codegen_forward_unweighted_kernel<float, float, float, false, long, 1ul, 16ul>("
+     "at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "embedding"),
     ("triton__0d1d2d3d", "other"),
 ]
 
@@ -102,7 +105,7 @@ CPU_OPS = [
     ("autograd::engine::evaluate_function: AddmmBackward0", "gemm"),
     ("aten::mkldnn_convolution", "convolution"),
     ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
-    ("aten::_log_softmax", "attention"),
+    ("aten::_log_softmax", "reduction"),
     ("aten::scaled_dot_product_attention", "attention"),
     ("aten::native_layer_norm", "normalization"),
     ("autograd::engine::evaluate_function: NativeLayerNormBackward0", "normalization"),
