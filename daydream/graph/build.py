@@ -340,8 +340,8 @@ class _Builder:
             return (self._last_launched_per_stream(start, stream), True) if stream is not None else ([], True)
         if role is CallRole.EVENT_SYNC:
             targets = self._event_sync_targets(call, sync_records)
-            if targets is None:
-                targets = self._event_sync_by_program_order(call, history)
+            # Without a cuda_sync record the event's stream is unknown (a record call names no stream):
+            # the wait becomes an unexplained delay rather than a guess from the thread's current stream.
             return (targets, True) if targets is not None else ([], False)
         own_copies = self._launched_by(call)
         if role is CallRole.BLOCKING_COPY:
@@ -425,18 +425,6 @@ class _Builder:
         if record_call is None or stream == NO_VALUE:
             return None
         return self._last_launched_per_stream(int(self.graph.tasks["measured_start_ns"][record_call]) + 1, stream)
-
-    def _event_sync_by_program_order(self, call: int, history: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[int] | None:
-        """Without cuda_sync records: the thread's latest cudaEventRecord, on the stream it was then using."""
-        record = self._latest_record_before(call)
-        if record is None:
-            return None
-        resource = int(self.graph.tasks["resource"][call])
-        record_time = int(self.graph.tasks["measured_start_ns"][record])
-        stream = self._recent_stream(history.get(resource), record_time)
-        if stream is None:
-            return []
-        return self._last_launched_per_stream(record_time, stream)
 
     @cached_property
     def _host_calls(self) -> np.ndarray:
