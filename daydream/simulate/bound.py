@@ -13,8 +13,8 @@ and the edge it waited on (a host gap, or a latency), so the parts add up to the
 |---|---|
 | host | own time of host tasks (API calls, CPU ops, what a blocking call did after its wait) and the CPU work between them (gaps) |
 | gpu | kernels, copies and memsets |
-| communication | collectives (their transfer) |
-| latency | launch latency, inter-kernel gap, sync return: the fixed costs on edges |
+| communication | collectives: their transfer, and for collectives matched across ranks the wait for the others |
+| latency | launch latency, inter-kernel gap, sync return: the fixed costs on edges; a resource's queue |
 | unexplained | delays the trace cannot explain that scale with the iteration's progress (graph.model) |
 | pinned | delays the trace cannot explain that stay fixed under any what-if |
 """
@@ -95,6 +95,7 @@ class _Walker:
         self.gap = graph.tasks["gap_ns"]
         self.duration = graph.tasks["duration_ns"]
         self.fixed = graph.tasks["delay_span_ns"] <= 0
+        self.delay = graph.tasks["delay_ns"]
         self.edge_src, self.edge_kind = graph.edges["src"], graph.edges["kind"]
         self.latency, self.from_start = graph.edges["latency_ns"], graph.edges["from_start"]
 
@@ -116,7 +117,7 @@ class _Walker:
             if edge < 0:
                 return  # nothing made it ready: it started where the recording did, before the window
             if ready < until:
-                self.add("pinned" if self.fixed[v] else "unexplained", ready, until)
+                self.add(self.wait_category(v), ready, until)
                 until = ready
             u = int(self.edge_src[edge])
             reference = int(start[u]) if self.from_start[edge] else int(end[u])
@@ -125,6 +126,13 @@ class _Walker:
             self.add("latency", reference, until - host_gap)
             until = min(until, reference)
             v, with_duration = u, not bool(self.from_start[edge])
+
+    def wait_category(self, v: int) -> str:
+        """What held v after its own dependencies were met: its unexplained delay, or, for a collective matched
+        across ranks (no delay of its own), the other ranks, derived by the job's replay; else a queue."""
+        if self.delay[v] > 0:
+            return "pinned" if self.fixed[v] else "unexplained"
+        return "communication" if self.kind[v] == TaskKind.COLLECTIVE else "latency"
 
     def binding_edge(self, v: int) -> tuple[int, int]:
         """(the in-edge that made v ready, that ready time); (-1, start) for a task with none."""
