@@ -89,7 +89,8 @@ class BuildReport:
 
 def pinned_collectives_note(count: int) -> str:
     """The note a graph carries while `count` of its collectives stay pinned (see graph.job for matched ones)."""
-    return f"{count} collectives replayed as recorded: on one rank their time includes waiting for the others"
+    return (f"{count} collectives of a single rank: each lasts its transfer (shortest instance), and its wait for the "
+            "other ranks is a delay that scales with the work since the ranks last met (replay with every rank to derive it)")
 
 
 def build_graph(trace: Trace, links: Links | None = None) -> Graph:
