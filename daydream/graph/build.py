@@ -1,24 +1,25 @@
 """Building the dependency graph of one rank from its linked trace.
 
-The rules, with the reasons behind them, are in docs/replay-model.md. In short:
+The rules, with the reasons behind them, are in docs/replay-model.md. `build_graph` applies
+them in this order, each a method with explicit inputs and outputs:
 
-* host tasks are the CUDA API calls of each host thread (a thread that makes
-  none, e.g. in a CPU-only trace, contributes its top-level CPU ops); the CPU
-  time between two of them is the second one's `gap`;
-* GPU tasks are kernels, copies and memsets, in stream order, each launched by
-  its API call (a launch latency after the call began);
-* a blocking call (stream/device/event synchronize, a blocking copy, cudaFree)
-  becomes two tasks: the call, with only its own time, and its completion,
-  which waits for the GPU work the call waited for;
-* a launch waits for a free slot of CUDA's launch queue: GPU work `depth + 1`
-  launches back must have finished;
-* `cudaStreamWaitEvent` gets a GPU→GPU edge when the recorded side is known;
-  otherwise the GPU work it held back is pinned to its recorded start;
-* GPU work launched before the trace window, and collectives (whose time on one
-  rank includes waiting for the others), are pinned to their recorded starts;
-* when the main thread idles while another thread (PyTorch's autograd thread)
-  works, the other thread's burst starts after the main thread's last task and
-  the main thread resumes after the burst.
+| step | rule | needs | gives |
+|---|---|---|---|
+| `_tasks` | host calls (or top-level CPU ops), GPU work, iteration markers | the linked trace | tasks |
+| `_link_gpu_work` | 3. launch: each GPU task's launching call | tasks | `launch_task` |
+| `_blocking_calls` | 4. a blocking call = call + completion, waiting for its GPU work | launches | completions, unexplained completions |
+| `_host_order` | 1. program order on host threads, after completions | completions | edges |
+| `_event_waits` | 5. cross-stream event waits | launches | edges, unexplained held-back work |
+| `_unlinked_gpu_work` | work launched before the window, unlinked work, a single rank's collectives | launches | unexplained GPU work |
+| `_calibrate_gpu` | launch latency and kernel gap from work nothing else held back | all unexplained so far | constants |
+| `_stream_order`, `_launches` | 2. stream order, 3. launch edges | constants | edges |
+| `_launch_queue` | 7. the launch queue | launches | edges, trimmed held launches |
+| `_cross_thread` | 6. the autograd thread's bursts | completions | edges |
+| `_iterations`, `_host_gaps` | iteration of each task; CPU time between host tasks | host edges | gaps |
+| `_relative_delays` | what the trace cannot explain becomes a relative delay | every unexplained task | delays, anchors |
+
+The last step is the only place a recorded start time enters the graph, and it enters as a
+delay after the task's readiness, never as a timestamp (graph.model).
 """
 
 from __future__ import annotations
@@ -109,6 +110,40 @@ class _Builder:
     # ------------------------------------------------------------------ tasks
 
     def build(self) -> Graph:
+        self._tasks()
+        self._link_gpu_work()
+        completion, unknown_syncs = self._blocking_calls()
+        self._host_order(completion)
+        held_back = self._event_waits()
+        unexplained = np.unique(np.concatenate([unknown_syncs, held_back, self._unlinked_gpu_work()]))
+        self._calibrate_gpu(unexplained)
+        self._stream_order()
+        self._launches()
+        self._launch_queue()
+        self._cross_thread(completion)
+        self._iterations()
+        self._host_gaps()
+        self._relative_delays(unexplained)
+        self.graph.notes = self.report.notes
+        self.graph.calibration.update(
+            {
+                "blocking_calls": self.report.blocking_calls,
+                "blocking_calls_pinned": self.report.blocking_unknown,
+                "blocking_calls_not_waiting": self.report.blocking_not_waiting,
+                "blocked_launches": self.report.blocked_launches,
+                "event_waits_derived": self.report.event_waits_derived,
+                "event_waits_trivial": self.report.event_waits_trivial,
+                "event_waits_pinned": self.report.event_waits_pinned,
+                "cross_thread_bursts": self.report.cross_thread_bursts,
+                "pinned_orphans": self.report.pinned_orphans,
+                "pinned_collectives": self.report.pinned_collectives,
+                "pinned_unlinked": self.report.pinned_unlinked,
+            }
+        )
+        return self.graph
+
+    def _tasks(self) -> None:
+        """The tasks: host calls (or top-level CPU ops) and GPU work, attributed; iteration markers."""
         trace = self.trace
         host_rows = self._host_rows()
         gpu_rows = trace.indices(*GPU_ACTIVITY_KINDS, EventKind.HOST_COMMUNICATION)
@@ -139,37 +174,6 @@ class _Builder:
         self.iterations = find_iterations(trace)
         self.main_resource = self._annotation_resource()
         self._iteration_markers()
-
-        self._link_gpu_work()
-        completion = self._blocking_calls()
-        self._host_order(completion)
-        self._event_waits()
-        self._pins()
-        self._calibrate_gpu()
-        self._stream_order()
-        self._launches()
-        self._launch_queue()
-        self._cross_thread(completion)
-        self._iterations()
-        self._host_gaps()
-        self._relative_delays()
-        self.graph.notes = self.report.notes
-        self.graph.calibration.update(
-            {
-                "blocking_calls": self.report.blocking_calls,
-                "blocking_calls_pinned": self.report.blocking_unknown,
-                "blocking_calls_not_waiting": self.report.blocking_not_waiting,
-                "blocked_launches": self.report.blocked_launches,
-                "event_waits_derived": self.report.event_waits_derived,
-                "event_waits_trivial": self.report.event_waits_trivial,
-                "event_waits_pinned": self.report.event_waits_pinned,
-                "cross_thread_bursts": self.report.cross_thread_bursts,
-                "pinned_orphans": self.report.pinned_orphans,
-                "pinned_collectives": self.report.pinned_collectives,
-                "pinned_unlinked": self.report.pinned_unlinked,
-            }
-        )
-        return self.graph
 
     def _host_rows(self) -> np.ndarray:
         """API calls on threads that make them; top-level CPU ops on threads that make none."""
@@ -244,14 +248,16 @@ class _Builder:
         self.launch_task = np.where(launch_rows >= 0, self.task_of_event[np.maximum(launch_rows, 0)], -1)
         self.stream_previous = self._previous_on_resource(self.gpu_tasks)
 
-    def _calibrate_gpu(self) -> None:
+    def _calibrate_gpu(self, unexplained: np.ndarray) -> None:
         """Launch latency and inter-kernel gap, from GPU work nothing else held back (no event wait, no pin)."""
         tasks = self.graph.tasks
         gpu = self.gpu_tasks
         previous_end = np.where(self.stream_previous >= 0, tasks["measured_end_ns"][np.maximum(self.stream_previous, 0)], UNSET)
         waited = np.zeros(self.graph.task_count, dtype=bool)
         waited[self.graph.edges["dst"][self.graph.edges_of_kind(DepKind.EVENT_WAIT)]] = True
-        usable = (self.launch_task >= 0) & ~waited[gpu] & ~self.graph.pinned()[gpu]
+        held = np.zeros(self.graph.task_count, dtype=bool)
+        held[unexplained] = True
+        usable = (self.launch_task >= 0) & ~waited[gpu] & ~held[gpu]
         call_start = tasks["measured_start_ns"][self.launch_task[usable]]
         latency, gap = calibrate.launch_latency_and_gap(
             call_start, tasks["measured_start_ns"][gpu[usable]], previous_end[usable]
@@ -274,8 +280,12 @@ class _Builder:
 
     # ------------------------------------------------------------------ blocking calls
 
-    def _blocking_calls(self) -> np.ndarray:
-        """Split every blocking call into call + completion. Returns completion task per task (-1)."""
+    def _blocking_calls(self) -> tuple[np.ndarray, np.ndarray]:
+        """Split every blocking call into call + completion.
+
+        Returns the completion task of each task (-1 for none), and the completions whose wait the
+        trace cannot explain (an event sync whose event is not named).
+        """
         _trace, tasks = self.trace, self.graph.tasks
         host = self.host_tasks
         host = host[tasks["kind"][host] == TaskKind.HOST_CALL]
@@ -297,7 +307,7 @@ class _Builder:
             awaited.append((call, *targets))
         completion = np.full(self.graph.task_count, -1, dtype=np.int64)
         if not awaited:
-            return completion
+            return completion, np.zeros(0, dtype=np.int64)
         self.report.blocking_calls = len(awaited)
         return self._add_completions(awaited, completion)
 
@@ -451,7 +461,8 @@ class _Builder:
     def _api_call_by_correlation(self, correlation: int) -> int | None:
         return self._call_by_correlation.get(correlation)
 
-    def _add_completions(self, awaited: list[tuple[int, list[int], bool]], completion: np.ndarray) -> np.ndarray:
+    def _add_completions(self, awaited: list[tuple[int, list[int], bool]],
+                         completion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         tasks = self.graph.tasks
         calls = np.array([a[0] for a in awaited], dtype=np.int64)
         call_start = tasks["measured_start_ns"][calls]
@@ -490,11 +501,12 @@ class _Builder:
         self.graph.add_edges(calls, ids, DepKind.SYNC)
         sources, targets, latencies = [], [], []
         unknown: dict[str, int] = {}
+        unexplained: list[int] = []
         for (call, gpu_targets, derivable), done, latency in zip(awaited, ids.tolist(), return_ns.tolist()):
             if not derivable:
                 # Its own time stays on the call; the rest of its recorded time is an unexplained delay.
                 tasks["duration_ns"][call] = min(int(tasks["duration_ns"][call]), own)
-                tasks["unexplained"][done] = True
+                unexplained.append(done)
                 name = self.names[int(tasks["name"][call])]
                 unknown[name] = unknown.get(name, 0) + 1
             sources.extend(gpu_targets)
@@ -505,7 +517,7 @@ class _Builder:
                                      "unexplained delays that scale with the iteration's progress")
         self.report.blocking_unknown = sum(unknown.values())
         self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=np.array(latencies, dtype=np.int64))
-        return completion
+        return completion, np.array(unexplained, dtype=np.int64)
 
     # ------------------------------------------------------------------ order edges
 
@@ -573,14 +585,15 @@ class _Builder:
 
     # ------------------------------------------------------------------ cross-stream waits
 
-    def _event_waits(self) -> None:
+    def _event_waits(self) -> np.ndarray:
+        """GPU -> GPU edges for stream waits; returns the held-back work whose wait the trace does not name."""
         tasks = self.graph.tasks
         host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
         names = tasks["name"][host]
         wait_name = np.array([role_of(s) is CallRole.STREAM_WAIT for s in self.names], dtype=bool)
         waits = host[wait_name[names]]
         if waits.size == 0:
-            return
+            return np.zeros(0, dtype=np.int64)
         streams_per_device: dict[int, set[int]] = {}
         for stream_resource in self.resources:
             if stream_resource.kind is ResourceKind.GPU_STREAM:
@@ -588,7 +601,7 @@ class _Builder:
         single_stream = all(len(s) <= 1 for s in streams_per_device.values())
         history = self._launch_history
         sync_records = self._sync_records()
-        sources, targets = [], []
+        sources, targets, unexplained = [], [], []
         for wait in waits.tolist():
             resource = int(tasks["resource"][wait])
             start = int(tasks["measured_start_ns"][wait])
@@ -603,7 +616,7 @@ class _Builder:
                 self.report.event_waits_trivial += 1
             elif source is None:
                 # The recorded side is unknown: keep the order of the other streams' preceding work, not its time.
-                tasks["unexplained"][held_back] = True
+                unexplained.append(held_back)
                 self.report.event_waits_pinned += 1
                 ordered_after = self._last_finished_elsewhere(held_back, start)
                 if ordered_after is not None:
@@ -620,6 +633,7 @@ class _Builder:
                 "cuda_sync names it): the GPU work they held back keeps the order of the other streams' preceding work, "
                 "and the rest of its recorded wait is an unexplained delay"
             )
+        return np.array(unexplained, dtype=np.int64)
 
     def _last_finished_elsewhere(self, held_back: int, wait_start: int) -> int | None:
         """The GPU work launched on another stream of the device before the wait that finished last before
@@ -741,22 +755,23 @@ class _Builder:
 
     # ------------------------------------------------------------------ pins, iterations, gaps
 
-    def _pins(self) -> None:
-        """Mark the GPU work whose start the trace cannot explain (see _relative_delays for what it becomes)."""
+    def _unlinked_gpu_work(self) -> np.ndarray:
+        """The GPU work whose start the trace cannot explain: launched before the window, launched by no call
+        in the trace, or a single rank's collective (its time includes waiting for the others)."""
         tasks = self.graph.tasks
         gpu = self.gpu_tasks
         rows = tasks["event"][gpu]
         orphan = self.links.orphan[rows]
         unlinked = (self.launch_task < 0) & ~orphan
         collective = tasks["kind"][gpu] == TaskKind.COLLECTIVE
-        tasks["unexplained"][gpu[orphan | unlinked | collective]] = True
         self.report.pinned_orphans = int(orphan.sum())
         self.report.pinned_unlinked = int(unlinked.sum())
         self.report.pinned_collectives = int(collective.sum())
         if collective.any():
             self.report.notes.append(pinned_collectives_note(int(collective.sum())))
+        return gpu[orphan | unlinked | collective]
 
-    def _relative_delays(self) -> None:
+    def _relative_delays(self, chosen: np.ndarray) -> None:
         """What the trace cannot explain becomes a delay after the task is ready, never a timestamp.
 
         One pass of the timing rule with every unexplained task held at its recorded start measures,
@@ -768,9 +783,9 @@ class _Builder:
         DELAY_ANCHOR edge from the iteration's start marker, `delay_span_ns` = progress at readiness.
         """
         tasks = self.graph.tasks
-        chosen = np.flatnonzero(tasks["unexplained"])
         if chosen.size == 0:
             return
+        tasks["unexplained"][chosen] = True
         anchors = self._anchor_edges(chosen)
         pins = np.full(self.graph.task_count, UNSET, dtype=np.int64)
         pins[chosen] = tasks["measured_start_ns"][chosen]
