@@ -159,7 +159,8 @@ def sensitivity_rows(corpus: Path) -> list[dict[str, object]]:
         traces = open_job(path).traces
         host = predict_traces(traces, ["faster-host:factor=1000"])
         gpu = predict_traces(traces, ["faster-gpu:factor=2"])
-        for fast_host, fast_gpu in zip(host, gpu):
+        amp = predict_traces(traces, ["amp"])
+        for fast_host, fast_gpu, mixed in zip(host, gpu, amp):
             work = gpu_work_per_iteration_ns(fast_host.graph) if fast_host.graph is not None else 0.0
             limit = 1.05 * (work + fast_host.simulated_ns / 1000) + 1e6
             baseline = fast_gpu.baseline_bound
@@ -170,6 +171,8 @@ def sensitivity_rows(corpus: Path) -> list[dict[str, object]]:
                 "gpu2x": fast_gpu.speedup, "bound": baseline.bound if baseline else "—",
                 "unexplained": baseline.unexplained_share if baseline else 0.0,
                 "said": bool(fast_gpu.warnings),
+                "amp": mixed.speedup,
+                "reduced": next((n.split("% ")[0].split(": ")[-1] + "%" for n in mixed.notes if "already runs" in n), "—"),
             })
     return rows
 
@@ -185,17 +188,19 @@ def sensitivity_markdown(rows: list[dict[str, object]]) -> str:
         "*limit*: 1.05 × (GPU work + baseline / 1000) + 1 ms, which a host 1000× faster may not exceed.",
         "*bound* and *unexplained*: the baseline's critical path (largest category; share the trace cannot explain).",
         "*said*: the `faster-gpu` output carries a warning (a step it cannot move, or unexplained waiting above 5%).",
+        "*amp*: the `amp` prediction; *reduced*: share of the GPU time whose kernel names state a precision that",
+        "already runs in bf16/fp16/fp8 (left unchanged by amp).",
         f"**{held} of {len(rows)} ranks within the limit.** The test suite checks the limit with the GPU work",
         "summed straight from the JSON.",
         "",
-        "| trace | rank | baseline | GPU work | host ×1000 | limit | within | GPU ×2 | bound | unexplained | said |",
-        "|---|---|---:|---:|---:|---:|---|---:|---|---:|---|",
+        "| trace | rank | baseline | GPU work | host ×1000 | limit | within | GPU ×2 | bound | unexplained | said | amp | reduced |",
+        "|---|---|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['trace']} | {r['rank']} | {r['baseline_ms']:.3f} ms | {r['gpu_work_ms']:.3f} ms | {r['host1000_ms']:.3f} ms | "
             f"{r['limit_ms']:.3f} ms | {'yes' if r['within'] else '**no**'} | {float(r['gpu2x']):.3f}x | {r['bound']} | "
-            f"{float(r['unexplained']) * 100:.1f}% | {'yes' if r['said'] else ''} |"
+            f"{float(r['unexplained']) * 100:.1f}% | {'yes' if r['said'] else ''} | {float(r['amp']):.2f}x | {r['reduced']} |"
         )
     return "\n".join(lines) + "\n"
 
