@@ -102,32 +102,27 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
-class _TypedFile(msgspec.Struct):
+class _Envelope(msgspec.Struct, kw_only=True):
+    """The file's fields around its events: devices, ranks, time base, versions of the GPU software stack."""
+
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    daydream: Any = None
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+    hip_driver_version: Any = None
+
+
+class _TypedFile(_Envelope, kw_only=True):
     traceEvents: list[_Event]
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
-    daydream: Any = None
-    cupti_version: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    roctracer_version: Any = None
-    hip_runtime_version: Any = None
-    hip_driver_version: Any = None
 
 
-class _RawFile(msgspec.Struct):
+class _RawFile(_Envelope, kw_only=True):
     traceEvents: list[msgspec.Raw]
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
-    daydream: Any = None
-    cupti_version: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    roctracer_version: Any = None
-    hip_runtime_version: Any = None
-    hip_driver_version: Any = None
 
 
 _CATEGORY_KIND: dict[str, EventKind] = {

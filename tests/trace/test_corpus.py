@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,17 @@ def test_inspect_json_contract_via_cli(corpus: Path, capsys: pytest.CaptureFixtu
     assert rank["rank"] == 0 and rank["gpu"] == ["NVIDIA A100-PG509-200"] and rank["kernels"] == 2700
     assert [it["name"] for it in rank["iterations"]] == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
     assert all(isinstance(it["measured_ns"], int) for it in rank["iterations"])
+
+
+def test_rocm_and_cuda_runtime_versions_are_read_from_the_envelope(corpus: Path) -> None:
+    for key, vendor, fields in (
+        ("tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz", "AMD ROCm", ("hip_runtime_version", "roctracer_version")),
+        ("tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz", "NVIDIA CUDA", ("cuda_runtime_version", "cupti_version")),
+    ):
+        raw = json.loads(gzip.decompress((corpus / key).read_bytes()))
+        trace = open_job(corpus / key, cache=False).traces[0]
+        assert trace.meta.runtime["vendor"] == vendor
+        for field in fields:
+            assert trace.meta.runtime[field] == raw[field]
+        # deviceProperties is a Python-literal string in these files: the GPU is still named.
+        assert trace.gpu_names and trace.gpu_names[0] in raw["deviceProperties"]
