@@ -15,7 +15,6 @@ decoded one by one and the bad ones are skipped and counted by reason.
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 from collections import Counter, defaultdict
@@ -658,12 +657,6 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _gpus(properties: Any) -> list[GpuInfo]:
-    if isinstance(properties, str):
-        # Some recorders write the list as a Python literal string ("[{'id': 0, 'name': ...}]").
-        try:
-            properties = ast.literal_eval(properties)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return []
     if not isinstance(properties, list):
         return []
     gpus = []

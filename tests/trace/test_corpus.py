@@ -123,5 +123,4 @@ def test_rocm_and_cuda_runtime_versions_are_read_from_the_envelope(corpus: Path)
         assert trace.meta.runtime["vendor"] == vendor
         for field in fields:
             assert trace.meta.runtime[field] == raw[field]
-        # deviceProperties is a Python-literal string in these files: the GPU is still named.
-        assert trace.gpu_names and trace.gpu_names[0] in raw["deviceProperties"]
+        assert trace.gpu_names == [device["name"] for device in raw["deviceProperties"]]
