@@ -183,7 +183,9 @@ def generate(program: Program, gpu_scale: float = 1.0, host_scale: float = 1.0) 
             op_start = worker
             worker = machine.launch(AUTOGRAD, worker + machine.host(2_000), kernel_ns, name="backward_kernel")
             worker += machine.host(1_000)
-            machine.events.append({"ph": "X", "cat": "cpu_op", "name": f"autograd::engine::evaluate_function: Backward{index}",
+            # The 2021 format names the autograd thread's ops after the backward functions themselves.
+            op_name = f"Addmm{index}Backward" if program.legacy else f"autograd::engine::evaluate_function: Backward{index}"
+            machine.events.append({"ph": "X", "cat": "cpu_op", "name": op_name,
                                    "pid": 1, "tid": AUTOGRAD, "ts": op_start / 1000, "dur": (worker - op_start) / 1000,
                                    "args": {"External id": 10 * step + index}})
         now = worker + machine.host(15_000)

@@ -54,6 +54,8 @@ UNSET = np.iinfo(np.int64).min
 #: A blocking call that returned this long before the work it would wait for finished did not wait for it
 #: (host and GPU clocks of one trace agree far better than this).
 RETURNED_EARLY_NS = 1_000
+#: An autograd backward function, as 2021-format traces name the autograd thread's ops (AddmmBackward, ReluBackward1).
+BACKWARD_FUNCTION = re.compile(r"^[A-Z]\w*Backward\d*$")
 #: Calls that do nothing but wait: their time after the awaited work ends is the return latency.
 PURE_WAITS = (CallRole.STREAM_SYNC, CallRole.EVENT_SYNC)
 
@@ -704,9 +706,11 @@ class _Builder:
     # ------------------------------------------------------------------ threads
 
     def _autograd_threads(self) -> list[int]:
-        """Host resources running PyTorch's autograd engine (its ops are named autograd::engine::...)."""
+        """Host resources running PyTorch's autograd engine: its ops are autograd::engine::evaluate_function: ...,
+        or, in 2021-format traces, the backward functions themselves (AddmmBackward, NllLossBackward, ...)."""
         trace = self.trace
-        engine = np.array([s.startswith(AUTOGRAD_ENGINE_PREFIX) for s in trace.strings], dtype=bool)
+        engine = np.array([s.startswith(AUTOGRAD_ENGINE_PREFIX) or bool(BACKWARD_FUNCTION.search(s)) for s in trace.strings],
+                          dtype=bool)
         rows = trace.indices(EventKind.CPU_OP)
         tracks = set(np.unique(trace.track[rows[engine[trace.name[rows]]]]).tolist())
         return [i for i, r in enumerate(self.resources) if r.kind is ResourceKind.HOST_THREAD and r.track in tracks]
