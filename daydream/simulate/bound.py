@@ -11,7 +11,8 @@ and the edge it waited on (a host gap, or a latency), so the parts add up to the
 
 | category | what |
 |---|---|
-| host | own time of host tasks (API calls, CPU ops, what a blocking call did after its wait) and the CPU work between them (gaps) |
+| host | own time of host tasks (API calls, CPU ops, what a blocking call did after its wait) |
+| host gap | the recorded CPU time between host tasks (Python, framework, data loading): scales with the host |
 | gpu | kernels, copies and memsets |
 | communication | collectives: their transfer, and for collectives matched across ranks the wait for the others |
 | latency | launch latency, inter-kernel gap, sync return: the fixed costs on edges; a resource's queue |
@@ -29,7 +30,7 @@ from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.timing import in_edges
 from daydream.simulate.engine import Timeline
 
-CATEGORIES = ("host", "gpu", "communication", "latency", "unexplained", "pinned")
+CATEGORIES = ("host", "host gap", "gpu", "communication", "latency", "unexplained", "pinned")
 #: Above this share of the critical path, a prediction says it is bound by what the trace cannot explain.
 UNEXPLAINED_WARNING_SHARE = 0.05
 
@@ -63,8 +64,12 @@ class Bound:
 
     @property
     def bound(self) -> str:
-        """The category holding the largest share of the path ("host", "gpu", ...)."""
-        return max(CATEGORIES, key=lambda k: self.by_category_ns[k])
+        """What holds the largest share of the path: "host" (own work and gaps), "gpu", "communication",
+        "latency" or "unexplained" (scaling and fixed delays)."""
+        ns = self.by_category_ns
+        groups = {"host": ns["host"] + ns["host gap"], "gpu": ns["gpu"], "communication": ns["communication"],
+                  "latency": ns["latency"], "unexplained": ns["unexplained"] + ns["pinned"]}
+        return max(groups, key=lambda k: groups[k])
 
     def as_dict(self) -> dict[str, object]:
         return {"bound": self.bound, "shares": {k: round(v, 4) for k, v in self.shares().items()},
@@ -122,7 +127,7 @@ class _Walker:
             u = int(self.edge_src[edge])
             reference = int(start[u]) if self.from_start[edge] else int(end[u])
             host_gap = int(self.gap[v]) if DepKind(int(self.edge_kind[edge])).is_host else 0
-            self.add("host", until - host_gap, until)
+            self.add("host gap", until - host_gap, until)
             self.add("latency", reference, until - host_gap)
             until = min(until, reference)
             v, with_duration = u, not bool(self.from_start[edge])
