@@ -126,3 +126,23 @@ def test_different_ranks_are_an_input_error(tmp_path: Path) -> None:
             write_gpu_trace(tmp_path / side / f"rank{rank}.json", gpu_program(10_000, 100_000), rank=rank)
     with pytest.raises(InputError, match="same ranks"):
         diff_jobs(tmp_path / "a", tmp_path / "b", cache=False)
+
+
+def test_the_same_model_on_h100_and_mi300x_compares_gemms_with_gemms(corpus: Path) -> None:
+    """cuBLAS (sm90_xmma_gemm, CUTLASS) on one side, hipBLASLt (Cijk_) on the other: both are gemm, and the
+    class's time on each side is the summed duration of those kernels, read straight from the JSON."""
+    import gzip
+    import json
+    import re
+
+    pair = [corpus / f"tracelens/{gpu}/gaunernst_bert-small-uncased__1016001.json.gz" for gpu in ("h100", "mi300")]
+    library = re.compile(r"^(nvjet|sm90_xmma_gemm|Cijk_)|cutlass::Kernel2<cutlass_\w+gemm")
+    sums = []
+    for path in pair:
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        sums.append(round(sum(e["dur"] * 1000 for e in events if e.get("cat") == "kernel" and library.search(e["name"]))))
+    comparison = diff_jobs(*pair)[0]
+    gemm = next(change for change in comparison.classes if change.name == "gemm")
+    assert sums[0] > 0 and sums[1] > 0
+    assert (gemm.a_ns, gemm.b_ns) == (sums[0], sums[1])
+    assert all(change.name != "other" or change.a_ns + change.b_ns == 0 for change in comparison.classes)
