@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream.api import open_job
+from daydream.api import open_job, predict_job
 from daydream.devices import DEVICES, find_device
 from daydream.errors import InputError
 from daydream.graph import DepKind, TaskKind
@@ -165,3 +165,28 @@ def test_real_trace_predictions_are_bounded_by_their_model(corpus: Path) -> None
     host_bound = open_job(corpus / "param/et_replay_inputs/resnet_kineto.json.gz").traces[0]
     assert predict(host_bound, ["faster-gpu:factor=2"]).speedup < 1.02
     assert predict(host_bound, ["no-host-overhead"]).speedup > 1.5
+
+
+#: Set 2 traces whose kernel names say bf16/fp16 (counted from their JSON: Cijk_..._BBS_, bf16, c10::BFloat16 kernels).
+REDUCED_PRECISION_TRACES = [
+    "tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz",
+    "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "tracelens/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz",
+    "tracelens/inference/flux_256/split_iteration_1_aiter_fmha.json.gz",
+    "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+    "tracelens/semantic_purity/semantic_purity_qwen3_30b_a3b.tar.gz",
+]
+
+
+@pytest.mark.parametrize("name", REDUCED_PRECISION_TRACES)
+def test_amp_leaves_work_that_already_runs_in_reduced_precision(corpus: Path, name: str) -> None:
+    for prediction in predict_job(corpus / name, ["amp"]):
+        assert prediction.speedup <= 1.05, (name, prediction.speedup)
+        assert any("already runs in bf16/fp16/fp8" in note for note in prediction.notes)
+
+
+def test_amp_on_the_fp32_v100_cnn_is_unchanged_by_the_precision_rule(corpus: Path) -> None:
+    # 2.41x before precision was read (every kernel of this V100 trace is fp32: volta_sgemm, scudnn, float).
+    prediction = predict_job(corpus / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", ["amp"])[0]
+    assert abs(prediction.speedup - 2.41) <= 0.05 * 2.41
+    assert any("0% of the GPU time" in note for note in prediction.notes)
