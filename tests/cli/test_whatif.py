@@ -62,3 +62,29 @@ def test_errors_are_one_line(args: list[str], message: str, capsys: pytest.Captu
     assert main(["whatif", str(EXAMPLE), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_json_says_what_bounds_the_prediction(capsys: pytest.CaptureFixture[str], corpus: Path) -> None:
+    # A host-bound DDP rank: a GPU twice as fast does not move it, and the output says why.
+    path = corpus / "hta/nccl_parser_config/nccl_data.json.gz"
+    assert main(["whatif", str(path), "--opt", "faster-gpu:factor=2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    bound = document["bound_by"]
+    assert bound["bound"] == "host" and abs(sum(bound["shares"].values()) - 1) < 1e-3
+    # The walk over the critical path covers each predicted iteration exactly, from its start marker to its end.
+    iterations = document["ranks"][0]["iterations"]
+    assert sum(bound["by_category_ns"].values()) == sum(it["predicted_ns"] for it in iterations)
+    for iteration in iterations:
+        assert sum(iteration["bound_by"]["by_category_ns"].values()) == iteration["predicted_ns"]
+    assert 0 <= document["pinned_on_critical_path"] <= 0.05
+    assert any("did not move" in warning and "host-bound" in warning for warning in document["warnings"])
+
+
+def test_a_single_rank_bound_by_its_peers_carries_a_warning(capsys: pytest.CaptureFixture[str], corpus: Path) -> None:
+    path = corpus / "hta/negative_queue_length_values_check/rank0.json.gz"
+    assert main(["whatif", str(path), "--opt", "faster-host:factor=1000", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["pinned_on_critical_path"] > 0.05
+    assert any("cannot explain" in warning for warning in document["warnings"])
+    assert main(["whatif", str(path), "--opt", "faster-host:factor=1000"]) == 0
+    assert "warning:" in capsys.readouterr().out
