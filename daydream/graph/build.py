@@ -91,7 +91,7 @@ class BuildReport:
 
 
 def pinned_collectives_note(count: int) -> str:
-    """The note a graph carries while `count` of its collectives stay pinned (see graph.job for matched ones)."""
+    """The note a graph carries while `count` of its collectives are a single rank's (see graph.job for matched ones)."""
     return (f"{count} collectives of a single rank: each lasts its transfer (shortest instance), and its wait for the "
             "other ranks is a delay that scales with the work since the ranks last met (replay with every rank to derive it)")
 
@@ -445,7 +445,7 @@ class _Builder:
 
     @cached_property
     def _event_records(self) -> np.ndarray:
-        record_name = np.array([role_of(s) is CallRole.EVENT_RECORD for s in self.names], dtype=bool)
+        record_name = np.array([self._roles[s] is CallRole.EVENT_RECORD for s in self.names], dtype=bool)
         return self._host_calls[record_name[self.graph.tasks["name"][self._host_calls]]]
 
     def _latest_record_before(self, call: int) -> int | None:
@@ -592,7 +592,7 @@ class _Builder:
         tasks = self.graph.tasks
         host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
         names = tasks["name"][host]
-        wait_name = np.array([role_of(s) is CallRole.STREAM_WAIT for s in self.names], dtype=bool)
+        wait_name = np.array([self._roles[s] is CallRole.STREAM_WAIT for s in self.names], dtype=bool)
         waits = host[wait_name[names]]
         if waits.size == 0:
             return np.zeros(0, dtype=np.int64)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.timing import in_edges
+from daydream.simulate.bound import binding_edge
 from daydream.simulate.engine import Timeline
 
 GPU_TASK_KINDS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
@@ -108,8 +110,7 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
     if inside.size == 0:
         return CriticalPath([], {}, 0, [])
     current = int(inside[np.argmax(timeline.end_ns[inside])])
-    dst_order = np.argsort(graph.edges["dst"], kind="stable")
-    offsets = np.searchsorted(graph.edges["dst"][dst_order], np.arange(graph.task_count + 1))
+    edges_in = in_edges(graph)
     path: list[int] = []
     by_kind: dict[str, int] = {}
     per_task: dict[tuple[str, str], int] = {}
@@ -121,24 +122,14 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
         by_kind[kind] = by_kind.get(kind, 0) + max(own, 0)
         key = (kind, graph.task_name(current))
         per_task[key] = per_task.get(key, 0) + max(own, 0)
-        current, gap = _binding_predecessor(graph, timeline, current, dst_order, offsets)
-        gap_total += gap
+        edge, _ = binding_edge(graph, timeline, current, edges_in)
+        if edge < 0:
+            break
+        if DepKind(int(graph.edges["kind"][edge])).is_host:
+            gap_total += int(graph.tasks["gap_ns"][current])
+        current = int(graph.edges["src"][edge])
     if gap_total:
         by_kind["host gap (cpu work)"] = gap_total
     ranked = sorted(((k, n, t) for (k, n), t in per_task.items()), key=lambda item: -item[2])[:top]
     return CriticalPath(path, by_kind, gap_total, ranked)
 
-
-def _binding_predecessor(graph: Graph, timeline: Timeline, v: int, dst_order: np.ndarray, offsets: np.ndarray) -> tuple[int, int]:
-    """(the predecessor that determined v's start, the host gap spent after it); -1 when none did."""
-    edges = graph.edges
-    best, best_ready, best_gap = -1, np.iinfo(np.int64).min, 0
-    for k in range(int(offsets[v]), int(offsets[v + 1])):
-        e = int(dst_order[k])
-        u = int(edges["src"][e])
-        ref = timeline.start_ns[u] if edges["from_start"][e] else timeline.end_ns[u]
-        ready = int(ref + edges["latency_ns"][e])
-        gap = int(graph.tasks["gap_ns"][v]) if DepKind(int(edges["kind"][e])).is_host else 0
-        if ready + gap > best_ready:
-            best, best_ready, best_gap = u, ready + gap, gap
-    return best, best_gap

@@ -98,11 +98,10 @@ class _Walker:
         self.bound = bound
         self.kind = graph.tasks["kind"]
         self.gap = graph.tasks["gap_ns"]
-        self.duration = graph.tasks["duration_ns"]
         self.fixed = graph.tasks["delay_span_ns"] <= 0
         self.delay = graph.tasks["delay_ns"]
         self.edge_src, self.edge_kind = graph.edges["src"], graph.edges["kind"]
-        self.latency, self.from_start = graph.edges["latency_ns"], graph.edges["from_start"]
+        self.from_start = graph.edges["from_start"]
 
     def add(self, category: str, begin: int, end: int) -> None:
         """Credit [begin, end) to `category`, clipped to the window."""
@@ -118,7 +117,7 @@ class _Walker:
             if with_duration:
                 self.add(_CATEGORY_OF_KIND[TaskKind(int(self.kind[v]))], task_start, min(int(end[v]), until))
                 until = min(until, task_start)
-            edge, ready = self.binding_edge(v)
+            edge, ready = binding_edge(self.graph, self.timeline, v, (self.offsets, self.order))
             if edge < 0:
                 return  # nothing made it ready: it started where the recording did, before the window
             if ready < until:
@@ -139,20 +138,23 @@ class _Walker:
             return "pinned" if self.fixed[v] else "unexplained"
         return "communication" if self.kind[v] == TaskKind.COLLECTIVE else "latency"
 
-    def binding_edge(self, v: int) -> tuple[int, int]:
-        """(the in-edge that made v ready, that ready time); (-1, start) for a task with none."""
-        start, end = self.timeline.start_ns, self.timeline.end_ns
-        best, best_ready = -1, int(start[v])
-        found = np.iinfo(np.int64).min
-        for k in range(int(self.offsets[v]), int(self.offsets[v + 1])):
-            e = int(self.order[k])
-            u = int(self.edge_src[e])
-            ready = (int(start[u]) if self.from_start[e] else int(end[u])) + int(self.latency[e])
-            if DepKind(int(self.edge_kind[e])).is_host:
-                ready += int(self.gap[v])
-            if ready > found:
-                best, found = e, ready
-        return (best, found) if best >= 0 else (-1, best_ready)
+
+def binding_edge(graph: Graph, timeline: Timeline, v: int, edges_in: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
+    """(the in-edge that made task v ready, the time it did, host gap included); (-1, v's start) for a task
+    with none. `edges_in` is graph.timing.in_edges(graph)."""
+    offsets, order = edges_in
+    edges, gap = graph.edges, int(graph.tasks["gap_ns"][v])
+    start, end = timeline.start_ns, timeline.end_ns
+    best, found = -1, np.iinfo(np.int64).min
+    for k in range(int(offsets[v]), int(offsets[v + 1])):
+        e = int(order[k])
+        u = int(edges["src"][e])
+        ready = (int(start[u]) if edges["from_start"][e] else int(end[u])) + int(edges["latency_ns"][e])
+        if DepKind(int(edges["kind"][e])).is_host:
+            ready += gap
+        if ready > found:
+            best, found = e, ready
+    return (best, found) if best >= 0 else (-1, int(start[v]))
 
 
 def bound_line(bound: dict[str, object], top: int = 6) -> str:

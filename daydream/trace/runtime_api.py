@@ -51,10 +51,9 @@ _PATTERNS: tuple[tuple[CallRole, str], ...] = (
 )
 
 _COMPILED = tuple((role, re.compile(rf"^({pattern})$")) for role, pattern in _PATTERNS)
-_BY_ROLE = dict(_COMPILED)
 
-GRAPH_LAUNCH = _BY_ROLE[CallRole.GRAPH_LAUNCH]
-LAUNCH = _BY_ROLE[CallRole.LAUNCH]
+#: A kernel launch call (not a graph launch), for selecting launches by name.
+LAUNCH = dict(_COMPILED)[CallRole.LAUNCH]
 
 
 def role_of(name: str) -> CallRole:
@@ -64,7 +63,3 @@ def role_of(name: str) -> CallRole:
             return role
     return CallRole.OTHER
 
-
-def is_hip(name: str) -> bool:
-    """Whether `name` is a HIP (ROCm) runtime call."""
-    return name.startswith("hip")
