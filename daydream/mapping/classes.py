@@ -28,7 +28,7 @@ where the name says nothing (nvjet, inductor kernels, memsets).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -149,10 +149,9 @@ def signature_head(name: str) -> str:
     return name.removeprefix("void ").strip()
 
 
-def classify_strings(strings: Sequence[str]) -> np.ndarray:
-    """Class index (into CLASSES) of every string of a string table, for indexing by name id."""
-    index = {klass: i for i, klass in enumerate(CLASSES)}
-    return np.array([index[classify(s)] for s in strings], dtype=np.int8)
+def classes_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
+    """Class index (into CLASSES) of each name id in `names`; each distinct name is classified once."""
+    return _per_distinct_name(names, strings, lambda name: CLASSES.index(classify(name)))
 
 
 def precision_of(name: str) -> str:
@@ -171,7 +170,13 @@ def precision_of(name: str) -> str:
     return "unknown"
 
 
-def precision_strings(strings: Sequence[str]) -> np.ndarray:
-    """Precision index (into PRECISIONS) of every string of a string table, for indexing by name id."""
-    index = {precision: i for i, precision in enumerate(PRECISIONS)}
-    return np.array([index[precision_of(s)] for s in strings], dtype=np.int8)
+def precisions_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
+    """Precision index (into PRECISIONS) of each name id in `names`; each distinct name is read once."""
+    return _per_distinct_name(names, strings, lambda name: PRECISIONS.index(precision_of(name)))
+
+
+def _per_distinct_name(names: np.ndarray, strings: Sequence[str], label: Callable[[str], int]) -> np.ndarray:
+    unique, inverse = np.unique(np.asarray(names), return_inverse=True)
+    if unique.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.array([label(strings[int(n)]) for n in unique], dtype=np.int64)[inverse.reshape(-1)]

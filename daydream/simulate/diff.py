@@ -28,7 +28,7 @@ from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import tie_collectives
 from daydream.mapping import PHASES, attribute, find_iterations
 from daydream.mapping.attribution import self_time_ns
-from daydream.mapping.classes import CLASSES, classify
+from daydream.mapping.classes import CLASSES, classes_of
 from daydream.mapping.collectives import match_collectives
 from daydream.mapping.linking import innermost_enclosing
 from daydream.simulate.job import simulate_job
@@ -196,7 +196,7 @@ def _gpu_work(graph: Graph, iterations: int) -> Work:
     tasks = graph.tasks
     in_iteration = tasks["iteration"] >= 0
     gpu = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in GPU_KINDS]) & in_iteration)
-    klass = _classes(tasks["name"][gpu], graph.strings)
+    klass = classes_of(tasks["name"][gpu], graph.strings)
     for kind, name in _CLASS_OF_KIND.items():
         klass[tasks["kind"][gpu] == kind] = CLASSES.index(name)
     host = _host_tasks(graph, HOST_KINDS)
@@ -223,7 +223,7 @@ def _cpu_work(trace: Trace, graph: Graph, iterations: int) -> Work:
     ops, task = ops[inside], task[inside]
     attribution = attribute(trace)
     host = _host_tasks(graph, (TaskKind.HOST_OP,))
-    return Work(basis="cpu", task=task, ns=self_time_ns(trace, ops), klass=_classes(trace.name[ops], trace.strings),
+    return Work(basis="cpu", task=task, ns=self_time_ns(trace, ops), klass=classes_of(trace.name[ops], trace.strings),
                 phase=_phases(attribution.phase[ops]), layer=attribution.layer[ops].astype(np.int64),
                 layers=list(attribution.layers), iterations=iterations, host_tasks=host,
                 host_ns=float(tasks["gap_ns"][host].sum()) / iterations)
@@ -239,13 +239,6 @@ def _host_tasks(graph: Graph, kinds: tuple[TaskKind, ...]) -> np.ndarray:
     chosen = np.isin(tasks["kind"], [int(k) for k in kinds]) & (tasks["iteration"] >= 0)
     chosen[[end for _, end in graph.iteration_markers]] = True
     return np.flatnonzero(chosen)
-
-
-def _classes(names: np.ndarray, strings: list[str]) -> np.ndarray:
-    """Class index (into CLASSES) of each name id; each distinct name is classified once."""
-    unique, inverse = np.unique(names, return_inverse=True)
-    by_name = np.array([CLASSES.index(classify(strings[int(n)])) for n in unique], dtype=np.int64)
-    return by_name[inverse] if unique.size else np.zeros(0, dtype=np.int64)
 
 
 def _phases(phase: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from daydream.devices import Device, device, find_device
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
 from daydream.mapping import PHASES
-from daydream.simulate.bound import Bound, iteration_bounds, merge, warnings_for
+from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
@@ -156,9 +156,8 @@ def _warnings(bound: Bound | None, baseline: Bound | None, simulated_ns: int, pr
         return []
     warnings = warnings_for(bound)
     if simulated_ns and abs(predicted_ns - simulated_ns) <= UNMOVED * simulated_ns:
-        shares = baseline.shares()
         warnings.append(f"the prediction did not move: the baseline step is {baseline.bound}-bound "
-                        f"({', '.join(f'{k} {v:.0%}' for k, v in shares.items() if v >= 0.005)} of its critical path), "
+                        f"({bound_line(baseline.as_dict())} of its critical path), "
                         f"and {' + '.join(specs)} does not shorten that path")
     return warnings
 

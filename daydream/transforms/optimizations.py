@@ -22,7 +22,7 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
-from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classify_strings, precision_strings
+from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classes_of, precisions_of
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select, unpin
@@ -152,12 +152,12 @@ def _low_percentile(values: np.ndarray, q: float = 10) -> int:
 
 def kernel_classes(graph: Graph, ids: np.ndarray) -> np.ndarray:
     """The class (index into mapping.classes.CLASSES) of each task in `ids`, from its name."""
-    return classify_strings(graph.strings)[graph.tasks["name"][ids]]
+    return classes_of(graph.tasks["name"][ids], graph.strings)
 
 
 def kernel_precisions(graph: Graph, ids: np.ndarray) -> np.ndarray:
     """The precision (index into mapping.classes.PRECISIONS) of each task in `ids`, from its name."""
-    return precision_strings(graph.strings)[graph.tasks["name"][ids]]
+    return precisions_of(graph.tasks["name"][ids], graph.strings)
 
 
 def _of(values: np.ndarray, labels: tuple[str, ...], chosen: tuple[str, ...]) -> np.ndarray:
