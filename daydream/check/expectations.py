@@ -27,8 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from daydream._yaml import load_yaml
 from daydream.errors import InputError
 
 SUPPORTED_VERSION = 1
@@ -181,21 +180,6 @@ BOUNDS: dict[str, BoundKind] = {
 # --------------------------------------------------------------------------- loading
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error, not a silent overwrite."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def load_expectations(path: str | os.PathLike[str]) -> Expectations:
     """Read and check an expectations file. Every problem is an `InputError` naming the file (and check, and key)."""
     source = Path(path)
@@ -212,10 +196,7 @@ def load_expectations(path: str | os.PathLike[str]) -> Expectations:
 
 def parse_expectations(text: str, path: Path) -> Expectations:
     """`load_expectations` on the text of the file at `path` (which places relative paths)."""
-    try:
-        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML ({_yaml_problem(exc)}) — fix the syntax") from None
+    document = load_yaml(text, path)
     if not isinstance(document, dict):
         raise InputError(f"{path}: expected a mapping with 'version' and 'checks' (see docs/check.md)")
     unknown = [key for key in document if key not in ("version", "checks")]
@@ -231,12 +212,6 @@ def parse_expectations(text: str, path: Path) -> Expectations:
         raise InputError(f"{path}: 'checks' must be a mapping of check names to checks, with at least one check")
     folder = path.resolve().parent
     return Expectations(path, SUPPORTED_VERSION, tuple(_check(path, folder, str(name), body) for name, body in checks.items()))
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1} column {mark.column + 1}: {problem}" if mark is not None else str(problem)
 
 
 def _check(path: Path, folder: Path, name: str, body: Any) -> Check:

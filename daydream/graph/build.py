@@ -30,6 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
+from daydream.errors import TraceFormatError
 from daydream.graph import calibrate
 from daydream.graph.model import (
     EDGE_COLUMNS,
@@ -41,7 +42,7 @@ from daydream.graph.model import (
     TaskKind,
     empty_columns,
 )
-from daydream.graph.order import topological_order
+from daydream.graph.order import topological_or_partial, topological_order
 from daydream.graph.timing import forward_times
 from daydream.mapping import Links, attribute, find_iterations, link
 from daydream.mapping.attribution import AUTOGRAD_ENGINE_PREFIX
@@ -109,10 +110,22 @@ class _Builder:
         self.names = trace.strings
         self.is_gpu_track = trace.track_is_gpu()
 
+    def _refuse_cycles(self) -> None:
+        """Edges derived from a sound trace go forward in time; a cycle means ids the trace reuses or damaged."""
+        graph = self.graph
+        behind = graph.task_count - topological_or_partial(graph.task_count, graph.edges["src"], graph.edges["dst"]).size
+        if behind:
+            raise TraceFormatError(self.trace.meta.source, f"its dependencies form a cycle ({behind} tasks on or behind it)",
+                                   "correlation, flow or event ids are inconsistent; the trace is damaged")
+
     # ------------------------------------------------------------------ tasks
 
     def build(self) -> Graph:
         self._tasks()
+        if self.graph.task_count == 0:
+            found = ", ".join(f"{cat} {n}" for cat, n in list(self.trace.meta.categories.items())[:5]) or "nothing"
+            raise TraceFormatError(self.trace.meta.source, f"nothing to simulate: no CPU op, runtime call or GPU work (found: {found})",
+                                   "record with torch.profiler's CPU and CUDA activities")
         self._link_gpu_work()
         completion, unknown_syncs = self._blocking_calls()
         self._host_order(completion)
@@ -125,6 +138,7 @@ class _Builder:
         self._cross_thread(completion)
         self._iterations()
         self._host_gaps()
+        self._refuse_cycles()
         self._relative_delays(unexplained)
         self.graph.notes = self.report.notes
         self.graph.calibration.update(

@@ -89,6 +89,11 @@ def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray, p
     return order[:count]
 
 
+def topological_or_partial(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """A topological order of the tasks not on or behind a cycle (all n when there is none)."""
+    return _topological_or_partial(n, src, dst, None)
+
+
 def topological_order(n: int, src: np.ndarray, dst: np.ndarray, priority: np.ndarray | None = None) -> np.ndarray:
     """Task ids in an order where every edge goes forward; ties broken by `priority`, then id.
 

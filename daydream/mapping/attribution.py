@@ -18,11 +18,11 @@ GPU work takes those of the API call that launched it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from daydream._regex import user_regex
 from daydream.mapping.linking import Links, innermost_enclosing, link
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace
 from daydream.trace.collect.hooks import LAYER_PREFIX, PHASE_PREFIX
@@ -265,7 +265,7 @@ def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray
     that is layer i or one of its ancestors by module path, else -1; `owner` has one
     more slot, -1, so that indexing it with a task's layer -1 ("none") gives -1.
     """
-    regex = re.compile(pattern)
+    regex = user_regex(pattern, "layers=", example="'blocks\\.\\d+$'")
     targets = [i for i, name in enumerate(layers) if regex.search(name)]
     owner = np.full(len(layers) + 1, NO_VALUE, dtype=np.int64)
     for target in targets:

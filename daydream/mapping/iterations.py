@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daydream.errors import InputError
+from daydream._regex import Pattern, user_regex
 from daydream.trace import EventKind, Trace, TrackKind
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -58,21 +58,18 @@ def find_iterations(trace: Trace, marker: str | None = None) -> list[Iteration]:
     return [Iteration("whole trace", start, end, SOURCE_WHOLE_TRACE)] if len(trace) else []
 
 
-def _compile(marker: str) -> re.Pattern[str]:
-    try:
-        return re.compile(marker)
-    except re.error as exc:
-        raise InputError(f"--iteration-marker {marker!r}: not a valid regular expression ({exc}) — e.g. 'ProfilerStep#\\d+'") from None
+def _compile(marker: str) -> Pattern:
+    return user_regex(marker, "--iteration-marker", example="'ProfilerStep#\\d+'")
 
 
-def _host_rows_named(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
+def _host_rows_named(trace: Trace, pattern: Pattern | re.Pattern[str]) -> np.ndarray:
     matching = np.array([bool(pattern.search(s)) for s in trace.strings], dtype=bool)
     host_track = ~trace.track_is_gpu()
     rows = trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
     return rows[matching[trace.name[rows]] & host_track[trace.track[rows]]]
 
 
-def _marked_spans(trace: Trace, pattern: re.Pattern[str], source: str) -> list[Iteration]:
+def _marked_spans(trace: Trace, pattern: Pattern | re.Pattern[str], source: str) -> list[Iteration]:
     iterations: list[Iteration] = []
     seen: set[str] = set()
     for row in _host_rows_named(trace, pattern).tolist():

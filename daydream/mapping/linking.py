@@ -1,7 +1,8 @@
 """Linking GPU work to the API call that launched it, and calls to their CPU op.
 
 GPU activity → API call: by CUPTI correlation id (`args.correlation`), never by
-flow events, which are often incomplete. One `cudaGraphLaunch` correlation
+flow events, which are often incomplete; never to a call that starts after the
+activity does (a damaged or reused id). One `cudaGraphLaunch` correlation
 covers many GPU activities. GPU activities whose correlation is below every
 host call's (their launch happened before the trace window) are *orphans*:
 counted and flagged, never linked to a wrong call.
@@ -106,6 +107,8 @@ def link_launches(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     position = np.searchsorted(api_corr, wanted, side="left")
     found = position < api_corr.size
     found[found] = api_corr[position[found]] == wanted[found]
+    # Work cannot start before the call that launched it: such a match is a damaged or reused id.
+    found[found] = trace.ts_ns[gpu_rows[found]] >= trace.ts_ns[api_sorted[position[found]]]
     launch[gpu_rows[found]] = api_sorted[position[found]]
     orphan[gpu_rows[~found & (wanted < api_corr[0])]] = True
     return launch, orphan

@@ -108,7 +108,7 @@ def _anchor_resource(trace: Trace, graph: Graph, iterations: list[Iteration]) ->
         for index, resource in enumerate(graph.resources):
             if resource.track in tracks and np.any(resources == index):
                 return index
-    return int(np.bincount(resources).argmax())
+    return int(np.bincount(resources).argmax()) if resources.size else 0
 
 
 class _BoundaryMapper:

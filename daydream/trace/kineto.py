@@ -42,6 +42,18 @@ from daydream.trace.model import (
 Progress = Callable[[str, int, int], None]
 
 _NAN = math.nan
+#: Integers beyond this magnitude (ids, sizes, devices written as 2^64 - 1 or garbage) are read as missing:
+#: columns are int64 and sums and differences of them must not overflow.
+INT_LIMIT = 2**62
+_INT32_MAX = 2**31 - 1
+#: Timestamps beyond ±TIME_LIMIT_US (2^62 ns, year 2116 as Unix time) and durations over DURATION_LIMIT_US
+#: (a day) are not times a profiler writes; such events are skipped and counted.
+TIME_LIMIT_US = 2**62 / 1000
+DURATION_LIMIT_US = 86_400e6
+#: A trace whose events span more than this cannot be simulated in int64 nanoseconds with room to spare.
+SPAN_LIMIT_NS = 2**60
+#: ranks beyond this are not a job daydream can read (distributedInfo written wrong)
+MAX_WORLD_SIZE = 2**20
 
 
 # Numeric args as the file writes them: ROCm builds write some as strings ("stream": "0x0",
@@ -172,7 +184,7 @@ class Readable(Protocol):
     @property
     def label(self) -> str: ...
 
-    def read(self, progress: Progress | None = None) -> bytes: ...
+    def read(self, progress: Progress | None = None) -> bytes | bytearray: ...
 
 
 def read(document: Readable, progress: Progress | None = None) -> Trace:
@@ -196,7 +208,7 @@ def decode(raw: bytes, source: str, progress: Progress | None = None) -> Trace:
     return _finish(*_decode_checked(raw, source, progress), source, progress)
 
 
-def _decode_checked(raw: bytes, source: str, progress: Progress | None) -> tuple[Any, list[_Event], dict[str, int]]:
+def _decode_checked(raw: bytes | bytearray, source: str, progress: Progress | None) -> tuple[Any, list[_Event], dict[str, int]]:
     if _is_blank(raw):
         raise TraceFormatError(source, "file is empty")
     if progress:
@@ -213,16 +225,16 @@ def _finish(envelope: Any, events: list[_Event], skipped: dict[str, int], source
     return _build_trace(envelope, events, skipped, source)
 
 
-def _is_blank(raw: bytes) -> bool:
+def _is_blank(raw: bytes | bytearray) -> bool:
     return not raw[:4096].strip() and not raw.strip()
 
 
-def _first_byte(raw: bytes) -> bytes:
+def _first_byte(raw: bytes | bytearray) -> bytes:
     head = raw[:4096].lstrip()
-    return head[:1] if head else raw.lstrip()[:1]
+    return bytes(head[:1] if head else raw.lstrip()[:1])
 
 
-def _decode_events(raw: bytes, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
+def _decode_events(raw: bytes | bytearray, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
     first = _first_byte(raw)
     try:
         if first == b"[":
@@ -230,12 +242,22 @@ def _decode_events(raw: bytes, source: str) -> tuple[Any, list[_Event], dict[str
         typed = msgspec.json.decode(raw, type=_TypedFile)
         return typed, typed.traceEvents, {}
     except msgspec.ValidationError:
-        return _decode_tolerant(raw, source)
+        try:
+            return _decode_tolerant(raw, source)
+        except RecursionError:
+            raise _too_deep(source) from None
     except msgspec.DecodeError as exc:
         raise TraceFormatError(source, f"not valid JSON ({_short(exc)})") from None
+    except RecursionError:
+        raise _too_deep(source) from None
 
 
-def _decode_tolerant(raw: bytes, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
+def _too_deep(source: str) -> TraceFormatError:
+    return TraceFormatError(source, "JSON nested deeper than a trace ever is (thousands of levels)",
+                            "the file is damaged or not a profiler trace")
+
+
+def _decode_tolerant(raw: bytes | bytearray, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
     """Slow path: check the envelope, then decode events one by one, skipping bad ones."""
     envelope: Any = None
     try:
@@ -263,7 +285,7 @@ def _decode_tolerant(raw: bytes, source: str) -> tuple[Any, list[_Event], dict[s
     return envelope, events, skipped
 
 
-def _describe_non_trace(raw: bytes) -> str:
+def _describe_non_trace(raw: bytes | bytearray) -> str:
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
@@ -351,6 +373,10 @@ def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], s
         if not kept:
             reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
             raise TraceFormatError(source, f"every profiler event is malformed ({reasons})")
+    span = int((ts_ns + dur_ns).max()) - int(ts_ns.min())
+    if span + int(dur_ns.sum()) > SPAN_LIMIT_NS:
+        raise TraceFormatError(source, f"its events span {span / 1e9 / 86400:.0f} days",
+                               "timestamps are damaged (a profiler trace covers seconds to hours)")
     args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
     strings = _Interner()
     strings("")
@@ -427,12 +453,16 @@ def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tup
     dur_us[instant & np.isnan(dur_us)] = 0.0
     bad_ts = ~np.isfinite(ts_us)
     bad_dur = ~bad_ts & ~np.isfinite(dur_us)
-    negative = ~bad_ts & ~bad_dur & (dur_us < 0)
-    for reason, mask in (("missing ts", bad_ts), ("missing dur", bad_dur), ("negative dur", negative)):
+    with np.errstate(invalid="ignore"):
+        negative = ~bad_ts & ~bad_dur & (dur_us < 0)
+        far_ts = ~bad_ts & (np.abs(ts_us) > TIME_LIMIT_US)
+        long_dur = ~bad_ts & ~bad_dur & ~far_ts & (dur_us > DURATION_LIMIT_US)
+    for reason, mask in (("missing ts", bad_ts), ("missing dur", bad_dur), ("negative dur", negative),
+                         ("ts out of range", far_ts), ("dur over a day", long_dur)):
         count = int(np.count_nonzero(mask))
         if count:
             skipped[reason] = skipped.get(reason, 0) + count
-    valid = ~(bad_ts | bad_dur | negative)
+    valid = ~(bad_ts | bad_dur | negative | far_ts | long_dur)
     ts_us = np.where(valid, ts_us, 0.0)
     dur_us = np.where(valid, dur_us, 0.0)
     return _us_to_ns(ts_us), _us_to_ns(dur_us), valid
@@ -440,7 +470,7 @@ def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tup
 
 def _us_to_ns(us: np.ndarray) -> np.ndarray:
     # Split off the whole µs first: 1.7e18 ns does not fit a double exactly.
-    whole = np.floor(us)
+    whole = np.floor(np.clip(us, -TIME_LIMIT_US, TIME_LIMIT_US))
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
@@ -461,14 +491,14 @@ def _make_track(key: tuple[Any, ...], args: _Args) -> Track:
     is_gpu, pid, tid = key
     if not is_gpu:
         return Track(TrackKind.HOST, pid, tid)
-    device = _as_int(args.device) if args.device != NO_VALUE else (pid if isinstance(pid, int) else NO_VALUE)
+    device = _as_int(args.device) if args.device != NO_VALUE else (_as_int(pid) if isinstance(pid, int) else NO_VALUE)
     stream = _as_int(args.stream)
     if stream == NO_VALUE:
         if isinstance(tid, int):
-            stream = tid
+            stream = _as_int(tid)
         else:
-            match = _STREAM_TID.search(str(tid))
-            stream = int(match.group(1)) if match else NO_VALUE
+            match = _STREAM_TID.search(str(tid)[:64])
+            stream = _as_int(match.group(1)) if match else NO_VALUE
     return Track(TrackKind.GPU, pid, tid, device=device, stream=stream)
 
 
@@ -539,44 +569,62 @@ def _dims(values: Iterable[list[int] | None]) -> np.ndarray:
         dims = np.array(listed, dtype=np.int32)
         if dims.ndim == 2 and dims.shape[1] == 3:
             return dims
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         pass
     return np.array([_dim3(v) for v in listed], dtype=np.int32).reshape(-1, 3)
 
 
 def _dim3(value: list[int] | None) -> list[int]:
-    dims = list(value or [])[:3]
+    dims = [d if 0 <= d <= _INT32_MAX else NO_VALUE for d in map(_as_int, list(value or [])[:3])]
     return dims + [NO_VALUE] * (3 - len(dims))
 
 
 def _table(name: str, **columns: Any) -> dict[str, np.ndarray]:
-    return {col: _ints(columns[col]).astype(dt) if isinstance(columns[col], list) and np.dtype(dt).kind == "i"
+    return {col: _fit(_ints(columns[col]), dt) if isinstance(columns[col], list) and np.dtype(dt).kind == "i"
             else np.asarray(columns[col], dtype=dt) for col, dt in SIDE_TABLES[name].items()}
 
 
+def _fit(column: np.ndarray, dtype: Any) -> np.ndarray:
+    """`column` as `dtype`; values that do not fit it are missing (NO_VALUE), never wrapped around."""
+    limits = np.iinfo(dtype)
+    if column.size and (column.min() < limits.min or column.max() > limits.max):
+        column = np.where((column < limits.min) | (column > limits.max), NO_VALUE, column)
+    return column.astype(dtype)
+
+
 def _ints(values: list[Any]) -> np.ndarray:
-    """An int64 column from numbers as written: ints, or strings such as "128" and "0x0" (ROCm)."""
+    """An int64 column from numbers as written: ints, or strings such as "128" and "0x0" (ROCm).
+
+    Numbers beyond ±INT_LIMIT are missing (NO_VALUE).
+    """
     try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        column = np.fromiter(values, dtype=np.int64, count=len(values))
     except (TypeError, ValueError, OverflowError):
         return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
+    if column.size and (column.min() < -INT_LIMIT or column.max() > INT_LIMIT):
+        column[(column < -INT_LIMIT) | (column > INT_LIMIT)] = NO_VALUE
+    return column
 
 
 def _as_int(value: Any) -> int:
-    """One number as written (decimal or 0x-hex string, int, or float); NO_VALUE when it is not one."""
+    """One number as written (decimal or 0x-hex string, int, or float); NO_VALUE when it is not one or is beyond ±INT_LIMIT."""
     if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) else NO_VALUE
-    try:
-        return int(str(value).strip(), 0)
-    except ValueError:
+        number = int(value)
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        number = int(value) if math.isfinite(value) else NO_VALUE
+    else:
+        text = str(value).strip()[:64]
         try:
-            return int(float(value))
-        except (ValueError, OverflowError):
-            return NO_VALUE
+            number = int(text, 0)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                return NO_VALUE
+            number = int(as_float) if math.isfinite(as_float) else NO_VALUE
+    return number if -INT_LIMIT <= number <= INT_LIMIT else NO_VALUE
 
 
 def _flows(events: list[_Event], tracks: list[Track], has_flows: bool) -> dict[str, np.ndarray]:
@@ -619,14 +667,21 @@ def _meta(envelope: Any, source: str, event_count: int, categories: dict[str, in
     base = envelope.baseTimeNanoseconds if envelope is not None else None
     collector = envelope.daydream if envelope is not None and isinstance(envelope.daydream, dict) else {}
     features = _features(categories, isinstance(base, int))
+    rank, world = _int_or_none(distributed.get("rank")), _int_or_none(distributed.get("world_size"))
+    if world is not None and not 1 <= world <= MAX_WORLD_SIZE:
+        skipped[f"distributedInfo.world_size {world} out of range (ignored)"] = 1
+        world = None
+    if rank is not None and not 0 <= rank < (world or MAX_WORLD_SIZE):
+        skipped[f"distributedInfo.rank {rank} out of range (ignored)"] = 1
+        rank = None
     return TraceMeta(
         source=source,
-        rank=_int_or_none(distributed.get("rank")),
-        world_size=_int_or_none(distributed.get("world_size")),
+        rank=rank,
+        world_size=world,
         gpus=_gpus(envelope.deviceProperties if envelope is not None else None),
         format=_format_label(features),
         features=features,
-        base_time_ns=base if isinstance(base, int) else 0,
+        base_time_ns=base if isinstance(base, int) and abs(base) <= INT_LIMIT else 0,
         events_in_file=event_count,
         categories=categories,
         skipped=skipped,
@@ -653,7 +708,7 @@ def _runtime(envelope: Any) -> dict[str, Any]:
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT_LIMIT else None
 
 
 def _gpus(properties: Any) -> list[GpuInfo]:

@@ -8,6 +8,8 @@ identity of a source (path, member, size, mtime) is what the cache is keyed on.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import tarfile
 import zlib
 from collections.abc import Callable
@@ -23,6 +25,24 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _CHUNK = 1 << 20
+#: Default most decompressed bytes of one trace document (DAYDREAM_MAX_BYTES overrides, e.g. 64GB).
+DEFAULT_MAX_BYTES = 32 * 2**30
+#: A gzip member this many times larger than its compressed size, once past BOMB_FLOOR bytes, is refused:
+#: profiler JSON compresses 5-50x; deflate's ceiling is about 1000x, which only filler reaches.
+BOMB_RATIO = 250
+BOMB_FLOOR = 256 * 2**20
+
+
+def max_bytes() -> int:
+    """The most decompressed bytes daydream reads from one document: DAYDREAM_MAX_BYTES, else DEFAULT_MAX_BYTES."""
+    text = os.environ.get("DAYDREAM_MAX_BYTES", "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    found = re.match(r"^([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?$", text, re.IGNORECASE)
+    if not found:
+        raise InputError(f"DAYDREAM_MAX_BYTES={text!r} is not a size — write e.g. 64GB or 500MB")
+    base = 1024 if found.group(3) else 1000
+    return int(float(found.group(1)) * base ** " kmgt".index(found.group(2).lower() or " "))
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,18 +62,21 @@ class Source:
     def identity(self) -> str:
         return f"{self.path.resolve()}::{self.member or ''}"
 
-    def read(self, progress: Progress | None = None) -> bytes:
-        """The decompressed bytes of this document."""
+    def read(self, progress: Progress | None = None) -> bytearray:
+        """The decompressed bytes of this document (at most `max_bytes()` of them)."""
+        limit = max_bytes()
         if self.member is None:
+            _check_regular(self.path)
             with open(self.path, "rb") as handle:
-                return _read_maybe_gzip(handle, self.label, self.size, progress)
+                return _read_maybe_gzip(handle, self.label, self.size, limit, progress)
         try:
             with tarfile.open(self.path, "r:*") as archive:
-                member = archive.extractfile(self.member)
+                info = archive.getmember(self.member)
+                member = archive.extractfile(info) if info.isfile() else None
                 if member is None:
-                    raise TraceFormatError(self.label, "archive member is not a regular file", "")
-                return _read_maybe_gzip(member, self.label, self.size, progress)
-        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+                    raise TraceFormatError(self.label, "member is not a regular file", "repack the archive with the files themselves")
+                return _read_maybe_gzip(member, self.label, info.size, limit, progress)
+        except (tarfile.TarError, EOFError, OSError, zlib.error, KeyError) as exc:
             raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})", "is the archive complete?") from None
 
 
@@ -64,10 +87,18 @@ def discover(path: str | os.PathLike[str]) -> list[Source]:
         raise InputError(f"{root}: no such file or folder — check the path")
     if root.is_dir():
         return _folder_sources(root)
+    _check_regular(root)
     if _is_archive(root):
         return _archive_sources(root)
-    stat = root.stat()
-    return [Source(root, None, stat.st_size, stat.st_mtime_ns)]
+    info = root.stat()
+    return [Source(root, None, info.st_size, info.st_mtime_ns)]
+
+
+def _check_regular(path: Path) -> None:
+    """Refuse devices, pipes and sockets before opening them: /dev/zero never ends, a pipe may never start."""
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: not a regular file (a device, pipe or socket) — save the trace to a file and name that")
 
 
 def _folder_sources(root: Path) -> list[Source]:
@@ -82,38 +113,51 @@ def _is_archive(path: Path) -> bool:
 
 
 def _archive_sources(root: Path) -> list[Source]:
-    stat = root.stat()
+    info = root.stat()
     try:
         with tarfile.open(root, "r:*") as archive:
-            members = sorted(
-                m.name for m in archive.getmembers() if m.isfile() and m.name.endswith(_TRACE_SUFFIXES)
-            )
+            listed = [m for m in archive.getmembers() if m.name.endswith(_TRACE_SUFFIXES)]
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise TraceFormatError(str(root), f"not a readable tar archive ({_first_line(exc)})", "is the archive complete?") from None
+    names = [m.name for m in listed]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise TraceFormatError(str(root), f"archive lists {twice[0]!r} more than once", "repack it with one file per rank")
+    members = sorted(m.name for m in listed if m.isfile())
     if not members:
         raise InputError(f"{root}: archive holds no *.json or *.json.gz trace files — pack one trace file per rank")
-    return [Source(root, member, stat.st_size, stat.st_mtime_ns) for member in members]
+    return [Source(root, member, info.st_size, info.st_mtime_ns) for member in members]
 
 
-def _read_maybe_gzip(handle: IO[bytes], label: str, size: int, progress: Progress | None) -> bytes:
+def _read_maybe_gzip(handle: IO[bytes], label: str, size: int, limit: int, progress: Progress | None) -> bytearray:
     head = handle.read(2)
     if head != _GZIP_MAGIC:
-        body = head + handle.read()
+        if size > limit:
+            raise _too_large(label, size, limit)
+        body = bytearray(head)
+        while chunk := handle.read(_CHUNK):
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(label, len(body), limit)
         if progress:
             progress("reading", len(body), len(body))
         return body
-    chunks: list[bytes] = []
+    body = bytearray()
     inflater = zlib.decompressobj(wbits=31)
     data = head
     consumed = 0
     try:
         while True:
-            chunks.append(inflater.decompress(data))
-            while inflater.eof and inflater.unused_data:
-                # A gzip file may hold several members back to back.
-                rest = inflater.unused_data
-                inflater = zlib.decompressobj(wbits=31)
-                chunks.append(inflater.decompress(rest))
+            body += inflater.decompress(data, _CHUNK * 64)
+            while inflater.unconsumed_tail or (inflater.eof and inflater.unused_data):
+                if inflater.unconsumed_tail:
+                    body += inflater.decompress(inflater.unconsumed_tail, _CHUNK * 64)
+                else:  # a gzip file may hold several members back to back
+                    rest = inflater.unused_data
+                    inflater = zlib.decompressobj(wbits=31)
+                    body += inflater.decompress(rest, _CHUNK * 64)
+                _check_growth(label, len(body), consumed, limit)
+            _check_growth(label, len(body), consumed, limit)
             data = handle.read(_CHUNK)
             consumed += len(data)
             if progress:
@@ -124,7 +168,20 @@ def _read_maybe_gzip(handle: IO[bytes], label: str, size: int, progress: Progres
         raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})", "re-copy the file; it is damaged") from None
     if not inflater.eof:
         raise TraceFormatError(label, "gzip stream is truncated", "the file was cut short; re-copy or re-record it")
-    return b"".join(chunks)
+    return body
+
+
+def _check_growth(label: str, produced: int, consumed: int, limit: int) -> None:
+    if produced > limit:
+        raise _too_large(label, produced, limit)
+    if produced > BOMB_FLOOR and produced > BOMB_RATIO * max(consumed, 1):
+        raise TraceFormatError(label, f"gzip data expands over {BOMB_RATIO} times (to more than {produced / 2**20:.0f} MiB)",
+                               "a profiler trace does not compress this well; the file is damaged or not a trace")
+
+
+def _too_large(label: str, size: int, limit: int) -> InputError:
+    return InputError(f"{label}: decompresses to more than {limit / 2**30:.3g} GiB (DAYDREAM_MAX_BYTES) — "
+                      f"raise the limit if the trace is real, e.g. DAYDREAM_MAX_BYTES={max(2 * size, limit * 2) // 2**30 + 1}GiB")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from daydream._files import atomic_output
-from daydream.trace.model import GpuInfo, Trace, TraceMeta, Track, TrackKind
+from daydream.trace.model import EVENT_COLUMNS, SIDE_TABLES, GpuInfo, Trace, TraceMeta, Track, TrackKind
 
 #: Bump whenever the normalized model or what readers put in it changes.
 STORE_VERSION = 6
@@ -61,21 +61,65 @@ def save(trace: Trace, path: Path, stamp: dict[str, Any]) -> None:
         arrays[f"der.{key}"] = column
     with atomic_output(path) as out:
         np.savez(out, **arrays)  # type: ignore[arg-type]
+    remove_stale_temporaries(path.parent)
 
 
 def load(path: Path, stamp: dict[str, Any] | None = None) -> Trace | None:
-    """Read a stored trace; None when it is missing, stale (stamp differs) or unreadable."""
+    """Read a stored trace; None when it is missing, stale (stamp differs), unreadable or inconsistent.
+
+    A cache file is checked as untrusted input: any defect (empty, truncated, columns of
+    different lengths, string offsets or row references out of range) means "read the
+    trace again", never a wrong answer or an error.
+    """
     try:
         with np.load(path, allow_pickle=False) as stored:
             header = json.loads(stored["header"].tobytes().decode("utf-8"))
-            if header.get("store_version") != STORE_VERSION:
+            if not isinstance(header, dict) or header.get("store_version") != STORE_VERSION:
                 return None
             if stamp is not None and header.get("stamp") != stamp:
                 return None
             arrays = {key: stored[key] for key in stored.files}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError):
+        trace = _assemble(header, arrays)
+        return trace if _consistent(trace) else None
+    except FileNotFoundError:
         return None
-    return _assemble(header, arrays)
+    except Exception:  # noqa: BLE001 — a damaged cache entry of any kind is a cache miss
+        return None
+
+
+def _consistent(trace: Trace) -> bool:
+    """Whether every column has one row per event and every reference points inside its target."""
+    rows = {column.shape[0] for column in trace.columns.values()}
+    if len(rows) != 1 or any(column.ndim != 1 for column in trace.columns.values()):
+        return False
+    (count,) = rows
+    for key, dtype in EVENT_COLUMNS.items():
+        if key not in trace.columns or trace.columns[key].dtype != np.dtype(dtype):
+            return False
+    if count and (_out_of(trace.columns["name"], len(trace.strings)) or _out_of(trace.columns["track"], len(trace.tracks))):
+        return False
+    for name, table in trace.tables.items():
+        lengths = {column.shape[0] for column in table.values()}
+        if len(lengths) > 1 or ("event" in table and table["event"].size and _out_of(table["event"], count)):
+            return False
+        if name not in SIDE_TABLES or set(table) != set(SIDE_TABLES[name]):
+            return False
+    return True
+
+
+def _out_of(references: np.ndarray, size: int) -> bool:
+    return bool(references.min() < 0 or references.max() >= size)
+
+
+def remove_stale_temporaries(folder: Path, older_than_s: float = 3600.0) -> None:
+    """Delete temporary files a killed writer left in `folder` (atomic_output's .tmp-*), once they are old."""
+    now = time.time()
+    for leftover in folder.glob(".tmp-*"):
+        try:
+            if now - leftover.stat().st_mtime > older_than_s:
+                leftover.unlink()
+        except OSError:
+            pass
 
 
 def _assemble(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
@@ -111,6 +155,8 @@ def _pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def _unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
     data = blob.tobytes()
+    if offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0 or offsets[-1] != len(data) or np.any(np.diff(offsets) < 0):
+        raise ValueError("string offsets do not fit the string table")
     bounds = offsets.tolist()
     return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip(bounds, bounds[1:])]
 

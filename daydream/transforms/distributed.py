@@ -28,7 +28,7 @@ from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import DEVICE_WORK
 from daydream.interconnect import Interconnect, collective_time_ns, interconnect, interconnect_of_device, normalize_operation
 from daydream.mapping import PHASES
-from daydream.transforms.optimizations import Context, Optimization, Parameter, register
+from daydream.transforms.optimizations import FACTOR_RANGE, MAX_WORLD, Context, Optimization, Parameter, bandwidth, register
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, remove
 
 BACKWARD, OPTIMIZER, FORWARD = PHASES.index("backward"), PHASES.index("optimizer"), PHASES.index("forward")
@@ -80,7 +80,7 @@ def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
         link = found or Interconnect("custom", 1.0, 10.0)
     if params.get("bandwidth"):
         link = Interconnect(link.name, float(params["bandwidth"]), link.step_latency_us)
-    if params.get("latency") not in (None, ""):
+    if float(params.get("latency", -1.0)) >= 0:
         link = Interconnect(link.name, link.bus_bandwidth_gbs, float(params["latency"]))
     algorithm = str(params.get("algorithm", "auto"))
     if algorithm not in ("ring", "tree", "auto"):
@@ -242,12 +242,12 @@ def _gradient_volume(graph: Graph, params: dict[str, Any]) -> int | None:
 LINK_PARAMETERS: dict[str, Parameter] = {
     "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
     "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
-    "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link"),
-    "bandwidth": Parameter(float, 0.0, "bus bandwidth in GB/s (overrides the preset)"),
-    "latency": Parameter(str, "", "per-step latency in µs (overrides the preset)"),
+    "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link", 1, 4096),
+    "bandwidth": Parameter(bandwidth, 0.0, "bus bandwidth in GB/s, or with a unit: 25GB/s, 200Gbps (overrides the preset)", 0.0, 1e6),
+    "latency": Parameter(float, -1.0, "per-step latency in µs (overrides the preset)", -1.0, 1e7),
     "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
 }
-DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks"), **LINK_PARAMETERS,
+DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
      "bucket": Parameter(str, "25MiB", "bucket size"),
      "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")}
 
@@ -383,8 +383,8 @@ register(Optimization(
     "(elements × dtype from its metadata) takes the cost model's time for its operation among world ranks "
     "(the trace's world size unless world= is given), divided by factor",
     _comm,
-    {"factor": Parameter(float, 1.0, "speed-up of every collective"), **LINK_PARAMETERS,
-     "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)")},
+    {"factor": Parameter(float, 1.0, "speed-up of every collective", **FACTOR_RANGE), **LINK_PARAMETERS,
+     "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)", 0, MAX_WORLD)},
 ))
 
 
@@ -470,7 +470,7 @@ register(Optimization(
     "parameters before its forward and before its backward, on a stream of their own, in order. "
     "memory: optimizer state ÷world (stage ≥ 1), gradients ÷world (stage ≥ 2), weights ÷world (stage 3)",
     _zero,
-    {"stage": Parameter(int, 2, "1, 2 or 3"), "world": Parameter(int, 8, "data-parallel ranks"),
+    {"stage": Parameter(int, 2, "1, 2 or 3", 1, 3), "world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD),
      **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"}},
 ))
 
@@ -575,8 +575,8 @@ register(Optimization(
     "world such sets (world·2S/ratio bytes at memory bandwidth), on the communication stream. Apply after ddp, or to a "
     "trace's own all-reduces (with world= and a link)",
     _grad_compression,
-    {"ratio": Parameter(float, 100.0, "compression ratio (DGC: 270-600)"),
-     "passes": Parameter(float, 4.0, "passes over the gradient to select the top elements"),
-     "memory_bandwidth": Parameter(float, 0.0, "GB/s for compression work (default: the device table's)"),
-     **LINK_PARAMETERS, "world": Parameter(int, 0, "ranks (default: ddp's, or the trace's world size)")},
+    {"ratio": Parameter(float, 100.0, "compression ratio (DGC: 270-600)", 1.0, 1e9),
+     "passes": Parameter(float, 4.0, "passes over the gradient to select the top elements", 0.0, 1e3),
+     "memory_bandwidth": Parameter(bandwidth, 0.0, "GB/s for compression work (default: the device table's)", 0.0, 1e6),
+     **LINK_PARAMETERS, "world": Parameter(int, 0, "ranks (default: ddp's, or the trace's world size)", 0, MAX_WORLD)},
 ))

@@ -10,6 +10,7 @@ graph in place and returns notes for people (what it did, with numbers).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,9 +52,36 @@ Apply = Callable[[Graph, dict[str, Any], Context], list[str]]
 
 @dataclass(slots=True, frozen=True)
 class Parameter:
-    type: type
+    """One parameter of an optimization: how its text becomes a value, and the values it may take.
+
+    `type` turns the text into a value (int, float, str, or a converter such as `bandwidth`);
+    numbers must be finite and, where given, within `low`..`high` (inclusive).
+    """
+
+    type: Callable[[str], Any]
     default: Any
     help: str
+    low: float | None = None
+    high: float | None = None
+
+
+#: The largest data-parallel job a what-if may model: ranks are simulated one by one.
+MAX_WORLD = 65536
+#: Bounds of a speed-up (or slow-down) factor: beyond them the prediction means nothing.
+FACTOR_RANGE = {"low": 1e-3, "high": 1e6}
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?:([kKmMgGtT])(B|b|bit)(?:ps|/s)?)?\s*$")
+_RATE_SCALE = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def bandwidth(text: str) -> float:
+    """A bandwidth in GB/s: '25' (GB/s), '25GB/s' or '25GBps' (bytes), '200Gbps', '200Gb/s' or '200Gbit/s' (bits)."""
+    found = _RATE.match(str(text))
+    if not found:
+        raise ValueError(text)
+    value, prefix, unit = float(found.group(1)), found.group(2), found.group(3)
+    if prefix is None:
+        return value
+    return value * _RATE_SCALE[prefix.lower()] / (1 if unit == "B" else 8) / 1e9
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,7 +119,7 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
         if not sep or key not in optimization.parameters:
             known = ", ".join(optimization.parameters) or "none"
             raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: {known})")
-        params[key] = _convert(text, key, value, optimization.parameters[key].type)
+        params[key] = _convert(text, key, value, optimization.parameters[key])
     return name, params
 
 
@@ -115,11 +143,22 @@ def with_value(spec: str, key: str, value: str) -> str:
     return f"{name}:{','.join([*items, f'{key}={value}'])}"
 
 
-def _convert(spec: str, key: str, value: str, kind: type) -> Any:
+def _convert(spec: str, key: str, value: str, parameter: Parameter) -> Any:
+    kind = parameter.type
     try:
-        return kind(value)
-    except ValueError:
-        raise InputError(f"--opt {spec}: {key}={value!r} is not a {kind.__name__}") from None
+        converted = kind(value)
+    except (ValueError, OverflowError):
+        example = " (e.g. 25GB/s or 200Gbps)" if kind is bandwidth else ""
+        raise InputError(f"--opt {spec}: {key}={value!r} is not a {getattr(kind, '__name__', 'value')}{example}") from None
+    if isinstance(converted, (int, float)):
+        if not math.isfinite(converted):
+            raise InputError(f"--opt {spec}: {key}={value!r} is not a finite number — give a value such as {parameter.default!r}")
+        low, high = parameter.low, parameter.high
+        if (low is not None and converted < low) or (high is not None and converted > high):
+            span = f"from {low:g} to {high:g}" if low is not None and high is not None else (
+                f"at least {low:g}" if low is not None else f"at most {high:g}")
+            raise InputError(f"--opt {spec}: {key}={value} is out of range — give a value {span}")
+    return converted
 
 
 def apply_spec(graph: Graph, spec: tuple[str, dict[str, Any]], context: Context) -> list[str]:
@@ -231,8 +270,8 @@ register(Optimization(
     "except the optimizer's (fp32 master weights); each forward GEMM/conv gets a weight cast (half an elementwise "
     "kernel) and its launch on the host; CPU unchanged",
     _amp,
-    {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)"),
-     "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)")},
+    {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)", 0.0, 1e3),
+     "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)", 0.0, 1e3)},
 ))
 
 
@@ -279,7 +318,7 @@ register(Optimization(
     "fixed cost of a near-empty one (10th percentile of the optimizer's kernels in this trace); the CPU work between "
     "the removed launches goes too",
     _fused_optimizer,
-    {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration")},
+    {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration", 1, 1e6)},
 ))
 
 
@@ -352,7 +391,7 @@ register(Optimization(
     "(1 - saving) of the others (the intermediate tensors are no longer written and read back); the other kernels and "
     "their launches are removed",
     _fuse_elementwise,
-    {"saving": Parameter(float, 0.8, "share of the non-longest kernels' time the fusion saves")},
+    {"saving": Parameter(float, 0.8, "share of the non-longest kernels' time the fusion saves", 0.0, 1.0)},
 ))
 
 
@@ -384,8 +423,8 @@ register(Optimization(
     "the fixed cost is a low percentile of the trace's task durations: small kernels do not scale linearly; optimizer, "
     "per-parameter work (AccumulateGrad, zeroing), collectives, launches and host gaps are kept",
     _batch_size,
-    {"factor": Parameter(float, 2.0, "new batch size / old batch size"),
-     "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost")},
+    {"factor": Parameter(float, 2.0, "new batch size / old batch size", 1e-3, 1e4),
+     "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost", 0.0, 100.0)},
 ))
 
 
@@ -502,7 +541,7 @@ def _no_host_overhead(graph: Graph, params: dict[str, Any], context: Context) ->
 register(Optimization(
     "faster-host", "a faster host (CPU, Python, framework)",
     "every host call and CPU op, and the CPU time between them, ÷factor; GPU work and waits unchanged",
-    _faster_host, {"factor": Parameter(float, 2.0, "host speed-up")},
+    _faster_host, {"factor": Parameter(float, 2.0, "host speed-up", **FACTOR_RANGE)},
 ))
 register(Optimization(
     "no-host-overhead", "an infinitely fast host: is the step launch-bound?",
@@ -531,7 +570,7 @@ register(Optimization(
     "faster-gpu", "a faster (factor > 1) or slower (factor < 1) GPU, or faster matching kernels",
     "GPU kernels, copies and memsets (or only those whose name matches `kernels`) ÷factor; host unchanged",
     _faster_gpu,
-    {"factor": Parameter(float, 2.0, "GPU speed-up"),
+    {"factor": Parameter(float, 2.0, "GPU speed-up", **FACTOR_RANGE),
      "kernels": Parameter(str, "", "a kernel class (gemm, convolution, attention, ...) or a regular expression over kernel names")},
 ))
 

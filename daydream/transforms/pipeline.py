@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml
 
+from daydream._yaml import MAX_BYTES, load_yaml
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.transforms.primitives import remove, reschedule, scale, select, unpin
@@ -51,11 +51,12 @@ def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
     source = str(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
+            text = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise InputError(f"{source}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{source}: not UTF-8 text — is this a YAML file?") from None
+    document = load_yaml(text, source)
     if not isinstance(document, dict):
         raise InputError(f"{source}: expected a mapping with version, name and steps")
     version = document.get("version")
@@ -102,7 +103,7 @@ def apply_pipeline(graph: Graph, pipeline: Pipeline) -> list[str]:
             action = next(key for key in step if key in _ACTIONS)
             arguments = step[action] or {}
             _ACTION_FUNCTIONS[action](graph, chosen, **arguments)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, InputError) as exc:
             raise InputError(f"{pipeline.source}: step {number}: {exc}") from None
         notes.append(f"{pipeline.name} step {number}: {action} on {np.asarray(chosen).size} tasks")
     return notes

@@ -10,12 +10,12 @@ it, so that steps chain; take `graph.copy()` first to keep the original.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from daydream._regex import Pattern, user_regex
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import EDGE_COLUMNS
 from daydream.graph.order import topological_order
@@ -72,11 +72,8 @@ def select(
     return ids[keep]
 
 
-def _compile(pattern: str, what: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"{what} pattern {pattern!r} is not a regular expression ({exc})") from None
+def _compile(pattern: str, what: str) -> Pattern:
+    return user_regex(str(pattern), f"select {what}", example="'gemm|cutlass'")
 
 
 def scale(graph: Graph, selection: np.ndarray, factor: float | None = None,
