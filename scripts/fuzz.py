@@ -53,6 +53,9 @@ def main() -> int:
 
         os.environ["DAYDREAM_CACHE_DIR"] = str(folder / "cache")
         todo = cases(seeds, rng, options.cases, folder / "cases")
+        from daydream.cli import main as daydream
+
+        daydream(["replay", str(seeds.paths[0]), "--no-cache"])  # compile the simulator once, before forking
         with ThreadPoolExecutor(options.jobs) as pool:
             outcomes = list(pool.map(lambda c: run(c, options.timeout, folder), todo))
         if options.keep:

@@ -31,7 +31,9 @@ from daydream._yaml import load_yaml
 from daydream.errors import InputError
 
 SUPPORTED_VERSION = 1
-CHECK_KEYS = ("trace", "command", "whatif", "device", "expect", "stored")
+CHECK_KEYS = ("trace", "command", "timeout", "whatif", "device", "expect", "stored")
+#: How long a check's command may run unless its `timeout:` says otherwise.
+DEFAULT_TIMEOUT_S = 30 * 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,7 @@ class Check:
     name: str
     trace: Path                 # absolute; what `command` writes when there is one
     command: str | None         # a shell command run in the file's folder before reading `trace`
+    timeout_s: float            # the most seconds `command` may run
     whatif: tuple[str, ...]     # --opt specs in order; pipeline files made absolute
     device: str | None          # like `whatif --device`
     bounds: tuple[Bound, ...]
@@ -232,7 +235,8 @@ def _check(path: Path, folder: Path, name: str, body: Any) -> Check:
         if not isinstance(device, str) or not device.strip():
             raise InputError(f"{where}: device: expected a device name such as A100")
         _wrapped(where, "device", lambda: _known_device(device))
-    return Check(name, trace, command, whatif, device, bounds, _stored(where, body.get("stored")))
+    timeout_s = _timeout(where, body.get("timeout"))
+    return Check(name, trace, command, timeout_s, whatif, device, bounds, _stored(where, body.get("stored")))
 
 
 def _command(where: str, value: Any) -> str | None:
@@ -241,6 +245,20 @@ def _command(where: str, value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{where}: command: expected a shell command, e.g. \"daydream trace train.py -o run.json.gz\"")
     return value.strip()
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h)?\s*$")
+
+
+def _timeout(where: str, value: Any) -> float:
+    """timeout: 90 (seconds), 90s, 20m or 2h."""
+    if value is None:
+        return DEFAULT_TIMEOUT_S
+    found = _DURATION.match(str(value)) if not isinstance(value, bool) else None
+    seconds = float(found.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[found.group(2)] if found else math.nan
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > 7 * 86400:
+        raise InputError(f"{where}: timeout: {value!r} is not a duration — write seconds or e.g. 90s, 20m, 2h (at most a week)")
+    return seconds
 
 
 def _trace(where: str, folder: Path, value: Any, command: str | None) -> Path:

@@ -8,6 +8,8 @@ taken: it is what a diff of the stored values should show moving.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -83,8 +85,10 @@ def _run_command(run: _Run, check: Check, command: str, where: str) -> None:
     if run.notify:
         run.notify(f"check '{check.name}': running {command}")
     before = _stamp(check.trace)
-    result = subprocess.run(command, shell=True, cwd=run.expectations.folder, capture_output=True, text=True,
-                            errors="replace", check=False)
+    result = _shell(command, run.expectations.folder, check.timeout_s)
+    if result is None:
+        raise InputError(f"{where}: command {command!r} did not finish within {check.timeout_s:g} s and was stopped "
+                         "— raise the check's timeout: (e.g. timeout: 2h) if it needs longer")
     if result.returncode != 0:
         raise InputError(f"{where}: command {command!r} exited with code {result.returncode}{_last_words(result)} "
                          f"— run it by hand in {run.expectations.folder} to see why")
@@ -94,6 +98,23 @@ def _run_command(run: _Run, check: Check, command: str, where: str) -> None:
                          "— make the command write the trace that 'trace' names")
     run.commands[key] = None
     run.replay_errors.pop(check.trace, None)
+
+
+def _shell(command: str, folder: Path, timeout_s: float) -> subprocess.CompletedProcess[str] | None:
+    """Run `command` through /bin/sh in `folder`; None if it ran past `timeout_s` (it and its children are killed)."""
+    process = subprocess.Popen(command, shell=True, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return None
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

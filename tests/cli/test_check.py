@@ -299,6 +299,18 @@ A = "version: 1\nchecks: {a: {%s}}\n"  # one check named a
      "check 'a': command 'echo building; echo broke >&2; exit 3' exited with code 3 (broke)"),
     (A % "command: 'true', trace: t.json, expect: {replay_error_at_most: 1}",
      "exited with code 0 but did not write"),
+    # A command that outlives its timeout is stopped, children included (sleep holds the output pipe).
+    (A % "command: 'sleep 60 & sleep 60', timeout: 1s, trace: t.json, expect: {replay_error_at_most: 1}",
+     "did not finish within 1 s and was stopped"),
+    (A % "command: 'true', timeout: forever, trace: t.json, expect: {replay_error_at_most: 1}",
+     "timeout: 'forever' is not a duration"),
+    (A % "trace: TRACE, whatif: [amp], expect: {speedup_at_least: .nan}", "speedup_at_least"),
+    ("a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\nd: &d [*c, *c, *c, *c]\n"
+     "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, "
+     "*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, "
+     "*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+     "more than 100 aliases"),
+    ("version: 1\nchecks:\n  ? [a, b]\n  : {trace: TRACE}\n", "a key must be a plain value"),
 ])
 def test_input_errors_exit_2_with_one_line_and_write_nothing(tmp_path: Path, body: str | None, message: str,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
