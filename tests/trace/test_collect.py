@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from daydream.cli import main
-from daydream.mapping import attribute, find_iterations, phase_layer_times
+from daydream.mapping import PHASES, attribute, find_iterations, phase_layer_times
 from daydream.simulate import replay_trace
-from daydream.trace import read_job
+from daydream.trace import EventKind, read_job
 from tests.builders import load_raw
 from tests.conftest import REPO
 
@@ -58,13 +58,17 @@ def test_layers_and_phases_are_attributed(example_traces: dict[str, Path], name:
     trace = read_job(example_traces[name], cache=False).traces[0]
     attribution = attribute(trace)
     assert attribution.source == "daydream markers"
-    # Per iteration, and the median over iterations: CPU time on a shared machine is noisy, and
-    # one op descheduled for 100 ms must not decide the share.
-    per_iteration = [phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns)]) for it in find_iterations(trace)]
-    assert statistics.median(t.forward_leaf_share for t in per_iteration) >= 0.95
+    # Counts of CPU ops, not their time: the program's structure is the same on every run, while
+    # CPU time on a shared machine moves by tens of percent.
+    ops = trace.indices(EventKind.CPU_OP)
+    forward = ops[attribution.phase[ops] == PHASES.index("forward")]
+    on_leaf = np.append(attribution.leaf, False)[attribution.layer[forward]]
+    # Only glue between modules (residual adds, position ids) runs in a module that is not a leaf.
+    assert on_leaf.mean() >= 0.95, on_leaf.mean()
     # Not all backward work has a forward op to follow: gradient accumulation into parameters
     # (AccumulateGrad) and the backward of functional code outside any module stay unattributed.
-    assert statistics.median(t.backward_layer_share for t in per_iteration) >= 0.75
+    backward_ops = ops[attribution.phase[ops] == PHASES.index("backward")]
+    assert (attribution.layer[backward_ops] >= 0).mean() >= 0.65
     times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in find_iterations(trace)])
     assert times.phases["optimizer"] > 0 and times.phases["forward"] > 0 and times.phases["backward"] > 0
     forward = {layer["name"] for layer in times.layers if layer["forward_ns"] > 0}
