@@ -11,6 +11,7 @@ so `daydream inspect` does not pay for the simulator's imports.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import pkgutil
@@ -35,6 +36,18 @@ class _CommandModules(click.Group):
         command: click.Command = getattr(module, f"{cmd_name.replace('-', '_')}_command")
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            raise click.UsageError(f"no command {name!r}{did_you_mean(name, self.list_commands(ctx))}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """' — did you mean X?' when a choice is close to `word`, else ''."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" — did you mean {close[0]!r}?" if close else ""
+
 
 @click.group(cls=_CommandModules, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="daydream")
@@ -44,8 +57,11 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the daydream CLI with `argv` (default: sys.argv[1:]) and return the exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args:  # bare `daydream`: what it does and its commands, as --help shows them
+        args = ["--help"]
     try:
-        returned = cli.main(args=argv, prog_name="daydream", standalone_mode=False)
+        returned = cli.main(args=args, prog_name="daydream", standalone_mode=False)
     except DaydreamError as exc:
         return _fail(str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:

@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from daydream.check import load_expectations, measure_checks, missing_stored, summarize_check, update_stored
+from daydream.cli._progress import err, out
 from daydream.errors import InputError
 from daydream.report.check import render_check, write_junit
 
@@ -37,7 +38,7 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
         problems = missing_stored(expectations)
         if problems:
             raise InputError(problems[0])
-    status = Console(stderr=True)
+    status = err()
     measurements = measure_checks(expectations, notify=_notifier(status))
     if update:
         expectations = update_stored(expectations, measurements)
@@ -47,7 +48,7 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
-        render_check(summary, Console())
+        render_check(summary, out())
     return 0 if update or summary["passed"] else 1
 
 
@@ -55,4 +56,4 @@ def _notifier(console: Console) -> Callable[[str], None] | None:
     """Progress lines on a terminal only: in CI logs and pipes, stderr carries errors alone."""
     if not console.is_terminal:
         return None
-    return lambda line: console.print(f"[dim]{line}[/dim]", highlight=False)
+    return lambda line: console.print(line, style="dim", highlight=False)

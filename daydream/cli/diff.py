@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 
 from daydream.api import diff_jobs
-from daydream.cli._progress import progress_bar
+from daydream.cli._progress import err, out, progress_bar
 from daydream.report.diff import TOP_LAYERS, render_comparisons, summarize_comparisons
 
 
@@ -28,10 +27,10 @@ def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> Non
     critical path explains little. A and B may be files, folders of rank files or tar
     archives holding the same ranks; ranks are compared one by one.
     """
-    with progress_bar(Console(stderr=True)) as progress:
+    with progress_bar(err()) as progress:
         comparisons = diff_jobs(a, b, cache=not no_cache, progress=progress)
     summary = summarize_comparisons(a, b, comparisons, top)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    render_comparisons(summary, Console())
+    render_comparisons(summary, out())

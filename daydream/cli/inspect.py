@@ -5,33 +5,35 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 
 from daydream.api import open_job
-from daydream.cli._progress import progress_bar
+from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.report.console import render_job_summary
 from daydream.report.summary import summarize_job
 
 
 @click.command("inspect")
-@click.argument("trace", type=click.Path(path_type=str))
+@trace_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (a stable contract) instead of tables.")
 @click.option("--rank", "detail_rank", type=int, default=None, help="Which rank to show in detail (default: the first).")
 @click.option("--iteration-marker", metavar="REGEX", default=None,
               help="Annotation or op name (a regular expression) whose spans are the iterations.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000), help="How many kernels to list.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
-def inspect_command(trace: str, as_json: bool, detail_rank: int | None, iteration_marker: str | None, top: int, no_cache: bool) -> None:
+def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None, iteration_marker: str | None, top: int,
+                    no_cache: bool) -> None:
     """Summarize TRACE: a Kineto .json/.json.gz file, a folder of rank files, or a .tar.gz of them.
 
     Shows the GPUs, ranks, iterations and their measured times, events per kind,
     streams, the top kernels by GPU time, and how much GPU work is linked to a CPU op.
     """
-    status = Console(stderr=True)
+    status = err()
+    trace = chosen_trace(trace, status.print)
     with progress_bar(status) as progress:
         job = open_job(trace, cache=not no_cache, progress=progress)
     summary = summarize_job(job, iteration_marker=iteration_marker, top=top)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    render_job_summary(summary, Console(), detail_rank)
+    render_job_summary(summary, out(), detail_rank)

@@ -5,30 +5,33 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 
 from daydream.api import open_job
-from daydream.cli._progress import progress_bar
+from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.memory import analyze_memory
 from daydream.report.memory import plot_memory, render_memory, summarize_memory
 
 
 @click.command("memory")
-@click.argument("trace", type=click.Path(path_type=str))
+@trace_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON (a stable contract).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write a PNG of the allocated memory over time, categories stacked, the peak marked.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
-def memory_command(trace: str, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
+def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
     """Peak allocated and reserved memory per device of TRACE, broken down into weights,
     activations, gradients, optimizer state, temporaries and other, at the peak."""
-    with progress_bar(Console(stderr=True)) as progress:
+    status = err()
+    trace = chosen_trace(trace, status.print)
+    with progress_bar(status) as progress:
         job = open_job(trace, cache=not no_cache, progress=progress)
     ranks = [(t.meta.rank, analyze_memory(t)) for t in job.traces]
     if plot_path:
         plot_memory(plot_path, [device for _, memory in ranks for device in memory], trace)
+        status.print(f"daydream: wrote {plot_path}", highlight=False)
     summary = summarize_memory(trace, ranks)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    render_memory(summary, Console())
+    render_memory(summary, out())

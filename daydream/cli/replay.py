@@ -5,41 +5,43 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 
 from daydream.api import replay_job
-from daydream.cli._progress import progress_bar
+from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.report.replay import render_replays, summarize_replays
 from daydream.report.timeline import write_timelines
 
 
 @click.command("replay")
-@click.argument("trace", type=click.Path(path_type=str))
+@trace_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (a stable contract) instead of tables.")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the simulated timeline as a Chrome trace (Perfetto, chrome://tracing); .gz compresses it. "
                    "With several ranks, {rank} in the name is replaced by the rank.")
 @click.option("--critical-path", is_flag=True, help="Show the tasks that bound each simulated iteration.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
-def replay_command(trace: str, as_json: bool, timeline_path: str | None, critical_path: bool, no_cache: bool) -> None:
+def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, critical_path: bool, no_cache: bool) -> None:
     """Replay TRACE's dependency graph in the simulator: measured vs simulated time per iteration.
 
     TRACE is a trace file, a folder of rank files or an archive; the ranks of a job are
     replayed together, each collective matched across its ranks (docs/distributed.md).
 
     Every wait (synchronization, the launch queue, cross-stream events, the autograd
-    thread) is re-derived from dependencies; what cannot be derived is pinned to its
-    recorded start and reported as the pinned fraction.
+    thread) is re-derived from dependencies; what cannot be (a missing peer's lateness,
+    an unnamed event) is a delay relative to its anchor, reported as "unexplained".
     """
-    status = Console(stderr=True)
+    status = err()
+    trace = chosen_trace(trace, status.print)
     with progress_bar(status) as progress:
         replays = replay_job(trace, cache=not no_cache, progress=progress)
     summary = summarize_replays(trace, replays, with_critical_path=critical_path)
     if timeline_path:
         runs = [(r.trace, r.graph, r.timeline, [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in r.iterations])
                 for r in replays]
-        write_timelines(timeline_path, runs, "simulated timeline")
+        for written in write_timelines(timeline_path, runs, "simulated timeline"):
+            status.print(f"daydream: wrote {written}", highlight=False)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    render_replays(summary, Console())
+    render_replays(summary, out())

@@ -5,17 +5,17 @@ from __future__ import annotations
 import time
 
 import click
-from rich.console import Console
 
 from daydream.api import predict_job, replay_job
-from daydream.cli._progress import progress_bar
+from daydream.cli._progress import err, progress_bar
+from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.errors import InputError
 from daydream.report.console import format_bytes
 from daydream.report.html import build_report, choose_iteration, write_report
 
 
 @click.command("report")
-@click.argument("trace", type=click.Path(path_type=str))
+@trace_argument
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The HTML file to write (self-contained: open it anywhere, offline).")
 @click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
@@ -26,13 +26,14 @@ from daydream.report.html import build_report, choose_iteration, write_report
               help="The iteration to draw: its position (0 for the first) or its name. Default: the first full one.")
 @click.option("--rank", "rank", type=int, default=None, help="With several ranks, the rank to draw and break down (default: the first).")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
-def report_command(trace: str, output_path: str, specs: tuple[str, ...], device_name: str | None, iteration: str | None,
+def report_command(trace: str | None, output_path: str, specs: tuple[str, ...], device_name: str | None, iteration: str | None,
                    rank: int | None, no_cache: bool) -> None:
     """Write one HTML page about TRACE: the measured and predicted timelines of one iteration,
     the time per phase and layer, the what-if table (each --opt alone, then all of them
     together) and the memory timeline with the breakdown at its peak."""
     began = time.perf_counter()
-    status = Console(stderr=True)
+    status = err()
+    trace = chosen_trace(trace, status.print)
     with progress_bar(status) as progress:
         replays = replay_job(trace, cache=not no_cache, progress=progress)
         whatifs = [(row, predict_job(trace, row, device_name, cache=not no_cache, progress=progress))
@@ -41,7 +42,9 @@ def report_command(trace: str, output_path: str, specs: tuple[str, ...], device_
     chosen = choose_iteration(replays[rank_index], iteration)
     document = build_report(trace, replays, whatifs, rank_index, chosen)
     size = write_report(output_path, document)
-    status.print(f"wrote {output_path} ({format_bytes(size)}, {document['iteration']['name']}) in {time.perf_counter() - began:.1f} s")
+    seconds = time.perf_counter() - began
+    status.print(f"daydream: wrote {output_path} ({format_bytes(size)}, {document['iteration']['name']}) in {seconds:.1f} s",
+                 highlight=False)
 
 
 def _rows(specs: list[str]) -> list[list[str]]:

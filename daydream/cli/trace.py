@@ -1,18 +1,26 @@
-"""`daydream trace SCRIPT [-- ARGS]`: record a few iterations of an unmodified training script."""
+"""`daydream trace SCRIPT [-- ARGS]` (or `-m MODULE`): record a few iterations of an unmodified training script."""
 
 from __future__ import annotations
 
 import click
-from rich.console import Console
 
-from daydream.trace.collect import BACKENDS, CaptureOptions, capture
+from daydream.cli import did_you_mean
+from daydream.cli._progress import err
+from daydream.errors import InputError
+from daydream.trace.collect import BACKENDS, CaptureError, CaptureOptions, capture
+
+#: daydream trace's own options, to recognise them when they are written after SCRIPT
+_OWN_OPTIONS = ("--warmup", "--iterations", "-n", "--out", "-o", "--backend", "--finish", "--stop", "--step-fn",
+                "--no-memory", "-m", "--module")
 
 
 @click.command("trace", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.argument("script", type=click.Path(path_type=str))
+@click.argument("script", required=False, type=click.Path(path_type=str))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--warmup", default=1, show_default=True, type=int, help="Iterations to run before recording.")
-@click.option("--iterations", "-n", default=3, show_default=True, type=int, help="Iterations to record.")
+@click.option("-m", "--module", "module", default=None, metavar="MODULE",
+              help="Run a module as `python -m MODULE` would, instead of a SCRIPT file.")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0, 100_000), help="Iterations to run before recording.")
+@click.option("--iterations", "-n", default=3, show_default=True, type=click.IntRange(1, 100_000), help="Iterations to record.")
 @click.option("--out", "-o", default=None, type=click.Path(dir_okay=False, path_type=str),
               help="Trace file to write (.json.gz; {rank} is replaced by the rank under torchrun). "
                    "Default: ./daydream-traces/SCRIPT-TIME.json.gz, or SCRIPT-ranks/rankN.json.gz per rank.")
@@ -23,28 +31,61 @@ from daydream.trace.collect import BACKENDS, CaptureOptions, capture
 @click.option("--step-fn", default=None, metavar="[MODULE:]FUNCTION",
               help="Iterations end when this function returns (default: at each optimizer.step()).")
 @click.option("--no-memory", is_flag=True, help="Do not record memory allocation events.")
-def trace_command(script: str, script_args: tuple[str, ...], warmup: int, iterations: int, out: str | None,
-                  backend: str, finish: bool, step_fn: str | None, no_memory: bool) -> None:
+def trace_command(script: str | None, script_args: tuple[str, ...], module: str | None, warmup: int, iterations: int,
+                  out: str | None, backend: str, finish: bool, step_fn: str | None, no_memory: bool) -> None:
     """Run SCRIPT unmodified and record ITERATIONS training iterations after WARMUP.
 
-    Arguments after SCRIPT (or after --) go to the script. Layers (module paths),
-    phases (forward, backward, optimizer) and iterations are marked by global hooks:
-    the script needs no profiler code.
+    daydream's options go before SCRIPT; what follows SCRIPT (or --) goes to the script:
+
+        daydream trace -n 5 -o run.json.gz train.py -- --epochs 1
+
+        daydream trace -m mypackage.train -- --config small.yaml
+
+    Layers (module paths), phases (forward, backward, optimizer) and iterations are
+    marked by global hooks: the script needs no profiler code.
     """
-    status = Console(stderr=True)
     arguments = list(script_args)
+    if module is not None:
+        if script is not None:
+            arguments = [script, *arguments]
+        target = module
+    elif script is None:
+        raise click.UsageError("name the training script to run (daydream trace train.py) or a module (-m package.train)")
+    else:
+        target = script
+    if target.startswith("-"):
+        names = [name for name in _OWN_OPTIONS if name.startswith("--")]
+        raise click.UsageError(f"no option {target!r}{did_you_mean(target, names)}")
     if arguments[:1] == ["--"]:
         arguments = arguments[1:]
-    options = CaptureOptions(script=script, args=arguments, warmup=warmup, iterations=iterations, out=out,
-                             backend=backend, finish=finish, step_fn=step_fn, memory=not no_memory)
-    with status.status("daydream: starting the script") as spinner:
-        result = capture(options, status=lambda text: spinner.update(f"daydream: {text}"))
+    else:
+        _refuse_own_options_after_script(target, arguments)
+    options = CaptureOptions(script=target, args=arguments, warmup=warmup, iterations=iterations, out=out, backend=backend,
+                             finish=finish, step_fn=step_fn, memory=not no_memory, module=module is not None)
+    status = err()
+    try:
+        with status.status("daydream: starting the script") as spinner:
+            result = capture(options, status=lambda text: spinner.update(f"daydream: {text}"))
+    except CaptureError as exc:
+        if exc.script_error:
+            status.print(exc.script_error.rstrip(), highlight=False)
+        raise
     for notice in result.notices:
         status.print(f"daydream: {notice}")
     if result.outcome.error is not None:
-        status.print(result.outcome.formatted_error.rstrip(), markup=False, highlight=False)
+        status.print(result.outcome.formatted_error.rstrip(), highlight=False)
         status.print("daydream: the script failed after the capture; the trace was saved")
     status.print(f"daydream: wrote {result.path} ({result.iterations} iterations, {result.backend} backend)")
-    status.print(f"daydream: next: daydream inspect {result.path}", markup=False, highlight=False)
+    status.print(f"daydream: next: daydream inspect {result.path}", highlight=False)
     if result.outcome.error is not None:
         raise click.exceptions.Exit(1)
+
+
+def _refuse_own_options_after_script(target: str, arguments: list[str]) -> None:
+    """`trace train.py -o x`: -o would go to the script; say where it belongs instead of guessing."""
+    for argument in arguments:
+        name = argument.split("=", 1)[0]
+        if name in _OWN_OPTIONS:
+            raise InputError(f"{name} after {target} would go to the script — put daydream's options before {target} "
+                             f"(daydream trace {name} ... {target}), or write -- before arguments meant for the script "
+                             f"(daydream trace {target} -- {argument})")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from daydream.api import open_job, predict_job, predict_memory_for
-from daydream.cli._progress import progress_bar
+from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.errors import InputError
 from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
 from daydream.report.timeline import write_timelines
@@ -19,11 +18,9 @@ from daydream.simulate.whatif import list_optimizations, predict_traces
 from daydream.transforms import is_pipeline_file, parse_spec
 from daydream.transforms.optimizations import parse_sweep, with_value
 
-DEFAULT_FOLDER = Path("daydream-traces")
-
 
 @click.command("whatif")
-@click.argument("trace", required=False, type=click.Path(path_type=str))
+@trace_argument
 @click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
               help="An optimization to apply (repeat to combine, in order). See --list.")
 @click.option("--list", "show_list", is_flag=True, help="List every optimization with its model, and exit.")
@@ -53,13 +50,13 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
         return
     if not specs:
         raise click.UsageError("name at least one optimization with --opt (see --list)")
-    path = trace or str(_newest_trace())
+    path = chosen_trace(trace, err().print)
     if plot_path and not sweep:
         raise click.UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,...")
     if sweep:
         _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache)
         return
-    with progress_bar(Console(stderr=True)) as progress:
+    with progress_bar(err()) as progress:
         predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)
     summary = summarize_predictions(path, list(specs), predictions)
     if with_memory:
@@ -71,11 +68,12 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
             iterations = [(it["name"], int(p.timeline.start_ns[a]), int(p.timeline.start_ns[b]))
                           for it, (a, b) in zip(p.per_iteration, p.graph.iteration_markers)]
             runs.append((p.trace, p.graph, p.timeline, iterations))
-        write_timelines(timeline_path, runs, f"predicted timeline: {' + '.join(specs)}")
+        for written in write_timelines(timeline_path, runs, f"predicted timeline: {' + '.join(specs)}"):
+            err().print(f"daydream: wrote {written}", highlight=False)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    console = Console()
+    console = out()
     render_predictions(summary, console)
     if with_memory:
         render_memory_predictions(summary["memory"], console)
@@ -86,7 +84,7 @@ def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_
     key, values = parse_sweep(sweep)
     if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):
         raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
-    with progress_bar(Console(stderr=True)) as progress:
+    with progress_bar(err()) as progress:
         job = open_job(path, cache, progress)
         runs = []
         for index, value in enumerate(values):
@@ -98,18 +96,11 @@ def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_
     summary = summarize_sweep(path, specs, key, runs)
     if plot_path:
         plot_sweep(plot_path, summary)
+        err().print(f"daydream: wrote {plot_path}", highlight=False)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    render_sweep(summary, Console())
-
-
-def _newest_trace() -> Path:
-    candidates = sorted(DEFAULT_FOLDER.glob("*.json.gz"), key=lambda p: p.stat().st_mtime) if DEFAULT_FOLDER.is_dir() else []
-    if not candidates:
-        raise InputError(f"no TRACE given and no trace in ./{DEFAULT_FOLDER}/ — record one with daydream trace train.py, "
-                         "or name a trace file")
-    return candidates[-1]
+    render_sweep(summary, out())
 
 
 def _print_list(as_json: bool) -> None:
@@ -123,4 +114,4 @@ def _print_list(as_json: bool) -> None:
     table.add_column("parameters", overflow="fold")
     for entry in entries:
         table.add_row(entry["name"], f"{entry['summary']}: {entry['model']}", entry["parameters"])
-    Console().print(table)
+    out().print(table)

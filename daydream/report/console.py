@@ -114,7 +114,7 @@ def _rank_panel(rank: dict[str, Any], several: bool) -> Panel:
     if any(layer["forward_ns"] or layer["backward_ns"] for layer in rank.get("layers", [])):
         parts.append(_layers_table(rank))
     title = f"rank {rank['rank']}" if several or rank["rank"] is not None else "trace"
-    return Panel(Group(*parts), title=title, title_align="left")
+    return Panel(Group(*parts), title=Text(str(title)), title_align="left")
 
 
 def _runtime_line(runtime: dict[str, Any]) -> str:

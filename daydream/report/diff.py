@@ -84,7 +84,7 @@ def render_comparisons(summary: dict[str, Any], console: Console) -> None:
         parts.append(_layers_table(rank["layers"]))
     parts.append(_notes(rank, several=len(ranks) > 1))
     title = f"{summary['a']} → {summary['b']}" + (f" (rank {rank['rank']})" if len(ranks) > 1 else "")
-    console.print(Panel(Group(*parts), title=title, title_align="left"))
+    console.print(Panel(Group(*parts), title=Text(str(title)), title_align="left"))
 
 
 def _iteration_table(rank: dict[str, Any]) -> Table:

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from daydream import __version__
 from daydream._files import atomic_output
@@ -67,7 +68,7 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
                 layers.add_row(entry["name"], format_bytes(entry["activation_bytes"]))
             parts.append(layers)
         rank = f"rank {device['rank']} " if device["rank"] is not None else ""
-        console.print(Panel(Group(*parts), title=f"{rank}{device['device']}", title_align="left"))
+        console.print(Panel(Group(*parts), title=Text(f"{rank}{device['device']}"), title_align="left"))
 
 
 def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title: str) -> None:

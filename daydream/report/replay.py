@@ -151,7 +151,7 @@ def _rank_detail(rank: dict[str, Any]) -> Panel:
     for note in rank["notes"][:5]:
         model.add_row("note", note)
     parts.append(model)
-    return Panel(Group(*parts), title=f"rank {rank['rank']}", title_align="left")
+    return Panel(Group(*parts), title=Text(f"rank {rank['rank']}"), title_align="left")
 
 
 def _breakdown_table(iterations: list[dict[str, Any]]) -> Table:

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from daydream import __version__
 from daydream._files import atomic_output
@@ -62,7 +63,7 @@ def render_sweep(summary: dict[str, Any], console: Console) -> None:
         throughput = point["relative_throughput"]
         table.add_row(str(point["value"]), format_ns(point["predicted_ns"]),
                       f"{throughput:.2f}x" if throughput else "—",
-                      f"[{style}]{efficiency:.0%}[/]" if efficiency and parameter == "world" else "")
+                      Text(f"{efficiency:.0%}", style=style) if efficiency and parameter == "world" else "")
     console.print(table)
 
 

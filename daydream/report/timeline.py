@@ -99,11 +99,13 @@ def write_chrome_trace(path: str | os.PathLike[str], events: list[dict[str, Any]
     write_atomically(target, data)
 
 
-def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]], description: str) -> None:
+def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]],
+                    description: str) -> list[str]:
     """One Chrome trace per rank: `pattern` with {rank} replaced (required when there are several ranks).
 
-    Each run is (trace, graph, timeline, iterations as (name, start ns, end ns)).
+    Each run is (trace, graph, timeline, iterations as (name, start ns, end ns)). Returns the paths written.
     """
+    written = []
     if len(runs) > 1 and "{rank}" not in pattern:
         raise InputError("--timeline: this trace has several ranks; put {rank} in the file name")
     for trace, graph, timeline, iterations in runs:
@@ -112,4 +114,7 @@ def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[
         if trace.meta.base_time_ns:
             metadata["baseTimeNanoseconds"] = trace.meta.base_time_ns
         events = timeline_events(trace, graph, timeline, iterations)
-        write_chrome_trace(pattern.replace("{rank}", str(trace.meta.rank)), events, metadata)
+        path = pattern.replace("{rank}", str(trace.meta.rank))
+        write_chrome_trace(path, events, metadata)
+        written.append(path)
+    return written

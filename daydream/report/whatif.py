@@ -85,7 +85,7 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
     for note in rank["notes"]:
         notes.add_row("model", note)
     parts.append(notes)
-    console.print(Panel(Group(*parts), title=summary["source"], title_align="left"))
+    console.print(Panel(Group(*parts), title=Text(str(summary["source"])), title_align="left"))
 
 
 def _error(times: dict[str, int]) -> str:

@@ -10,6 +10,7 @@ graph in place and returns notes for people (what it did, with numbers).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable
@@ -111,14 +112,20 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = text.partition(":")
     name = ALIASES.get(name.strip(), name.strip())
     if name not in OPTIMIZATIONS:
-        raise InputError(f"--opt {text}: unknown optimization {name!r} — see daydream whatif --list")
+        close = difflib.get_close_matches(name, [*OPTIMIZATIONS, *ALIASES], n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? (daydream whatif --list)" if close else "see daydream whatif --list"
+        raise InputError(f"--opt {text}: unknown optimization {name!r} — {hint}")
     optimization = OPTIMIZATIONS[name]
     params = {key: p.default for key, p in optimization.parameters.items()}
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, sep, value = item.partition("=")
-        if not sep or key not in optimization.parameters:
+        if not sep and key in optimization.parameters:
+            raise InputError(f"--opt {text}: {key} has no value — write {key}=VALUE")
+        if key not in optimization.parameters:
             known = ", ".join(optimization.parameters) or "none"
-            raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: {known})")
+            close = difflib.get_close_matches(key, list(optimization.parameters), n=1, cutoff=0.6)
+            hint = f" — did you mean {close[0]!r}?" if close else ""
+            raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: {known}){hint}")
         params[key] = _convert(text, key, value, optimization.parameters[key])
     return name, params
 

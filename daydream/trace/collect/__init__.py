@@ -12,8 +12,10 @@ with daydream's layer / phase / iteration markers and a `daydream` metadata bloc
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,14 +25,21 @@ from typing import Any
 from daydream import __version__
 from daydream._files import atomic_output
 from daydream.errors import DaydreamError, InputError
-from daydream.trace.collect.runner import ScriptOutcome
+from daydream.trace.collect.runner import ScriptOutcome, module_file
 
 BACKENDS = ("auto", "torch", "cupti")
 Status = Callable[[str], None]
 
 
 class CaptureError(DaydreamError):
-    """The script ran but the wanted iterations could not be recorded."""
+    """The script ran but the wanted iterations could not be recorded.
+
+    `script_error` is the script's own traceback when it failed, for the user to read above the one-line error.
+    """
+
+    def __init__(self, message: str, script_error: str = "") -> None:
+        super().__init__(message)
+        self.script_error = script_error
 
 
 @dataclass(slots=True)
@@ -44,6 +53,12 @@ class CaptureOptions:
     finish: bool = False  # let the script run to its end after the capture
     step_fn: str | None = None
     memory: bool = True
+    module: bool = False  # `script` names a module, run as `python -m module` would
+
+    @property
+    def path(self) -> str:
+        """The file that runs: the script, or the module's file."""
+        return module_file(self.script) if self.module else self.script
 
 
 @dataclass(slots=True)
@@ -81,9 +96,9 @@ def output_path(options: CaptureOptions) -> tuple[Path, str | None]:
     if options.out and "{rank}" in options.out:
         return Path(options.out.replace("{rank}", str(rank or 0))), None
     if rank is None:
-        return (Path(options.out) if options.out else default_out(options.script)), None
+        return (Path(options.out) if options.out else default_out(options.path)), None
     if not options.out:
-        folder = Path("daydream-traces") / f"{Path(options.script).stem}-ranks"
+        folder = Path("daydream-traces") / f"{Path(options.path).stem}-ranks"
         return folder / f"rank{rank}.json.gz", f"rank {rank} of {os.environ['WORLD_SIZE']}: one file per rank in {folder}/"
     out = Path(options.out)
     suffix = "".join(s for s in out.suffixes[-2:] if s in (".json", ".gz")) or out.suffix
@@ -93,7 +108,13 @@ def output_path(options: CaptureOptions) -> tuple[Path, str | None]:
 
 
 def check_options(options: CaptureOptions) -> None:
-    if not os.path.isfile(options.script):
+    if importlib.util.find_spec("torch") is None:
+        raise InputError(f"daydream trace runs the script under PyTorch, and torch is not installed in this Python "
+                         f"({sys.executable}) — install it (pip install torch) in the environment the script runs in")
+    if options.module and not options.path:
+        raise InputError(f"-m {options.script}: no module of that name (looked from {os.getcwd()}) — "
+                         "name a module as python -m would, e.g. -m mypackage.train")
+    if not options.module and not os.path.isfile(options.script):
         raise InputError(f"{options.script}: no such script — pass the training script to run, e.g. daydream trace train.py")
     if options.iterations < 1:
         raise InputError(f"--iterations {options.iterations}: record at least 1 iteration")
@@ -135,7 +156,7 @@ def capture(options: CaptureOptions, status: Status | None = None) -> CaptureRes
 
         document, recorded, outcome = torch_backend.record(options, status)
     if recorded < options.iterations or document is None:
-        raise CaptureError(_short_capture_message(options, recorded, outcome))
+        raise CaptureError(_short_capture_message(options, recorded, outcome), outcome.formatted_error)
     out, rank_notice = output_path(options)
     write_trace_document(out, document)
     return CaptureResult(out, backend, recorded, outcome, [n for n in (notice, rank_notice) if n])
@@ -143,7 +164,10 @@ def capture(options: CaptureOptions, status: Status | None = None) -> CaptureRes
 
 def _short_capture_message(options: CaptureOptions, recorded: int, outcome: ScriptOutcome) -> str:
     wanted = options.warmup + options.iterations
-    seen = options.warmup + recorded if recorded else "fewer than " + str(options.warmup + 1)
+    seen = outcome.steps
+    if options.step_fn and seen == 0 and outcome.error is None:
+        return (f"{options.script}: --step-fn {options.step_fn} was never called, so no iteration ended; no trace written — "
+                "name the function that runs one training step (FUNCTION of the script, or MODULE:FUNCTION)")
     if outcome.error is not None:
         why = f"the script failed first: {type(outcome.error).__name__}: {outcome.error}"
     else:
@@ -158,7 +182,8 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
         "collector": "daydream trace",
         "version": __version__,
         "backend": backend,
-        "script": os.path.abspath(options.script),
+        "script": os.path.abspath(options.path),
+        **({"module": options.script} if options.module else {}),
         "args": options.args,
         "warmup": options.warmup,
         "iterations": options.iterations,

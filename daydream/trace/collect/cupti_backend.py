@@ -245,13 +245,14 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
                         profiler_running=lambda: bool(torch.autograd._profiler_enabled()))
     installed = hook_module.install(recorder.on_step, options.step_fn, recorder.open_range)
     if options.step_fn and ":" not in options.step_fn:
-        hook_module.watch_script_function(options.step_fn, options.script, installed)
+        hook_module.watch_script_function(options.step_fn, options.path, installed)
     try:
         recorder.begin()
-        outcome = run_script(options.script, options.args) if recorder.failure is None else ScriptOutcome()
+        outcome = run_script(options.script, options.args, module=options.module) if recorder.failure is None else ScriptOutcome()
     finally:
         installed.remove()
         recorder.stop()
+    outcome.steps = recorder.steps
     if recorder.failure is not None:
         raise CaptureError(f"{options.script}: CUPTI could not record ({recorder.failure}) — use --backend torch")
     if not recorder.complete:

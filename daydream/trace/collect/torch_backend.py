@@ -77,7 +77,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
 
     installed = hook_module.install(on_step, options.step_fn)
     if options.step_fn and ":" not in options.step_fn:
-        hook_module.watch_script_function(options.step_fn, options.script, installed)
+        hook_module.watch_script_function(options.step_fn, options.path, installed)
     if status:
         status("warming up" if warmup else f"recording iteration 1 of {active}")
     with warnings.catch_warnings():
@@ -85,7 +85,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         with _quiet_stderr():
             profiler.start()
         try:
-            outcome = run_script(options.script, options.args)
+            outcome = run_script(options.script, options.args, module=options.module)
         finally:
             installed.remove()
             if "path" not in exported:
@@ -95,6 +95,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
                     profiler.stop()
                 except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
                     pass
+    outcome.steps = steps
     recorded = max(0, min(steps - warmup, active))
     if "incomplete" in exported or recorded < active:
         return None, recorded, outcome

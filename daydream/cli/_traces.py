@@ -1,0 +1,51 @@
+"""Which trace a command reads: the one named, else the newest that `daydream trace` wrote here.
+
+`daydream trace train.py && daydream whatif --opt amp` works because TRACE defaults to the
+newest trace in ./daydream-traces/: a `*.json.gz` file, or a `SCRIPT-ranks/` folder of a
+multi-rank run (as new as its newest rank file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from daydream.errors import InputError
+
+DEFAULT_FOLDER = Path("daydream-traces")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def trace_argument(function: F) -> F:
+    """The optional TRACE argument every command that reads a trace takes."""
+    return click.argument("trace", required=False, type=click.Path(path_type=str))(function)
+
+
+def chosen_trace(trace: str | None, say: Callable[[str], None] | None = None) -> str:
+    """`trace`, or the newest one in ./daydream-traces/ (said through `say`)."""
+    if trace:
+        return trace
+    newest = newest_trace()
+    if say is not None:
+        say(f"daydream: reading {newest} (the newest trace in ./{DEFAULT_FOLDER}/)")
+    return str(newest)
+
+
+def newest_trace(folder: Path = DEFAULT_FOLDER) -> Path:
+    candidates: list[tuple[float, Path]] = []
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            if entry.is_file() and entry.name.endswith(".json.gz"):
+                candidates.append((entry.stat().st_mtime, entry))
+            elif entry.is_dir() and entry.name.endswith("-ranks"):
+                times = [f.stat().st_mtime for f in entry.glob("*.json.gz") if f.is_file()]
+                if times:
+                    candidates.append((max(times), entry))
+    if not candidates:
+        raise InputError(f"no TRACE given and no trace in ./{folder}/ — record one with daydream trace train.py, "
+                         "or name a trace file")
+    return max(candidates)[1]
