@@ -63,7 +63,10 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
         progress("predicting", 0, 1)
     try:
         return predict_traces(job.traces, specs, device_name)
-    except ValueError as exc:
+    except (ValueError, InputError) as exc:
+        names_a_file = any(str(exc).startswith(t.meta.source) for t in job.traces) or str(exc).startswith(str(path))
+        if isinstance(exc, InputError) and names_a_file:
+            raise
         raise InputError(f"{path}: {exc}") from None
 
 

@@ -10,6 +10,7 @@ from daydream.api import open_job
 from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.memory import analyze_memory
+from daydream.report import plotting
 from daydream.report.memory import plot_memory, render_memory, summarize_memory
 
 
@@ -22,6 +23,8 @@ from daydream.report.memory import plot_memory, render_memory, summarize_memory
 def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
     """Peak allocated and reserved memory per device of TRACE, broken down into weights,
     activations, gradients, optimizer state, temporaries and other, at the peak."""
+    if plot_path:
+        plotting.require()
     status = err()
     trace = chosen_trace(trace, status.print)
     with progress_bar(status) as progress:

@@ -11,6 +11,7 @@ from daydream.api import open_job, predict_job, predict_memory_for
 from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.errors import InputError
+from daydream.report import plotting
 from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
 from daydream.report.timeline import write_timelines
 from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
@@ -53,6 +54,8 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     path = chosen_trace(trace, err().print)
     if plot_path and not sweep:
         raise click.UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,...")
+    if plot_path:
+        plotting.require()
     if sweep:
         _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache)
         return

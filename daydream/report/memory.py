@@ -18,6 +18,7 @@ from daydream import __version__
 from daydream._files import atomic_output
 from daydream.errors import InputError
 from daydream.memory import CATEGORIES, DeviceMemory
+from daydream.report import plotting
 from daydream.report.console import format_bytes
 
 SCHEMA_VERSION = 1
@@ -73,13 +74,7 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
 
 def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title: str) -> None:
     """A stacked-area PNG per device (one row each), categories stacked, the peak marked; written atomically."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib — pip install 'daydream[plot]'") from None
+    plt = plotting.pyplot()
     shown = [d for d in memory if d.times_ns.size]
     if not shown:
         raise InputError(f"{title}: no memory events to plot")

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream.graph import DepKind
+from daydream.graph.model import ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
 from daydream.simulate import Replay
 from daydream.simulate.analysis import breakdown, critical_path, recorded_timeline
@@ -85,6 +86,8 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
     return {
         "rank": trace.meta.rank,
         "source": trace.meta.source,
+        # "cpu": the trace holds no GPU work (a CPU-only run): its tables speak of the host only
+        "device": "gpu" if any(r.kind is ResourceKind.GPU_STREAM for r in graph.resources) else "cpu",
         "iterations": iterations,
         "graph": {
             "tasks": graph.task_count,
@@ -130,8 +133,9 @@ def _error_table(summary: dict[str, Any]) -> Table:
 
 def _rank_detail(rank: dict[str, Any]) -> Panel:
     parts: list[Any] = []
+    cpu_only = rank.get("device") == "cpu"
     if rank["iterations"]:
-        parts.append(_breakdown_table(rank["iterations"]))
+        parts.append(_breakdown_table(rank["iterations"], cpu_only))
         path = rank["iterations"][-1].get("critical_path")
         if path:
             parts.append(_critical_path_table(rank["iterations"][-1]["name"], path))
@@ -142,30 +146,37 @@ def _rank_detail(rank: dict[str, Any]) -> Panel:
     graph = rank["graph"]
     model.add_row("graph", f"{graph['tasks']:,} tasks, {graph['edges']:,} edges, "
                            f"{graph['pinned_tasks']:,} with waits the trace cannot explain")
-    model.add_row(
-        "calibrated",
-        f"launch latency {format_ns(calibration.get('launch_latency_ns'))}, kernel gap {format_ns(calibration.get('kernel_gap_ns'))}, "
-        f"sync return {format_ns(calibration.get('sync_return_ns'))}, launch queue depth {calibration.get('queue_depth')} "
-        f"({calibration.get('blocked_launches', 0)} launches blocked)",
-    )
+    if cpu_only:
+        model.add_row("device", "CPU only: the trace holds no GPU work, so every task is host work (CPU ops and their gaps)")
+    else:
+        depth = calibration.get("queue_depth")
+        model.add_row(
+            "calibrated",
+            f"launch latency {format_ns(calibration.get('launch_latency_ns'))}, kernel gap {format_ns(calibration.get('kernel_gap_ns'))}, "
+            f"sync return {format_ns(calibration.get('sync_return_ns'))}, launch queue depth "
+            f"{depth if depth is not None else 'not reached'} ({calibration.get('blocked_launches', 0)} launches blocked)",
+        )
     for note in rank["notes"][:5]:
         model.add_row("note", note)
     parts.append(model)
-    return Panel(Group(*parts), title=Text(f"rank {rank['rank']}"), title_align="left")
+    title = f"rank {rank['rank']}" if rank["rank"] is not None else "trace"
+    return Panel(Group(*parts), title=Text(title), title_align="left")
 
 
-def _breakdown_table(iterations: list[dict[str, Any]]) -> Table:
+def _breakdown_table(iterations: list[dict[str, Any]], cpu_only: bool = False) -> Table:
     table = Table(title="where the time went (mean per iteration: measured → simulated)", title_justify="left")
     table.add_column("")
     table.add_column("measured", justify="right")
     table.add_column("simulated", justify="right")
-    rows = (
+    rows: tuple[tuple[str, str], ...] = (
         ("iteration", "window_ns"),
         ("GPU busy", "gpu_busy_ns"),
         ("GPU idle (waiting on the host)", "gpu_idle_ns"),
         ("host waiting on the GPU", "host_waiting_on_gpu_ns"),
         ("communication", "communication_ns"),
     )
+    if cpu_only:
+        rows = (rows[0], rows[-1])
     for label, key in rows:
         measured = np.mean([it["breakdown"]["measured"][key] for it in iterations])
         simulated = np.mean([it["breakdown"]["simulated"][key] for it in iterations])

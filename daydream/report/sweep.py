@@ -17,7 +17,7 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream._files import atomic_output
-from daydream.errors import InputError
+from daydream.report import plotting
 from daydream.report.console import format_ns
 from daydream.simulate.whatif import Prediction
 
@@ -69,18 +69,12 @@ def render_sweep(summary: dict[str, Any], console: Console) -> None:
 
 def plot_sweep(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
     """Iteration time and (for world) scaling efficiency against the swept value, as a PNG; written atomically."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib — pip install 'daydream[plot]'") from None
+    plt = plotting.pyplot()
     values = [_number(p["value"]) for p in summary["points"]]
     times_ms = [p["predicted_ns"] / 1e6 for p in summary["points"]]
     figure, left = plt.subplots(figsize=(7, 4))
     try:
-        left.plot(values, times_ms, marker="o", color="#4c72b0", label="iteration time")
+        left.plot(values, times_ms, marker="o", color="#4c72b0", label="predicted iteration time (left axis)")
         left.set_xlabel(summary["parameter"])
         left.set_ylabel("predicted iteration time (ms)", color="#4c72b0")
         left.set_ylim(bottom=0)
@@ -89,10 +83,11 @@ def plot_sweep(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
             left.set_xticks(values, [str(p["value"]) for p in summary["points"]])
             right = left.twinx()
             right.plot(values, [100 * (p["scaling_efficiency"] or 0) for p in summary["points"]], marker="s",
-                       color="#c44e52", label="scaling efficiency")
+                       linestyle="--", markerfacecolor="none", color="#c44e52", label="scaling efficiency (right axis)")
             right.set_ylabel("scaling efficiency (%)", color="#c44e52")
             right.set_ylim(0, 105)
         left.set_title(f"{' + '.join(summary['optimizations'])} — {os.path.basename(summary['source'])}", fontsize=10)
+        figure.legend(loc="lower left", bbox_to_anchor=(0, 0), bbox_transform=left.transAxes, fontsize=8, framealpha=0.8)
         figure.tight_layout()
         with atomic_output(path) as out:
             figure.savefig(out, dpi=110, format="png")

@@ -2,8 +2,11 @@
 
 Events keep the input's categories (`cuda_runtime`, `cpu_op`, `kernel`,
 `gpu_memcpy`, `gpu_memset`) and its process/thread ids, so that the recorded
-and the simulated trace can be opened side by side. Iterations appear as
-`ProfilerStep#N`-style `user_annotation` spans at their simulated times.
+and the simulated trace can be opened side by side; negative thread ids (Kineto
+writes a pthread id that overflowed int32) are written as the unsigned id they
+stand for. Every process and thread is named (host pid, GPU, stream, thread) by
+metadata events. Iterations appear as `ProfilerStep#N`-style `user_annotation`
+spans at their simulated times.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from daydream._files import write_atomically
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
+from daydream.graph.model import ResourceKind
 from daydream.simulate.engine import Timeline
 from daydream.trace import Trace
 
@@ -58,8 +62,8 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
                 "ph": "X",
                 "cat": _CATEGORY[kind],
                 "name": graph.task_name(task),
-                "pid": track.pid,
-                "tid": track.tid,
+                "pid": _id(track.pid),
+                "tid": _id(track.tid),
                 "ts": start / 1000.0,
                 "dur": (end - start) / 1000.0,
                 "args": args,
@@ -67,8 +71,36 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
         )
     host_pid, host_tid = _main_thread(trace, graph)
     for name, start, end in iterations:
-        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": host_pid, "tid": host_tid,
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": _id(host_pid), "tid": _id(host_tid),
                        "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": {}})
+    return _names(trace, graph) + events
+
+
+def _id(value: Any) -> Any:
+    """A pid or tid as a viewer shows it: a negative int is the int32 overflow of an unsigned id."""
+    return value & 0xFFFFFFFF if isinstance(value, int) and value < 0 else value
+
+
+def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:
+    """process_name / thread_name metadata events for every process and thread that has a task."""
+    used = sorted(set(graph.tasks["resource"].tolist()))
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    gpu_names = {g.device: g.name for g in trace.meta.gpus}
+    for index in used:
+        resource = graph.resources[index]
+        track = trace.tracks[resource.track]
+        pid, tid = _id(track.pid), _id(track.tid)
+        if resource.kind is ResourceKind.HOST_THREAD:
+            processes.setdefault(pid, f"host (pid {pid})")
+            threads[(pid, tid)] = f"thread {tid}"
+        else:
+            gpu = gpu_names.get(resource.device)
+            processes.setdefault(pid, f"GPU {resource.device}" + (f" ({gpu})" if gpu else ""))
+            threads[(pid, tid)] = f"stream {resource.stream}" if resource.stream >= 0 else resource.label
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}} for pid, name in processes.items()]
+    events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+               for (pid, tid), name in threads.items()]
     return events
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from daydream.devices import Device, device, find_device
+from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
 from daydream.mapping import PHASES
@@ -79,8 +80,12 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
             raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
         graphs.append(graph)
     timelines = simulate_job(graphs)
-    return [_prediction(trace, specs, baseline, graph, timeline, rank_notes)
-            for trace, baseline, graph, timeline, rank_notes in zip(traces, baselines, graphs, timelines, notes)]
+    predictions = [_prediction(trace, specs, baseline, graph, timeline, rank_notes)
+                   for trace, baseline, graph, timeline, rank_notes in zip(traces, baselines, graphs, timelines, notes)]
+    if any(p.per_iteration and p.predicted_ns <= 0 for p in predictions):
+        raise InputError(f"{' + '.join(specs)}: the optimizations leave no work in the iteration (0 ns predicted), "
+                         "so there is no speed-up to give — check what they select")
+    return predictions
 
 
 def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | None = None) -> list[str]:

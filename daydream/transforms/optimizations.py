@@ -540,6 +540,9 @@ def _faster_host(graph: Graph, params: dict[str, Any], context: Context) -> list
 
 
 def _no_host_overhead(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    if select(graph, kind=GPU_WORK).size == 0:
+        raise InputError("no-host-overhead: the trace holds no GPU work, so all of its time is host work and an "
+                         "infinitely fast host would take no time at all — for a faster CPU, try faster-host:factor=2")
     host = select(graph, kind=(*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER))
     scale(graph, host, factor=0.0, gaps=True)
     return [f"no-host-overhead: {host.size} host tasks and the CPU time between them set to zero"]

@@ -21,13 +21,14 @@ HOSTILE = "void evil<float></script><b>bold</b>&amp;<!--x(int)"
 
 
 def tiny_trace(folder: Path, kernel_name: str = "void gemm<float>(float*)", kernels_per_step: int = 1,
-               orphan_in_first: bool = False) -> Path:
-    """Two 100 µs ProfilerSteps on one thread; each launches `kernels_per_step` 0.5 µs kernels on stream 7."""
+               orphan_in_first: bool = False, steps_us: tuple[float, ...] = (100.0, 100.0)) -> Path:
+    """ProfilerSteps on one thread (two of 100 µs unless `steps_us` says); each launches `kernels_per_step`
+    0.5 µs kernels on stream 7."""
     events: list[dict[str, Any]] = []
     correlation = 100
-    for step in range(2):
-        base = step * 100.0
-        events.append(annotation(f"ProfilerStep#{step + 1}", base, 100.0))
+    for step, length in enumerate(steps_us):
+        base = sum(steps_us[:step])
+        events.append(annotation(f"ProfilerStep#{step + 1}", base, length))
         for k in range(kernels_per_step):
             ext = correlation
             events.append(op("aten::mm", base + 5 + k, 0.8, ext))
@@ -119,7 +120,7 @@ def test_box_cap_merges_and_keeps_every_task_counted(tmp_path: Path, monkeypatch
         assert boxes[:, timeline["fields"].index("count")].sum() == expected
 
 
-def test_first_full_iteration_skips_a_step_with_orphans(tmp_path: Path) -> None:
+def test_the_default_iteration_skips_a_step_with_orphans(tmp_path: Path) -> None:
     replays = replay_job(tiny_trace(tmp_path, orphan_in_first=True))
     trace = replays[0].trace
     gpu = trace.indices(*GPU_ACTIVITY_KINDS)
@@ -128,6 +129,12 @@ def test_first_full_iteration_skips_a_step_with_orphans(tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     clean.mkdir()
     assert build_report("tiny", replay_job(tiny_trace(clean)), [], 0, None)["iteration"]["name"] == "ProfilerStep#1"
+
+
+def test_the_default_iteration_is_the_whole_one_of_median_time(tmp_path: Path) -> None:
+    # A short warm-up step first: the median of 35, 100, 120, 98, 101 µs is 100 µs, step 2.
+    replays = replay_job(tiny_trace(tmp_path, steps_us=(35.0, 100.0, 120.0, 98.0, 101.0)))
+    assert build_report("tiny", replays, [], 0, None)["iteration"]["name"] == "ProfilerStep#2"
 
 
 def test_page_has_every_section(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from daydream.errors import InputError
 from daydream.mapping import find_iterations
 from daydream.memory import analyze_memory
 from daydream.report.html.data import (
-    first_full_iteration,
+    typical_iteration,
     measured_run,
     memory_data,
     predicted_window,
@@ -50,13 +50,13 @@ def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[st
     `replays` has one replay per rank; `whatifs` one (specs, predictions per rank) per
     row of the what-if table, the last row being the one whose predicted timeline is
     drawn; with no rows the simulated replay is drawn instead. `rank_index` picks the
-    rank drawn and broken down; `iteration` the iteration (default: the first full one).
+    rank drawn and broken down; `iteration` the iteration (default: the whole one of median time).
     """
     replay = replays[rank_index]
     trace = replay.trace
     if not replay.iterations:
         raise InputError(f"{source}: no iterations and no work found — is this a training trace?")
-    index = first_full_iteration(trace, find_iterations(trace)) if iteration is None else iteration
+    index = typical_iteration(trace, find_iterations(trace)) if iteration is None else iteration
     specs = whatifs[-1][0] if whatifs else []
     rows = [_whatif_row(source, row_specs, predictions, rank_index) for row_specs, predictions in whatifs] or [_replay_row(replays)]
     if whatifs:

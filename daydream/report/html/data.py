@@ -43,21 +43,24 @@ class TimelineRun:
     window_ns: tuple[int, int]
 
 
-def first_full_iteration(trace: Trace, iterations: list[Iteration]) -> int:
-    """Index of the first iteration that is whole: not cut by the start of the trace window.
+def typical_iteration(trace: Trace, iterations: list[Iteration]) -> int:
+    """Index of the iteration to draw by default: the whole iteration of median measured time.
 
     An iteration is cut when GPU work in it was launched before the window (orphans), or
     when it is the first of optimizer-step iterations (it starts where the trace does,
-    not at a step). The first iteration when none is whole.
+    not at a step). Of the whole ones, the median by time stands for the steady state
+    (the first is often a warm-up step, much shorter or longer); ties go to the earlier.
+    The first iteration when none is whole.
     """
     gpu = trace.indices(*GPU_ACTIVITY_KINDS)
     orphans = trace.ts_ns[gpu[link(trace).orphan[gpu]]]
-    for index, iteration in enumerate(iterations):
-        if index == 0 and iteration.source == "optimizer_step" and len(iterations) > 1:
-            continue
-        if not np.any((orphans >= iteration.start_ns) & (orphans < iteration.end_ns)):
-            return index
-    return 0
+    whole = [index for index, iteration in enumerate(iterations)
+             if not (index == 0 and iteration.source == "optimizer_step" and len(iterations) > 1)
+             and not np.any((orphans >= iteration.start_ns) & (orphans < iteration.end_ns))]
+    if not whole:
+        return 0
+    times = np.array([iterations[i].end_ns - iterations[i].start_ns for i in whole], dtype=np.float64)
+    return whole[int(np.argmin(np.abs(times - np.median(times))))]
 
 
 def measured_run(replay: Replay, index: int) -> TimelineRun:

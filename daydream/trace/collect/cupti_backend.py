@@ -91,7 +91,7 @@ from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_sc
 if TYPE_CHECKING:
     from daydream.trace.collect import CaptureOptions, Status
 
-INSTALL_HINT = "cupti-python is not installed (pip install 'daydream[cupti]')"
+INSTALL_HINT = "cupti-python is not installed (pip install 'daydream-profiler[cupti]')"
 NO_DRIVER = "no CUDA driver found"
 NO_DEVICE = "torch sees no CUDA device"
 BUFFER_BYTES = 8 * 1024 * 1024

@@ -1,0 +1,31 @@
+"""matplotlib for the PNGs daydream draws (`memory --plot`, `whatif --sweep --plot`): optional, and checked first.
+
+`require()` is called by a command before any work, so a missing matplotlib is said at
+once rather than after a long read; `pyplot()` returns the module with the file-only Agg
+backend selected.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from daydream.errors import InputError
+
+INSTALL = "--plot needs matplotlib — pip install 'daydream-profiler[plot]' (or pip install matplotlib)"
+
+
+def require() -> None:
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError(INSTALL)
+
+
+def pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError(INSTALL) from None
+    return plt
