@@ -23,7 +23,8 @@ from daydream.report.html import build_report, choose_iteration, write_report
                    "Without it the predicted timeline is the simulated replay.")
 @click.option("--device", "device_name", default=None, help="The GPU the trace ran on, if the trace does not say (device table name).")
 @click.option("--iteration", "iteration", default=None, metavar="N|NAME",
-              help="The iteration to draw: its position (0 for the first) or its name. Default: the whole iteration of median measured time (the first is often a warm-up).")
+              help="The iteration to draw: its position (0 for the first) or its name. "
+                   "Default: the whole iteration of median measured time (the first is often a warm-up).")
 @click.option("--rank", "rank", type=int, default=None, help="With several ranks, the rank to draw and break down (default: the first).")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def report_command(trace: str | None, output_path: str, specs: tuple[str, ...], device_name: str | None, iteration: str | None,

@@ -209,8 +209,9 @@ def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: l
     layers = []
     forward_per_layer = _per_layer(layer, weights, phase == FORWARD, len(attribution.layers))
     backward_per_layer = _per_layer(layer, weights, phase == BACKWARD, len(attribution.layers))
+    types = layer_types(trace, attribution.layers)
     for index, name in enumerate(attribution.layers):
-        layers.append({"name": name, "leaf": bool(attribution.leaf[index]),
+        layers.append({"name": name, "type": types[index], "leaf": bool(attribution.leaf[index]),
                        "forward_ns": int(forward_per_layer[index] / count), "backward_ns": int(backward_per_layer[index] / count)})
     forward = phase == FORWARD
     backward = phase == BACKWARD
@@ -251,6 +252,28 @@ def self_time_ns(trace: Trace, ops: np.ndarray) -> np.ndarray:
 def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: int) -> np.ndarray:
     chosen = mask & (layer >= 0)
     return np.bincount(layer[chosen], weights=weights[chosen], minlength=count) if count else np.zeros(0)
+
+
+def layer_types(trace: Trace, layers: list[str]) -> list[str]:
+    """The module type of each layer (Conv2d, Linear, ...) where the trace records it ('' where not).
+
+    `daydream trace` writes each module path's type in the trace's `daydream.layers`.
+    """
+    recorded = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
+    if not isinstance(recorded, dict):
+        return [""] * len(layers)
+    types = []
+    for name in layers:
+        info = recorded.get(name)
+        kind = info.get("type") if isinstance(info, dict) else None
+        types.append(kind if isinstance(kind, str) else "")
+    return types
+
+
+def layer_label(layer: dict[str, object]) -> str:
+    """'Net.features.3 (Conv2d)' for a layer dict with a known type, else its name."""
+    kind = layer.get("type")
+    return f"{layer['name']} ({kind})" if kind else str(layer["name"])
 
 
 def _share(weights: np.ndarray, population: np.ndarray, attributed: np.ndarray) -> float:

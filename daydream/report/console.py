@@ -13,6 +13,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from daydream.mapping.attribution import layer_label
+
 
 def format_ns(ns: float | int | None) -> str:
     """A duration for people: 1.23 s, 45.6 ms, 789 µs, 12 ns."""
@@ -215,7 +217,7 @@ def _layers_table(rank: dict[str, Any], top: int = 15) -> Table:
         table.add_column(header, justify="right", no_wrap=True)
     for layer in shown:
         both = layer["forward_ns"] + layer["backward_ns"]
-        table.add_row(layer["name"], format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]), f"{both / total:.1%}")
+        table.add_row(layer_label(layer), format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]), f"{both / total:.1%}")
     return table
 
 

@@ -82,8 +82,8 @@ def _phases_and_layers(trace: Trace, iterations: list) -> dict[str, Any]:  # typ
     times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in iterations])
     return {
         "phases": times.phases,
-        "layers": [{"name": entry["name"], "forward_ns": entry["forward_ns"], "backward_ns": entry["backward_ns"],
-                    "leaf": entry["leaf"]} for entry in times.layers],
+        "layers": [{"name": entry["name"], "type": entry["type"], "forward_ns": entry["forward_ns"],
+                    "backward_ns": entry["backward_ns"], "leaf": entry["leaf"]} for entry in times.layers],
         "attribution": {
             "source": attribution.source,
             "basis": times.basis,

@@ -22,12 +22,12 @@ from daydream.errors import InputError
 from daydream.mapping import find_iterations
 from daydream.memory import analyze_memory
 from daydream.report.html.data import (
-    typical_iteration,
     measured_run,
     memory_data,
     predicted_window,
     simulated_run,
     timeline_data,
+    typical_iteration,
 )
 from daydream.report.html.page import json_for_script, render_page
 from daydream.report.memory import summarize_memory

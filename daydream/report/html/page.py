@@ -16,6 +16,7 @@ import re
 from importlib import resources
 from typing import Any
 
+from daydream.mapping.attribution import layer_label
 from daydream.memory import CATEGORIES
 from daydream.report.console import format_bytes, format_ns, short_kernel_name
 from daydream.simulate.bound import bound_line
@@ -206,7 +207,7 @@ def _layers_table(inspect: dict[str, Any]) -> str:
     if not layers:
         return '<p class="small">No layers found: the trace has no module spans or layer markers (daydream trace records them).</p>'
     total = inspect["layer_total_ns"] or 1
-    rows = [[_named(layer["name"], 70), format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]),
+    rows = [[_named(layer_label(layer), 70), format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]),
              f"{(layer['forward_ns'] + layer['backward_ns']) / total:.1%}"] for layer in layers]
     return f"<h3>Top layers (exclusive, per iteration)</h3>{_table(['layer', 'forward', 'backward', 'share'], rows, 'layers')}"
 
