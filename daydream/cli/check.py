@@ -32,6 +32,10 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     peak memory and the replay error with its bounds. docs/check.md has the file format.
 
     Exit codes: 0 every bound holds (or --update), 1 a bound is broken, 2 bad input.
+
+    \b
+    Example (from daydream's repository folder):
+      daydream check examples/ci/expectations.yaml --junit daydream-check.xml
     """
     expectations = load_expectations(expectations_path)
     if not update:

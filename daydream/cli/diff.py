@@ -26,6 +26,10 @@ def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> Non
     iteration time when A's work of it is rescaled to B's: work that grew off the
     critical path explains little. A and B may be files, folders of rank files or tar
     archives holding the same ranks; ranks are compared one by one.
+
+    \b
+    Example (from daydream's repository folder):
+      daydream diff examples/traces/cnn_v100.json.gz examples/traces/cnn_v100.json.gz --top 3
     """
     with progress_bar(err()) as progress:
         comparisons = diff_jobs(a, b, cache=not no_cache, progress=progress)

@@ -27,6 +27,12 @@ def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None, i
 
     Shows the GPUs, ranks, iterations and their measured times, events per kind,
     streams, the top kernels by GPU time, and how much GPU work is linked to a CPU op.
+    TRACE defaults to the newest trace in ./daydream-traces/.
+
+    \b
+    Examples (from daydream's repository folder):
+      daydream inspect examples/traces/cnn_v100.json.gz
+      daydream inspect examples/traces/cnn_v100.json.gz --json --top 3
     """
     status = err()
     trace = chosen_trace(trace, status.print)

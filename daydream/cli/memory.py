@@ -22,7 +22,14 @@ from daydream.report.memory import plot_memory, render_memory, summarize_memory
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
     """Peak allocated and reserved memory per device of TRACE, broken down into weights,
-    activations, gradients, optimizer state, temporaries and other, at the peak."""
+    activations, gradients, optimizer state, temporaries and other, at the peak.
+    TRACE defaults to the newest trace in ./daydream-traces/.
+
+    \b
+    Examples (from daydream's repository folder; run.json.gz is what the daydream trace --help example writes):
+      daydream memory run.json.gz
+      daydream memory run.json.gz --json --plot memory.png
+    """
     if plot_path:
         plotting.require()
     status = err()

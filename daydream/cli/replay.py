@@ -30,6 +30,12 @@ def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, 
     Every wait (synchronization, the launch queue, cross-stream events, the autograd
     thread) is re-derived from dependencies; what cannot be (a missing peer's lateness,
     an unnamed event) is a delay relative to its anchor, reported as "unexplained".
+    TRACE defaults to the newest trace in ./daydream-traces/.
+
+    \b
+    Examples (from daydream's repository folder):
+      daydream replay examples/traces/cnn_v100.json.gz
+      daydream replay examples/traces/cnn_v100.json.gz --critical-path --timeline simulated.json.gz
     """
     status = err()
     trace = chosen_trace(trace, status.print)

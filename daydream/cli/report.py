@@ -31,7 +31,14 @@ def report_command(trace: str | None, output_path: str, specs: tuple[str, ...], 
                    rank: int | None, no_cache: bool) -> None:
     """Write one HTML page about TRACE: the measured and predicted timelines of one iteration,
     the time per phase and layer, the what-if table (each --opt alone, then all of them
-    together) and the memory timeline with the breakdown at its peak."""
+    together) and the memory timeline with the breakdown at its peak.
+    TRACE defaults to the newest trace in ./daydream-traces/.
+
+    \b
+    Examples (from daydream's repository folder):
+      daydream report examples/traces/cnn_v100.json.gz --opt amp -o report.html
+      daydream report examples/traces/cnn_v100.json.gz --opt amp --opt fused-optimizer -o report.html
+    """
     began = time.perf_counter()
     status = err()
     trace = chosen_trace(trace, status.print)

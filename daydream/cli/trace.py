@@ -35,11 +35,12 @@ def trace_command(script: str | None, script_args: tuple[str, ...], module: str 
                   out: str | None, backend: str, finish: bool, step_fn: str | None, no_memory: bool) -> None:
     """Run SCRIPT unmodified and record ITERATIONS training iterations after WARMUP.
 
-    daydream's options go before SCRIPT; what follows SCRIPT (or --) goes to the script:
+    daydream's options go before SCRIPT; what follows SCRIPT (or --) goes to the script.
 
-        daydream trace -n 5 -o run.json.gz train.py -- --epochs 1
-
-        daydream trace -m mypackage.train -- --config small.yaml
+    \b
+    Examples (from daydream's repository folder):
+      daydream trace -n 3 -o run.json.gz examples/mlp.py -- --steps 8
+      daydream trace --warmup 2 -m examples.cnn -- --steps 8
 
     Layers (module paths), phases (forward, backward, optimizer) and iterations are
     marked by global hooks: the script needs no profiler code.

@@ -45,6 +45,14 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
 
     TRACE defaults to the newest trace in ./daydream-traces/, so that
     `daydream trace train.py && daydream whatif --opt amp` works.
+
+    \b
+    Examples (from daydream's repository folder):
+      daydream whatif examples/traces/cnn_v100.json.gz --opt amp
+      daydream whatif examples/traces/cnn_v100.json.gz --opt fused-optimizer --opt cuda-graphs --json
+      daydream whatif examples/traces/cnn_v100.json.gz --opt batch-size:factor=2 --memory
+      daydream whatif examples/traces/ddp_a100_rank0.json.gz --opt no-comm --opt ddp:bandwidth=100Gbps --sweep world=1,8,64
+      daydream whatif --list
     """
     if show_list:
         _print_list(as_json)

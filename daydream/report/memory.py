@@ -46,7 +46,8 @@ def summarize_memory(source: str, ranks: list[tuple[int | None, list[DeviceMemor
 
 def render_memory(summary: dict[str, Any], console: Console) -> None:
     if not summary["devices"]:
-        console.print(f"{summary['source']}: no [memory] events — record with profile_memory=True (daydream trace does)")
+        console.print(f"{summary['source']}: no [memory] events — record with profile_memory=True (daydream trace does)",
+                      soft_wrap=True)
         return
     for device in summary["devices"]:
         reserved = format_bytes(device["peak_reserved_bytes"]) if device["peak_reserved_bytes"] else "not recorded"

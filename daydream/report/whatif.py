@@ -124,7 +124,8 @@ def _change(before: int, after: int) -> str:
 
 def render_memory_predictions(entries: list[dict[str, Any]], console: Console) -> None:
     if not entries:
-        console.print("memory: the trace has no [memory] events — record with profile_memory=True (daydream trace does)")
+        console.print("memory: the trace has no [memory] events — record with profile_memory=True (daydream trace does)",
+                      soft_wrap=True)
         return
     table = Table(title="peak memory", title_justify="left")
     for header in ("device", "measured", "predicted", "reserved", "fits", "headroom", "largest batch"):

@@ -34,7 +34,8 @@ _ACTION_FUNCTIONS: dict[str, Callable[..., Any]] = {"scale": scale, "remove": re
 
 def is_pipeline_file(spec: str) -> bool:
     """Whether an --opt spec names a YAML pipeline file rather than a registered optimization."""
-    return spec.endswith((".yaml", ".yml")) or "/" in spec or os.path.sep in spec
+    name = spec.partition(":")[0]  # "ddp:bandwidth=25GB/s" names ddp; a "/" in a parameter is not a path
+    return spec.endswith((".yaml", ".yml")) or "/" in name or os.path.sep in name
 
 
 @dataclass(slots=True, frozen=True)

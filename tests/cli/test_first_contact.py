@@ -1,0 +1,210 @@
+"""A new user's first hour: every --help example runs as written, mistakes get a suggestion, output says what it did."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from tests.builders import op, write_trace
+from tests.conftest import REPO
+
+try:
+    import torch  # noqa: F401  (in CI the test extras install torch; its absence is a failure)
+except ImportError:
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip("torch is not installed", allow_module_level=True)
+
+COMMANDS = ("trace", "inspect", "replay", "whatif", "memory", "report", "diff", "check")
+EXAMPLE_TRACE = REPO / "examples" / "traces" / "cnn_v100.json.gz"
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("daydream: error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/mlp.py recorded on the CPU (3 iterations)."""
+    out = tmp_path_factory.mktemp("cpu") / "mlp.json.gz"
+    assert main(["trace", "--backend", "torch", "-o", str(out), str(REPO / "examples" / "mlp.py"), "--", "--steps", "6"]) == 0
+    return out
+
+
+def _help_examples(command: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    assert main([command, "--help"]) == 0
+    text = capsys.readouterr().out
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("daydream ")]
+
+
+def test_every_help_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # From a copy of the repository's examples, as the help text says ("from daydream's repository folder").
+    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("daydream-traces"))
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    for command in COMMANDS:
+        examples = _help_examples(command, capsys)
+        assert examples, f"daydream {command} --help shows no example"
+        for example in examples:
+            argv = example.split()[1:]
+            code = main(argv)
+            captured = capsys.readouterr()
+            assert code == 0, (example, captured.err[-500:])
+            ran.append(example)
+    assert len(ran) >= 2 * len(COMMANDS) - 2
+    assert (tmp_path / "run.json.gz").is_file() and (tmp_path / "report.html").is_file()
+    assert (tmp_path / "memory.png").is_file() and (tmp_path / "simulated.json.gz").is_file()
+
+
+def test_bare_daydream_shows_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert "Usage: daydream" in captured.out and all(command in captured.out for command in COMMANDS)
+
+
+@pytest.mark.parametrize("argv, suggestion", [
+    (["inpsect", "x.json"], "no command 'inpsect' — did you mean 'inspect'?"),
+    (["trace", "--warmpu", "2", "train.py"], "no option '--warmpu' — did you mean '--warmup'?"),
+    (["whatif", str(EXAMPLE_TRACE), "--opt", "ampp"], "unknown optimization 'ampp' — did you mean 'amp'?"),
+    (["whatif", str(EXAMPLE_TRACE), "--opt", "batch-size:factr=2"],
+     "no parameter 'factr' (parameters: factor, fixed_percentile) — did you mean 'factor'?"),
+    (["whatif", str(EXAMPLE_TRACE), "--opt", "batch-size:factor"], "factor has no value — write factor=VALUE"),
+])
+def test_a_mistake_gets_a_suggestion(argv: list[str], suggestion: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert suggestion in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e308"])
+def test_parameters_are_finite_and_in_range(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", str(EXAMPLE_TRACE), "--opt", f"faster-gpu:factor={value}"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"factor={value}" in line and ("finite" in line or "out of range" in line)
+
+
+def test_bandwidth_takes_units(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(REPO / "examples" / "traces" / "ddp_a100_rank0.json.gz")
+    results = []
+    for bandwidth in ("25", "25GB/s", "200Gbps", "200Gb/s"):
+        assert main(["whatif", trace, "--opt", "no-comm", "--opt", f"ddp:world=8,bandwidth={bandwidth}", "--json"]) == 0
+        results.append(json.loads(capsys.readouterr().out)["iteration_ns"]["predicted"])
+    assert len(set(results)) == 1  # 200 Gbit/s is 25 GB/s
+    assert main(["whatif", trace, "--opt", "no-comm", "--opt", "ddp:bandwidth=fast"]) == 2
+    assert "is not a bandwidth (e.g. 25GB/s or 200Gbps)" in _one_error_line(capsys.readouterr().err)
+
+
+def test_square_brackets_print_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLE_TRACE, "exp[red].json.gz")
+    assert main(["whatif", "exp[red].json.gz", "--opt", "amp"]) == 0
+    assert "exp[red].json.gz" in capsys.readouterr().out
+    no_memory = write_trace(tmp_path, [op("aten::add", 1, 2, ext=1), op("aten::mul", 4, 2, ext=2)], "plain.json")
+    assert main(["memory", str(no_memory)]) == 0
+    assert f"{no_memory}: no [memory] events — record with profile_memory=True" in capsys.readouterr().out
+
+
+def test_options_after_the_script_are_refused_with_where_they_go(capsys: pytest.CaptureFixture[str]) -> None:
+    script = str(REPO / "examples" / "mlp.py")
+    assert main(["trace", script, "-o", "x.json.gz"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "-o after" in line and "put daydream's options before" in line and f"daydream trace {script} -- -o" in line
+
+
+def test_a_script_that_fails_before_the_capture_shows_its_own_traceback(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text("def helper():\n    raise ValueError('boom in the script')\n\nhelper()\n")
+    assert main(["trace", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last):" in err and "in helper" in err and "ValueError: boom in the script" in err
+    assert err.strip().splitlines()[-1].startswith("daydream: error: ")
+    assert "daydream/" not in err.replace(str(REPO / "examples"), "")  # daydream's own frames are left out
+
+
+def test_a_step_function_never_called_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trace", "--step-fn", "no_such_function", str(REPO / "examples" / "mlp.py"), "--", "--steps", "3"]) == 1
+    assert "--step-fn no_such_function was never called" in _one_error_line(capsys.readouterr().err)
+
+
+def test_trace_without_torch_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["trace", str(REPO / "examples" / "mlp.py")]) == 2
+    assert "torch is not installed" in _one_error_line(capsys.readouterr().err)
+
+
+def test_plot_without_matplotlib_fails_before_the_work(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr("daydream.api.open_job", lambda *a, **k: pytest.fail("read the trace before saying"))
+    assert main(["memory", str(EXAMPLE_TRACE), "--plot", "m.png"]) == 2
+    assert "--plot needs matplotlib" in _one_error_line(capsys.readouterr().err)
+
+
+def test_cpu_traces_are_described_in_cpu_words(cpu_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(cpu_trace)]) == 0
+    text = capsys.readouterr().out
+    assert "GPU idle" not in text and "launch queue depth" not in text and "rank None" not in text
+    assert "CPU only" in text
+    assert main(["replay", str(cpu_trace), "--json"]) == 0
+    assert [rank["device"] for rank in json.loads(capsys.readouterr().out)["ranks"]] == ["cpu"]
+    assert main(["whatif", str(cpu_trace), "--opt", "no-host-overhead", "--json"]) == 2
+    assert "faster-host" in _one_error_line(capsys.readouterr().err)
+
+
+def test_every_command_reads_the_newest_trace_by_default(cpu_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "daydream-traces"
+    (folder / "train-ranks").mkdir(parents=True)
+    shutil.copy(EXAMPLE_TRACE, folder / "old.json.gz")
+    os.utime(folder / "old.json.gz", (time.time() - 3600,) * 2)
+    shutil.copy(cpu_trace, folder / "train-ranks" / "rank0.json.gz")  # the newest: a ranks folder
+    for command in ("inspect", "replay", "memory"):
+        assert main([command, "--json"]) == 0, command
+        captured = capsys.readouterr()
+        assert "daydream-traces/train-ranks (the newest trace" in captured.err
+    assert main(["whatif", "--opt", "faster-host", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"].endswith("train-ranks")
+
+
+def test_every_file_written_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    timeline = tmp_path / "t.json.gz"
+    assert main(["replay", str(EXAMPLE_TRACE), "--timeline", str(timeline)]) == 0
+    assert f"daydream: wrote {timeline}" in capsys.readouterr().err
+    assert main(["whatif", str(EXAMPLE_TRACE), "--opt", "amp", "--timeline", str(timeline)]) == 0
+    assert f"daydream: wrote {timeline}" in capsys.readouterr().err
+    with gzip.open(timeline, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    names = {(e["name"], e["args"]["name"]) for e in events if e["ph"] == "M"}
+    assert ("process_name", "GPU 0 (Tesla V100-SXM2-32GB)") in names and ("thread_name", "stream 7") in names
+    assert min(e["tid"] for e in events if e["ph"] == "X") >= 0
+    # Every thread and process that holds an event is named.
+    named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in events if e["ph"] == "X"} <= named
+
+
+def test_the_distribution_has_a_name_of_its_own() -> None:
+    from importlib.metadata import version
+
+    from daydream import __version__
+
+    assert version("daydream-profiler") == __version__
+    text = (REPO / "examples" / "ci" / "daydream.yml").read_text()
+    assert not re.search(r"pip install daydream(\s|$)", text)
