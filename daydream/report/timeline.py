@@ -98,7 +98,8 @@ def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:
             gpu = gpu_names.get(resource.device)
             processes.setdefault(pid, f"GPU {resource.device}" + (f" ({gpu})" if gpu else ""))
             threads[(pid, tid)] = f"stream {resource.stream}" if resource.stream >= 0 else resource.label
-    events = [{"ph": "M", "cat": "__metadata", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}} for pid, name in processes.items()]
+    events = [{"ph": "M", "cat": "__metadata", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+              for pid, name in processes.items()]
     events += [{"ph": "M", "cat": "__metadata", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
                for (pid, tid), name in threads.items()]
     return events
