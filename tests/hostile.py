@@ -311,29 +311,23 @@ TRACE_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("whatif", "{trace}", "--opt", "ddp:world=4", "--no-cache"),
 )
 
-#: hostile option values, run against a valid trace
-OPTION_CASES: tuple[tuple[str, ...], ...] = (
-    ("whatif", "{trace}", "--opt", "checkpoint:layers=("),
-    ("whatif", "{trace}", "--opt", "faster-gpu:kernels=(a+)+$"),
-    ("whatif", "{trace}", "--opt", "faster-gpu:kernels=(x*)*y,factor=2"),
+#: hostile --opt values, run against a valid trace whose names include "aaaa...a!" and "xxxx...x"
+HOSTILE_SPECS = (
+    "checkpoint:layers=(", "faster-gpu:kernels=(a+)+$", "faster-gpu:kernels=(x*)*y,factor=2", "batch-size:factor=nan",
+    "faster-gpu:factor=inf", "faster-gpu:factor=-1", "faster-gpu:factor=0", "ddp:world=1000000000",
+    "ddp:world=4,bandwidth=1e-300", "ddp:world=4,bandwidth=10Gbps", "grad-compression:ratio=nan", "nosuchopt",
+    "amp:nosuchparam=1", "checkpoint:layers=(?=x)y",
+)
+OPTION_CASES: tuple[tuple[str, ...], ...] = tuple(("whatif", "{trace}", "--opt", spec) for spec in HOSTILE_SPECS) + (
     ("whatif", "{trace}", "--opt", "batch-size:factor=1e308", "--memory"),
-    ("whatif", "{trace}", "--opt", "batch-size:factor=nan"),
-    ("whatif", "{trace}", "--opt", "faster-gpu:factor=inf"),
-    ("whatif", "{trace}", "--opt", "faster-gpu:factor=-1"),
-    ("whatif", "{trace}", "--opt", "faster-gpu:factor=0"),
-    ("whatif", "{trace}", "--opt", "ddp:world=1000000000"),
-    ("whatif", "{trace}", "--opt", "ddp:world=4,bandwidth=1e-300"),
-    ("whatif", "{trace}", "--opt", "ddp:world=4,bandwidth=10Gbps"),
-    ("whatif", "{trace}", "--opt", "grad-compression:ratio=nan"),
     ("whatif", "{trace}", "--opt", "amp", "--sweep", "factor=1,nan"),
     ("whatif", "{trace}", "--opt", "ddp", "--sweep", "world=1,100000000"),
-    ("whatif", "{trace}", "--opt", "nosuchopt"),
-    ("whatif", "{trace}", "--opt", "amp:nosuchparam=1"),
     ("inspect", "{trace}", "--iteration-marker", "(a+)+$"),
     ("inspect", "{trace}", "--iteration-marker", "("),
     ("inspect", "{trace}", "--rank", "-5"),
     ("inspect", "{trace}", "--rank", "99999999999999999999"),
 )
+_BACKTRACKING_BAIT = ("a" * 40 + "!", "x" * 40)
 
 
 @dataclass
@@ -358,7 +352,10 @@ def cases(seeds: Seeds, rng: random.Random, count: int, folder: Path) -> list[Ca
     made += _yaml_cases(seeds, rng, folder)
     made += _cache_cases(seeds, rng, folder)
     valid = folder / "valid.json.gz"
-    valid.write_bytes(gzip.compress(json.dumps(seeds.documents[0]).encode(), 1))
+    bait = copy.deepcopy(seeds.documents[0])
+    for event, name in zip(_pick_events(bait, random.Random(0), len(_BACKTRACKING_BAIT)), _BACKTRACKING_BAIT):
+        event["name"] = name
+    valid.write_bytes(gzip.compress(json.dumps(bait).encode(), 1))
     made += [Case("hostile option", [part.format(trace=valid) for part in argv]) for argv in OPTION_CASES]
     names = list(DOCUMENT_MUTATIONS) + ["bytes"]
     index = 0

@@ -2,7 +2,7 @@
 
 `main(argv) -> int` runs one command; `run()` is the console-script entry point.
 Exit codes: 0 success, 1 failure of daydream itself (or, for `check`, a broken bound),
-2 bad input or usage.
+2 bad input or usage (an unreadable or unwritable path included).
 
 One module per command: `daydream/cli/NAME.py` defines `NAME_command`, and that is the
 whole registration. Modules are imported only when their command runs (or for --help),
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("interrupted", 130)
     except MemoryError:
         return _fail("out of memory — try a smaller trace or a machine with more RAM", 1)
-    except OSError as exc:
+    except OSError as exc:  # a path the user gave that cannot be read or written: bad input
         where = f"{exc.filename}: " if exc.filename else ""
-        return _fail(f"{where}{exc.strerror or exc}", 1)
+        return _fail(f"{where}{exc.strerror or exc} — check the path and its permissions", 2)
     except Exception as exc:  # an internal bug: one line unless asked for the traceback
         if os.environ.get("DAYDREAM_DEBUG"):
             raise
