@@ -12,6 +12,8 @@ case broke the contract.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import random
 import sys
 import tempfile
@@ -55,7 +57,8 @@ def main() -> int:
         todo = cases(seeds, rng, options.cases, folder / "cases")
         from daydream.cli import main as daydream
 
-        daydream(["replay", str(seeds.paths[0]), "--no-cache"])  # compile the simulator once, before forking
+        with contextlib.redirect_stdout(io.StringIO()):
+            daydream(["replay", str(seeds.paths[0]), "--no-cache"])  # compile the simulator once, before forking
         with ThreadPoolExecutor(options.jobs) as pool:
             outcomes = list(pool.map(lambda c: run(c, options.timeout, folder), todo))
         if options.keep:

@@ -12,6 +12,7 @@ so `daydream inspect` does not pay for the simulator's imports.
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 import os
 import pkgutil
@@ -75,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("interrupted", 130)
     except MemoryError:
         return _fail("out of memory — try a smaller trace or a machine with more RAM", 1)
-    except OSError as exc:  # a path the user gave that cannot be read or written: bad input
+    except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
+        if exc.errno in _MACHINE_ERRNOS:  # the machine failed (disk full, I/O error), not the input
+            return _fail(f"{where}{exc.strerror or exc}", 1)
+        # a path the user gave that cannot be read or written: bad input
         return _fail(f"{where}{exc.strerror or exc} — check the path and its permissions", 2)
     except Exception as exc:  # an internal bug: one line unless asked for the traceback
         if os.environ.get("DAYDREAM_DEBUG"):
@@ -84,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
     # Without standalone mode, click hands back the code of a command that exited early.
     return returned if isinstance(returned, int) else 0
+
+
+_MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM}
 
 
 def _fail(message: str, code: int) -> int:
