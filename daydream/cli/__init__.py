@@ -17,6 +17,7 @@ import importlib
 import os
 import pkgutil
 import sys
+import warnings
 
 import click
 
@@ -62,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args:  # bare `daydream`: what it does and its commands, as --help shows them
         args = ["--help"]
     try:
-        returned = cli.main(args=args, prog_name="daydream", standalone_mode=False)
+        with warnings.catch_warnings():
+            if not os.environ.get("DAYDREAM_DEBUG"):
+                # numpy's overflow/invalid-value warnings raised inside daydream are not for the user to read
+                # (the script's own warnings under `daydream trace` still show).
+                warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"daydream\.")
+            returned = cli.main(args=args, prog_name="daydream", standalone_mode=False)
     except DaydreamError as exc:
         return _fail(str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:

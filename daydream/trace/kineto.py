@@ -470,7 +470,8 @@ def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tup
 
 def _us_to_ns(us: np.ndarray) -> np.ndarray:
     # Split off the whole µs first: 1.7e18 ns does not fit a double exactly.
-    whole = np.floor(np.clip(us, -TIME_LIMIT_US, TIME_LIMIT_US))
+    us = np.clip(us, -TIME_LIMIT_US, TIME_LIMIT_US)  # callers skip events beyond it; this keeps the rest exact
+    whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
