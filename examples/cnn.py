@@ -11,14 +11,15 @@ set), each process is one rank of DistributedDataParallel (gloo on the CPU, nccl
 every rank trains on its own --batch-size samples per step and gradients are averaged.
 """
 
-import argparse
 import os
+import sys
 
 import torch
-import torch.distributed
 import torch.utils.checkpoint
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared loop beside this script, however it is run
+import training  # noqa: E402
 
 
 class ConvBlock(nn.Module):
@@ -47,50 +48,17 @@ class SmallCNN(nn.Module):
         return self.classifier(self.flatten(x))
 
 
-def join_process_group(device: str) -> int:
-    """Join the process group torch.distributed's environment variables describe; returns this process's rank."""
-    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
-    if missing:
-        raise SystemExit(f"--ddp: {', '.join(missing)} not set — launch with torchrun --nproc-per-node N ... --ddp")
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    return torch.distributed.get_rank()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--checkpoint", action="store_true", help="recompute each block's activations in backward")
-    parser.add_argument("--optimizer-impl", choices=["default", "for-loop", "foreach"], default="default")
-    parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
-    parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.ddp and device == "cuda":
-        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-    rank = join_process_group(device) if args.ddp else 0
-    torch.manual_seed(rank)  # each rank its own data; DDP copies rank 0's initial weights to all
-    model = SmallCNN(checkpoint=args.checkpoint).to(device)
-    if args.ddp:
-        model = DistributedDataParallel(model)
-    foreach = {"default": None, "for-loop": False, "foreach": True}[args.optimizer_impl]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=foreach)
+    args = training.options(__doc__.splitlines()[0], batch_size=32).parse_args()
+    device, _ = training.setup(args)
+    model = training.wrap(SmallCNN(checkpoint=args.checkpoint).to(device), args)
+    optimizer = training.optimizer(torch.optim.SGD, model, args, lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    for step in range(args.steps):
-        images = torch.randn(args.batch_size, 3, 32, 32, device=device)
-        labels = torch.randint(0, 10, (args.batch_size,), device=device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        if step % 10 == 0:
-            print(f"step {step} loss {loss.item():.3f}")
-    if args.ddp:
-        torch.distributed.destroy_process_group()
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.randn(args.batch_size, 3, 32, 32, device=device), torch.randint(0, 10, (args.batch_size,), device=device))
+
+    training.train(model, batch, lambda model, batch: loss_fn(model(batch[0]), batch[1]), optimizer, args, device)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@
     python scripts/validate.py                # about 2-3 minutes on 2 cores
     python scripts/validate.py --out -        # print only
 
-For each example model: trace a baseline (`--optimizer-impl for-loop`), predict
+For each example model: trace a baseline (`--optim loop`), predict
 `batch-size:factor=2`, `checkpoint:layers=blocks\\.\\d+$` and `fused-optimizer` from it,
-then trace each variant for real (`--batch-size 2x`, `--checkpoint`, `--optimizer-impl
+then trace each variant for real (`--batch-size 2x`, `--checkpoint`, `--optim
 foreach`) under the same tracer and compare the predicted with the measured iteration time
 (medians over the recorded iterations). Target: error at most 10% per row.
 
@@ -79,13 +79,13 @@ def example_rows(work: Path) -> list[dict[str, object]]:
     rows = []
     for example, batch in EXAMPLES.items():
         variants = {
-            "batch-size:factor=2": ("--optimizer-impl", "for-loop", "--batch-size", str(2 * batch)),
-            CHECKPOINT: ("--optimizer-impl", "for-loop", "--checkpoint"),
-            "fused-optimizer": ("--optimizer-impl", "foreach"),
+            "batch-size:factor=2": ("--optim", "loop", "--batch-size", str(2 * batch)),
+            CHECKPOINT: ("--optim", "loop", "--checkpoint"),
+            "fused-optimizer": ("--optim", "foreach"),
         }
         baselines, measured = [], {spec: [] for spec in variants}
         for repeat in range(REPEATS):  # interleaved, so that slow phases of the machine hit every configuration
-            baselines.append(trace(example, work / f"{example}-base-{repeat}.json.gz", "--optimizer-impl", "for-loop"))
+            baselines.append(trace(example, work / f"{example}-base-{repeat}.json.gz", "--optim", "loop"))
             for index, (spec, args) in enumerate(variants.items()):
                 real = trace(example, work / f"{example}-{index}-{repeat}.json.gz", *args)
                 measured[spec].append(measured_median(real))
@@ -147,7 +147,7 @@ def markdown(examples: list[dict[str, object]], amp: list[dict[str, object]], me
         "",
         "## Predicted vs measured, on the CPU",
         "",
-        "Each row: the baseline (`--optimizer-impl for-loop`) is traced, the what-if predicted from that trace, the",
+        "Each row: the baseline (`--optim loop`) is traced, the what-if predicted from that trace, the",
         "variant run for real under the same tracer. Target: error at most 10%.",
         f"**Largest error: {worst * 100:.1f}%**" + (f"; {len(misses)} row(s) over 10%." if misses else "; every row meets the target."),
         "",

@@ -60,6 +60,11 @@ class CaptureOptions:
         """The file that runs: the script, or the module's file."""
         return module_file(self.script) if self.module else self.script
 
+    @property
+    def search_path(self) -> str:
+        """Where the script's own imports are found first: its folder (the current folder under -m)."""
+        return os.getcwd() if self.module else os.path.dirname(os.path.abspath(self.script))
+
 
 @dataclass(slots=True)
 class CaptureResult:

@@ -243,7 +243,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
 
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=lambda: bool(torch.autograd._profiler_enabled()))
-    installed = hook_module.install(recorder.on_step, options.step_fn, recorder.open_range)
+    installed = hook_module.install(recorder.on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:
         hook_module.watch_script_function(options.step_fn, options.path, installed)
     try:

@@ -71,8 +71,11 @@ class RangeScope(Protocol):
 
 
 def install(on_step: Callable[[], None], step_fn: str | None = None,
-            open_range: Callable[[str], RangeScope] | None = None) -> Hooks:
+            open_range: Callable[[str], RangeScope] | None = None, search_path: str | None = None) -> Hooks:
     """Install the global hooks; `on_step` is called at every iteration boundary.
+
+    `search_path` is where the script's own modules are (its folder): a `--step-fn module:function`
+    is imported from there, as the script will import it.
 
     `open_range(name)` makes the scope that marks a layer or phase; the default is
     torch's `record_function` (what torch.profiler records as a user annotation).
@@ -157,7 +160,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     torch.autograd.backward = backward
     hooks._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
     if step_fn is not None and ":" in step_fn:
-        _wrap_step_fn(step_fn, hooks)
+        _wrap_step_fn(step_fn, hooks, search_path)
     return hooks
 
 
@@ -181,15 +184,23 @@ def watch_script_function(name: str, script: str, hooks: Hooks) -> None:
     hooks._restore.append(lambda: sys.setprofile(previous))
 
 
-def _wrap_step_fn(spec: str, hooks: Hooks) -> None:
+def _wrap_step_fn(spec: str, hooks: Hooks, search_path: str | None = None) -> None:
     """Make `module:function` an iteration boundary: each return ends an iteration."""
+    import sys
+
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
         raise InputError(f"--step-fn {spec!r}: expected module:function (or a function of the script), e.g. train:train_step")
+    added = search_path is not None and search_path not in sys.path
+    if added:
+        sys.path.insert(0, str(search_path))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InputError(f"--step-fn {spec!r}: cannot import {module_name!r} ({exc}) — is it on the script's path?") from None
+    finally:
+        if added:
+            sys.path.remove(str(search_path))
     original = getattr(module, function_name, None)
     if not callable(original):
         raise InputError(f"--step-fn {spec!r}: {module_name} has no function {function_name!r}")

@@ -75,7 +75,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         if steps >= wanted and "path" in exported and not options.finish:
             raise CaptureComplete
 
-    installed = hook_module.install(on_step, options.step_fn)
+    installed = hook_module.install(on_step, options.step_fn, search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:
         hook_module.watch_script_function(options.step_fn, options.path, installed)
     if status:

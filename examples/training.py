@@ -1,0 +1,151 @@
+"""The training loop the example models share, with the knobs a real variant of a run needs.
+
+    --amp [bf16|fp16]          autocast (bf16 by default; fp16 adds a GradScaler); on the CPU, bf16
+    --optim loop|foreach|fused  the optimizer's implementation (default: torch's choice)
+    --cuda-graphs              capture the whole step (forward, backward, optimizer) once, replay it
+    --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp (under torchrun), --threads N
+
+The scripts stay plain PyTorch: no profiler code. With --cuda-graphs no optimizer.step() runs
+after the capture, so a trace marks iterations by the step function instead:
+
+    daydream trace --step-fn training:train_step examples/mlp.py -- --cuda-graphs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+OPTIMIZER_IMPLEMENTATIONS = ("default", "loop", "foreach", "fused")
+
+
+def options(description: str, batch_size: int) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--checkpoint", action="store_true", help="recompute each block's activations in backward")
+    parser.add_argument("--optim", choices=OPTIMIZER_IMPLEMENTATIONS, default="default",
+                        help="optimizer implementation: a Python loop per parameter, foreach (multi-tensor) or fused")
+    parser.add_argument("--amp", nargs="?", const="bf16", choices=("bf16", "fp16"), default=None,
+                        help="mixed precision with autocast: bf16 (default) or fp16 with a GradScaler (GPU only)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="capture the whole training step in a CUDA graph")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
+    return parser
+
+
+def setup(args: argparse.Namespace) -> tuple[str, int]:
+    """(device, rank): threads, device, the process group under --ddp, the seed; refuses combinations that cannot run."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is visible to torch")
+    if args.cuda_graphs and device != "cuda":
+        raise SystemExit("--cuda-graphs needs a CUDA device")
+    if args.cuda_graphs and (args.ddp or args.amp == "fp16"):
+        raise SystemExit("--cuda-graphs runs without --ddp and without fp16's GradScaler here (use --amp bf16)")
+    if args.amp == "fp16" and device != "cuda":
+        raise SystemExit("--amp fp16 needs a CUDA device; on the CPU use --amp (bf16)")
+    if args.optim == "fused" and device != "cuda":
+        raise SystemExit("--optim fused needs a CUDA device")
+    if args.ddp and device == "cuda":
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    rank = join_process_group(device) if args.ddp else 0
+    torch.manual_seed(rank)  # each rank its own data; DDP copies rank 0's initial weights to all
+    return device, rank
+
+
+def join_process_group(device: str) -> int:
+    """Join the process group torch.distributed's environment variables describe; returns this process's rank."""
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise SystemExit(f"--ddp: {', '.join(missing)} not set — launch with torchrun --nproc-per-node N ... --ddp")
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return torch.distributed.get_rank()
+
+
+def wrap(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+    return DistributedDataParallel(model) if args.ddp else model
+
+
+def optimizer(kind: type[torch.optim.Optimizer], model: nn.Module, args: argparse.Namespace, **settings: Any) -> torch.optim.Optimizer:
+    """`kind(model.parameters(), **settings)` in the implementation --optim names (capturable under --cuda-graphs)."""
+    implementation = {"default": {}, "loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+    extra: dict[str, Any] = dict(implementation[args.optim])
+    if args.cuda_graphs and kind in (torch.optim.Adam, torch.optim.AdamW):
+        extra["capturable"] = True
+    return kind(model.parameters(), **settings, **extra)
+
+
+Batch = tuple[torch.Tensor, ...]
+
+
+def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[[nn.Module, Batch], torch.Tensor],
+          opt: torch.optim.Optimizer, args: argparse.Namespace, device: str) -> None:
+    """Run args.steps training steps: batch_of(step) -> tensors on `device`; loss_of(model, batch) -> scalar loss."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp or "")
+    scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
+
+    def forward_backward(batch: Batch) -> torch.Tensor:
+        with torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype is not None, cache_enabled=not args.cuda_graphs):
+            loss = loss_of(model, batch)
+        (scaler.scale(loss) if scaler else loss).backward()
+        return loss
+
+    if args.cuda_graphs:
+        _train_captured(model, batch_of, forward_backward, opt, args)
+        return
+    for step in range(args.steps):
+        batch = batch_of(step)
+        opt.zero_grad(set_to_none=True)
+        loss = forward_backward(batch)
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        if step % 10 == 0:
+            print(f"step {step} loss {loss.item():.3f}")
+    if args.ddp:
+        torch.distributed.destroy_process_group()
+
+
+def _train_captured(model: nn.Module, batch_of: Callable[[int], Batch], forward_backward: Callable[[Batch], torch.Tensor],
+                    opt: torch.optim.Optimizer, args: argparse.Namespace) -> None:
+    """Whole-step capture (PyTorch's recipe): warm up on a side stream, capture one step, replay it per batch."""
+    static = batch_of(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            forward_backward(static)
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = forward_backward(static)
+        opt.step()
+    for step in range(args.steps):
+        train_step(graph, static, batch_of(step))
+        if step % 10 == 0:
+            print(f"step {step} loss {static_loss.item():.3f}")
+
+
+def train_step(graph: torch.cuda.CUDAGraph, static: Batch, batch: Batch) -> None:
+    """One captured training step: copy the batch into the graph's inputs and replay it."""
+    for into, values in zip(static, batch):
+        into.copy_(values)
+    graph.replay()

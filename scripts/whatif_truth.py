@@ -1,0 +1,195 @@
+"""Predicted against measured: trace an example once, predict each what-if, run each variant for real.
+
+    python scripts/whatif_truth.py --device cuda --out table.md           # the GPU section of gpu_check.sh
+    python scripts/whatif_truth.py --device cpu --examples mlp --out -    # the same comparison on the CPU
+
+Per example, the baseline (fp32, `--optim loop`) is traced once; from that trace daydream
+predicts `amp`, `fused-optimizer`, `cuda-graphs`, `batch-size:factor=2` and
+`checkpoint:layers=blocks\\.\\d+$`; each variant (`--amp`, `--optim fused` — `foreach` on the
+CPU, `--cuda-graphs`, twice the batch, `--checkpoint`) is then traced for real, and the
+predicted iteration time is compared with the variant's measured one (the median of its
+recorded iterations). A part that fails or runs past its time budget becomes a row that
+says why; the table is written either way.
+
+Each part runs `daydream` in its own process, with a time limit (`--budget` seconds per
+trace or prediction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHECKPOINT = r"checkpoint:layers=blocks\.\d+$"
+STEP_FUNCTION = "training:train_step"  # what ends an iteration under --cuda-graphs (examples/training.py)
+
+#: example -> (script arguments of the baseline) per device: GPU-sized on a GPU, seconds on the CPU
+CONFIGURATIONS = {
+    "cuda": {"mlp": ["--batch-size", "2048"], "cnn": ["--batch-size", "256"],
+             "transformer": ["--batch-size", "32", "--context", "256"]},
+    "cpu": {"mlp": ["--batch-size", "64"], "cnn": ["--batch-size", "16"], "transformer": ["--batch-size", "4"]},
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    whatif: str           # the --opt spec predicted from the baseline
+    arguments: list[str]  # what the real variant adds to the baseline's script arguments
+    needs_gpu: bool = False
+    step_fn: str | None = None
+
+
+def variants(device: str, baseline: list[str]) -> list[Variant]:
+    batch = int(baseline[baseline.index("--batch-size") + 1])
+    return [
+        Variant("amp", ["--amp", "bf16"]),
+        Variant("fused-optimizer", ["--optim", "fused" if device == "cuda" else "foreach"]),
+        Variant("cuda-graphs", ["--cuda-graphs"], needs_gpu=True, step_fn=STEP_FUNCTION),
+        Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)]),
+        Variant(CHECKPOINT, ["--checkpoint"]),
+    ]
+
+
+@dataclass
+class Row:
+    example: str
+    whatif: str
+    baseline_ns: float | None = None
+    predicted_ns: float | None = None
+    measured_ns: float | None = None
+    problem: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured."""
+        if self.predicted_ns is None or not self.measured_ns:
+            return None
+        return (self.predicted_ns - self.measured_ns) / self.measured_ns
+
+
+class Failed(Exception):
+    """A part did not produce its number; the message says why, in one line."""
+
+
+def daydream(arguments: list[str], budget: float) -> str:
+    """Run `python -m daydream ARGUMENTS`; its stdout, or Failed with its last line of stderr."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "daydream", *arguments], capture_output=True, text=True,
+                              timeout=budget, cwd=REPO, check=False)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"ran past its {budget:.0f} s budget") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise Failed(lines[-1][:160] if lines else f"exit code {done.returncode}")
+    return done.stdout
+
+
+def trace(example: str, out: Path, script_arguments: list[str], options: argparse.Namespace,
+          step_fn: str | None = None) -> float:
+    """Trace one configuration; the median of its recorded iterations, ns."""
+    extra = ["--step-fn", step_fn] if step_fn else []
+    daydream(["trace", "--backend", options.backend, "--warmup", str(options.warmup), "--iterations", str(options.iterations),
+              *extra, "-o", str(out), str(REPO / "examples" / f"{example}.py"), "--", "--device", options.device,
+              "--steps", str(options.warmup + options.iterations + 2), *script_arguments], options.budget)
+    return measured_ns(out, options.budget)
+
+
+def measured_ns(path: Path, budget: float) -> float:
+    document = json.loads(daydream(["inspect", "--json", str(path)], budget))
+    return float(statistics.median(it["measured_ns"] for it in document["ranks"][0]["iterations"]))
+
+
+def predicted_ns(path: Path, whatif: str, budget: float) -> float:
+    document = json.loads(daydream(["whatif", str(path), "--opt", whatif, "--json"], budget))
+    return float(document["iteration_ns"]["predicted"])
+
+
+def compare(example: str, options: argparse.Namespace, work: Path) -> list[Row]:
+    baseline_arguments = [*CONFIGURATIONS[options.device][example], "--optim", "loop"]
+    chosen = variants(options.device, CONFIGURATIONS[options.device][example])
+    base = work / f"{example}-baseline.json.gz"
+    try:
+        baseline_ns = trace(example, base, baseline_arguments, options)
+    except Failed as exc:
+        return [Row(example, v.whatif, problem=f"baseline: {exc}") for v in chosen]
+    rows = []
+    for variant in chosen:
+        row = Row(example, variant.whatif, baseline_ns=baseline_ns)
+        rows.append(row)
+        if variant.needs_gpu and options.device != "cuda":
+            row.problem = "needs a CUDA device"
+            continue
+        try:
+            row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
+            # The variant replaces the baseline's values where it sets the same flag.
+            arguments = _merged(baseline_arguments, variant.arguments)
+            row.measured_ns = trace(example, work / f"{example}-{len(rows)}.json.gz", arguments, options, variant.step_fn)
+        except Failed as exc:
+            row.problem = str(exc)
+    return rows
+
+
+def _merged(base: list[str], changes: list[str]) -> list[str]:
+    merged = list(base)
+    index = 0
+    while index < len(changes):
+        flag = changes[index]
+        value = changes[index + 1] if index + 1 < len(changes) and not changes[index + 1].startswith("--") else None
+        if flag in merged:
+            at = merged.index(flag)
+            has_value = at + 1 < len(merged) and not merged[at + 1].startswith("--")
+            del merged[at: at + (2 if has_value else 1)]
+        merged += [flag] + ([value] if value is not None else [])
+        index += 2 if value is not None else 1
+    return merged
+
+
+def table(rows: list[Row]) -> str:
+    """The markdown table of `rows`: predicted and measured per what-if, with the error."""
+    lines = ["| example | what-if | baseline (measured) | predicted | measured | error |", "|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        cells = [_ms(row.baseline_ns), _ms(row.predicted_ns), _ms(row.measured_ns)]
+        error = row.error
+        outcome = f"{error * 100:+.1f}%" if error is not None else (row.problem or "—")
+        lines.append(f"| {row.example} | `{row.whatif}` | {' | '.join(cells)} | {outcome} |")
+    judged = [abs(r.error) for r in rows if r.error is not None]
+    if judged:
+        lines += ["", f"{len(judged)} of {len(rows)} what-ifs measured; mean |error| {statistics.mean(judged) * 100:.1f}%, "
+                      f"worst {max(judged) * 100:.1f}%."]
+    return "\n".join(lines) + "\n"
+
+
+def _ms(ns: float | None) -> str:
+    return f"{ns / 1e6:.2f} ms" if ns is not None else "—"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--examples", default="mlp,cnn,transformer")
+    parser.add_argument("--backend", default="torch", choices=("torch", "cupti", "auto"))
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds per trace or prediction")
+    parser.add_argument("--out", default="-", help="markdown file to write, or - for stdout")
+    options = parser.parse_args()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="daydream-truth-") as scratch:
+        for example in options.examples.split(","):
+            rows += compare(example, options, Path(scratch))
+            if options.out != "-":
+                Path(options.out).write_text(table(rows))  # what there is so far, in case a later part is cut off
+    if options.out == "-":
+        print(table(rows), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

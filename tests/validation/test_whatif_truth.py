@@ -1,0 +1,114 @@
+"""The examples' variant flags, and the predicted-against-measured comparison gpu_check.sh runs on a GPU, driven on the CPU."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from tests.builders import load_raw, ns
+from tests.conftest import REPO
+
+if os.environ.get("CI") == "true":
+    import torch  # noqa: F401
+else:
+    pytest.importorskip("torch")
+
+sys.path.insert(0, str(REPO / "scripts"))
+import whatif_truth  # noqa: E402
+
+MLP = str(REPO / "examples" / "mlp.py")
+
+
+def _trace(tmp_path: Path, name: str, *script_args: str) -> Path:
+    out = tmp_path / f"{name}.json.gz"
+    assert main(["trace", "--backend", "torch", "--warmup", "1", "--iterations", "2", "-o", str(out), MLP, "--",
+                 "--steps", "4", *script_args]) == 0
+    return out
+
+
+def _input_types(path: Path) -> set[str]:
+    return {t for e in load_raw(path)["traceEvents"] if e.get("cat") == "cpu_op"
+            for t in e.get("args", {}).get("Input type", []) if isinstance(t, str)}
+
+
+def _op_names(path: Path) -> set[str]:
+    return {e["name"] for e in load_raw(path)["traceEvents"] if e.get("cat") == "cpu_op"}
+
+
+def test_amp_on_the_cpu_really_autocasts_and_optim_picks_the_implementation(tmp_path: Path) -> None:
+    plain = _trace(tmp_path, "plain", "--optim", "loop")
+    amp = _trace(tmp_path, "amp", "--amp", "--optim", "foreach")
+    assert "c10::BFloat16" not in _input_types(plain)
+    assert "c10::BFloat16" in _input_types(amp)  # the linear layers ran in bf16 under autocast
+    assert not any(name.startswith("aten::_foreach_") for name in _op_names(plain))
+    assert any(name.startswith("aten::_foreach_") for name in _op_names(amp))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--cuda-graphs"], "--cuda-graphs needs a CUDA device"),
+    (["--optim", "fused"], "--optim fused needs a CUDA device"),
+    (["--amp", "fp16"], "--amp fp16 needs a CUDA device"),
+])
+def test_variants_that_need_a_gpu_say_so(flags: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, MLP, "--steps", "1", "--device", "cpu", *flags], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode != 0 and message in done.stderr
+
+
+def test_the_step_function_of_the_shared_loop_is_found_beside_the_script(capsys: pytest.CaptureFixture[str]) -> None:
+    # training:train_step is imported from the script's folder (it ends iterations under --cuda-graphs);
+    # on the CPU the eager loop never calls it, which is said, rather than "cannot import".
+    assert main(["trace", "--step-fn", "training:train_step", MLP, "--", "--steps", "3"]) == 1
+    assert "--step-fn training:train_step was never called" in capsys.readouterr().err
+
+
+def test_the_table_from_hand_computed_rows() -> None:
+    rows = [whatif_truth.Row("mlp", "amp", 10e6, 6e6, 5e6),
+            whatif_truth.Row("mlp", "cuda-graphs", 10e6, problem="needs a CUDA device"),
+            whatif_truth.Row("cnn", "fused-optimizer", 8e6, 7e6, 8e6)]
+    text = whatif_truth.table(rows)
+    assert "| mlp | `amp` | 10.00 ms | 6.00 ms | 5.00 ms | +20.0% |" in text
+    assert "| mlp | `cuda-graphs` | 10.00 ms | — | — | needs a CUDA device |" in text
+    assert "| cnn | `fused-optimizer` | 8.00 ms | 7.00 ms | 8.00 ms | -12.5% |" in text
+    assert "2 of 3 what-ifs measured; mean |error| 16.2%, worst 20.0%." in text
+
+
+def test_a_variant_replaces_the_baselines_flag() -> None:
+    assert whatif_truth._merged(["--batch-size", "64", "--optim", "loop"], ["--optim", "fused"]) == \
+        ["--batch-size", "64", "--optim", "fused"]
+    assert whatif_truth._merged(["--batch-size", "64"], ["--checkpoint"]) == ["--batch-size", "64", "--checkpoint"]
+    assert whatif_truth._merged(["--batch-size", "64"], ["--batch-size", "128"]) == ["--batch-size", "128"]
+
+
+def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+    options = argparse.Namespace(device="cpu", backend="torch", warmup=1, iterations=3, budget=180.0)
+    rows = whatif_truth.compare("mlp", options, tmp_path)
+    assert [row.whatif for row in rows] == ["amp", "fused-optimizer", "cuda-graphs", "batch-size:factor=2",
+                                            whatif_truth.CHECKPOINT]
+    # The baseline's measured time is the median of its recorded ProfilerSteps, read from the file itself.
+    steps = [e for e in load_raw(tmp_path / "mlp-baseline.json.gz")["traceEvents"]
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == 3
+    assert rows[0].baseline_ns == pytest.approx(statistics.median(ns(e["dur"]) for e in steps), abs=1)
+    for row in rows:
+        if row.whatif == "cuda-graphs":
+            assert row.problem == "needs a CUDA device" and row.error is None
+        else:
+            assert not row.problem, row.problem
+            assert row.predicted_ns and row.measured_ns and row.error is not None
+    assert whatif_truth.table(rows).count("\n| mlp |") == 5
+
+
+def test_gpu_check_without_a_gpu_exits_2_with_one_line() -> None:
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHON": sys.executable}, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["gpu_check: no CUDA GPU visible to torch (needs python3 with a CUDA "
+                                                "build of torch and a GPU)"]
