@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.distributed
+import torch.utils.checkpoint
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -149,3 +150,10 @@ def train_step(graph: torch.cuda.CUDAGraph, static: Batch, batch: Batch) -> None
     for into, values in zip(static, batch):
         into.copy_(values)
     graph.replay()
+
+
+def through(blocks: nn.ModuleList, x: torch.Tensor, checkpoint: bool) -> torch.Tensor:
+    """`x` through each block in turn; with `checkpoint`, each block's activations are recomputed in backward."""
+    for block in blocks:
+        x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpoint else block(x)
+    return x
