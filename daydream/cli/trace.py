@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from daydream.cli import did_you_mean
@@ -9,9 +11,11 @@ from daydream.cli._progress import err
 from daydream.errors import InputError
 from daydream.trace.collect import BACKENDS, CaptureError, CaptureOptions, capture
 
-#: daydream trace's own options, to recognise them when they are written after SCRIPT
-_OWN_OPTIONS = ("--warmup", "--iterations", "-n", "--out", "-o", "--backend", "--finish", "--stop", "--step-fn",
-                "--no-memory", "-m", "--module")
+#: daydream trace's own options, to recognise them when they are written after SCRIPT: these few a training
+#: script hardly has, so one after SCRIPT is refused; the others (-o, -n, --batch-size, ...) scripts often take
+#: themselves, so they go to the script with a notice.
+_ONLY_DAYDREAMS = ("--warmup", "--backend", "--finish", "--stop", "--step-fn", "--no-memory")
+_OWN_OPTIONS = (*_ONLY_DAYDREAMS, "--iterations", "-n", "--out", "-o", "-m", "--module", "--batch-size")
 
 
 @click.command("trace", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -31,8 +35,11 @@ _OWN_OPTIONS = ("--warmup", "--iterations", "-n", "--out", "-o", "--backend", "-
 @click.option("--step-fn", default=None, metavar="[MODULE:]FUNCTION",
               help="Iterations end when this function returns (default: at each optimizer.step()).")
 @click.option("--no-memory", is_flag=True, help="Do not record memory allocation events.")
+@click.option("--batch-size", "batch_size", type=click.IntRange(1), default=None,
+              help="Samples per iteration, for throughput (default: the leading dimension of the model's first input).")
 def trace_command(script: str | None, script_args: tuple[str, ...], module: str | None, warmup: int, iterations: int,
-                  out: str | None, backend: str, finish: bool, step_fn: str | None, no_memory: bool) -> None:
+                  out: str | None, backend: str, finish: bool, step_fn: str | None, no_memory: bool,
+                  batch_size: int | None) -> None:
     """Run SCRIPT unmodified and record ITERATIONS training iterations after WARMUP.
 
     daydream's options go before SCRIPT; what follows SCRIPT (or --) goes to the script.
@@ -57,13 +64,14 @@ def trace_command(script: str | None, script_args: tuple[str, ...], module: str 
     if target.startswith("-"):
         names = [name for name in _OWN_OPTIONS if name.startswith("--")]
         raise click.UsageError(f"no option {target!r}{did_you_mean(target, names)}")
+    status = err()
     if arguments[:1] == ["--"]:
         arguments = arguments[1:]
     else:
-        _refuse_own_options_after_script(target, arguments)
+        _own_options_after_script(target, arguments, status.print)
     options = CaptureOptions(script=target, args=arguments, warmup=warmup, iterations=iterations, out=out, backend=backend,
-                             finish=finish, step_fn=step_fn, memory=not no_memory, module=module is not None)
-    status = err()
+                             finish=finish, step_fn=step_fn, memory=not no_memory, module=module is not None,
+                             batch_size=batch_size)
     try:
         with status.status("daydream: starting the script") as spinner:
             result = capture(options, status=lambda text: spinner.update(f"daydream: {text}"))
@@ -82,11 +90,14 @@ def trace_command(script: str | None, script_args: tuple[str, ...], module: str 
         raise click.exceptions.Exit(1)
 
 
-def _refuse_own_options_after_script(target: str, arguments: list[str]) -> None:
-    """`trace train.py -o x`: -o would go to the script; say where it belongs instead of guessing."""
+def _own_options_after_script(target: str, arguments: list[str], say: Callable[..., None]) -> None:
+    """`trace train.py --warmup 2`: refused with where it belongs; `trace train.py -o x`: passed on, with a notice."""
     for argument in arguments:
         name = argument.split("=", 1)[0]
-        if name in _OWN_OPTIONS:
+        if name in _ONLY_DAYDREAMS:
             raise InputError(f"{name} after {target} would go to the script — put daydream's options before {target} "
                              f"(daydream trace {name} ... {target}), or write -- before arguments meant for the script "
                              f"(daydream trace {target} -- {argument})")
+        if name in _OWN_OPTIONS:
+            say(f"daydream: {name} after {target} goes to the script; daydream's own {name} goes before {target} "
+                f"(write -- after {target} to silence this)", highlight=False)

@@ -173,6 +173,8 @@ def _iterations_table(rank: dict[str, Any]) -> Table | Text:
         table.add_row(it["name"], format_ns(it["measured_ns"]))
     times = [it["measured_ns"] for it in iterations]
     table.add_row(Text("mean", style="bold"), Text(format_ns(sum(times) / len(times)), style="bold"))
+    if rank.get("samples_per_s"):
+        table.add_row("samples/s", f"{rank['samples_per_s']:,.0f} (batch {rank['batch_size']})")
     return table
 
 

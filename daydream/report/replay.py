@@ -18,6 +18,7 @@ from daydream import __version__
 from daydream.graph import DepKind
 from daydream.graph.model import ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
+from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate import Replay
 from daydream.simulate.analysis import breakdown, critical_path, recorded_timeline
 from daydream.simulate.bound import UNEXPLAINED_WARNING_SHARE, bound_line, iteration_bounds
@@ -83,12 +84,16 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
             }
         iterations.append(entry)
     edge_kinds = np.bincount(graph.edges["kind"], minlength=len(DepKind))
+    samples = batch_size(trace)
     return {
         "rank": trace.meta.rank,
         "source": trace.meta.source,
         # "cpu": the trace holds no GPU work (a CPU-only run): its tables speak of the host only
         "device": "gpu" if any(r.kind is ResourceKind.GPU_STREAM for r in graph.resources) else "cpu",
         "iterations": iterations,
+        "batch_size": samples,
+        "samples_per_s": {key: samples_per_s(samples, float(np.mean([it[f"{key}_ns"] for it in iterations])) if iterations else None)
+                          for key in ("measured", "simulated")},
         "graph": {
             "tasks": graph.task_count,
             "edges": graph.edge_count,

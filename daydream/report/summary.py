@@ -14,6 +14,7 @@ import numpy as np
 from daydream import __version__
 from daydream.mapping import attribute, find_iterations, link, phase_layer_times
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP
+from daydream.report.throughput import batch_size, samples_per_s, utilization
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
 
 SCHEMA_VERSION = 1
@@ -63,9 +64,11 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "gpu_activities": trace.count(*GPU_ACTIVITY_KINDS),
         "iteration_source": iterations[0].source if iterations else None,
         "iterations": [
-            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "source": it.source}
+            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "source": it.source,
+             "utilization": utilization(trace, it.start_ns, it.start_ns + it.measured_ns)}
             for it in iterations
         ],
+        **_throughput(trace, iterations),
         "profiler_steps": [
             {"name": it.name, "measured_ns": it.measured_ns} for it in iterations if it.source == SOURCE_PROFILER_STEP
         ],
@@ -75,6 +78,12 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "top_kernels": _top_kernels(trace, top),
         "linking": _linking(trace),
     }
+
+
+def _throughput(trace: Trace, iterations: list) -> dict[str, Any]:  # type: ignore[type-arg]
+    samples = batch_size(trace)
+    mean_ns = sum(it.measured_ns for it in iterations) / len(iterations) if iterations else None
+    return {"batch_size": samples, "samples_per_s": samples_per_s(samples, mean_ns)}
 
 
 def _phases_and_layers(trace: Trace, iterations: list) -> dict[str, Any]:  # type: ignore[type-arg]

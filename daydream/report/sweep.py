@@ -19,7 +19,9 @@ from daydream import __version__
 from daydream._files import atomic_output
 from daydream.report import plotting
 from daydream.report.console import format_ns
+from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate.whatif import Prediction
+from daydream.transforms.optimizations import samples_factor, with_value
 
 SCHEMA_VERSION = 1
 
@@ -27,13 +29,17 @@ SCHEMA_VERSION = 1
 def summarize_sweep(source: str, specs: list[str], parameter: str, runs: list[tuple[str, list[Prediction]]]) -> dict[str, Any]:
     """`runs`: (value, the predictions of every rank with that value), in sweep order."""
     baseline = max(p.simulated_ns for p in runs[0][1])
+    samples = batch_size(runs[0][1][0].trace)
     points = []
     for value, predictions in runs:
         predicted = max(p.predicted_ns for p in predictions)
         ranks = _number(value) if parameter == "world" else 1.0
+        per_rank = samples * samples_factor([with_value(spec, parameter, value) for spec in specs]) if samples else None
         points.append({
             "value": value,
             "predicted_ns": predicted,
+            # samples per second of the whole job: every rank processes its own batch
+            "samples_per_s": samples_per_s(per_rank * ranks if per_rank else None, predicted),
             "relative_throughput": ranks * baseline / predicted if predicted else None,
             "scaling_efficiency": baseline / predicted if predicted else None,
             "notes": predictions[0].notes,
@@ -57,13 +63,18 @@ def render_sweep(summary: dict[str, Any], console: Console) -> None:
     table.add_column("iteration", justify="right")
     table.add_column("throughput" if parameter == "world" else "speed-up", justify="right")
     table.add_column("scaling efficiency" if parameter == "world" else "", justify="right")
+    with_samples = any(point.get("samples_per_s") for point in summary["points"])
+    if with_samples:
+        table.add_column("samples/s", justify="right")
     for point in summary["points"]:
         efficiency = point["scaling_efficiency"]
         style = "green" if efficiency and efficiency >= 0.9 else "yellow" if efficiency and efficiency >= 0.7 else "red"
         throughput = point["relative_throughput"]
-        table.add_row(str(point["value"]), format_ns(point["predicted_ns"]),
-                      f"{throughput:.2f}x" if throughput else "—",
-                      Text(f"{efficiency:.0%}", style=style) if efficiency and parameter == "world" else "")
+        cells: list[Any] = [str(point["value"]), format_ns(point["predicted_ns"]), f"{throughput:.2f}x" if throughput else "—",
+                            Text(f"{efficiency:.0%}", style=style) if efficiency and parameter == "world" else ""]
+        if with_samples:
+            cells.append(f"{point['samples_per_s']:,.0f}" if point.get("samples_per_s") else "—")
+        table.add_row(*cells)
     console.print(table)
 
 

@@ -19,8 +19,10 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream.report.console import format_bytes, format_ns
+from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
+from daydream.transforms.optimizations import samples_factor
 
 SCHEMA_VERSION = 1
 
@@ -30,6 +32,8 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
     baseline = max(predictions, key=lambda p: p.simulated_ns)
     measured = max(p.measured_ns for p in predictions)
     bound = slowest.bound.as_dict() if slowest.bound else None
+    samples = batch_size(slowest.trace)
+    predicted_samples = samples * samples_factor(specs) if samples else None
     return {
         "schema_version": SCHEMA_VERSION,
         "daydream_version": __version__,
@@ -37,6 +41,10 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
         "optimizations": specs,
         "iteration_ns": {"measured": measured, "simulated": baseline.simulated_ns, "predicted": slowest.predicted_ns},
         "speedup": baseline.simulated_ns / slowest.predicted_ns if slowest.predicted_ns else None,
+        # per rank: samples per iteration (None when the trace does not say) and samples per second
+        "batch_size": {"baseline": samples, "predicted": predicted_samples},
+        "samples_per_s": {"measured": samples_per_s(samples, measured), "simulated": samples_per_s(samples, baseline.simulated_ns),
+                          "predicted": samples_per_s(predicted_samples, slowest.predicted_ns)},
         "bound_by": bound,
         "pinned_on_critical_path": slowest.bound.unexplained_share if slowest.bound else 0.0,
         "warnings": slowest.warnings,
@@ -71,6 +79,11 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
     style = "bold green" if speedup and speedup > 1.01 else "bold red" if speedup and speedup < 0.99 else "bold"
     table.add_row(Text("predicted", style="bold"), Text(format_ns(times["predicted"]), style="bold"),
                   Text(f"{speedup:.2f}x" if speedup else "—", style=style))
+    throughput = summary.get("samples_per_s") or {}
+    if throughput.get("predicted"):
+        table.add_row("throughput", f"{throughput['predicted']:,.0f} samples/s",
+                      Text(f"from {throughput['simulated']:,.0f} (batch {summary['batch_size']['baseline']:g} → "
+                           f"{summary['batch_size']['predicted']:g})", style="dim"))
     if summary.get("bound_by"):
         table.add_row("critical path", "", Text(bound_line(summary["bound_by"]), style="dim"))
     rank = summary["ranks"][0]

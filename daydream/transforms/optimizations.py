@@ -168,6 +168,18 @@ def _convert(spec: str, key: str, value: str, parameter: Parameter) -> Any:
     return converted
 
 
+def samples_factor(specs: list[str]) -> float:
+    """How many times the samples per iteration the optimizations `specs` process (batch-size:factor=F multiplies)."""
+    factor = 1.0
+    for spec in specs:
+        if is_pipeline_file(spec):
+            continue
+        name, params = parse_spec(spec)
+        if name == "batch-size":
+            factor *= float(params["factor"])
+    return factor
+
+
 def apply_spec(graph: Graph, spec: tuple[str, dict[str, Any]], context: Context) -> list[str]:
     name, params = spec
     return OPTIMIZATIONS[name].apply(graph, params, context)

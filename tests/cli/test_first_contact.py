@@ -119,11 +119,16 @@ def test_square_brackets_print_as_written(tmp_path: Path, monkeypatch: pytest.Mo
     assert f"{no_memory}: no [memory] events — record with profile_memory=True" in capsys.readouterr().out
 
 
-def test_options_after_the_script_are_refused_with_where_they_go(capsys: pytest.CaptureFixture[str]) -> None:
+def test_options_after_the_script_are_refused_or_noticed(capsys: pytest.CaptureFixture[str]) -> None:
     script = str(REPO / "examples" / "mlp.py")
-    assert main(["trace", script, "-o", "x.json.gz"]) == 2
+    assert main(["trace", script, "--warmup", "2"]) == 2  # an option only daydream has
     line = _one_error_line(capsys.readouterr().err)
-    assert "-o after" in line and "put daydream's options before" in line and f"daydream trace {script} -- -o" in line
+    assert "--warmup after" in line and "put daydream's options before" in line and f"daydream trace {script} -- --warmup" in line
+    # -o is an option many scripts have: it goes to the script, which refuses it here, and the notice says why.
+    assert main(["trace", script, "-o", "x.json.gz"]) == 1
+    err = capsys.readouterr().err
+    assert f"daydream: -o after {script} goes to the script; daydream's own -o goes before" in err
+    assert "unrecognized arguments: -o x.json.gz" in err
 
 
 def test_a_script_that_fails_before_the_capture_shows_its_own_traceback(tmp_path: Path,

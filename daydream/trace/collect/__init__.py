@@ -54,6 +54,7 @@ class CaptureOptions:
     step_fn: str | None = None
     memory: bool = True
     module: bool = False  # `script` names a module, run as `python -m module` would
+    batch_size: int | None = None  # samples per iteration, when the model's first input does not say
 
     @property
     def path(self) -> str:
@@ -182,7 +183,7 @@ def _short_capture_message(options: CaptureOptions, recorded: int, outcome: Scri
             "run more steps or lower --warmup/--iterations (iterations end at optimizer.step(); see --step-fn)")
 
 
-def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any]) -> dict[str, Any]:
+def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any], batch_size: int | None = None) -> dict[str, Any]:
     return {
         "collector": "daydream trace",
         "version": __version__,
@@ -193,6 +194,8 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
         "warmup": options.warmup,
         "iterations": options.iterations,
         "layers": layers,
+        # samples per iteration: --batch-size, else the leading dimension of the model's first input
+        "batch_size": options.batch_size or batch_size,
     }
 
 

@@ -260,7 +260,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     meta = CaptureMeta(os.getpid(), _device_properties(torch), recorder.distributed, api_namer(cupti), demangle)
     document = convert(recorder.records, recorder.spans, meta)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = {**daydream_metadata(options, "cupti", layers), **document["daydream"]}
+    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size), **document["daydream"]}
     return document, recorder.recorded, outcome
 
 

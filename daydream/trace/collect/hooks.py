@@ -52,6 +52,8 @@ class Hooks:
     _in_backward: int = 0  # > 0 while torch.autograd.backward runs (recomputation is backward work)
     _primary_optimizer: int | None = None
     _roots: dict[str, int] = field(default_factory=dict)
+    #: the leading dimension of the first tensor a top-level module's forward received (the batch size), once seen
+    batch_size: int | None = None
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -113,6 +115,8 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
         scopes = []
         if hooks._depth == 0 and not hooks._in_backward:
             scopes.append(record_function(PHASE_PREFIX + "forward"))
+            if hooks.batch_size is None:
+                hooks.batch_size = _leading_dimension(args)
         scopes.append(record_function(LAYER_PREFIX + name_of(module)))
         for scope in scopes:
             scope.__enter__()
@@ -212,6 +216,15 @@ def _wrap_step_fn(spec: str, hooks: Hooks, search_path: str | None = None) -> No
 
     setattr(module, function_name, wrapped)
     hooks._restore.append(lambda: setattr(module, function_name, original))
+
+
+def _leading_dimension(args: Any) -> int | None:
+    """The size of the first dimension of the first tensor among a forward's arguments, if any has one."""
+    for value in args if isinstance(args, (tuple, list)) else (args,):
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) >= 1:
+            return int(shape[0])
+    return None
 
 
 def _own_gradient_bytes(module: Any) -> int:

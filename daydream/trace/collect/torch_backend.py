@@ -104,5 +104,5 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     os.remove(exported["path"])
     os.rmdir(scratch)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = daydream_metadata(options, "torch", layers)
+    document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size)
     return document, recorded, outcome
