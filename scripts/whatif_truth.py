@@ -46,14 +46,14 @@ class Variant:
     step_fn: str | None = None
 
 
-def variants(device: str, baseline: list[str]) -> list[Variant]:
+def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> list[Variant]:
     batch = int(baseline[baseline.index("--batch-size") + 1])
     return [
         Variant("amp", ["--amp", "bf16"]),
         Variant("fused-optimizer", ["--optim", "fused" if device == "cuda" else "foreach"]),
         Variant("cuda-graphs", ["--cuda-graphs"], needs_gpu=True, step_fn=STEP_FUNCTION),
         Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)]),
-        Variant(CHECKPOINT, ["--checkpoint"]),
+        Variant(checkpoint, ["--checkpoint"]),
     ]
 
 
@@ -91,12 +91,12 @@ def daydream(arguments: list[str], budget: float) -> str:
     return done.stdout
 
 
-def trace(example: str, out: Path, script_arguments: list[str], options: argparse.Namespace,
-          step_fn: str | None = None) -> float:
-    """Trace one configuration; the median of its recorded iterations, ns."""
+def trace(script: Path, out: Path, script_arguments: list[str], options: argparse.Namespace,
+          step_fn: str | None = None, daydream_options: tuple[str, ...] = ()) -> float:
+    """Trace one configuration of `script`; the median of its recorded iterations, ns."""
     extra = ["--step-fn", step_fn] if step_fn else []
     daydream(["trace", "--backend", options.backend, "--warmup", str(options.warmup), "--iterations", str(options.iterations),
-              *extra, "-o", str(out), str(REPO / "examples" / f"{example}.py"), "--", "--device", options.device,
+              *extra, *daydream_options, "-o", str(out), str(script), "--", "--device", options.device,
               "--steps", str(options.warmup + options.iterations + 2), *script_arguments], options.budget)
     return measured_ns(out, options.budget)
 
@@ -111,12 +111,16 @@ def predicted_ns(path: Path, whatif: str, budget: float) -> float:
     return float(document["iteration_ns"]["predicted"])
 
 
-def compare(example: str, options: argparse.Namespace, work: Path) -> list[Row]:
-    baseline_arguments = [*CONFIGURATIONS[options.device][example], "--optim", "loop"]
-    chosen = variants(options.device, CONFIGURATIONS[options.device][example])
+def compare(example: str, options: argparse.Namespace, work: Path, script: Path | None = None,
+            arguments: list[str] | None = None, checkpoint: str = CHECKPOINT, daydream_options: tuple[str, ...] = ()) -> list[Row]:
+    """Rows of `example` (examples/EXAMPLE.py, or `script` with baseline `arguments`, which name --batch-size)."""
+    script = script or REPO / "examples" / f"{example}.py"
+    configuration = arguments if arguments is not None else CONFIGURATIONS[options.device][example]
+    baseline_arguments = [*configuration, "--optim", "loop"]
+    chosen = variants(options.device, configuration, checkpoint)
     base = work / f"{example}-baseline.json.gz"
     try:
-        baseline_ns = trace(example, base, baseline_arguments, options)
+        baseline_ns = trace(script, base, baseline_arguments, options, daydream_options=daydream_options)
     except Failed as exc:
         return [Row(example, v.whatif, problem=f"baseline: {exc}") for v in chosen]
     rows = []
@@ -130,7 +134,7 @@ def compare(example: str, options: argparse.Namespace, work: Path) -> list[Row]:
             row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
             # The variant replaces the baseline's values where it sets the same flag.
             arguments = _merged(baseline_arguments, variant.arguments)
-            row.measured_ns = trace(example, work / f"{example}-{len(rows)}.json.gz", arguments, options, variant.step_fn)
+            row.measured_ns = trace(script, work / f"{example}-{len(rows)}.json.gz", arguments, options, variant.step_fn)
         except Failed as exc:
             row.problem = str(exc)
     return rows
