@@ -45,15 +45,15 @@ class CartPoles:
 class ActorCritic(nn.Module):
     def __init__(self, hidden: int, layers: int, checkpoint: bool = False) -> None:
         super().__init__()
-        self.embed = nn.Linear(4, hidden)
+        self.embed = nn.Sequential(nn.Linear(4, hidden), nn.Tanh())
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) for _ in range(layers))
         self.policy = nn.Linear(hidden, 2)
-        self.value = nn.Linear(hidden, 1)
+        self.value = nn.Sequential(nn.Linear(hidden, 1), nn.Flatten(0))
         self.checkpoint = checkpoint
 
     def forward(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = training.through(self.blocks, torch.tanh(self.embed(state)), self.checkpoint)
-        return self.policy(x), self.value(x).squeeze(-1)
+        x = training.through(self.blocks, self.embed(state), self.checkpoint)
+        return self.policy(x), self.value(x)
 
 
 def main() -> None:

@@ -24,6 +24,24 @@ import training  # noqa: E402
 CLASSES, BOXES_PER_IMAGE, RATIOS = 20, 4, (0.5, 1.0, 2.0)
 
 
+class PerAnchor(nn.Module):
+    """A head's (batch, anchors x values, h, w) map as (batch, h x w x anchors, values)."""
+
+    def __init__(self, values: int) -> None:
+        super().__init__()
+        self.values = values
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, self.values)
+
+
+class Join(nn.Module):
+    """The anchors of every scale, in one tensor."""
+
+    def forward(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts, 1)
+
+
 def conv(channels_in: int, channels_out: int, stride: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(channels_in, channels_out, 3, stride=stride, padding=1, bias=False),
                          nn.BatchNorm2d(channels_out), nn.ReLU())
@@ -38,15 +56,16 @@ class Detector(nn.Module):
         anchors = len(RATIOS)
         self.classify = nn.ModuleList(nn.Conv2d(c, anchors * (CLASSES + 1), 3, padding=1) for c in (2 * width, 4 * width, 4 * width))
         self.regress = nn.ModuleList(nn.Conv2d(c, anchors * 4, 3, padding=1) for c in (2 * width, 4 * width, 4 * width))
+        self.scores, self.offsets, self.join = PerAnchor(CLASSES + 1), PerAnchor(4), Join()
         self.checkpoint = checkpoint
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, scores, offsets = self.stem(images), [], []
         for block, classify, regress in zip(self.blocks, self.classify, self.regress):
             x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if self.checkpoint else block(x)
-            scores.append(classify(x).permute(0, 2, 3, 1).reshape(x.shape[0], -1, CLASSES + 1))
-            offsets.append(regress(x).permute(0, 2, 3, 1).reshape(x.shape[0], -1, 4))
-        return torch.cat(scores, 1), torch.cat(offsets, 1)
+            scores.append(self.scores(classify(x)))
+            offsets.append(self.offsets(regress(x)))
+        return self.join(scores), self.join(offsets)
 
 
 def anchors_for(image_size: int, width: int, device: str) -> torch.Tensor:

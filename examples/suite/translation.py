@@ -20,53 +20,95 @@ import training  # noqa: E402
 PAD, BOS = 0, 1
 
 
+class Heads(nn.Module):
+    """softmax(q k^T / sqrt(d)) v over heads, from projected q, k and v (causal for the decoder's self-attention)."""
+
+    def __init__(self, heads: int, causal: bool) -> None:
+        super().__init__()
+        self.heads, self.causal = heads, causal
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        split = lambda t: t.view(t.shape[0], t.shape[1], self.heads, -1).transpose(1, 2)  # noqa: E731
+        y = nn.functional.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=self.causal)
+        return y.transpose(1, 2).flatten(2)
+
+
+class Attention(nn.Module):
+    def __init__(self, model: int, heads: int, causal: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(model, model), nn.Linear(model, model), nn.Linear(model, model)
+        self.heads = Heads(heads, causal)
+        self.out = nn.Linear(model, model)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return self.out(self.heads(self.q(x), self.k(memory), self.v(memory)))
+
+
+class AddNorm(nn.Module):
+    """Post-norm residual: LayerNorm(x + sublayer(x))."""
+
+    def __init__(self, model: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(model)
+
+    def forward(self, x: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + update)
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, model: int, heads: int) -> None:
         super().__init__()
-        self.attention = nn.MultiheadAttention(model, heads, batch_first=True)
-        self.norm1 = nn.LayerNorm(model)
+        self.attention = Attention(model, heads)
+        self.norm1 = AddNorm(model)
         self.feed_forward = nn.Sequential(nn.Linear(model, 4 * model), nn.ReLU(), nn.Linear(4 * model, model))
-        self.norm2 = nn.LayerNorm(model)
+        self.norm2 = AddNorm(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.norm1(x + self.attention(x, x, x, need_weights=False)[0])
-        return self.norm2(x + self.feed_forward(x))
+        x = self.norm1(x, self.attention(x, x))
+        return self.norm2(x, self.feed_forward(x))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, model: int, heads: int) -> None:
         super().__init__()
-        self.self_attention = nn.MultiheadAttention(model, heads, batch_first=True)
-        self.norm1 = nn.LayerNorm(model)
-        self.cross_attention = nn.MultiheadAttention(model, heads, batch_first=True)
-        self.norm2 = nn.LayerNorm(model)
+        self.self_attention = Attention(model, heads, causal=True)
+        self.norm1 = AddNorm(model)
+        self.cross_attention = Attention(model, heads)
+        self.norm2 = AddNorm(model)
         self.feed_forward = nn.Sequential(nn.Linear(model, 4 * model), nn.ReLU(), nn.Linear(4 * model, model))
-        self.norm3 = nn.LayerNorm(model)
+        self.norm3 = AddNorm(model)
 
     def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         y, memory = pair
-        causal = nn.Transformer.generate_square_subsequent_mask(y.shape[1], device=y.device, dtype=y.dtype)
-        y = self.norm1(y + self.self_attention(y, y, y, attn_mask=causal, need_weights=False)[0])
-        y = self.norm2(y + self.cross_attention(y, memory, memory, need_weights=False)[0])
-        return self.norm3(y + self.feed_forward(y)), memory
+        y = self.norm1(y, self.self_attention(y, y))
+        y = self.norm2(y, self.cross_attention(y, memory))
+        return self.norm3(y, self.feed_forward(y)), memory
+
+
+class Embedding(nn.Module):
+    """Token plus learned position embeddings."""
+
+    def __init__(self, vocabulary: int, model: int, length: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(vocabulary, model) * 0.02)
+        self.position = nn.Parameter(torch.randn(length, model) * 0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.weight[tokens] + self.position[: tokens.shape[1]]
 
 
 class Translator(nn.Module):
     def __init__(self, vocabulary: int, model: int, heads: int, layers: int, length: int, checkpoint: bool = False) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocabulary, model, padding_idx=PAD)
-        self.position = nn.Embedding(length, model)
+        self.embed = Embedding(vocabulary, model, length)
         self.encoder = nn.ModuleList(EncoderLayer(model, heads) for _ in range(layers))
         self.decoder = nn.ModuleList(DecoderLayer(model, heads) for _ in range(layers))
         self.generator = nn.Linear(model, vocabulary)
         self.checkpoint = checkpoint
 
-    def embedded(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embed(tokens) + self.position(torch.arange(tokens.shape[1], device=tokens.device))
-
     def forward(self, source: torch.Tensor, target_in: torch.Tensor) -> torch.Tensor:
-        memory = training.through(self.encoder, self.embedded(source), self.checkpoint)
-        y = self.embedded(target_in)
+        memory = training.through(self.encoder, self.embed(source), self.checkpoint)
+        y = self.embed(target_in)
         for layer in self.decoder:
             y, _ = torch.utils.checkpoint.checkpoint(layer, (y, memory), use_reentrant=False) if self.checkpoint else layer((y, memory))
         return self.generator(y)
