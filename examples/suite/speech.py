@@ -64,7 +64,7 @@ class SpeechModel(nn.Module):
 
 def main() -> None:
     parser = training.options(__doc__.splitlines()[0], batch_size=8)
-    parser.add_argument("--frames", type=int, default=200, help="spectrogram frames (10 ms each)")
+    parser.add_argument("--frames", type=int, default=64, help="spectrogram frames (10 ms each)")
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=3)
     args = parser.parse_args()
