@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from daydream.intervals import union_ns
 from daydream.mapping.classes import CLASSES, PRECISIONS, classes_of, precisions_of
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, EventKind, Trace, TrackKind
 
@@ -35,20 +36,6 @@ def batch_size(trace: Trace) -> int | None:
 
 def samples_per_s(samples: float | None, iteration_ns: float | None) -> float | None:
     return samples * 1e9 / iteration_ns if samples and iteration_ns else None
-
-
-def union_ns(start: np.ndarray, end: np.ndarray, low: int, high: int) -> int:
-    """Length of the union of intervals [start, end) clipped to [low, high)."""
-    start, end = np.clip(start, low, high), np.clip(end, low, high)
-    keep = end > start
-    if not keep.any():
-        return 0
-    order = np.argsort(start[keep], kind="stable")
-    s, e = start[keep][order], end[keep][order]
-    reach = np.maximum.accumulate(e)
-    # a new group starts where an interval begins after everything before it ended
-    new = np.concatenate([[True], s[1:] > reach[:-1]])
-    return int((np.maximum.reduceat(e, np.flatnonzero(new)) - s[new]).sum())
 
 
 def utilization(trace: Trace, start: int, end: int) -> dict[str, Any]:

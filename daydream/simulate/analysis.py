@@ -12,6 +12,7 @@ import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.timing import in_edges
+from daydream.intervals import union_ns
 from daydream.simulate.bound import binding_edge
 from daydream.simulate.engine import Timeline
 
@@ -21,25 +22,6 @@ GPU_TASK_KINDS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.CO
 def recorded_timeline(graph: Graph) -> Timeline:
     """The timeline as the trace recorded it (blocking calls with their waiting included)."""
     return Timeline(graph.tasks["measured_start_ns"].copy(), graph.tasks["measured_end_ns"].copy())
-
-
-def union_ns(starts: np.ndarray, ends: np.ndarray, window_start: int, window_end: int) -> int:
-    """Total length of the union of intervals, clipped to [window_start, window_end)."""
-    starts = np.clip(starts, window_start, window_end)
-    ends = np.clip(ends, window_start, window_end)
-    keep = ends > starts
-    if not keep.any():
-        return 0
-    order = np.argsort(starts[keep], kind="stable")
-    s, e = starts[keep][order], ends[keep][order]
-    running_end = np.maximum.accumulate(e)
-    # A new covered stretch begins where a start passes every earlier end.
-    new_block = np.r_[True, s[1:] > running_end[:-1]]
-    block_id = np.cumsum(new_block) - 1
-    block_start = s[new_block]
-    block_end = np.zeros(block_start.size, dtype=np.int64)
-    np.maximum.at(block_end, block_id, e)
-    return int((block_end - block_start).sum())
 
 
 @dataclass(slots=True)
