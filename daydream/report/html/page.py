@@ -154,11 +154,14 @@ def _whatif_section(document: dict[str, Any]) -> str:
     for entry in document["whatif"]:
         times = entry["iteration_ns"]
         bound = entry.get("bound_by")
+        throughput = (entry.get("samples_per_s") or {}).get("predicted")
         rows.append([entry["label"], format_ns(times["measured"]), format_ns(times["simulated"]), format_ns(times["predicted"]),
-                     _speedup(entry["speedup"]), bound_line(bound, top=3) if bound else ""])
+                     _speedup(entry["speedup"]), f"{throughput:,.0f}" if throughput else "—",
+                     bound_line(bound, top=3) if bound else ""])
         notes += [note for note in entry["notes"] if note not in notes]  # a combined row repeats its parts' notes
         warnings += [f"{entry['label']}: {w}" for w in entry.get("warnings", [])]
-    table = _table(["optimization", "measured", "simulated baseline", "predicted", "speed-up", "critical path"], rows, "whatif")
+    table = _table(["optimization", "measured", "simulated baseline", "predicted", "speed-up", "samples/s (predicted)",
+                    "critical path"], rows, "whatif")
     model = f'<ul class="notes">{"".join(f"<li>{_escape(note)}</li>" for note in notes)}</ul>' if notes else ""
     model = "".join(f'<p class="warning">{_escape(w)}</p>' for w in warnings) + model
     return (f'<section id="whatif"><h2>What if</h2><p class="hint">Mean iteration time; the speed-up compares the prediction with '
