@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from daydream import trace as trace_stage
 from daydream.errors import InputError
 from daydream.mapping import link
-from daydream.simulate import Replay
-from daydream.simulate.diff import Comparison, diff_pairs
-from daydream.simulate.replay import replay_traces
-from daydream.simulate.whatif import Prediction, predict_traces
 from daydream.trace import Job, Trace
 from daydream.trace.sources import Source
+
+if TYPE_CHECKING:  # the simulator (numba) is imported only by the calls that simulate: inspect starts fast
+    from daydream.simulate import Replay
+    from daydream.simulate.diff import Comparison
+    from daydream.simulate.whatif import Prediction
 
 Progress = Callable[[str, int, int], None]
 
@@ -49,6 +51,8 @@ def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
 
 def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> list[Replay]:
     """Build and simulate the untouched graph of every rank at `path`."""
+    from daydream.simulate.replay import replay_traces
+
     job = open_job(path, cache, progress)
     if progress:
         progress("simulating", 0, 1)
@@ -58,6 +62,8 @@ def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progr
 def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None, cache: bool = True,
                 progress: Progress | None = None) -> list[Prediction]:
     """Predict every rank at `path` under the optimizations `specs` (applied in order)."""
+    from daydream.simulate.whatif import predict_traces
+
     job = open_job(path, cache, progress)
     if progress:
         progress("predicting", 0, 1)
@@ -73,6 +79,8 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
 def diff_jobs(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], cache: bool = True,
               progress: Progress | None = None) -> list[Comparison]:
     """Compare the traces at `path_b` with those at `path_a`, rank by rank (see daydream.simulate.diff)."""
+    from daydream.simulate.diff import diff_pairs
+
     job_a, job_b = open_job(path_a, cache, progress), open_job(path_b, cache, progress)
     ranks_a, ranks_b = [t.meta.rank for t in job_a.traces], [t.meta.rank for t in job_b.traces]
     if (len(ranks_a) > 1 or len(ranks_b) > 1) and ranks_a != ranks_b:

@@ -33,9 +33,12 @@ def test_json_and_text_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     path = _trace(tmp_path)
     assert main(["inspect", "--json", str(path)]) == 0
     rank = json.loads(capsys.readouterr().out)["ranks"][0]
+    # Utilization by hand: the 400 µs fp32 GEMM in a 1 ms step; the op (50 µs) holds the launch call on thread 1.
     assert rank["kernels"] == 1 and rank["iterations"] == [
-        {"name": "ProfilerStep#7", "start_ns": 0, "measured_ns": 1_000_000, "source": "profiler_step"}
+        {"name": "ProfilerStep#7", "start_ns": 0, "measured_ns": 1_000_000, "source": "profiler_step",
+         "utilization": {"gpu_busy_share": 0.4, "tensor_core_share": 0.0, "host_busy_share": {"thread 1": 0.05}}}
     ]
+    assert rank["batch_size"] is None and rank["samples_per_s"] is None  # the trace does not say its batch
     assert rank["top_kernels"][0]["total_ns"] == 400_000
 
 
