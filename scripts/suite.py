@@ -150,7 +150,10 @@ def page(results: dict[str, dict[str, Any]], device: str, figure: str | None) ->
                       f"{max(judged) * 100:.1f}% over {len(judged)} runs (target: within 10%). The last column is the measured",
                   "cause where a row misses: how much the work per iteration (all CPU ops, from `inspect`) really grew. At",
                   "twice the batch, work that grows much less than 2x is made of ops too small for their size to matter",
-                  "(per-op overhead on the host), which `batch-size:` scales by the batch all the same beyond its fixed cost."]
+                  "(per-op overhead on the host), which `batch-size:` scales by the batch all the same beyond its fixed cost.",
+                  "Under checkpointing, work that grows by more than the forward's share (one forward recomputed) is the",
+                  "checkpoint wrapper's own per-call work (saved-tensor hooks, RNG state), which `checkpoint:` does not model:",
+                  "it weighs most where the checkpointed blocks are small or called many times per step (a2c's rollout)."]
     if figure:
         lines += ["", f"![predicted speed-ups per model]({figure})"]
     return "\n".join(lines) + "\n"
