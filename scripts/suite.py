@@ -54,6 +54,7 @@ def analyse(trace: Path, budget: float) -> dict[str, Any]:
     gpu = [it["utilization"]["gpu_busy_share"] for it in rank["iterations"] if it["utilization"]["gpu_busy_share"] is not None]
     tensor = [it["utilization"]["tensor_core_share"] for it in rank["iterations"]
               if it["utilization"]["tensor_core_share"] is not None]
+    flops = [it["utilization"]["gemm_flop_per_s"] for it in rank["iterations"] if it["utilization"]["gemm_flop_per_s"]]
     devices = memory.get("devices", [])
     return {
         "samples_per_s": rank["samples_per_s"],
@@ -62,6 +63,7 @@ def analyse(trace: Path, budget: float) -> dict[str, Any]:
         "host_busy": statistics.mean(host) if host else None,
         "gpu_busy": statistics.mean(gpu) if gpu else None,
         "tensor_core": statistics.mean(tensor) if tensor else None,
+        "gemm_flop_per_s": statistics.mean(flops) if flops else None,
         "phases": rank["phases"],
         "replay_error": replay["max_error"],
         "memory": devices[0] if devices else None,
@@ -103,16 +105,18 @@ def page(results: dict[str, dict[str, Any]], device: str, figure: str | None) ->
         "",
         "## Throughput and utilization",
         "",
-        "| model | domain | batch | iteration | samples/s | host busy | GPU busy | tensor-core share | replay error |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | domain | batch | iteration | samples/s | host busy | GPU busy | tensor-core share | GEMM GFLOP/s | replay error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, result in results.items():
         a = result["analysis"]
         lines.append(f"| {name} | {MODELS[name][0]} | {a['batch_size']} | {a['iteration_ns'] / 1e6:.1f} ms | "
                      f"{a['samples_per_s']:,.0f} | {_share(a['host_busy'])} | {_share(a['gpu_busy'])} | {_share(a['tensor_core'])} | "
-                     f"{a['replay_error'] * 100:.2f}% |")
-    lines += ["", "GPU busy and the tensor-core share are for GPU traces (— on the CPU). Achieved FLOP/s needs kernel shapes,",
-              "which daydream does not read yet.", "", "## Where an iteration's time goes", "",
+                     f"{_giga(a['gemm_flop_per_s'])} | {a['replay_error'] * 100:.2f}% |")
+    lines += ["", "GPU busy and the tensor-core share are for GPU traces (— on the CPU). GEMM GFLOP/s: the FLOPs of the",
+              "matrix multiplies (mm, addmm, bmm, baddbmm, from their recorded shapes) per second of iteration;",
+              "convolutions, recurrent cells and attention are not counted yet (— where a model has no such GEMM).", "",
+              "## Where an iteration's time goes", "",
               "| model | forward | backward | optimizer | other | peak memory | weights | gradients | optimizer state | activations |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, result in results.items():
@@ -185,6 +189,10 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def _giga(value: float | None) -> str:
+    return f"{value / 1e9:.1f}" if value else "—"
 
 
 def _share(value: float | None) -> str:

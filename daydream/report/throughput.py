@@ -11,7 +11,9 @@ Utilization of one iteration `[start, end)`:
   whose names say a reduced or tf32 precision (mapping/classes.py) — the work tensor cores run;
 * `host_busy_share`: per host thread, the union of its CPU ops and runtime calls over the span.
 
-Achieved FLOP/s needs each kernel's shapes, which daydream does not read yet: it is not reported.
+* `gemm_flop_per_s`: the FLOPs of the matrix multiplies (aten::mm, addmm, bmm, baddbmm) that start in the
+  span, from their recorded input shapes (`record_shapes`, as `daydream trace` records), over the span;
+  None when the trace has no shapes. Convolutions and attention kernels are not counted yet.
 """
 
 from __future__ import annotations
@@ -61,8 +63,14 @@ def utilization(trace: Trace, start: int, end: int) -> dict[str, Any]:
             continue
         mine = work[trace.track[work] == track]
         host[f"thread {info.tid}"] = union_ns(ts[mine], finish[mine], start, end) / span
+    flops = trace.tables.get("flops")
+    gemm_flop_per_s = None
+    if flops is not None and flops["event"].size:
+        inside = (ts[flops["event"]] >= start) & (ts[flops["event"]] < end)
+        gemm_flop_per_s = float(flops["flops"][inside].sum()) * 1e9 / span
     return {
         "gpu_busy_share": union_ns(ts[gpu], finish[gpu], start, end) / span if gpu.size else None,
+        "gemm_flop_per_s": gemm_flop_per_s,
         "tensor_core_share": tensor_share,
         "host_busy_share": host,
     }

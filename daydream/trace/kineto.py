@@ -59,6 +59,7 @@ MAX_WORLD_SIZE = 2**20
 # Numeric args as the file writes them: ROCm builds write some as strings ("stream": "0x0",
 # "bytes": "128"); `_ints` turns either into integers when the columns are built.
 _Int = Union[int, str]
+_NO_RAW = msgspec.Raw(b"")
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -96,6 +97,8 @@ class _Args(msgspec.Struct, gc=False):
         default=NO_VALUE, name="wait_on_cuda_event_record_corr_id"
     )
     wait_on_event_id: _Int = msgspec.field(default=NO_VALUE, name="wait_on_cuda_event_id")
+    # input shapes (record_shapes): kept undecoded, read only for the matrix multiplies whose FLOPs they give
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
 
 
 _EMPTY_ARGS = _Args()
@@ -549,6 +552,7 @@ def _side_tables(
             registers=[a.registers for a in rows],
             shared_memory=[a.shared_memory for a in rows],
         )
+    tables["flops"] = _gemm_flops(kind, args, strings, columns["name"])
     sync = np.flatnonzero(kind == EventKind.SYNC)
     if sync.size:
         rows = [args[i] for i in sync.tolist()]
@@ -561,6 +565,36 @@ def _side_tables(
             wait_on_event_id=[a.wait_on_event_id for a in rows],
         )
     return tables
+
+
+#: op name -> FLOPs from its input shapes (2 x multiply-adds), for the matrix multiplies that do the work themselves
+#: (aten::linear and aten::matmul call these, so they are not counted again).
+_GEMM_FLOPS: dict[str, Callable[[list[Any]], float]] = {
+    "aten::mm": lambda d: 2.0 * d[0][0] * d[0][1] * d[1][1],
+    "aten::addmm": lambda d: 2.0 * d[1][0] * d[1][1] * d[2][1],
+    "aten::bmm": lambda d: 2.0 * d[0][0] * d[0][1] * d[0][2] * d[1][2],
+    "aten::baddbmm": lambda d: 2.0 * d[1][0] * d[1][1] * d[1][2] * d[2][2],
+}
+
+
+def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner, names: np.ndarray) -> dict[str, np.ndarray]:
+    gemm_names = {strings.index[name]: formula for name, formula in _GEMM_FLOPS.items() if name in strings.index}
+    if not gemm_names:
+        return empty_table("flops")
+    rows = np.flatnonzero((kind == EventKind.CPU_OP) & np.isin(names, list(gemm_names)))
+    events, flops = [], []
+    for row in rows.tolist():
+        raw = args[row].input_dims
+        if not len(raw):
+            continue
+        try:
+            value = gemm_names[int(names[row])](msgspec.json.decode(raw))
+        except (msgspec.DecodeError, TypeError, IndexError, KeyError, ValueError, RecursionError):
+            continue  # shapes missing or written otherwise: no FLOPs for this op
+        if isinstance(value, float) and math.isfinite(value) and 0 <= value < 1e21:
+            events.append(row)
+            flops.append(value)
+    return _table("flops", event=events, flops=flops)
 
 
 def _dims(values: Iterable[list[int] | None]) -> np.ndarray:

@@ -36,7 +36,8 @@ def test_json_and_text_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     # Utilization by hand: the 400 µs fp32 GEMM in a 1 ms step; the op (50 µs) holds the launch call on thread 1.
     assert rank["kernels"] == 1 and rank["iterations"] == [
         {"name": "ProfilerStep#7", "start_ns": 0, "measured_ns": 1_000_000, "source": "profiler_step",
-         "utilization": {"gpu_busy_share": 0.4, "tensor_core_share": 0.0, "host_busy_share": {"thread 1": 0.05}}}
+         "utilization": {"gpu_busy_share": 0.4, "gemm_flop_per_s": None, "tensor_core_share": 0.0,
+                         "host_busy_share": {"thread 1": 0.05}}}
     ]
     assert rank["batch_size"] is None and rank["samples_per_s"] is None  # the trace does not say its batch
     assert rank["top_kernels"][0]["total_ns"] == 400_000
@@ -51,3 +52,18 @@ def test_short_kernel_name_keeps_one_template_level() -> None:
             "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>)")
     expected = "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, at::detail::Array<…> >"
     assert short_kernel_name(name, width=200) == expected
+
+
+def test_gemm_flops_from_recorded_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # addmm(bias, [4, 8], [8, 10]) is 2 * 4 * 8 * 10 = 640 FLOPs, mm([2, 3], [3, 5]) 2 * 2 * 3 * 5 = 60; linear calls
+    # addmm, so its own shapes are not counted again; a malformed shape list is skipped. In a 1 ms step: 700,000 FLOP/s.
+    events = [annotation("ProfilerStep#1", 0, 1000),
+              op("aten::linear", 10, 30, ext=1, **{"Input Dims": [[4, 8], [10, 8], [10]]}),
+              op("aten::addmm", 12, 20, ext=2, **{"Input Dims": [[10], [4, 8], [8, 10], [], []]}),
+              op("aten::mm", 50, 20, ext=3, **{"Input Dims": [[2, 3], [3, 5]]}),
+              op("aten::mm", 80, 20, ext=4, **{"Input Dims": [[2], "x"]}),
+              op("aten::mm", 2000, 20, ext=5, **{"Input Dims": [[100, 100], [100, 100]]})]  # after the step
+    path = write_trace(tmp_path, events, "flops.json")
+    assert main(["inspect", "--json", str(path)]) == 0
+    (iteration,) = json.loads(capsys.readouterr().out)["ranks"][0]["iterations"]
+    assert iteration["utilization"]["gemm_flop_per_s"] == pytest.approx(700 / 1e-3)
