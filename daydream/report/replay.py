@@ -20,7 +20,7 @@ from daydream.graph.model import ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
 from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate import Replay
-from daydream.simulate.analysis import breakdown, critical_path, recorded_timeline
+from daydream.simulate.analysis import Breakdowns, critical_path, recorded_timeline
 from daydream.simulate.bound import UNEXPLAINED_WARNING_SHARE, bound_line, iteration_bounds
 
 SCHEMA_VERSION = 1
@@ -56,6 +56,7 @@ def summarize_job(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[str, Any]:
     graph, trace = replay.graph, replay.trace
     recorded = recorded_timeline(graph)
+    measured_split, simulated_split = Breakdowns(graph, recorded, recorded=True), Breakdowns(graph, replay.timeline, recorded=False)
     bounds = iteration_bounds(graph, replay.timeline) if len(graph.iteration_markers) == len(replay.iterations) else []
     iterations = []
     for index, it in enumerate(replay.iterations):
@@ -68,8 +69,8 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
             "pinned_fraction": it.pinned_fraction,
             "tasks": it.tasks,
             "breakdown": {
-                "measured": breakdown(graph, recorded, it.measured_start_ns, it.measured_end_ns, recorded=True).as_dict(),
-                "simulated": breakdown(graph, replay.timeline, it.simulated_start_ns, it.simulated_end_ns, recorded=False).as_dict(),
+                "measured": measured_split.window(it.measured_start_ns, it.measured_end_ns).as_dict(),
+                "simulated": simulated_split.window(it.simulated_start_ns, it.simulated_end_ns).as_dict(),
             },
         }
         if bounds:

@@ -12,7 +12,7 @@ import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.timing import in_edges
-from daydream.intervals import union_ns
+from daydream.intervals import Coverage
 from daydream.simulate.bound import binding_edge
 from daydream.simulate.engine import Timeline
 
@@ -44,23 +44,40 @@ class Breakdown:
         }
 
 
+class Breakdowns:
+    """Where the time of any window of one timeline went: GPU busy, host waiting, communication.
+
+    The intervals are merged once (`Coverage`), so each window costs O(log n), not a pass over
+    every task: a summary of thousands of iterations stays linear in the trace.
+    `recorded` says whether `timeline` is the trace's own.
+    """
+
+    def __init__(self, graph: Graph, timeline: Timeline, recorded: bool) -> None:
+        kinds = graph.tasks["kind"]
+        gpu = np.isin(kinds, [int(k) for k in GPU_TASK_KINDS])
+        collective = kinds == TaskKind.COLLECTIVE
+        self.busy = Coverage(timeline.start_ns[gpu], timeline.end_ns[gpu])
+        self.communication = Coverage(timeline.start_ns[collective], timeline.end_ns[collective])
+        self.waiting = Coverage(*_host_waits(graph, timeline, recorded))
+
+    def window(self, window_start: int, window_end: int) -> Breakdown:
+        busy = self.busy.within(window_start, window_end)
+        return Breakdown(
+            window_ns=window_end - window_start,
+            gpu_busy_ns=busy,
+            gpu_idle_ns=(window_end - window_start) - busy,
+            host_waiting_on_gpu_ns=self.waiting.within(window_start, window_end),
+            communication_ns=self.communication.within(window_start, window_end),
+        )
+
+
 def breakdown(graph: Graph, timeline: Timeline, window_start: int, window_end: int, recorded: bool) -> Breakdown:
-    """Where the window's time went. `recorded` says whether `timeline` is the trace's own."""
-    kinds = graph.tasks["kind"]
-    gpu = np.isin(kinds, [int(k) for k in GPU_TASK_KINDS])
-    busy = union_ns(timeline.start_ns[gpu], timeline.end_ns[gpu], window_start, window_end)
-    collective = kinds == TaskKind.COLLECTIVE
-    communication = union_ns(timeline.start_ns[collective], timeline.end_ns[collective], window_start, window_end)
-    return Breakdown(
-        window_ns=window_end - window_start,
-        gpu_busy_ns=busy,
-        gpu_idle_ns=(window_end - window_start) - busy,
-        host_waiting_on_gpu_ns=_host_waiting(graph, timeline, window_start, window_end, recorded),
-        communication_ns=communication,
-    )
+    """Where the window's time went (one window; `Breakdowns` for many)."""
+    return Breakdowns(graph, timeline, recorded).window(window_start, window_end)
 
 
-def _host_waiting(graph: Graph, timeline: Timeline, window_start: int, window_end: int, recorded: bool) -> int:
+def _host_waits(graph: Graph, timeline: Timeline, recorded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of every blocking call's wait for the GPU."""
     sync = graph.edges_of_kind(DepKind.SYNC)
     kinds = graph.tasks["kind"]
     src, dst = graph.edges["src"][sync], graph.edges["dst"][sync]
@@ -72,7 +89,7 @@ def _host_waiting(graph: Graph, timeline: Timeline, window_start: int, window_en
     else:
         wait_start = timeline.end_ns[calls]
     wait_end = timeline.start_ns[completions]
-    return union_ns(wait_start, np.maximum(wait_end, wait_start), window_start, window_end)
+    return wait_start, np.maximum(wait_end, wait_start)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,29 @@
+"""The covered length of intervals in a window: by hand, and Coverage (merged once) against the direct union."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from daydream.intervals import Coverage, union_ns
+
+
+def test_by_hand() -> None:
+    starts, ends = np.array([0, 5, 20, 22, 40]), np.array([10, 8, 25, 30, 40])  # [40, 40) is empty
+    # union: [0, 10) and [20, 30)
+    assert union_ns(starts, ends, 0, 100) == 20
+    assert union_ns(starts, ends, 6, 22) == 6  # [6, 10) and [20, 22)
+    coverage = Coverage(starts, ends)
+    assert coverage.block_start.tolist() == [0, 20] and coverage.block_end.tolist() == [10, 30]
+    assert [coverage.within(*w) for w in ((0, 100), (6, 22), (10, 20), (25, 26), (-5, 1))] == [20, 6, 0, 1, 1]
+
+
+def test_coverage_agrees_with_the_direct_union_on_random_windows() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        n = int(rng.integers(0, 30))
+        starts = rng.integers(0, 1000, n)
+        ends = starts + rng.integers(-5, 150, n)
+        coverage = Coverage(starts, ends)
+        low = int(rng.integers(-100, 1100))
+        high = low + int(rng.integers(0, 700))
+        assert coverage.within(low, high) == union_ns(starts, ends, low, high)
