@@ -198,9 +198,7 @@ def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: l
     links = links if links is not None else link(trace)
     rows, weights, when, basis = _work_and_weights(trace, links)
     count = max(len(iteration_spans), 1)
-    inside = np.zeros(rows.size, dtype=bool)
-    for start, end in iteration_spans:
-        inside |= (when >= start) & (when < end)
+    inside = _within_any(when, iteration_spans)
     rows, weights = rows[inside], weights[inside]
     phase = attribution.phase[rows].astype(np.int64)
     valid = phase >= 0
@@ -252,6 +250,18 @@ def self_time_ns(trace: Trace, ops: np.ndarray) -> np.ndarray:
 def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: int) -> np.ndarray:
     chosen = mask & (layer >= 0)
     return np.bincount(layer[chosen], weights=weights[chosen], minlength=count) if count else np.zeros(0)
+
+
+def _within_any(times: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """Whether each time falls in one of the spans [start, end): one sorted pass, not one mask per span."""
+    if not spans:
+        return np.zeros(times.size, dtype=bool)
+    starts = np.array([s for s, _ in spans], dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    reach = np.maximum.accumulate(np.array([e for _, e in spans], dtype=np.int64)[order])  # overlapping spans too
+    last = np.searchsorted(starts, times, side="right") - 1  # the latest span starting at or before each time
+    return (last >= 0) & (times < reach[np.maximum(last, 0)])
 
 
 def layer_types(trace: Trace, layers: list[str]) -> list[str]:

@@ -78,12 +78,14 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
     else:
         mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
         bounds = [(mapper.simulated(it.start_ns), mapper.simulated(it.end_ns)) for it in iterations]
-    pinned = graph.pinned()
+    # Tasks and pinned tasks per iteration, counted in one pass (not a full-length mask per iteration).
+    real = (graph.tasks["kind"] != TaskKind.MARKER) & (graph.tasks["iteration"] >= 0)
+    owner = graph.tasks["iteration"][real]
+    counts = np.bincount(owner, minlength=len(iterations))
+    pinned_counts = np.bincount(owner, weights=graph.pinned()[real].astype(np.float64), minlength=len(iterations))
     results = []
-    real = graph.tasks["kind"] != TaskKind.MARKER
     for index, (iteration, (simulated_start, simulated_end)) in enumerate(zip(iterations, bounds)):
-        mine = (graph.tasks["iteration"] == index) & real
-        count = int(mine.sum())
+        count = int(counts[index]) if index < counts.size else 0
         results.append(
             IterationReplay(
                 name=iteration.name,
@@ -91,7 +93,7 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
                 measured_end_ns=iteration.end_ns,
                 simulated_start_ns=simulated_start,
                 simulated_end_ns=simulated_end,
-                pinned_fraction=float(pinned[mine].sum()) / count if count else 0.0,
+                pinned_fraction=float(pinned_counts[index]) / count if count else 0.0,
                 tasks=count,
             )
         )
