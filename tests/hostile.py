@@ -309,6 +309,11 @@ TRACE_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("whatif", "{trace}", "--opt", "cuda-graphs", "--opt", "fused-optimizer", "--json"),
     ("memory", "{trace}"),
     ("whatif", "{trace}", "--opt", "ddp:world=4", "--no-cache"),
+    ("report", "{trace}", "--opt", "amp", "-o", "{trace}.html", "--no-cache"),
+    ("diff", "{trace}", "{trace}", "--no-cache"),
+    ("replay", "{trace}", "--critical-path", "--timeline", "{trace}.timeline.json", "--no-cache"),
+    ("memory", "{trace}", "--json", "--plot", "{trace}.png", "--no-cache"),
+    ("whatif", "{trace}", "--opt", "batch-size:factor=2", "--timeline", "{trace}.timeline.json.gz", "--memory", "--no-cache"),
 )
 
 #: hostile --opt values, run against a valid trace whose names include "aaaa...a!" and "xxxx...x"

@@ -84,15 +84,17 @@ def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title:
         start = device.times_ns[0]
         times_ms = (device.times_ns - start) / 1e6
         names = [n for n in CATEGORIES if device.by_category.get(n) is not None and device.by_category[n].any()]
-        axis.stackplot(times_ms, [device.by_category[n] / 2**20 for n in names], labels=names,
-                       colors=[_COLORS[n] for n in names], step="post")
+        if names:  # a device whose events all net to zero has nothing to stack
+            axis.stackplot(times_ms, [device.by_category[n] / 2**20 for n in names], labels=names,
+                           colors=[_COLORS[n] for n in names], step="post")
         axis.axvline((device.peak_time_ns - start) / 1e6, color="black", linestyle="--", linewidth=1)
         axis.annotate(f"peak {device.peak_allocated_bytes / 2**20:.1f} MiB", xy=((device.peak_time_ns - start) / 1e6, 0),
                       xytext=(4, 4), textcoords="offset points", fontsize=8)
         axis.set_title(f"{title} — {device.device}", fontsize=10)
         axis.set_xlabel("time (ms)")
         axis.set_ylabel("allocated (MiB)")
-        axis.legend(loc="upper left", fontsize=7, ncol=4)
+        if names:
+            axis.legend(loc="upper left", fontsize=7, ncol=4)
     figure.tight_layout()
     try:
         with atomic_output(path) as out:

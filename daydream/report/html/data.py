@@ -219,7 +219,9 @@ def memory_data(memory: list[DeviceMemory], origin_ns: int) -> list[dict[str, An
         if not device.times_ns.size:
             continue
         categories = [name for name in CATEGORIES if name in device.by_category and device.by_category[name].any()]
-        stacked = np.array([device.by_category[name] for name in categories], dtype=np.int64).reshape(len(categories), -1)
+        stacked = np.zeros((len(categories), device.times_ns.size), dtype=np.int64)  # no category held memory: no rows
+        for row, name in enumerate(categories):
+            stacked[row] = device.by_category[name]
         kept = downsample_peaks(device.times_ns, stacked.sum(axis=0), MEMORY_POINTS)
         devices.append({
             "device": device.device,
