@@ -45,8 +45,9 @@ def main() -> int:
     parser.add_argument("--max-rss", type=float, default=2048.0, help="MB per case")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--keep", type=Path, default=None, help="copy the inputs of broken cases into this folder")
+    parser.add_argument("--traces", type=Path, nargs="*", default=None, help="traces to mutate instead of the default seeds")
     options = parser.parse_args()
-    seeds = Seeds([options.corpus / p for p in SEED_TRACES] + [REPO / "examples/traces/ddp_a100_rank0.json.gz"])
+    seeds = Seeds(options.traces or [options.corpus / p for p in SEED_TRACES] + [REPO / "examples/traces/ddp_a100_rank0.json.gz"])
     rng = random.Random(options.seed)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="daydream-fuzz-") as scratch:

@@ -805,6 +805,7 @@ class _Builder:
             return
         tasks["unexplained"][chosen] = True
         anchors = self._anchor_edges(chosen)
+        self._refuse_cycles()  # an anchor behind its task: ids or times the trace damaged
         pins = np.full(self.graph.task_count, UNSET, dtype=np.int64)
         pins[chosen] = tasks["measured_start_ns"][chosen]
         order = topological_order(self.graph.task_count, self.graph.edges["src"], self.graph.edges["dst"],
