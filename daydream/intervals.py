@@ -56,3 +56,30 @@ class Coverage:
         total -= max(0, low - int(self.block_start[first]))
         total -= max(0, int(self.block_end[stop - 1]) - high)
         return total
+
+
+class Overlaps:
+    """Intervals indexed once, so that how many overlap a window, and the sum of their weights, cost O(log n).
+
+    An interval [s, e) overlaps [low, high) when s < high and e > low: those starting before `high`, less
+    those that ended by `low` (every one of which also started before `high`).
+    """
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, weights: np.ndarray | None = None) -> None:
+        starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        weights = np.ones(starts.size) if weights is None else np.asarray(weights, dtype=np.float64)
+        by_start, by_end = np.argsort(starts, kind="stable"), np.argsort(ends, kind="stable")
+        self.starts, self.ends = starts[by_start], ends[by_end]
+        self.weight_by_start = np.r_[0.0, np.cumsum(weights[by_start])]
+        self.weight_by_end = np.r_[0.0, np.cumsum(weights[by_end])]
+
+    def _bounds(self, low: int, high: int) -> tuple[int, int]:
+        return int(np.searchsorted(self.starts, high, side="left")), int(np.searchsorted(self.ends, low, side="right"))
+
+    def count(self, low: int, high: int) -> int:
+        started, ended = self._bounds(low, high)
+        return max(started - ended, 0)
+
+    def total(self, low: int, high: int) -> float:
+        started, ended = self._bounds(low, high)
+        return float(self.weight_by_start[started] - self.weight_by_end[ended]) if started > ended else 0.0

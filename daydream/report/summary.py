@@ -14,7 +14,7 @@ import numpy as np
 from daydream import __version__
 from daydream.mapping import attribute, find_iterations, link, phase_layer_times
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP
-from daydream.report.throughput import batch_size, samples_per_s, utilization
+from daydream.report.throughput import Utilization, batch_size, samples_per_s
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
 
 SCHEMA_VERSION = 1
@@ -34,6 +34,7 @@ def summarize_job(job: Job, iteration_marker: str | None = None, top: int = TOP_
 
 def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
     iterations = find_iterations(trace, iteration_marker)
+    busy = Utilization(trace)
     meta = trace.meta
     return {
         "rank": meta.rank,
@@ -65,7 +66,7 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "iteration_source": iterations[0].source if iterations else None,
         "iterations": [
             {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "source": it.source,
-             "utilization": utilization(trace, it.start_ns, it.start_ns + it.measured_ns)}
+             "utilization": busy.window(it.start_ns, it.start_ns + it.measured_ns)}
             for it in iterations
         ],
         **_throughput(trace, iterations),

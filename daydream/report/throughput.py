@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from daydream.intervals import union_ns
+from daydream.intervals import Coverage, Overlaps
 from daydream.mapping.classes import CLASSES, PRECISIONS, classes_of, precisions_of
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, EventKind, Trace, TrackKind
 
@@ -40,37 +40,48 @@ def samples_per_s(samples: float | None, iteration_ns: float | None) -> float | 
     return samples * 1e9 / iteration_ns if samples and iteration_ns else None
 
 
-def utilization(trace: Trace, start: int, end: int) -> dict[str, Any]:
-    """GPU busy share, tensor-core share of kernel time and host busy share per thread, over [start, end) ns."""
-    span = max(end - start, 1)
-    ts, finish = trace.ts_ns, trace.ts_ns + trace.dur_ns
-    gpu = trace.indices(*GPU_ACTIVITY_KINDS)
-    gpu = gpu[(finish[gpu] > start) & (ts[gpu] < end)]
-    kernels = gpu[np.isin(trace.kind[gpu], [int(k) for k in KERNEL_KINDS])]
-    kernel_ns = float(trace.dur_ns[kernels].sum())
-    if kernel_ns:
+class Utilization:
+    """The utilization of any window of one trace; the trace's columns are indexed once, so each window costs
+    O(log n) per host thread instead of passes over every event (a summary of thousands of iterations stays
+    linear in the trace)."""
+
+    def __init__(self, trace: Trace) -> None:
+        ts, finish = trace.ts_ns, trace.ts_ns + trace.dur_ns
+        gpu = trace.indices(*GPU_ACTIVITY_KINDS)
+        self.gpu = Overlaps(ts[gpu], finish[gpu])
+        self.gpu_busy = Coverage(ts[gpu], finish[gpu])
+        kernels = trace.indices(*KERNEL_KINDS)
+        duration = trace.dur_ns[kernels].astype(np.float64)
         tensor = (np.isin(classes_of(trace.name[kernels], trace.strings), _TENSOR_CORE_CLASSES)
                   & np.isin(precisions_of(trace.name[kernels], trace.strings), _TENSOR_CORE_PRECISIONS))
-        tensor_share: float | None = float(trace.dur_ns[kernels[tensor]].sum()) / kernel_ns
-    else:
-        tensor_share = None
-    host = {}
-    work = trace.indices(EventKind.CPU_OP, EventKind.RUNTIME, EventKind.DRIVER)
-    work = work[(finish[work] > start) & (ts[work] < end)]
-    for track in np.unique(trace.track[work]).tolist():
-        info = trace.tracks[track]
-        if info.kind is not TrackKind.HOST:
-            continue
-        mine = work[trace.track[work] == track]
-        host[f"thread {info.tid}"] = union_ns(ts[mine], finish[mine], start, end) / span
-    flops = trace.tables.get("flops")
-    gemm_flop_per_s = None
-    if flops is not None and flops["event"].size:
-        inside = (ts[flops["event"]] >= start) & (ts[flops["event"]] < end)
-        gemm_flop_per_s = float(flops["flops"][inside].sum()) * 1e9 / span
-    return {
-        "gpu_busy_share": union_ns(ts[gpu], finish[gpu], start, end) / span if gpu.size else None,
-        "gemm_flop_per_s": gemm_flop_per_s,
-        "tensor_core_share": tensor_share,
-        "host_busy_share": host,
-    }
+        self.kernel_time = Overlaps(ts[kernels], finish[kernels], duration)
+        self.tensor_time = Overlaps(ts[kernels[tensor]], finish[kernels[tensor]], duration[tensor])
+        work = trace.indices(EventKind.CPU_OP, EventKind.RUNTIME, EventKind.DRIVER)
+        self.threads = []  # (label, overlaps, coverage) per host thread, in track order
+        for track in np.unique(trace.track[work]).tolist():
+            info = trace.tracks[track]
+            if info.kind is TrackKind.HOST:
+                mine = work[trace.track[work] == track]
+                self.threads.append((f"thread {info.tid}", Overlaps(ts[mine], finish[mine]), Coverage(ts[mine], finish[mine])))
+        flops = trace.tables.get("flops")
+        self.flops = None
+        if flops is not None and flops["event"].size:
+            order = np.argsort(ts[flops["event"]], kind="stable")
+            self.flop_times = ts[flops["event"]][order]
+            self.flops = np.r_[0.0, np.cumsum(flops["flops"][order])]
+
+    def window(self, start: int, end: int) -> dict[str, Any]:
+        """GPU busy share, GEMM FLOP/s, tensor-core share of kernel time and host busy share per thread, over [start, end) ns."""
+        span = max(end - start, 1)
+        kernel_ns = self.kernel_time.total(start, end)
+        gemm_flop_per_s = None
+        if self.flops is not None:
+            first, stop = np.searchsorted(self.flop_times, [start, end], side="left")
+            gemm_flop_per_s = float(self.flops[stop] - self.flops[first]) * 1e9 / span
+        return {
+            "gpu_busy_share": self.gpu_busy.within(start, end) / span if self.gpu.count(start, end) else None,
+            "gemm_flop_per_s": gemm_flop_per_s,
+            "tensor_core_share": self.tensor_time.total(start, end) / kernel_ns if kernel_ns else None,
+            "host_busy_share": {label: coverage.within(start, end) / span
+                                for label, overlaps, coverage in self.threads if overlaps.count(start, end)},
+        }

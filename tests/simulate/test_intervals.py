@@ -41,3 +41,20 @@ def test_membership_in_any_span_agrees_with_one_mask_per_span() -> None:
         for start, end in spans:
             direct |= (times >= start) & (times < end)
         assert (_within_any(times, spans) == direct).all()
+
+
+def test_overlaps_agree_with_a_mask_per_window() -> None:
+    from daydream.intervals import Overlaps
+
+    rng = np.random.default_rng(13)
+    for _ in range(1000):
+        n = int(rng.integers(0, 30))
+        starts = rng.integers(0, 1000, n)
+        ends = starts + rng.integers(0, 150, n)
+        weights = rng.integers(0, 100, n).astype(float)
+        overlaps = Overlaps(starts, ends, weights)
+        low = int(rng.integers(-100, 1100))
+        high = low + int(rng.integers(1, 700))
+        mask = (starts < high) & (ends > low)
+        assert overlaps.count(low, high) == int(mask.sum())
+        assert overlaps.total(low, high) == float(weights[mask].sum())
