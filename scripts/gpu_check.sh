@@ -11,6 +11,8 @@
 #
 #   bash scripts/gpu_check.sh
 #
+# GPU_CHECK_TRACE_TIMEOUT (90) and GPU_CHECK_WHATIF_TIMEOUT (330) bound each collector trace and the
+# what-if part, in seconds. With GPU_CHECK_KEEP=DIR every trace it records is kept in DIR (DIR/truth: the what-if runs).
 # Without a GPU it exits 2 with one line.
 # Needs python3 with torch (CUDA build). Installs cupti-python matching the CUDA major
 # version when it is missing and the network allows; without it, the cupti rows say why.
@@ -27,8 +29,10 @@ import torch, sys
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
 print("gpu_check:", torch.cuda.get_device_name(0), "torch", torch.__version__, "CUDA", torch.version.cuda)
 PY
-for module in numpy msgspec click rich yaml networkx numba; do
-  "$PY" -c "import $module" 2>/dev/null || "$PY" -m pip install -q "$( [ $module = yaml ] && echo pyyaml || echo $module )" || true
+"$PY" -c "import torch; print(f'{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}')" > "$WORK/device.txt"
+date +%F >> "$WORK/device.txt"
+for pair in numpy:numpy msgspec:msgspec click:click rich:rich yaml:pyyaml networkx:networkx numba:numba re2:google-re2; do
+  "$PY" -c "import ${pair%%:*}" 2>/dev/null || "$PY" -m pip install -q "${pair#*:}" || true
 done
 if ! "$PY" -c "from cupti import cupti" 2>/dev/null; then
   major=$("$PY" -c "import torch; print((torch.version.cuda or '12').split('.')[0])")
@@ -39,7 +43,7 @@ fi
 for example in mlp cnn transformer; do
   for backend in cupti torch; do
     base="$WORK/$example-$backend"
-    if timeout 90 "$PY" -m daydream trace --backend "$backend" --warmup 3 --iterations 5 -o "$base.json.gz" \
+    if timeout "${GPU_CHECK_TRACE_TIMEOUT:-90}" "$PY" -m daydream trace --backend "$backend" --warmup 3 --iterations 5 -o "$base.json.gz" \
          "examples/$example.py" -- --steps 30 > "$base.log" 2>&1; then
       "$PY" -m daydream inspect --json "$base.json.gz" > "$base.inspect.json" 2>> "$base.log" || true
       "$PY" -m daydream replay --json "$base.json.gz" > "$base.replay.json" 2>> "$base.log" || true
@@ -47,49 +51,12 @@ for example in mlp cnn transformer; do
   done
 done
 
-timeout 330 "$PY" scripts/whatif_truth.py --device cuda --budget 90 --out "$WORK/whatif.md" \
+timeout "${GPU_CHECK_WHATIF_TIMEOUT:-330}" "$PY" scripts/whatif_truth.py --device cuda --budget 90 --out "$WORK/whatif.md" --keep "$WORK/truth" \
   || echo "| — | — | — | — | — | the what-if comparison stopped: see the log above |" >> "$WORK/whatif.md"
 
-"$PY" - "$WORK" <<'PY'
-import json, os, sys, datetime, pathlib
-work = pathlib.Path(sys.argv[1])
-import torch
-rows = []
-for example in ("mlp", "cnn", "transformer"):
-    for backend in ("cupti", "torch"):
-        base = work / f"{example}-{backend}"
-        inspect = base.with_suffix(".inspect.json")
-        replay = base.with_suffix(".replay.json")
-        if not inspect.exists() or not replay.exists():
-            log = base.with_suffix(".log").read_text().strip().splitlines() if base.with_suffix(".log").exists() else ["no log"]
-            rows.append(f"| {example} | {backend} | — | — | — | — | failed: {log[-1][:120]} |")
-            continue
-        rank = json.loads(inspect.read_text())["ranks"][0]
-        errors = [it["error"] for it in json.loads(replay.read_text())["ranks"][0]["iterations"]]
-        share = rank["attribution"]["forward_leaf_share"]
-        rows.append(f"| {example} | {backend} | {rank['kernels']} | {len(rank['iterations'])} | {share:.0%} | "
-                    f"{max(errors) * 100:.2f}% | {rank['linking']['linked_to_op']}/{rank['linking']['gpu_activities']} linked |")
-text = "\n".join([
-    "# GPU validation",
-    "",
-    f"`bash scripts/gpu_check.sh` on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda},",
-    f"{datetime.date.today().isoformat()}. Each example traced with `--warmup 3 --iterations 5`.",
-    "",
-    "| example | backend | kernels | iterations | forward time on a leaf module | worst replay error | GPU work linked to an op |",
-    "|---|---|---:|---:|---:|---:|---|",
-    *rows,
-    "",
-    "## What-ifs against real runs",
-    "",
-    "Per example, the fp32 baseline (`--optim loop`) traced once with the torch backend; each what-if predicted from",
-    "that trace; each variant (`--amp bf16`, `--optim fused`, `--cuda-graphs`, twice the batch, `--checkpoint`) run and",
-    "traced for real; measured = the median of its recorded iterations (`scripts/whatif_truth.py`). The Daydream",
-    "paper's bar: AMP and fused optimizers within 13%.",
-    "",
-    (work / "whatif.md").read_text() if (work / "whatif.md").exists() else "(the what-if comparison did not run)",
-]) + "\n"
-print(text)
-pathlib.Path("docs/gpu-validation.md").write_text(text)
-if os.environ.get("OUT"):
-    pathlib.Path(os.environ["OUT"], "gpu-validation.md").write_text(text)
-PY
+"$PY" scripts/gpu_summary.py "$WORK"
+if [ -n "${GPU_CHECK_KEEP:-}" ]; then
+  mkdir -p "$GPU_CHECK_KEEP/truth"
+  cp "$WORK"/*.json.gz "$WORK"/*.log "$WORK"/device.txt "$WORK"/whatif.md "$GPU_CHECK_KEEP/" 2>/dev/null || true
+  cp "$WORK"/truth/*.json.gz "$GPU_CHECK_KEEP/truth/" 2>/dev/null || true
+fi

@@ -2,6 +2,7 @@
 
     python scripts/whatif_truth.py --device cuda --out table.md           # the GPU section of gpu_check.sh
     python scripts/whatif_truth.py --device cpu --examples mlp --out -    # the same comparison on the CPU
+    python scripts/whatif_truth.py --recorded examples/h200              # again from the H200 traces kept here
 
 Per example, the baseline (fp32, `--optim loop`) is traced once; from that trace daydream
 predicts `amp`, `fused-optimizer`, `cuda-graphs`, `batch-size:factor=2` and
@@ -42,6 +43,7 @@ CONFIGURATIONS = {
 class Variant:
     whatif: str           # the --opt spec predicted from the baseline
     arguments: list[str]  # what the real variant adds to the baseline's script arguments
+    slug: str             # names the variant's trace: EXAMPLE-SLUG.json.gz
     needs_gpu: bool = False
     step_fn: str | None = None
 
@@ -49,11 +51,11 @@ class Variant:
 def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> list[Variant]:
     batch = int(baseline[baseline.index("--batch-size") + 1])
     return [
-        Variant("amp", ["--amp", "bf16"]),
-        Variant("fused-optimizer", ["--optim", "fused" if device == "cuda" else "foreach"]),
-        Variant("cuda-graphs", ["--cuda-graphs"], needs_gpu=True, step_fn=STEP_FUNCTION),
-        Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)]),
-        Variant(checkpoint, ["--checkpoint"]),
+        Variant("amp", ["--amp", "bf16"], "amp"),
+        Variant("fused-optimizer", ["--optim", "fused" if device == "cuda" else "foreach"], "fused-optimizer"),
+        Variant("cuda-graphs", ["--cuda-graphs"], "cuda-graphs", needs_gpu=True, step_fn=STEP_FUNCTION),
+        Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)], "batch-x2"),
+        Variant(checkpoint, ["--checkpoint"], "checkpoint"),
     ]
 
 
@@ -134,7 +136,30 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
             row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
             # The variant replaces the baseline's values where it sets the same flag.
             arguments = _merged(baseline_arguments, variant.arguments)
-            row.measured_ns = trace(script, work / f"{example}-{len(rows)}.json.gz", arguments, options, variant.step_fn)
+            row.measured_ns = trace(script, work / f"{example}-{variant.slug}.json.gz", arguments, options, variant.step_fn)
+        except Failed as exc:
+            row.problem = str(exc)
+    return rows
+
+
+def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint: str = CHECKPOINT) -> list[Row]:
+    """Rows of `example` from traces recorded earlier (--keep): no run, so no GPU needed to redo the comparison."""
+    base = folder / f"{example}-baseline.json.gz"
+    chosen = variants(options.device, CONFIGURATIONS[options.device][example], checkpoint)
+    if not base.exists():
+        return [Row(example, v.whatif, problem=f"no {base.name} in {folder}") for v in chosen]
+    baseline_ns = measured_ns(base, options.budget)
+    rows = []
+    for variant in chosen:
+        row = Row(example, variant.whatif, baseline_ns=baseline_ns)
+        rows.append(row)
+        measured = folder / f"{example}-{variant.slug}.json.gz"
+        try:
+            row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
+            if measured.exists():
+                row.measured_ns = measured_ns(measured, options.budget)
+            else:
+                row.problem = f"no {measured.name}"
         except Failed as exc:
             row.problem = str(exc)
     return rows
@@ -183,11 +208,21 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds per trace or prediction")
     parser.add_argument("--out", default="-", help="markdown file to write, or - for stdout")
+    parser.add_argument("--keep", metavar="DIR", help="keep every trace (baseline and variants) in DIR")
+    parser.add_argument("--recorded", metavar="DIR", type=Path,
+                        help="compare the traces kept earlier in DIR (e.g. examples/h200) instead of running anything")
     options = parser.parse_args()
     rows: list[Row] = []
+    if options.recorded:
+        rows = [row for example in options.examples.split(",") for row in recorded(example, options.recorded, options)]
+        text = table(rows)
+        print(text, end="") if options.out == "-" else Path(options.out).write_text(text)
+        return 0
     with tempfile.TemporaryDirectory(prefix="daydream-truth-") as scratch:
+        work = Path(options.keep or scratch)
+        work.mkdir(parents=True, exist_ok=True)
         for example in options.examples.split(","):
-            rows += compare(example, options, Path(scratch))
+            rows += compare(example, options, work)
             if options.out != "-":
                 Path(options.out).write_text(table(rows))  # what there is so far, in case a later part is cut off
     if options.out == "-":

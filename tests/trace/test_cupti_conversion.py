@@ -237,6 +237,15 @@ def test_runtime_names_lose_cuptis_version_suffix() -> None:
     assert name(K.DRIVER, 999) == "driver API cbid 999"
 
 
+def test_cupti_13_0_spells_the_callback_enums_in_snake_case() -> None:
+    runtime = enum.IntEnum("runtime_api_trace_cbid", {"cudaMemcpyAsync_v3020": 41})
+    driver = enum.IntEnum("driver_api_trace_cbid", {"cuLaunchKernel": 307})
+    name = cb.api_namer(SimpleNamespace(runtime_api_trace_cbid=runtime, driver_api_trace_cbid=driver))
+    assert name(K.RUNTIME, 41) == "cudaMemcpyAsync"
+    assert name(K.DRIVER, 307) == "cuLaunchKernel"
+    assert cb.api_namer(SimpleNamespace())(K.RUNTIME, 41) == "runtime API cbid 41"  # neither spelling: labels, not a crash
+
+
 def test_kernel_names_are_demangled_like_kineto() -> None:
     if cb._cxxabi() is None:
         pytest.skip("libstdc++ not loadable here")

@@ -51,7 +51,8 @@ cupti-python is importable):
   (PAGEABLE 1 .. MANAGED_STATIC 7), `cupti.ActivitySynchronizationType`
   (EVENT_SYNCHRONIZE 1, STREAM_WAIT_EVENT 2, STREAM_SYNCHRONIZE 3, CONTEXT_SYNCHRONIZE 4);
   0xFFFFFFFF marks a sync record's stream or event id as not applicable.
-* API names come from `cupti.RuntimeApiTraceCbid` / `cupti.DriverApiTraceCbid` member
+* API names come from `cupti.RuntimeApiTraceCbid` / `cupti.DriverApiTraceCbid` (13.0:
+  `runtime_api_trace_cbid` / `driver_api_trace_cbid`, the record classes the same) member
   names (no driver needed, unlike `cupti.get_callback_name`); runtime names carry a
   `_v3020`-style version suffix that Kineto does not write, so it is removed.
 
@@ -483,10 +484,19 @@ def _device_properties(torch: Any) -> list[dict[str, Any]]:
     return devices
 
 
+def _enum(cupti: Any, name: str) -> Any:
+    """One of cupti-python's enums by its 13.x name: 13.0 spells it in snake case (`runtime_api_trace_cbid`), 13.2+ both."""
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    for spelling in (name, snake):
+        if hasattr(cupti, spelling):
+            return getattr(cupti, spelling)
+    return ()
+
+
 def api_namer(cupti: Any) -> Callable[[int, int], str]:
     """(kind, cbid) -> API name, from cupti-python's callback-id enums (no driver needed)."""
-    runtime = {int(member): _RUNTIME_VERSION.sub("", member.name) for member in cupti.RuntimeApiTraceCbid}
-    driver = {int(member): member.name for member in cupti.DriverApiTraceCbid}
+    runtime = {int(member): _RUNTIME_VERSION.sub("", member.name) for member in _enum(cupti, "RuntimeApiTraceCbid")}
+    driver = {int(member): member.name for member in _enum(cupti, "DriverApiTraceCbid")}
 
     def name(kind: int, cbid: int) -> str:
         table = runtime if kind == ActivityKind.RUNTIME else driver
