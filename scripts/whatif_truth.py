@@ -104,7 +104,8 @@ def trace(script: Path, out: Path, script_arguments: list[str], options: argpars
 
 
 def measured_ns(path: Path, budget: float) -> float:
-    document = json.loads(daydream(["inspect", "--json", str(path)], budget))
+    """The median recorded iteration, each to its completion (its GPU work done: docs/replay-model.md)."""
+    document = json.loads(daydream(["replay", "--json", str(path)], budget))
     return float(statistics.median(it["measured_ns"] for it in document["ranks"][0]["iterations"]))
 
 

@@ -16,6 +16,7 @@ from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
 from daydream.report.timeline import write_timelines
 from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
 from daydream.simulate.whatif import list_optimizations, predict_traces
+from daydream.simulate.windows import iteration_windows
 from daydream.transforms import is_pipeline_file, parse_spec
 from daydream.transforms.optimizations import parse_sweep, with_value
 
@@ -76,8 +77,8 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
         runs = []
         for p in predictions:
             assert p.graph is not None and p.timeline is not None
-            iterations = [(it["name"], int(p.timeline.start_ns[a]), int(p.timeline.start_ns[b]))
-                          for it, (a, b) in zip(p.per_iteration, p.graph.iteration_markers)]
+            windows = iteration_windows(p.graph, p.timeline.start_ns, p.timeline.end_ns)
+            iterations = [(it["name"], w.start_ns, w.end_ns) for it, w in zip(p.per_iteration, windows)]
             runs.append((p.trace, p.graph, p.timeline, iterations))
         for written in write_timelines(timeline_path, runs, f"predicted timeline: {' + '.join(specs)}"):
             err().print(f"daydream: wrote {written}", highlight=False)

@@ -556,7 +556,10 @@ class _Builder:
         )
 
     def _launch_queue(self) -> None:
-        """A launch waits until the work `depth + 1` launches back (on its device) has finished."""
+        """A launch waits until the work `depth + 1` launches back (on its device) has finished.
+
+        The queue holds launches, not kernels: a graph launch (cudaGraphLaunch) that runs hundreds of
+        kernels is one entry, and what it waits for is the last work of the launch `depth + 1` back."""
         tasks = self.graph.tasks
         launched = np.flatnonzero(self.launch_task >= 0)
         if launched.size == 0:
@@ -567,24 +570,28 @@ class _Builder:
         gpu, calls = gpu[order], calls[order]
         first_of_call = np.ones(calls.size, dtype=bool)
         first_of_call[1:] = calls[1:] != calls[:-1]
-        names = tasks["name"][calls]
-        quick = self._per_name(calls, names, lambda d: int(np.percentile(d, 10)))
+        starts = np.flatnonzero(first_of_call)  # per launch: its first entry
+        lasts = np.r_[starts[1:], calls.size] - 1  # and its last
+        launches = calls[starts]
+        names = tasks["name"][launches]
+        quick = self._per_name(launches, names, lambda d: int(np.percentile(d, 10)))
+        work_end = np.maximum.reduceat(tasks["measured_end_ns"][gpu], starts)
         depth, blocked = calibrate.queue_depth(
-            tasks["measured_start_ns"][calls], tasks["measured_end_ns"][calls], quick, tasks["measured_end_ns"][gpu]
+            tasks["measured_start_ns"][launches], tasks["measured_end_ns"][launches], quick, work_end
         )
         self.graph.calibration["queue_depth"] = depth
         self.report.blocked_launches = blocked
         back = depth + 1
-        if calls.size <= back:
+        if launches.size <= back:
             return
-        index = np.flatnonzero(first_of_call)
-        index = index[index >= back]
-        self.graph.add_edges(gpu[index - back], calls[index], DepKind.LAUNCH_QUEUE)
+        index = np.arange(back, launches.size)
+        awaited = gpu[lasts[index - back]]
+        self.graph.add_edges(awaited, launches[index], DepKind.LAUNCH_QUEUE)
         # A launch the queue held back keeps only the usual own time of launches that were not held.
-        held = np.zeros(calls.size, dtype=bool)
-        held[index] = tasks["measured_end_ns"][gpu[index - back]] > tasks["measured_start_ns"][calls[index]]
-        usual = self._per_name(calls, names, lambda d: int(np.median(d)), among=~held, fallback=quick)
-        held_calls = calls[held]
+        held = np.zeros(launches.size, dtype=bool)
+        held[index] = tasks["measured_end_ns"][awaited] > tasks["measured_start_ns"][launches[index]]
+        usual = self._per_name(launches, names, lambda d: int(np.median(d)), among=~held, fallback=quick)
+        held_calls = launches[held]
         tasks["duration_ns"][held_calls] = np.minimum(tasks["duration_ns"][held_calls], usual[held])
 
     def _per_name(self, calls: np.ndarray, names: np.ndarray, statistic, among: np.ndarray | None = None,  # type: ignore[no-untyped-def]

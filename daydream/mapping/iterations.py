@@ -102,3 +102,36 @@ def _optimizer_iterations(trace: Trace) -> list[Iteration]:
 def _host_start(trace: Trace) -> int:
     host = np.array([t.kind is TrackKind.HOST for t in trace.tracks], dtype=bool)[trace.track]
     return int(trace.ts_ns[host].min()) if host.any() else trace.span_ns()[0]
+
+
+def settle(starts: list[int], ends: list[int], gpu_ends: list[int | None]) -> list[tuple[int, int]]:
+    """The rule above on plain numbers: per iteration, its markers' times and the end of its last GPU work
+    (None: it launched none) -> its window (start, end)."""
+    windows: list[tuple[int, int]] = []
+    previous_end: int | None = None
+    for start, end, gpu_end in zip(starts, ends, gpu_ends):
+        end = max(end, gpu_end) if gpu_end is not None else end
+        if previous_end is not None:
+            start = min(max(start, previous_end), end)
+        windows.append((start, end))
+        previous_end = end
+    return windows
+
+
+def completed(trace: Trace, iterations: list[Iteration], launch: np.ndarray) -> list[Iteration]:
+    """`iterations`, each to its completion: its end marker passed and the GPU work launched inside it
+    finished (`launch`: per row, the row of the call that launched it, -1 for none; mapping.link).
+    See daydream.simulate.windows for why; the graph's windows follow the same rule."""
+    if not iterations:
+        return iterations
+    starts = np.array([it.start_ns for it in iterations], dtype=np.int64)
+    ends = np.array([it.end_ns for it in iterations], dtype=np.int64)
+    rows = np.flatnonzero(launch >= 0)
+    launched_at = trace.ts_ns[launch[rows]]
+    owner = np.searchsorted(starts, launched_at, side="right") - 1
+    inside = (owner >= 0) & (launched_at < ends[np.maximum(owner, 0)])
+    last = np.full(len(iterations), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, owner[inside], trace.end_ns[rows[inside]])
+    gpu_ends = [int(v) if v != np.iinfo(np.int64).min else None for v in last.tolist()]
+    settled = settle(starts.tolist(), ends.tolist(), gpu_ends)
+    return [Iteration(it.name, start, end, it.source) for it, (start, end) in zip(iterations, settled)]

@@ -2,7 +2,8 @@
 
 `summarize_job` is the stable machine contract (`daydream inspect --json`):
 `{"ranks": [{"rank", "gpu", "kernels", "iterations": [{"name", "measured_ns"}]}]}`
-is guaranteed; the other keys are added to, never renamed.
+is guaranteed; the other keys are added to, never renamed. An iteration's `measured_ns` runs to its
+completion (its GPU work done: docs/replay-model.md); `host_ns` is its host's span between markers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from daydream import __version__
 from daydream.mapping import attribute, find_iterations, link, phase_layer_times
-from daydream.mapping.iterations import SOURCE_PROFILER_STEP
+from daydream.mapping.iterations import SOURCE_PROFILER_STEP, completed
 from daydream.report.throughput import Utilization, batch_size, samples_per_s
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
 
@@ -33,7 +34,9 @@ def summarize_job(job: Job, iteration_marker: str | None = None, top: int = TOP_
 
 
 def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
-    iterations = find_iterations(trace, iteration_marker)
+    marked = find_iterations(trace, iteration_marker)
+    # Each to its completion (GPU work done), as replay and whatif measure it; the host's own span is host_ns.
+    iterations = completed(trace, marked, link(trace).launch)
     busy = Utilization(trace)
     meta = trace.meta
     return {
@@ -65,15 +68,16 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "gpu_activities": trace.count(*GPU_ACTIVITY_KINDS),
         "iteration_source": iterations[0].source if iterations else None,
         "iterations": [
-            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "source": it.source,
-             "utilization": busy.window(it.start_ns, it.start_ns + it.measured_ns)}
-            for it in iterations
+            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "host_start_ns": host.start_ns,
+             "host_ns": host.measured_ns,
+             "source": it.source, "utilization": busy.window(it.start_ns, it.start_ns + it.measured_ns)}
+            for it, host in zip(iterations, marked)
         ],
         **_throughput(trace, iterations),
         "profiler_steps": [
-            {"name": it.name, "measured_ns": it.measured_ns} for it in iterations if it.source == SOURCE_PROFILER_STEP
+            {"name": it.name, "measured_ns": it.measured_ns} for it in marked if it.source == SOURCE_PROFILER_STEP
         ],
-        **_phases_and_layers(trace, iterations),
+        **_phases_and_layers(trace, marked),
         "streams": _streams(trace),
         "threads": _threads(trace),
         "top_kernels": _top_kernels(trace, top),

@@ -29,6 +29,7 @@ import numpy as np
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.timing import in_edges
 from daydream.simulate.engine import Timeline
+from daydream.simulate.windows import iteration_windows
 
 CATEGORIES = ("host", "host gap", "gpu", "communication", "latency", "unexplained", "pinned")
 #: Above this share of the critical path, a prediction says it is bound by what the trace cannot explain.
@@ -76,12 +77,15 @@ class Bound:
                 "by_category_ns": dict(self.by_category_ns), "critical_path_tasks": self.tasks}
 
 
-def bound_by(graph: Graph, timeline: Timeline, first: int, last: int, edges_in: tuple[np.ndarray, np.ndarray] | None = None) -> Bound:
-    """The critical path of the window from task `first`'s start to task `last`'s end (e.g. an iteration's markers).
+def bound_by(graph: Graph, timeline: Timeline, first: int, last: int, edges_in: tuple[np.ndarray, np.ndarray] | None = None,
+             window_start: int | None = None) -> Bound:
+    """The critical path of the window from task `first`'s start (or `window_start`) to task `last`'s end (e.g. an
+    iteration's window: its start marker to its end marker or its last GPU work).
 
     `edges_in` (from graph.timing.in_edges) may be passed when the same graph is walked many times.
     """
-    window_start, window_end = int(timeline.start_ns[first]), int(timeline.end_ns[last])
+    window_start = int(timeline.start_ns[first]) if window_start is None else window_start
+    window_end = int(timeline.end_ns[last])
     bound = Bound(window_ns=window_end - window_start)
     offsets, order = edges_in if edges_in is not None else in_edges(graph)
     walker = _Walker(graph, timeline, offsets, order, window_start, bound)
@@ -164,9 +168,10 @@ def bound_line(bound: dict[str, object], top: int = 6) -> str:
 
 
 def iteration_bounds(graph: Graph, timeline: Timeline) -> list[Bound]:
-    """The bound of every iteration of `graph` (between its markers), in iteration order."""
+    """The bound of every iteration of `graph` (its window: simulate.windows), in iteration order."""
     edges_in = in_edges(graph)
-    return [bound_by(graph, timeline, first, last, edges_in) for first, last in graph.iteration_markers]
+    return [bound_by(graph, timeline, w.first, w.last, edges_in, w.start_ns)
+            for w in iteration_windows(graph, timeline.start_ns, timeline.end_ns)]
 
 
 def merge(bounds: list[Bound]) -> Bound:

@@ -26,10 +26,11 @@ import numpy as np
 
 from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import tie_collectives
-from daydream.mapping import PHASES, attribute, find_iterations
+from daydream.mapping import PHASES, attribute, find_iterations, link
 from daydream.mapping.attribution import self_time_ns
 from daydream.mapping.classes import CLASSES, classes_of
 from daydream.mapping.collectives import match_collectives
+from daydream.mapping.iterations import completed
 from daydream.mapping.linking import innermost_enclosing
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
@@ -146,7 +147,7 @@ def _compare(trace_a: Trace, trace_b: Trace, work_a: Work, work_b: Work, replay:
     return Comparison(
         rank=trace_a.meta.rank, basis=(work_a.basis, work_b.basis), iterations=(work_a.iterations, work_b.iterations),
         measured_a_ns=_mean([it.measured_ns for it in replay.iterations]),
-        measured_b_ns=_mean([it.measured_ns for it in find_iterations(trace_b)]),
+        measured_b_ns=_mean([it.measured_ns for it in completed(trace_b, find_iterations(trace_b), link(trace_b).launch)]),
         simulated_a_ns=_mean([it.simulated_ns for it in replay.iterations]),
         classes=classes, host=Change("host", round(work_a.host_ns), round(work_b.host_ns)),
         phases=_changes(work_a, work_b, work_a.phase, work_b.phase, PHASES), layers=layers, layers_in_common=common,

@@ -1,7 +1,8 @@
 """Replay: simulate the untouched graph of a trace and compare it with what was measured.
 
 Iteration boundaries are the graph's marker tasks (zero-duration host tasks on
-the annotating thread, whose gap is the host time before the boundary). For a
+the annotating thread, whose gap is the host time before the boundary); an iteration
+lasts until its GPU work has finished too (simulate.windows). For a
 graph without markers, a boundary at recorded time T is carried into the
 simulated timeline by the host task on the same thread that follows it (T keeps
 its offset before that task's start), or, after the last task, by the one before it.
@@ -18,6 +19,7 @@ from daydream.graph.job import build_job_graphs
 from daydream.mapping import Iteration, find_iterations
 from daydream.simulate.engine import Timeline, simulate
 from daydream.simulate.job import simulate_job
+from daydream.simulate.windows import iteration_windows, measured_windows
 from daydream.trace import Trace
 
 HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION, TaskKind.MARKER)
@@ -74,9 +76,12 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
     """Measured vs simulated per iteration, given the simulated `timeline` of `graph`."""
     iterations = find_iterations(trace)
     if len(graph.iteration_markers) == len(iterations):
-        bounds = [(int(timeline.start_ns[a]), int(timeline.start_ns[b])) for a, b in graph.iteration_markers]
+        # Both to each iteration's completion (its host past its end and its GPU work done): see simulate.windows.
+        measured = [(w.start_ns, w.end_ns) for w in measured_windows(graph)]
+        bounds = [(w.start_ns, w.end_ns) for w in iteration_windows(graph, timeline.start_ns, timeline.end_ns)]
     else:
         mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
+        measured = [(it.start_ns, it.end_ns) for it in iterations]
         bounds = [(mapper.simulated(it.start_ns), mapper.simulated(it.end_ns)) for it in iterations]
     # Tasks and pinned tasks per iteration, counted in one pass (not a full-length mask per iteration).
     real = (graph.tasks["kind"] != TaskKind.MARKER) & (graph.tasks["iteration"] >= 0)
@@ -89,8 +94,8 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
         results.append(
             IterationReplay(
                 name=iteration.name,
-                measured_start_ns=iteration.start_ns,
-                measured_end_ns=iteration.end_ns,
+                measured_start_ns=measured[index][0],
+                measured_end_ns=measured[index][1],
                 simulated_start_ns=simulated_start,
                 simulated_end_ns=simulated_end,
                 pinned_fraction=float(pinned_counts[index]) / count if count else 0.0,

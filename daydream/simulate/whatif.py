@@ -23,6 +23,7 @@ from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, 
 from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
+from daydream.simulate.windows import iteration_windows
 from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 
@@ -116,13 +117,9 @@ def gradient_bytes_of(trace: Trace) -> dict[str, int]:
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,
                 notes: list[str]) -> Prediction:
     per_iteration = []
-    for index, replayed in enumerate(baseline.iterations):
-        if index >= len(graph.iteration_markers):
-            break
-        start, end = graph.iteration_markers[index]
-        predicted = int(timeline.start_ns[end] - timeline.start_ns[start])
+    for replayed, window in zip(baseline.iterations, iteration_windows(graph, timeline.start_ns, timeline.end_ns)):
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
-                              "simulated_ns": replayed.simulated_ns, "predicted_ns": predicted})
+                              "simulated_ns": replayed.simulated_ns, "predicted_ns": window.duration_ns})
 
     bounds = iteration_bounds(graph, timeline)
     for entry, bound in zip(per_iteration, bounds):

@@ -35,7 +35,8 @@ def test_json_and_text_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     rank = json.loads(capsys.readouterr().out)["ranks"][0]
     # Utilization by hand: the 400 µs fp32 GEMM in a 1 ms step; the op (50 µs) holds the launch call on thread 1.
     assert rank["kernels"] == 1 and rank["iterations"] == [
-        {"name": "ProfilerStep#7", "start_ns": 0, "measured_ns": 1_000_000, "source": "profiler_step",
+        {"name": "ProfilerStep#7", "start_ns": 0, "measured_ns": 1_000_000, "host_start_ns": 0, "host_ns": 1_000_000,
+         "source": "profiler_step",
          "utilization": {"gpu_busy_share": 0.4, "gemm_flop_per_s": None, "tensor_core_share": 0.0,
                          "host_busy_share": {"thread 1": 0.05}}}
     ]

@@ -186,7 +186,9 @@ def test_amp_leaves_work_that_already_runs_in_reduced_precision(corpus: Path, na
 
 
 def test_amp_on_the_fp32_v100_cnn_is_unchanged_by_the_precision_rule(corpus: Path) -> None:
-    # 2.41x before precision was read (every kernel of this V100 trace is fp32: volta_sgemm, scudnn, float).
+    # Every kernel of this V100 trace is fp32 (volta_sgemm, scudnn, float), so the precision rule converts all of them:
+    # 2.41x between the host's markers before precision was read, 2.87x to each iteration's completion (its host runs
+    # ~90 ms ahead of its GPU, so the measured iterations between markers include the queue filling up).
     prediction = predict_job(corpus / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", ["amp"])[0]
-    assert abs(prediction.speedup - 2.41) <= 0.05 * 2.41
+    assert abs(prediction.speedup - 2.87) <= 0.05 * 2.87
     assert any("0% of the GPU time" in note for note in prediction.notes)

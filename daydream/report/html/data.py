@@ -21,6 +21,7 @@ from daydream.memory import CATEGORIES, DeviceMemory
 from daydream.report.timeline import completions_of_calls
 from daydream.simulate import Replay
 from daydream.simulate.engine import Timeline
+from daydream.simulate.windows import iteration_windows
 from daydream.trace import GPU_ACTIVITY_KINDS, Trace
 
 TIMELINE_COLUMNS = 16384  # merge resolution: about 12 screen widths of detail before boxes merge
@@ -83,10 +84,10 @@ def simulated_run(title: str, graph: Graph, timeline: Timeline, window_ns: tuple
 
 
 def predicted_window(graph: Graph, timeline: Timeline, index: int) -> tuple[int, int]:
-    """Iteration `index`'s simulated (start, end) ns, from its boundary markers; the whole run without them."""
+    """Iteration `index`'s simulated (start, end) ns, its window (simulate.windows); the whole run without markers."""
     if index < len(graph.iteration_markers):
-        first, last = graph.iteration_markers[index]
-        return int(timeline.start_ns[first]), int(timeline.start_ns[last])
+        window = iteration_windows(graph, timeline.start_ns, timeline.end_ns)[index]
+        return window.start_ns, window.end_ns
     return int(timeline.start_ns.min()), int(timeline.end_ns.max())
 
 
