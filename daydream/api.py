@@ -109,6 +109,10 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
         layers = attribute(trace).layers
         current = current_optimizer_of(trace.strings)
         device, _ = resolve_device(trace, device_name)
+        targets = [params["target"] for name, params in parsed if name == "gpu" and params.get("target")]
+        if targets:  # gpu:target=NAME: the memory must fit the target's
+            from daydream.devices import device as table_device
+            device = table_device(str(targets[-1]))
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None
             prediction = predict_memory(memory, parsed, layers, current, target)

@@ -38,10 +38,13 @@ from daydream.transforms.optimizations import parse_sweep, with_value
                    "(e.g. --opt ddp --sweep world=1,2,4,8): a scaling table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="With --sweep: also draw the predicted iteration time (and scaling efficiency) as a PNG.")
+@click.option("--price", "prices", default=None, metavar="VALUE=USD_PER_HOUR,...",
+              help="With --sweep: the hourly price of each swept value (e.g. A100=1.8,H100=2.9): adds the cost of "
+                   "1,000 steps.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, device_name: str | None, as_json: bool,
                    timeline_path: str | None, with_memory: bool, sweep: str | None, plot_path: str | None,
-                   no_cache: bool) -> None:
+                   prices: str | None, no_cache: bool) -> None:
     """Predict the iteration time of TRACE with the optimizations applied.
 
     TRACE defaults to the newest trace in ./daydream-traces/, so that
@@ -53,6 +56,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
       daydream whatif examples/traces/cnn_v100.json.gz --opt fused-optimizer --opt cuda-graphs --json
       daydream whatif examples/traces/cnn_v100.json.gz --opt batch-size:factor=2 --memory
       daydream whatif examples/traces/ddp_a100_rank0.json.gz --opt no-comm --opt ddp:bandwidth=100Gbps --sweep world=1,8,64
+      daydream whatif examples/traces/cnn_v100.json.gz --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
       daydream whatif --list
     """
     if show_list:
@@ -63,10 +67,12 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     path = chosen_trace(trace, err().print)
     if plot_path and not sweep:
         raise click.UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,...")
+    if prices and not sweep:
+        raise click.UsageError("--price prices the values of a sweep: give --sweep KEY=V1,V2,...")
     if plot_path:
         plotting.require()
     if sweep:
-        _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache)
+        _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache, with_memory, _prices(prices))
         return
     with progress_bar(err()) as progress:
         predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)
@@ -91,21 +97,45 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
         render_memory_predictions(summary["memory"], console)
 
 
+def _prices(text: str | None) -> dict[str, float]:
+    """--price A100=1.8,H100=2.9 -> {"A100": 1.8, "H100": 2.9}; a malformed entry is a usage error."""
+    prices: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = float("nan")
+        if not name.strip() or not (price >= 0 and price < float("inf")):
+            raise click.UsageError(f"--price {item.strip()!r}: write VALUE=USD_PER_HOUR, e.g. H100=2.9")
+        prices[name.strip()] = price
+    return prices
+
+
 def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_json: bool, plot_path: str | None,
-           cache: bool) -> None:
+           cache: bool, with_memory: bool = False, prices: dict[str, float] | None = None) -> None:
     key, values = parse_sweep(sweep)
     if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):
         raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
+    unknown = sorted(set(prices or {}) - set(values))
+    if unknown:
+        raise click.UsageError(f"--price {unknown[0]}: not a value of --sweep {sweep}")
+    memories: list[list[dict[str, object]]] = []
     with progress_bar(err()) as progress:
         job = open_job(path, cache, progress)
         runs = []
         for index, value in enumerate(values):
             progress(f"predicting {key}={value}", index, len(values))
+            chosen = [with_value(spec, key, value) for spec in specs]
             try:
-                runs.append((value, predict_traces(job.traces, [with_value(spec, key, value) for spec in specs], device_name)))
+                runs.append((value, predict_traces(job.traces, chosen, device_name)))
             except ValueError as exc:
                 raise InputError(f"{path}: {exc}") from None
-    summary = summarize_sweep(path, specs, key, runs)
+            if with_memory:
+                memories.append(predict_memory_for(job.traces, chosen, device_name))
+    summary = summarize_sweep(path, specs, key, runs, memories or None, prices or None)
     if plot_path:
         plot_sweep(plot_path, summary)
         err().print(f"daydream: wrote {plot_path}", highlight=False)

@@ -255,5 +255,9 @@ def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> N
     a.iteration = np.append(a.iteration, -1)
 
 
+def _gpu(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
+
+
 _HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero,
-             "ddp": _ddp}
+             "ddp": _ddp, "gpu": _gpu}

@@ -18,7 +18,7 @@ from rich.text import Text
 from daydream import __version__
 from daydream._files import atomic_output
 from daydream.report import plotting
-from daydream.report.console import format_ns
+from daydream.report.console import format_bytes, format_ns
 from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate.whatif import Prediction
 from daydream.transforms.optimizations import samples_factor, with_value
@@ -26,8 +26,10 @@ from daydream.transforms.optimizations import samples_factor, with_value
 SCHEMA_VERSION = 1
 
 
-def summarize_sweep(source: str, specs: list[str], parameter: str, runs: list[tuple[str, list[Prediction]]]) -> dict[str, Any]:
-    """`runs`: (value, the predictions of every rank with that value), in sweep order."""
+def summarize_sweep(source: str, specs: list[str], parameter: str, runs: list[tuple[str, list[Prediction]]],
+                    memories: list[list[dict[str, Any]]] | None = None, prices: dict[str, float] | None = None) -> dict[str, Any]:
+    """`runs`: (value, the predictions of every rank with that value), in sweep order; `memories`: per value, the
+    memory predictions of every device (api.predict_memory_for); `prices`: USD per hour of some values."""
     baseline = max(p.simulated_ns for p in runs[0][1])
     samples = batch_size(runs[0][1][0].trace)
     points = []
@@ -44,8 +46,22 @@ def summarize_sweep(source: str, specs: list[str], parameter: str, runs: list[tu
             "scaling_efficiency": baseline / predicted if predicted else None,
             "notes": predictions[0].notes,
         })
+        if memories is not None:
+            points[-1].update(_memory_point(memories[len(points) - 1]))
+        if prices and value in prices:
+            points[-1]["price_per_hour"] = prices[value]
+            points[-1]["cost_per_1000_steps"] = prices[value] * predicted * 1000 / 3.6e12
     return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "optimizations": specs,
             "parameter": parameter, "values": [v for v, _ in runs], "baseline_ns": baseline, "points": points}
+
+
+def _memory_point(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether every device's predicted peak fits, the largest peak, and the largest batch factor that fits all."""
+    known = [e for e in entries if e.get("fits") is not None]
+    factors = [e["largest_batch_factor"] for e in entries if e.get("largest_batch_factor") is not None]
+    return {"fits": all(e["fits"] for e in known) if known else None,
+            "predicted_peak_bytes": max((int(e["predicted_peak_bytes"]) for e in entries), default=None),
+            "largest_batch_factor": min(factors) if factors else None}
 
 
 def _number(value: str) -> float:
@@ -62,18 +78,35 @@ def render_sweep(summary: dict[str, Any], console: Console) -> None:
     table.add_column(parameter, justify="right")
     table.add_column("iteration", justify="right")
     table.add_column("throughput" if parameter == "world" else "speed-up", justify="right")
-    table.add_column("scaling efficiency" if parameter == "world" else "", justify="right")
+    if parameter == "world":
+        table.add_column("scaling efficiency", justify="right")
     with_samples = any(point.get("samples_per_s") for point in summary["points"])
     if with_samples:
         table.add_column("samples/s", justify="right")
+    with_memory = any("fits" in point for point in summary["points"])
+    if with_memory:
+        for header in ("peak memory", "fits", "largest batch ×"):
+            table.add_column(header, justify="right")
+    with_cost = any("cost_per_1000_steps" in point for point in summary["points"])
+    if with_cost:
+        table.add_column("$ / 1,000 steps", justify="right")
     for point in summary["points"]:
         efficiency = point["scaling_efficiency"]
         style = "green" if efficiency and efficiency >= 0.9 else "yellow" if efficiency and efficiency >= 0.7 else "red"
         throughput = point["relative_throughput"]
-        cells: list[Any] = [str(point["value"]), format_ns(point["predicted_ns"]), f"{throughput:.2f}x" if throughput else "—",
-                            Text(f"{efficiency:.0%}", style=style) if efficiency and parameter == "world" else ""]
+        cells: list[Any] = [str(point["value"]), format_ns(point["predicted_ns"]), f"{throughput:.2f}x" if throughput else "—"]
+        if parameter == "world":
+            cells.append(Text(f"{efficiency:.0%}", style=style) if efficiency else "—")
         if with_samples:
             cells.append(f"{point['samples_per_s']:,.0f}" if point.get("samples_per_s") else "—")
+        if with_memory:
+            peak, fits, factor = point.get("predicted_peak_bytes"), point.get("fits"), point.get("largest_batch_factor")
+            cells += [format_bytes(peak) if peak is not None else "—",
+                      Text("yes", style="green") if fits else Text("no", style="red") if fits is False else "—",
+                      f"{factor:.2f}" if factor is not None else "—"]
+        if with_cost:
+            cost = point.get("cost_per_1000_steps")
+            cells.append(f"{cost:.3f}" if cost is not None else "—")
         table.add_row(*cells)
     console.print(table)
 

@@ -55,12 +55,29 @@ class Prediction:
         return self.simulated_ns / self.predicted_ns if self.predicted_ns else float("inf")
 
 
+def recorded_device(trace: Trace) -> tuple[Device | None, str | None]:
+    """The device-table row of the GPU the trace says it ran on (None if it does not say or the table does not
+    know it), and the name as recorded."""
+    if trace.meta.gpus:
+        gpu = trace.meta.gpus[0]
+        return find_device(gpu.name, arch=gpu.arch, compute_capability=gpu.compute_capability,
+                           memory_bytes=gpu.total_memory_bytes, sm_count=gpu.sm_count), gpu.name
+    name = trace.gpu_names[0] if trace.gpu_names else None
+    return find_device(name), name
+
+
 def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:
-    """The device the trace ran on (or the one named), from the device table."""
-    if name:
-        return device(name), name
-    gpu = trace.gpu_names[0] if trace.gpu_names else None
-    return find_device(gpu), gpu
+    """The device the trace ran on, from the device table: as the trace says, or `name` (--device) where it does not.
+    A `name` that contradicts the trace is an input error: predicting another GPU is gpu:target=."""
+    recorded, recorded_name = recorded_device(trace)
+    if not name:
+        return recorded, recorded_name
+    named = device(name)
+    if recorded is not None and named is not recorded:
+        raise InputError(f"--device {name}: the trace says it ran on {recorded_name} ({recorded.key}); --device "
+                         f"only names the GPU of a trace that does not say — to predict the {named.key}, use "
+                         f"--opt gpu:target={name}")
+    return named, name
 
 
 def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> Prediction:

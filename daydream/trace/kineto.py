@@ -762,6 +762,7 @@ def _gpus(properties: Any) -> list[GpuInfo]:
                 total_memory_bytes=_int_or_none(entry.get("totalGlobalMem")),
                 compute_capability=f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,
                 sm_count=_int_or_none(entry.get("numSms")),
+                arch=entry["gcnArchName"] if isinstance(entry.get("gcnArchName"), str) else None,
             )
         )
     return gpus

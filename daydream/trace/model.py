@@ -102,6 +102,7 @@ class GpuInfo:
     total_memory_bytes: int | None = None
     compute_capability: str | None = None
     sm_count: int | None = None
+    arch: str | None = None  # ROCm's gcnArchName ("gfx942:sramecc+:xnack-"), where recorded
 
 
 @dataclass(slots=True)

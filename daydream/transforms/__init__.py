@@ -5,7 +5,10 @@ over a `Graph`; optimizations are named pipelines of them in `OPTIMIZATIONS`, ea
 with a `describe()` that states its model; custom ones come from YAML files.
 """
 
-from daydream.transforms import distributed  # noqa: F401  (registers ddp, comm, no-comm, ...)
+from daydream.transforms import (
+    distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
+    target,  # noqa: F401  (registers gpu)
+)
 from daydream.transforms.optimizations import ALIASES, OPTIMIZATIONS, Context, Optimization, apply_spec, parse_spec
 from daydream.transforms.pipeline import Pipeline, apply_pipeline, is_pipeline_file, load_pipeline
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, PRIMITIVES, insert, remove, reschedule, scale, select, unpin

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daydream.api import open_job, predict_job
-from daydream.devices import DEVICES, find_device
+from daydream.devices import find_device
 from daydream.errors import InputError
 from daydream.graph import DepKind, TaskKind
 from daydream.simulate import simulate
@@ -16,7 +16,7 @@ from daydream.simulate.whatif import predict
 from daydream.transforms import OPTIMIZATIONS, Context, apply_spec, load_pipeline, parse_spec
 from tests.transforms.graphs import call, graph, kernel, launch_chain, op
 
-V100 = Context(device=DEVICES["V100"])
+V100 = Context(device=find_device("V100"))
 
 
 def _apply(g, text: str, context: Context | None = None) -> list[str]:  # type: ignore[no-untyped-def]
@@ -31,7 +31,7 @@ def test_amp_uses_the_device_table_and_adds_casts() -> None:
     )
     g = graph(tasks, edges)
     _apply(g, "amp", V100)
-    ratio = DEVICES["V100"].fp16_tflops / DEVICES["V100"].fp32_tflops  # 7.96
+    ratio = find_device("V100").fp16_tflops / find_device("V100").fp32_tflops  # 7.96
     cast = 20 // 2  # half the median elementwise kernel
     assert g.tasks["duration_ns"][3] == round(796 / ratio) + cast
     assert g.tasks["duration_ns"][4] == 10  # memory-bound: half the bytes

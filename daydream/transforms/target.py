@@ -1,0 +1,137 @@
+"""`gpu:target=NAME`: the same step on another GPU, kernel by kernel.
+
+Every GPU task is re-timed from the trace's GPU (the device table row of the recorded
+deviceProperties, or --device where the trace does not say) to the target's row:
+
+- compute-bound work (GEMM, convolution, attention) by the ratio of the two devices' dense
+  peaks at the kernel's precision (read from its name, mapping/classes.py; a name that does
+  not say follows the trace's majority): tensor/matrix cores for tf32, bf16, fp16 and fp8,
+  the fp32 (vector or, on AMD, matrix) peak for fp32, and fp32 where a device has no tensor
+  path for the precision (bf16 on a V100);
+- memory-bound work (normalization, elementwise, reduction, copies on the device, sets,
+  embeddings, the optimizer, the rest) by the ratio of memory bandwidths;
+- collectives by the ratio of GPU-to-GPU link bandwidths; host-to-device copies unchanged
+  (the host link is not in the table);
+- a fixed part of every kernel (`fixed` µs: its launch on the device and its tail) does
+  not scale, so a 3 µs elementwise kernel does not become 1 µs on a GPU with three times the
+  bandwidth;
+- host work unchanged, or ÷`host` for a host CPU that is that many times faster. Launch
+  latency and kernel gaps stay as the trace calibrated them: no vendor publishes them.
+
+The note says which model each class got and how much GPU time each class moved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daydream.devices import Device, device
+from daydream.errors import InputError
+from daydream.graph import Graph, TaskKind
+from daydream.mapping.classes import CLASSES, PRECISIONS
+from daydream.transforms.optimizations import (
+    FACTOR_RANGE,
+    Context,
+    Optimization,
+    Parameter,
+    kernel_classes,
+    kernel_precisions,
+    register,
+)
+from daydream.transforms.primitives import HOST_WORK, scale, select
+
+COMPUTE_CLASSES = ("gemm", "convolution", "attention")
+
+
+def ratios(source: Device, target: Device, classes: np.ndarray, precisions: np.ndarray) -> np.ndarray:
+    """Per kernel: how many times faster its scalable part runs on `target` than on `source` (class and precision
+    as indices into CLASSES and PRECISIONS)."""
+    result = np.full(classes.size, target.memory_bandwidth_gbs / source.memory_bandwidth_gbs, dtype=np.float64)
+    compute = np.isin(classes, [CLASSES.index(c) for c in COMPUTE_CLASSES])
+    for index, precision in enumerate(PRECISIONS):
+        chosen = compute & (precisions == index)
+        if chosen.any():
+            result[chosen] = target.matrix_tflops(precision) / source.matrix_tflops(precision)
+    communication = classes == CLASSES.index("communication")
+    result[communication] = target.interconnect_gbs / source.interconnect_gbs
+    return result
+
+
+def _majority_precision(graph: Graph, kernels: np.ndarray, precisions: np.ndarray) -> int:
+    """The precision that holds most of the named kernels' time (fp32 when no name says)."""
+    unknown = PRECISIONS.index("unknown")
+    named = precisions != unknown
+    if not named.any():
+        return PRECISIONS.index("fp32")
+    time = np.bincount(precisions[named], weights=graph.tasks["duration_ns"][kernels[named]], minlength=len(PRECISIONS))
+    return int(time.argmax())
+
+
+def retime(graph: Graph, source: Device, target: Device, fixed_ns: int) -> dict[str, tuple[int, int, float]]:
+    """Re-time every GPU task of `graph` from `source` to `target` in place; per class: (tasks, ns moved, ratio)."""
+    tasks = graph.tasks
+    work = select(graph, kind=(TaskKind.KERNEL, TaskKind.MEMSET, TaskKind.COLLECTIVE))
+    device_copies = select(graph, kind=(TaskKind.MEMCPY,), name=r"(?i)DtoD|Device.?to.?Device")
+    work = np.concatenate([work, device_copies])
+    if work.size == 0:
+        return {}
+    classes, precisions = kernel_classes(graph, work), kernel_precisions(graph, work)
+    classes[tasks["kind"][work] == TaskKind.COLLECTIVE] = CLASSES.index("communication")
+    classes[tasks["kind"][work] == TaskKind.MEMSET] = CLASSES.index("memory")
+    classes[np.isin(work, device_copies)] = CLASSES.index("memory")
+    unknown = precisions == PRECISIONS.index("unknown")
+    precisions[unknown] = _majority_precision(graph, work, precisions)
+    factor = ratios(source, target, classes, precisions)
+    before = tasks["duration_ns"][work].copy()
+    fixed = np.minimum(before, fixed_ns)
+    tasks["duration_ns"][work] = np.rint(fixed + (before - fixed) / factor).astype(np.int64)
+    moved: dict[str, tuple[int, int, float]] = {}
+    for index, name in enumerate(CLASSES):
+        mine = classes == index
+        if mine.any():
+            change = int((tasks["duration_ns"][work[mine]] - before[mine]).sum())
+            weights = (before - fixed)[mine]
+            mean_ratio = float(np.average(factor[mine], weights=weights)) if weights.sum() > 0 else float(factor[mine].mean())
+            moved[name] = (int(mine.sum()), change, mean_ratio)
+    return moved
+
+
+def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    name = str(params["target"]).strip()
+    if not name:
+        raise InputError("--opt gpu: name the GPU to predict, e.g. gpu:target=H100 (the rows of docs/devices.md)")
+    target = device(name)
+    source = context.device
+    if source is None:
+        recorded = context.device_name or "not recorded"
+        raise InputError(f"--opt gpu:target={name}: the trace's GPU ({recorded}) is not in the device table, so there "
+                         "is nothing to scale from — name the row it ran on with --device (docs/devices.md)")
+    if not graph.has_device_work():
+        return [f"gpu: the trace has no GPU work; nothing to move to the {target.key}"]
+    moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)))
+    host = float(params["host"])
+    host_note = "host unchanged"
+    if host != 1.0:
+        scale(graph, select(graph, kind=HOST_WORK), factor=1 / host, gaps=True)
+        host_note = f"host work and gaps ÷{host:g}"
+    models = {"gemm": "peak", "convolution": "peak", "attention": "peak", "communication": "link"}
+    parts = [f"{cls} ×{ratio:.2f} by {models.get(cls, 'bandwidth')} ({tasks} tasks, {change / 1e6:+.2f} ms)"
+             for cls, (tasks, change, ratio) in sorted(moved.items(), key=lambda item: item[1][1])]
+    return [f"gpu: {source.key} → {target.key}: " + "; ".join(parts),
+            f"gpu: {params['fixed']:g} µs of every kernel kept; launch latency and kernel gaps as calibrated on the "
+            f"{source.key}; {host_note}"]
+
+
+register(Optimization(
+    "gpu", "the same step on another GPU (gpu:target=H100; rows in docs/devices.md)",
+    "every GPU task re-timed from the trace's GPU to the target's device-table row: GEMM, convolution and attention "
+    "kernels by the ratio of dense peaks at the kernel's precision (tensor/matrix cores, fp32 where a device has no "
+    "tensor path), all other kernels, sets and on-device copies by the memory-bandwidth ratio, collectives by the "
+    "link-bandwidth ratio; `fixed` µs of each kernel does not scale; host work unchanged unless `host`",
+    _gpu,
+    {"target": Parameter(str, "", "the GPU to predict: a row of docs/devices.md (H100 SXM, MI300X, L4, ...)"),
+     "host": Parameter(float, 1.0, "the target machine's host CPU speed relative to the trace's", **FACTOR_RANGE),
+     "fixed": Parameter(float, 2.0, "µs of each kernel that does not scale (its launch on the device, its tail)", 0.0, 1e6)},
+))

@@ -1,0 +1,152 @@
+"""gpu:target=: hand-made device rows and kernels, the trace's own GPU, the table and its names, choosing a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job, predict_job
+from daydream.cli import main
+from daydream.devices import DEVICES, SHORT_NAMES, Device, find_device
+from daydream.graph import TaskKind, build_graph
+from daydream.transforms.target import retime
+from tests.builders import annotation, kernel, runtime, write_trace
+
+REPO = Path(__file__).resolve().parents[2]
+BERT_H100 = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+QWEN_H100 = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+SOURCE = Device("source", fp32_tflops=10.0, tf32_tflops=None, fp16_tflops=100.0, memory_bandwidth_gbs=1000.0, memory_gib=16,
+                interconnect_gbs=50.0, interconnect="PCIe 4.0 x16", key="source", bf16_tflops=100.0)
+TARGET = dataclasses.replace(SOURCE, name="target", key="target", fp32_tflops=20.0, fp16_tflops=400.0,
+                             memory_bandwidth_gbs=3000.0, bf16_tflops=400.0)
+
+FP32_GEMM = "volta_sgemm_128x64_nn"
+BF16_GEMM = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int)"
+
+
+def _one_step(tmp_path: Path, kernels: list[tuple[str, float]]) -> Path:
+    events = [annotation("ProfilerStep#1", 0.0, 1000.0)]
+    at = 10.0
+    for index, (name, duration) in enumerate(kernels):
+        events.append(runtime("cudaLaunchKernel", at, 5.0, 100 + index, index))
+        events.append(kernel(name, at + 10.0, duration, 100 + index, index))
+        at += 5.0
+    return write_trace(tmp_path, events, "step.json")
+
+
+def test_hand_computed_kernels_on_hand_made_rows(tmp_path: Path) -> None:
+    graph = build_graph(open_job(_one_step(tmp_path, [(FP32_GEMM, 100.0), (BF16_GEMM, 100.0), (ADD, 30.0)]), cache=False).traces[0])
+    kernels = np.flatnonzero(graph.tasks["kind"] == TaskKind.KERNEL)
+    names = [graph.strings[n] for n in graph.tasks["name"][kernels]]
+    moved = retime(graph, SOURCE, TARGET, fixed_ns=2_000)
+    after = dict(zip(names, graph.tasks["duration_ns"][kernels].tolist()))
+    # By hand: 2 µs stay; the rest ÷ the peak ratio at the kernel's precision, or ÷ the bandwidth ratio.
+    assert after[FP32_GEMM] == 2_000 + 98_000 // 2          # fp32: 20 / 10
+    assert after[BF16_GEMM] == 2_000 + 98_000 // 4          # bf16 on tensor cores: 400 / 100
+    assert after[ADD] == round(2_000 + 28_000 / 3)          # memory-bound: 3000 / 1000
+    assert moved["gemm"][0] == 2 and moved["elementwise"][0] == 1
+    # A device without a bf16 tensor path runs bf16 at its fp32 rate: from it, the same kernel gains 400 / 10.
+    graph = build_graph(open_job(tmp_path / "step.json", cache=False).traces[0])
+    retime(graph, dataclasses.replace(SOURCE, bf16_tflops=None), TARGET, fixed_ns=2_000)
+    assert dict(zip(names, graph.tasks["duration_ns"][kernels].tolist()))[BF16_GEMM] == 2_000 + 98_000 // 40
+
+
+def test_the_trace_own_gpu_changes_nothing(corpus: Path) -> None:
+    [prediction] = predict_job(corpus / BERT_H100, ["gpu:target=H100"])
+    assert prediction.predicted_ns == prediction.simulated_ns
+
+
+def test_a_faster_memory_moves_a_gpu_bound_step(corpus: Path) -> None:
+    # H100 SXM -> H200: the same peaks, 4.8 / 3.35 TB/s of memory bandwidth; only memory-bound work moves.
+    [prediction] = predict_job(corpus / QWEN_H100, ["gpu:target=H200"])
+    assert prediction.predicted_ns <= prediction.simulated_ns
+    assert any("gemm ×1.00" in note for note in prediction.notes)
+    assert any("elementwise ×1.43" in note for note in prediction.notes)
+
+
+def test_every_row_parses_and_carries_a_source() -> None:
+    for key, row in DEVICES.items():
+        assert row.key == key
+        for figure in (row.fp32_tflops, row.fp16_tflops, row.memory_bandwidth_gbs, row.memory_gib, row.interconnect_gbs):
+            assert math.isfinite(figure) and figure > 0, key
+        for figure in (row.tf32_tflops, row.bf16_tflops, row.fp8_tflops, row.fp64_tflops, row.fp32_matrix_tflops):
+            assert figure is None or (math.isfinite(figure) and figure > 0), key
+        assert row.fp16_tflops >= row.fp32_tflops, key  # tensor/matrix cores are never slower than SIMT
+        assert len(row.source) > 40 and ("datasheet" in row.source.lower() or "whitepaper" in row.source.lower()
+                                         or "data sheet" in row.source.lower() or "specifications" in row.source.lower()), key
+        assert find_device(key) is row and find_device(row.name) is row, key
+    assert all(find_device(short) is DEVICES[row] for short, row in SHORT_NAMES.items())
+
+
+def test_the_doc_is_the_table() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    from devices_doc import page
+    assert (REPO / "docs" / "devices.md").read_text() == page(), "run python scripts/devices_doc.py"
+
+
+@pytest.mark.parametrize(("recorded", "details", "row"), [
+    ("Tesla V100-SXM2-16GB", {}, "V100 SXM2 16GB"),
+    ("Tesla V100-DGXS-32GB", {}, "V100 SXM2 32GB"),
+    ("NVIDIA A100-SXM4-80GB", {}, "A100 SXM 80GB"),
+    ("NVIDIA A100-PG509-200", {"memory_bytes": 42_297_524_224}, "A100 SXM 40GB"),
+    ("NVIDIA A100 80GB PCIe", {}, "A100 PCIe 80GB"),
+    ("NVIDIA A10", {}, "A10"),
+    ("NVIDIA L4", {}, "L4"),
+    ("NVIDIA L40S", {}, "L40S"),
+    ("NVIDIA H100 80GB HBM3", {"memory_bytes": 85_018_279_936}, "H100 SXM"),
+    ("NVIDIA H100 PCIe", {}, "H100 PCIe"),
+    ("NVIDIA H100 NVL", {}, "H100 NVL"),
+    ("NVIDIA B300 SXM6 AC", {}, "B300"),
+    ("NVIDIA GeForce RTX 4090", {}, "RTX 4090"),
+    ("AMD Instinct MI300X VF", {"memory_bytes": 205_571_227_648}, "MI300X"),
+    ("AMD Instinct MI250X/MI250", {}, "MI250X"),
+    ("AMD Radeon Graphics", {"arch": "gfx942:sramecc+:xnack-", "memory_bytes": 274_877_906_944}, "MI325X"),
+    ("AMD Radeon Graphics", {"arch": "gfx950"}, "MI355X"),
+    ("AMD Radeon Graphics", {"compute_capability": "9.0", "sm_count": 104}, "MI250"),
+])
+def test_names_as_traces_record_them(recorded: str, details: dict[str, object], row: str) -> None:
+    found = find_device(recorded, **details)  # type: ignore[arg-type]
+    assert found is not None and found.key == row
+
+
+def test_every_gpu_of_the_corpus_has_a_row(corpus: Path) -> None:
+    names = set()
+    for path in sorted(corpus.glob("**/*.gz")):
+        for trace in open_job(path).traces:
+            for gpu in trace.meta.gpus:
+                names.add(gpu.name)
+                assert find_device(gpu.name, arch=gpu.arch, compute_capability=gpu.compute_capability,
+                                   memory_bytes=gpu.total_memory_bytes, sm_count=gpu.sm_count) is not None, (path, gpu)
+    assert len(names) >= 8
+
+
+def test_device_means_the_trace_gpu_only(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(REPO / "examples" / "traces" / "cnn_v100.json.gz")
+    assert main(["whatif", trace, "--opt", "amp", "--device", "H100"]) == 2
+    err = capsys.readouterr().err
+    assert "says it ran on Tesla V100-SXM2-32GB" in err and "gpu:target=H100" in err and len(err.strip().splitlines()) == 1
+    assert main(["whatif", trace, "--opt", "amp", "--device", "V100"]) == 0  # agreeing is fine
+    assert main(["whatif", trace, "--opt", "gpu:target=H10"]) == 2
+    assert "did you mean 'H100'" in capsys.readouterr().err
+
+
+def test_choosing_a_gpu(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(corpus / QWEN_H100)
+    assert main(["whatif", path, "--opt", "gpu", "--sweep", "target=H100,MI300X,L4", "--memory",
+                 "--price", "H100=2.5,L4=0.8", "--json"]) == 0
+    points = {p["value"]: p for p in json.loads(capsys.readouterr().out)["points"]}
+    assert points["H100"]["fits"] and points["MI300X"]["fits"]
+    # The same allocations: the larger memory fits the larger batch (192 GB against 80 GB).
+    assert points["MI300X"]["largest_batch_factor"] > points["H100"]["largest_batch_factor"]
+    for value, price in (("H100", 2.5), ("L4", 0.8)):
+        assert points[value]["cost_per_1000_steps"] == pytest.approx(price * points[value]["predicted_ns"] / 1e9 * 1000 / 3600)
+    assert "cost_per_1000_steps" not in points["MI300X"]
+    assert main(["whatif", path, "--opt", "gpu", "--sweep", "target=H100", "--price", "B200=5"]) == 2
