@@ -110,7 +110,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied."""
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
-                      world_size=trace.meta.world_size or 0)
+                      world_size=trace.meta.world_size or 0, launch_blocks=launch_blocks_of(trace))
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -120,6 +120,18 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
         else:
             notes += apply_spec(graph, parse_spec(spec), context)
     return notes
+
+
+def launch_blocks_of(trace: Trace) -> np.ndarray | None:
+    """Per trace row, the thread blocks of its kernel launch (grid x*y*z), -1 where not recorded; None without any."""
+    table = trace.tables.get("launch_config")
+    if table is None or table["event"].size == 0:
+        return None
+    blocks = np.full(len(trace), -1, dtype=np.int64)
+    grid = [np.maximum(table[axis].astype(np.int64), 1) for axis in ("grid_x", "grid_y", "grid_z")]
+    recorded = table["grid_x"] > 0
+    blocks[table["event"][recorded]] = (grid[0] * grid[1] * grid[2])[recorded]
+    return blocks
 
 
 def gradient_bytes_of(trace: Trace) -> dict[str, int]:

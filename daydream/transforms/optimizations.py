@@ -46,6 +46,8 @@ class Context:
     #: Gradient bytes of each layer's own parameters (module path -> bytes), where the trace records them.
     gradient_bytes: dict[str, int] = field(default_factory=dict)
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
+    #: Per trace row, the thread blocks its kernel launched (grid x*y*z; -1 where not recorded).
+    launch_blocks: np.ndarray | None = None
 
 
 Apply = Callable[[Graph, dict[str, Any], Context], list[str]]

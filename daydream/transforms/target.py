@@ -12,6 +12,11 @@ deviceProperties, or --device where the trace does not say) to the target's row:
   embeddings, the optimizer, the rest) by the ratio of memory bandwidths;
 - collectives by the ratio of GPU-to-GPU link bandwidths; host-to-device copies unchanged
   (the host link is not in the table);
+- with `waves=1`, compute-bound kernels whose grid is recorded also by wave quantization: a
+  kernel of B blocks keeps B / (ceil(B / units) * units) of a device's SMs or CUs busy, one
+  block resident per unit (large tiles). Off by default: on the H100/MI300X pairs of the
+  corpus it moved the mean error from 10.7% to 11.7% (small decode GEMMs hold several blocks
+  per unit, which the trace does not say);
 - a fixed part of every kernel (`fixed` µs: its launch on the device and its tail) does
   not scale, so a 3 µs elementwise kernel does not become 1 µs on a GPU with three times the
   bandwidth;
@@ -69,8 +74,17 @@ def _majority_precision(graph: Graph, kernels: np.ndarray, precisions: np.ndarra
     return int(time.argmax())
 
 
-def retime(graph: Graph, source: Device, target: Device, fixed_ns: int) -> dict[str, tuple[int, int, float]]:
-    """Re-time every GPU task of `graph` from `source` to `target` in place; per class: (tasks, ns moved, ratio)."""
+def wave_utilization(blocks: np.ndarray, units: int) -> np.ndarray:
+    """The share of a device's `units` (SMs or CUs) a kernel of `blocks` thread blocks keeps busy over its waves,
+    one block resident per unit (large GEMM/attention tiles): 132 blocks on 132 SMs 1.0, 133 blocks 0.5."""
+    waves = np.ceil(blocks / units)
+    return blocks / (waves * units)
+
+
+def retime(graph: Graph, source: Device, target: Device, fixed_ns: int,
+           launch_blocks: np.ndarray | None = None) -> dict[str, tuple[int, int, float]]:
+    """Re-time every GPU task of `graph` from `source` to `target` in place; per class: (tasks, ns moved, ratio).
+    `launch_blocks` (per trace row, -1 unknown) adds wave quantization to compute-bound kernels."""
     tasks = graph.tasks
     work = select(graph, kind=(TaskKind.KERNEL, TaskKind.MEMSET, TaskKind.COLLECTIVE))
     device_copies = select(graph, kind=(TaskKind.MEMCPY,), name=r"(?i)DtoD|Device.?to.?Device")
@@ -84,6 +98,12 @@ def retime(graph: Graph, source: Device, target: Device, fixed_ns: int) -> dict[
     unknown = precisions == PRECISIONS.index("unknown")
     precisions[unknown] = _majority_precision(graph, work, precisions)
     factor = ratios(source, target, classes, precisions)
+    if launch_blocks is not None and source.sm_count and target.sm_count:
+        events = tasks["event"][work]
+        blocks = np.where(events >= 0, launch_blocks[np.maximum(events, 0)], -1)
+        waved = (blocks > 0) & np.isin(classes, [CLASSES.index(c) for c in COMPUTE_CLASSES])
+        factor[waved] *= (wave_utilization(blocks[waved], target.sm_count)
+                          / wave_utilization(blocks[waved], source.sm_count))
     before = tasks["duration_ns"][work].copy()
     fixed = np.minimum(before, fixed_ns)
     tasks["duration_ns"][work] = np.rint(fixed + (before - fixed) / factor).astype(np.int64)
@@ -110,7 +130,8 @@ def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                          "is nothing to scale from — name the row it ran on with --device (docs/devices.md)")
     if not graph.has_device_work():
         return [f"gpu: the trace has no GPU work; nothing to move to the {target.key}"]
-    moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)))
+    blocks = context.launch_blocks if params["waves"] else None
+    moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)), blocks)
     host = float(params["host"])
     host_note = "host unchanged"
     if host != 1.0:
@@ -133,5 +154,6 @@ register(Optimization(
     _gpu,
     {"target": Parameter(str, "", "the GPU to predict: a row of docs/devices.md (H100 SXM, MI300X, L4, ...)"),
      "host": Parameter(float, 1.0, "the target machine's host CPU speed relative to the trace's", **FACTOR_RANGE),
-     "fixed": Parameter(float, 2.0, "µs of each kernel that does not scale (its launch on the device, its tail)", 0.0, 1e6)},
+     "fixed": Parameter(float, 2.0, "µs of each kernel that does not scale (its launch on the device, its tail)", 0.0, 1e6),
+     "waves": Parameter(int, 0, "1: wave quantization of GEMM/conv/attention kernels by SM/CU count (grid sizes)", 0, 1)},
 ))

@@ -15,7 +15,7 @@ from daydream.api import open_job, predict_job
 from daydream.cli import main
 from daydream.devices import DEVICES, SHORT_NAMES, Device, find_device
 from daydream.graph import TaskKind, build_graph
-from daydream.transforms.target import retime
+from daydream.transforms.target import retime, wave_utilization
 from tests.builders import annotation, kernel, runtime, write_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,3 +150,15 @@ def test_choosing_a_gpu(corpus: Path, capsys: pytest.CaptureFixture[str]) -> Non
         assert points[value]["cost_per_1000_steps"] == pytest.approx(price * points[value]["predicted_ns"] / 1e9 * 1000 / 3600)
     assert "cost_per_1000_steps" not in points["MI300X"]
     assert main(["whatif", path, "--opt", "gpu", "--sweep", "target=H100", "--price", "B200=5"]) == 2
+
+
+def test_wave_quantization_by_hand(tmp_path: Path) -> None:
+    assert wave_utilization(np.array([132, 133, 264, 66]), 132).tolist() == pytest.approx([1.0, 133 / 264, 1.0, 0.5])
+    graph = build_graph(open_job(_one_step(tmp_path, [(FP32_GEMM, 100.0)]), cache=False).traces[0])
+    gemm = int(np.flatnonzero(graph.tasks["kind"] == TaskKind.KERNEL)[0])
+    blocks = np.full(int(graph.tasks["event"].max()) + 1, -1, dtype=np.int64)
+    blocks[graph.tasks["event"][gemm]] = 100
+    # 100 blocks fill the source's 100 SMs; on the target's 200 they fill half: twice the fp32 peak, half of it used.
+    source, target = dataclasses.replace(SOURCE, sm_count=100), dataclasses.replace(TARGET, sm_count=200)
+    retime(graph, source, target, fixed_ns=2_000, launch_blocks=blocks)
+    assert graph.tasks["duration_ns"][gemm] == 100_000
