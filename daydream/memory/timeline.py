@@ -12,11 +12,20 @@ lifetimes and phases:
 | gradients | allocated in backward, alive after the backward phase ends |
 | optimizer state | allocated in the optimizer phase and alive after it |
 | temporaries | allocated and freed within one phase of one iteration |
-| before the trace | allocated before the trace window (known only as the recorded total minus what the window shows) |
+| before the trace | allocated before the trace window (the recorded total minus what the window shows) |
 | other | everything else, reported as unclassified |
 
 The peak allocated of a device is the largest `Total Allocated` the trace recorded
 (exact); when the file has no such field (2021 traces), it is the running sum of `Bytes`.
+
+What existed before the first traced iteration: a trace recorded by `daydream trace` carries
+the weights (parameters and buffers), gradients and optimizer state the models and optimizers
+held then (`memory_before`, per device). A GPU allocator's totals include it: it is named inside
+"before the trace". The CPU's totals count only what was allocated while memory was profiled,
+so what they held at the first event is replaced by what the recording found. Gradients
+re-allocated in each backward (zero_grad(set_to_none=True)) are the window's own.
+For other traces, "before the trace" is the first event's `Total Allocated` less its own bytes,
+or, where the totals start at the trace, the output says it is missing.
 """
 
 from __future__ import annotations
@@ -46,6 +55,9 @@ class DeviceMemory:
     categories: dict[str, int]  # bytes live at the peak, per category
     layers: list[dict[str, object]]  # activation bytes live at the peak, per layer, largest first
     unclassified_share: float  # share of the peak in "other"
+    #: where the memory from before the trace comes from: "recorded by daydream trace", "Total Allocated at the first
+    #: event (not split)", or what is missing
+    before_trace: str = ""
     times_ns: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     by_category: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # bytes live after each time
     allocations: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per allocation: size, start, end, ...
@@ -120,8 +132,50 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     layers = sorted(({"name": name, "activation_bytes": int(per_layer[i])} for i, name in enumerate(layer_names) if per_layer[i]),
                     key=lambda entry: -int(entry["activation_bytes"]))  # type: ignore[call-overload]
     timeline_times, by_category = _stacked(times, start, end, size, category, total)
+    label = device_label(device_type, device_id)
+    known = _known_before(trace, label)
+    extra_phase = np.zeros(0, dtype=np.int64)
+    window_gradients = bool((category == CATEGORIES.index("gradients")).any())
+    if known is not None and (addresses >= 0).any():
+        if window_gradients:  # re-allocated in each backward (zero_grad sets them to None): the window shows them
+            known["gradients"] = 0
+        if label == "cpu":
+            # The CPU's totals count only what was allocated while memory was profiled (in this process, also by
+            # earlier sessions): what they held before the first event is replaced by what the recording found.
+            offset = int(total[0]) - int(sizes[0])
+            base = sum(known.values())
+            peak += base - offset
+            categories["before the trace"] = max(0, categories["before the trace"] - offset)
+            by_category["before the trace"] = np.maximum(by_category["before the trace"] - offset, 0)
+            for name, value in known.items():
+                categories[name] += value
+                by_category[name] = by_category[name] + value
+        else:  # a GPU allocator's totals include it: name the part of "before the trace" the recording knows
+            for name, value in known.items():
+                taken = min(value, categories["before the trace"])
+                categories[name] += taken
+                categories["before the trace"] -= taken
+                moved = np.minimum(by_category["before the trace"], value)
+                by_category[name] = by_category[name] + moved
+                by_category["before the trace"] = by_category["before the trace"] - moved
+        # As allocations alive from before the first event, so that what-ifs (zero, optimizer) act on them too.
+        named = [(CATEGORIES.index(name), value) for name, value in known.items() if value]
+        pre_trace = {"size": np.array([v for _, v in named], dtype=size.dtype),
+                     "start": np.full(len(named), int(times[0]) - 1, dtype=np.int64),
+                     "end": np.full(len(named), NEVER, dtype=np.int64),
+                     "category": np.array([c for c, _ in named], dtype=category.dtype)}
+        size, start, end, category = (np.concatenate([column, pre_trace[key]]) for column, key in
+                                      ((size, "size"), (start, "start"), (end, "end"), (category, "category")))
+        alloc_layer = np.concatenate([alloc_layer, np.full(len(named), NO_VALUE, dtype=alloc_layer.dtype)])
+        extra_phase = np.full(len(named), NO_VALUE, dtype=np.int64)
+        before_trace = "weights, gradients and optimizer state recorded by daydream trace at the first traced iteration"
+    elif has_total and int(recorded[0]) - int(sizes[0]) > 0:
+        before_trace = "allocated before the trace, from Total Allocated at the first event (not split into categories)"
+    else:
+        before_trace = ("not recorded: this trace's totals start at its first event, so weights and optimizer state "
+                        "allocated before it are missing (record with daydream trace --warmup 1 or more)")
     return DeviceMemory(
-        device=device_label(device_type, device_id),
+        device=label,
         peak_allocated_bytes=peak,
         peak_reserved_bytes=int(reserved.max()) if (reserved > 0).any() else None,
         peak_time_ns=peak_time,
@@ -129,12 +183,27 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         categories=categories,
         layers=layers,
         unclassified_share=categories["other"] / peak if peak else 0.0,
+        before_trace=before_trace,
         times_ns=timeline_times,
         by_category=by_category,
         allocations={"size": size, "start": start, "end": end, "category": category, "layer": alloc_layer,
-                     "phase": phase[mine][alloc_index],
+                     "phase": np.concatenate([phase[mine][alloc_index], extra_phase]),
                      "iteration": np.searchsorted(bounds, start, side="right") - 1 if bounds.size else np.zeros(size.size, dtype=np.int64)},
     )
+
+
+def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
+    """What daydream trace found on device `label` at the first traced iteration (weights, gradients, optimizer state)."""
+    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
+    before = collector.get("memory_before")
+    entry = before.get(label) if isinstance(before, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    known = {}
+    for name in ("weights", "gradients", "optimizer state"):
+        value = entry.get(name)
+        known[name] = int(value) if isinstance(value, (int, float)) and 0 <= value < 2**62 else 0
+    return known
 
 
 def _pair(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -39,6 +39,7 @@ def summarize_memory(source: str, ranks: list[tuple[int | None, list[DeviceMemor
                 "peak_from": device.peak_from,
                 "categories": device.categories,
                 "unclassified_share": device.unclassified_share,
+                "before_trace": device.before_trace,
                 "top_layers_by_activation_bytes": device.layers[:10],
             })
     return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "devices": devices}
@@ -51,8 +52,9 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
         return
     for device in summary["devices"]:
         reserved = format_bytes(device["peak_reserved_bytes"]) if device["peak_reserved_bytes"] else "not recorded"
+        pool = "" if device["device"] == "cpu" else f", {reserved} reserved"  # the CPU allocator keeps no reserved pool
         table = Table(title=f"at the peak: {format_bytes(device['peak_allocated_bytes'])} allocated "
-                            f"({device['peak_from']}), {reserved} reserved", title_justify="left")
+                            f"({device['peak_from']}){pool}", title_justify="left", expand=True)
         table.add_column("category")
         table.add_column("bytes", justify="right")
         table.add_column("share", justify="right")
@@ -61,6 +63,9 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
             value = device["categories"].get(name, 0)
             if value:
                 table.add_row(name, format_bytes(value), f"{value / peak:.0%}")
+        if device.get("before_trace"):
+            table.caption = f"before the trace: {device['before_trace']}"
+            table.caption_justify = "left"
         parts: list[Any] = [table]
         if device["top_layers_by_activation_bytes"]:
             layers = Table(title="layers by activation memory at the peak", title_justify="left", expand=True)

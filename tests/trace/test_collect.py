@@ -215,3 +215,47 @@ def test_each_rank_of_a_launch_writes_its_own_file(out: str, expected: str, tmp_
     assert (notice is None) == ("{rank}" in out)
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert output_path(CaptureOptions(script="train.py", args=[], out=str(tmp_path / "run.json.gz")))[0] == tmp_path / "run.json.gz"
+
+
+MLP_PARAMETER_BYTES = (256 * 512 + 512 + 3 * (512 * 512 + 512 + 2 * 512) + 512 * 10 + 10) * 4  # examples/mlp.py, fp32
+
+
+def test_memory_before_the_trace_is_recorded(example_traces: dict[str, Path]) -> None:
+    before = load_raw(example_traces["mlp"])["daydream"]["memory_before"]["cpu"]
+    # At the end of warmup: the weights, the gradients of the last step, Adam's two moments and a 4-byte step per tensor.
+    assert before["weights"] == MLP_PARAMETER_BYTES
+    assert before["gradients"] == MLP_PARAMETER_BYTES
+    assert before["optimizer state"] == 2 * MLP_PARAMETER_BYTES + 16 * 4
+
+
+def test_memory_counts_what_existed_before_the_trace(example_traces: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    raw = load_raw(example_traces["mlp"])
+    events = [e["args"] for e in raw["traceEvents"] if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    # What the CPU's totals held before the first event (earlier profiling in this process) does not count.
+    totals = [e["Total Allocated"] - (events[0]["Total Allocated"] - events[0]["Bytes"]) for e in events]
+    assert main(["memory", "--json", str(example_traces["mlp"])]) == 0
+    [cpu] = json.loads(capsys.readouterr().out)["devices"]
+    # The CPU totals count from the trace; the weights and Adam's state from before it come on top (the gradients
+    # are re-allocated in every backward, which the window records itself).
+    assert cpu["peak_allocated_bytes"] == max(totals) + MLP_PARAMETER_BYTES + 2 * MLP_PARAMETER_BYTES + 16 * 4
+    assert cpu["categories"]["weights"] == MLP_PARAMETER_BYTES
+    assert cpu["categories"]["optimizer state"] >= 2 * MLP_PARAMETER_BYTES
+    assert "recorded by daydream trace" in cpu["before_trace"]
+
+
+def test_a_memory_snapshot_counts_each_storage_once() -> None:
+    import torch
+    from torch import nn
+
+    from daydream.trace.collect.hooks import memory_snapshot
+
+    model = nn.Sequential(nn.Linear(10, 20), nn.BatchNorm1d(20), nn.Linear(20, 10, bias=False))
+    tied = nn.Linear(20, 10, bias=False)
+    tied.weight = model[2].weight  # the same parameter in a second model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 10)).sum().backward()
+    optimizer.step()
+    snapshot = memory_snapshot([model, tied], [optimizer])["cpu"]
+    parameters = (10 * 20 + 20 + 2 * 20 + 20 * 10) * 4
+    buffers = (20 + 20) * 4 + 8  # running mean and variance, num_batches_tracked (int64)
+    assert snapshot == {"weights": parameters + buffers, "gradients": parameters, "optimizer state": parameters}

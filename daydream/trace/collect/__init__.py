@@ -183,7 +183,10 @@ def _short_capture_message(options: CaptureOptions, recorded: int, outcome: Scri
             "run more steps or lower --warmup/--iterations (iterations end at optimizer.step(); see --step-fn)")
 
 
-def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any], batch_size: int | None = None) -> dict[str, Any]:
+def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any], batch_size: int | None = None,
+                      memory_before: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """The `daydream` block of a recorded trace. `memory_before`: per device, what the models and optimizers held at the
+    start of the first recorded iteration (hooks.memory_snapshot); None when nothing ran before it (--warmup 0)."""
     return {
         "collector": "daydream trace",
         "version": __version__,
@@ -196,6 +199,7 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
         "layers": layers,
         # samples per iteration: --batch-size, else the leading dimension of the model's first input
         "batch_size": options.batch_size or batch_size,
+        "memory_before": memory_before,
     }
 
 

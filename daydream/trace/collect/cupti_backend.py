@@ -244,7 +244,14 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
 
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=lambda: bool(torch.autograd._profiler_enabled()))
-    installed = hook_module.install(recorder.on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
+    before: dict[str, Any] = {}
+
+    def on_step() -> None:
+        recorder.on_step()
+        if options.warmup and recorder.steps == options.warmup:  # what the first recorded iteration starts with
+            before.update(installed.memory_snapshot())
+
+    installed = hook_module.install(on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:
         hook_module.watch_script_function(options.step_fn, options.path, installed)
     try:
@@ -261,7 +268,8 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     meta = CaptureMeta(os.getpid(), _device_properties(torch), recorder.distributed, api_namer(cupti), demangle)
     document = convert(recorder.records, recorder.spans, meta)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size), **document["daydream"]}
+    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size, before if options.warmup else None),
+                            **document["daydream"]}
     return document, recorder.recorded, outcome
 
 

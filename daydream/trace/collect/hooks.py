@@ -54,6 +54,14 @@ class Hooks:
     _roots: dict[str, int] = field(default_factory=dict)
     #: the leading dimension of the first tensor a top-level module's forward received (the batch size), once seen
     batch_size: int | None = None
+    _models: Any = None  # weak set of the modules called at the top level (the models)
+    _optimizers: Any = None  # weak set of the optimizers that stepped
+
+    def memory_snapshot(self) -> dict[str, dict[str, int]]:
+        """Per device ("cuda:0", "cpu"), the bytes the models and optimizers hold now: weights (parameters and
+        buffers), gradients, optimizer state, each storage counted once; on a GPU also the allocator's
+        allocated and reserved bytes. What exists before the first traced iteration (the trace cannot see it)."""
+        return memory_snapshot(list(self._models or ()), list(self._optimizers or ()))
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -93,6 +101,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     record_function: Callable[[str], RangeScope] = open_range
     hooks = Hooks(on_step=on_step)
     hooks._names = weakref.WeakKeyDictionary()
+    hooks._models, hooks._optimizers = weakref.WeakSet(), weakref.WeakSet()
 
     def name_of(module: Any) -> str:
         known = hooks._names.get(module)
@@ -115,6 +124,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
         scopes = []
         if hooks._depth == 0 and not hooks._in_backward:
             scopes.append(record_function(PHASE_PREFIX + "forward"))
+            hooks._models.add(module)
             if hooks.batch_size is None:
                 hooks.batch_size = _leading_dimension(args)
         scopes.append(record_function(LAYER_PREFIX + name_of(module)))
@@ -136,6 +146,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     optimizer_scope: list[Any] = []
 
     def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        hooks._optimizers.add(optimizer)
         scope = record_function(PHASE_PREFIX + "optimizer")
         scope.__enter__()
         optimizer_scope.append(scope)
@@ -230,3 +241,49 @@ def _leading_dimension(args: Any) -> int | None:
 def _own_gradient_bytes(module: Any) -> int:
     """Bytes of the gradients a module's own parameters get (what data parallelism all-reduces)."""
     return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters(recurse=False) if p.requires_grad)
+
+
+#: What a memory snapshot counts per device, besides the GPU allocator's own figures.
+SNAPSHOT_CATEGORIES = ("weights", "gradients", "optimizer state")
+
+
+def memory_snapshot(models: list[Any], optimizers: list[Any]) -> dict[str, dict[str, int]]:
+    """See Hooks.memory_snapshot. A tensor shared by a model and an optimizer (its parameters) counts once, as weights."""
+    import torch
+
+    seen: set[tuple[str, int]] = set()
+    devices: dict[str, dict[str, int]] = {}
+
+    def add(tensor: Any, category: str) -> None:
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+            return
+        try:
+            storage = tensor.untyped_storage()
+            key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, wrapped): its elements
+            key, size = (str(tensor.device), id(tensor)), int(tensor.numel()) * int(tensor.element_size())
+        if key in seen or size <= 0:
+            return
+        seen.add(key)
+        label = "cpu" if tensor.device.type == "cpu" else f"{tensor.device.type}:{tensor.device.index or 0}"
+        devices.setdefault(label, dict.fromkeys(SNAPSHOT_CATEGORIES, 0))[category] += size
+
+    groups = [group.get("params", []) for optimizer in optimizers for group in getattr(optimizer, "param_groups", [])]
+    parameters = [p for model in models for p in model.parameters()] + [p for group in groups for p in group]
+    for parameter in parameters:
+        add(parameter, "weights")
+    for model in models:
+        for buffer in model.buffers():
+            add(buffer, "weights")
+    for parameter in parameters:
+        add(getattr(parameter, "grad", None), "gradients")
+    for optimizer in optimizers:
+        for state in getattr(optimizer, "state", {}).values():
+            for value in state.values() if isinstance(state, dict) else ():
+                add(value, "optimizer state")
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            entry = devices.setdefault(f"cuda:{index}", dict.fromkeys(SNAPSHOT_CATEGORIES, 0))
+            entry["allocated"] = int(torch.cuda.memory_allocated(index))
+            entry["reserved"] = int(torch.cuda.memory_reserved(index))
+    return devices

@@ -61,12 +61,15 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
                            profile_memory=options.memory, with_stack=False)
     steps = 0
     wanted = warmup + active
+    before: dict[str, Any] = {}
 
     def on_step() -> None:
         nonlocal steps
         steps += 1
         with _quiet_stderr():
             profiler.step()
+        if steps == warmup:  # the next iteration is the first recorded: what exists now, the trace will not see
+            before.update(installed.memory_snapshot())
         if status:
             if steps < warmup:
                 status(f"warming up: iteration {steps + 1} of {warmup}")
@@ -104,5 +107,5 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     os.remove(exported["path"])
     os.rmdir(scratch)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size)
+    document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size, before if warmup else None)
     return document, recorded, outcome
