@@ -76,7 +76,9 @@ class _Allocations:
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
-                   current_optimizer: str | None, device: Device | None) -> MemoryPrediction:
+                   current_optimizer: str | None, device: Device | None,
+                   layer_bytes: dict[str, int] | None = None) -> MemoryPrediction:
+    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what `depth` scales)."""
     allocations = _from(memory)
     notes: list[str] = []
     for name, params in specs:
@@ -84,6 +86,8 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
         if handler is None:
             notes.append(f"{name}: no memory model; allocations unchanged")
             continue
+        if name == "depth":
+            params = {**params, "layer_bytes": layer_bytes or {}}
         notes.append(handler(allocations, params, layers, current_optimizer))
     peak = peak_bytes(allocations)
     reserved = _reserved(allocations) if memory.peak_reserved_bytes else None
@@ -92,10 +96,11 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
 
 
 def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
-                         current_optimizer: str | None, device: Device) -> float | None:
+                         current_optimizer: str | None, device: Device, layer_bytes: dict[str, int] | None = None) -> float | None:
     """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None if even 1/64 does not."""
     def fits(factor: float) -> bool:
-        prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers, current_optimizer, device)
+        prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers, current_optimizer, device,
+                                    layer_bytes)
         return bool(prediction.fits)
 
     low, high = 1 / 64, 1.0
@@ -255,9 +260,34 @@ def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> N
     a.iteration = np.append(a.iteration, -1)
 
 
+def _depth(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    from daydream.mapping.attribution import layer_owners
+    from daydream.transforms.model_size import parameter_ratio
+
+    factor = int(params["factor"])
+    targets, owner = layer_owners(layers, str(params["layers"]))
+    if not targets or factor <= 1:
+        return "depth: no matching layer or factor 1; allocations unchanged"
+    in_blocks = (owner[np.where(a.layer >= 0, a.layer, len(layers))] >= 0) & (a.category == ACT)
+    copies = np.flatnonzero(in_blocks)
+    for _ in range(factor - 1):
+        for name in a.__slots__:  # type: ignore[attr-defined]
+            if name in ("baseline_times", "baseline_bytes"):
+                continue
+            column = getattr(a, name)
+            setattr(a, name, np.concatenate([column, column[copies]]))
+    note = f"depth: the activations of {len(targets)} block(s) ×{factor} ({copies.size} allocations each)"
+    ratio = parameter_ratio(params.get("layer_bytes") or {}, layers, targets, factor)
+    if ratio is None:
+        return note + "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
+    parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
+    a.size[parameters] *= ratio
+    return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
+
+
 def _gpu(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
     return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
 
 
 _HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero,
-             "ddp": _ddp, "gpu": _gpu}
+             "ddp": _ddp, "gpu": _gpu, "depth": _depth}

@@ -7,6 +7,7 @@ with a `describe()` that states its model; custom ones come from YAML files.
 
 from daydream.transforms import (
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
+    model_size,  # noqa: F401  (registers depth)
     target,  # noqa: F401  (registers gpu)
 )
 from daydream.transforms.optimizations import ALIASES, OPTIMIZATIONS, Context, Optimization, apply_spec, parse_spec

@@ -1,0 +1,121 @@
+"""`depth:layers=REGEX,factor=N`: the same model with its repeated blocks N times over (BOOM's "use your desktop").
+
+Time: in every iteration, each matching block's forward work (its host tasks, children
+included, and the GPU work they launch) runs N - 1 more times right after the original, and
+so does its backward work; the optimizer's work grows with the parameters, by
+(all parameters + (N - 1) x the blocks' parameters) / all parameters, where the trace
+records each layer's parameter bytes (traces of `daydream trace`). Memory (memory.whatif):
+the blocks' activations N times over, weights, gradients and optimizer state by the same
+parameter ratio.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daydream.errors import InputError
+from daydream.graph import DepKind, Graph
+from daydream.mapping import PHASES
+from daydream.mapping.attribution import layer_owners
+from daydream.transforms.optimizations import Context, Optimization, Parameter, register
+from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, unpin
+
+
+def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: int) -> float | None:
+    """(all parameter bytes + (factor - 1) x the matching blocks' own and their children's) / all; None if unknown."""
+    total = sum(layer_bytes.values())
+    if total <= 0:
+        return None
+    prefixes = [layers[t] for t in targets]
+    matched = sum(size for path, size in layer_bytes.items()
+                  if any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes))
+    return (total + (factor - 1) * matched) / total
+
+
+def _splice_after(graph: Graph, chain: np.ndarray, after: int, kind: DepKind, latency_ns: int = 0) -> None:
+    """Put `chain` right after task `after` in its order of `kind`: after -> chain... -> after's old successors."""
+    edges = graph.edges
+    out = np.flatnonzero((edges["src"] == after) & (edges["kind"] == kind))
+    successors = edges["dst"][out].tolist()
+    keep = np.ones(graph.edge_count, dtype=bool)
+    keep[out] = False
+    graph.edges = {column: values[keep] for column, values in edges.items()}
+    graph.add_edges([after], [int(chain[0])], kind, latency_ns=latency_ns)
+    graph.add_edges(chain[:-1], chain[1:], kind, latency_ns=latency_ns)
+    if successors:
+        graph.add_edges([int(chain[-1])] * len(successors), successors, kind, latency_ns=latency_ns)
+
+
+def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
+    """Run the host tasks in `tasks` once more right after the last of them, with copies of the GPU work they launch
+    queued after the last of the originals on each stream; returns the tasks added."""
+    columns = graph.tasks
+    host = tasks[np.isin(columns["kind"][tasks], [int(k) for k in HOST_WORK])]
+    if host.size == 0:
+        return 0
+    host = host[np.argsort(columns["measured_start_ns"][host], kind="stable")]
+    copies = graph.add_tasks(**{column: values[host] for column, values in columns.items()})
+    unpin(graph, copies)
+    _splice_after(graph, copies, int(host[-1]), DepKind.HOST_ORDER)
+    edges = graph.edges
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    launch = launch[np.isin(edges["src"][launch], host)]
+    if launch.size == 0:
+        return int(copies.size)
+    kernels, callers, latency = edges["dst"][launch], edges["src"][launch], edges["latency_ns"][launch]
+    order = np.argsort(graph.tasks["measured_start_ns"][kernels], kind="stable")
+    kernels, callers, latency = kernels[order], callers[order], latency[order]
+    kernel_copies = graph.add_tasks(**{column: values[kernels] for column, values in graph.tasks.items()})
+    unpin(graph, kernel_copies)
+    copy_of = dict(zip(host.tolist(), copies.tolist()))
+    graph.add_edges([copy_of[int(c)] for c in callers], kernel_copies, DepKind.LAUNCH, latency_ns=latency, from_start=True)
+    gap = int(graph.calibration.get("kernel_gap_ns", 0))
+    resources = graph.tasks["resource"][kernels]
+    for resource in np.unique(resources).tolist():
+        mine = resources == resource
+        _splice_after(graph, kernel_copies[mine], int(kernels[mine][-1]), DepKind.STREAM_ORDER, gap)
+    return int(copies.size + kernel_copies.size)
+
+
+def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    factor = int(params["factor"])
+    targets, owner = layer_owners(graph.layers, str(params["layers"]))
+    if not targets:
+        raise InputError(f"--opt depth:layers={params['layers']}: no layer matches; see the layers in daydream inspect")
+    if factor == 1:
+        return ["depth: factor=1 is the model as traced; nothing changed"]
+    layer_of = owner[graph.tasks["layer"]]
+    iterations, phases = graph.tasks["iteration"].copy(), graph.tasks["phase"].copy()
+    chosen = []  # before any copy exists, so that copies are never copied again
+    for iteration in np.unique(iterations[iterations >= 0]).tolist():
+        for target in targets:
+            in_block = (layer_of == target) & (iterations == iteration)
+            for phase in (PHASES.index("forward"), PHASES.index("backward")):
+                chosen.append(np.flatnonzero(in_block & (phases == phase)))
+    added = sum(repeat_after(graph, tasks) for tasks in chosen for _ in range(factor - 1))
+    notes = [f"depth: {len(targets)} block(s) matching {params['layers']!r} ×{factor}: their forward and backward work "
+             f"repeated ({added} tasks added)"]
+    ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor)
+    if ratio is None:
+        notes.append("depth: the trace records no parameter sizes per layer (record with daydream trace): the "
+                     "optimizer's work is unchanged, so the prediction is low by the blocks' share of it")
+    else:
+        optimizer = select(graph, kind=(*GPU_WORK, *HOST_WORK), phase=["optimizer"])
+        scale(graph, optimizer, factor=ratio)
+        notes.append(f"depth: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + {factor - 1} × "
+                     "the blocks')")
+    return notes
+
+
+register(Optimization(
+    "depth", "a deeper model: the matching repeated blocks N times over",
+    "in every iteration each matching block's forward and backward work (host tasks, children included, and the GPU "
+    "work they launch) runs factor - 1 more times right after the original; the optimizer's work grows by the "
+    "parameter ratio (all + (factor - 1) x the blocks') where the trace records parameter sizes; memory: the blocks' "
+    "activations factor times, weights, gradients and optimizer state by the parameter ratio",
+    _depth,
+    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the repeated blocks"),
+     "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
+))

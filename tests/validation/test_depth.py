@@ -1,0 +1,58 @@
+"""depth: predicted from a 2-block transformer, against the same transformer built with 4 blocks (traced on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job, predict_job
+from daydream.cli import main
+from daydream.graph import TaskKind, build_graph
+from daydream.mapping import PHASES
+from tests.builders import load_raw
+from tests.conftest import REPO
+
+if os.environ.get("CI") == "true":
+    import torch  # noqa: F401
+else:
+    pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def depths(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    folder = tmp_path_factory.mktemp("depth")
+    traces = {}
+    for depth in (2, 4):
+        out = folder / f"transformer-{depth}.json.gz"
+        assert main(["trace", "--backend", "torch", "--warmup", "2", "--iterations", "3", "-o", str(out),
+                     str(REPO / "examples" / "transformer.py"), "--", "--steps", "8", "--depth", str(depth)]) == 0
+        traces[depth] = out
+    return traces
+
+
+def _forward_ops(graph_tasks: dict[str, np.ndarray], iteration: int) -> int:
+    return int(((graph_tasks["phase"] == PHASES.index("forward")) & (graph_tasks["kind"] == TaskKind.HOST_OP)
+                & (graph_tasks["iteration"] == iteration)).sum())
+
+
+def test_twice_as_deep_runs_the_deeper_models_forward(depths: dict[int, Path]) -> None:
+    [prediction] = predict_job(depths[2], ["depth:factor=2"])
+    deeper = build_graph(open_job(depths[4]).traces[0])
+    assert prediction.graph is not None
+    for iteration in range(3):
+        assert _forward_ops(prediction.graph.tasks, iteration) == _forward_ops(deeper.tasks, iteration)
+    # The optimizer's work grows as the parameters do: the 4-block model's own count over the 2-block one's.
+    sizes = [sum(info["gradient_bytes"] for info in load_raw(depths[d])["daydream"]["layers"].values()) for d in (2, 4)]
+    assert any("optimizer's" in note and f"×{sizes[1] / sizes[0]:.2f}" in note for note in prediction.notes)
+
+
+def test_twice_as_deep_fits_the_deeper_models_memory(depths: dict[int, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "--json", str(depths[4])]) == 0
+    measured = json.loads(capsys.readouterr().out)["devices"][0]["peak_allocated_bytes"]
+    assert main(["whatif", str(depths[2]), "--opt", "depth:factor=2", "--memory", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)["memory"][0]["predicted_peak_bytes"]
+    assert abs(predicted - measured) <= 0.05 * measured
