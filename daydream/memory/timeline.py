@@ -20,10 +20,10 @@ The peak allocated of a device is the largest `Total Allocated` the trace record
 
 What existed before the first traced iteration: a trace recorded by `daydream trace` carries
 the weights (parameters and buffers), gradients and optimizer state the models and optimizers
-held then (`memory_before`, per device). A GPU allocator's totals include it: it is named inside
+held then and still held when that iteration ended (`memory_before`, per device: what the window
+neither allocated nor freed). A GPU allocator's totals include it: it is named inside
 "before the trace". The CPU's totals count only what was allocated while memory was profiled,
-so what they held at the first event is replaced by what the recording found. Gradients
-re-allocated in each backward (zero_grad(set_to_none=True)) are the window's own.
+so what they held at the first event is replaced by what the recording found.
 For other traces, "before the trace" is the first event's `Total Allocated` less its own bytes,
 or, where the totals start at the trace, the output says it is missing.
 """
@@ -135,10 +135,7 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     label = device_label(device_type, device_id)
     known = _known_before(trace, label)
     extra_phase = np.zeros(0, dtype=np.int64)
-    window_gradients = bool((category == CATEGORIES.index("gradients")).any())
     if known is not None and (addresses >= 0).any():
-        if window_gradients:  # re-allocated in each backward (zero_grad sets them to None): the window shows them
-            known["gradients"] = 0
         if label == "cpu":
             # The CPU's totals count only what was allocated while memory was profiled (in this process, also by
             # earlier sessions): what they held before the first event is replaced by what the recording found.
@@ -152,6 +149,8 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
                 by_category[name] = by_category[name] + value
         else:  # a GPU allocator's totals include it: name the part of "before the trace" the recording knows
             for name, value in known.items():
+                if name == "before the trace":
+                    continue
                 taken = min(value, categories["before the trace"])
                 categories[name] += taken
                 categories["before the trace"] -= taken
@@ -159,7 +158,8 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
                 by_category[name] = by_category[name] + moved
                 by_category["before the trace"] = by_category["before the trace"] - moved
         # As allocations alive from before the first event, so that what-ifs (zero, optimizer) act on them too.
-        named = [(CATEGORIES.index(name), value) for name, value in known.items() if value]
+        # ("before the trace" itself is the what-ifs' baseline series already.)
+        named = [(CATEGORIES.index(name), value) for name, value in known.items() if value and name != "before the trace"]
         pre_trace = {"size": np.array([v for _, v in named], dtype=size.dtype),
                      "start": np.full(len(named), int(times[0]) - 1, dtype=np.int64),
                      "end": np.full(len(named), NEVER, dtype=np.int64),
@@ -200,8 +200,9 @@ def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
     if not isinstance(entry, dict):
         return None
     known = {}
-    for name in ("weights", "gradients", "optimizer state"):
-        value = entry.get(name)
+    for name, recorded_as in (("weights", "weights"), ("gradients", "gradients"), ("optimizer state", "optimizer state"),
+                              ("before the trace", "other tensors")):
+        value = entry.get(recorded_as)
         known[name] = int(value) if isinstance(value, (int, float)) and 0 <= value < 2**62 else 0
     return known
 

@@ -245,11 +245,14 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=lambda: bool(torch.autograd._profiler_enabled()))
     before: dict[str, Any] = {}
+    snapshot: list[Any] = []
 
     def on_step() -> None:
         recorder.on_step()
         if options.warmup and recorder.steps == options.warmup:  # what the first recorded iteration starts with
-            before.update(installed.memory_snapshot())
+            snapshot.append(installed.memory_snapshot())
+        elif snapshot and recorder.steps == options.warmup + 1:  # of that, what the iteration did not free
+            before.update(snapshot[0].surviving())
 
     installed = hook_module.install(on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:

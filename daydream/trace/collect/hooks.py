@@ -57,11 +57,11 @@ class Hooks:
     _models: Any = None  # weak set of the modules called at the top level (the models)
     _optimizers: Any = None  # weak set of the optimizers that stepped
 
-    def memory_snapshot(self) -> dict[str, dict[str, int]]:
-        """Per device ("cuda:0", "cpu"), the bytes the models and optimizers hold now: weights (parameters and
-        buffers), gradients, optimizer state, each storage counted once; on a GPU also the allocator's
-        allocated and reserved bytes. What exists before the first traced iteration (the trace cannot see it)."""
-        return memory_snapshot(list(self._models or ()), list(self._optimizers or ()))
+    def memory_snapshot(self) -> MemorySnapshot:
+        """Per device ("cuda:0", "cpu"), the tensors the models, optimizers and script hold now: weights (parameters
+        and buffers), gradients, optimizer state and other tensors, each storage once; on a GPU also the allocator's
+        allocated and reserved bytes. Taken when the first traced iteration begins; see MemorySnapshot."""
+        return MemorySnapshot.take(list(self._models or ()), list(self._optimizers or ()))
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -244,46 +244,91 @@ def _own_gradient_bytes(module: Any) -> int:
 
 
 #: What a memory snapshot counts per device, besides the GPU allocator's own figures.
-SNAPSHOT_CATEGORIES = ("weights", "gradients", "optimizer state")
+SNAPSHOT_CATEGORIES = ("weights", "gradients", "optimizer state", "other tensors")
+
+
+class MemorySnapshot:
+    """The tensors the models, optimizers and script hold at one moment, by device and category, each storage once.
+
+    `take` looks at them when the first traced iteration begins; `surviving()`, called when that iteration has
+    ended, counts only those still alive: what the trace cannot see allocated and does not see freed either (a
+    batch or gradients replaced during the iteration are freed inside it, where the trace would miss the free).
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[Any, str, str, int]] = []  # (weak reference, device, category, bytes)
+        self.gpu: dict[str, dict[str, int]] = {}
+
+    @classmethod
+    def take(cls, models: list[Any], optimizers: list[Any]) -> MemorySnapshot:
+        """See Hooks.memory_snapshot. A tensor shared by a model and an optimizer (its parameters) counts once, as
+        weights; "other tensors" are the rest of the tensors Python holds (a dataset in memory, say)."""
+        import gc
+
+        import torch
+
+        snapshot = cls()
+        seen: set[tuple[str, int]] = set()
+
+        def add(tensor: Any, category: str) -> None:
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+                return
+            try:
+                storage = tensor.untyped_storage()
+                key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
+            except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, wrapped): its elements
+                key, size = (str(tensor.device), id(tensor)), int(tensor.numel()) * int(tensor.element_size())
+            if key in seen or size <= 0:
+                return
+            seen.add(key)
+            label = "cpu" if tensor.device.type == "cpu" else f"{tensor.device.type}:{tensor.device.index or 0}"
+            try:
+                reference: Any = weakref.ref(tensor)
+            except TypeError:
+                reference = lambda: tensor  # noqa: E731  (cannot be watched: taken as surviving)
+            snapshot.entries.append((reference, label, category, size))
+
+        groups = [group.get("params", []) for optimizer in optimizers for group in getattr(optimizer, "param_groups", [])]
+        parameters = [p for model in models for p in model.parameters()] + [p for group in groups for p in group]
+        for parameter in parameters:
+            add(parameter, "weights")
+        for model in models:
+            for buffer in model.buffers():
+                add(buffer, "weights")
+        for parameter in parameters:
+            add(getattr(parameter, "grad", None), "gradients")
+        for optimizer in optimizers:
+            for state in getattr(optimizer, "state", {}).values():
+                for value in state.values() if isinstance(state, dict) else ():
+                    add(value, "optimizer state")
+        # Every other tensor alive: what the trace will call "before the trace". type(), not isinstance(): some
+        # objects (deprecated module proxies) warn when asked for their __class__.
+        tensor_type, parameter_type = torch.Tensor, torch.nn.Parameter
+        for candidate in gc.get_objects():
+            kind = type(candidate)
+            if issubclass(kind, tensor_type) and not issubclass(kind, parameter_type):
+                add(candidate, "other tensors")
+        if torch.cuda.is_available():
+            for index in range(torch.cuda.device_count()):
+                snapshot.gpu[f"cuda:{index}"] = {"allocated": int(torch.cuda.memory_allocated(index)),
+                                                 "reserved": int(torch.cuda.memory_reserved(index))}
+        return snapshot
+
+    def counts(self, surviving_only: bool) -> dict[str, dict[str, int]]:
+        """Per device, bytes per category (of the tensors still alive, with `surviving_only`)."""
+        devices: dict[str, dict[str, int]] = {}
+        for reference, label, category, size in self.entries:
+            entry = devices.setdefault(label, dict.fromkeys(SNAPSHOT_CATEGORIES, 0))
+            if not surviving_only or reference() is not None:
+                entry[category] += size
+        for label, figures in self.gpu.items():
+            devices.setdefault(label, dict.fromkeys(SNAPSHOT_CATEGORIES, 0)).update(figures)
+        return devices
+
+    def surviving(self) -> dict[str, dict[str, int]]:
+        return self.counts(surviving_only=True)
 
 
 def memory_snapshot(models: list[Any], optimizers: list[Any]) -> dict[str, dict[str, int]]:
-    """See Hooks.memory_snapshot. A tensor shared by a model and an optimizer (its parameters) counts once, as weights."""
-    import torch
-
-    seen: set[tuple[str, int]] = set()
-    devices: dict[str, dict[str, int]] = {}
-
-    def add(tensor: Any, category: str) -> None:
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
-            return
-        try:
-            storage = tensor.untyped_storage()
-            key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
-        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, wrapped): its elements
-            key, size = (str(tensor.device), id(tensor)), int(tensor.numel()) * int(tensor.element_size())
-        if key in seen or size <= 0:
-            return
-        seen.add(key)
-        label = "cpu" if tensor.device.type == "cpu" else f"{tensor.device.type}:{tensor.device.index or 0}"
-        devices.setdefault(label, dict.fromkeys(SNAPSHOT_CATEGORIES, 0))[category] += size
-
-    groups = [group.get("params", []) for optimizer in optimizers for group in getattr(optimizer, "param_groups", [])]
-    parameters = [p for model in models for p in model.parameters()] + [p for group in groups for p in group]
-    for parameter in parameters:
-        add(parameter, "weights")
-    for model in models:
-        for buffer in model.buffers():
-            add(buffer, "weights")
-    for parameter in parameters:
-        add(getattr(parameter, "grad", None), "gradients")
-    for optimizer in optimizers:
-        for state in getattr(optimizer, "state", {}).values():
-            for value in state.values() if isinstance(state, dict) else ():
-                add(value, "optimizer state")
-    if torch.cuda.is_available():
-        for index in range(torch.cuda.device_count()):
-            entry = devices.setdefault(f"cuda:{index}", dict.fromkeys(SNAPSHOT_CATEGORIES, 0))
-            entry["allocated"] = int(torch.cuda.memory_allocated(index))
-            entry["reserved"] = int(torch.cuda.memory_reserved(index))
-    return devices
+    """Everything the models, optimizers and script hold now, per device and category (MemorySnapshot.take)."""
+    return MemorySnapshot.take(models, optimizers).counts(surviving_only=False)

@@ -62,6 +62,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     steps = 0
     wanted = warmup + active
     before: dict[str, Any] = {}
+    snapshot: list[Any] = []
 
     def on_step() -> None:
         nonlocal steps
@@ -69,7 +70,9 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         with _quiet_stderr():
             profiler.step()
         if steps == warmup:  # the next iteration is the first recorded: what exists now, the trace will not see
-            before.update(installed.memory_snapshot())
+            snapshot.append(installed.memory_snapshot())
+        elif steps == warmup + 1 and snapshot:  # of that, what the first recorded iteration did not free
+            before.update(snapshot[0].surviving())
         if status:
             if steps < warmup:
                 status(f"warming up: iteration {steps + 1} of {warmup}")
