@@ -46,7 +46,9 @@ DDP_LINK = ("Data parallelism (the `ddp` what-if against real 2-process gloo run
             "[validation-distributed.md](validation-distributed.md), from `scripts/validate_distributed.py`."
             " Another GPU (`gpu:target=`, the same model traced on an H100 and an MI300X): "
             "[validation-cross-gpu.md](validation-cross-gpu.md), from `scripts/validate_cross_gpu.py`. "
-            "On a GPU (an H200) against real runs: [gpu-validation.md](gpu-validation.md), from `scripts/gpu_check.sh`.")
+            "On a GPU (an H200) against real runs: [gpu-validation.md](gpu-validation.md), from `scripts/gpu_check.sh`."
+            " Memory against the real process (the whole run profiled from its first line): "
+            "[validation-memory.md](validation-memory.md), from `scripts/validate_memory.py`.")
 AMP_TRACES = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
