@@ -61,6 +61,8 @@ class DeviceMemory:
     times_ns: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     by_category: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # bytes live after each time
     allocations: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per allocation: size, start, end, ...
+    #: the iterations' boundaries (each start, then the last end), ns
+    iteration_bounds_ns: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 #: c10::DeviceType of a `[memory]` event -> the device name PyTorch gives it. ROCm builds record the GPU
@@ -184,6 +186,7 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         layers=layers,
         unclassified_share=categories["other"] / peak if peak else 0.0,
         before_trace=before_trace,
+        iteration_bounds_ns=bounds,
         times_ns=timeline_times,
         by_category=by_category,
         allocations={"size": size, "start": start, "end": end, "category": category, "layer": alloc_layer,

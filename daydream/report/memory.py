@@ -88,16 +88,20 @@ def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title:
     for axis, device in zip(axes[:, 0], shown):
         start = device.times_ns[0]
         times_ms = (device.times_ns - start) / 1e6
+        unit, scale = ("GiB", 2**30) if device.peak_allocated_bytes >= 2**30 else ("MiB", 2**20)  # as the CLI prints it
         names = [n for n in CATEGORIES if device.by_category.get(n) is not None and device.by_category[n].any()]
         if names:  # a device whose events all net to zero has nothing to stack
-            axis.stackplot(times_ms, [device.by_category[n] / 2**20 for n in names], labels=names,
+            axis.stackplot(times_ms, [device.by_category[n] / scale for n in names], labels=names,
                            colors=[_COLORS[n] for n in names], step="post")
+        for boundary in device.iteration_bounds_ns.tolist():  # iteration boundaries, dotted
+            if device.times_ns[0] <= boundary <= device.times_ns[-1]:
+                axis.axvline((boundary - start) / 1e6, color="#888888", linestyle=":", linewidth=0.8)
         axis.axvline((device.peak_time_ns - start) / 1e6, color="black", linestyle="--", linewidth=1)
-        axis.annotate(f"peak {device.peak_allocated_bytes / 2**20:.1f} MiB", xy=((device.peak_time_ns - start) / 1e6, 0),
+        axis.annotate(f"peak {format_bytes(device.peak_allocated_bytes)}", xy=((device.peak_time_ns - start) / 1e6, 0),
                       xytext=(4, 4), textcoords="offset points", fontsize=8)
-        axis.set_title(f"{title} — {device.device}", fontsize=10)
+        axis.set_title(f"{title} — {device.device} (dotted: iteration boundaries)", fontsize=10)
         axis.set_xlabel("time (ms)")
-        axis.set_ylabel("allocated (MiB)")
+        axis.set_ylabel(f"allocated ({unit})")
         if names:
             axis.legend(loc="upper left", fontsize=7, ncol=4)
     figure.tight_layout()
