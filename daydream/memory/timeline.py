@@ -11,6 +11,7 @@ lifetimes and phases:
 | activations | allocated in forward, freed in backward (saved for backward) |
 | gradients | allocated in backward, alive after the backward phase ends |
 | optimizer state | allocated in the optimizer phase and alive after it |
+| workspace | allocated inside a convolution, GEMM or attention op and freed before it ends (the library's scratch) |
 | temporaries | allocated and freed within one phase of one iteration |
 | before the trace | allocated before the trace window (the recorded total minus what the window shows) |
 | other | everything else, reported as unclassified |
@@ -30,6 +31,7 @@ or, where the totals start at the trace, the output says it is missing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +41,11 @@ from daydream.mapping.attribution import BACKWARD, FORWARD, OPTIMIZER
 from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import NO_VALUE, EventKind, Trace
 
-CATEGORIES = ("weights", "activations", "gradients", "optimizer state", "temporaries", "before the trace", "other")
+CATEGORIES = ("weights", "activations", "gradients", "optimizer state", "workspace", "temporaries", "before the trace",
+              "other")
+#: Ops whose own scratch memory is a library workspace (cuDNN, cuBLAS/cuBLASLt, MIOpen, rocBLAS/hipBLASLt, oneDNN).
+WORKSPACE_OPS = re.compile(r"conv|cudnn|miopen|mkldnn|onednn|\bmm\b|::mm$|addmm|bmm|matmul|linear|gemm|scaled_dot_product|"
+                           r"flash|efficient_attention|_cslt|_scaled_mm", re.IGNORECASE)
 NEVER = np.iinfo(np.int64).max
 
 
@@ -86,6 +92,9 @@ def analyze_memory(trace: Trace) -> list[DeviceMemory]:
     attribution = attribute(trace)
     rows = table["event"]
     op = innermost_enclosing(trace, trace.indices(EventKind.CPU_OP), rows)
+    # Per memory event: the end of its op when that op is a convolution/GEMM/attention (a library workspace's owner).
+    library = np.array([bool(WORKSPACE_OPS.search(name)) for name in trace.strings], dtype=bool)
+    owner_end = np.where((op >= 0) & library[trace.name[np.maximum(op, 0)]], trace.end_ns[np.maximum(op, 0)], NO_VALUE)
     phase = np.where(op >= 0, attribution.phase[np.maximum(op, 0)], NO_VALUE).astype(np.int64)
     layer = np.where(op >= 0, attribution.layer[np.maximum(op, 0)], NO_VALUE).astype(np.int64)
     iterations = find_iterations(trace)
@@ -94,12 +103,13 @@ def analyze_memory(trace: Trace) -> list[DeviceMemory]:
     keys = np.stack([table["device_type"].astype(np.int64), table["device_id"].astype(np.int64)], axis=1)
     for device_type, device_id in np.unique(keys, axis=0).tolist():
         mine = np.flatnonzero((keys[:, 0] == device_type) & (keys[:, 1] == device_id))
-        results.append(_device(trace, table, mine, phase, layer, bounds, attribution.layers, device_type, device_id))
+        results.append(_device(trace, table, mine, phase, layer, bounds, attribution.layers, device_type, device_id, owner_end))
     return results
 
 
 def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase: np.ndarray, layer: np.ndarray,
-            bounds: np.ndarray, layer_names: list[str], device_type: int, device_id: int) -> DeviceMemory:
+            bounds: np.ndarray, layer_names: list[str], device_type: int, device_id: int,
+            owner_end: np.ndarray) -> DeviceMemory:
     rows = table["event"][mine]
     times = trace.ts_ns[rows]
     sizes = trace.bytes[rows]
@@ -112,6 +122,9 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     size = sizes[alloc_index]
     category = _classify(start, end, phase[mine][alloc_index],
                          np.where(free_index >= 0, phase[mine][np.maximum(free_index, 0)], NO_VALUE), bounds)
+    workspace_until = owner_end[mine][alloc_index]
+    category[(workspace_until != NO_VALUE) & (end <= workspace_until) & (category == CATEGORIES.index("temporaries"))] = \
+        CATEGORIES.index("workspace")
     has_total = bool((recorded >= 0).any())
     running = np.cumsum(sizes)
     total = recorded if has_total else running - min(0, int(running.min()))
@@ -174,8 +187,8 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     elif has_total and int(recorded[0]) - int(sizes[0]) > 0:
         before_trace = "allocated before the trace, from Total Allocated at the first event (not split into categories)"
     else:
-        before_trace = ("not recorded: this trace's totals start at its first event, so weights and optimizer state "
-                        "allocated before it are missing (record with daydream trace --warmup 1 or more)")
+        before_trace = ("missing: this trace's totals start at its first event, so what existed before it (weights, "
+                        "optimizer state, data) is not counted; a trace of daydream trace with --warmup 1 or more carries it")
     return DeviceMemory(
         device=label,
         peak_allocated_bytes=peak,

@@ -32,8 +32,8 @@ from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 STATE_TENSORS = {"sgd": 0, "sgd-momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 _OPTIMIZER_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
-ACT, TMP, GRAD, OPT, WEIGHTS, OTHER = (
-    CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state", "weights", "other")
+ACT, TMP, GRAD, OPT, WEIGHTS, OTHER, WORKSPACE = (
+    CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state", "weights", "other", "workspace")
 )
 
 
@@ -159,7 +159,7 @@ def _reserved(allocations: _Allocations) -> int | None:
 
 def _batch_proportional(a: _Allocations) -> np.ndarray:
     """Activations, and temporaries or unclassified tensors made in forward or backward (outputs, logits, losses)."""
-    return (a.category == ACT) | (np.isin(a.category, [TMP, OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
+    return (a.category == ACT) | (np.isin(a.category, [TMP, WORKSPACE, OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
 
 
 def _batch_size(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:

@@ -23,6 +23,7 @@ from daydream.report.console import format_bytes
 
 SCHEMA_VERSION = 1
 _COLORS = {"weights": "#4c72b0", "activations": "#dd8452", "gradients": "#55a868", "optimizer state": "#c44e52",
+           "workspace": "#da8bc3",
            "temporaries": "#8172b3", "before the trace": "#937860", "other": "#bbbbbb"}
 
 

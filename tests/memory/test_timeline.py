@@ -133,3 +133,19 @@ def test_whatif_memory_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu["predicted_peak_bytes"] >= gpu["measured_peak_bytes"]
     assert gpu["fits"] is True and gpu["capacity_bytes"] == 80 * 2**30
     assert isinstance(gpu["largest_batch_factor"], float) and gpu["largest_batch_factor"] > 2
+
+
+def test_a_library_ops_scratch_is_workspace(tmp_path: Path) -> None:
+    from daydream.memory import CATEGORIES
+
+    events = [annotation("ProfilerStep#1", 0, 100), annotation("daydream.phase::forward", 10, 60),
+              op("aten::cudnn_convolution", 12, 20, ext=1),
+              memory(13, 100, 4096, 0), memory(30, 100, -4096, 0),   # freed inside the convolution: its workspace
+              memory(31, 200, 512, 0),                               # freed after it ends (in the add): a temporary
+              op("aten::add", 40, 10, ext=2),
+              memory(41, 300, 256, 0), memory(45, 300, -256, 0),     # inside an elementwise op: a temporary
+              memory(46, 200, -512, 0)]
+    [device] = analyze_memory(read_job(write_trace(tmp_path, events), cache=False).traces[0])
+    sizes = device.allocations["size"].tolist()
+    categories = [CATEGORIES[c] for c in device.allocations["category"].tolist()]
+    assert dict(zip(sizes, categories)) == {4096: "workspace", 512: "temporaries", 256: "temporaries"}

@@ -9,7 +9,7 @@
   var PHASE_COLORS = {forward: "#4c78a8", backward: "#f58518", optimizer: "#54a24b", other: "#9a9a9a", none: "#cfcfcf"};
   var CATEGORY_COLORS = {
     "weights": "#4c72b0", "activations": "#dd8452", "gradients": "#55a868", "optimizer state": "#c44e52",
-    "temporaries": "#8172b3", "before the trace": "#937860", "other": "#bbbbbb"
+    "workspace": "#da8bc3", "temporaries": "#8172b3", "before the trace": "#937860", "other": "#bbbbbb"
   };
   var tooltip = document.getElementById("tooltip");
 
