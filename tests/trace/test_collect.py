@@ -231,15 +231,8 @@ def test_memory_before_the_trace_is_recorded(example_traces: dict[str, Path]) ->
     assert before["optimizer state"] == 2 * MLP_PARAMETER_BYTES + 16 * 4
 
 
-WHOLE_RUN = """
-import json, runpy, sys
-from torch.profiler import ProfilerActivity, profile
-script, out = sys.argv[1], sys.argv[2]
-sys.argv = [script, *sys.argv[3:]]
-with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-    runpy.run_path(script, run_name="__main__")
-profiler.export_chrome_trace(out)
-"""
+sys.path.insert(0, str(REPO / "scripts"))
+from validate_memory import WHOLE_RUN  # noqa: E402  (the same independent measurement the script reports)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
