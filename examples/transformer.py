@@ -95,9 +95,11 @@ def main() -> None:
     parser = training.options(__doc__.splitlines()[0], batch_size=8)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--depth", type=int, default=2, help="transformer blocks")
+    parser.add_argument("--width", type=int, default=256, help="hidden size")
     args = parser.parse_args()
     device, _ = training.setup(args)
-    model = training.wrap(TinyTransformer(context=args.context, depth=args.depth, checkpoint=args.checkpoint).to(device), args)
+    model = training.wrap(TinyTransformer(width=args.width, context=args.context, depth=args.depth,
+                                          checkpoint=args.checkpoint).to(device), args)
     optimizer = training.optimizer(torch.optim.AdamW, model, args, lr=3e-4)
 
     def batch(step: int) -> tuple[torch.Tensor]:

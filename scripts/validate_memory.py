@@ -9,8 +9,9 @@ first line to its end, the largest CPU `Total Allocated` (every allocation the C
 is counted, the weights, optimizer state and data included). Against it: `daydream memory` of a
 trace recorded by `daydream trace --warmup 2 --iterations 3` (what existed before the trace comes
 from daydream's own record of it), and `whatif --memory` for `batch-size:factor=2`,
-`checkpoint:layers=blocks\\.\\d+$` and, on the transformer, `depth:factor=2`, each against the real
-run with twice the batch, with --checkpoint, with --depth 4. CPU memory is deterministic: one run each.
+`checkpoint:layers=blocks\\.\\d+$` and, on the transformer, `depth:factor=2` and `width:factor=2` of its
+blocks, each against the real run with twice the batch, with --checkpoint, with --depth 4, with --width 512.
+CPU memory is deterministic: one run each.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def main() -> int:
             checks = [("the trace's peak (`daydream memory`)", measured, [])]
             variants = [("batch-size:factor=2", ["--batch-size", str(2 * batch)]), (CHECKPOINT, ["--checkpoint"])]
             if example == "transformer":
-                variants.append(("depth:factor=2", ["--depth", "4"]))
+                variants += [("depth:factor=2", ["--depth", "4"]), (r"width:layers=blocks\.\d+$,factor=2", ["--width", "512"])]
             for spec, flags in variants:
                 predicted = daydream("whatif", str(trace), "--opt", spec, "--memory", "--json")["memory"][0]["predicted_peak_bytes"]
                 checks.append((f"`{spec}`", predicted, flags))
@@ -95,7 +96,8 @@ def main() -> int:
         "",
         "examples/mlp.py builds its whole dataset, and a list of its batches, at `--steps` x `--batch-size` samples: the",
         "run with twice the batch also holds twice the data, which a what-if of the batch size does not scale (a dataset",
-        "held in memory does not depend on the batch size in general).",
+        "held in memory does not depend on the batch size in general). `width` widens the matching layers only: the",
+        "transformer's embedding and head, which also grow with --width 512, are left at their size.",
         "",
     ])
     publish(text, options.out)

@@ -86,7 +86,7 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
         if handler is None:
             notes.append(f"{name}: no memory model; allocations unchanged")
             continue
-        if name == "depth":
+        if name in ("depth", "width"):
             params = {**params, "layer_bytes": layer_bytes or {}}
         notes.append(handler(allocations, params, layers, current_optimizer))
     peak = peak_bytes(allocations)
@@ -285,9 +285,27 @@ def _depth(a: _Allocations, params: dict[str, Any], layers: list[str], current: 
     return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
+def _width(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+    from daydream.mapping.attribution import layer_owners
+    from daydream.transforms.model_size import parameter_ratio
+
+    factor = float(params["factor"])
+    targets, owner = layer_owners(layers, str(params["layers"]))
+    if not targets:
+        return "width: no matching layer; allocations unchanged"
+    in_layers = (owner[np.where(a.layer >= 0, a.layer, len(layers))] >= 0) & np.isin(a.category, [ACT, TMP, WORKSPACE])
+    a.size[in_layers] *= factor
+    note = f"width: the activations of {len(targets)} layer(s) ×{factor:g}"
+    ratio = parameter_ratio(params.get("layer_bytes") or {}, layers, targets, factor ** 2)
+    if ratio is None:
+        return note + "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
+    a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] *= ratio
+    return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
+
+
 def _gpu(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
     return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
 
 
 _HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero,
-             "ddp": _ddp, "gpu": _gpu, "depth": _depth}
+             "ddp": _ddp, "gpu": _gpu, "depth": _depth, "width": _width}

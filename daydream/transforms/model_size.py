@@ -1,4 +1,6 @@
-"""`depth:layers=REGEX,factor=N`: the same model with its repeated blocks N times over (BOOM's "use your desktop").
+"""`depth:` and `width:`: predict a bigger model from a small run (BOOM's "use your desktop").
+
+`depth:layers=REGEX,factor=N`: the same model with its repeated blocks N times over.
 
 Time: in every iteration, each matching block's forward work (its host tasks, children
 included, and the GPU work they launch) runs N - 1 more times right after the original, and
@@ -7,6 +9,14 @@ so does its backward work; the optimizer's work grows with the parameters, by
 records each layer's parameter bytes (traces of `daydream trace`). Memory (memory.whatif):
 the blocks' activations N times over, weights, gradients and optimizer state by the same
 parameter ratio.
+
+`width:layers=REGEX,factor=F`: the matching layers F times wider (hidden sizes x F). Their GEMM and
+convolution work (kernels, or CPU ops on a CPU trace) x F^2 (both dimensions of each weight grow),
+attention, normalization, elementwise and other work x F (the activations grow by F); the
+optimizer's work by the parameter ratio (all + (F^2 - 1) x the layers'). Memory: the layers'
+activations x F, weights, gradients and optimizer state by the parameter ratio. A layer that
+connects a widened one to a fixed size (the first and last) grows by F, not F^2: matching only the
+inner layers is exact, matching the edges too overstates them.
 """
 
 from __future__ import annotations
@@ -19,12 +29,13 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
-from daydream.transforms.optimizations import Context, Optimization, Parameter, register
+from daydream.mapping.classes import CLASSES
+from daydream.transforms.optimizations import FACTOR_RANGE, Context, Optimization, Parameter, kernel_classes, register
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, unpin
 
 
-def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: int) -> float | None:
-    """(all parameter bytes + (factor - 1) x the matching blocks' own and their children's) / all; None if unknown."""
+def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: float) -> float | None:
+    """(all parameter bytes + (factor - 1) x the matching layers' own and their children's) / all; None if unknown."""
     total = sum(layer_bytes.values())
     if total <= 0:
         return None
@@ -118,4 +129,42 @@ register(Optimization(
     _depth,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the repeated blocks"),
      "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
+))
+
+
+def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    factor = float(params["factor"])
+    targets, owner = layer_owners(graph.layers, str(params["layers"]))
+    if not targets:
+        raise InputError(f"--opt width:layers={params['layers']}: no layer matches; see the layers in daydream inspect")
+    kinds = (*GPU_WORK,) if graph.has_device_work() else HOST_WORK
+    work = select(graph, kind=kinds, phase=["forward", "backward"])
+    work = work[owner[graph.tasks["layer"][work]] >= 0]
+    classes = kernel_classes(graph, work)
+    square = np.isin(classes, [CLASSES.index("gemm"), CLASSES.index("convolution")])
+    scale(graph, work[square], factor=factor ** 2)
+    scale(graph, work[~square], factor=factor)
+    unit = "kernels" if graph.has_device_work() else "CPU ops"
+    notes = [f"width: {len(targets)} layer(s) matching {params['layers']!r} ×{factor:g} wide: {int(square.sum())} GEMM/conv "
+             f"{unit} ×{factor ** 2:g}, {int((~square).sum())} other {unit} ×{factor:g}"]
+    ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor ** 2)
+    if ratio is None:
+        notes.append("width: the trace records no parameter sizes per layer (record with daydream trace): the "
+                     "optimizer's work is unchanged")
+    else:
+        optimizer = select(graph, kind=(*GPU_WORK, *HOST_WORK), phase=["optimizer"])
+        scale(graph, optimizer, factor=ratio)
+        notes.append(f"width: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + "
+                     f"{factor ** 2 - 1:g} × the layers')")
+    return notes
+
+
+register(Optimization(
+    "width", "a wider model: the matching layers' hidden sizes times F",
+    "the matching layers' GEMM and convolution work (kernels, or CPU ops on a CPU trace) x factor^2, their other "
+    "forward and backward work x factor; the optimizer's work by the parameter ratio (all + (factor^2 - 1) x the "
+    "layers'); memory: the layers' activations x factor, weights, gradients and optimizer state by the parameter ratio",
+    _width,
+    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the layers made wider"),
+     "factor": Parameter(float, 2.0, "how many times wider", **FACTOR_RANGE)},
 ))

@@ -56,3 +56,36 @@ def test_twice_as_deep_fits_the_deeper_models_memory(depths: dict[int, Path], ca
     assert main(["whatif", str(depths[2]), "--opt", "depth:factor=2", "--memory", "--json"]) == 0
     predicted = json.loads(capsys.readouterr().out)["memory"][0]["predicted_peak_bytes"]
     assert abs(predicted - measured) <= 0.05 * measured
+
+
+@pytest.fixture(scope="module")
+def widths(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    folder = tmp_path_factory.mktemp("width")
+    traces = {}
+    for width in (256, 512):
+        out = folder / f"transformer-{width}.json.gz"
+        assert main(["trace", "--backend", "torch", "--warmup", "2", "--iterations", "3", "-o", str(out),
+                     str(REPO / "examples" / "transformer.py"), "--", "--steps", "8", "--width", str(width)]) == 0
+        traces[width] = out
+    return traces
+
+
+def test_twice_as_wide_blocks(widths: dict[int, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    [prediction] = predict_job(widths[256], [r"width:layers=blocks\.\d+$,factor=2"])
+    narrow = build_graph(open_job(widths[256]).traces[0])
+    assert prediction.graph is not None
+    # Every matching GEMM op x4, the rest of the blocks' forward and backward x2 (by hand from the untouched graph).
+    owner = np.array([name.startswith("TinyTransformer.blocks.") for name in narrow.layers] + [False])
+    in_blocks = owner[narrow.tasks["layer"]] & np.isin(narrow.tasks["phase"], [PHASES.index("forward"), PHASES.index("backward")])
+    in_blocks &= narrow.tasks["kind"] == TaskKind.HOST_OP
+    names = np.array([narrow.strings[n] for n in narrow.tasks["name"]])
+    gemm = in_blocks & np.isin(names, ["aten::addmm", "aten::mm", "aten::linear", "aten::bmm", "aten::matmul"])
+    before, after = narrow.tasks["duration_ns"], prediction.graph.tasks["duration_ns"][: narrow.task_count]
+    assert np.array_equal(after[gemm], before[gemm] * 4)
+    # The wider model's real peak: the blocks' activations and every parameter grow; the embedding and the head,
+    # which this what-if leaves at their size, hold the rest (about 5% here).
+    assert main(["memory", "--json", str(widths[512])]) == 0
+    measured = json.loads(capsys.readouterr().out)["devices"][0]["peak_allocated_bytes"]
+    assert main(["whatif", str(widths[256]), "--opt", r"width:layers=blocks\.\d+$,factor=2", "--memory", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)["memory"][0]["predicted_peak_bytes"]
+    assert 0.9 * measured <= predicted <= measured
