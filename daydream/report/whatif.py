@@ -153,4 +153,10 @@ def render_memory_predictions(entries: list[dict[str, Any]], console: Console) -
             format_bytes(entry["headroom_bytes"]) if entry["headroom_bytes"] is not None else "—",
             f"×{factor:.2f}" if isinstance(factor, float) else "—",
         )
+    if any(entry["device"] == "cpu" for entry in entries):
+        table.caption = "— on the CPU: host memory has no caching-allocator reserve and no device capacity to check"
+        table.caption_justify = "left"
+    elif any(entry["fits"] is None for entry in entries):
+        table.caption = "— : the GPU is not in the device table (docs/devices.md): name it with --device"
+        table.caption_justify = "left"
     console.print(table)
