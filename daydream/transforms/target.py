@@ -123,13 +123,14 @@ def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not name:
         raise InputError("--opt gpu: name the GPU to predict, e.g. gpu:target=H100 (the rows of docs/devices.md)")
     target = device(name)
+    if not graph.has_device_work():
+        return [f"gpu: the trace has no GPU work (a CPU trace); nothing to move to the {target.key} — trace the script "
+                "on a GPU to predict another"]
     source = context.device
     if source is None:
         recorded = context.device_name or "not recorded"
         raise InputError(f"--opt gpu:target={name}: the trace's GPU ({recorded}) is not in the device table, so there "
                          "is nothing to scale from — name the row it ran on with --device (docs/devices.md)")
-    if not graph.has_device_work():
-        return [f"gpu: the trace has no GPU work; nothing to move to the {target.key}"]
     blocks = context.launch_blocks if params["waves"] else None
     moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)), blocks)
     host = float(params["host"])
