@@ -11,7 +11,6 @@ from collections.abc import Callable
 import click
 from rich.console import Console
 
-from daydream.check import load_expectations, measure_checks, missing_stored, summarize_check, update_stored
 from daydream.cli._progress import err, out
 from daydream.errors import InputError
 from daydream.report.check import render_check, write_junit
@@ -37,6 +36,9 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     Example (from daydream's repository folder):
       daydream check examples/ci/expectations.yaml --junit daydream-check.xml
     """
+    # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
+    from daydream.check import load_expectations, measure_checks, missing_stored, summarize_check, update_stored
+
     expectations = load_expectations(expectations_path)
     if not update:
         problems = missing_stored(expectations)

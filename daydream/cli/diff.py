@@ -8,14 +8,13 @@ import click
 
 from daydream.api import diff_jobs
 from daydream.cli._progress import err, out, progress_bar
-from daydream.report.diff import TOP_LAYERS, render_comparisons, summarize_comparisons
 
 
 @click.command("diff")
 @click.argument("a", type=click.Path(path_type=str))
 @click.argument("b", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (a stable contract) instead of tables.")
-@click.option("--top", default=TOP_LAYERS, show_default=True, type=click.IntRange(1, 1000),
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="How many layers to list (largest absolute change first).")
 @click.option("--no-cache", is_flag=True, help="Read the traces afresh; neither use nor write the cache.")
 def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> None:
@@ -31,6 +30,9 @@ def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> Non
     Example (from daydream's repository folder):
       daydream diff examples/traces/cnn_v100.json.gz examples/traces/cnn_v100.json.gz --top 3
     """
+    # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
+    from daydream.report.diff import render_comparisons, summarize_comparisons
+
     with progress_bar(err()) as progress:
         comparisons = diff_jobs(a, b, cache=not no_cache, progress=progress)
     summary = summarize_comparisons(a, b, comparisons, top)

@@ -9,8 +9,6 @@ import click
 from daydream.api import replay_job
 from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, trace_argument
-from daydream.report.replay import render_replays, summarize_replays
-from daydream.report.timeline import write_timelines
 
 
 @click.command("replay")
@@ -37,6 +35,10 @@ def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, 
       daydream replay examples/traces/cnn_v100.json.gz
       daydream replay examples/traces/cnn_v100.json.gz --critical-path --timeline simulated.json.gz
     """
+    # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
+    from daydream.report.replay import render_replays, summarize_replays
+    from daydream.report.timeline import write_timelines
+
     status = err()
     trace = chosen_trace(trace, status.print)
     with progress_bar(status) as progress:

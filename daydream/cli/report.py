@@ -11,7 +11,6 @@ from daydream.cli._progress import err, progress_bar
 from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.errors import InputError
 from daydream.report.console import format_bytes
-from daydream.report.html import build_report, choose_iteration, write_report
 
 
 @click.command("report")
@@ -39,6 +38,9 @@ def report_command(trace: str | None, output_path: str, specs: tuple[str, ...], 
       daydream report examples/traces/cnn_v100.json.gz --opt amp -o report.html
       daydream report examples/traces/cnn_v100.json.gz --opt amp --opt fused-optimizer -o report.html
     """
+    # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
+    from daydream.report.html import build_report, choose_iteration, write_report
+
     began = time.perf_counter()
     status = err()
     trace = chosen_trace(trace, status.print)

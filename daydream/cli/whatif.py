@@ -12,13 +12,6 @@ from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, trace_argument
 from daydream.errors import InputError
 from daydream.report import plotting
-from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
-from daydream.report.timeline import write_timelines
-from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
-from daydream.simulate.whatif import list_optimizations, predict_traces
-from daydream.simulate.windows import iteration_windows
-from daydream.transforms import is_pipeline_file, parse_spec
-from daydream.transforms.optimizations import parse_sweep, with_value
 
 
 @click.command("whatif")
@@ -59,6 +52,12 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
       daydream whatif examples/traces/cnn_v100.json.gz --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
       daydream whatif --list
     """
+    # The simulator and its compiled code are imported here, not with the module: `daydream --help` lists this
+    # command without paying for them.
+    from daydream.report.timeline import write_timelines
+    from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
+    from daydream.simulate.windows import iteration_windows
+
     if show_list:
         _print_list(as_json)
         return
@@ -116,6 +115,11 @@ def _prices(text: str | None) -> dict[str, float]:
 
 def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_json: bool, plot_path: str | None,
            cache: bool, with_memory: bool = False, prices: dict[str, float] | None = None) -> None:
+    from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
+    from daydream.simulate.whatif import predict_traces
+    from daydream.transforms import is_pipeline_file, parse_spec
+    from daydream.transforms.optimizations import parse_sweep, with_value
+
     key, values = parse_sweep(sweep)
     if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):
         raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
@@ -146,6 +150,8 @@ def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_
 
 
 def _print_list(as_json: bool) -> None:
+    from daydream.simulate.whatif import list_optimizations
+
     entries = list_optimizations()
     if as_json:
         click.echo(json.dumps(entries, indent=2))
