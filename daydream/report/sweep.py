@@ -64,6 +64,14 @@ def _memory_point(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "largest_batch_factor": min(factors) if factors else None}
 
 
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _number(value: str) -> float:
     try:
         return float(value)
@@ -114,11 +122,18 @@ def render_sweep(summary: dict[str, Any], console: Console) -> None:
 def plot_sweep(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
     """Iteration time and (for world) scaling efficiency against the swept value, as a PNG; written atomically."""
     plt = plotting.pyplot()
-    values = [_number(p["value"]) for p in summary["points"]]
+    labels = [str(p["value"]) for p in summary["points"]]
+    numeric = all(_is_number(label) for label in labels)
+    # Named values (gpu:target=A100,H100) are categories: one bar each, in sweep order.
+    values = [_number(label) for label in labels] if numeric else list(range(len(labels)))
     times_ms = [p["predicted_ns"] / 1e6 for p in summary["points"]]
     figure, left = plt.subplots(figsize=(7, 4))
     try:
-        left.plot(values, times_ms, marker="o", color="#4c72b0", label="predicted iteration time (left axis)")
+        if numeric:
+            left.plot(values, times_ms, marker="o", color="#4c72b0", label="predicted iteration time (left axis)")
+        else:
+            left.bar(values, times_ms, color="#4c72b0", label="predicted iteration time")
+            left.set_xticks(values, labels)
         left.set_xlabel(summary["parameter"])
         left.set_ylabel("predicted iteration time (ms)", color="#4c72b0")
         left.set_ylim(bottom=0)

@@ -162,3 +162,17 @@ def test_wave_quantization_by_hand(tmp_path: Path) -> None:
     source, target = dataclasses.replace(SOURCE, sm_count=100), dataclasses.replace(TARGET, sm_count=200)
     retime(graph, source, target, fixed_ns=2_000, launch_blocks=blocks)
     assert graph.tasks["duration_ns"][gemm] == 100_000
+
+
+def test_a_sweep_of_named_gpus_draws_one_bar_each(tmp_path: Path) -> None:
+    from daydream.report.sweep import plot_sweep
+
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "gpus.png"
+    summary = {"parameter": "target", "optimizations": ["gpu"], "source": "t.json.gz",
+               "points": [{"value": name, "predicted_ns": ns} for name, ns in (("A100", 6e7), ("H100", 3e7), ("L4", 1.3e8))]}
+    plot_sweep(plot, summary)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from matplotlib import pyplot
+
+    assert not pyplot.get_fignums()  # closed after writing
