@@ -45,6 +45,17 @@ def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: lis
     return (total + (factor - 1) * matched) / total
 
 
+def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str, whose: str) -> str:
+    """Scale the optimizer's work by the parameter ratio (the matching layers' parameters x factor); the note."""
+    ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor)
+    if ratio is None:
+        return (f"{name}: the trace records no parameter sizes per layer (record with daydream trace): the optimizer's "
+                f"work is unchanged, so the prediction is low by {whose} share of it")
+    optimizer = select(graph, kind=(*GPU_WORK, *HOST_WORK), phase=["optimizer"])
+    scale(graph, optimizer, factor=ratio)
+    return f"{name}: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + {factor - 1:g} × {whose})"
+
+
 def _splice_after(graph: Graph, chain: np.ndarray, after: int, kind: DepKind, latency_ns: int = 0) -> None:
     """Put `chain` right after task `after` in its order of `kind`: after -> chain... -> after's old successors."""
     edges = graph.edges
@@ -108,16 +119,7 @@ def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     added = sum(repeat_after(graph, tasks) for tasks in chosen for _ in range(factor - 1))
     notes = [f"depth: {len(targets)} block(s) matching {params['layers']!r} ×{factor}: their forward and backward work "
              f"repeated ({added} tasks added)"]
-    ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor)
-    if ratio is None:
-        notes.append("depth: the trace records no parameter sizes per layer (record with daydream trace): the "
-                     "optimizer's work is unchanged, so the prediction is low by the blocks' share of it")
-    else:
-        optimizer = select(graph, kind=(*GPU_WORK, *HOST_WORK), phase=["optimizer"])
-        scale(graph, optimizer, factor=ratio)
-        notes.append(f"depth: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + {factor - 1} × "
-                     "the blocks')")
-    return notes
+    return [*notes, _grow_optimizer(graph, context, targets, factor, "depth", "the blocks'")]
 
 
 register(Optimization(
@@ -147,16 +149,7 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     unit = "kernels" if graph.has_device_work() else "CPU ops"
     notes = [f"width: {len(targets)} layer(s) matching {params['layers']!r} ×{factor:g} wide: {int(square.sum())} GEMM/conv "
              f"{unit} ×{factor ** 2:g}, {int((~square).sum())} other {unit} ×{factor:g}"]
-    ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor ** 2)
-    if ratio is None:
-        notes.append("width: the trace records no parameter sizes per layer (record with daydream trace): the "
-                     "optimizer's work is unchanged")
-    else:
-        optimizer = select(graph, kind=(*GPU_WORK, *HOST_WORK), phase=["optimizer"])
-        scale(graph, optimizer, factor=ratio)
-        notes.append(f"width: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + "
-                     f"{factor ** 2 - 1:g} × the layers')")
-    return notes
+    return [*notes, _grow_optimizer(graph, context, targets, factor ** 2, "width", "the layers'")]
 
 
 register(Optimization(

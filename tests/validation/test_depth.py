@@ -22,16 +22,20 @@ else:
     pytest.importorskip("torch")
 
 
+def _transformers(folder: Path, flag: str, values: tuple[int, ...]) -> dict[int, Path]:
+    """examples/transformer.py traced once per value of `flag` (--depth, --width)."""
+    traces = {}
+    for value in values:
+        out = folder / f"transformer{flag}-{value}.json.gz"
+        assert main(["trace", "--backend", "torch", "--warmup", "2", "--iterations", "3", "-o", str(out),
+                     str(REPO / "examples" / "transformer.py"), "--", "--steps", "8", flag, str(value)]) == 0
+        traces[value] = out
+    return traces
+
+
 @pytest.fixture(scope="module")
 def depths(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    folder = tmp_path_factory.mktemp("depth")
-    traces = {}
-    for depth in (2, 4):
-        out = folder / f"transformer-{depth}.json.gz"
-        assert main(["trace", "--backend", "torch", "--warmup", "2", "--iterations", "3", "-o", str(out),
-                     str(REPO / "examples" / "transformer.py"), "--", "--steps", "8", "--depth", str(depth)]) == 0
-        traces[depth] = out
-    return traces
+    return _transformers(tmp_path_factory.mktemp("depth"), "--depth", (2, 4))
 
 
 def _forward_ops(graph_tasks: dict[str, np.ndarray], iteration: int) -> int:
@@ -60,14 +64,7 @@ def test_twice_as_deep_fits_the_deeper_models_memory(depths: dict[int, Path], ca
 
 @pytest.fixture(scope="module")
 def widths(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    folder = tmp_path_factory.mktemp("width")
-    traces = {}
-    for width in (256, 512):
-        out = folder / f"transformer-{width}.json.gz"
-        assert main(["trace", "--backend", "torch", "--warmup", "2", "--iterations", "3", "-o", str(out),
-                     str(REPO / "examples" / "transformer.py"), "--", "--steps", "8", "--width", str(width)]) == 0
-        traces[width] = out
-    return traces
+    return _transformers(tmp_path_factory.mktemp("width"), "--width", (256, 512))
 
 
 def test_twice_as_wide_blocks(widths: dict[int, Path], capsys: pytest.CaptureFixture[str]) -> None:
