@@ -75,20 +75,29 @@ class _Allocations:
         return _Allocations(*(getattr(self, name).copy() for name in self.__slots__))  # type: ignore[attr-defined]
 
 
+@dataclass(slots=True, frozen=True)
+class _Model:
+    """What a memory model may consult besides the allocations: the layer names the allocations' `layer` indexes,
+    the optimizer the trace ran, and each layer's own parameter bytes (where the trace records them)."""
+
+    layers: list[str]
+    current_optimizer: str | None
+    layer_bytes: dict[str, int]
+
+
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
                    current_optimizer: str | None, device: Device | None,
                    layer_bytes: dict[str, int] | None = None) -> MemoryPrediction:
-    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what `depth` scales)."""
+    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale)."""
     allocations = _from(memory)
+    model = _Model(layers, current_optimizer, layer_bytes or {})
     notes: list[str] = []
     for name, params in specs:
         handler = _HANDLERS.get(name)
         if handler is None:
             notes.append(f"{name}: no memory model; allocations unchanged")
             continue
-        if name in ("depth", "width"):
-            params = {**params, "layer_bytes": layer_bytes or {}}
-        notes.append(handler(allocations, params, layers, current_optimizer))
+        notes.append(handler(allocations, params, model))
     peak = peak_bytes(allocations)
     reserved = _reserved(allocations) if memory.peak_reserved_bytes else None
     capacity = int(device.memory_gib * 2**30) if device is not None else None
@@ -162,14 +171,14 @@ def _batch_proportional(a: _Allocations) -> np.ndarray:
     return (a.category == ACT) | (np.isin(a.category, [TMP, WORKSPACE, OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
 
 
-def _batch_size(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _batch_size(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     factor = float(params["factor"])
     chosen = _batch_proportional(a)
     a.size[chosen] *= factor
     return f"batch-size: {int(chosen.sum())} activation and other forward/backward allocations × {factor:g}"
 
 
-def _amp(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _amp(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     chosen = _batch_proportional(a)
     a.size[chosen] *= 0.5
     weights = float(a.size[a.category == WEIGHTS].sum())
@@ -181,8 +190,8 @@ def _amp(a: _Allocations, params: dict[str, Any], layers: list[str], current: st
     return f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies ({copies:.1f} MiB) during forward"
 
 
-def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
-    targets, member = layer_owners(layers, str(params["layers"]))
+def _checkpoint(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+    targets, member = layer_owners(model.layers, str(params["layers"]))
     owner = member[a.layer]
     moved = 0
     # Chosen before any recomputed allocation is appended.
@@ -209,7 +218,7 @@ def _checkpoint(a: _Allocations, params: dict[str, Any], layers: list[str], curr
             "and recomputed before their backward")
 
 
-def _optimizer(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _optimizer(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     name = str(params["name"]).lower()
     if name not in STATE_TENSORS:
         raise InputError(f"--opt optimizer:name={name}: unknown optimizer (known: {', '.join(STATE_TENSORS)})")
@@ -221,7 +230,7 @@ def _optimizer(a: _Allocations, params: dict[str, Any], layers: list[str], curre
     a.size[state] = 0
     if new:
         _add(a, new, int(a.start.min()), NEVER, OPT)
-    return (f"optimizer: state {old / 2**20:.1f} MiB ({current or 'unknown'}) -> {new / 2**20:.1f} MiB "
+    return (f"optimizer: state {old / 2**20:.1f} MiB ({model.current_optimizer or 'unknown'}) -> {new / 2**20:.1f} MiB "
             f"({name}: {STATE_TENSORS[name]} tensor(s) per parameter × {gradient_bytes / 2**20:.1f} MiB of gradients)")
 
 
@@ -231,7 +240,7 @@ def _passes(a: _Allocations, category: int) -> int:
     return max(1, int(np.unique(chosen).size))
 
 
-def _zero(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _zero(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     stage, world = int(params["stage"]), int(params["world"])
     if stage not in (1, 2, 3) or world < 1:
         raise InputError(f"--opt zero:stage={stage},world={world}: stage is 1, 2 or 3 and world at least 1")
@@ -241,7 +250,7 @@ def _zero(a: _Allocations, params: dict[str, Any], layers: list[str], current: s
     return f"zero: stage {stage} over {world} ranks shards {', '.join(CATEGORIES[c] for c in shard)} (÷{world})"
 
 
-def _ddp(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _ddp(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     gradient_bytes = float(a.size[a.category == GRAD].sum()) / max(1, _passes(a, GRAD))
     if not gradient_bytes:
         return "ddp: no gradient allocations in the trace, so its bucket buffers are not counted"
@@ -260,15 +269,15 @@ def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> N
     a.iteration = np.append(a.iteration, -1)
 
 
-def _depth(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _depth(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     from daydream.mapping.attribution import layer_owners
     from daydream.transforms.model_size import parameter_ratio
 
     factor = int(params["factor"])
-    targets, owner = layer_owners(layers, str(params["layers"]))
+    targets, owner = layer_owners(model.layers, str(params["layers"]))
     if not targets or factor <= 1:
         return "depth: no matching layer or factor 1; allocations unchanged"
-    in_blocks = (owner[np.where(a.layer >= 0, a.layer, len(layers))] >= 0) & (a.category == ACT)
+    in_blocks = (owner[np.where(a.layer >= 0, a.layer, len(model.layers))] >= 0) & (a.category == ACT)
     copies = np.flatnonzero(in_blocks)
     for _ in range(factor - 1):
         for name in a.__slots__:  # type: ignore[attr-defined]
@@ -277,7 +286,7 @@ def _depth(a: _Allocations, params: dict[str, Any], layers: list[str], current: 
             column = getattr(a, name)
             setattr(a, name, np.concatenate([column, column[copies]]))
     note = f"depth: the activations of {len(targets)} block(s) ×{factor} ({copies.size} allocations each)"
-    ratio = parameter_ratio(params.get("layer_bytes") or {}, layers, targets, factor)
+    ratio = parameter_ratio(model.layer_bytes, model.layers, targets, factor)
     if ratio is None:
         return note + "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
     parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
@@ -285,25 +294,25 @@ def _depth(a: _Allocations, params: dict[str, Any], layers: list[str], current: 
     return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
-def _width(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _width(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     from daydream.mapping.attribution import layer_owners
     from daydream.transforms.model_size import parameter_ratio
 
     factor = float(params["factor"])
-    targets, owner = layer_owners(layers, str(params["layers"]))
+    targets, owner = layer_owners(model.layers, str(params["layers"]))
     if not targets:
         return "width: no matching layer; allocations unchanged"
-    in_layers = (owner[np.where(a.layer >= 0, a.layer, len(layers))] >= 0) & np.isin(a.category, [ACT, TMP, WORKSPACE])
+    in_layers = (owner[np.where(a.layer >= 0, a.layer, len(model.layers))] >= 0) & np.isin(a.category, [ACT, TMP, WORKSPACE])
     a.size[in_layers] *= factor
     note = f"width: the activations of {len(targets)} layer(s) ×{factor:g}"
-    ratio = parameter_ratio(params.get("layer_bytes") or {}, layers, targets, factor ** 2)
+    ratio = parameter_ratio(model.layer_bytes, model.layers, targets, factor ** 2)
     if ratio is None:
         return note + "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
     a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] *= ratio
     return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
-def _gpu(a: _Allocations, params: dict[str, Any], layers: list[str], current: str | None) -> str:
+def _gpu(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.timing import in_edges
 from daydream.simulate.engine import Timeline
-from daydream.simulate.windows import iteration_windows
+from daydream.simulate.windows import Window, iteration_windows
 
 CATEGORIES = ("host", "host gap", "gpu", "communication", "latency", "unexplained", "pinned")
 #: Above this share of the critical path, a prediction says it is bound by what the trace cannot explain.
@@ -167,11 +167,11 @@ def bound_line(bound: dict[str, object], top: int = 6) -> str:
     return " · ".join(f"{category} {share:.0%}" for category, share in shares[:top] if share >= 0.005)
 
 
-def iteration_bounds(graph: Graph, timeline: Timeline) -> list[Bound]:
-    """The bound of every iteration of `graph` (its window: simulate.windows), in iteration order."""
+def iteration_bounds(graph: Graph, timeline: Timeline, windows: list[Window] | None = None) -> list[Bound]:
+    """The bound of every iteration of `graph` (its window: simulate.windows, computed unless given), in order."""
     edges_in = in_edges(graph)
-    return [bound_by(graph, timeline, w.first, w.last, edges_in, w.start_ns)
-            for w in iteration_windows(graph, timeline.start_ns, timeline.end_ns)]
+    windows = windows if windows is not None else iteration_windows(graph, timeline.start_ns, timeline.end_ns)
+    return [bound_by(graph, timeline, w.first, w.last, edges_in, w.start_ns) for w in windows]
 
 
 def merge(bounds: list[Bound]) -> Bound:

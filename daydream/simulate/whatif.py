@@ -146,11 +146,12 @@ def gradient_bytes_of(trace: Trace) -> dict[str, int]:
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,
                 notes: list[str]) -> Prediction:
     per_iteration = []
-    for replayed, window in zip(baseline.iterations, iteration_windows(graph, timeline.start_ns, timeline.end_ns)):
+    windows = iteration_windows(graph, timeline.start_ns, timeline.end_ns)
+    for replayed, window in zip(baseline.iterations, windows):
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
                               "simulated_ns": replayed.simulated_ns, "predicted_ns": window.duration_ns})
 
-    bounds = iteration_bounds(graph, timeline)
+    bounds = iteration_bounds(graph, timeline, windows)
     for entry, bound in zip(per_iteration, bounds):
         entry["bound_by"] = bound.as_dict()
     predicted_bound = merge(bounds) if bounds else None

@@ -30,7 +30,15 @@ from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES
-from daydream.transforms.optimizations import FACTOR_RANGE, Context, Optimization, Parameter, kernel_classes, register
+from daydream.transforms.optimizations import (
+    FACTOR_RANGE,
+    Context,
+    Optimization,
+    Parameter,
+    copy_launched_work,
+    kernel_classes,
+    register,
+)
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, unpin
 
 
@@ -81,18 +89,7 @@ def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
     copies = graph.add_tasks(**{column: values[host] for column, values in columns.items()})
     unpin(graph, copies)
     _splice_after(graph, copies, int(host[-1]), DepKind.HOST_ORDER)
-    edges = graph.edges
-    launch = graph.edges_of_kind(DepKind.LAUNCH)
-    launch = launch[np.isin(edges["src"][launch], host)]
-    if launch.size == 0:
-        return int(copies.size)
-    kernels, callers, latency = edges["dst"][launch], edges["src"][launch], edges["latency_ns"][launch]
-    order = np.argsort(graph.tasks["measured_start_ns"][kernels], kind="stable")
-    kernels, callers, latency = kernels[order], callers[order], latency[order]
-    kernel_copies = graph.add_tasks(**{column: values[kernels] for column, values in graph.tasks.items()})
-    unpin(graph, kernel_copies)
-    copy_of = dict(zip(host.tolist(), copies.tolist()))
-    graph.add_edges([copy_of[int(c)] for c in callers], kernel_copies, DepKind.LAUNCH, latency_ns=latency, from_start=True)
+    kernels, kernel_copies = copy_launched_work(graph, host, copies)
     gap = int(graph.calibration.get("kernel_gap_ns", 0))
     resources = graph.tasks["resource"][kernels]
     for resource in np.unique(resources).tolist():

@@ -507,21 +507,29 @@ def _splice_host(graph: Graph, chain: np.ndarray, before: int) -> None:
     graph.add_edges([int(chain[-1])], [before], DepKind.HOST_ORDER)
 
 
-def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray, backward_tasks: np.ndarray) -> int:
-    """Copy the GPU work the original calls launched, and queue it before the layer's first backward GPU work."""
+def copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Copy the GPU work that `calls` launched, each copy launched by the copy of its call (`call_copies`, in the
+    order of `calls`) with the same latency; returns (the originals, in recorded start order, their copies)."""
     edges = graph.edges
     launch = graph.edges_of_kind(DepKind.LAUNCH)
     launched = launch[np.isin(edges["src"][launch], calls)]
     if launched.size == 0:
-        return 0
-    kernels = edges["dst"][launched]
-    copy_of_call = dict(zip(calls.tolist(), call_copies.tolist()))
-    latency = edges["latency_ns"][launched]
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    kernels, sources, latency = edges["dst"][launched], edges["src"][launched], edges["latency_ns"][launched]
     order = np.argsort(graph.tasks["measured_start_ns"][kernels], kind="stable")
-    kernels, sources, latency = kernels[order], edges["src"][launched][order], latency[order]
+    kernels, sources, latency = kernels[order], sources[order], latency[order]
     kernel_copies = graph.add_tasks(**{column: values[kernels] for column, values in graph.tasks.items()})
     unpin(graph, kernel_copies)
+    copy_of_call = dict(zip(calls.tolist(), call_copies.tolist()))
     graph.add_edges([copy_of_call[int(s)] for s in sources], kernel_copies, DepKind.LAUNCH, latency_ns=latency, from_start=True)
+    return kernels, kernel_copies
+
+
+def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray, backward_tasks: np.ndarray) -> int:
+    """Copy the GPU work the original calls launched, and queue it before the layer's first backward GPU work."""
+    _, kernel_copies = copy_launched_work(graph, calls, call_copies)
+    if kernel_copies.size == 0:
+        return 0
     gap = int(graph.calibration.get("kernel_gap_ns", 0))
     graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
     backward_gpu = backward_tasks[np.isin(graph.tasks["kind"][backward_tasks], [int(k) for k in GPU_WORK])]
