@@ -51,9 +51,13 @@ class MLP(nn.Module):
 
 
 def main() -> None:
-    args = training.options(__doc__.splitlines()[0], batch_size=64).parse_args()
+    parser = training.options(__doc__.splitlines()[0], batch_size=64)
+    parser.add_argument("--samples", type=int, default=1024, help="samples in the in-memory dataset (cycled through)")
+    args = parser.parse_args()
     device, _ = training.setup(args)
-    data = TensorDataset(torch.randn(args.steps * args.batch_size, 256), torch.randint(0, 10, (args.steps * args.batch_size,)))
+    if args.samples < args.batch_size:
+        raise SystemExit(f"--samples {args.samples} is smaller than one batch of {args.batch_size}")
+    data = TensorDataset(torch.randn(args.samples, 256), torch.randint(0, 10, (args.samples,)))
     batches = list(DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True))
     model = training.wrap(MLP(checkpoint=args.checkpoint).to(device), args)
     optimizer = training.optimizer(torch.optim.Adam, model, args, lr=1e-3)

@@ -94,9 +94,9 @@ def main() -> int:
         "|---|---|---:|---:|---:|",
         *rows,
         "",
-        "examples/mlp.py builds its whole dataset, and a list of its batches, at `--steps` x `--batch-size` samples: the",
-        "run with twice the batch also holds twice the data, which a what-if of the batch size does not scale (a dataset",
-        "held in memory does not depend on the batch size in general). `width` widens the matching layers only: the",
+        "examples/mlp.py holds a dataset of `--samples` (1,024) samples and a list of its batches, whatever the batch",
+        "size, as a real in-memory dataset does; `batch-size` scales what each iteration allocates and leaves what",
+        "existed before the trace alone. `width` widens the matching layers only: the",
         "transformer's embedding and head, which also grow with --width 512, are left at their size.",
         "",
     ])

@@ -184,6 +184,7 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         alloc_layer = np.concatenate([alloc_layer, np.full(len(named), NO_VALUE, dtype=alloc_layer.dtype)])
         extra_phase = np.full(len(named), NO_VALUE, dtype=np.int64)
         before_trace = "weights, gradients and optimizer state recorded by daydream trace at the first traced iteration"
+        before_trace += _allocator_before(trace, label)
     elif has_total and int(recorded[0]) - int(sizes[0]) > 0:
         before_trace = "allocated before the trace, from Total Allocated at the first event (not split into categories)"
     else:
@@ -221,6 +222,19 @@ def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
         value = entry.get(recorded_as)
         known[name] = int(value) if isinstance(value, (int, float)) and 0 <= value < 2**62 else 0
     return known
+
+
+def _allocator_before(trace: Trace, label: str) -> str:
+    """What the caching allocator held on GPU `label` when daydream trace took its snapshot, as words ("" if unknown)."""
+    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
+    before = collector.get("memory_before")
+    entry = before.get(label) if isinstance(before, dict) else None
+    reserved = entry.get("reserved") if isinstance(entry, dict) else None
+    if not isinstance(reserved, (int, float)) or not 0 < reserved < 2**62:
+        return ""
+    segments = entry.get("segments") if isinstance(entry, dict) else None
+    held = f" in {int(segments)} segments" if isinstance(segments, (int, float)) and 0 < segments < 2**62 else ""
+    return f"; the allocator then held {reserved / 2**20:.1f} MiB reserved{held}"
 
 
 def _pair(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -149,3 +149,34 @@ def test_a_library_ops_scratch_is_workspace(tmp_path: Path) -> None:
     sizes = device.allocations["size"].tolist()
     categories = [CATEGORIES[c] for c in device.allocations["category"].tolist()]
     assert dict(zip(sizes, categories)) == {4096: "workspace", 512: "temporaries", 256: "temporaries"}
+
+
+def test_memory_recorded_before_the_trace_is_counted_with_the_allocators_state(tmp_path: Path) -> None:
+    # daydream trace's snapshot: 6,000 bytes of weights and 4,000 of optimizer state on cuda:0, held by the
+    # caching allocator in 2 segments of 2 MiB each. The window's own Total Allocated starts at 10,000.
+    events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
+              *_training_step(0), *_training_step(100)]
+    running = 0
+    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
+        running += event["args"]["Bytes"]
+        event["args"]["Total Allocated"] = running + 10_000
+    before = {"cuda:0": {"weights": 6000, "gradients": 0, "optimizer state": 4000, "other tensors": 0,
+                         "allocated": 10_000, "reserved": 4 * 2**20, "segments": 2, "inactive split bytes": 0}}
+    path = write_trace(tmp_path, events, daydream={"memory_before": before})
+    (device,) = analyze_memory(read_job(path, cache=False).traces[0])
+    assert device.categories["weights"] == 6000
+    assert device.categories["optimizer state"] == 4000
+    assert device.categories["before the trace"] == 0
+    # Peak: 10,000 before + activation 1,000 + gradient 400.
+    assert device.peak_allocated_bytes == 11_400
+    assert device.before_trace.endswith("the allocator then held 4.0 MiB reserved in 2 segments")
+
+
+def test_the_allocators_summary_keeps_only_what_it_reports() -> None:
+    from daydream.trace.collect.hooks import allocator_summary
+
+    stats = {"segment.all.current": 3, "segment.large_pool.current": 1, "segment.small_pool.current": 2,
+             "inactive_split_bytes.all.current": 4096, "allocated_bytes.all.current": 10}
+    assert allocator_summary(stats) == {"segments": 3, "large pool segments": 1, "small pool segments": 2,
+                                        "inactive split bytes": 4096}
+    assert allocator_summary({}) == {}

@@ -311,7 +311,8 @@ class MemorySnapshot:
         if torch.cuda.is_available():
             for index in range(torch.cuda.device_count()):
                 snapshot.gpu[f"cuda:{index}"] = {"allocated": int(torch.cuda.memory_allocated(index)),
-                                                 "reserved": int(torch.cuda.memory_reserved(index))}
+                                                 "reserved": int(torch.cuda.memory_reserved(index)),
+                                                 **allocator_summary(torch.cuda.memory_stats(index))}
         return snapshot
 
     def counts(self, surviving_only: bool) -> dict[str, dict[str, int]]:
@@ -332,3 +333,15 @@ class MemorySnapshot:
 def memory_snapshot(models: list[Any], optimizers: list[Any]) -> dict[str, dict[str, int]]:
     """Everything the models, optimizers and script hold now, per device and category (MemorySnapshot.take)."""
     return MemorySnapshot.take(models, optimizers).counts(surviving_only=False)
+
+
+#: torch.cuda.memory_stats keys -> the names the trace's memory_before stores them under
+ALLOCATOR_SUMMARY = {"segment.all.current": "segments", "segment.large_pool.current": "large pool segments",
+                     "segment.small_pool.current": "small pool segments",
+                     "inactive_split_bytes.all.current": "inactive split bytes"}
+
+
+def allocator_summary(stats: dict[str, Any]) -> dict[str, int]:
+    """The caching allocator's segment summary from torch.cuda.memory_stats(): segments held (large and small pool) and
+    the bytes cached in split blocks no tensor uses (fragmentation). Keys the allocator does not report are left out."""
+    return {name: int(stats[key]) for key, name in ALLOCATOR_SUMMARY.items() if isinstance(stats.get(key), (int, float))}
