@@ -24,7 +24,8 @@ import numpy as np
 from _generated import corpus_missing, page_options, publish, scratch_cache
 
 from daydream.api import open_job
-from daydream.graph import DepKind, Graph, TaskKind, build_graph
+from daydream.graph import DepKind, Graph, build_graph
+from daydream.graph.model import GPU_WORK
 from daydream.mapping.collectives import match_collectives
 from daydream.simulate import replay_trace
 from daydream.simulate.bound import iteration_bounds
@@ -32,7 +33,7 @@ from daydream.simulate.replay import replay_traces
 from daydream.simulate.whatif import predict_traces
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)]
+GPU_KINDS = [int(k) for k in GPU_WORK]
 
 
 def without(graph: Graph, drop: str) -> Graph:

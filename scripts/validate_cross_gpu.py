@@ -19,7 +19,8 @@ import numpy as np
 from _generated import CORPUS, corpus_missing, page_options, publish, scratch_cache
 
 from daydream.api import open_job, predict_job
-from daydream.graph import Graph, TaskKind, build_graph
+from daydream.graph import Graph, build_graph
+from daydream.graph.model import GPU_WORK
 from daydream.mapping.classes import CLASSES
 from daydream.simulate.whatif import recorded_device
 from daydream.transforms.optimizations import kernel_classes
@@ -29,7 +30,7 @@ PAIRS = [
     ("tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz", "tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz"),
     ("tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"),
 ]
-GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMSET), int(TaskKind.MEMCPY), int(TaskKind.COLLECTIVE)]
+GPU_KINDS = [int(k) for k in GPU_WORK]
 
 
 def per_class(graph: Graph, iterations: int) -> dict[str, float]:

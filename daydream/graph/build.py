@@ -34,6 +34,7 @@ from daydream.errors import TraceFormatError
 from daydream.graph import calibrate
 from daydream.graph.model import (
     EDGE_COLUMNS,
+    HOST_TASKS,
     TASK_COLUMNS,
     DepKind,
     Graph,
@@ -874,7 +875,7 @@ class _Builder:
         if not iterations:
             return
         bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
-        host = np.flatnonzero(np.isin(tasks["kind"], [TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION, TaskKind.MARKER]))
+        host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_TASKS]))
         index = np.searchsorted(bounds, tasks["measured_start_ns"][host], side="right") - 1
         inside = (index >= 0) & (index < len(iterations))
         tasks["iteration"][host[inside]] = index[inside]

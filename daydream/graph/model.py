@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from daydream.interconnect import Interconnect
+
 NO_TASK = -1
 
 
@@ -48,9 +50,18 @@ class TaskKind(enum.IntEnum):
     MARKER = 7  # an iteration boundary on its host thread (zero duration; its gap is the host time before it)
 
 
+# Task-kind groups, defined here only.
 #: Work that only a GPU does. A graph with any is a GPU graph; collectives alone do not make one
 #: (gloo runs them on CPU threads, and data-parallel what-ifs insert them into CPU graphs too).
 DEVICE_WORK = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET)
+#: Computation kernels (no copies, sets or collectives).
+KERNELS = (TaskKind.KERNEL,)
+#: Everything that occupies a GPU stream or a communication channel.
+GPU_WORK = (*DEVICE_WORK, TaskKind.COLLECTIVE)
+#: Work a host thread does: API calls and CPU ops.
+HOST_WORK = (TaskKind.HOST_CALL, TaskKind.HOST_OP)
+#: Every task that sits on a host thread: its work, blocking calls' completions and iteration markers.
+HOST_TASKS = (*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER)
 
 
 class DepKind(enum.IntEnum):
@@ -117,6 +128,17 @@ def empty_columns(spec: dict[str, Any], size: int = 0) -> dict[str, np.ndarray]:
     return {name: np.zeros(size, dtype=dtype) for name, dtype in spec.items()}
 
 
+@dataclass(slots=True, frozen=True)
+class DataParallel:
+    """What one communication what-if leaves for the next in a chain of --opt (no-comm → ddp → grad-compression)."""
+
+    #: all-reduce bytes per iteration that no-comm removed: the gradient volume a following ddp, zero or p3 uses
+    removed_allreduce_bytes: int = 0
+    #: ranks and link a data-parallel what-if modelled (0 and None before one has)
+    world: int = 0
+    link: Interconnect | None = None
+
+
 @dataclass(slots=True)
 class Graph:
     """Tasks, edges and resources of one rank; `calibration` holds the per-trace constants."""
@@ -134,6 +156,8 @@ class Graph:
     #: Resources whose order is not fixed by program-order edges: resource id -> queue policy
     #: (daydream.simulate.engine.POLICIES). A graph with any is simulated by the event-driven engine.
     queue_policies: dict[int, str] = field(default_factory=dict)
+    #: State the communication what-ifs hand on (the measured constants stay in `calibration`).
+    data_parallel: DataParallel = field(default_factory=DataParallel)
 
     @property
     def task_count(self) -> int:
@@ -155,6 +179,7 @@ class Graph:
             iteration_markers=list(self.iteration_markers),
             layers=list(self.layers),
             queue_policies=dict(self.queue_policies),
+            data_parallel=self.data_parallel,
         )
 
     def has_device_work(self) -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 from daydream._files import write_atomically
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
-from daydream.graph.model import ResourceKind
+from daydream.graph.model import HOST_WORK, ResourceKind
 from daydream.simulate.engine import Timeline
 from daydream.trace import Trace
 
@@ -114,7 +114,7 @@ def completions_of_calls(graph: Graph) -> dict[int, int]:
 
 
 def _main_thread(trace: Trace, graph: Graph) -> tuple[Any, Any]:
-    host = np.isin(graph.tasks["kind"], [TaskKind.HOST_CALL, TaskKind.HOST_OP])
+    host = np.isin(graph.tasks["kind"], [int(k) for k in HOST_WORK])
     if not host.any():
         return 0, 0
     resource = graph.resources[int(np.bincount(graph.tasks["resource"][host]).argmax())]

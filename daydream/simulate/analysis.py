@@ -11,12 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import GPU_WORK
 from daydream.graph.timing import in_edges
 from daydream.intervals import Coverage
 from daydream.simulate.bound import binding_edge
 from daydream.simulate.engine import Timeline
-
-GPU_TASK_KINDS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
 
 
 def recorded_timeline(graph: Graph) -> Timeline:
@@ -54,7 +53,7 @@ class Breakdowns:
 
     def __init__(self, graph: Graph, timeline: Timeline, recorded: bool) -> None:
         kinds = graph.tasks["kind"]
-        gpu = np.isin(kinds, [int(k) for k in GPU_TASK_KINDS])
+        gpu = np.isin(kinds, [int(k) for k in GPU_WORK])
         collective = kinds == TaskKind.COLLECTIVE
         self.busy = Coverage(timeline.start_ns[gpu], timeline.end_ns[gpu])
         self.communication = Coverage(timeline.start_ns[collective], timeline.end_ns[collective])

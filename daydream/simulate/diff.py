@@ -26,6 +26,7 @@ import numpy as np
 
 from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import tie_collectives
+from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES, attribute, find_iterations, link
 from daydream.mapping.attribution import self_time_ns
 from daydream.mapping.classes import CLASSES, classes_of
@@ -37,8 +38,6 @@ from daydream.simulate.replay import Replay, measure_replay
 from daydream.trace import EventKind, Trace
 from daydream.transforms.primitives import scale
 
-GPU_KINDS = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
-HOST_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP)
 #: GPU task kinds whose class is their kind, whatever their name says.
 _CLASS_OF_KIND = {int(TaskKind.MEMCPY): "memory", int(TaskKind.MEMSET): "memory", int(TaskKind.COLLECTIVE): "communication"}
 OTHER_PHASE = PHASES.index("other")
@@ -196,11 +195,11 @@ def _gpu_work(graph: Graph, iterations: int) -> Work:
     """GPU tasks inside iterations; the host is every host task's own time and the gaps before it."""
     tasks = graph.tasks
     in_iteration = tasks["iteration"] >= 0
-    gpu = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in GPU_KINDS]) & in_iteration)
+    gpu = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in GPU_WORK]) & in_iteration)
     klass = classes_of(tasks["name"][gpu], graph.strings)
     for kind, name in _CLASS_OF_KIND.items():
         klass[tasks["kind"][gpu] == kind] = CLASSES.index(name)
-    host = _host_tasks(graph, HOST_KINDS)
+    host = _host_tasks(graph, HOST_WORK)
     return Work(basis="gpu", task=gpu, ns=tasks["duration_ns"][gpu].astype(np.float64), klass=klass,
                 phase=_phases(tasks["phase"][gpu]), layer=tasks["layer"][gpu].astype(np.int64), layers=list(graph.layers),
                 iterations=iterations, host_tasks=host,

@@ -16,13 +16,12 @@ import numpy as np
 
 from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import build_job_graphs
+from daydream.graph.model import HOST_TASKS
 from daydream.mapping import Iteration, find_iterations
 from daydream.simulate.engine import Timeline, simulate
 from daydream.simulate.job import simulate_job
 from daydream.simulate.windows import iteration_windows, measured_windows
 from daydream.trace import Trace
-
-HOST_TASK_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.COMPLETION, TaskKind.MARKER)
 
 
 @dataclass(slots=True)
@@ -107,7 +106,7 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
 
 def _anchor_resource(trace: Trace, graph: Graph, iterations: list[Iteration]) -> int:
     """The host thread whose tasks carry the iteration boundaries: the one holding the annotations."""
-    host = np.isin(graph.tasks["kind"], [int(k) for k in HOST_TASK_KINDS])
+    host = np.isin(graph.tasks["kind"], [int(k) for k in HOST_TASKS])
     resources = graph.tasks["resource"][host]
     if iterations and iterations[0].source != "whole_trace":
         rows = np.flatnonzero(trace.ts_ns == iterations[0].start_ns)
@@ -122,7 +121,7 @@ class _BoundaryMapper:
     def __init__(self, graph: Graph, timeline: Timeline, resource: int) -> None:
         tasks = graph.tasks
         on_thread = np.flatnonzero(
-            (tasks["resource"] == resource) & np.isin(tasks["kind"], [int(k) for k in HOST_TASK_KINDS])
+            (tasks["resource"] == resource) & np.isin(tasks["kind"], [int(k) for k in HOST_TASKS])
         )
         order = np.lexsort((tasks["measured_end_ns"][on_thread], tasks["measured_start_ns"][on_thread]))
         self.tasks = on_thread[order]

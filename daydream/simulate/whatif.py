@@ -18,6 +18,7 @@ from daydream.devices import Device, device, find_device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
+from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.engine import Timeline
@@ -26,9 +27,6 @@ from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.windows import iteration_windows
 from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
-
-GPU_KINDS = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)]
-HOST_KINDS = [int(TaskKind.HOST_CALL), int(TaskKind.HOST_OP)]
 
 
 @dataclass(slots=True)
@@ -198,9 +196,9 @@ def _work(graph: Graph) -> tuple[np.ndarray, str]:
     """Which tasks count as the work to compare: GPU work if any, else host work."""
     kinds = graph.tasks["kind"]
     if graph.has_device_work():
-        return np.flatnonzero(np.isin(kinds, GPU_KINDS)), "gpu"
+        return np.flatnonzero(np.isin(kinds, [int(k) for k in GPU_WORK])), "gpu"
     # A CPU-only trace; communication a what-if added counts as work too.
-    return np.flatnonzero(np.isin(kinds, [*HOST_KINDS, int(TaskKind.COLLECTIVE)])), "cpu"
+    return np.flatnonzero(np.isin(kinds, [int(k) for k in (*HOST_WORK, TaskKind.COLLECTIVE)])), "cpu"
 
 
 def _iterations(graph: Graph) -> int:

@@ -22,12 +22,13 @@ import numpy as np
 from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR, Device
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import GPU_WORK, HOST_TASKS, HOST_WORK, KERNELS
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classes_of, precisions_of
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
-from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, remove, scale, select, unpin
+from daydream.transforms.primitives import remove, scale, select, unpin
 
 MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
@@ -556,7 +557,7 @@ def _faster_host(graph: Graph, params: dict[str, Any], context: Context) -> list
     factor = float(params["factor"])
     if factor <= 0:
         raise InputError(f"--opt faster-host:factor={factor:g}: the factor must be positive")
-    host = select(graph, kind=(*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER))
+    host = select(graph, kind=HOST_TASKS)
     scale(graph, host, factor=1 / factor, gaps=True)
     return [f"faster-host: {host.size} host tasks and the CPU time between them ÷{factor:g}"]
 
@@ -565,7 +566,7 @@ def _no_host_overhead(graph: Graph, params: dict[str, Any], context: Context) ->
     if select(graph, kind=GPU_WORK).size == 0:
         raise InputError("no-host-overhead: the trace holds no GPU work, so all of its time is host work and an "
                          "infinitely fast host would take no time at all — for a faster CPU, try faster-host:factor=2")
-    host = select(graph, kind=(*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER))
+    host = select(graph, kind=HOST_TASKS)
     scale(graph, host, factor=0.0, gaps=True)
     return [f"no-host-overhead: {host.size} host tasks and the CPU time between them set to zero"]
 

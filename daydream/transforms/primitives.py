@@ -17,13 +17,11 @@ import numpy as np
 
 from daydream._regex import Pattern, user_regex
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import EDGE_COLUMNS
+from daydream.graph.model import EDGE_COLUMNS, GPU_WORK, HOST_WORK, KERNELS
 from daydream.graph.order import topological_order
 from daydream.mapping import PHASES
 
-KERNELS = (TaskKind.KERNEL,)
-GPU_WORK = (TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
-HOST_WORK = (TaskKind.HOST_CALL, TaskKind.HOST_OP)
+__all__ = ["GPU_WORK", "HOST_WORK", "KERNELS", "PRIMITIVES", "insert", "remove", "reschedule", "scale", "select", "unpin"]
 
 
 def select(

@@ -10,7 +10,7 @@ from daydream.graph import DepKind, TaskKind
 from daydream.simulate import simulate
 from daydream.simulate.job import simulate_job
 from daydream.transforms import Context, apply_spec, parse_spec
-from daydream.transforms.distributed import REMOVED_BYTES_KEY, buckets, parse_bytes
+from daydream.transforms.distributed import buckets, parse_bytes
 from daydream.transforms.optimizations import parse_sweep, with_value
 from tests.transforms.graphs import call, graph, kernel, launch_chain
 
@@ -90,7 +90,7 @@ def test_no_comm_removes_collectives_and_remembers_the_all_reduce_volume() -> No
     g = _communicating_step()
     apply_spec(g, parse_spec("no-comm"), Context())
     assert not np.any(g.tasks["kind"] == TaskKind.COLLECTIVE)
-    assert g.calibration[REMOVED_BYTES_KEY] == 8 * MiB
+    assert g.data_parallel.removed_allreduce_bytes == 8 * MiB
     # bwd 4-1004, then (the collective gone) sgd after it: 1005-1505.
     assert int(simulate(g).end_ns.max()) == 1505
 

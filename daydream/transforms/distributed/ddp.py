@@ -1,0 +1,83 @@
+"""`ddp`: data parallelism over WORLD ranks modelled on one rank's trace (PyTorch DistributedDataParallel).
+
+Every rank runs the same step, so one rank's graph plus its communication is the job's step: gradients
+fill buckets in the order backward produces them, each bucket is one all-reduce on a communication
+stream of its own, overlapping the rest of backward, and the optimizer waits for the last bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from daydream.errors import InputError
+from daydream.graph import Graph
+from daydream.transforms.distributed.buckets import (
+    buckets,
+    comm_resource,
+    gradient_events,
+    gradient_volume,
+    insert_collectives,
+    iterations_of,
+    no_existing_collectives,
+    wait_before_optimizer,
+)
+from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, fabric, parse_bytes
+from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
+
+DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
+     "bucket": Parameter(str, "25MiB", "bucket size"),
+     "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")}
+
+
+def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    return data_parallel(graph, params, context, "ddp", "allreduce")
+
+
+def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str) -> list[str]:
+    """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last."""
+    no_existing_collectives(graph, name)
+    world = int(params["world"])
+    net = fabric(params, context, world)
+    cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
+    total = gradient_volume(graph, params)
+    resource = comm_resource(graph, f"{name} communication")
+    notes: list[str] = []
+    inserted = 0
+    volume = 0
+    for iteration in iterations_of(graph):
+        events = gradient_events(graph, iteration, context, total)
+        if not events:
+            continue
+        plan = []
+        for index, (task, nbytes) in enumerate(buckets(events, cap)):
+            plan.append((task, nbytes, f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
+                         net.time_ns(operation, nbytes)))
+        ids = insert_collectives(graph, resource, iteration, plan)
+        inserted += ids.size
+        volume = sum(p[1] for p in plan)
+        problem = wait_before_optimizer(graph, iteration, int(ids[-1]))
+        if problem and problem not in notes:
+            notes.append(problem)
+    if not inserted:
+        raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
+                         "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
+    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network or net.link)
+    per_iteration = inserted / max(len(iterations_of(graph)), 1)
+    shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
+    notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "
+                    f"{net.describe()}; the optimizer waits for the last bucket")
+    return notes
+
+
+register(Optimization(
+    "ddp", "data parallelism over WORLD ranks (PyTorch DDP), from a one-rank trace",
+    "gradients become ready when their layer's last backward work ends; in that order they fill buckets "
+    "(1 MiB first, then bucket=25MiB); one all-reduce per bucket on a communication stream, timed by the ring/tree "
+    "alpha-beta model of daydream.interconnect (2(n-1)/n·S/B + 2(n-1)·latency for a ring), overlapping backward; "
+    "the optimizer waits for the last bucket. Link: interconnect= preset, else the GPU's NVLink/PCIe within "
+    f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override. world=1 changes nothing",
+    _ddp,
+    DATA_PARALLEL_PARAMETERS,
+))
+
