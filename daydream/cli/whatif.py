@@ -161,5 +161,5 @@ def _print_list(as_json: bool) -> None:
     table.add_column("model", overflow="fold")
     table.add_column("parameters", overflow="fold")
     for entry in entries:
-        table.add_row(entry["name"], f"{entry['summary']}: {entry['model']}", entry["parameters"])
+        table.add_row(entry["name"], f"{entry['summary']}. time: {entry['model']}. memory: {entry['memory']}", entry["parameters"])
     out().print(table)

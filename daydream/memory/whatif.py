@@ -4,14 +4,9 @@ The allocations of the trace (sizes, lifetimes, categories, layers) are rewritte
 way the optimization changes them, the peak is recomputed by a sweep over the new
 lifetimes, and the caching-allocator model turns the allocations into reserved memory.
 
-| optimization | model |
-|---|---|
-| batch-size:factor=F | activations, and temporaries of forward/backward, × F |
-| amp | activations and forward/backward temporaries × 0.5 (fp16); a cast copy of the weights (× 0.5) in each forward |
-| checkpoint:layers=RE | matching layers' activations freed when the layer's forward ends, recomputed before their backward |
-| optimizer:name=N | optimizer state = state tensors per parameter × gradient bytes (SGD 0, SGD+momentum 1, Adagrad 1, Adam/AdamW 2) |
-| zero:stage=S,world=W | optimizer state / W (S ≥ 1), gradients / W (S ≥ 2), weights / W (S = 3) |
-| ddp | DDP's flat gradient buckets: one more copy of the gradients, for the whole run |
+Each optimization's memory model is one of the `*_memory` functions here, attached to its entry in
+`daydream.transforms.OPTIMIZATIONS` (the one registry `whatif --list` and `whatif --memory` both read);
+its docstring is the model as `whatif --list` shows it.
 
 Memory the trace shows only as a recorded total (allocated before the window) is kept
 as it is, except where an optimization says otherwise about weights.
@@ -20,6 +15,7 @@ as it is, except where an optimization says otherwise about weights.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +26,8 @@ from daydream.errors import InputError
 from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
 from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
+#: An optimization's memory model: rewrites the allocations in place, returns its note.
+MemoryModel = Callable[["Allocations", dict[str, Any], "ModelFacts"], str]
 STATE_TENSORS = {"sgd": 0, "sgd-momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 _OPTIMIZER_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
 ACT, TMP, GRAD, OPT, WEIGHTS, OTHER, WORKSPACE = (
@@ -60,7 +58,7 @@ class MemoryPrediction:
 
 
 @dataclass(slots=True)
-class _Allocations:
+class Allocations:
     size: np.ndarray
     start: np.ndarray
     end: np.ndarray
@@ -71,12 +69,12 @@ class _Allocations:
     baseline_times: np.ndarray  # memory from before the window, as a step function
     baseline_bytes: np.ndarray
 
-    def copy(self) -> _Allocations:
-        return _Allocations(*(getattr(self, name).copy() for name in self.__slots__))  # type: ignore[attr-defined]
+    def copy(self) -> Allocations:
+        return Allocations(*(getattr(self, name).copy() for name in self.__slots__))  # type: ignore[attr-defined]
 
 
 @dataclass(slots=True, frozen=True)
-class _Model:
+class ModelFacts:
     """What a memory model may consult besides the allocations: the layer names the allocations' `layer` indexes,
     the optimizer the trace ran, and each layer's own parameter bytes (where the trace records them)."""
 
@@ -89,15 +87,17 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
                    current_optimizer: str | None, device: Device | None,
                    layer_bytes: dict[str, int] | None = None) -> MemoryPrediction:
     """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale)."""
+    from daydream.transforms import OPTIMIZATIONS  # the one registry; transforms imports this module's models
+
     allocations = _from(memory)
-    model = _Model(layers, current_optimizer, layer_bytes or {})
+    model = ModelFacts(layers, current_optimizer, layer_bytes or {})
     notes: list[str] = []
     for name, params in specs:
-        handler = _HANDLERS.get(name)
-        if handler is None:
+        optimization = OPTIMIZATIONS.get(name)
+        if optimization is None or optimization.memory is None:
             notes.append(f"{name}: no memory model; allocations unchanged")
             continue
-        notes.append(handler(allocations, params, model))
+        notes.append(optimization.memory(allocations, params, model))
     peak = peak_bytes(allocations)
     reserved = _reserved(allocations) if memory.peak_reserved_bytes else None
     capacity = int(device.memory_gib * 2**30) if device is not None else None
@@ -131,7 +131,7 @@ def current_optimizer_of(names: list[str]) -> str | None:
     return None
 
 
-def peak_bytes(allocations: _Allocations) -> int:
+def peak_bytes(allocations: Allocations) -> int:
     """The largest sum of live allocations plus the pre-window memory, over the timeline."""
     times = np.unique(np.concatenate([allocations.start, allocations.end[allocations.end != NEVER], allocations.baseline_times]))
     delta = np.zeros(times.size + 1, dtype=np.float64)
@@ -144,14 +144,14 @@ def peak_bytes(allocations: _Allocations) -> int:
     return int((live + baseline).max()) if times.size else 0
 
 
-def _from(memory: DeviceMemory) -> _Allocations:
+def _from(memory: DeviceMemory) -> Allocations:
     a = memory.allocations
-    return _Allocations(a["size"].astype(np.float64), a["start"].copy(), a["end"].copy(), a["category"].copy(),
+    return Allocations(a["size"].astype(np.float64), a["start"].copy(), a["end"].copy(), a["category"].copy(),
                         a["layer"].copy(), a["phase"].copy(), a["iteration"].copy(), memory.times_ns.copy(),
                         memory.by_category.get("before the trace", np.zeros(memory.times_ns.size)).astype(np.float64))
 
 
-def _reserved(allocations: _Allocations) -> int | None:
+def _reserved(allocations: Allocations) -> int | None:
     try:
         from daydream.memory.allocator import replay_events
     except ImportError:  # pragma: no cover - the allocator model ships with daydream
@@ -166,19 +166,21 @@ def _reserved(allocations: _Allocations) -> int | None:
     return int(peaks.peak_reserved_bytes) + baseline
 
 
-def _batch_proportional(a: _Allocations) -> np.ndarray:
+def _batch_proportional(a: Allocations) -> np.ndarray:
     """Activations, and temporaries or unclassified tensors made in forward or backward (outputs, logits, losses)."""
     return (a.category == ACT) | (np.isin(a.category, [TMP, WORKSPACE, OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
 
 
-def _batch_size(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def batch_size_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """activations, and temporaries and workspaces of forward and backward, × factor"""
     factor = float(params["factor"])
     chosen = _batch_proportional(a)
     a.size[chosen] *= factor
     return f"batch-size: {int(chosen.sum())} activation and other forward/backward allocations × {factor:g}"
 
 
-def _amp(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def amp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """activations and forward/backward temporaries × 0.5 (16-bit); a 16-bit copy of the weights during each forward"""
     chosen = _batch_proportional(a)
     a.size[chosen] *= 0.5
     weights = float(a.size[a.category == WEIGHTS].sum())
@@ -190,7 +192,8 @@ def _amp(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     return f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies ({copies:.1f} MiB) during forward"
 
 
-def _checkpoint(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def checkpoint_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the matching layers' activations freed when the layer's forward ends, allocated again before its backward"""
     targets, member = layer_owners(model.layers, str(params["layers"]))
     owner = member[a.layer]
     moved = 0
@@ -218,7 +221,8 @@ def _checkpoint(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
             "and recomputed before their backward")
 
 
-def _optimizer(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def optimizer_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """optimizer state = state tensors per parameter (SGD 0, momentum/Adagrad/RMSprop 1, Adam/AdamW 2) × the gradients' bytes"""
     name = str(params["name"]).lower()
     if name not in STATE_TENSORS:
         raise InputError(f"--opt optimizer:name={name}: unknown optimizer (known: {', '.join(STATE_TENSORS)})")
@@ -234,13 +238,14 @@ def _optimizer(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
             f"({name}: {STATE_TENSORS[name]} tensor(s) per parameter × {gradient_bytes / 2**20:.1f} MiB of gradients)")
 
 
-def _passes(a: _Allocations, category: int) -> int:
+def _passes(a: Allocations, category: int) -> int:
     """How many iterations made allocations of `category`."""
     chosen = a.iteration[(a.category == category) & (a.iteration >= 0)]
     return max(1, int(np.unique(chosen).size))
 
 
-def _zero(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def zero_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """optimizer state ÷ world (stage ≥ 1), gradients ÷ world (stage ≥ 2), weights ÷ world (stage 3)"""
     stage, world = int(params["stage"]), int(params["world"])
     if stage not in (1, 2, 3) or world < 1:
         raise InputError(f"--opt zero:stage={stage},world={world}: stage is 1, 2 or 3 and world at least 1")
@@ -250,7 +255,8 @@ def _zero(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     return f"zero: stage {stage} over {world} ranks shards {', '.join(CATEGORIES[c] for c in shard)} (÷{world})"
 
 
-def _ddp(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def ddp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """one more copy of the gradients for the whole run: DDP's flat bucket buffers"""
     gradient_bytes = float(a.size[a.category == GRAD].sum()) / max(1, _passes(a, GRAD))
     if not gradient_bytes:
         return "ddp: no gradient allocations in the trace, so its bucket buffers are not counted"
@@ -259,7 +265,7 @@ def _ddp(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
             "DistributedDataParallel(gradient_as_bucket_view=True) avoids it)")
 
 
-def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> None:
+def _add(a: Allocations, size: float, start: int, end: int, category: int) -> None:
     a.size = np.append(a.size, size)
     a.start = np.append(a.start, start)
     a.end = np.append(a.end, end)
@@ -269,7 +275,8 @@ def _add(a: _Allocations, size: float, start: int, end: int, category: int) -> N
     a.iteration = np.append(a.iteration, -1)
 
 
-def _depth(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the matching blocks' activations × factor; weights, gradients and optimizer state by the parameters added"""
     from daydream.mapping.attribution import layer_owners
     from daydream.transforms.model_size import parameter_ratio
 
@@ -294,7 +301,8 @@ def _depth(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
-def _width(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def width_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the matching layers' activations × factor; weights, gradients and optimizer state by their parameters × factor²"""
     from daydream.mapping.attribution import layer_owners
     from daydream.transforms.model_size import parameter_ratio
 
@@ -312,9 +320,7 @@ def _width(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
     return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
-def _gpu(a: _Allocations, params: dict[str, Any], model: _Model) -> str:
+def gpu_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the same allocations, checked against the target's capacity"""
     return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
 
-
-_HANDLERS = {"batch-size": _batch_size, "amp": _amp, "checkpoint": _checkpoint, "optimizer": _optimizer, "zero": _zero,
-             "ddp": _ddp, "gpu": _gpu, "depth": _depth, "width": _width}

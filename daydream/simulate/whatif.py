@@ -226,5 +226,5 @@ def _layers(before: Graph, after: Graph, top: int = 10) -> list[dict[str, Any]]:
 
 
 def list_optimizations() -> list[dict[str, str]]:
-    return [{"name": o.name, "summary": o.summary, "model": o.model,
+    return [{"name": o.name, "summary": o.summary, "model": o.model, "memory": o.memory_model,
              "parameters": ", ".join(f"{k}={p.default!r}" for k, p in o.parameters.items())} for o in OPTIMIZATIONS.values()]

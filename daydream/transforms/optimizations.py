@@ -26,6 +26,13 @@ from daydream.graph.model import GPU_WORK, HOST_TASKS, HOST_WORK, KERNELS
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classes_of, precisions_of
+from daydream.memory.whatif import (
+    MemoryModel,
+    amp_memory,
+    batch_size_memory,
+    checkpoint_memory,
+    optimizer_memory,
+)
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
 from daydream.transforms.primitives import remove, scale, select, unpin
@@ -90,15 +97,27 @@ def bandwidth(text: str) -> float:
 
 @dataclass(slots=True, frozen=True)
 class Optimization:
+    """One what-if: its parameters, its time model (`apply`, a graph rewrite), its memory model (`memory`, a rewrite
+    of the allocations; None: allocations unchanged) and both models in words."""
+
     name: str
     summary: str
-    model: str  # the model, in words: which tasks, what factor, where the factor comes from
+    model: str  # the time model, in words: which tasks, what factor, where the factor comes from
     apply: Apply
     parameters: dict[str, Parameter] = field(default_factory=dict)
+    memory: MemoryModel | None = None
+
+    @property
+    def memory_model(self) -> str:
+        """The memory model in words (its function's docstring)."""
+        if self.memory is None:
+            return "none: allocations unchanged"
+        return " ".join((self.memory.__doc__ or "modelled").split())
 
     def describe(self) -> str:
         params = ", ".join(f"{k}={p.default!r} ({p.help})" for k, p in self.parameters.items())
-        return f"{self.name}: {self.summary}\n  model: {self.model}" + (f"\n  parameters: {params}" if params else "")
+        return (f"{self.name}: {self.summary}\n  time: {self.model}\n  memory: {self.memory_model}"
+                + (f"\n  parameters: {params}" if params else ""))
 
 
 OPTIMIZATIONS: dict[str, Optimization] = {}
@@ -294,6 +313,7 @@ register(Optimization(
     _amp,
     {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)", 0.0, 1e3),
      "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)", 0.0, 1e3)},
+    memory=amp_memory,
 ))
 
 
@@ -447,6 +467,7 @@ register(Optimization(
     _batch_size,
     {"factor": Parameter(float, 2.0, "new batch size / old batch size", 1e-3, 1e4),
      "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost", 0.0, 100.0)},
+    memory=batch_size_memory,
 ))
 
 
@@ -547,6 +568,7 @@ register(Optimization(
     "saves is reported by the memory what-if)",
     _checkpoint,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},
+    memory=checkpoint_memory,
 ))
 
 
@@ -620,8 +642,8 @@ def _memory_only(name: str) -> Apply:
 
 register(Optimization(
     "optimizer", "another optimizer (SGD, SGD with momentum, Adam, AdamW, Adagrad, RMSprop)",
-    "memory: optimizer state = state tensors per parameter × the parameters' bytes (the gradients' size); "
-    "time: unchanged in this version",
+    "unchanged in this version: another optimizer's step time is not modelled (its memory is)",
     _memory_only("optimizer"),
     {"name": Parameter(str, "adam", "sgd, sgd-momentum, adam, adamw, adagrad or rmsprop")},
+    memory=optimizer_memory,
 ))

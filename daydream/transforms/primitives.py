@@ -144,8 +144,9 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
     gap = graph.tasks["gap_ns"]
     new_edges: set[tuple[int, int, int, int]] = set()
     order = topological_order(graph.task_count, edges["src"], edges["dst"])
+    latest = _LatestPerResource(graph, order)
     for v in order[removed[order]].tolist():
-        predecessors = incoming.pop(v, set())
+        predecessors = latest.of(incoming.pop(v, set()))
         for w, kind, latency in outgoing.get(v, []):
             if keep_gaps and DepKind(kind).is_host:
                 gap[w] += gap[v]
@@ -162,6 +163,32 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
             graph.add_edges(mine[:, 0], mine[:, 1], DepKind(edge_kind), latency_ns=mine[:, 3])
     _drop_tasks(graph, removed)
     return graph
+
+
+class _LatestPerResource:
+    """Prunes the predecessors a removed task hands on: of those on one program-ordered resource (a host thread or
+    a stream, not a queue whose order the simulator picks), only the last in program order can bind — it starts
+    after the others end — so the rest add nothing. Keeps a chain of removed tasks (a stream of collectives) from
+    handing on every predecessor of every earlier link: quadratic in the chain's length otherwise."""
+
+    def __init__(self, graph: Graph, order: np.ndarray) -> None:
+        self.position = np.empty(order.size, dtype=np.int64)
+        self.position[order] = np.arange(order.size)
+        self.resource = graph.tasks["resource"]
+        self.unordered = set(graph.queue_policies)
+
+    def of(self, predecessors: set[int]) -> set[int]:
+        if len(predecessors) < 2:
+            return predecessors
+        kept: set[int] = set()
+        last: dict[int, int] = {}
+        for task in predecessors:
+            resource = int(self.resource[task])
+            if resource in self.unordered:
+                kept.add(task)
+            elif resource not in last or self.position[task] > self.position[last[resource]]:
+                last[resource] = task
+        return kept | set(last.values())
 
 
 def _drop_tasks(graph: Graph, removed: np.ndarray) -> None:

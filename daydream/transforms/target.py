@@ -36,6 +36,7 @@ from daydream.devices import Device, device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.mapping.classes import CLASSES, PRECISIONS
+from daydream.memory.whatif import gpu_memory
 from daydream.transforms.optimizations import (
     FACTOR_RANGE,
     Context,
@@ -157,4 +158,5 @@ register(Optimization(
      "host": Parameter(float, 1.0, "the target machine's host CPU speed relative to the trace's", **FACTOR_RANGE),
      "fixed": Parameter(float, 2.0, "µs of each kernel that does not scale (its launch on the device, its tail)", 0.0, 1e6),
      "waves": Parameter(int, 0, "1: wave quantization of GEMM/conv/attention kernels by SM/CU count (grid sizes)", 0, 1)},
+    memory=gpu_memory,
 ))

@@ -180,3 +180,30 @@ def test_the_allocators_summary_keeps_only_what_it_reports() -> None:
     assert allocator_summary(stats) == {"segments": 3, "large pool segments": 1, "small pool segments": 2,
                                         "inactive split bytes": 4096}
     assert allocator_summary({}) == {}
+
+
+def test_whatif_memory_reads_the_optimizations_own_memory_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from daydream.transforms import OPTIMIZATIONS
+
+    trace = _trace(tmp_path)
+    (device,) = analyze_memory(trace)
+    layers = attribute(trace).layers
+
+    def note_and_peak(spec: str) -> tuple[str, int]:
+        prediction = predict_memory(device, [parse_spec(spec)], layers, None, None)
+        return prediction.notes[0], prediction.predicted_peak_bytes
+
+    # An optimization without a memory model says so and leaves the peak alone.
+    note, peak = note_and_peak("fused-optimizer")
+    assert note == "fused-optimizer: no memory model; allocations unchanged" and peak == 16_400
+    # Swapping the registry entry's memory model swaps what whatif --memory does: there is no second registry.
+    def everything_doubled(a, params, model):  # type: ignore[no-untyped-def]
+        a.size *= 2
+        return "doubled"
+
+    monkeypatch.setitem(OPTIMIZATIONS, "fused-optimizer", replace(OPTIMIZATIONS["fused-optimizer"], memory=everything_doubled))
+    note, peak = note_and_peak("fused-optimizer")
+    assert note == "doubled" and peak == 10_000 + 2 * (5000 + 1000 + 400)
+    assert "memory: " in OPTIMIZATIONS["batch-size"].describe() and OPTIMIZATIONS["batch-size"].memory is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 from daydream.errors import InputError
 from daydream.graph import Graph
+from daydream.memory.whatif import ddp_memory
 from daydream.transforms.distributed.buckets import (
     buckets,
     comm_resource,
@@ -79,5 +80,6 @@ register(Optimization(
     f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override. world=1 changes nothing",
     _ddp,
     DATA_PARALLEL_PARAMETERS,
+    memory=ddp_memory,
 ))
 

@@ -9,6 +9,7 @@ import numpy as np
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import DEVICE_WORK
+from daydream.memory.whatif import zero_memory
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
@@ -86,12 +87,12 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
 
 register(Optimization(
     "zero", "ZeRO / FSDP: data parallelism with sharded optimizer state, gradients (stage 2) and weights (stage 3)",
-    "time: as ddp, but each bucket is reduce-scattered; the optimizer's device work ÷world; stages 1-2 all-gather "
+    "as ddp, but each bucket is reduce-scattered; the optimizer's device work ÷world; stages 1-2 all-gather "
     "the updated parameters after the optimizer, before the next forward; stage 3 all-gathers each layer's "
-    "parameters before its forward and before its backward, on a stream of their own, in order. "
-    "memory: optimizer state ÷world (stage ≥ 1), gradients ÷world (stage ≥ 2), weights ÷world (stage 3)",
+    "parameters before its forward and before its backward, on a stream of their own, in order",
     _zero,
     {"stage": Parameter(int, 2, "1, 2 or 3", 1, 3), "world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD),
      **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"}},
+    memory=zero_memory,
 ))
 
