@@ -47,6 +47,26 @@ def test_ddp_buckets_overlap_backward_and_the_optimizer_waits_for_the_last() -> 
     assert int(timeline.start_ns[optimizer]) == 6200
 
 
+def test_ddp_waits_at_the_optimizer_step_not_at_zero_grad_before_forward() -> None:
+    # zero_grad (optimizer phase, 100 ns) at the top of the loop, then the step above: zero_grad 4-104, fwd 105-1105,
+    # bwd b 1106-2106, bwd a 2107-3107, sgd 3108-3608 without communication. Waiting at zero_grad would be a cycle.
+    tasks, edges = launch_chain(
+        [call(), call(), call(), call(), call()],
+        [kernel("zero_", 100, phase="optimizer"), kernel("fwd", 1000, phase="forward", layer="a"),
+         kernel("bwd", 1000, phase="backward", layer="b"), kernel("bwd", 1000, phase="backward", layer="a"),
+         kernel("sgd", 500, phase="optimizer")],
+    )
+    g = graph(tasks, edges, layers=["a", "b"])
+    assert int(simulate(g).end_ns.max()) == 3608
+    apply_spec(g, parse_spec("ddp:world=2,bandwidth=1000,latency=0"), CONTEXT)
+    timeline = simulate(g)
+    reduces = np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)
+    # b ready at 2106 -> 2106 + 1049 = 3155; a ready at 3107, after the first -> 3155 + 3146 = 6301: the step then.
+    assert timeline.end_ns[reduces].tolist() == [3155, 6301]
+    zero_grad, step = np.flatnonzero(g.tasks["phase"] == 2).tolist()
+    assert int(timeline.start_ns[zero_grad]) == 4 and int(timeline.start_ns[step]) == 6301
+
+
 def test_ddp_on_one_rank_changes_nothing() -> None:
     g = _step()
     before = simulate(g)

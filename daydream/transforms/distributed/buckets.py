@@ -136,13 +136,22 @@ def first_task(graph: Graph, iteration: int, phase: int) -> int | None:
     return int(work[0]) if work.size else None
 
 
-def wait_before_optimizer(graph: Graph, iteration: int, last: int) -> str | None:
-    """The optimizer of `iteration` waits for task `last`; without one, the iteration's end does."""
-    target = first_task(graph, iteration, OPTIMIZER)
+def wait_before_optimizer(graph: Graph, iteration: int, last: int, ready: int) -> str | None:
+    """The optimizer step of `iteration` waits for collective `last`, which carries the gradients task `ready`
+    made; without a step, the iteration's end waits.
+
+    The step is the first optimizer work recorded after `ready`: optimizer work before it (`zero_grad` at the
+    top of the loop) is not the step, and waiting there would be a cycle.
+    """
+    tasks = graph.tasks
+    optimizer = phase_work(graph, iteration, OPTIMIZER)
+    start, ready_start = tasks["measured_start_ns"][optimizer], tasks["measured_start_ns"][ready]
+    after = optimizer[(start > ready_start) | ((start == ready_start) & (optimizer > ready))]
+    target = int(after[0]) if after.size else None
     problem = None
     if target is None and iteration < len(graph.iteration_markers):
         target = graph.iteration_markers[iteration][1]
-        problem = "no optimizer work found: the iteration's end waits for the last bucket instead"
+        problem = "no optimizer work after backward found: the iteration's end waits for the last bucket instead"
     if target is not None:
         graph.add_edges([last], [target], DepKind.COMMUNICATION)
     return problem

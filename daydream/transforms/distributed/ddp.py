@@ -57,7 +57,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         ids = insert_collectives(graph, resource, iteration, plan)
         inserted += ids.size
         volume = sum(p[1] for p in plan)
-        problem = wait_before_optimizer(graph, iteration, int(ids[-1]))
+        problem = wait_before_optimizer(graph, iteration, int(ids[-1]), plan[-1][0])
         if problem and problem not in notes:
             notes.append(problem)
     if not inserted:
