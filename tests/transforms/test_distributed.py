@@ -272,3 +272,39 @@ def test_the_first_iteration_carries_its_own_all_reduce() -> None:
     windows = [w.duration_ns for w in iteration_windows(g, timeline.start_ns, timeline.end_ns)]
     assert windows == [6700, 6697, 6697]
     assert max(windows) / min(windows) - 1 < 0.02  # a steady loop: every iteration alike
+
+
+def test_hierarchical_all_reduce_is_reduce_scatter_inside_all_reduce_across_all_gather_inside() -> None:
+    from daydream.interconnect import Interconnect
+    from daydream.transforms.distributed import Fabric
+
+    # 16 ranks, 8 per node: NVLink 100 GB/s and 2 µs per step inside, the network 10 GB/s and 10 µs between.
+    # 64 MiB: reduce-scatter inside: 7 * 2 µs + 7/8 * S / 100 GB/s; all-reduce of S/8 between the 2 nodes
+    # (ring 2 steps vs tree 2 steps: the same): 2 * 10 µs + 2 * 1/2 * (S/8) / 10 GB/s; all-gather as the reduce-scatter.
+    size = 64 * MiB
+    inside = 7 * 2_000 + 7 / 8 * size / 100
+    between = 2 * 10_000 + (size / 8) / 10
+    nvlink, network = Interconnect("inside", 100.0, 2.0), Interconnect("between", 10.0, 10.0)
+    hierarchical = Fabric(nvlink, 16, "ring", network, 8)
+    assert hierarchical.hierarchical and hierarchical.nodes == 2
+    assert abs(hierarchical.time_ns("allreduce", size) - (2 * inside + between)) <= 3
+    # Flat: one ring of 16 over the network: 2 * 15 * 10 µs + 2 * 15/16 * S / 10 GB/s.
+    flat = Fabric(network, 16, "ring")
+    assert abs(flat.time_ns("allreduce", size) - (30 * 10_000 + 2 * 15 / 16 * size / 10)) <= 1
+    # Within one node there is nothing to split: the hierarchy is the flat ring over the node's link.
+    assert Fabric(nvlink, 8, "ring", network, 8).time_ns("allreduce", size) == Fabric(nvlink, 8, "ring").time_ns("allreduce", size)
+
+
+def test_topology_hierarchical_is_what_ddp_uses_across_nodes() -> None:
+    def last_reduce_ns(spec: str) -> int:
+        g = _step()
+        apply_spec(g, parse_spec(spec), CONTEXT)
+        return int(simulate(g).end_ns.max())
+
+    common = "ddp:world=16,gpus_per_node=8,interconnect=auto,network=ib-hdr"
+    with pytest.raises(InputError, match="interconnect"):  # the hand-built graph names no GPU: its link inside is unknown
+        last_reduce_ns(common + ",topology=hierarchical")
+    flat = last_reduce_ns(common)
+    assert last_reduce_ns("ddp:world=16,gpus_per_node=8,interconnect=nvlink3,network=ib-hdr,topology=hierarchical") < flat
+    with pytest.raises(InputError, match="topology"):
+        parse_spec("ddp:world=16,topology=star")

@@ -63,7 +63,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     if not inserted:
         raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
                          "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
-    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network or net.link)
+    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link)
     per_iteration = inserted / max(len(iterations_of(graph)), 1)
     shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
     notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "
@@ -77,7 +77,9 @@ register(Optimization(
     "(1 MiB first, then bucket=25MiB); one all-reduce per bucket on a communication stream, timed by the ring/tree "
     "alpha-beta model of daydream.interconnect (2(n-1)/n·S/B + 2(n-1)·latency for a ring), overlapping backward; "
     "the optimizer waits for the last bucket. Link: interconnect= preset, else the GPU's NVLink/PCIe within "
-    f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override. world=1 changes nothing",
+    f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override; "
+    "topology=hierarchical across nodes: reduce-scatter inside each node, all-reduce of each rank's "
+    "1/gpus_per_node shard between nodes, all-gather inside (BlueConnect). world=1 changes nothing",
     _ddp,
     DATA_PARALLEL_PARAMETERS,
     memory=ddp_memory,

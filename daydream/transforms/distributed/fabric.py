@@ -49,8 +49,8 @@ topology.__name__ = "topology (flat or hierarchical)"
 
 @dataclass(slots=True, frozen=True)
 class Fabric:
-    """The link a data-parallel job of `world` ranks communicates over. With `hierarchical` and more than one
-    node, `link` is the link inside a node and `network` the one between nodes."""
+    """The link a data-parallel job of `world` ranks communicates over: `link` for a flat ring or tree; with
+    `network` and more than one node, `link` is the link inside a node and `network` the one between nodes."""
 
     link: Interconnect
     world: int
@@ -70,7 +70,7 @@ class Fabric:
         """One collective of `message_bytes` (the whole buffer) among the job's ranks, ns."""
         network = self.network
         if network is None or not self.hierarchical or normalize_operation(operation) != "allreduce":
-            return collective_time_ns(operation, message_bytes, self.world, network or self.link, self.algorithm)
+            return collective_time_ns(operation, message_bytes, self.world, self.link, self.algorithm)
         inside = min(self.per_node, self.world)
         return (collective_time_ns("reducescatter", message_bytes, inside, self.link, self.algorithm)
                 + collective_time_ns("allreduce", message_bytes / inside, self.nodes, network, self.algorithm)
@@ -81,7 +81,7 @@ class Fabric:
             return (f"hierarchical: {self.link.name} inside each of {self.nodes} nodes of {self.per_node} "
                     f"({self.link.bus_bandwidth_gbs:g} GB/s), {self.network.name} between them "
                     f"({self.network.bus_bandwidth_gbs:g} GB/s, {self.network.step_latency_us:g} µs per step), {self.algorithm}")
-        link = self.network or self.link
+        link = self.link
         return (f"{link.name} ({link.bus_bandwidth_gbs:g} GB/s bus, {link.step_latency_us:g} µs per step, "
                 f"{self.algorithm})")
 
