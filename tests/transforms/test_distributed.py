@@ -210,6 +210,29 @@ def test_p3_sends_the_slice_the_next_forward_needs_first_and_each_layer_waits_fo
     assert int(timeline.start_ns[next_forward_b]) == 906
 
 
+def test_p3_through_parameter_servers_pushes_and_pulls_each_slice() -> None:
+    g = _two_iterations()
+    apply_spec(g, parse_spec("p3:world=2,bandwidth=5,latency=0,slice=1000B,sync=ps"), Context(gradient_bytes={"a": 1000, "b": 2000}))
+    timeline = simulate_job([g])[0]
+    slices = np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)
+    times = {g.task_name(int(t)): (int(timeline.start_ns[t]), int(timeline.end_ns[t])) for t in slices}
+    # Two servers for two workers: a push or pull of 1000 B takes 1000 / 5 GB/s = 200 ns (the worker's link).
+    # Pushes: b0 306-506, then a0 (earlier in forward) before b1: 506-706, 706-906. Pulls, each after its push,
+    # on their own channel: b0 506-706, a0 706-906, b1 906-1106.
+    assert times["p3 push (b, slice 0)"] == (306, 506) and times["p3 pull (b, slice 0)"] == (506, 706)
+    assert times["p3 push (a, slice 0)"] == (506, 706) and times["p3 pull (a, slice 0)"] == (706, 906)
+    assert times["p3 push (b, slice 1)"] == (706, 906) and times["p3 pull (b, slice 1)"] == (906, 1106)
+    next_forward_a, next_forward_b = np.flatnonzero(g.tasks["iteration"] == 1)[-2:]
+    assert int(timeline.start_ns[next_forward_a]) == 906 and int(timeline.start_ns[next_forward_b]) == 1106
+    # One server for both workers: its link carries twice a worker's bytes, 400 ns a push or pull.
+    one = _two_iterations()
+    apply_spec(one, parse_spec("p3:world=2,bandwidth=5,latency=0,slice=1000B,sync=ps,servers=1"),
+               Context(gradient_bytes={"a": 1000, "b": 2000}))
+    assert set(one.tasks["duration_ns"][one.tasks["kind"] == TaskKind.COLLECTIVE].tolist()) == {400}
+    with pytest.raises(InputError, match="sync="):
+        apply_spec(_two_iterations(), parse_spec("p3:world=2,bandwidth=5,sync=gossip"), Context(gradient_bytes={"a": 1000}))
+
+
 def test_p3_needs_per_layer_sizes() -> None:
     with pytest.raises(InputError, match="per-layer"):
         apply_spec(_two_iterations(), parse_spec("p3:world=2,bandwidth=5"), Context())
