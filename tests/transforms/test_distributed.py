@@ -67,6 +67,29 @@ def test_ddp_waits_at_the_optimizer_step_not_at_zero_grad_before_forward() -> No
     assert int(timeline.start_ns[zero_grad]) == 4 and int(timeline.start_ns[step]) == 6301
 
 
+def test_ddp_with_gradient_accumulation_all_reduces_every_nth_iteration() -> None:
+    # Two iterations of fwd a, bwd a, sgd (1000, 1000, 500 ns).
+    tasks, edges = launch_chain(
+        [call() for _ in range(6)],
+        [kernel("fwd", 1000, phase="forward", layer="a"), kernel("bwd", 1000, phase="backward", layer="a"),
+         kernel("sgd", 500, phase="optimizer"), kernel("fwd", 1000, phase="forward", layer="a", iteration=1),
+         kernel("bwd", 1000, phase="backward", layer="a", iteration=1), kernel("sgd", 500, phase="optimizer", iteration=1)],
+    )
+    every, second = graph(tasks, edges, layers=["a"]), graph(tasks, edges, layers=["a"])
+    context = Context(gradient_bytes={"a": MiB})
+    apply_spec(every, parse_spec("ddp:world=2,bandwidth=1000,latency=0"), context)
+    notes = apply_spec(second, parse_spec("ddp:world=2,bandwidth=1000,latency=0,accumulate=2"), context)
+    reduces = second.tasks["kind"] == TaskKind.COLLECTIVE
+    assert int((every.tasks["kind"] == TaskKind.COLLECTIVE).sum()) == 2
+    assert second.tasks["iteration"][reduces].tolist() == [1]  # the first runs under no_sync
+    assert "1 of 2 iterations all-reduce" in notes[-1]
+    # Accumulating: iteration 0 as recorded (sgd 2006-2506); iteration 1's bwd ends 4508, its all-reduce of 1 MiB
+    # (1049 ns) 4508-5557, sgd 5557-6057. Every iteration: iteration 0's all-reduce 2005-3054 holds its sgd
+    # (3054-3554), iteration 1 runs 3555-5556, its all-reduce 5556-6605, sgd 6605-7105.
+    assert int(simulate(second).end_ns.max()) == 6057
+    assert int(simulate(every).end_ns.max()) == 7105
+
+
 def test_ddp_on_one_rank_changes_nothing() -> None:
     g = _step()
     before = simulate(g)

@@ -46,10 +46,15 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     notes: list[str] = []
     inserted = 0
     volume = 0
-    for iteration in iterations_of(graph):
+    accumulate = int(params.get("accumulate", 1))
+    synchronized = 0
+    for position, iteration in enumerate(iterations_of(graph)):
+        if (position + 1) % accumulate:  # under no_sync: gradients accumulate locally, nothing is sent
+            continue
         events = gradient_events(graph, iteration, context, total)
         if not events:
             continue
+        synchronized += 1
         plan = []
         for index, (task, nbytes) in enumerate(buckets(events, cap)):
             plan.append((task, nbytes, f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
@@ -64,10 +69,13 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
                          "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
     graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link)
-    per_iteration = inserted / max(len(iterations_of(graph)), 1)
+    per_iteration = inserted / max(synchronized, 1)
     shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
     notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "
                     f"{net.describe()}; the optimizer waits for the last bucket")
+    if accumulate > 1:
+        notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
+                     "(the others run under no_sync); every iteration keeps its optimizer work as recorded")
     return notes
 
 
@@ -81,7 +89,8 @@ register(Optimization(
     "topology=hierarchical across nodes: reduce-scatter inside each node, all-reduce of each rank's "
     "1/gpus_per_node shard between nodes, all-gather inside (BlueConnect). world=1 changes nothing",
     _ddp,
-    DATA_PARALLEL_PARAMETERS,
+    {**DATA_PARALLEL_PARAMETERS,
+     "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6)},
     memory=ddp_memory,
 ))
 
