@@ -209,31 +209,36 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     )
 
 
-def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
-    """What daydream trace found on device `label` at the first traced iteration (weights, gradients, optimizer state)."""
+def _recorded_before(trace: Trace, label: str) -> dict[str, object] | None:
+    """What daydream trace recorded about device `label` at the first traced iteration (`memory_before`), if anything."""
     collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
     before = collector.get("memory_before")
     entry = before.get(label) if isinstance(before, dict) else None
-    if not isinstance(entry, dict):
+    return entry if isinstance(entry, dict) else None
+
+
+def _bytes(value: object) -> int:
+    """A recorded byte count, 0 when it is not a plausible one."""
+    return int(value) if isinstance(value, (int, float)) and 0 <= value < 2**62 else 0
+
+
+def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
+    """What daydream trace found on device `label` at the first traced iteration (weights, gradients, optimizer state)."""
+    entry = _recorded_before(trace, label)
+    if entry is None:
         return None
-    known = {}
-    for name, recorded_as in (("weights", "weights"), ("gradients", "gradients"), ("optimizer state", "optimizer state"),
-                              ("before the trace", "other tensors")):
-        value = entry.get(recorded_as)
-        known[name] = int(value) if isinstance(value, (int, float)) and 0 <= value < 2**62 else 0
-    return known
+    return {name: _bytes(entry.get(recorded_as)) for name, recorded_as in
+            (("weights", "weights"), ("gradients", "gradients"), ("optimizer state", "optimizer state"),
+             ("before the trace", "other tensors"))}
 
 
 def _allocator_before(trace: Trace, label: str) -> str:
     """What the caching allocator held on GPU `label` when daydream trace took its snapshot, as words ("" if unknown)."""
-    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
-    before = collector.get("memory_before")
-    entry = before.get(label) if isinstance(before, dict) else None
-    reserved = entry.get("reserved") if isinstance(entry, dict) else None
-    if not isinstance(reserved, (int, float)) or not 0 < reserved < 2**62:
+    entry = _recorded_before(trace, label) or {}
+    reserved, segments = _bytes(entry.get("reserved")), _bytes(entry.get("segments"))
+    if not reserved:
         return ""
-    segments = entry.get("segments") if isinstance(entry, dict) else None
-    held = f" in {int(segments)} segments" if isinstance(segments, (int, float)) and 0 < segments < 2**62 else ""
+    held = f" in {segments} segments" if segments else ""
     return f"; the allocator then held {reserved / 2**20:.1f} MiB reserved{held}"
 
 

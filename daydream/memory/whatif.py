@@ -277,15 +277,11 @@ def _add(a: Allocations, size: float, start: int, end: int, category: int) -> No
 
 def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """the matching blocks' activations × factor; weights, gradients and optimizer state by the parameters added"""
-    from daydream.mapping.attribution import layer_owners
-    from daydream.transforms.model_size import parameter_ratio
-
     factor = int(params["factor"])
     targets, owner = layer_owners(model.layers, str(params["layers"]))
     if not targets or factor <= 1:
         return "depth: no matching layer or factor 1; allocations unchanged"
-    in_blocks = (owner[np.where(a.layer >= 0, a.layer, len(model.layers))] >= 0) & (a.category == ACT)
-    copies = np.flatnonzero(in_blocks)
+    copies = np.flatnonzero(_in_layers(a, owner, model) & (a.category == ACT))
     for _ in range(factor - 1):
         for name in a.__slots__:  # type: ignore[attr-defined]
             if name in ("baseline_times", "baseline_bytes"):
@@ -293,31 +289,44 @@ def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
             column = getattr(a, name)
             setattr(a, name, np.concatenate([column, column[copies]]))
     note = f"depth: the activations of {len(targets)} block(s) ×{factor} ({copies.size} allocations each)"
-    ratio = parameter_ratio(model.layer_bytes, model.layers, targets, factor)
-    if ratio is None:
-        return note + "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
-    parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
-    a.size[parameters] *= ratio
-    return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
+    return note + _grow_parameters(a, model, targets, factor)
 
 
 def width_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """the matching layers' activations × factor; weights, gradients and optimizer state by their parameters × factor²"""
-    from daydream.mapping.attribution import layer_owners
-    from daydream.transforms.model_size import parameter_ratio
-
     factor = float(params["factor"])
     targets, owner = layer_owners(model.layers, str(params["layers"]))
     if not targets:
         return "width: no matching layer; allocations unchanged"
-    in_layers = (owner[np.where(a.layer >= 0, a.layer, len(model.layers))] >= 0) & np.isin(a.category, [ACT, TMP, WORKSPACE])
-    a.size[in_layers] *= factor
+    a.size[_in_layers(a, owner, model) & np.isin(a.category, [ACT, TMP, WORKSPACE])] *= factor
     note = f"width: the activations of {len(targets)} layer(s) ×{factor:g}"
-    ratio = parameter_ratio(model.layer_bytes, model.layers, targets, factor ** 2)
+    return note + _grow_parameters(a, model, targets, factor ** 2)
+
+
+def _in_layers(a: Allocations, owner: np.ndarray, model: ModelFacts) -> np.ndarray:
+    """Per allocation: made by one of the matched layers (`owner` from layer_owners; allocations without a layer: no)."""
+    return owner[np.where(a.layer >= 0, a.layer, len(model.layers))] >= 0
+
+
+def _grow_parameters(a: Allocations, model: ModelFacts, targets: list[int], factor: float) -> str:
+    """Weights, gradients and optimizer state × the parameter ratio of `targets` grown `factor` times; the note's end."""
+    ratio = parameter_ratio(model.layer_bytes, model.layers, targets, factor)
     if ratio is None:
-        return note + "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
+        return "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
     a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] *= ratio
-    return note + f"; weights, gradients and optimizer state ×{ratio:.2f}"
+    return f"; weights, gradients and optimizer state ×{ratio:.2f}"
+
+
+def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: float) -> float | None:
+    """(all parameter bytes + (factor - 1) x the matching layers' own and their children's) / all; None if unknown.
+    The time models of depth and width (transforms.model_size) grow the optimizer's work by it too."""
+    total = sum(layer_bytes.values())
+    if total <= 0:
+        return None
+    prefixes = [layers[t] for t in targets]
+    matched = sum(size for path, size in layer_bytes.items()
+                  if any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes))
+    return (total + (factor - 1) * matched) / total
 
 
 def gpu_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:

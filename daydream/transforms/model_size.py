@@ -30,7 +30,7 @@ from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES
-from daydream.memory.whatif import depth_memory, width_memory
+from daydream.memory.whatif import depth_memory, parameter_ratio, width_memory
 from daydream.transforms.optimizations import (
     FACTOR_RANGE,
     Context,
@@ -41,17 +41,6 @@ from daydream.transforms.optimizations import (
     register,
 )
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, unpin
-
-
-def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: float) -> float | None:
-    """(all parameter bytes + (factor - 1) x the matching layers' own and their children's) / all; None if unknown."""
-    total = sum(layer_bytes.values())
-    if total <= 0:
-        return None
-    prefixes = [layers[t] for t in targets]
-    matched = sum(size for path, size in layer_bytes.items()
-                  if any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes))
-    return (total + (factor - 1) * matched) / total
 
 
 def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str, whose: str) -> str:
@@ -124,8 +113,7 @@ register(Optimization(
     "depth", "a deeper model: the matching repeated blocks N times over",
     "in every iteration each matching block's forward and backward work (host tasks, children included, and the GPU "
     "work they launch) runs factor - 1 more times right after the original; the optimizer's work grows by the "
-    "parameter ratio (all + (factor - 1) x the blocks') where the trace records parameter sizes; memory: the blocks' "
-    "activations factor times, weights, gradients and optimizer state by the parameter ratio",
+    "parameter ratio (all + (factor - 1) x the blocks') where the trace records parameter sizes",
     _depth,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the repeated blocks"),
      "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
@@ -155,7 +143,7 @@ register(Optimization(
     "width", "a wider model: the matching layers' hidden sizes times F",
     "the matching layers' GEMM and convolution work (kernels, or CPU ops on a CPU trace) x factor^2, their other "
     "forward and backward work x factor; the optimizer's work by the parameter ratio (all + (factor^2 - 1) x the "
-    "layers'); memory: the layers' activations x factor, weights, gradients and optimizer state by the parameter ratio",
+    "layers')",
     _width,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the layers made wider"),
      "factor": Parameter(float, 2.0, "how many times wider", **FACTOR_RANGE)},

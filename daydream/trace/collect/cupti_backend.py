@@ -244,15 +244,11 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
 
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=lambda: bool(torch.autograd._profiler_enabled()))
-    before: dict[str, Any] = {}
-    snapshot: list[Any] = []
+    before = hook_module.MemoryBeforeTrace(options.warmup)
 
     def on_step() -> None:
         recorder.on_step()
-        if options.warmup and recorder.steps == options.warmup:  # what the first recorded iteration starts with
-            snapshot.append(installed.memory_snapshot())
-        elif snapshot and recorder.steps == options.warmup + 1:  # of that, what the iteration did not free
-            before.update(snapshot[0].surviving())
+        before.on_step(recorder.steps, installed)
 
     installed = hook_module.install(on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:
@@ -271,7 +267,7 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     meta = CaptureMeta(os.getpid(), _device_properties(torch), recorder.distributed, api_namer(cupti), demangle)
     document = convert(recorder.records, recorder.spans, meta)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size, before if options.warmup else None),
+    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size, before.recorded()),
                             **document["daydream"]}
     return document, recorder.recorded, outcome
 

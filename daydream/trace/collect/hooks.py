@@ -345,3 +345,24 @@ def allocator_summary(stats: dict[str, Any]) -> dict[str, int]:
     """The caching allocator's segment summary from torch.cuda.memory_stats(): segments held (large and small pool) and
     the bytes cached in split blocks no tensor uses (fragmentation). Keys the allocator does not report are left out."""
     return {name: int(stats[key]) for key, name in ALLOCATOR_SUMMARY.items() if isinstance(stats.get(key), (int, float))}
+
+
+class MemoryBeforeTrace:
+    """The `memory_before` a recorded trace carries: when the warm-up ends, a snapshot of what exists (the next
+    iteration is the first the trace records); once that iteration has ended, what of it is still alive."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self._snapshot: MemorySnapshot | None = None
+        self._surviving: dict[str, dict[str, int]] = {}
+
+    def on_step(self, steps: int, hooks: Hooks) -> None:
+        """Call after each training step with the steps taken so far."""
+        if self.warmup and steps == self.warmup:
+            self._snapshot = hooks.memory_snapshot()
+        elif self._snapshot is not None and steps == self.warmup + 1:
+            self._surviving = self._snapshot.surviving()
+
+    def recorded(self) -> dict[str, dict[str, int]] | None:
+        """Per device, bytes per category; None without a warm-up (nothing ran before the trace)."""
+        return self._surviving if self.warmup else None

@@ -61,18 +61,14 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
                            profile_memory=options.memory, with_stack=False)
     steps = 0
     wanted = warmup + active
-    before: dict[str, Any] = {}
-    snapshot: list[Any] = []
+    before = hook_module.MemoryBeforeTrace(warmup)
 
     def on_step() -> None:
         nonlocal steps
         steps += 1
         with _quiet_stderr():
             profiler.step()
-        if steps == warmup:  # the next iteration is the first recorded: what exists now, the trace will not see
-            snapshot.append(installed.memory_snapshot())
-        elif steps == warmup + 1 and snapshot:  # of that, what the first recorded iteration did not free
-            before.update(snapshot[0].surviving())
+        before.on_step(steps, installed)
         if status:
             if steps < warmup:
                 status(f"warming up: iteration {steps + 1} of {warmup}")
@@ -110,5 +106,5 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     os.remove(exported["path"])
     os.rmdir(scratch)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size, before if warmup else None)
+    document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size, before.recorded())
     return document, recorded, outcome
