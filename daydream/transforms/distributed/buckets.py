@@ -162,8 +162,13 @@ def iterations_of(graph: Graph) -> list[int]:
     return [int(i) for i in found if i >= 0]
 
 
+def collectives(graph: Graph) -> np.ndarray:
+    """The ids of the graph's collectives, recorded or inserted."""
+    return np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE)
+
+
 def no_existing_collectives(graph: Graph, name: str) -> None:
-    count = int(np.sum(graph.tasks["kind"] == TaskKind.COLLECTIVE))
+    count = int(collectives(graph).size)
     if count:
         raise InputError(f"{name}: the trace already has {count} collectives (it is a rank of a distributed job) — "
                          f"put no-comm before {name} (--opt no-comm --opt {name}:...) to model the job from this rank's compute")

@@ -8,20 +8,16 @@ from typing import Any
 import numpy as np
 
 from daydream.errors import InputError
-from daydream.graph import Graph, TaskKind
+from daydream.graph import Graph
 from daydream.interconnect import normalize_operation
-from daydream.transforms.distributed.buckets import iterations_of
+from daydream.transforms.distributed.buckets import collectives, iterations_of
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
 from daydream.transforms.optimizations import FACTOR_RANGE, MAX_WORLD, Context, Optimization, Parameter, register
 from daydream.transforms.primitives import remove
 
 
-def _collectives(graph: Graph) -> np.ndarray:
-    return np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE)
-
-
 def _no_comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    chosen = _collectives(graph)
+    chosen = collectives(graph)
     if chosen.size == 0:
         return ["no-comm: the trace has no collectives; nothing to remove"]
     names = [graph.task_name(int(t)) for t in chosen]
@@ -53,7 +49,7 @@ register(Optimization(
 
 
 def _comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    chosen = _collectives(graph)
+    chosen = collectives(graph)
     if chosen.size == 0:
         return ["comm: the trace has no collectives; nothing to re-time"]
     factor = float(params["factor"])

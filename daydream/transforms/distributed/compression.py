@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from daydream.errors import InputError
-from daydream.graph import Graph, TaskKind
+from daydream.graph import Graph
+from daydream.transforms.distributed.buckets import collectives
 from daydream.transforms.distributed.comm import is_allreduce
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
 from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, bandwidth, register
@@ -18,7 +17,7 @@ def _grad_compression(graph: Graph, params: dict[str, Any], context: Context) ->
     if ratio < 1:
         raise InputError(f"grad-compression: ratio={ratio} — the compression ratio is at least 1")
     tasks = graph.tasks
-    chosen = [t for t in np.flatnonzero(tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+    chosen = [t for t in collectives(graph).tolist()
               if tasks["bytes"][t] > 0 and is_allreduce(graph.task_name(t))]
     if not chosen:
         raise InputError("grad-compression: no all-reduce with a known size to compress — put it after ddp "
