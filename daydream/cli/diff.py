@@ -9,12 +9,14 @@ import click
 from daydream.api import diff_jobs
 from daydream.cli._progress import err, out, progress_bar
 
+TOP_LAYERS = 10  # layers listed by default (`--top`)
+
 
 @click.command("diff")
 @click.argument("a", type=click.Path(path_type=str))
 @click.argument("b", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (a stable contract) instead of tables.")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
+@click.option("--top", default=TOP_LAYERS, show_default=True, type=click.IntRange(1, 1000),
               help="How many layers to list (largest absolute change first).")
 @click.option("--no-cache", is_flag=True, help="Read the traces afresh; neither use nor write the cache.")
 def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> None:

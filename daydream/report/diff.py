@@ -22,10 +22,9 @@ from daydream.report.console import format_ns
 from daydream.simulate.diff import Change, Comparison
 
 SCHEMA_VERSION = 1
-TOP_LAYERS = 10
 
 
-def summarize_comparisons(source_a: str, source_b: str, comparisons: list[Comparison], top: int = TOP_LAYERS) -> dict[str, Any]:
+def summarize_comparisons(source_a: str, source_b: str, comparisons: list[Comparison], top: int) -> dict[str, Any]:
     """JSON-ready comparison of B with A, every rank; `top` layers by absolute change per rank."""
     a = max(c.measured_a_ns for c in comparisons)
     b = max(c.measured_b_ns for c in comparisons)
