@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import statistics
 from dataclasses import dataclass
 
 from daydream.errors import InputError
@@ -39,6 +40,7 @@ class Device:
     sm_count: int | None = None  # SMs (NVIDIA) or compute units (AMD)
     boost_mhz: int | None = None
     source: str = ""  # where the figures come from
+    matmul_efficiency: float | None = None  # measured maximum-achievable BF16 matmul / dense peak (None: not measured)
 
     @property
     def amp_compute_factor_from_fp32(self) -> float:
@@ -49,6 +51,19 @@ class Device:
     def amp_compute_factor_from_tf32(self) -> float:
         """Speed-up of a compute-bound kernel already on tf32 tensor cores moving to fp16."""
         return self.fp16_tflops / self.tf32_tflops if self.tf32_tflops else self.amp_compute_factor_from_fp32
+
+    @property
+    def achievable_fraction(self) -> float:
+        """The share of its dense matrix peak a large, well-shaped GEMM reaches on this device: the measured one, or,
+        where nobody has measured it, the median of the measured rows of the same vendor."""
+        if self.matmul_efficiency is not None:
+            return self.matmul_efficiency
+        return VENDOR_MATMUL_EFFICIENCY.get(self.vendor, 1.0)
+
+    def achievable_matrix_tflops(self, precision: str) -> float:
+        """`matrix_tflops` times `achievable_fraction`: what compute-bound kernels run against when two GPUs are compared
+        (vendors' libraries reach different shares of the datasheet peak: about 80% on an H100, about 51% on an MI300X)."""
+        return self.matrix_tflops(precision) * self.achievable_fraction
 
     def matrix_tflops(self, precision: str) -> float:
         """The dense peak a GEMM, convolution or attention kernel of `precision` runs against on this device."""
@@ -78,6 +93,8 @@ _AMD_MI200 = ("AMD Instinct MI200 series data sheets (MI210: 22.6 FP32 vector, 4
               "(MI250/MI250X) per package); an MI250/MI250X row is one of its two dies")
 _AMD_MI300 = ("AMD Instinct MI300X / MI325X data sheets (163.4 FP32, 653.7 TF32, 1307.4 FP16/BF16, 2614.9 FP8 dense; "
               "MI300X 192 GB 5.3 TB/s, MI325X 256 GB 6 TB/s; 304 CUs at 2100 MHz; 7 Infinity Fabric links, 896 GB/s)")
+_MAMF = ("achievable BF16 matmul: ml-engineering (S. Bekman), compute/accelerator/README.md, \"Maximum Achievable "
+         "Matmul FLOPS comparison table\" (mean of 100 iterations of the best shape found by mamf-finder.py)")
 _AMD_MI355 = ("AMD Instinct MI355X data sheet (157.3 FP32, 2.5 PF FP16/BF16, 5 PF FP8 dense; 288 GB HBM3E, 8 TB/s; "
               "256 CUs at 2400 MHz; Infinity Fabric 1,075 GB/s)")
 
@@ -85,10 +102,15 @@ _AMD_MI355 = ("AMD Instinct MI355X data sheet (157.3 FP32, 2.5 PF FP16/BF16, 5 P
 def _row(key: str, name: str, fp32: float, tf32: float | None, fp16: float, bandwidth: float, memory: float,
          link: float, link_name: str, source: str, *, vendor: str = "nvidia", fp64: float | None = None,
          fp32_matrix: float | None = None, bf16: float | None = None, fp8: float | None = None,
-         sms: int | None = None, mhz: int | None = None) -> tuple[str, Device]:
+         sms: int | None = None, mhz: int | None = None, mamf: float | None = None) -> tuple[str, Device]:
+    """One row; `mamf` is the measured maximum-achievable BF16 matmul TFLOPS (its source is `_MAMF`)."""
+    efficiency = None
+    if mamf is not None:
+        efficiency = round(mamf / (bf16 or fp16), 3)
+        source = f"{source}; {_MAMF} ({mamf:g} TFLOPS measured)"
     return key, Device(name, fp32, tf32, fp16, bandwidth, memory, link, link_name, key=key, vendor=vendor, fp64_tflops=fp64,
                        fp32_matrix_tflops=fp32_matrix, bf16_tflops=bf16, fp8_tflops=fp8, sm_count=sms, boost_mhz=mhz,
-                       source=source)
+                       source=source, matmul_efficiency=efficiency)
 
 
 DEVICES: dict[str, Device] = dict([
@@ -97,31 +119,31 @@ DEVICES: dict[str, Device] = dict([
     _row("V100 SXM2 32GB", "Tesla V100-SXM2-32GB", 15.7, None, 125.0, 900.0, 32, 150.0, "NVLink 2", _NV_V100,
          fp64=7.8, sms=80, mhz=1530),
     _row("A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 19.5, 156.0, 312.0, 1555.0, 40, 32.0, "PCIe 4.0 x16", _NV_A100,
-         fp64=9.7, bf16=312.0, sms=108, mhz=1410),
+         fp64=9.7, bf16=312.0, sms=108, mhz=1410, mamf=252.9),
     _row("A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 19.5, 156.0, 312.0, 1935.0, 80, 32.0, "PCIe 4.0 x16", _NV_A100,
-         fp64=9.7, bf16=312.0, sms=108, mhz=1410),
+         fp64=9.7, bf16=312.0, sms=108, mhz=1410, mamf=252.9),
     _row("A100 SXM 40GB", "NVIDIA A100-SXM4-40GB", 19.5, 156.0, 312.0, 1555.0, 40, 300.0, "NVLink 3", _NV_A100,
-         fp64=9.7, bf16=312.0, sms=108, mhz=1410),
+         fp64=9.7, bf16=312.0, sms=108, mhz=1410, mamf=271.2),
     _row("A100 SXM 80GB", "NVIDIA A100-SXM4-80GB", 19.5, 156.0, 312.0, 2039.0, 80, 300.0, "NVLink 3", _NV_A100,
-         fp64=9.7, bf16=312.0, sms=108, mhz=1410),
+         fp64=9.7, bf16=312.0, sms=108, mhz=1410, mamf=271.2),
     _row("H100 PCIe", "NVIDIA H100 PCIe", 51.0, 378.0, 756.0, 2000.0, 80, 64.0, "PCIe 5.0 x16", _NV_H100,
          fp64=26.0, bf16=756.0, fp8=1513.0, sms=114, mhz=1755),
     _row("H100 SXM", "NVIDIA H100 80GB HBM3", 67.0, 494.7, 989.4, 3350.0, 80, 450.0, "NVLink 4", _NV_H100,
-         fp64=34.0, bf16=989.4, fp8=1978.9, sms=132, mhz=1980),
+         fp64=34.0, bf16=989.4, fp8=1978.9, sms=132, mhz=1980, mamf=794.5),
     _row("H100 NVL", "NVIDIA H100 NVL", 60.0, 417.5, 835.5, 3900.0, 94, 300.0, "NVLink 4 (bridge)", _NV_H100,
          fp64=30.0, bf16=835.5, fp8=1670.5, sms=132),
     _row("H200", "NVIDIA H200", 67.0, 494.7, 989.4, 4800.0, 141, 450.0, "NVLink 4",
          "NVIDIA H200 Tensor Core GPU datasheet (SXM: FP32 67, TF32 989, BF16/FP16 1,979, FP8 3,958 TFLOPS with "
          "sparsity; 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s); GH100 as in the H100 SXM (132 SMs, 1980 MHz)",
-         fp64=34.0, bf16=989.4, fp8=1978.9, sms=132, mhz=1980),
+         fp64=34.0, bf16=989.4, fp8=1978.9, sms=132, mhz=1980, mamf=794.5),
     _row("B200", "NVIDIA B200", 75.0, 1125.0, 2250.0, 8000.0, 180, 900.0, "NVLink 5",
          _NV_HGX + " (HGX B200: FP32 600 TF, TF32 18 PF, FP16/BF16 36 PF, FP8 72 PF sparse, FP64 296 TF, 1.4 TB; "
          "NVLink 1.8 TB/s per GPU; 8 TB/s HBM3e per GPU; 148 SMs)",
-         fp64=37.0, bf16=2250.0, fp8=4500.0, sms=148),
+         fp64=37.0, bf16=2250.0, fp8=4500.0, sms=148, mamf=1745.0),
     _row("B300", "NVIDIA B300 SXM6 AC", 75.0, 1125.0, 2250.0, 8000.0, 288, 900.0, "NVLink 5",
          _NV_HGX + " (HGX B300: FP32 600 TF, TF32 18 PF, FP16/BF16 36 PF, FP8 72 PF sparse, FP64 10 TF, 2.3 TB; "
          "NVLink 1.8 TB/s per GPU; 8 TB/s HBM3e per GPU)",
-         fp64=1.25, bf16=2250.0, fp8=4500.0),
+         fp64=1.25, bf16=2250.0, fp8=4500.0, mamf=1769.0),
     _row("L4", "NVIDIA L4", 30.3, 60.0, 121.0, 300.0, 24, 32.0, "PCIe 4.0 x16",
          "NVIDIA L4 Tensor Core GPU datasheet (FP32 30.3, TF32 120, FP16/BF16 242, FP8 485 TFLOPS with sparsity; 24 GB "
          "at 300 GB/s; PCIe Gen4 x16 64 GB/s); Ada whitepaper (58 SMs, 2040 MHz)",
@@ -159,14 +181,21 @@ DEVICES: dict[str, Device] = dict([
     _row("MI250", "AMD Instinct MI250", 22.65, None, 181.05, 1638.0, 64, 200.0, "Infinity Fabric", _AMD_MI200,
          vendor="amd", fp64=22.65, fp32_matrix=45.25, bf16=181.05, sms=104, mhz=1700),
     _row("MI250X", "AMD Instinct MI250X", 23.95, None, 191.5, 1638.0, 64, 200.0, "Infinity Fabric", _AMD_MI200,
-         vendor="amd", fp64=23.95, fp32_matrix=47.85, bf16=191.5, sms=110, mhz=1700),
+         vendor="amd", fp64=23.95, fp32_matrix=47.85, bf16=191.5, sms=110, mhz=1700, mamf=147.0),
     _row("MI300X", "AMD Instinct MI300X", 163.4, 653.7, 1307.4, 5300.0, 192, 448.0, "Infinity Fabric", _AMD_MI300,
-         vendor="amd", fp64=81.7, fp32_matrix=163.4, bf16=1307.4, fp8=2614.9, sms=304, mhz=2100),
+         vendor="amd", fp64=81.7, fp32_matrix=163.4, bf16=1307.4, fp8=2614.9, sms=304, mhz=2100, mamf=668.4),
     _row("MI325X", "AMD Instinct MI325X", 163.4, 653.7, 1307.4, 6000.0, 256, 448.0, "Infinity Fabric", _AMD_MI300,
-         vendor="amd", fp64=81.7, fp32_matrix=163.4, bf16=1307.4, fp8=2614.9, sms=304, mhz=2100),
+         vendor="amd", fp64=81.7, fp32_matrix=163.4, bf16=1307.4, fp8=2614.9, sms=304, mhz=2100, mamf=784.9),
     _row("MI355X", "AMD Instinct MI355X", 157.3, None, 2516.6, 8000.0, 288, 537.6, "Infinity Fabric", _AMD_MI355,
-         vendor="amd", fp64=78.6, fp32_matrix=157.3, bf16=2516.6, fp8=5033.2, sms=256, mhz=2400),
+         vendor="amd", fp64=78.6, fp32_matrix=157.3, bf16=2516.6, fp8=5033.2, sms=256, mhz=2400, mamf=1565.0),
 ])
+
+#: Per vendor, the median measured matmul efficiency: the share of peak assumed for a row nobody has measured.
+VENDOR_MATMUL_EFFICIENCY = {
+    vendor: float(statistics.median({d.matmul_efficiency for d in DEVICES.values()
+                                     if d.vendor == vendor and d.matmul_efficiency is not None}))
+    for vendor in {d.vendor for d in DEVICES.values()}
+}
 
 #: Short names a person types (--device, gpu:target=) for the row they most often mean.
 SHORT_NAMES = {"V100": "V100 SXM2 32GB", "A100": "A100 SXM 80GB", "H100": "H100 SXM"}
@@ -250,12 +279,15 @@ def markdown_table() -> str:
     def number(value: float | int | None) -> str:
         return "—" if value is None else f"{value:g}"
 
+    def efficiency(d: Device) -> str:
+        return f"{d.matmul_efficiency:.1%}" if d.matmul_efficiency is not None else f"({d.achievable_fraction:.1%})"
+
     lines = ["| device | FP64 | FP32 | FP32 matrix | TF32 | FP16 | BF16 | FP8 | memory GB | GB/s | SMs/CUs | MHz "
-             "| link GB/s (one way) | source |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| link GB/s (one way) | matmul efficiency | source |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for key, d in DEVICES.items():
         lines.append(f"| {key} | {number(d.fp64_tflops)} | {number(d.fp32_tflops)} | {number(d.fp32_matrix_tflops)} | "
                      f"{number(d.tf32_tflops)} | {number(d.fp16_tflops)} | {number(d.bf16_tflops)} | {number(d.fp8_tflops)} | "
                      f"{number(d.memory_gib)} | {number(d.memory_bandwidth_gbs)} | {number(d.sm_count)} | "
-                     f"{number(d.boost_mhz)} | {number(d.interconnect_gbs)} {d.interconnect} | {d.source} |")
+                     f"{number(d.boost_mhz)} | {number(d.interconnect_gbs)} {d.interconnect} | {efficiency(d)} | {d.source} |")
     return "\n".join(lines) + "\n"

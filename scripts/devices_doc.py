@@ -29,6 +29,13 @@ row holds one die: half the package). Written by `python scripts/devices_doc.py`
   Fabric, or PCIe where the card has nothing faster).
 - The figures are used as ratios between two rows, never as a kernel's time: real kernels do not
   run at peak, and do not reach the same share of it on every GPU (docs/validation-cross-gpu.md).
+- Matmul efficiency: the share of the dense BF16 peak that the best large matrix multiply reaches
+  on that GPU as measured with `mamf-finder.py` (maximum-achievable matmul FLOPS, the source is
+  cited in the row), from 51% on an MI300X to 87% on an A100 SXM. `gpu:target=` compares GEMM,
+  convolution and attention kernels by peak × this share (`peaks=1`: by the peaks alone). In
+  parentheses where nobody has published a measurement: the median of the vendor's measured rows.
+  Vendor libraries improve, so these shares move with the software (the MI300X's went from about
+  35% to 51–60% across ROCm releases); a measurement of your own stack is better than the table's.
 
 Names are matched as traces record them (`Tesla V100-SXM2-32GB`, `NVIDIA H100 80GB HBM3`,
 `AMD Instinct MI300X VF`, ROCm's generic `AMD Radeon Graphics` by its gfx architecture:

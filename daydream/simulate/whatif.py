@@ -20,6 +20,7 @@ from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
 from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
+from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
@@ -108,7 +109,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied."""
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
-                      world_size=trace.meta.world_size or 0, launch_blocks=launch_blocks_of(trace))
+                      world_size=trace.meta.world_size or 0, launch_blocks=launch_blocks_of(trace),
+                      gemm_shapes=gemm_shapes_of(trace))
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -130,6 +132,21 @@ def launch_blocks_of(trace: Trace) -> np.ndarray | None:
     recorded = table["grid_x"] > 0
     blocks[table["event"][recorded]] = (grid[0] * grid[1] * grid[2])[recorded]
     return blocks
+
+
+def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per trace row, (FLOPs, elements moved) of the matrix-multiply op that launched the row's GPU work (the
+    innermost enclosing CPU op, mapping/linking.py), NaN where the op's shapes are not recorded; None without any."""
+    table = trace.tables.get("flops")
+    if table is None or table["event"].size == 0:
+        return None
+    op = link(trace).op
+    entry = np.full(len(trace), -1, dtype=np.int64)
+    entry[table["event"]] = np.arange(table["event"].size)
+    row = np.where(op >= 0, entry[np.maximum(op, 0)], -1)
+    known = row >= 0
+    return (np.where(known, table["flops"][np.maximum(row, 0)], np.nan),
+            np.where(known, table["elements"][np.maximum(row, 0)], np.nan))
 
 
 def gradient_bytes_of(trace: Trace) -> dict[str, int]:

@@ -567,34 +567,45 @@ def _side_tables(
     return tables
 
 
-#: op name -> FLOPs from its input shapes (2 x multiply-adds), for the matrix multiplies that do the work themselves
-#: (aten::linear and aten::matmul call these, so they are not counted again).
-_GEMM_FLOPS: dict[str, Callable[[list[Any]], float]] = {
-    "aten::mm": lambda d: 2.0 * d[0][0] * d[0][1] * d[1][1],
-    "aten::addmm": lambda d: 2.0 * d[1][0] * d[1][1] * d[2][1],
-    "aten::bmm": lambda d: 2.0 * d[0][0] * d[0][1] * d[0][2] * d[1][2],
-    "aten::baddbmm": lambda d: 2.0 * d[1][0] * d[1][1] * d[1][2] * d[2][2],
+def _numel(dims: list[Any]) -> float:
+    """Elements of a tensor from its recorded dims ([] is a scalar)."""
+    return float(math.prod(dims))
+
+
+#: op name -> (FLOPs, elements read and written) from its input shapes: 2 x multiply-adds, and the operands plus
+#: the result, for the matrix multiplies that do the work themselves (aten::linear and aten::matmul call these, so
+#: they are not counted again).
+_GEMM_SHAPES: dict[str, Callable[[list[Any]], tuple[float, float]]] = {
+    "aten::mm": lambda d: (2.0 * d[0][0] * d[0][1] * d[1][1],
+                           _numel(d[0]) + _numel(d[1]) + d[0][0] * d[1][1]),
+    "aten::addmm": lambda d: (2.0 * d[1][0] * d[1][1] * d[2][1],
+                              _numel(d[0]) + _numel(d[1]) + _numel(d[2]) + d[1][0] * d[2][1]),
+    "aten::bmm": lambda d: (2.0 * d[0][0] * d[0][1] * d[0][2] * d[1][2],
+                            _numel(d[0]) + _numel(d[1]) + d[0][0] * d[0][1] * d[1][2]),
+    "aten::baddbmm": lambda d: (2.0 * d[1][0] * d[1][1] * d[1][2] * d[2][2],
+                                _numel(d[0]) + _numel(d[1]) + _numel(d[2]) + d[1][0] * d[1][1] * d[2][2]),
 }
 
 
 def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner, names: np.ndarray) -> dict[str, np.ndarray]:
-    gemm_names = {strings.index[name]: formula for name, formula in _GEMM_FLOPS.items() if name in strings.index}
+    gemm_names = {strings.index[name]: formula for name, formula in _GEMM_SHAPES.items() if name in strings.index}
     if not gemm_names:
         return empty_table("flops")
     rows = np.flatnonzero((kind == EventKind.CPU_OP) & np.isin(names, list(gemm_names)))
-    events, flops = [], []
+    events, flops, elements = [], [], []
     for row in rows.tolist():
         raw = args[row].input_dims
         if not len(raw):
             continue
         try:
-            value = gemm_names[int(names[row])](msgspec.json.decode(raw))
+            value, moved = gemm_names[int(names[row])](msgspec.json.decode(raw))
         except (msgspec.DecodeError, TypeError, IndexError, KeyError, ValueError, RecursionError):
             continue  # shapes missing or written otherwise: no FLOPs for this op
-        if isinstance(value, float) and math.isfinite(value) and 0 <= value < 1e21:
+        if all(isinstance(v, float) and math.isfinite(v) and 0 <= v < 1e21 for v in (value, moved)):
             events.append(row)
             flops.append(value)
-    return _table("flops", event=events, flops=flops)
+            elements.append(moved)
+    return _table("flops", event=events, flops=flops, elements=elements)
 
 
 def _dims(values: Iterable[list[int] | None]) -> np.ndarray:

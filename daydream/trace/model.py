@@ -144,10 +144,12 @@ EVENT_COLUMNS: dict[str, Any] = {
 #: Side tables: name -> {column -> dtype}. Each has an "event" column (row in the trace).
 #: Columns ending in "_str" hold indices into `Trace.strings`.
 SIDE_TABLES: dict[str, dict[str, Any]] = {
-    # floating-point operations of matrix-multiply CPU ops, from their recorded input shapes (record_shapes)
+    # floating-point operations of matrix-multiply CPU ops, and the elements of their operands and result, from
+    # their recorded input shapes (record_shapes)
     "flops": {
         "event": np.int64,
         "flops": np.float64,
+        "elements": np.float64,
     },
     "memory": {
         "event": np.int64,

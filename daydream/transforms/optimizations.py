@@ -56,6 +56,9 @@ class Context:
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
     #: Per trace row, the thread blocks its kernel launched (grid x*y*z; -1 where not recorded).
     launch_blocks: np.ndarray | None = None
+    #: Per trace row, (FLOPs, elements read and written) of the matrix multiply whose op launched the kernel, from the
+    #: op's recorded input shapes (NaN where not known).
+    gemm_shapes: tuple[np.ndarray, np.ndarray] | None = None
 
 
 Apply = Callable[[Graph, dict[str, Any], Context], list[str]]

@@ -3,11 +3,14 @@
 Every GPU task is re-timed from the trace's GPU (the device table row of the recorded
 deviceProperties, or --device where the trace does not say) to the target's row:
 
-- compute-bound work (GEMM, convolution, attention) by the ratio of the two devices' dense
-  peaks at the kernel's precision (read from its name, mapping/classes.py; a name that does
-  not say follows the trace's majority): tensor/matrix cores for tf32, bf16, fp16 and fp8,
-  the fp32 (vector or, on AMD, matrix) peak for fp32, and fp32 where a device has no tensor
-  path for the precision (bf16 on a V100);
+- compute-bound work (GEMM, convolution, attention) by the ratio of the two devices'
+  achievable matrix throughput at the kernel's precision (read from its name, mapping/classes.py;
+  a name that does not say follows the trace's majority): the dense peak (tensor/matrix cores for
+  tf32, bf16, fp16 and fp8, the fp32 vector or, on AMD, matrix peak for fp32, and fp32 where a
+  device has no tensor path for the precision, bf16 on a V100) times the share of it a large GEMM
+  reaches on that device as measured (maximum-achievable matmul FLOPS, docs/devices.md: about 80%
+  on an H100, 51% on an MI300X; a row nobody measured takes its vendor's median). `peaks=1` uses
+  the datasheet peaks alone;
 - memory-bound work (normalization, elementwise, reduction, copies on the device, sets,
   embeddings, the optimizer, the rest) by the ratio of memory bandwidths;
 - collectives by the ratio of GPU-to-GPU link bandwidths; host-to-device copies unchanged
@@ -51,15 +54,20 @@ from daydream.transforms.primitives import HOST_WORK, scale, select
 COMPUTE_CLASSES = ("gemm", "convolution", "attention")
 
 
-def ratios(source: Device, target: Device, classes: np.ndarray, precisions: np.ndarray) -> np.ndarray:
+def ratios(source: Device, target: Device, classes: np.ndarray, precisions: np.ndarray,
+           achievable: bool = True) -> np.ndarray:
     """Per kernel: how many times faster its scalable part runs on `target` than on `source` (class and precision
-    as indices into CLASSES and PRECISIONS)."""
+    as indices into CLASSES and PRECISIONS); compute-bound kernels by the achievable matrix throughput (`achievable`)
+    or by the datasheet peaks."""
     result = np.full(classes.size, target.memory_bandwidth_gbs / source.memory_bandwidth_gbs, dtype=np.float64)
     compute = np.isin(classes, [CLASSES.index(c) for c in COMPUTE_CLASSES])
     for index, precision in enumerate(PRECISIONS):
         chosen = compute & (precisions == index)
         if chosen.any():
-            result[chosen] = target.matrix_tflops(precision) / source.matrix_tflops(precision)
+            if achievable:
+                result[chosen] = target.achievable_matrix_tflops(precision) / source.achievable_matrix_tflops(precision)
+            else:
+                result[chosen] = target.matrix_tflops(precision) / source.matrix_tflops(precision)
     communication = classes == CLASSES.index("communication")
     result[communication] = target.interconnect_gbs / source.interconnect_gbs
     return result
@@ -75,6 +83,17 @@ def _majority_precision(graph: Graph, kernels: np.ndarray, precisions: np.ndarra
     return int(time.argmax())
 
 
+#: Bytes per element of each precision (a GEMM's operands and result move at it).
+ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "unknown": 4}
+
+
+def roofline_ns(device: Device, precision: str, flops: np.ndarray, elements: np.ndarray, achievable: bool = True) -> np.ndarray:
+    """The time a kernel of `flops` moving `elements` of `precision` takes at `device`'s roofline: the slower of its
+    arithmetic at the (achievable) matrix peak and its operands and result through memory at full bandwidth."""
+    peak = device.achievable_matrix_tflops(precision) if achievable else device.matrix_tflops(precision)
+    return np.maximum(flops / peak * 1e-3, elements * ELEMENT_BYTES[precision] / device.memory_bandwidth_gbs)
+
+
 def wave_utilization(blocks: np.ndarray, units: int) -> np.ndarray:
     """The share of a device's `units` (SMs or CUs) a kernel of `blocks` thread blocks keeps busy over its waves,
     one block resident per unit (large GEMM/attention tiles): 132 blocks on 132 SMs 1.0, 133 blocks 0.5."""
@@ -83,9 +102,12 @@ def wave_utilization(blocks: np.ndarray, units: int) -> np.ndarray:
 
 
 def retime(graph: Graph, source: Device, target: Device, fixed_ns: int,
-           launch_blocks: np.ndarray | None = None) -> dict[str, tuple[int, int, float]]:
+           launch_blocks: np.ndarray | None = None, achievable: bool = True,
+           gemm_shapes: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, tuple[int, int, float]]:
     """Re-time every GPU task of `graph` from `source` to `target` in place; per class: (tasks, ns moved, ratio).
-    `launch_blocks` (per trace row, -1 unknown) adds wave quantization to compute-bound kernels."""
+    `launch_blocks` (per trace row, -1 unknown) adds wave quantization to compute-bound kernels; `gemm_shapes` (per
+    trace row, FLOPs and elements of the launching matrix multiply, NaN unknown) puts those kernels on each device's
+    roofline instead of the ratio of peaks."""
     tasks = graph.tasks
     work = select(graph, kind=(TaskKind.KERNEL, TaskKind.MEMSET, TaskKind.COLLECTIVE))
     device_copies = select(graph, kind=(TaskKind.MEMCPY,), name=r"(?i)DtoD|Device.?to.?Device")
@@ -98,11 +120,21 @@ def retime(graph: Graph, source: Device, target: Device, fixed_ns: int,
     classes[np.isin(work, device_copies)] = CLASSES.index("memory")
     unknown = precisions == PRECISIONS.index("unknown")
     precisions[unknown] = _majority_precision(graph, work, precisions)
-    factor = ratios(source, target, classes, precisions)
+    factor = ratios(source, target, classes, precisions, achievable)
+    compute = np.isin(classes, [CLASSES.index(c) for c in COMPUTE_CLASSES])
+    events = tasks["event"][work]
+    if gemm_shapes is not None:
+        flops = np.where(events >= 0, gemm_shapes[0][np.maximum(events, 0)], np.nan)
+        elements = np.where(events >= 0, gemm_shapes[1][np.maximum(events, 0)], np.nan)
+        shaped = compute & np.isfinite(flops) & np.isfinite(elements) & (flops > 0)
+        for index, precision in enumerate(PRECISIONS):
+            chosen = shaped & (precisions == index)
+            if chosen.any():
+                factor[chosen] = (roofline_ns(source, precision, flops[chosen], elements[chosen], achievable)
+                                  / roofline_ns(target, precision, flops[chosen], elements[chosen], achievable))
     if launch_blocks is not None and source.sm_count and target.sm_count:
-        events = tasks["event"][work]
         blocks = np.where(events >= 0, launch_blocks[np.maximum(events, 0)], -1)
-        waved = (blocks > 0) & np.isin(classes, [CLASSES.index(c) for c in COMPUTE_CLASSES])
+        waved = (blocks > 0) & compute
         factor[waved] *= (wave_utilization(blocks[waved], target.sm_count)
                           / wave_utilization(blocks[waved], source.sm_count))
     before = tasks["duration_ns"][work].copy()
@@ -133,16 +165,29 @@ def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         raise InputError(f"--opt gpu:target={name}: the trace's GPU ({recorded}) is not in the device table, so there "
                          "is nothing to scale from — name the row it ran on with --device (docs/devices.md)")
     blocks = context.launch_blocks if params["waves"] else None
-    moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)), blocks)
+    achievable = not params["peaks"]
+    moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)), blocks, achievable,
+                   context.gemm_shapes)
     host = float(params["host"])
     host_note = "host unchanged"
     if host != 1.0:
         scale(graph, select(graph, kind=HOST_WORK), factor=1 / host, gaps=True)
         host_note = f"host work and gaps ÷{host:g}"
-    models = {"gemm": "peak", "convolution": "peak", "attention": "peak", "communication": "link"}
+    compute = "achievable peak" if achievable else "peak"
+    models = {"gemm": compute, "convolution": compute, "attention": compute, "communication": "link"}
     parts = [f"{cls} ×{ratio:.2f} by {models.get(cls, 'bandwidth')} ({tasks} tasks, {change / 1e6:+.2f} ms)"
              for cls, (tasks, change, ratio) in sorted(moved.items(), key=lambda item: item[1][1])]
+    shares = (f"compute at the achievable share of each peak: {source.key} {source.achievable_fraction:.0%}"
+              f"{'' if source.matmul_efficiency else ' (vendor median, not measured)'}, {target.key} "
+              f"{target.achievable_fraction:.0%}{'' if target.matmul_efficiency else ' (vendor median, not measured)'}"
+              if achievable else "compute at the datasheet peaks")
+    if context.gemm_shapes is not None:
+        kernels = select(graph, kind=(TaskKind.KERNEL,))
+        events = graph.tasks["event"][kernels]
+        shaped = int(np.isfinite(context.gemm_shapes[0][events[events >= 0]]).sum())
+        shares += f"; {shaped} GEMM kernels on each device's roofline from their op's recorded shapes"
     return [f"gpu: {source.key} → {target.key}: " + "; ".join(parts),
+            f"gpu: {shares}",
             f"gpu: {params['fixed']:g} µs of every kernel kept; launch latency and kernel gaps as calibrated on the "
             f"{source.key}; {host_note}"]
 
@@ -150,13 +195,16 @@ def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
 register(Optimization(
     "gpu", "the same step on another GPU (gpu:target=H100; rows in docs/devices.md)",
     "every GPU task re-timed from the trace's GPU to the target's device-table row: GEMM, convolution and attention "
-    "kernels by the ratio of dense peaks at the kernel's precision (tensor/matrix cores, fp32 where a device has no "
-    "tensor path), all other kernels, sets and on-device copies by the memory-bandwidth ratio, collectives by the "
+    "kernels by the ratio of achievable matrix throughput at the kernel's precision (dense peak on tensor/matrix "
+    "cores, fp32 where a device has no tensor path, × the measured matmul efficiency; on each device's roofline where "
+    "the op recorded its shapes), all other kernels, sets and on-device copies by the memory-bandwidth ratio, collectives by the "
     "link-bandwidth ratio; `fixed` µs of each kernel does not scale; host work unchanged unless `host`",
     _gpu,
     {"target": Parameter(str, "", "the GPU to predict: a row of docs/devices.md (H100 SXM, MI300X, L4, ...)"),
      "host": Parameter(float, 1.0, "the target machine's host CPU speed relative to the trace's", **FACTOR_RANGE),
      "fixed": Parameter(float, 2.0, "µs of each kernel that does not scale (its launch on the device, its tail)", 0.0, 1e6),
-     "waves": Parameter(int, 0, "1: wave quantization of GEMM/conv/attention kernels by SM/CU count (grid sizes)", 0, 1)},
+     "waves": Parameter(int, 0, "1: wave quantization of GEMM/conv/attention kernels by SM/CU count (grid sizes)", 0, 1),
+     "peaks": Parameter(int, 0, "1: compare compute by datasheet peaks, not by the measured achievable share of them",
+                        0, 1)},
     memory=gpu_memory,
 ))

@@ -15,8 +15,9 @@ from daydream.api import open_job, predict_job
 from daydream.cli import main
 from daydream.devices import DEVICES, SHORT_NAMES, Device, find_device
 from daydream.graph import TaskKind, build_graph
+from daydream.simulate.whatif import gemm_shapes_of
 from daydream.transforms.target import retime, wave_utilization
-from tests.builders import annotation, kernel, runtime, write_trace
+from tests.builders import annotation, kernel, op, runtime, write_trace
 
 REPO = Path(__file__).resolve().parents[2]
 BERT_H100 = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
@@ -57,6 +58,51 @@ def test_hand_computed_kernels_on_hand_made_rows(tmp_path: Path) -> None:
     graph = build_graph(open_job(tmp_path / "step.json", cache=False).traces[0])
     retime(graph, dataclasses.replace(SOURCE, bf16_tflops=None), TARGET, fixed_ns=2_000)
     assert dict(zip(names, graph.tasks["duration_ns"][kernels].tolist()))[BF16_GEMM] == 2_000 + 98_000 // 40
+
+
+def test_a_measured_matmul_efficiency_moves_compute_only(tmp_path: Path) -> None:
+    # The target reaches half its peak, the source (unmeasured, NVIDIA) the vendor's median share m:
+    # compute-bound kernels gain 400 * 0.5 / (100 * m) instead of 400 / 100; memory-bound ones still 3000 / 1000.
+    from daydream.devices import VENDOR_MATMUL_EFFICIENCY
+    half = dataclasses.replace(TARGET, matmul_efficiency=0.5)
+    median = VENDOR_MATMUL_EFFICIENCY["nvidia"]
+    path = _one_step(tmp_path, [(BF16_GEMM, 100.0), (ADD, 30.0)])
+    for achievable, gain in ((True, 400 * 0.5 / (100 * median)), (False, 4.0)):
+        graph = build_graph(open_job(path, cache=False).traces[0])
+        kernels = np.flatnonzero(graph.tasks["kind"] == TaskKind.KERNEL)
+        retime(graph, SOURCE, half, fixed_ns=2_000, achievable=achievable)
+        after = dict(zip([graph.strings[n] for n in graph.tasks["name"][kernels]], graph.tasks["duration_ns"][kernels].tolist()))
+        assert after[BF16_GEMM] == round(2_000 + 98_000 / gain)
+        assert after[ADD] == round(2_000 + 28_000 / 3)
+
+
+def test_a_roofline_kernel_from_its_shapes(tmp_path: Path) -> None:
+    # Two bf16 GEMMs launched by aten::mm ops with recorded shapes, and one without. On the hand-made rows (100 and
+    # 400 TFLOPS at the same achievable share, 1000 and 3000 GB/s):
+    # - mm([4096, 4096], [4096, 4096]): 2 * 4096^3 FLOPs, 3 * 4096^2 elements of 2 bytes: compute-bound on both
+    #   (1.37 ms vs 0.10 ms of memory on the source), so 400 / 100 = 4x;
+    # - mm([16, 4096], [4096, 4096]): 2 * 16 * 4096^2 FLOPs, (2 * 16 * 4096 + 4096^2) * 2 bytes: memory-bound on both,
+    #   so it gains the bandwidth ratio, 3x, not the peaks';
+    # - the kernel whose op recorded no shapes keeps the ratio of peaks, 4x.
+    big, small = 2.0 * 4096**3, 2.0 * 16 * 4096**2
+    small_bytes = (2 * 16 * 4096 + 4096**2) * 2
+    assert small / 100e12 < small_bytes / 1000e9 and small / 400e12 < small_bytes / 3000e9  # memory-bound on both
+    assert big / 100e12 > 3 * 4096**2 * 2 / 1000e9 and big / 400e12 > 3 * 4096**2 * 2 / 3000e9  # compute-bound on both
+    events = [annotation("ProfilerStep#1", 0.0, 1000.0),
+              op("aten::mm", 10, 20, ext=1, **{"Input Dims": [[4096, 4096], [4096, 4096]]}),
+              runtime("cudaLaunchKernel", 12, 5, 101, 1), kernel(BF16_GEMM, 30, 100, 101, 1),
+              op("aten::mm", 40, 20, ext=2, **{"Input Dims": [[16, 4096], [4096, 4096]]}),
+              runtime("cudaLaunchKernel", 42, 5, 102, 2), kernel(BF16_GEMM, 140, 100, 102, 2),
+              op("aten::mm", 70, 20, ext=3),
+              runtime("cudaLaunchKernel", 72, 5, 103, 3), kernel(BF16_GEMM, 250, 100, 103, 3)]
+    trace = open_job(write_trace(tmp_path, events, "shapes.json"), cache=False).traces[0]
+    graph = build_graph(trace)
+    kernels = np.flatnonzero(graph.tasks["kind"] == TaskKind.KERNEL)
+    retime(graph, SOURCE, TARGET, fixed_ns=2_000, gemm_shapes=gemm_shapes_of(trace))
+    # In the order of the trace: the big one 4x, the small one 3x, the shapeless one 4x.
+    by_event = dict(zip(graph.tasks["event"][kernels].tolist(), graph.tasks["duration_ns"][kernels].tolist()))
+    order = sorted(by_event)
+    assert [by_event[e] for e in order] == [2_000 + 98_000 // 4, round(2_000 + 98_000 / 3), 2_000 + 98_000 // 4]
 
 
 def test_the_trace_own_gpu_changes_nothing(corpus: Path) -> None:
