@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from daydream import trace as trace_stage
+from daydream._heap import give_back
 from daydream.errors import InputError
 from daydream.mapping import link
 from daydream.trace import Job, Trace
@@ -37,6 +38,7 @@ def open_trace(source: Source, cache: bool = True, progress: Progress | None = N
     if progress:
         progress("linking", 0, 1)
     link(trace)
+    give_back()  # what reading and linking freed
     if cache and (fresh or not had_links):
         trace_stage.write_cache(source, trace)
     return trace

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any, Protocol, Union
@@ -26,6 +26,7 @@ from typing import Any, Protocol, Union
 import msgspec
 import numpy as np
 
+from daydream._heap import give_back
 from daydream.errors import TraceFormatError
 from daydream.trace.model import (
     NO_VALUE,
@@ -131,10 +132,6 @@ class _Envelope(msgspec.Struct, kw_only=True):
     hip_driver_version: Any = None
 
 
-class _TypedFile(_Envelope, kw_only=True):
-    traceEvents: list[_Event]
-
-
 class _RawFile(_Envelope, kw_only=True):
     traceEvents: list[msgspec.Raw]
 
@@ -193,39 +190,45 @@ class Readable(Protocol):
 def read(document: Readable, progress: Progress | None = None) -> Trace:
     """Read one Kineto JSON document (a `Source`) into a `Trace`.
 
-    The decompressed bytes are dropped as soon as they are decoded, so the peak
-    memory holds them and the decoded events together only briefly.
+    The document is split into its events without decoding them (each a view of the
+    decompressed bytes), then decoded `CHUNK_EVENTS` at a time, each chunk turned into
+    column pieces and dropped before the next: the peak memory holds the text, one
+    chunk of decoded events and the columns, never every event as an object.
     """
     raw = document.read(progress)
-    decoded = _decode_checked(raw, document.label, progress)
-    del raw
-    return _finish(*decoded, document.label, progress)
+    envelope, events = _split_checked(raw, document.label, progress)
+    del raw  # the events still view it; it goes with them
+    trace = _build_trace(envelope, events, document.label, progress)
+    del events
+    give_back()
+    return trace
 
 
-def decode(raw: bytes, source: str, progress: Progress | None = None) -> Trace:
+def decode(raw: bytes | bytearray, source: str, progress: Progress | None = None) -> Trace:
     """Decode one Kineto JSON document (already decompressed) into a `Trace`.
 
     Raises `TraceFormatError` when `raw` is not a trace at all; events that are
     malformed are skipped and counted in `Trace.meta.skipped`.
     """
-    return _finish(*_decode_checked(raw, source, progress), source, progress)
+    envelope, events = _split_checked(raw, source, progress)
+    return _build_trace(envelope, events, source, progress)
 
 
-def _decode_checked(raw: bytes | bytearray, source: str, progress: Progress | None) -> tuple[Any, list[_Event], dict[str, int]]:
+#: Events decoded at a time.
+CHUNK_EVENTS = 65_536
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_ONE_EVENT = msgspec.json.Decoder(_Event)
+
+
+def _split_checked(raw: bytes | bytearray, source: str, progress: Progress | None) -> tuple[Any, list[msgspec.Raw]]:
     if _is_blank(raw):
         raise TraceFormatError(source, "file is empty")
     if progress:
-        progress("decoding JSON", 0, 1)
-    envelope, events, skipped = _decode_events(raw, source)
-    if not events and not skipped:
+        progress("splitting events", 0, 1)
+    envelope, events = _split_events(raw, source)
+    if not events:
         raise TraceFormatError(source, "trace holds no events")
-    return envelope, events, skipped
-
-
-def _finish(envelope: Any, events: list[_Event], skipped: dict[str, int], source: str, progress: Progress | None) -> Trace:
-    if progress:
-        progress("building columns", 0, 1)
-    return _build_trace(envelope, events, skipped, source)
+    return envelope, events
 
 
 def _is_blank(raw: bytes | bytearray) -> bool:
@@ -237,55 +240,52 @@ def _first_byte(raw: bytes | bytearray) -> bytes:
     return bytes(head[:1] if head else raw.lstrip()[:1])
 
 
-def _decode_events(raw: bytes | bytearray, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
-    first = _first_byte(raw)
+def _split_events(raw: bytes | bytearray, source: str) -> tuple[Any, list[msgspec.Raw]]:
+    """(the envelope, each event's undecoded JSON): one pass that only checks the JSON and finds where each
+    event begins and ends."""
     try:
-        if first == b"[":
-            return None, msgspec.json.decode(raw, type=list[_Event]), {}
-        typed = msgspec.json.decode(raw, type=_TypedFile)
-        return typed, typed.traceEvents, {}
+        if _first_byte(raw) == b"[":
+            return None, msgspec.json.decode(raw, type=list[msgspec.Raw])
+        document = msgspec.json.decode(raw, type=_RawFile)
     except msgspec.ValidationError:
-        try:
-            return _decode_tolerant(raw, source)
-        except RecursionError:
-            raise _too_deep(source) from None
+        raise TraceFormatError(source, _describe_non_trace(raw)) from None
     except msgspec.DecodeError as exc:
         raise TraceFormatError(source, f"not valid JSON ({_short(exc)})") from None
     except RecursionError:
         raise _too_deep(source) from None
+    events, document.traceEvents = document.traceEvents, []
+    return document, events
+
+
+def _decoded_chunks(events: list[msgspec.Raw], skipped: dict[str, int], source: str) -> Iterator[list[_Event]]:
+    """The events, decoded `CHUNK_EVENTS` at a time; a chunk the fast typed decode rejects is decoded event by
+    event, and the malformed events are skipped and counted by reason."""
+    for start in range(0, len(events), CHUNK_EVENTS):
+        chunk = events[start:start + CHUNK_EVENTS]
+        try:
+            try:
+                decoded = _EVENTS.decode(b"[" + b",".join(chunk) + b"]")
+            except msgspec.ValidationError:
+                decoded = _tolerant(chunk, skipped)
+        except RecursionError:
+            raise _too_deep(source) from None
+        yield decoded
+
+
+def _tolerant(chunk: list[msgspec.Raw], skipped: dict[str, int]) -> list[_Event]:
+    events: list[_Event] = []
+    for item in chunk:
+        try:
+            events.append(_ONE_EVENT.decode(item))
+        except msgspec.ValidationError as exc:
+            reason = _validation_reason(exc)
+            skipped[reason] = skipped.get(reason, 0) + 1
+    return events
 
 
 def _too_deep(source: str) -> TraceFormatError:
     return TraceFormatError(source, "JSON nested deeper than a trace ever is (thousands of levels)",
                             "the file is damaged or not a profiler trace")
-
-
-def _decode_tolerant(raw: bytes | bytearray, source: str) -> tuple[Any, list[_Event], dict[str, int]]:
-    """Slow path: check the envelope, then decode events one by one, skipping bad ones."""
-    envelope: Any = None
-    try:
-        document = msgspec.json.decode(raw, type=Union[_RawFile, list[msgspec.Raw]])
-    except msgspec.ValidationError:
-        raise TraceFormatError(source, _describe_non_trace(raw)) from None
-    except msgspec.DecodeError as exc:
-        raise TraceFormatError(source, f"not valid JSON ({_short(exc)})") from None
-    if isinstance(document, list):
-        raw_events = document
-    else:
-        envelope, raw_events = document, document.traceEvents
-    events: list[_Event] = []
-    skipped: dict[str, int] = {}
-    event_decoder = msgspec.json.Decoder(_Event)
-    for item in raw_events:
-        try:
-            events.append(event_decoder.decode(item))
-        except msgspec.ValidationError as exc:
-            reason = _validation_reason(exc)
-            skipped[reason] = skipped.get(reason, 0) + 1
-    if raw_events and not events:
-        reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
-        raise TraceFormatError(source, f"none of its {len(raw_events)} events could be read ({reasons})")
-    return envelope, events, skipped
 
 
 def _describe_non_trace(raw: bytes | bytearray) -> str:
@@ -353,59 +353,243 @@ def _dense_ids(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     return distinct, np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
 
-def _build_trace(envelope: Any, events: list[_Event], skipped: dict[str, int], source: str) -> Trace:
-    skipped = dict(skipped)
-    cats = list(map(_get_cat, events))
-    categories = _count_categories(cats)
-    kinds = _classify(events, cats)
-    keep = np.flatnonzero(kinds >= 0)
-    if keep.size == 0:
-        found = ", ".join(f"{cat} {n}" for cat, n in list(categories.items())[:6])
-        raise TraceFormatError(
-            source,
-            f"none of its {len(events)} events is a profiler event daydream reads (found: {found})",
-            "expected cpu_op / cuda_runtime / kernel events from torch.profiler",
-        )
-    kept = [events[i] for i in keep.tolist()]
-    kind = kinds[keep]
-    ts_ns, dur_ns, valid = _times(kept, kind, skipped)
-    if not valid.all():
-        select = np.flatnonzero(valid)
-        kept = [kept[i] for i in select.tolist()]
-        kind, ts_ns, dur_ns = kind[select], ts_ns[select], dur_ns[select]
-        if not kept:
+def _build_trace(envelope: Any, events: list[msgspec.Raw], source: str, progress: Progress | None) -> Trace:
+    skipped: dict[str, int] = {}
+    columns = _Columns()
+    for chunk in _decoded_chunks(events, skipped, source):
+        columns.add(chunk, skipped)
+        if progress:
+            progress("decoding events", columns.decoded, len(events))
+    if columns.decoded == 0:
+        reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
+        raise TraceFormatError(source, f"none of its {len(events)} events could be read ({reasons})")
+    return columns.finish(envelope, source, skipped)
+
+
+class _Columns:
+    """The trace's columns, built a chunk of decoded events at a time.
+
+    Names, pids and tids get provisional ids as chunks arrive; `finish` renumbers them in the
+    order a whole-file build gives (names sorted, "" first; tracks by pid and tid), and interns
+    the side tables' strings after the names, so the result does not depend on the chunk size.
+    """
+
+    def __init__(self) -> None:
+        self.decoded = 0  # events decoded, kept or not
+        self.classified = 0  # events of a kind daydream keeps, before the malformed ones are dropped
+        self.categories: Counter[str] = Counter()
+        self.names = _Interner()
+        self.pids: dict[Any, int] = {}
+        self.tids: dict[Any, int] = {}
+        self.track_args: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # first (device, stream) per track
+        self.pieces: defaultdict[str, list[np.ndarray]] = defaultdict(list)
+        self.side: defaultdict[str, defaultdict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+        self.flows: defaultdict[str, list[Any]] = defaultdict(list)
+        self.rows = 0
+
+    def add(self, events: list[_Event], skipped: dict[str, int]) -> None:
+        self.decoded += len(events)
+        cats = list(map(_get_cat, events))
+        self.categories.update(cats)
+        if "fwdbwd" in self.categories:
+            self._add_flows(events)
+        kinds = _classify(events, cats)
+        keep = np.flatnonzero(kinds >= 0)
+        self.classified += keep.size
+        if keep.size == 0:
+            return
+        kept = [events[i] for i in keep.tolist()]
+        kind = kinds[keep]
+        ts_ns, dur_ns, valid = _times(kept, kind, skipped)
+        if not valid.all():
+            select = np.flatnonzero(valid)
+            kept = [kept[i] for i in select.tolist()]
+            kind, ts_ns, dur_ns = kind[select], ts_ns[select], dur_ns[select]
+            if not kept:
+                return
+        args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
+        names = self.names.many(list(map(_get_name, kept)))
+        is_gpu = np.isin(kind, [int(k) for k in _GPU_KINDS])
+        pids = _codes(self.pids, list(map(_get_pid, kept)))
+        tids = _codes(self.tids, list(map(_get_tid, kept)))
+        combined = (is_gpu.astype(np.int64) << 62) | (pids << 31) | tids
+        _, first = np.unique(combined, return_index=True)
+        for row in first.tolist():
+            track = (int(is_gpu[row]), int(pids[row]), int(tids[row]))
+            if track not in self.track_args:
+                self.track_args[track] = (args[row].device, args[row].stream)
+        bytes_column = _ints(list(map(_get_bytes, args)))
+        self._add_side_rows(kind, args, names, bytes_column)
+        for key, values in (
+            ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns), ("is_gpu", is_gpu),
+            ("pid", pids), ("tid", tids),
+            ("correlation", _ints(list(map(_get_correlation, args)))),
+            ("external_id", _ints([a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args])),
+            ("sequence", _ints(list(map(_get_sequence, args)))),
+            ("bytes", bytes_column),
+            ("collective_arg", np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))),
+        ):
+            self.pieces[key].append(values)
+        self.rows += len(kept)
+
+    def _add_flows(self, events: list[_Event]) -> None:
+        for e in events:
+            if e.cat == "fwdbwd" and e.ph in ("s", "f") and isinstance(e.id, int):
+                self.flows["flow_id"].append(e.id)
+                self.flows["ts"].append(e.ts if math.isfinite(e.ts) else 0.0)
+                self.flows["host"].append((e.pid, e.tid))
+                self.flows["is_start"].append(e.ph == "s")
+
+    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray, bytes_column: np.ndarray) -> None:
+        """This chunk's rows of the side tables, as the file writes them (`finish` makes the columns)."""
+        offset = self.rows
+        memory = np.flatnonzero(kind == EventKind.MEMORY)
+        if memory.size:
+            rows = [args[i] for i in memory.tolist()]
+            bytes_column[memory] = _ints([a.memory_bytes for a in rows])
+            table = self.side["memory"]
+            table["event"].extend((memory + offset).tolist())
+            for column, field in (("addr", "addr"), ("total_allocated", "total_allocated"),
+                                  ("total_reserved", "total_reserved"), ("device_type", "device_type"),
+                                  ("device_id", "device_id")):
+                table[column].extend(getattr(a, field) for a in rows)
+        collective = np.flatnonzero(np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args)))
+        if collective.size:
+            rows = [args[i] for i in collective.tolist()]
+            table = self.side["collective"]
+            table["event"].extend((collective + offset).tolist())
+            table["collective_str"].extend(a.collective for a in rows)
+            table["in_nelems"].extend(a.in_nelems for a in rows)
+            table["out_nelems"].extend(a.out_nelems for a in rows)
+            table["group_size"].extend(a.group_size for a in rows)
+            table["dtype_str"].extend(str(a.dtype) for a in rows)
+            table["group_name_str"].extend(str(a.group_name) for a in rows)
+            table["group_ranks_str"].extend(str(a.group_ranks) for a in rows)
+        launched = np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool, count=len(args)))
+        if launched.size:
+            rows = [args[i] for i in launched.tolist()]
+            table = self.side["launch_config"]
+            table["event"].extend((launched + offset).tolist())
+            table["grid"].extend(a.grid for a in rows)
+            table["block"].extend(a.block for a in rows)
+            table["registers"].extend(a.registers for a in rows)
+            table["shared_memory"].extend(a.shared_memory for a in rows)
+        flops = _gemm_flops(kind, args, self.names, names)
+        if flops["event"].size:
+            table = self.side["flops"]
+            table["event"].extend((flops["event"] + offset).tolist())
+            table["flops"].extend(flops["flops"].tolist())
+            table["elements"].extend(flops["elements"].tolist())
+        sync = np.flatnonzero(kind == EventKind.SYNC)
+        if sync.size:
+            rows = [args[i] for i in sync.tolist()]
+            table = self.side["sync"]
+            table["event"].extend((sync + offset).tolist())
+            table["sync_kind_str"].extend(a.sync_kind for a in rows)
+            table["wait_on_stream"].extend(a.wait_on_stream for a in rows)
+            table["wait_on_event_record_correlation"].extend(a.wait_on_event_record_correlation for a in rows)
+            table["wait_on_event_id"].extend(a.wait_on_event_id for a in rows)
+
+    def finish(self, envelope: Any, source: str, skipped: dict[str, int]) -> Trace:
+        categories = _count_categories(self.categories)
+        if self.classified == 0:
+            found = ", ".join(f"{cat} {n}" for cat, n in list(categories.items())[:6])
+            raise TraceFormatError(
+                source,
+                f"none of its {self.decoded} events is a profiler event daydream reads (found: {found})",
+                "expected cpu_op / cuda_runtime / kernel events from torch.profiler",
+            )
+        if self.rows == 0:
             reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
             raise TraceFormatError(source, f"every profiler event is malformed ({reasons})")
-    span = int((ts_ns + dur_ns).max()) - int(ts_ns.min())
-    if span + int(dur_ns.sum()) > SPAN_LIMIT_NS:
-        raise TraceFormatError(source, f"its events span {span / 1e9 / 86400:.0f} days",
-                               "timestamps are damaged (a profiler trace covers seconds to hours)")
-    args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
-    strings = _Interner()
-    strings("")
-    names = strings.many(list(map(_get_name, kept)))
-    kind = _refine_kinds(kind, kept, args, names, strings)
-    tracks, track_ids = _tracks(kept, kind, args)
-    columns = {
-        "kind": kind.astype(np.int8),
-        "name": names,
-        "track": track_ids,
-        "ts_ns": ts_ns,
-        "dur_ns": dur_ns,
-        "correlation": _ints(list(map(_get_correlation, args))),
-        "external_id": _ints([a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args]),
-        "sequence": _ints(list(map(_get_sequence, args))),
-        "bytes": _ints(list(map(_get_bytes, args))),
-    }
-    tables = _side_tables(kind, args, strings, columns)
-    tables["flow"] = _flows(events, tracks, "fwdbwd" in categories)
-    meta = _meta(envelope, source, len(events), categories, skipped)
-    trace = Trace(meta=meta, strings=strings.strings, tracks=tracks, columns=columns, tables=tables)
-    _sort_by_time(trace)
-    return trace
+        column = {key: np.concatenate(self.pieces.pop(key)) for key in list(self.pieces)}  # one column's copy at a time
+        ts_ns, dur_ns = column["ts_ns"], column["dur_ns"]
+        span = int((ts_ns + dur_ns).max()) - int(ts_ns.min())
+        if span + int(dur_ns.sum()) > SPAN_LIMIT_NS:
+            raise TraceFormatError(source, f"its events span {span / 1e9 / 86400:.0f} days",
+                                   "timestamps are damaged (a profiler trace covers seconds to hours)")
+        strings = _Interner()
+        strings("")
+        names = strings.many(self.names.strings)[column["name"]].astype(np.int32)
+        kind = _refine_kinds(column["kind"], column["collective_arg"], names, strings)
+        tracks, track_ids = self._tracks(column["is_gpu"], column["pid"], column["tid"])
+        columns = {
+            "kind": kind.astype(np.int8),
+            "name": names,
+            "track": track_ids,
+            "ts_ns": ts_ns,
+            "dur_ns": dur_ns,
+            "correlation": column["correlation"],
+            "external_id": column["external_id"],
+            "sequence": column["sequence"],
+            "bytes": column["bytes"],
+        }
+        tables = self._side_tables(strings)
+        tables["flow"] = self._flow_table(tracks)
+        meta = _meta(envelope, source, self.decoded, categories, skipped)
+        trace = Trace(meta=meta, strings=strings.strings, tracks=tracks, columns=columns, tables=tables)
+        _sort_by_time(trace)
+        return trace
+
+    def _tracks(self, is_gpu: np.ndarray, pids: np.ndarray, tids: np.ndarray) -> tuple[list[Track], np.ndarray]:
+        """One track per (host or GPU, pid, tid), ordered host first, then by pid and tid as written (numbers before
+        names); each row's track id."""
+        pid_values, tid_values = list(self.pids), list(self.tids)
+        combined = (is_gpu.astype(np.int64) << 62) | (_ranks(pid_values)[pids] << 31) | _ranks(tid_values)[tids]
+        _, first_row, ids = np.unique(combined, return_index=True, return_inverse=True)
+        tracks = []
+        for row in first_row.tolist():
+            key = (int(is_gpu[row]), int(pids[row]), int(tids[row]))
+            tracks.append(_make_track(bool(is_gpu[row]), pid_values[pids[row]], tid_values[tids[row]], *self.track_args[key]))
+        return tracks, ids.astype(np.int32).reshape(-1)
+
+    def _side_tables(self, strings: _Interner) -> dict[str, dict[str, np.ndarray]]:
+        tables: dict[str, dict[str, Any]] = {name: dict(empty_table(name)) for name in SIDE_TABLES}
+        for name, rows in self.side.items():
+            columns: dict[str, Any] = dict(rows)
+            if name == "launch_config":
+                grid, block = _dims(columns.pop("grid")), _dims(columns.pop("block"))
+                columns.update(grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
+                               block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2])
+            tables[name] = columns
+        # Interned after the names, column by column, in the order a whole-file build interns them.
+        for name in ("collective", "sync"):
+            for key in [k for k in SIDE_TABLES[name] if k.endswith("_str")]:
+                if key in tables[name] and isinstance(tables[name][key], list):
+                    tables[name][key] = list(map(strings, tables[name][key]))
+        return {name: _table(name, **columns) if isinstance(columns.get("event"), list) else columns
+                for name, columns in tables.items()}
+
+    def _flow_table(self, tracks: list[Track]) -> dict[str, np.ndarray]:
+        if not self.flows:
+            return empty_table("flow")
+        host_track = {(t.pid, t.tid): i for i, t in enumerate(tracks) if t.kind is TrackKind.HOST}
+        return _table(
+            "flow",
+            flow_id=self.flows["flow_id"],
+            ts_ns=_us_to_ns(np.array(self.flows["ts"], dtype=np.float64)),
+            track=[host_track.get(key, NO_VALUE) for key in self.flows["host"]],
+            is_start=self.flows["is_start"],
+        )
 
 
-def _count_categories(cats: list[str]) -> dict[str, int]:
+def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
+    """Provisional ids of `values` (pids or tids as written), new ones numbered as they come."""
+    for value in set(values).difference(index):
+        index[value] = len(index)
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _ranks(values: list[Any]) -> np.ndarray:
+    """Each value's position among `values` sorted numbers first, then names."""
+    order = sorted(range(len(values)), key=lambda i: (isinstance(values[i], str),
+                                                      values[i] if isinstance(values[i], str) else int(values[i])))
+    ranks = np.empty(len(values), dtype=np.int64)
+    ranks[order] = np.arange(len(values))
+    return ranks
+
+
+def _count_categories(cats: Iterable[str]) -> dict[str, int]:
     counts = Counter(cats)
     if "" in counts:
         counts["<none>"] = counts.pop("")
@@ -427,17 +611,13 @@ def _classify(events: list[_Event], cats: list[str]) -> np.ndarray:
     return kinds
 
 
-def _refine_kinds(
-    kind: np.ndarray, kept: list[_Event], args: list[_Args], names: np.ndarray, strings: _Interner
-) -> np.ndarray:
+def _refine_kinds(kind: np.ndarray, collective_arg: np.ndarray, names: np.ndarray, strings: _Interner) -> np.ndarray:
     kind = kind.copy()
     # Collective kernels are communication tasks (still kernels, as the file lists them).
     kernel_rows = np.flatnonzero(kind == EventKind.KERNEL)
     table = strings.strings
     collective_names = np.array([bool(_COLLECTIVE_KERNEL.match(text)) for text in table], dtype=bool)
-    is_collective = collective_names[names[kernel_rows]] | np.array(
-        [args[i].collective != "" for i in kernel_rows.tolist()], dtype=bool
-    )
+    is_collective = collective_names[names[kernel_rows]] | collective_arg[kernel_rows]
     kind[kernel_rows[is_collective]] = EventKind.COMMUNICATION
     # gloo runs a CPU collective on its own worker threads, under a `gloo:<op>` annotation.
     gloo_names = np.array([text.startswith(_GLOO_PREFIX) for text in table], dtype=bool)
@@ -478,25 +658,13 @@ def _us_to_ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
-def _tracks(kept: list[_Event], kind: np.ndarray, args: list[_Args]) -> tuple[list[Track], np.ndarray]:
-    is_gpu = np.isin(kind, [int(k) for k in _GPU_KINDS]).astype(np.int64)
-    pids, pid_ids = _dense_ids(list(map(_get_pid, kept)))
-    tids, tid_ids = _dense_ids(list(map(_get_tid, kept)))
-    combined = (is_gpu << 62) | (pid_ids << 31) | tid_ids
-    _, first_row, ids = np.unique(combined, return_index=True, return_inverse=True)
-    tracks = [
-        _make_track((bool(is_gpu[row]), pids[pid_ids[row]], tids[tid_ids[row]]), args[row])
-        for row in first_row.tolist()
-    ]
-    return tracks, ids.astype(np.int32).reshape(-1)
-
-
-def _make_track(key: tuple[Any, ...], args: _Args) -> Track:
-    is_gpu, pid, tid = key
+def _make_track(is_gpu: bool, pid: Any, tid: Any, device: Any, stream: Any) -> Track:
+    """A track from its first event: a host thread, or a GPU stream (device and stream from its args, else from the
+    pid and tid as older files write them)."""
     if not is_gpu:
         return Track(TrackKind.HOST, pid, tid)
-    device = _as_int(args.device) if args.device != NO_VALUE else (_as_int(pid) if isinstance(pid, int) else NO_VALUE)
-    stream = _as_int(args.stream)
+    device = _as_int(device) if device != NO_VALUE else (_as_int(pid) if isinstance(pid, int) else NO_VALUE)
+    stream = _as_int(stream)
     if stream == NO_VALUE:
         if isinstance(tid, int):
             stream = _as_int(tid)
@@ -504,67 +672,6 @@ def _make_track(key: tuple[Any, ...], args: _Args) -> Track:
             match = _STREAM_TID.search(str(tid)[:64])
             stream = _as_int(match.group(1)) if match else NO_VALUE
     return Track(TrackKind.GPU, pid, tid, device=device, stream=stream)
-
-
-def _side_tables(
-    kind: np.ndarray, args: list[_Args], strings: _Interner, columns: dict[str, np.ndarray]
-) -> dict[str, dict[str, np.ndarray]]:
-    tables = {name: empty_table(name) for name in SIDE_TABLES}
-    memory = np.flatnonzero(kind == EventKind.MEMORY)
-    if memory.size:
-        rows = [args[i] for i in memory.tolist()]
-        columns["bytes"][memory] = _ints([a.memory_bytes for a in rows])
-        tables["memory"] = _table(
-            "memory",
-            event=memory,
-            addr=[a.addr for a in rows],
-            total_allocated=[a.total_allocated for a in rows],
-            total_reserved=[a.total_reserved for a in rows],
-            device_type=[a.device_type for a in rows],
-            device_id=[a.device_id for a in rows],
-        )
-    collective = np.flatnonzero(np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args)))
-    if collective.size:
-        rows = [args[i] for i in collective.tolist()]
-        tables["collective"] = _table(
-            "collective",
-            event=collective,
-            collective_str=[strings(a.collective) for a in rows],
-            in_nelems=[a.in_nelems for a in rows],
-            out_nelems=[a.out_nelems for a in rows],
-            group_size=[a.group_size for a in rows],
-            dtype_str=[strings(str(a.dtype)) for a in rows],
-            group_name_str=[strings(str(a.group_name)) for a in rows],
-            group_ranks_str=[strings(str(a.group_ranks)) for a in rows],
-        )
-    launched = np.flatnonzero(
-        np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool, count=len(args))
-    )
-    if launched.size:
-        rows = [args[i] for i in launched.tolist()]
-        grid = _dims(a.grid for a in rows)
-        block = _dims(a.block for a in rows)
-        tables["launch_config"] = _table(
-            "launch_config",
-            event=launched,
-            grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
-            block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2],
-            registers=[a.registers for a in rows],
-            shared_memory=[a.shared_memory for a in rows],
-        )
-    tables["flops"] = _gemm_flops(kind, args, strings, columns["name"])
-    sync = np.flatnonzero(kind == EventKind.SYNC)
-    if sync.size:
-        rows = [args[i] for i in sync.tolist()]
-        tables["sync"] = _table(
-            "sync",
-            event=sync,
-            sync_kind_str=[strings(a.sync_kind) for a in rows],
-            wait_on_stream=[a.wait_on_stream for a in rows],
-            wait_on_event_record_correlation=[a.wait_on_event_record_correlation for a in rows],
-            wait_on_event_id=[a.wait_on_event_id for a in rows],
-        )
-    return tables
 
 
 def _numel(dims: list[Any]) -> float:
@@ -671,21 +778,6 @@ def _as_int(value: Any) -> int:
                 return NO_VALUE
             number = int(as_float) if math.isfinite(as_float) else NO_VALUE
     return number if -INT_LIMIT <= number <= INT_LIMIT else NO_VALUE
-
-
-def _flows(events: list[_Event], tracks: list[Track], has_flows: bool) -> dict[str, np.ndarray]:
-    flows = [e for e in events if e.cat == "fwdbwd" and e.ph in ("s", "f") and isinstance(e.id, int)] if has_flows else []
-    if not flows:
-        return empty_table("flow")
-    host_track = {(t.pid, t.tid): i for i, t in enumerate(tracks) if t.kind is TrackKind.HOST}
-    ts_ns = _us_to_ns(np.array([e.ts if math.isfinite(e.ts) else 0.0 for e in flows], dtype=np.float64))
-    return _table(
-        "flow",
-        flow_id=[e.id for e in flows],
-        ts_ns=ts_ns,
-        track=[host_track.get((e.pid, e.tid), NO_VALUE) for e in flows],
-        is_start=[e.ph == "s" for e in flows],
-    )
 
 
 def _sort_by_time(trace: Trace) -> None:
