@@ -5,11 +5,13 @@ Handles the 2021 legacy categories (`Operator`/`Runtime`/`Kernel`/`Memcpy`/
 cat-less `[memory]` events) through 2025 files (`cuda_driver`, `overhead`,
 `cuda_sync`, `baseTimeNanoseconds`-relative `ts`).
 
-Speed: the file is decoded by msgspec straight into slotted structs that carry
-only the fields daydream uses (everything else, e.g. call stacks and input
-shapes, is skipped by the decoder without being materialized); the structs are
-then turned into numpy columns with one comprehension per column. When the fast
-typed decode rejects the file because some events are malformed, the events are
+Speed and memory: the decompressed text is streamed a window at a time and cut
+where two events meet (a cut msgspec cannot decode, "},{" inside a string or a
+nested list, is refused and an earlier one tried); each window is decoded by
+msgspec straight into slotted structs that carry only the fields daydream uses
+(everything else, e.g. call stacks, is skipped without being materialized), and
+turned into numpy column pieces before the next window is read. When the typed
+decode rejects a window because some events are malformed, its events are
 decoded one by one and the bad ones are skipped and counted by reason.
 """
 
@@ -186,15 +188,28 @@ class Readable(Protocol):
 
     def read(self, progress: Progress | None = None) -> bytes | bytearray: ...
 
+    def blocks(self, progress: Progress | None = None) -> Iterator[bytes]: ...
+
 
 def read(document: Readable, progress: Progress | None = None) -> Trace:
     """Read one Kineto JSON document (a `Source`) into a `Trace`.
 
-    The document is split into its events without decoding them (each a view of the
-    decompressed bytes), then decoded `CHUNK_EVENTS` at a time, each chunk turned into
-    column pieces and dropped before the next: the peak memory holds the text, one
-    chunk of decoded events and the columns, never every event as an object.
+    Streamed: the decompressed text is read a window at a time, cut between two events,
+    and each window's events are decoded and turned into column pieces before the next
+    is read, so the peak memory holds one window, its decoded events and the columns —
+    neither the whole text nor every event as an object. A document the stream cannot
+    cut with certainty (an unusual layout, a damaged file) is read whole instead, which
+    gives the same trace and the precise error.
     """
+    skipped: dict[str, int] = {}
+    columns = _Columns()
+    envelope = _stream(document, columns, skipped, progress)
+    if envelope is not _NOT_STREAMED:
+        trace = columns.finish(envelope, document.label, skipped)
+        del columns
+        give_back()
+        return trace
+    del columns
     raw = document.read(progress)
     envelope, events = _split_checked(raw, document.label, progress)
     del raw  # the events still view it; it goes with them
@@ -202,6 +217,117 @@ def read(document: Readable, progress: Progress | None = None) -> Trace:
     del events
     give_back()
     return trace
+
+
+#: Bytes of text decoded at a time when a document is streamed.
+WINDOW = 8 << 20
+_NOT_STREAMED: Any = object()
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+#: Cuts tried per window before the document is read whole (a cut inside a string or a nested list fails to decode).
+_CUT_ATTEMPTS = 8
+
+
+def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], progress: Progress | None) -> Any:
+    """Read `document`'s events into `columns` a window at a time; its envelope (None for a bare list of events), or
+    _NOT_STREAMED when the text cannot be cut with certainty (`columns` is then partly filled: discard it)."""
+    blocks = iter(document.blocks(progress))
+    buffer = bytearray()
+    at_end = False
+
+    def more() -> bool:
+        nonlocal at_end
+        block = next(blocks, None)
+        if block is None:
+            at_end = True
+            return False
+        buffer.extend(block)
+        return True
+
+    while len(buffer) < 4096 and more():
+        pass
+    head = bytes(buffer[:4096]).lstrip()
+    if head[:1] == b"[":
+        prefix_envelope, start = None, buffer.index(b"[") + 1
+    elif head[:1] == b"{":
+        found = _EVENTS_KEY.search(buffer)
+        while found is None and len(buffer) < 64 * WINDOW and more():
+            found = _EVENTS_KEY.search(buffer)
+        if found is None:
+            return _NOT_STREAMED
+        try:  # the key is the document's own, not text inside another value, when what precedes it closes as a document
+            prefix_envelope = msgspec.json.decode(bytes(buffer[:found.start()]) + b'"traceEvents":[]}', type=_RawFile)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return _NOT_STREAMED
+        start = found.end()
+    else:
+        return _NOT_STREAMED
+    del buffer[:start]
+    while True:
+        while not at_end and len(buffer) < WINDOW:
+            more()
+        cut = _cut(buffer, columns, skipped) if not at_end else None
+        if cut is None:
+            if at_end:
+                break
+            if len(buffer) > 8 * WINDOW:  # no event ends in this much text: not a layout the stream can cut
+                return _NOT_STREAMED
+            more()
+            continue
+        del buffer[:cut]
+    # The rest: the last events, the array's end and the keys after it.
+    try:
+        if prefix_envelope is None:
+            tail_events = msgspec.json.decode(b"[" + bytes(buffer), type=list[msgspec.Raw])
+            envelope = None
+        else:
+            tail = msgspec.json.decode(b'{"traceEvents":[' + bytes(buffer), type=_RawFile)
+            tail_events, tail.traceEvents = tail.traceEvents, []
+            envelope = _merged(prefix_envelope, tail)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _NOT_STREAMED
+    buffer.clear()
+    for chunk in _decoded_chunks(tail_events, skipped, document.label):
+        columns.add(chunk, skipped)
+    if columns.decoded == 0:
+        return _NOT_STREAMED  # no event read: the whole-document path says why
+    return envelope
+
+
+def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int | None:
+    """Decode the events of `buffer` up to the last place two events meet, into `columns`; the offset of the next
+    event's start, or None when no place decodes (the text ends inside one event, or only false cuts were found)."""
+    end = len(buffer)
+    for _ in range(_CUT_ATTEMPTS):
+        brace = buffer.rfind(b"}", 0, end)
+        found = None
+        while brace >= 0 and not (found := _BETWEEN_EVENTS.match(buffer, brace)):
+            brace = buffer.rfind(b"}", 0, brace)
+        if found is None:
+            return None
+        text = b"[" + bytes(buffer[:brace + 1]) + b"]"
+        try:
+            events = _EVENTS.decode(text)
+        except msgspec.ValidationError:
+            try:
+                events = _tolerant(msgspec.json.decode(text, type=list[msgspec.Raw]), skipped)
+            except msgspec.DecodeError:
+                end = brace
+                continue
+        except msgspec.DecodeError:
+            end = brace  # a "},{" inside a string or a nested list: try the one before
+            continue
+        columns.add(events, skipped)
+        return found.end() - 1
+    return None
+
+
+def _merged(before: Any, after: Any) -> Any:
+    """The envelope from the keys before the events and those after them."""
+    for name in _Envelope.__struct_fields__:
+        if getattr(before, name) is None:
+            setattr(before, name, getattr(after, name))
+    return before
 
 
 def decode(raw: bytes | bytearray, source: str, progress: Progress | None = None) -> Trace:

@@ -12,7 +12,7 @@ import re
 import stat
 import tarfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -25,6 +25,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _CHUNK = 1 << 20
+#: The most bytes one block of a document holds when it is read a block at a time.
+BLOCK = 4 << 20
 #: Default most decompressed bytes of one trace document (DAYDREAM_MAX_BYTES overrides, e.g. 64GB).
 DEFAULT_MAX_BYTES = 32 * 2**30
 #: A gzip member this many times larger than its compressed size, once past BOMB_FLOOR bytes, is refused:
@@ -64,18 +66,26 @@ class Source:
 
     def read(self, progress: Progress | None = None) -> bytearray:
         """The decompressed bytes of this document (at most `max_bytes()` of them)."""
+        body = bytearray()
+        for block in self.blocks(progress):
+            body += block
+        return body
+
+    def blocks(self, progress: Progress | None = None) -> Iterator[bytes]:
+        """The decompressed bytes of this document, a block at a time (at most `max_bytes()` in all)."""
         limit = max_bytes()
         if self.member is None:
             _check_regular(self.path)
             with open(self.path, "rb") as handle:
-                return _read_maybe_gzip(handle, self.label, self.size, limit, progress)
+                yield from _blocks(handle, self.label, self.size, limit, progress)
+            return
         try:
             with tarfile.open(self.path, "r:*") as archive:
                 info = archive.getmember(self.member)
                 member = archive.extractfile(info) if info.isfile() else None
                 if member is None:
                     raise TraceFormatError(self.label, "member is not a regular file", "repack the archive with the files themselves")
-                return _read_maybe_gzip(member, self.label, info.size, limit, progress)
+                yield from _blocks(member, self.label, info.size, limit, progress)
         except (tarfile.TarError, EOFError, OSError, zlib.error, KeyError) as exc:
             raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})", "is the archive complete?") from None
 
@@ -129,35 +139,41 @@ def _archive_sources(root: Path) -> list[Source]:
     return [Source(root, member, info.st_size, info.st_mtime_ns) for member in members]
 
 
-def _read_maybe_gzip(handle: IO[bytes], label: str, size: int, limit: int, progress: Progress | None) -> bytearray:
+def _blocks(handle: IO[bytes], label: str, size: int, limit: int, progress: Progress | None) -> Iterator[bytes]:
+    """The document's bytes, decompressed when gzip, a block (at most BLOCK bytes) at a time."""
     head = handle.read(2)
     if head != _GZIP_MAGIC:
         if size > limit:
             raise _too_large(label, size, limit)
-        body = bytearray(head)
-        while chunk := handle.read(_CHUNK):
-            body += chunk
-            if len(body) > limit:
-                raise _too_large(label, len(body), limit)
+        produced = len(head)
+        yield head
+        while chunk := handle.read(BLOCK):
+            produced += len(chunk)
+            if produced > limit:
+                raise _too_large(label, produced, limit)
+            yield chunk
         if progress:
-            progress("reading", len(body), len(body))
-        return body
-    body = bytearray()
+            progress("reading", produced, produced)
+        return
     inflater = zlib.decompressobj(wbits=31)
     data = head
-    consumed = 0
+    consumed = produced = 0
     try:
         while True:
-            body += inflater.decompress(data, _CHUNK * 64)
-            while inflater.unconsumed_tail or (inflater.eof and inflater.unused_data):
+            block = inflater.decompress(data, BLOCK)
+            while True:
+                produced += len(block)
+                _check_growth(label, produced, consumed, limit)
+                if block:
+                    yield block
                 if inflater.unconsumed_tail:
-                    body += inflater.decompress(inflater.unconsumed_tail, _CHUNK * 64)
-                else:  # a gzip file may hold several members back to back
+                    block = inflater.decompress(inflater.unconsumed_tail, BLOCK)
+                elif inflater.eof and inflater.unused_data:  # a gzip file may hold several members back to back
                     rest = inflater.unused_data
                     inflater = zlib.decompressobj(wbits=31)
-                    body += inflater.decompress(rest, _CHUNK * 64)
-                _check_growth(label, len(body), consumed, limit)
-            _check_growth(label, len(body), consumed, limit)
+                    block = inflater.decompress(rest, BLOCK)
+                else:
+                    break
             data = handle.read(_CHUNK)
             consumed += len(data)
             if progress:
@@ -168,7 +184,6 @@ def _read_maybe_gzip(handle: IO[bytes], label: str, size: int, limit: int, progr
         raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})", "re-copy the file; it is damaged") from None
     if not inflater.eof:
         raise TraceFormatError(label, "gzip stream is truncated", "the file was cut short; re-copy or re-record it")
-    return body
 
 
 def _check_growth(label: str, produced: int, consumed: int, limit: int) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from daydream.trace import GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, TrackKind, read_job
 from tests.builders import annotation, kernel, op, runtime, write_trace
@@ -181,3 +184,62 @@ def test_gloo_work_on_its_threads_is_communication(tmp_path: Path) -> None:
     assert kinds["## backward ##"] == EventKind.ANNOTATION and kinds["c10d::allreduce_"] == EventKind.CPU_OP
     # Still a CPU trace: gloo's threads are host threads, and there is no GPU activity.
     assert all(track.kind == TrackKind.HOST for track in trace.tracks) and trace.count(*GPU_ACTIVITY_KINDS) == 0
+
+
+def _hard_to_cut(count: int) -> list[dict[str, object]]:
+    """Events whose text holds what looks like a place two events meet: "},{" inside names and inside a nested
+    list of objects in the args."""
+    events: list[dict[str, object]] = []
+    for i in range(count):
+        events.append(op("aten::mm", 10.0 * i, 5.0, ext=i + 1, note='x"},{"y', shapes=[{"a": 1}, {"b": i}]))
+        events.append(kernel(f"gemm_{i % 7}}},{{tail", 10.0 * i + 1, 2.0, correlation=1000 + i, ext=i + 1))
+    return events
+
+
+def test_a_streamed_read_cuts_only_between_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read in windows of a few hundred bytes, the text is cut hundreds of times; every "},{" inside a string or a
+    # nested list is a false cut that must be refused. Envelope keys on both sides of the events are kept.
+    from daydream.trace import kineto
+
+    events = _hard_to_cut(200)
+    path = write_trace(tmp_path, events, "t.json.gz", deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    text = gzip.decompress(path.read_bytes())
+    monkeypatch.setattr(kineto, "WINDOW", 300)
+    whole = kineto._split_checked
+    monkeypatch.setattr(kineto, "_split_checked", None)  # the whole-document path is not taken
+    streamed = _read(path)
+    assert len(streamed) == 400 and streamed.meta.events_in_file == 400
+    names = sorted(streamed.strings[n] for n in streamed.name[streamed.kind == EventKind.KERNEL])
+    assert names == sorted(f"gemm_{i % 7}}},{{tail" for i in range(200))
+    assert [gpu.name for gpu in streamed.meta.gpus] == ["NVIDIA H100 80GB HBM3"]
+    # The envelope after the events too: the same document with the key moved behind them reads the same.
+    document = json.loads(text)
+    after = tmp_path / "after.json"
+    after.write_text(json.dumps({"traceEvents": document["traceEvents"], "deviceProperties": document["deviceProperties"]}))
+    moved = _read(after)
+    monkeypatch.setattr(kineto, "_split_checked", whole)
+    assert [gpu.name for gpu in moved.meta.gpus] == ["NVIDIA H100 80GB HBM3"]
+    assert np.array_equal(moved.ts_ns, streamed.ts_ns) and moved.strings == streamed.strings
+    # And as a bare list of events.
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(document["traceEvents"]))
+    assert np.array_equal(_read(bare).name, streamed.name)
+
+
+def test_a_document_the_stream_cannot_cut_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "traceEvents" first appears as a key of another value: the stream gives up and the whole-document read finds
+    # the document's own key, the same events.
+    from daydream.trace import kineto
+
+    monkeypatch.setattr(kineto, "WINDOW", 300)
+    whole = kineto._split_checked
+    wholes: list[str] = []
+    monkeypatch.setattr(kineto, "_split_checked", lambda raw, source, progress: wholes.append(source) or whole(raw, source, progress))
+    decoy = tmp_path / "decoy.json"
+    decoy.write_text(json.dumps({"meta": {"traceEvents": [1]}, "traceEvents": _hard_to_cut(20)}))
+    assert len(_read(decoy)) == 40 and wholes == [str(decoy)]
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text(json.dumps({"traceEvents": [*_hard_to_cut(20), {"ph": "X", "cat": "kernel", "ts": "late"}]}))
+    trace = _read(malformed)
+    assert len(trace) == 40 and trace.meta.skipped == {"mistyped ts": 1}
+    assert wholes == [str(decoy)]  # a malformed event is skipped within the stream
