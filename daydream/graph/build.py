@@ -56,6 +56,8 @@ UNSET = np.iinfo(np.int64).min
 #: A blocking call that returned this long before the work it would wait for finished did not wait for it
 #: (host and GPU clocks of one trace agree far better than this).
 RETURNED_EARLY_NS = 1_000
+#: The roles of calls that wait for GPU work whatever they launched.
+_WAITING_ROLES = (CallRole.DEVICE_SYNC, CallRole.STREAM_SYNC, CallRole.EVENT_SYNC, CallRole.BLOCKING_COPY)
 #: An autograd backward function, as 2021-format traces name the autograd thread's ops (AddmmBackward, ReluBackward1).
 BACKWARD_FUNCTION = re.compile(r"^[A-Z]\w*Backward\d*$")
 #: Calls that do nothing but wait: their time after the awaited work ends is the return latency.
@@ -306,6 +308,13 @@ class _Builder:
         _trace, tasks = self.trace, self.graph.tasks
         host = self.host_tasks
         host = host[tasks["kind"][host] == TaskKind.HOST_CALL]
+        # Only calls that may block are looked at one by one: a sync or blocking copy by name, or a call that
+        # launched a copy (a pageable copy blocks whatever the call's name).
+        waits = np.array([self._roles[name] in _WAITING_ROLES for name in self.names], dtype=bool)
+        copies = (tasks["kind"][self.gpu_tasks] == TaskKind.MEMCPY) & (self.launch_task >= 0)
+        launched_copy = np.zeros(self.graph.task_count, dtype=bool)
+        launched_copy[self.launch_task[copies]] = True
+        host = host[waits[tasks["name"][host]] | launched_copy[host]]
         names = [self.names[int(i)] for i in tasks["name"][host]]
         awaited: list[tuple[int, list[int], bool]] = []  # (call task, awaited gpu tasks, derivable)
         launches_by_thread = self._launch_history

@@ -12,9 +12,8 @@ import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK
-from daydream.graph.timing import in_edges
 from daydream.intervals import Coverage
-from daydream.simulate.bound import binding_edge
+from daydream.simulate.bound import binding_edges
 from daydream.simulate.engine import Timeline
 
 
@@ -108,7 +107,7 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
     if inside.size == 0:
         return CriticalPath([], {}, 0, [])
     current = int(inside[np.argmax(timeline.end_ns[inside])])
-    edges_in = in_edges(graph)
+    binding = binding_edges(graph, timeline).edge
     path: list[int] = []
     by_kind: dict[str, int] = {}
     per_task: dict[tuple[str, str], int] = {}
@@ -120,7 +119,7 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
         by_kind[kind] = by_kind.get(kind, 0) + max(own, 0)
         key = (kind, graph.task_name(current))
         per_task[key] = per_task.get(key, 0) + max(own, 0)
-        edge, _ = binding_edge(graph, timeline, current, edges_in)
+        edge = int(binding[current])
         if edge < 0:
             break
         if DepKind(int(graph.edges["kind"][edge])).is_host:

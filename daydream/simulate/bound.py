@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.timing import in_edges
+from daydream._jit import jit
+from daydream.graph import Graph, TaskKind
+from daydream.graph.timing import host_edge_mask, in_edges
 from daydream.simulate.engine import Timeline
 from daydream.simulate.windows import Window, iteration_windows
 
@@ -77,88 +78,118 @@ class Bound:
                 "by_category_ns": dict(self.by_category_ns), "critical_path_tasks": self.tasks}
 
 
-def bound_by(graph: Graph, timeline: Timeline, first: int, last: int, edges_in: tuple[np.ndarray, np.ndarray] | None = None,
+def bound_by(graph: Graph, timeline: Timeline, first: int, last: int, binding: Binding | None = None,
              window_start: int | None = None) -> Bound:
     """The critical path of the window from task `first`'s start (or `window_start`) to task `last`'s end (e.g. an
     iteration's window: its start marker to its end marker or its last GPU work).
 
-    `edges_in` (from graph.timing.in_edges) may be passed when the same graph is walked many times.
+    `binding` (binding_edges(graph, timeline)) may be passed when the same timeline is walked many times.
     """
     window_start = int(timeline.start_ns[first]) if window_start is None else window_start
     window_end = int(timeline.end_ns[last])
     bound = Bound(window_ns=window_end - window_start)
-    offsets, order = edges_in if edges_in is not None else in_edges(graph)
-    walker = _Walker(graph, timeline, offsets, order, window_start, bound)
-    walker.walk(last, window_end, with_duration=True)
+    b = binding if binding is not None else binding_edges(graph, timeline)
+    ns = np.zeros(len(CATEGORIES), dtype=np.int64)
+    bound.tasks = int(_walk(last, window_end, window_start, timeline.start_ns, timeline.end_ns, b.edge, b.ready,
+                            b.category, b.wait, b.gap, b.host_edge, b.edge_src, b.from_start, ns))
+    for category, value in zip(CATEGORIES, ns.tolist()):
+        bound.by_category_ns[category] = value
     return bound
 
 
-class _Walker:
-    def __init__(self, graph: Graph, timeline: Timeline, offsets: np.ndarray, order: np.ndarray, window_start: int,
-                 bound: Bound) -> None:
-        self.graph, self.timeline = graph, timeline
-        self.offsets, self.order = offsets, order
-        self.window_start = window_start
-        self.bound = bound
-        self.kind = graph.tasks["kind"]
-        self.gap = graph.tasks["gap_ns"]
-        self.fixed = graph.tasks["delay_span_ns"] <= 0
-        self.delay = graph.tasks["delay_ns"]
-        self.edge_src, self.edge_kind = graph.edges["src"], graph.edges["kind"]
-        self.from_start = graph.edges["from_start"]
-
-    def add(self, category: str, begin: int, end: int) -> None:
-        """Credit [begin, end) to `category`, clipped to the window."""
-        begin = max(begin, self.window_start)
-        if end > begin:
-            self.bound.by_category_ns[category] += end - begin
-
-    def walk(self, v: int, until: int, with_duration: bool) -> None:
-        start, end = self.timeline.start_ns, self.timeline.end_ns
-        while until > self.window_start:
-            self.bound.tasks += 1
-            task_start = int(start[v])
-            if with_duration:
-                self.add(_CATEGORY_OF_KIND[TaskKind(int(self.kind[v]))], task_start, min(int(end[v]), until))
-                until = min(until, task_start)
-            edge, ready = binding_edge(self.graph, self.timeline, v, (self.offsets, self.order))
-            if edge < 0:
-                return  # nothing made it ready: it started where the recording did, before the window
-            if ready < until:
-                self.add(self.wait_category(v), ready, until)
-                until = ready
-            u = int(self.edge_src[edge])
-            reference = int(start[u]) if self.from_start[edge] else int(end[u])
-            host_gap = int(self.gap[v]) if DepKind(int(self.edge_kind[edge])).is_host else 0
-            self.add("host gap", until - host_gap, until)
-            self.add("latency", reference, until - host_gap)
-            until = min(until, reference)
-            v, with_duration = u, not bool(self.from_start[edge])
-
-    def wait_category(self, v: int) -> str:
-        """What held v after its own dependencies were met: its unexplained delay, or, for a collective matched
-        across ranks (no delay of its own), the other ranks, derived by the job's replay; else a queue."""
-        if self.delay[v] > 0:
-            return "pinned" if self.fixed[v] else "unexplained"
-        return "communication" if self.kind[v] == TaskKind.COLLECTIVE else "latency"
+_HOST_GAP, _LATENCY = CATEGORIES.index("host gap"), CATEGORIES.index("latency")
 
 
-def binding_edge(graph: Graph, timeline: Timeline, v: int, edges_in: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
-    """(the in-edge that made task v ready, the time it did, host gap included); (-1, v's start) for a task
-    with none. `edges_in` is graph.timing.in_edges(graph)."""
-    offsets, order = edges_in
-    edges, gap = graph.edges, int(graph.tasks["gap_ns"][v])
-    start, end = timeline.start_ns, timeline.end_ns
-    best, found = -1, np.iinfo(np.int64).min
-    for k in range(int(offsets[v]), int(offsets[v + 1])):
-        e = int(order[k])
-        u = int(edges["src"][e])
-        ready = (int(start[u]) if edges["from_start"][e] else int(end[u])) + int(edges["latency_ns"][e])
-        if DepKind(int(edges["kind"][e])).is_host:
-            ready += gap
-        if ready > found:
-            best, found = e, ready
-    return (best, found) if best >= 0 else (-1, int(start[v]))
+@jit
+def _walk(v: int, until: int, window_start: int, start: np.ndarray, end: np.ndarray, edge: np.ndarray,
+          ready: np.ndarray, category: np.ndarray, wait: np.ndarray, gap: np.ndarray, host_edge: np.ndarray,
+          edge_src: np.ndarray, from_start: np.ndarray, ns: np.ndarray) -> int:
+    """Walk back from task v (its end at `until`) to the window's start, crediting each stretch to its category in
+    `ns`: a task's own time, the wait after its dependencies were met, the host gap and latency of the edge it
+    waited on. Returns the tasks on the path."""
+    tasks = 0
+    with_duration = True
+    while until > window_start:
+        tasks += 1
+        task_start = start[v]
+        if with_duration:
+            _credit(ns, category[v], task_start, min(end[v], until), window_start)
+            until = min(until, task_start)
+        e = edge[v]
+        if e < 0:
+            break  # nothing made it ready: it started where the recording did, before the window
+        if ready[v] < until:
+            _credit(ns, wait[v], ready[v], until, window_start)
+            until = ready[v]
+        u = edge_src[e]
+        reference = start[u] if from_start[e] else end[u]
+        host_gap = gap[v] if host_edge[e] else 0
+        _credit(ns, _HOST_GAP, until - host_gap, until, window_start)
+        _credit(ns, _LATENCY, reference, until - host_gap, window_start)
+        until = min(until, reference)
+        v = u
+        with_duration = not from_start[e]
+    return tasks
+
+
+@jit
+def _credit(ns: np.ndarray, category: int, begin: int, end: int, window_start: int) -> None:
+    """Credit [begin, end), clipped to the window, to `category` (an index into CATEGORIES)."""
+    begin = max(begin, window_start)
+    if end > begin:
+        ns[category] += end - begin
+
+
+#: Task kind -> the category of its own time.
+_CATEGORY_INDEX = np.array([CATEGORIES.index(_CATEGORY_OF_KIND.get(kind, "host")) for kind in
+                            (TaskKind(k) for k in range(max(TaskKind) + 1))], dtype=np.int64)
+
+
+@dataclass(slots=True, frozen=True)
+class Binding:
+    """Per task of one timeline: the in-edge that made it ready (-1: none) and the time it did (host gap included),
+    the category of its own time and of a wait after its dependencies were met; per edge, what the walk reads."""
+
+    edge: np.ndarray
+    ready: np.ndarray
+    category: np.ndarray
+    wait: np.ndarray
+    gap: np.ndarray
+    host_edge: np.ndarray
+    edge_src: np.ndarray
+    from_start: np.ndarray
+
+
+def binding_edges(graph: Graph, timeline: Timeline) -> Binding:
+    """For every task of `graph` at once: the in-edge that made it ready, the time it did, host gap included
+    ((-1, its start) for a task with none). Of edges that made it ready at the same time, the first in the
+    destination-sorted order of graph.timing.in_edges binds."""
+    tasks, edges = graph.tasks, graph.edges
+    best = np.full(graph.task_count, -1, dtype=np.int64)
+    ready = timeline.start_ns.astype(np.int64).copy()
+    host_edge = host_edge_mask(graph)
+    if edges["src"].size:
+        _, order = in_edges(graph)
+        src, dst = edges["src"][order], edges["dst"][order]
+        times = np.where(edges["from_start"][order].astype(bool), timeline.start_ns[src], timeline.end_ns[src])
+        times = times + edges["latency_ns"][order] + np.where(host_edge[order], tasks["gap_ns"][dst], 0)
+        # Per destination, the latest time; ties to the first edge: sort by (destination, time, -position), take
+        # each destination's last.
+        position = np.arange(order.size)
+        ranked = np.lexsort((-position, times, dst))
+        last = np.flatnonzero(np.r_[dst[ranked][1:] != dst[ranked][:-1], True])
+        winners = ranked[last]
+        best[dst[winners]] = order[winners]
+        ready[dst[winners]] = times[winners]
+    # A wait after the dependencies: an unexplained delay (pinned when it does not scale), for a collective matched
+    # across ranks (no delay of its own) the other ranks, else a queue.
+    delayed = tasks["delay_ns"] > 0
+    wait = np.where(tasks["kind"] == TaskKind.COLLECTIVE, CATEGORIES.index("communication"), _LATENCY)
+    wait = np.where(delayed, np.where(tasks["delay_span_ns"] <= 0, CATEGORIES.index("pinned"),
+                                      CATEGORIES.index("unexplained")), wait)
+    return Binding(best, ready, _CATEGORY_INDEX[tasks["kind"]], wait.astype(np.int64),
+                   tasks["gap_ns"].astype(np.int64), host_edge, edges["src"].astype(np.int64),
+                   edges["from_start"].astype(bool))
 
 
 def bound_line(bound: dict[str, object], top: int = 6) -> str:
@@ -169,9 +200,9 @@ def bound_line(bound: dict[str, object], top: int = 6) -> str:
 
 def iteration_bounds(graph: Graph, timeline: Timeline, windows: list[Window] | None = None) -> list[Bound]:
     """The bound of every iteration of `graph` (its window: simulate.windows, computed unless given), in order."""
-    edges_in = in_edges(graph)
+    binding = binding_edges(graph, timeline)
     windows = windows if windows is not None else iteration_windows(graph, timeline.start_ns, timeline.end_ns)
-    return [bound_by(graph, timeline, w.first, w.last, edges_in, w.start_ns) for w in windows]
+    return [bound_by(graph, timeline, w.first, w.last, binding, w.start_ns) for w in windows]
 
 
 def merge(bounds: list[Bound]) -> Bound:
