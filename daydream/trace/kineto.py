@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from operator import attrgetter, is_not
@@ -262,7 +262,7 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
         start = found.end()
     else:
         return _NOT_STREAMED
-    del buffer[:start]
+    buffer[:start] = b"["  # from here on the buffer reads as the start of a list of events
     while True:
         while not at_end and len(buffer) < WINDOW:
             more()
@@ -274,14 +274,17 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
                 return _NOT_STREAMED
             more()
             continue
-        del buffer[:cut]
+        try:
+            del buffer[1:cut]
+        except BufferError:  # something decoded still views the old text: start a new buffer
+            buffer[:] = b"[" + bytes(buffer[cut:])
     # The rest: the last events, the array's end and the keys after it.
     try:
         if prefix_envelope is None:
-            tail_events = msgspec.json.decode(b"[" + bytes(buffer), type=list[msgspec.Raw])
+            tail_events = msgspec.json.decode(bytes(buffer), type=list[msgspec.Raw])
             envelope = None
         else:
-            tail = msgspec.json.decode(b'{"traceEvents":[' + bytes(buffer), type=_RawFile)
+            tail = msgspec.json.decode(b'{"traceEvents":' + bytes(buffer), type=_RawFile)
             tail_events, tail.traceEvents = tail.traceEvents, []
             envelope = _merged(prefix_envelope, tail)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -295,27 +298,33 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
 
 
 def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int | None:
-    """Decode the events of `buffer` up to the last place two events meet, into `columns`; the offset of the next
-    event's start, or None when no place decodes (the text ends inside one event, or only false cuts were found)."""
+    """Decode the events of `buffer` ("[" and then events) up to the last place two events meet, into `columns`; the
+    offset of the next event's start, or None when no place decodes (the text ends inside one event, or only false
+    cuts were found)."""
     end = len(buffer)
     for _ in range(_CUT_ATTEMPTS):
-        brace = buffer.rfind(b"}", 0, end)
+        brace = buffer.rfind(b"}", 1, end)
         found = None
         while brace >= 0 and not (found := _BETWEEN_EVENTS.match(buffer, brace)):
-            brace = buffer.rfind(b"}", 0, brace)
+            brace = buffer.rfind(b"}", 1, brace)
         if found is None:
             return None
-        text = b"[" + bytes(buffer[:brace + 1]) + b"]"
+        # Close the list in place of the byte after the brace (a space or the comma), decode, put the byte back.
+        after = buffer[brace + 1]
+        buffer[brace + 1] = ord("]")
         try:
-            events = _EVENTS.decode(text)
+            events = _EVENTS.decode(memoryview(buffer)[:brace + 2])
         except msgspec.ValidationError:
             try:
-                events = _tolerant(msgspec.json.decode(text, type=list[msgspec.Raw]), skipped)
+                events = _tolerant(msgspec.json.decode(bytes(buffer[:brace + 2]), type=list[msgspec.Raw]), skipped)
             except msgspec.DecodeError:
-                end = brace
-                continue
+                events = None
         except msgspec.DecodeError:
-            end = brace  # a "},{" inside a string or a nested list: try the one before
+            events = None  # a "},{" inside a string or a nested list: try the one before
+        finally:
+            buffer[brace + 1] = after
+        if events is None:
+            end = brace
             continue
         columns.add(events, skipped)
         return found.end() - 1
@@ -503,7 +512,8 @@ class _Columns:
     def __init__(self) -> None:
         self.decoded = 0  # events decoded, kept or not
         self.classified = 0  # events of a kind daydream keeps, before the malformed ones are dropped
-        self.categories: Counter[str] = Counter()
+        self.cats: dict[Any, int] = {}  # category -> provisional id
+        self.cat_counts = np.zeros(0, dtype=np.int64)
         self.names = _Interner()
         self.pids: dict[Any, int] = {}
         self.tids: dict[Any, int] = {}
@@ -515,11 +525,13 @@ class _Columns:
 
     def add(self, events: list[_Event], skipped: dict[str, int]) -> None:
         self.decoded += len(events)
-        cats = list(map(_get_cat, events))
-        self.categories.update(cats)
-        if "fwdbwd" in self.categories:
-            self._add_flows(events)
-        kinds = _classify(events, cats)
+        cats = _codes(self.cats, list(map(_get_cat, events)))
+        counts = np.bincount(cats, minlength=len(self.cats))
+        counts[:self.cat_counts.size] += self.cat_counts
+        self.cat_counts = counts
+        if "fwdbwd" in self.cats:
+            self._add_flows(events, np.flatnonzero(cats == self.cats["fwdbwd"]))
+        kinds = _classify(events, cats, self.cats)
         keep = np.flatnonzero(kinds >= 0)
         self.classified += keep.size
         if keep.size == 0:
@@ -558,9 +570,9 @@ class _Columns:
             self.pieces[key].append(values)
         self.rows += len(kept)
 
-    def _add_flows(self, events: list[_Event]) -> None:
-        for e in events:
-            if e.cat == "fwdbwd" and e.ph in ("s", "f") and isinstance(e.id, int):
+    def _add_flows(self, events: list[_Event], rows: np.ndarray) -> None:
+        for e in map(events.__getitem__, rows.tolist()):
+            if e.ph in ("s", "f") and isinstance(e.id, int):
                 self.flows["flow_id"].append(e.id)
                 self.flows["ts"].append(e.ts if math.isfinite(e.ts) else 0.0)
                 self.flows["host"].append((e.pid, e.tid))
@@ -617,7 +629,7 @@ class _Columns:
             table["wait_on_event_id"].extend(a.wait_on_event_id for a in rows)
 
     def finish(self, envelope: Any, source: str, skipped: dict[str, int]) -> Trace:
-        categories = _count_categories(self.categories)
+        categories = _count_categories(dict(zip(self.cats, self.cat_counts.tolist())))
         if self.classified == 0:
             found = ", ".join(f"{cat} {n}" for cat, n in list(categories.items())[:6])
             raise TraceFormatError(
@@ -700,10 +712,13 @@ class _Columns:
 
 
 def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
-    """Provisional ids of `values` (pids or tids as written), new ones numbered as they come."""
-    for value in set(values).difference(index):
-        index[value] = len(index)
-    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    """Provisional ids of `values` (categories, pids or tids as written), new ones numbered as they come."""
+    try:
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    except KeyError:  # values not seen before (most chunks after the first have none)
+        for value in set(values).difference(index):
+            index[value] = len(index)
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _ranks(values: list[Any]) -> np.ndarray:
@@ -715,25 +730,33 @@ def _ranks(values: list[Any]) -> np.ndarray:
     return ranks
 
 
-def _count_categories(cats: Iterable[str]) -> dict[str, int]:
-    counts = Counter(cats)
+def _count_categories(counts: dict[str, int]) -> dict[str, int]:
+    counts = dict(counts)
     if "" in counts:
         counts["<none>"] = counts.pop("")
     return dict(sorted(counts.items()))
 
 
-def _classify(events: list[_Event], cats: list[str]) -> np.ndarray:
-    """Kind per event from its category; -1 for events daydream does not keep."""
-    lookup: defaultdict[str, int] = defaultdict(lambda: -1, {c: int(k) for c, k in _CATEGORY_KIND.items()})
-    kinds = np.fromiter(map(lookup.__getitem__, cats), dtype=np.int16, count=len(cats))
+_KIND_OF_CATEGORY = {c: int(k) for c, k in _CATEGORY_KIND.items()}
+
+
+def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray:
+    """Kind per event from its category (`cats`: ids into `ids`); -1 for events daydream does not keep."""
+    kind_of_id = np.full(len(ids), -1, dtype=np.int16)
+    for cat, index in ids.items():
+        kind_of_id[index] = _KIND_OF_CATEGORY.get(cat, -1)
+    kinds = kind_of_id[cats]
     # [memory] instant events: cat cpu_instant_event, or no cat at all in 2021 files.
-    maybe_memory = [i for i, cat in enumerate(cats) if cat == "cpu_instant_event" or cat == ""]
-    memory = [i for i in maybe_memory if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
-    kinds[memory] = int(EventKind.MEMORY)
+    instant = [ids[cat] for cat in ("cpu_instant_event", "") if cat in ids]
+    if instant:
+        rows = np.flatnonzero(np.isin(cats, instant)).tolist()
+        memory = [i for i in rows if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
+        kinds[memory] = int(EventKind.MEMORY)
     # Module spans recorded with with_stack=True: the only python_function events kept (layer attribution).
-    python = [i for i, cat in enumerate(cats) if cat == "python_function"]
-    modules = [i for i in python if events[i].name.startswith(MODULE_SPAN_PREFIX) and events[i].ph == "X"]
-    kinds[modules] = int(EventKind.ANNOTATION)
+    if "python_function" in ids:
+        rows = np.flatnonzero(cats == ids["python_function"]).tolist()
+        modules = [i for i in rows if events[i].name.startswith(MODULE_SPAN_PREFIX) and events[i].ph == "X"]
+        kinds[modules] = int(EventKind.ANNOTATION)
     return kinds
 
 
