@@ -199,12 +199,23 @@ def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray, query_rows: np
     return result
 
 
-def nearest_earlier_at_least(values: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-    """For each i, the largest j < i with candidate[j] and values[j] >= values[i]; -1 if none.
+#: Rows from which `nearest_earlier_at_least` runs compiled (numba, imported then) rather than as numpy work whose
+#: memory grows as n log n: a small trace is read without the compiler's start-up, a large one in O(n) memory.
+COMPILED_FROM_ROWS = 1 << 17
 
-    Vectorized binary lifting over a sparse table of window maxima: O(n log n)
-    numpy work instead of a Python loop with a stack.
-    """
+
+def nearest_earlier_at_least(values: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """For each i, the largest j < i with candidate[j] and values[j] >= values[i]; -1 if none."""
+    if values.size >= COMPILED_FROM_ROWS:
+        from daydream.mapping._stack import nearest_earlier_at_least_compiled
+
+        return nearest_earlier_at_least_compiled(np.ascontiguousarray(values, dtype=np.int64),
+                                                 np.ascontiguousarray(candidate, dtype=np.bool_))
+    return _nearest_earlier_at_least_numpy(values, candidate)
+
+
+def _nearest_earlier_at_least_numpy(values: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """Vectorized binary lifting over a sparse table of window maxima: O(n log n) numpy work and memory."""
     n = values.size
     floor = np.iinfo(np.int64).min
     level = np.where(candidate, values, floor).astype(np.int64)

@@ -108,6 +108,7 @@ def test_user_marker(tmp_path: Path) -> None:
 def test_nearest_earlier_at_least_matches_brute_force() -> None:
     import numpy as np
 
+    from daydream.mapping._stack import nearest_earlier_at_least_compiled
     from daydream.mapping.linking import nearest_earlier_at_least
 
     rng = np.random.default_rng(7)
@@ -116,3 +117,6 @@ def test_nearest_earlier_at_least_matches_brute_force() -> None:
         candidate = rng.random(size) < 0.6
         expected = [max((j for j in range(i) if candidate[j] and values[j] >= values[i]), default=-1) for i in range(size)]
         assert nearest_earlier_at_least(values, candidate).tolist() == expected
+        # The compiled stack pass that large traces take gives the same rows.
+        assert nearest_earlier_at_least_compiled(values, candidate).tolist() == expected
+        assert nearest_earlier_at_least_compiled.py_func(values, candidate).tolist() == expected
