@@ -44,21 +44,27 @@ def open_trace(source: Source, cache: bool = True, progress: Progress | None = N
     return trace
 
 
-def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
-    """Every rank at `path` (a trace file, a folder of rank files, or a tar archive)."""
+def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None,
+             build: bool = False) -> Job:
+    """Every rank at `path` (a trace file, a folder of rank files, or a tar archive), in rank order; with `build`,
+    each rank's graph too (`Job.graphs`). A job of many ranks is read in parallel (daydream.ranks)."""
+    from daydream.ranks import load_ranks
+
     sources = trace_stage.discover(path)
-    traces = [open_trace(source, cache, progress) for source in sources]
-    return Job(source=str(path), traces=trace_stage.order_by_rank(traces))
+    traces, graphs = load_ranks(sources, cache, progress, build)
+    order = trace_stage.rank_order(traces)
+    return Job(source=str(path), traces=[traces[i] for i in order],
+               graphs=[graphs[i] for i in order] if graphs is not None else None)
 
 
 def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> list[Replay]:
     """Build and simulate the untouched graph of every rank at `path`."""
     from daydream.simulate.replay import replay_traces
 
-    job = open_job(path, cache, progress)
+    job = open_job(path, cache, progress, build=True)
     if progress:
         progress("simulating", 0, 1)
-    return replay_traces(job.traces)
+    return replay_traces(job.traces, job.graphs)
 
 
 def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None, cache: bool = True,
@@ -66,11 +72,11 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
     """Predict every rank at `path` under the optimizations `specs` (applied in order)."""
     from daydream.simulate.whatif import predict_traces
 
-    job = open_job(path, cache, progress)
+    job = open_job(path, cache, progress, build=True)
     if progress:
         progress("predicting", 0, 1)
     try:
-        return predict_traces(job.traces, specs, device_name)
+        return predict_traces(job.traces, specs, device_name, job.graphs)
     except (ValueError, InputError) as exc:
         names_a_file = any(str(exc).startswith(t.meta.source) for t in job.traces) or str(exc).startswith(str(path))
         if isinstance(exc, InputError) and names_a_file:

@@ -1,7 +1,9 @@
 """Benchmark at scale: synthetic traces of millions of events, whole `daydream` commands, time and peak memory.
 
     python scripts/bench_scale.py                       # 1M and 3M events
-    python scripts/bench_scale.py --events 1e6,3e6,1e7  # and 10M (needs ~10 GB of RAM)
+    python scripts/bench_scale.py --events 1e6,3e6,1e7  # and 10M (about 4 GB of RAM)
+    python scripts/bench_scale.py --events none --ranks 64 --workers 1,2 [--ray]
+                                                        # a 64-rank job, ranks read by 1 and 2 processes (and Ray)
 
 A synthetic trace is a real one tiled: the bundled V100 CNN trace (5 training iterations,
 GPU-bound, launch queue full) repeated with its timestamps shifted by its span and its
@@ -9,6 +11,13 @@ correlation, external and flow ids offset each time, so that every copy is a new
 iterations with the same dependency structure. Each command (`inspect --json`, `replay
 --json`, `whatif --opt amp --json`) runs cold (`--no-cache`) as its own process; the figures
 are wall and CPU seconds and the peak RSS of that process, and events per second of CPU.
+Numba's compiled code is cached on disk once per machine: a first run of each command on the
+seed warms it, so that the figures are of reading, building and simulating, not compiling.
+
+`--ranks N` writes a job of N rank files of about `--rank-events` events each (the seed tiled,
+each file with its own distributedInfo rank) and times `replay --json --no-cache` of the whole
+job with its ranks read by each `--workers` count of processes (wall seconds and ranks per
+second; CPU seconds of all processes), and with `--ray` as Ray tasks on a local Ray.
 """
 
 from __future__ import annotations
@@ -34,8 +43,9 @@ COMMANDS = {
 _ID_ARGS = ("correlation", "External id", "external id")
 
 
-def tiled(seed: Path, events: int, out: Path) -> int:
-    """Write a trace of about `events` events by repeating `seed`; returns the events written."""
+def tiled(seed: Path, events: int, out: Path, rank: tuple[int, int] | None = None) -> int:
+    """Write a trace of about `events` events by repeating `seed`; returns the events written. `rank`: (rank, world
+    size) to write as its distributedInfo."""
     document = json.loads(gzip.decompress(seed.read_bytes()))
     original = document["traceEvents"]
     timed = [e for e in original if isinstance(e.get("ts"), (int, float))]
@@ -47,6 +57,8 @@ def tiled(seed: Path, events: int, out: Path) -> int:
     step_names = 0
     with gzip.open(out, "wt", compresslevel=1) as handle:
         envelope = {k: v for k, v in document.items() if k != "traceEvents"}
+        if rank is not None:
+            envelope["distributedInfo"] = {"rank": rank[0], "world_size": rank[1], "backend": "nccl"}
         handle.write(json.dumps(envelope)[:-1] + ', "traceEvents": [')
         first = True
         for copy in range(copies):
@@ -73,12 +85,12 @@ def tiled(seed: Path, events: int, out: Path) -> int:
     return copies * len(original)
 
 
-def measure(arguments: list[str], trace: Path, cache: Path) -> dict[str, float]:
+def measure(arguments: list[str], trace: Path, cache: Path, env: dict[str, str] | None = None) -> dict[str, float]:
     """Run one daydream command in a child process; wall s, CPU s (user + sys) and peak RSS MB of that child."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "daydream", *arguments, str(trace)], capture_output=True, text=True,
-                          env={**os.environ, "DAYDREAM_CACHE_DIR": str(cache)}, check=False)
+                          env={**os.environ, "DAYDREAM_CACHE_DIR": str(cache), **(env or {})}, check=False)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -87,30 +99,64 @@ def measure(arguments: list[str], trace: Path, cache: Path) -> dict[str, float]:
     return {"wall": wall, "cpu": cpu, "rss_mb": after.ru_maxrss / 1024}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", default="1e6,3e6", help="comma-separated event counts")
-    parser.add_argument("--seed", type=Path, default=SEED, help="the trace to tile (default: the bundled V100 CNN trace)")
-    options = parser.parse_args()
+def measured(arguments: list[str], trace: Path, scratch: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    """`measure` in a fresh helper process: RUSAGE_CHILDREN's peak is the largest child so far."""
+    helper = [sys.executable, __file__, "--one", json.dumps([arguments, str(trace), scratch, env or {}])]
+    return json.loads(subprocess.run(helper, capture_output=True, text=True, check=True).stdout)
+
+
+def bench_events(counts: list[int], seed: Path, scratch: str) -> None:
     print("| events | command | wall s | CPU s | events/s (CPU) | peak RSS MB | MB per M events |")
     print("|---:|---|---:|---:|---:|---:|---:|")
+    for wanted in counts:
+        trace = Path(scratch) / f"tiled-{wanted}.json.gz"
+        count = tiled(seed, wanted, trace)
+        for label, arguments in COMMANDS.items():
+            figures = measured(arguments, trace, scratch)
+            print(f"| {count:,} | {label} | {figures['wall']:.1f} | {figures['cpu']:.1f} | {count / figures['cpu']:,.0f} | "
+                  f"{figures['rss_mb']:,.0f} | {figures['rss_mb'] / (count / 1e6):,.0f} |", flush=True)
+        trace.unlink()
+
+
+def bench_ranks(ranks: int, rank_events: int, workers: list[int], ray: bool, seed: Path, scratch: str) -> None:
+    folder = Path(scratch) / f"job-{ranks}"
+    folder.mkdir()
+    total = sum(tiled(seed, rank_events, folder / f"rank{r:04d}.json.gz", (r, ranks)) for r in range(ranks))
+    print(f"\n{ranks} ranks, {total:,} events ({total // ranks:,} per rank), `replay --json --no-cache`:\n")
+    print("| ranks read by | wall s | ranks/s | CPU s (daydream and its workers; not Ray's) | peak RSS MB (largest process) |")
+    print("|---|---:|---:|---:|---:|")
+    runs = [(f"{n} process{'es' if n > 1 else ''}", ["--workers", str(n)], {}) for n in workers]
+    if ray:
+        runs.append((f"Ray tasks, local Ray of {max(workers)} CPUs", ["--ray", "local", "--workers", str(max(workers))], {}))
+    for label, options, env in runs:
+        figures = measured(["replay", "--json", "--no-cache", *options], folder, scratch, env)
+        print(f"| {label} | {figures['wall']:.1f} | {ranks / figures['wall']:.2f} | {figures['cpu']:.1f} | "
+              f"{figures['rss_mb']:,.0f} |", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", default="1e6,3e6", help="comma-separated event counts, or none")
+    parser.add_argument("--seed", type=Path, default=SEED, help="the trace to tile (default: the bundled V100 CNN trace)")
+    parser.add_argument("--ranks", type=int, default=0, help="also time a job of this many ranks")
+    parser.add_argument("--rank-events", type=int, default=100_000, help="events per rank of that job")
+    parser.add_argument("--workers", default="1,2", help="comma-separated process counts that read the job's ranks")
+    parser.add_argument("--ray", action="store_true", help="also read the job's ranks as Ray tasks on a local Ray")
+    options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="daydream-scale-") as scratch:
-        for wanted in (int(float(v)) for v in options.events.split(",")):
-            trace = Path(scratch) / f"tiled-{wanted}.json.gz"
-            count = tiled(options.seed, wanted, trace)
-            for label, arguments in COMMANDS.items():
-                # RUSAGE_CHILDREN's peak is the largest child so far: measure each in a fresh helper process
-                helper = [sys.executable, __file__, "--one", json.dumps([arguments, str(trace), scratch])]
-                figures = json.loads(subprocess.run(helper, capture_output=True, text=True, check=True).stdout)
-                print(f"| {count:,} | {label} | {figures['wall']:.1f} | {figures['cpu']:.1f} | {count / figures['cpu']:,.0f} | "
-                      f"{figures['rss_mb']:,.0f} | {figures['rss_mb'] / (count / 1e6):,.0f} |", flush=True)
-            trace.unlink()
+        for arguments in COMMANDS.values():  # numba's compiled code cached once, as on a machine used before
+            measured(arguments, options.seed, scratch)
+        if options.events != "none":
+            bench_events([int(float(v)) for v in options.events.split(",")], options.seed, scratch)
+        if options.ranks:
+            bench_ranks(options.ranks, options.rank_events, [int(n) for n in options.workers.split(",")], options.ray,
+                        options.seed, scratch)
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--one":
-        arguments, trace, scratch = json.loads(sys.argv[2])
-        print(json.dumps(measure(arguments, Path(trace), Path(scratch) / "cache")))
+        arguments, trace, scratch, env = json.loads(sys.argv[2])
+        print(json.dumps(measure(arguments, Path(trace), Path(scratch) / "cache", env)))
         sys.exit(0)
     sys.exit(main())

@@ -8,13 +8,14 @@ import click
 
 from daydream.api import open_job
 from daydream.cli._progress import err, out, progress_bar
-from daydream.cli._traces import chosen_trace, trace_argument
+from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.report.console import render_job_summary
 from daydream.report.summary import summarize_job
 
 
 @click.command("inspect")
 @trace_argument
+@rank_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (a stable contract) instead of tables.")
 @click.option("--rank", "detail_rank", type=int, default=None, help="Which rank to show in detail (default: the first).")
 @click.option("--iteration-marker", metavar="REGEX", default=None,

@@ -8,7 +8,7 @@ import click
 
 from daydream.api import open_job
 from daydream.cli._progress import err, out, progress_bar
-from daydream.cli._traces import chosen_trace, trace_argument
+from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.memory import analyze_memory
 from daydream.report import plotting
 from daydream.report.memory import plot_memory, render_memory, summarize_memory
@@ -16,6 +16,7 @@ from daydream.report.memory import plot_memory, render_memory, summarize_memory
 
 @click.command("memory")
 @trace_argument
+@rank_options
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON (a stable contract).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write a PNG of the allocated memory over time, categories stacked, the peak marked.")

@@ -8,11 +8,12 @@ import click
 
 from daydream.api import replay_job
 from daydream.cli._progress import err, out, progress_bar
-from daydream.cli._traces import chosen_trace, trace_argument
+from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 
 
 @click.command("replay")
 @trace_argument
+@rank_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (a stable contract) instead of tables.")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the simulated timeline as a Chrome trace (Perfetto, chrome://tracing); .gz compresses it. "

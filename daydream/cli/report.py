@@ -8,13 +8,14 @@ import click
 
 from daydream.api import predict_job, replay_job
 from daydream.cli._progress import err, progress_bar
-from daydream.cli._traces import chosen_trace, trace_argument
+from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.errors import InputError
 from daydream.report.console import format_bytes
 
 
 @click.command("report")
 @trace_argument
+@rank_options
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The HTML file to write (self-contained: open it anywhere, offline).")
 @click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",

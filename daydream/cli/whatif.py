@@ -9,13 +9,14 @@ from rich.table import Table
 
 from daydream.api import open_job, predict_job, predict_memory_for
 from daydream.cli._progress import err, out, progress_bar
-from daydream.cli._traces import chosen_trace, trace_argument
+from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.errors import InputError
 from daydream.report import plotting
 
 
 @click.command("whatif")
 @trace_argument
+@rank_options
 @click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
               help="An optimization to apply (repeat to combine, in order). See --list.")
 @click.option("--list", "show_list", is_flag=True, help="List every optimization with its model, and exit.")

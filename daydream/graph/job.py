@@ -24,9 +24,10 @@ from daydream.mapping.collectives import CollectiveMatching, match_collectives
 from daydream.trace import Trace
 
 
-def build_job_graphs(traces: list[Trace]) -> tuple[list[Graph], CollectiveMatching]:
-    """Build every rank's graph and tie the matched collectives across them."""
-    graphs = [build_graph(trace) for trace in traces]
+def build_job_graphs(traces: list[Trace], graphs: list[Graph] | None = None) -> tuple[list[Graph], CollectiveMatching]:
+    """Build every rank's graph (unless `graphs` holds them, built and not yet tied) and tie the matched collectives
+    across them."""
+    graphs = graphs if graphs is not None else [build_graph(trace) for trace in traces]
     matching = match_collectives(traces)
     tie_collectives(graphs, matching)
     return graphs, matching

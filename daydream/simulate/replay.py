@@ -65,9 +65,10 @@ def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
     return measure_replay(trace, graph, simulate(graph))
 
 
-def replay_traces(traces: list[Trace]) -> list[Replay]:
-    """Replay a job's ranks together: collectives matched across ranks finish together (see simulate.job)."""
-    graphs, _ = build_job_graphs(traces)
+def replay_traces(traces: list[Trace], graphs: list[Graph] | None = None) -> list[Replay]:
+    """Replay a job's ranks together: collectives matched across ranks finish together (see simulate.job).
+    `graphs`: the ranks' graphs, already built (daydream.ranks)."""
+    graphs, _ = build_job_graphs(traces, graphs)
     return [measure_replay(t, g, tl) for t, g, tl in zip(traces, graphs, simulate_job(graphs))]
 
 

@@ -84,9 +84,11 @@ def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> P
     return predict_traces([trace], specs, device_name)[0]
 
 
-def predict_traces(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[Prediction]:
-    """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job)."""
-    baseline_graphs, _ = build_job_graphs(traces)
+def predict_traces(traces: list[Trace], specs: list[str], device_name: str | None = None,
+                   graphs: list[Graph] | None = None) -> list[Prediction]:
+    """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job). `graphs`: the
+    ranks' graphs, already built (daydream.ranks)."""
+    baseline_graphs, _ = build_job_graphs(traces, graphs)
     baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs))]
     graphs, notes = [], []
     for trace, baseline_graph in zip(traces, baseline_graphs):

@@ -66,7 +66,12 @@ def read_source(source: Source, progress: Progress | None = None) -> Trace:
 
 def order_by_rank(traces: list[Trace]) -> list[Trace]:
     """Rank order from each file's distributedInfo; files without a rank keep their order, last."""
-    return sorted(traces, key=lambda t: (t.meta.rank is None, t.meta.rank if t.meta.rank is not None else 0))
+    return [traces[i] for i in rank_order(traces)]
+
+
+def rank_order(traces: list[Trace]) -> list[int]:
+    """The positions of `traces` in rank order (see order_by_rank)."""
+    return sorted(range(len(traces)), key=lambda i: (traces[i].meta.rank is None, traces[i].meta.rank or 0))
 
 
 def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:

@@ -313,6 +313,8 @@ class Job:
 
     source: str
     traces: list[Trace]
+    #: Each rank's graph, built with the traces (daydream.ranks) for the commands that simulate; None otherwise.
+    graphs: list[Any] | None = None
 
     @property
     def world_size(self) -> int | None:

@@ -1,0 +1,143 @@
+"""Reading a job's ranks: in this process, in worker processes, or as Ray tasks on a cluster.
+
+Each rank is read (decompressed, decoded, linked, cached) and, for the commands that
+simulate, its graph built, on its own; only the joint simulation needs every rank at once.
+So a job of many ranks is read in parallel:
+
+- **worker processes** by default, when the job has more than one rank and enough bytes for
+  the workers' start-up to pay (`PARALLEL_FROM_BYTES`); `--workers N` or DAYDREAM_WORKERS=N
+  sets how many (1: this process only);
+- **Ray tasks** with `--ray ADDRESS` or DAYDREAM_RAY_ADDRESS (`auto` for the cluster this
+  machine belongs to, `local` for a Ray started here): each rank's read and build is a task,
+  its columns come back as numpy arrays through Ray's object store. The rank files must be
+  readable at the same path from every node (a shared file system). Ray is an optional extra:
+  `pip install 'daydream-profiler[ray]'`.
+
+Results are the same whichever way the ranks are read (tests/simulate/test_ranks.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import TYPE_CHECKING, Any
+
+from daydream.errors import InputError
+
+if TYPE_CHECKING:
+    from daydream.graph import Graph
+    from daydream.trace import Trace
+    from daydream.trace.sources import Source
+
+Progress = Callable[[str, int, int], None]
+
+WORKERS_ENV = "DAYDREAM_WORKERS"
+RAY_ENV = "DAYDREAM_RAY_ADDRESS"
+#: Below this many bytes of rank files in all, the ranks are read in this process: starting workers costs more.
+PARALLEL_FROM_BYTES = 32 << 20
+
+
+@dataclass(slots=True)
+class Settings:
+    """How ranks are read; the CLI sets these from --workers and --ray (the environment otherwise)."""
+
+    workers: int | None = None  # None: DAYDREAM_WORKERS, else one per CPU when the job is large enough
+    ray: str | None = None  # a Ray address; None: DAYDREAM_RAY_ADDRESS, else no Ray
+
+
+SETTINGS = Settings()
+
+
+def load_ranks(sources: list[Source], cache: bool, progress: Progress | None,
+               build: bool) -> tuple[list[Trace], list[Graph] | None]:
+    """Every rank of `sources`, read (and with `build`, its graph built), in the order of `sources`."""
+    ray_address = SETTINGS.ray or os.environ.get(RAY_ENV) or None
+    if ray_address and len(sources) > 1:
+        results = _with_ray(ray_address, sources, cache, build, progress)
+    else:
+        workers = worker_count(sources)
+        if workers > 1:
+            results = _with_processes(workers, sources, cache, build, progress)
+        else:
+            results = [read_rank(source, cache, build, progress) for source in sources]
+    traces = [trace for trace, _ in results]
+    graphs = [graph for _, graph in results] if build else None
+    return traces, graphs  # type: ignore[return-value]
+
+
+def worker_count(sources: list[Source]) -> int:
+    """How many processes read `sources`: --workers or DAYDREAM_WORKERS, else one per CPU (at most one per rank)
+    for a job of several ranks and more than PARALLEL_FROM_BYTES of files, else 1."""
+    chosen = SETTINGS.workers
+    if chosen is None:
+        text = os.environ.get(WORKERS_ENV, "").strip()
+        if text:
+            try:
+                chosen = int(text)
+            except ValueError:
+                raise InputError(f"{WORKERS_ENV}={text!r} is not a number of worker processes — write e.g. 4, "
+                                 "or 1 to read the ranks in this process") from None
+            if chosen < 1:
+                raise InputError(f"{WORKERS_ENV}={text!r}: at least 1 worker process is needed")
+    if chosen is None:
+        if len(sources) < 2 or sum(s.size for s in sources) < PARALLEL_FROM_BYTES:
+            return 1
+        chosen = os.cpu_count() or 1
+    return max(1, min(chosen, len(sources)))
+
+
+def read_rank(source: Source, cache: bool, build: bool, progress: Progress | None = None) -> tuple[Trace, Graph | None]:
+    """One rank: its trace (read, linked, cached) and, with `build`, its graph (collectives not yet tied)."""
+    from daydream.api import open_trace
+    from daydream.graph import build_graph
+
+    trace = open_trace(source, cache, progress)
+    return trace, build_graph(trace) if build else None
+
+
+def _with_processes(workers: int, sources: list[Source], cache: bool, build: bool,
+                    progress: Progress | None) -> list[tuple[Trace, Graph | None]]:
+    results: list[tuple[Trace, Graph | None] | None] = [None] * len(sources)
+    # spawn, not fork: the parent may hold threads (numba, a progress display) that fork would copy half-way.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(read_rank, source, cache, build): index for index, source in enumerate(sources)}
+        for done, future in enumerate(as_completed(futures), start=1):
+            results[futures[future]] = future.result()
+            if progress:
+                progress(f"reading ranks ({workers} processes)", done, len(sources))
+    return results  # type: ignore[return-value]
+
+
+def _with_ray(address: str, sources: list[Source], cache: bool, build: bool,
+              progress: Progress | None) -> list[tuple[Trace, Graph | None]]:
+    ray = ray_module()
+    if not ray.is_initialized():
+        if address == "local":  # a Ray started here, with --workers CPUs (all of them by default)
+            ray.init(num_cpus=SETTINGS.workers, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    task = ray.remote(read_rank)
+    pending = {task.remote(source, cache, build): index for index, source in enumerate(sources)}
+    results: list[Any] = [None] * len(sources)
+    done = 0
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for reference in ready:
+            results[pending.pop(reference)] = ray.get(reference)
+            done += 1
+            if progress:
+                progress("reading ranks (Ray)", done, len(sources))
+    return results
+
+
+def ray_module() -> Any:
+    """The `ray` package, or an input error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray / DAYDREAM_RAY_ADDRESS needs Ray: pip install 'daydream-profiler[ray]' "
+                         "(or read the ranks with worker processes: --workers N)") from None
+    return ray
