@@ -395,15 +395,15 @@ class _Builder:
         return {name: role_of(name) for name in set(self.names)}
 
     @cached_property
-    def _gpu_work_by_call(self) -> dict[int, list[int]]:
-        by_call: dict[int, list[int]] = {}
-        for gpu_task, launcher in zip(self.gpu_tasks.tolist(), self.launch_task.tolist()):
-            if launcher >= 0:
-                by_call.setdefault(launcher, []).append(gpu_task)
-        return by_call
+    def _gpu_work_by_call(self) -> tuple[np.ndarray, np.ndarray]:
+        """(launching calls, sorted; their GPU tasks in the same order), GPU tasks of one call in task order."""
+        launched = self.launch_task >= 0
+        order = np.argsort(self.launch_task[launched], kind="stable")
+        return self.launch_task[launched][order], self.gpu_tasks[launched][order]
 
     def _launched_by(self, call: int) -> list[int]:
-        return self._gpu_work_by_call.get(call, [])
+        calls, work = self._gpu_work_by_call
+        return work[np.searchsorted(calls, call, "left"):np.searchsorted(calls, call, "right")].tolist()
 
     def _sync_stream(self, call: int, sync_records: dict[int, int]) -> int | None:
         record = sync_records.get(int(self.trace.correlation[self.graph.tasks["event"][call]]))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from daydream._jit import jit
+
 DEFAULT_LAUNCH_LATENCY_NS = 5_000
 DEFAULT_KERNEL_GAP_NS = 1_500
 DEFAULT_SYNC_RETURN_NS = 5_000
@@ -64,6 +66,36 @@ def launch_latency_and_gap(
     return latency, gap
 
 
+def outstanding_at(gpu_end: np.ndarray, call_end: np.ndarray, launches: np.ndarray) -> np.ndarray:
+    """For each launch k of `launches` (ascending): how many earlier launches' GPU work ends after call k returns,
+    #{j < k : gpu_end[j] > call_end[k]}, in O(n log n) (a Fenwick tree over the GPU ends' ranks)."""
+    ordered = np.sort(gpu_end)
+    rank = np.searchsorted(ordered, gpu_end, side="left")
+    at_most = np.searchsorted(ordered, call_end[launches], side="right")  # of all ends, how many are <= call_end[k]
+    return _outstanding(rank.astype(np.int64), launches.astype(np.int64), at_most.astype(np.int64), gpu_end.size)
+
+
+@jit
+def _outstanding(rank: np.ndarray, launches: np.ndarray, at_most: np.ndarray, n: int) -> np.ndarray:
+    tree = np.zeros(n + 1, dtype=np.int64)  # tree over ranks: how many inserted ends have each rank
+    result = np.zeros(launches.size, dtype=np.int64)
+    inserted = 0
+    for q in range(launches.size):
+        k = launches[q]
+        while inserted < k:  # insert the ends of launches before k
+            i = rank[inserted] + 1
+            while i <= n:
+                tree[i] += 1
+                i += i & -i
+            inserted += 1
+        below, i = 0, at_most[q]  # inserted ends <= call_end[k]: those of rank < at_most[q]
+        while i > 0:
+            below += tree[i]
+            i -= i & -i
+        result[q] = k - below
+    return result
+
+
 def queue_depth(
     launch_call_start: np.ndarray, launch_call_end: np.ndarray, usual_duration: np.ndarray, gpu_end_by_launch: np.ndarray
 ) -> tuple[int, int]:
@@ -73,11 +105,7 @@ def queue_depth(
     candidates = np.flatnonzero(duration > BLOCKED_FACTOR * np.maximum(usual_duration, 1))
     if candidates.size == 0:
         return DEFAULT_QUEUE_DEPTH, 0
-    outstanding = []
-    for k in candidates.tolist():
-        earlier_ends = gpu_end_by_launch[:k]
-        outstanding.append(int(np.count_nonzero(earlier_ends > launch_call_end[k])))
-    counts = np.array(outstanding)
+    counts = outstanding_at(gpu_end_by_launch, launch_call_end, candidates)
     counts = counts[counts >= MIN_BLOCKED_OUTSTANDING]
     if counts.size < QUEUE_CLUSTER_MIN:
         return DEFAULT_QUEUE_DEPTH, 0

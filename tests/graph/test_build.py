@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from daydream.graph import DepKind, TaskKind, build_graph
 from daydream.simulate import simulate
 from daydream.trace import read_job
@@ -90,3 +92,20 @@ def test_wait_without_a_recorded_side_keeps_order_and_a_relative_delay(tmp_path:
     assert graph.tasks["delay_ns"][held] >= 0
     edges = {(int(s), int(d), DepKind(int(k))) for s, d, k in zip(graph.edges["src"], graph.edges["dst"], graph.edges["kind"])}
     assert (names.index("a_on_7"), held, DepKind.EVENT_WAIT) in edges
+
+
+def test_outstanding_launches_match_a_count_by_hand() -> None:
+    # For each chosen launch k: how many earlier launches' GPU work ends after call k returns, counted directly.
+    from daydream.graph.calibrate import _outstanding, outstanding_at
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 100, 2000):
+        gpu_end = rng.integers(0, 500, n).astype(np.int64)  # ties on purpose
+        call_end = rng.integers(0, 500, n).astype(np.int64)
+        launches = np.flatnonzero(rng.random(n) < 0.4)
+        expected = [int(np.count_nonzero(gpu_end[:k] > call_end[k])) for k in launches.tolist()]
+        assert outstanding_at(gpu_end, call_end, launches).tolist() == expected
+        ordered = np.sort(gpu_end)
+        plain = _outstanding.py_func(np.searchsorted(ordered, gpu_end), launches,
+                                     np.searchsorted(ordered, call_end[launches], side="right"), n)
+        assert plain.tolist() == expected
