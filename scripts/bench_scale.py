@@ -43,6 +43,17 @@ COMMANDS = {
 _ID_ARGS = ("correlation", "External id", "external id")
 
 
+#: What this run printed, for --doc.
+OUTPUT: list[str] = []
+DOC = REPO / "docs" / "performance.md"
+START, END = "<!-- bench_scale: start -->", "<!-- bench_scale: end -->"
+
+
+def emit(text: str = "", flush: bool = True) -> None:
+    print(text, flush=flush)
+    OUTPUT.extend(text.split("\n"))
+
+
 def tiled(seed: Path, events: int, out: Path, rank: tuple[int, int] | None = None) -> int:
     """Write a trace of about `events` events by repeating `seed`; returns the events written. `rank`: (rank, world
     size) to write as its distributedInfo."""
@@ -53,7 +64,7 @@ def tiled(seed: Path, events: int, out: Path, rank: tuple[int, int] | None = Non
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - start + 1000.0
     largest_id = max([int(e.get("args", {}).get(k, 0)) for e in original for k in _ID_ARGS
                       if isinstance(e.get("args", {}).get(k), int)] + [int(e["id"]) for e in original if isinstance(e.get("id"), int)])
-    copies = max(1, round(events / len(original)))
+    copies = max(1, round(events / len(original)) if rank is None else -(-events // len(original)))  # a rank: at least
     step_names = 0
     with gzip.open(out, "wt", compresslevel=1) as handle:
         envelope = {k: v for k, v in document.items() if k != "traceEvents"}
@@ -106,14 +117,14 @@ def measured(arguments: list[str], trace: Path, scratch: str, env: dict[str, str
 
 
 def bench_events(counts: list[int], seed: Path, scratch: str) -> None:
-    print("| events | command | wall s | CPU s | events/s (CPU) | peak RSS MB | MB per M events |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    emit("| events | command | wall s | CPU s | events/s (CPU) | peak RSS MB | MB per M events |")
+    emit("|---:|---|---:|---:|---:|---:|---:|")
     for wanted in counts:
         trace = Path(scratch) / f"tiled-{wanted}.json.gz"
         count = tiled(seed, wanted, trace)
         for label, arguments in COMMANDS.items():
             figures = measured(arguments, trace, scratch)
-            print(f"| {count:,} | {label} | {figures['wall']:.1f} | {figures['cpu']:.1f} | {count / figures['cpu']:,.0f} | "
+            emit(f"| {count:,} | {label} | {figures['wall']:.1f} | {figures['cpu']:.1f} | {count / figures['cpu']:,.0f} | "
                   f"{figures['rss_mb']:,.0f} | {figures['rss_mb'] / (count / 1e6):,.0f} |", flush=True)
         trace.unlink()
 
@@ -122,16 +133,55 @@ def bench_ranks(ranks: int, rank_events: int, workers: list[int], ray: bool, see
     folder = Path(scratch) / f"job-{ranks}"
     folder.mkdir()
     total = sum(tiled(seed, rank_events, folder / f"rank{r:04d}.json.gz", (r, ranks)) for r in range(ranks))
-    print(f"\n{ranks} ranks, {total:,} events ({total // ranks:,} per rank), `replay --json --no-cache`:\n")
-    print("| ranks read by | wall s | ranks/s | CPU s (daydream and its workers; not Ray's) | peak RSS MB (largest process) |")
-    print("|---|---:|---:|---:|---:|")
+    emit(f"\n{ranks} ranks, {total:,} events ({total // ranks:,} per rank), `replay --json --no-cache`:\n")
+    emit("| ranks read by | wall s | ranks/s | CPU s (daydream and its workers; not Ray's) | peak RSS MB (largest process) |")
+    emit("|---|---:|---:|---:|---:|")
     runs = [(f"{n} process{'es' if n > 1 else ''}", ["--workers", str(n)], {}) for n in workers]
     if ray:
         runs.append((f"Ray tasks, local Ray of {max(workers)} CPUs", ["--ray", "local", "--workers", str(max(workers))], {}))
     for label, options, env in runs:
         figures = measured(["replay", "--json", "--no-cache", *options], folder, scratch, env)
-        print(f"| {label} | {figures['wall']:.1f} | {ranks / figures['wall']:.2f} | {figures['cpu']:.1f} | "
+        emit(f"| {label} | {figures['wall']:.1f} | {ranks / figures['wall']:.2f} | {figures['cpu']:.1f} | "
               f"{figures['rss_mb']:,.0f} |", flush=True)
+    joint_model(folder, ranks)
+
+
+def joint_model(folder: Path, ranks: int, target: int = 1024) -> None:
+    """Per-rank read + build and the joint simulation's cost per task, measured here in one process, and what they
+    give for a `target`-rank job on paper."""
+    from daydream import ranks as rank_settings
+    from daydream._heap import give_back
+    from daydream.api import open_job
+    from daydream.simulate.replay import replay_traces
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as status:
+            return int(status.read().split("VmRSS:")[1].split()[0]) / 1024
+
+    rank_settings.SETTINGS.workers = 1
+    give_back()
+    before = rss_mb()
+    started = time.perf_counter()
+    job = open_job(folder, cache=False, build=True)
+    per_rank = (time.perf_counter() - started) / ranks
+    held = (rss_mb() - before) / ranks
+    tasks = sum(graph.task_count for graph in job.graphs or [])
+    started = time.perf_counter()
+    replay_traces(job.traces, job.graphs)
+    joint = time.perf_counter() - started
+    per_task = joint / tasks
+    emit(f"\nMeasured in one process: read + link + build {per_rank:.2f} s per rank ({tasks // ranks:,} tasks), "
+          f"{held:.1f} MB held per rank (trace and graph); the joint replay of all {ranks} ranks {joint:.1f} s, "
+          f"{per_task * 1e9:.0f} ns per task.\n")
+    emit(f"A {target:,}-rank job of such ranks, on paper (read + build spread over W workers, then the joint replay in "
+          f"one process, which holds every rank's trace and graph):\n")
+    emit("| workers W | read + build | joint replay | total | memory of the joint process |")
+    emit("|---:|---:|---:|---:|---:|")
+    for workers in (1, 2, 16, 64, 256):
+        spread = target * per_rank / workers
+        simulate = target * (tasks // ranks) * per_task
+        emit(f"| {workers} | {spread:,.0f} s | {simulate:,.0f} s | {spread + simulate:,.0f} s | "
+              f"{target * held / 1024:,.1f} GB |")
 
 
 def main() -> int:
@@ -142,6 +192,8 @@ def main() -> int:
     parser.add_argument("--rank-events", type=int, default=100_000, help="events per rank of that job")
     parser.add_argument("--workers", default="1,2", help="comma-separated process counts that read the job's ranks")
     parser.add_argument("--ray", action="store_true", help="also read the job's ranks as Ray tasks on a local Ray")
+    parser.add_argument("--doc", action="store_true", help=f"write the tables into {DOC.relative_to(REPO)} (between "
+                                                             f"its bench_scale markers)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="daydream-scale-") as scratch:
         for arguments in COMMANDS.values():  # numba's compiled code cached once, as on a machine used before
@@ -151,6 +203,14 @@ def main() -> int:
         if options.ranks:
             bench_ranks(options.ranks, options.rank_events, [int(n) for n in options.workers.split(",")], options.ray,
                         options.seed, scratch)
+    if options.doc:
+        text = DOC.read_text()
+        if START not in text or END not in text:
+            raise SystemExit(f"bench_scale: {DOC} has no {START} ... {END} block to write into")
+        command = "python scripts/bench_scale.py " + " ".join(sys.argv[1:])
+        block = (f"{START}\n`{command}` ({time.strftime('%Y-%m-%d')}; {os.cpu_count()} CPUs):\n\n"
+                 + "\n".join(OUTPUT).strip() + f"\n{END}")
+        DOC.write_text(text[:text.index(START)] + block + text[text.index(END) + len(END):])
     return 0
 
 
