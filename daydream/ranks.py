@@ -13,6 +13,7 @@ So a job of many ranks is read in parallel:
   readable at the same path from every node (a shared file system). Ray is an optional extra:
   `pip install 'daydream-profiler[ray]'`.
 
+The points of a `whatif --sweep` run as Ray tasks the same way when Ray is named.
 Results are the same whichever way the ranks are read (tests/simulate/test_ranks.py).
 """
 
@@ -54,9 +55,9 @@ SETTINGS = Settings()
 def load_ranks(sources: list[Source], cache: bool, progress: Progress | None,
                build: bool) -> tuple[list[Trace], list[Graph] | None]:
     """Every rank of `sources`, read (and with `build`, its graph built), in the order of `sources`."""
-    ray_address = SETTINGS.ray or os.environ.get(RAY_ENV) or None
-    if ray_address and len(sources) > 1:
-        results = _with_ray(ray_address, sources, cache, build, progress)
+    address = ray_address()
+    if address and len(sources) > 1:
+        results = _with_ray(address, sources, cache, build, progress)
     else:
         workers = worker_count(sources)
         if workers > 1:
@@ -113,12 +114,7 @@ def _with_processes(workers: int, sources: list[Source], cache: bool, build: boo
 
 def _with_ray(address: str, sources: list[Source], cache: bool, build: bool,
               progress: Progress | None) -> list[tuple[Trace, Graph | None]]:
-    ray = ray_module()
-    if not ray.is_initialized():
-        if address == "local":  # a Ray started here, with --workers CPUs (all of them by default)
-            ray.init(num_cpus=SETTINGS.workers, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    ray = _ray_started(address)
     task = ray.remote(read_rank)
     pending = {task.remote(source, cache, build): index for index, source in enumerate(sources)}
     results: list[Any] = [None] * len(sources)
@@ -126,11 +122,62 @@ def _with_ray(address: str, sources: list[Source], cache: bool, build: bool,
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         for reference in ready:
-            results[pending.pop(reference)] = ray.get(reference)
+            results[pending.pop(reference)] = _unwrapped(ray.get, reference)
             done += 1
             if progress:
                 progress("reading ranks (Ray)", done, len(sources))
     return results
+
+
+def ray_address() -> str | None:
+    """The Ray cluster to use (--ray, else DAYDREAM_RAY_ADDRESS), or None."""
+    return SETTINGS.ray or os.environ.get(RAY_ENV) or None
+
+
+def sweep_points(traces: list[Trace], points: list[list[str]], device_name: str | None,
+                 with_memory: bool) -> list[tuple[list[Any], list[dict[str, object]] | None]]:
+    """Each sweep point's predictions (and memory predictions with `with_memory`): one Ray task per point when Ray is
+    configured (the traces put in Ray's object store once), else one after another here."""
+    address = ray_address()
+    if not address or len(points) < 2:
+        return [predict_point(traces, specs, device_name, with_memory) for specs in points]
+    ray = _ray_started(address)
+    shared = ray.put(traces)
+    task = ray.remote(predict_point)
+    return _unwrapped(ray.get, [task.remote(shared, specs, device_name, with_memory) for specs in points])
+
+
+def predict_point(traces: list[Trace], specs: list[str], device_name: str | None,
+                  with_memory: bool) -> tuple[list[Any], list[dict[str, object]] | None]:
+    """One sweep point: the job's predictions under `specs`, and its memory predictions with `with_memory`."""
+    from daydream.api import predict_memory_for
+    from daydream.simulate.whatif import predict_traces
+
+    predictions = predict_traces(traces, specs, device_name)
+    return predictions, predict_memory_for(traces, specs, device_name) if with_memory else None
+
+
+def _ray_started(address: str) -> Any:
+    """Ray, connected to `address` ("local": a Ray started here with --workers CPUs, all of them by default)."""
+    ray = ray_module()
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=SETTINGS.workers, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def _unwrapped(get: Callable[[Any], Any], references: Any) -> Any:
+    """`get(references)`, with a task's own error (a bad trace, a bad parameter) raised as itself, not wrapped in
+    Ray's task error with the worker's traceback."""
+    try:
+        return get(references)
+    except Exception as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise
 
 
 def ray_module() -> Any:

@@ -116,8 +116,8 @@ def _prices(text: str | None) -> dict[str, float]:
 
 def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_json: bool, plot_path: str | None,
            cache: bool, with_memory: bool = False, prices: dict[str, float] | None = None) -> None:
+    from daydream.ranks import sweep_points
     from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
-    from daydream.simulate.whatif import predict_traces
     from daydream.transforms import is_pipeline_file, parse_spec
     from daydream.transforms.optimizations import parse_sweep, with_value
 
@@ -130,16 +130,15 @@ def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_
     memories: list[list[dict[str, object]]] = []
     with progress_bar(err()) as progress:
         job = open_job(path, cache, progress)
-        runs = []
-        for index, value in enumerate(values):
-            progress(f"predicting {key}={value}", index, len(values))
-            chosen = [with_value(spec, key, value) for spec in specs]
-            try:
-                runs.append((value, predict_traces(job.traces, chosen, device_name)))
-            except ValueError as exc:
-                raise InputError(f"{path}: {exc}") from None
-            if with_memory:
-                memories.append(predict_memory_for(job.traces, chosen, device_name))
+        progress(f"predicting {len(values)} values of {key}", 0, len(values))
+        points = [[with_value(spec, key, value) for spec in specs] for value in values]
+        try:
+            results = sweep_points(job.traces, points, device_name, with_memory)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        runs = [(value, predictions) for value, (predictions, _) in zip(values, results)]
+        if with_memory:
+            memories = [memory or [] for _, memory in results]
     summary = summarize_sweep(path, specs, key, runs, memories or None, prices or None)
     if plot_path:
         plot_sweep(plot_path, summary)

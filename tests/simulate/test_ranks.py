@@ -95,3 +95,25 @@ def test_ray_missing_is_an_input_error(monkeypatch: pytest.MonkeyPatch, job: Pat
     monkeypatch.setitem(sys.modules, "ray", None)  # as where Ray is not installed: importing it fails
     assert main(["replay", str(job), "--ray", "local", "--no-cache"]) == 2
     assert "needs Ray: pip install 'daydream-profiler[ray]'" in capsys.readouterr().err
+
+
+def test_a_sweep_through_ray_gives_what_one_process_gives(job: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        first = sorted(discover(job), key=lambda s: s.label)[:2]  # two ranks keep it short
+        folder = job.parent / "two"
+        folder.mkdir(exist_ok=True)
+        for source in first:
+            (folder / source.path.name).write_bytes(source.path.read_bytes())
+        command = ["whatif", str(folder), "--opt", "faster-host", "--sweep", "factor=1.5,2,3", "--json", "--no-cache"]
+        assert main([*command, "--workers", "1"]) == 0
+        alone = json.loads(capsys.readouterr().out)
+        assert main([*command, "--ray", "local"]) == 0
+        assert json.loads(capsys.readouterr().out) == alone
+        assert len(alone["points"]) == 3
+        # A task's own error comes back as itself: a parameter out of range is a usage error, not a Ray traceback.
+        assert main(["whatif", str(folder), "--opt", "faster-host", "--sweep", "factor=2,-1", "--ray", "local"]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+    finally:
+        ray.shutdown()
