@@ -93,10 +93,13 @@ def worker_count(sources: list[Source]) -> int:
 def read_rank(source: Source, cache: bool, build: bool, progress: Progress | None = None) -> tuple[Trace, Graph | None]:
     """One rank: its trace (read, linked, cached) and, with `build`, its graph (collectives not yet tied)."""
     from daydream.api import open_trace
-    from daydream.graph import build_graph
 
     trace = open_trace(source, cache, progress)
-    return trace, build_graph(trace) if build else None
+    if not build:
+        return trace, None
+    from daydream.graph import build_graph  # the builder (and numba) only for the commands that simulate
+
+    return trace, build_graph(trace)
 
 
 def _with_processes(workers: int, sources: list[Source], cache: bool, build: bool,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import daydream.cli
 
@@ -22,6 +23,11 @@ def test_help_and_inspect_do_not_import_numba() -> None:
     assert "numba" not in _imported("import contextlib, io\nfrom daydream.cli import main\n"
                                     "with contextlib.redirect_stdout(io.StringIO()):\n    main(['--help'])")
     assert "numba" not in _imported("import daydream.cli.inspect")
+    # nor does reading and inspecting a trace of a few tens of thousands of events
+    example = Path(daydream.__file__).resolve().parents[1] / "examples" / "traces" / "cnn_v100.json.gz"
+    assert "numba" not in _imported("import contextlib, io\nfrom daydream.cli import main\n"
+                                    "with contextlib.redirect_stdout(io.StringIO()):\n"
+                                    f"    assert main(['inspect', '--no-cache', {str(example)!r}]) == 0")
     # whatif --list needs the optimizations, which need it: the checks above are not vacuous
     assert "numba" in _imported("import contextlib, io\nfrom daydream.cli import main\n"
                                 "with contextlib.redirect_stdout(io.StringIO()):\n    main(['whatif', '--list'])")
