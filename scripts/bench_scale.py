@@ -43,15 +43,30 @@ COMMANDS = {
 _ID_ARGS = ("correlation", "External id", "external id")
 
 
-#: What this run printed, for --doc.
-OUTPUT: list[str] = []
+#: What this run printed, per block of docs/performance.md ("events", "ranks"), for --doc.
+OUTPUT: dict[str, list[str]] = {"events": [], "ranks": []}
+SECTION = ["events"]
 DOC = REPO / "docs" / "performance.md"
-START, END = "<!-- bench_scale: start -->", "<!-- bench_scale: end -->"
 
 
 def emit(text: str = "", flush: bool = True) -> None:
     print(text, flush=flush)
-    OUTPUT.extend(text.split("\n"))
+    OUTPUT[SECTION[0]].extend(text.split("\n"))
+
+
+def write_doc(command: str) -> None:
+    """Each block this run printed into its place in docs/performance.md, between its bench_scale markers."""
+    text = DOC.read_text()
+    for block, lines in OUTPUT.items():
+        if not lines:
+            continue
+        start, end = f"<!-- bench_scale {block}: start -->", f"<!-- bench_scale {block}: end -->"
+        if start not in text or end not in text:
+            raise SystemExit(f"bench_scale: {DOC} has no {start} ... {end} block to write into")
+        body = (f"{start}\n`{command}` ({time.strftime('%Y-%m-%d')}; {os.cpu_count()} CPUs):\n\n"
+                + "\n".join(lines).strip() + f"\n{end}")
+        text = text[:text.index(start)] + body + text[text.index(end) + len(end):]
+    DOC.write_text(text)
 
 
 def tiled(seed: Path, events: int, out: Path, rank: tuple[int, int] | None = None) -> int:
@@ -130,6 +145,7 @@ def bench_events(counts: list[int], seed: Path, scratch: str) -> None:
 
 
 def bench_ranks(ranks: int, rank_events: int, workers: list[int], ray: bool, seed: Path, scratch: str) -> None:
+    SECTION[0] = "ranks"
     folder = Path(scratch) / f"job-{ranks}"
     folder.mkdir()
     total = sum(tiled(seed, rank_events, folder / f"rank{r:04d}.json.gz", (r, ranks)) for r in range(ranks))
@@ -204,13 +220,7 @@ def main() -> int:
             bench_ranks(options.ranks, options.rank_events, [int(n) for n in options.workers.split(",")], options.ray,
                         options.seed, scratch)
     if options.doc:
-        text = DOC.read_text()
-        if START not in text or END not in text:
-            raise SystemExit(f"bench_scale: {DOC} has no {START} ... {END} block to write into")
-        command = "python scripts/bench_scale.py " + " ".join(sys.argv[1:])
-        block = (f"{START}\n`{command}` ({time.strftime('%Y-%m-%d')}; {os.cpu_count()} CPUs):\n\n"
-                 + "\n".join(OUTPUT).strip() + f"\n{END}")
-        DOC.write_text(text[:text.index(START)] + block + text[text.index(END) + len(END):])
+        write_doc("python scripts/bench_scale.py " + " ".join(sys.argv[1:]))
     return 0
 
 
