@@ -501,6 +501,21 @@ def _build_trace(envelope: Any, events: list[msgspec.Raw], source: str, progress
     return columns.finish(envelope, source, skipped)
 
 
+#: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish` turns the values
+#: into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str" columns into string ids).
+_SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
+    "memory": [(column, attrgetter(column)) for column in
+               ("addr", "total_allocated", "total_reserved", "device_type", "device_id")],
+    "collective": [("collective_str", attrgetter("collective")), ("in_nelems", attrgetter("in_nelems")),
+                   ("out_nelems", attrgetter("out_nelems")), ("group_size", attrgetter("group_size")),
+                   ("dtype_str", lambda a: str(a.dtype)), ("group_name_str", lambda a: str(a.group_name)),
+                   ("group_ranks_str", lambda a: str(a.group_ranks))],
+    "launch_config": [(column, attrgetter(column)) for column in ("grid", "block", "registers", "shared_memory")],
+    "sync": [("sync_kind_str", attrgetter("sync_kind"))] + [(column, attrgetter(column)) for column in
+             ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
+}
+
+
 class _Columns:
     """The trace's columns, built a chunk of decoded events at a time.
 
@@ -580,53 +595,29 @@ class _Columns:
 
     def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray, bytes_column: np.ndarray) -> None:
         """This chunk's rows of the side tables, as the file writes them (`finish` makes the columns)."""
-        offset = self.rows
         memory = np.flatnonzero(kind == EventKind.MEMORY)
         if memory.size:
-            rows = [args[i] for i in memory.tolist()]
-            bytes_column[memory] = _ints([a.memory_bytes for a in rows])
-            table = self.side["memory"]
-            table["event"].extend((memory + offset).tolist())
-            for column, field in (("addr", "addr"), ("total_allocated", "total_allocated"),
-                                  ("total_reserved", "total_reserved"), ("device_type", "device_type"),
-                                  ("device_id", "device_id")):
-                table[column].extend(getattr(a, field) for a in rows)
-        collective = np.flatnonzero(np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args)))
-        if collective.size:
-            rows = [args[i] for i in collective.tolist()]
-            table = self.side["collective"]
-            table["event"].extend((collective + offset).tolist())
-            table["collective_str"].extend(a.collective for a in rows)
-            table["in_nelems"].extend(a.in_nelems for a in rows)
-            table["out_nelems"].extend(a.out_nelems for a in rows)
-            table["group_size"].extend(a.group_size for a in rows)
-            table["dtype_str"].extend(str(a.dtype) for a in rows)
-            table["group_name_str"].extend(str(a.group_name) for a in rows)
-            table["group_ranks_str"].extend(str(a.group_ranks) for a in rows)
-        launched = np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool, count=len(args)))
-        if launched.size:
-            rows = [args[i] for i in launched.tolist()]
-            table = self.side["launch_config"]
-            table["event"].extend((launched + offset).tolist())
-            table["grid"].extend(a.grid for a in rows)
-            table["block"].extend(a.block for a in rows)
-            table["registers"].extend(a.registers for a in rows)
-            table["shared_memory"].extend(a.shared_memory for a in rows)
+            bytes_column[memory] = _ints([args[i].memory_bytes for i in memory.tolist()])
+        chosen = {
+            "memory": memory,
+            "collective": np.flatnonzero(np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))),
+            "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool,
+                                                        count=len(args))),
+            "sync": np.flatnonzero(kind == EventKind.SYNC),
+        }
+        for name, rows in chosen.items():
+            if rows.size:
+                table = self.side[name]
+                table["event"].extend((rows + self.rows).tolist())
+                picked = [args[i] for i in rows.tolist()]
+                for column, field in _SIDE_FIELDS[name]:
+                    table[column].extend(map(field, picked))
         flops = _gemm_flops(kind, args, self.names, names)
         if flops["event"].size:
             table = self.side["flops"]
-            table["event"].extend((flops["event"] + offset).tolist())
+            table["event"].extend((flops["event"] + self.rows).tolist())
             table["flops"].extend(flops["flops"].tolist())
             table["elements"].extend(flops["elements"].tolist())
-        sync = np.flatnonzero(kind == EventKind.SYNC)
-        if sync.size:
-            rows = [args[i] for i in sync.tolist()]
-            table = self.side["sync"]
-            table["event"].extend((sync + offset).tolist())
-            table["sync_kind_str"].extend(a.sync_kind for a in rows)
-            table["wait_on_stream"].extend(a.wait_on_stream for a in rows)
-            table["wait_on_event_record_correlation"].extend(a.wait_on_event_record_correlation for a in rows)
-            table["wait_on_event_id"].extend(a.wait_on_event_id for a in rows)
 
     def finish(self, envelope: Any, source: str, skipped: dict[str, int]) -> Trace:
         categories = _count_categories(dict(zip(self.cats, self.cat_counts.tolist())))
