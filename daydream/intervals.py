@@ -46,6 +46,20 @@ class Coverage:
             self.block_start = self.block_end = np.zeros(0, dtype=np.int64)
         self.covered_before = np.r_[0, np.cumsum(self.block_end - self.block_start)]
 
+    def within_each(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+        """`within` of every window [lows[i], highs[i]) at once."""
+        return self._covered_to(np.asarray(highs, dtype=np.int64)) - self._covered_to(np.asarray(lows, dtype=np.int64))
+
+    def _covered_to(self, points: np.ndarray) -> np.ndarray:
+        """Covered length before each point."""
+        if self.block_start.size == 0:
+            return np.zeros(points.size, dtype=np.int64)
+        block = np.searchsorted(self.block_start, points, side="right") - 1
+        inside = block >= 0
+        safe = np.maximum(block, 0)
+        partial = np.clip(points - self.block_start[safe], 0, self.block_end[safe] - self.block_start[safe])
+        return np.where(inside, self.covered_before[safe] + partial, 0)
+
     def within(self, low: int, high: int) -> int:
         """Covered length inside [low, high)."""
         first = int(np.searchsorted(self.block_end, low, side="right"))  # the first block ending after `low`

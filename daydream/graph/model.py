@@ -137,6 +137,10 @@ class DataParallel:
     #: ranks and link a data-parallel what-if modelled (0 and None before one has)
     world: int = 0
     link: Interconnect | None = None
+    #: where inserted communication overlaps compute, both take this many times as long (1: no contention), and how
+    #: the factor was found (simulate/contention.py)
+    contention: float = 1.0
+    contention_source: str = ""
 
 
 @dataclass(slots=True)

@@ -22,12 +22,14 @@ from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
 from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
+from daydream.simulate.contention import with_contention
 from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.windows import iteration_windows
 from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
+from daydream.transforms.distributed.contention import gpu_slowdown
 
 
 @dataclass(slots=True)
@@ -99,6 +101,8 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
             raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
         graphs.append(graph)
     timelines = simulate_job(graphs)
+    timelines, contention_notes = with_contention(graphs, timelines, simulate_job)
+    notes = [rank_notes + extra for rank_notes, extra in zip(notes, contention_notes)]
     predictions = [_prediction(trace, specs, baseline, graph, timeline, rank_notes)
                    for trace, baseline, graph, timeline, rank_notes in zip(traces, baselines, graphs, timelines, notes)]
     if any(p.per_iteration and p.predicted_ns <= 0 for p in predictions):
@@ -112,7 +116,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, launch_blocks=launch_blocks_of(trace),
-                      gemm_shapes=gemm_shapes_of(trace))
+                      gemm_shapes=gemm_shapes_of(trace), host=host_of(trace), gpu_contention=gpu_slowdown(trace))
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -134,6 +138,14 @@ def launch_blocks_of(trace: Trace) -> np.ndarray | None:
     recorded = table["grid_x"] > 0
     blocks[table["event"][recorded]] = (grid[0] * grid[1] * grid[2])[recorded]
     return blocks
+
+
+def host_of(trace: Trace) -> dict[str, int]:
+    """The host facts daydream trace recorded (cpus, intra_op_threads); empty when the trace does not say."""
+    host = trace.meta.collector.get("host") if isinstance(trace.meta.collector, dict) else None
+    if not isinstance(host, dict):
+        return {}
+    return {key: int(value) for key, value in host.items() if isinstance(value, int) and not isinstance(value, bool)}
 
 
 def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:

@@ -200,7 +200,22 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
         # samples per iteration: --batch-size, else the leading dimension of the model's first input
         "batch_size": options.batch_size or batch_size,
         "memory_before": memory_before,
+        "host": host_facts(),
     }
+
+
+def host_facts() -> dict[str, int]:
+    """The CPUs this process may run on and torch's intra-op threads: how much room the host leaves for
+    communication threads (the contention model of the distributed what-ifs)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    facts = {"cpus": cpus}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        facts["intra_op_threads"] = int(torch.get_num_threads())
+    return facts
 
 
 def write_trace_document(path: Path, document: dict[str, Any]) -> None:

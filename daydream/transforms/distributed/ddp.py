@@ -23,12 +23,14 @@ from daydream.transforms.distributed.buckets import (
     no_existing_collectives,
     wait_before_optimizer,
 )
+from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, fabric, parse_bytes
 from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
 
 DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
      "bucket": Parameter(str, "25MiB", "bucket size"),
-     "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)")}
+     "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)"),
+     "contention": CONTENTION_PARAMETER}
 
 
 def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -68,11 +70,17 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     if not inserted:
         raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
                          "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
-    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link)
+    factor, source = calibrate(graph, params, context, min(world, net.per_node))
+    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link,
+                                  contention=factor, contention_source=source)
     per_iteration = inserted / max(synchronized, 1)
     shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
     notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "
                     f"{net.describe()}; the optimizer waits for the last bucket")
+    if factor > 1.0:
+        notes.append(f"{name}: contention ×{factor:.2f} where the all-reduces overlap compute ({source})")
+    elif world > 1:
+        notes.append(f"{name}: no contention modelled ({source})")
     if accumulate > 1:
         notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
                      "(the others run under no_sync); every iteration keeps its optimizer work as recorded")

@@ -1,0 +1,86 @@
+"""How much inserted communication and the rank's compute slow each other where they overlap.
+
+simulate/contention.py applies the factor; this module finds it, per trace:
+
+- **GPU**: from the trace itself, where a recorded collective (NCCL/RCCL kernel) ran beside compute
+  kernels: for each kernel name seen both with a collective running beside it (most of its time) and
+  without one, the ratio of its median durations; the factor is their mean weighted by the time
+  spent beside collectives. A trace with no such overlap (one GPU, or collectives that never overlap
+  compute) gives no evidence: no contention is modelled, and the note says so.
+- **CPU** (gloo): compute threads and gloo's threads share the host's cores. The ranks on one host
+  (`gpus_per_node`, at most `world`) each run their intra-op threads plus one gloo thread; where they
+  all want a core, each gets cpus / demand of one: factor max(1, demand / cpus), from the CPUs and
+  threads `daydream trace` records (an older trace does not say them: no contention, said).
+
+`contention=F` sets the factor; `contention=1` turns it off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daydream.errors import InputError
+from daydream.graph import Graph
+from daydream.intervals import Coverage
+from daydream.trace import EventKind, Trace
+from daydream.transforms.optimizations import Context, Parameter
+
+CONTENTION_PARAMETER = Parameter(
+    str, "auto", "auto: calibrated from the trace (GPU: kernels with and without a recorded collective beside them; "
+                 "CPU: the host's CPUs against the ranks' compute and gloo threads); F >= 1 sets it; 1: none")
+#: Samples of a kernel name needed on each side (beside a collective, alone) for its ratio to count.
+MIN_SAMPLES = 3
+#: A kernel counts as beside a collective when one runs for at least this share of its time.
+BESIDE_SHARE = 0.5
+#: Factors beyond this are not contention but a different kernel behind the same name.
+MAX_FACTOR = 4.0
+
+
+def gpu_slowdown(trace: Trace) -> tuple[float, int] | None:
+    """(the factor, kernels it rests on) from the trace's compute kernels beside and away from its collectives; None
+    without evidence."""
+    kernels = trace.indices(EventKind.KERNEL)
+    collectives = trace.indices(EventKind.COMMUNICATION)
+    if kernels.size == 0 or collectives.size == 0:
+        return None
+    start, end = trace.ts_ns[kernels], trace.end_ns[kernels]
+    busy = Coverage(trace.ts_ns[collectives], trace.end_ns[collectives])
+    share = busy.within_each(start, end) / np.maximum(end - start, 1)
+    beside, alone = share >= BESIDE_SHARE, share == 0
+    names, durations = trace.name[kernels], trace.dur_ns[kernels]
+    ratios, weights = [], []
+    for name in np.unique(names[beside]).tolist():
+        mine = names == name
+        near, away = durations[mine & beside], durations[mine & alone]
+        if near.size >= MIN_SAMPLES and away.size >= MIN_SAMPLES and np.median(away) > 0:
+            ratios.append(float(np.median(near) / np.median(away)))
+            weights.append(float(near.sum()))
+    if not ratios:
+        return None
+    factor = float(np.clip(np.average(ratios, weights=weights), 1.0, MAX_FACTOR))
+    return factor, int(np.count_nonzero(beside))
+
+
+def calibrate(graph: Graph, params: dict[str, Any], context: Context, ranks_per_host: int) -> tuple[float, str]:
+    """(factor, how it was found) for the communication a data-parallel what-if inserts into `graph`."""
+    text = str(params.get("contention", "auto")).strip().lower()
+    if text != "auto":
+        try:
+            factor = float(text)
+        except ValueError:
+            factor = float("nan")
+        if not 1.0 <= factor <= 100.0:
+            raise InputError(f"contention={text!r}: write auto, or a factor from 1 (no contention) to 100")
+        return factor, "set by contention=" if factor > 1.0 else "off (contention=1)"
+    if graph.has_device_work():
+        if context.gpu_contention is None:
+            return 1.0, "none: the trace shows no compute kernel beside a collective to calibrate from"
+        factor, kernels = context.gpu_contention
+        return factor, f"calibrated on {kernels} kernels the trace ran beside its collectives"
+    cpus, threads = int(context.host.get("cpus", 0) or 0), int(context.host.get("intra_op_threads", 0) or 0)
+    if cpus <= 0 or threads <= 0:
+        return 1.0, "none: the trace does not record the host's CPUs and threads (record it with daydream trace)"
+    demand = ranks_per_host * (threads + 1)
+    return max(1.0, demand / cpus), (f"{ranks_per_host} ranks × ({threads} compute + 1 gloo thread) on {cpus} CPUs")

@@ -1,0 +1,79 @@
+"""Contention between inserted communication and compute: processor sharing on hand-made graphs, and the factor
+calibrated from a hand-made trace and from the host a recording names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job
+from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
+from daydream.simulate import simulate
+from daydream.simulate.contention import with_contention
+from daydream.transforms.distributed.contention import calibrate, gpu_slowdown
+from daydream.transforms.optimizations import Context
+from tests.builders import kernel as trace_kernel
+from tests.builders import runtime, write_trace
+from tests.transforms.graphs import graph, op
+
+
+def _side_by_side(compute_ns: int, collective_ns: int, factor: float) -> Graph:
+    """A host op and a collective on a channel of its own, both ready at 0 (a marker before each)."""
+    built = graph([op("start", 0), op("compute", compute_ns)], [(0, 1, DepKind.HOST_ORDER, 0, False)])
+    built.resources.append(Resource(ResourceKind.COMM_CHANNEL, "comm"))
+    [collective] = built.add_tasks(kind=TaskKind.COLLECTIVE, resource=len(built.resources) - 1, duration_ns=collective_ns,
+                                   name=0, iteration=0, measured_start_ns=np.array([0]))
+    built.add_edges([0], [int(collective)], DepKind.HOST_ORDER, latency_ns=0, from_start=False)
+    built.data_parallel = replace(built.data_parallel, contention=factor, contention_source="by hand")
+    return built
+
+
+def _ends(built: Graph) -> tuple[int, int]:
+    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    return int(timeline.end_ns[1]), int(timeline.end_ns[2])
+
+
+def test_processor_sharing_by_hand() -> None:
+    # Both 100 µs, side by side, factor 2: each runs at half speed throughout, both end at 200 µs.
+    assert _ends(_side_by_side(100_000, 100_000, 2.0)) == (200_000, 200_000)
+    # A 50 µs collective beside 100 µs of compute: half speed while both run; the collective's 50 µs of work end at
+    # 100 µs; the compute has done 50 of its 100 by then and ends 50 µs later, at 150 µs.
+    compute_end, collective_end = _ends(_side_by_side(100_000, 50_000, 2.0))
+    assert collective_end == pytest.approx(100_000, rel=0.01)
+    assert compute_end == pytest.approx(150_000, rel=0.02)
+    # Factor 1: nothing moves.
+    assert _ends(_side_by_side(100_000, 50_000, 1.0)) == (100_000, 50_000)
+
+
+def test_a_cpu_host_gives_the_factor_its_threads_ask_for() -> None:
+    cpu_graph = graph([op("compute", 10)], [])
+    two_ranks = Context(host={"cpus": 2, "intra_op_threads": 1})
+    assert calibrate(cpu_graph, {"contention": "auto"}, two_ranks, 2)[0] == 2.0  # 2 × (1 + 1) threads on 2 CPUs
+    assert calibrate(cpu_graph, {"contention": "auto"}, Context(host={"cpus": 16, "intra_op_threads": 4}), 2)[0] == 1.0
+    assert calibrate(cpu_graph, {"contention": "1"}, two_ranks, 2) == (1.0, "off (contention=1)")
+    factor, why = calibrate(cpu_graph, {"contention": "auto"}, Context(), 2)
+    assert factor == 1.0 and "does not record the host" in why
+
+
+def test_a_gpu_factor_from_kernels_beside_collectives(tmp_path: Path) -> None:
+    # The same kernel four times alone (10 µs) and four times with an NCCL kernel running beside it (15 µs): ×1.5.
+    events = []
+    correlation = 1
+    for i in range(4):
+        for at, duration, beside in ((i * 100.0, 10.0, False), (i * 100.0 + 50.0, 15.0, True)):
+            events.append(runtime("cudaLaunchKernel", at, 1.0, correlation, correlation))
+            events.append(trace_kernel("gemm_k", at + 2.0, duration, correlation, correlation, stream=7))
+            correlation += 1
+            if beside:
+                events.append(runtime("cudaLaunchKernel", at, 1.0, correlation, correlation))
+                events.append(trace_kernel("ncclKernel_AllReduce_RING", at + 1.0, 20.0, correlation, correlation,
+                                           stream=13))
+                correlation += 1
+    trace = open_job(write_trace(tmp_path, events, "t.json"), cache=False).traces[0]
+    assert gpu_slowdown(trace) == (pytest.approx(1.5), 4)
+    # Without a collective in the trace there is nothing to calibrate from.
+    alone = [e for e in events if "nccl" not in e["name"]]
+    assert gpu_slowdown(open_job(write_trace(tmp_path, alone, "alone.json"), cache=False).traces[0]) is None
