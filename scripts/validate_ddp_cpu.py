@@ -200,8 +200,10 @@ def trace_processes(example: str, outs: list[Path], threads: int, ddp: bool) -> 
     environments = [rank_environment(rank, port, threads) if ddp else {**os.environ, "OMP_NUM_THREADS": str(threads)}
                     for rank in range(len(outs))]
     extra = ("--ddp",) if ddp else ()
-    processes = [subprocess.Popen(trace_command(example, out, threads, *extra), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env) for out, env in zip(outs, environments)]
+    # A DDP rank names its own file: `{rank}` in -o (daydream trace appends -rankN to a name without it).
+    targets = [out.parent / out.name.replace(f"rank{k}", "rank{rank}") if ddp else out for k, out in enumerate(outs)]
+    processes = [subprocess.Popen(trace_command(example, target, threads, *extra), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env) for target, env in zip(targets, environments)]
     try:
         finished = [process.communicate(timeout=TRACE_TIMEOUT_S) for process in processes]
     finally:

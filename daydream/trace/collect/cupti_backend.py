@@ -247,8 +247,9 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     before = hook_module.MemoryBeforeTrace(options.warmup)
 
     def on_step() -> None:
+        before.before_step(recorder.steps + 1, installed)
         recorder.on_step()
-        before.on_step(recorder.steps, installed)
+        before.after_step(recorder.steps)
 
     installed = hook_module.install(on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:

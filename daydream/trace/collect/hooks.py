@@ -349,18 +349,25 @@ def allocator_summary(stats: dict[str, Any]) -> dict[str, int]:
 
 class MemoryBeforeTrace:
     """The `memory_before` a recorded trace carries: when the warm-up ends, a snapshot of what exists (the next
-    iteration is the first the trace records); once that iteration has ended, what of it is still alive."""
+    iteration is the first the trace records); once that iteration has ended, what of it is still alive.
+
+    The snapshot walks every object Python holds (tens of milliseconds), so it is taken at the step boundary before
+    the profiler begins the recorded iteration (`before_step`), where its time lands in no recorded iteration;
+    the survivors are counted (cheaply) after the next boundary (`after_step`)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
         self._snapshot: MemorySnapshot | None = None
         self._surviving: dict[str, dict[str, int]] = {}
 
-    def on_step(self, steps: int, hooks: Hooks) -> None:
-        """Call after each training step with the steps taken so far."""
+    def before_step(self, steps: int, hooks: Hooks) -> None:
+        """Call at each step boundary, before the profiler moves on, with the steps taken so far (this one counted)."""
         if self.warmup and steps == self.warmup:
             self._snapshot = hooks.memory_snapshot()
-        elif self._snapshot is not None and steps == self.warmup + 1:
+
+    def after_step(self, steps: int) -> None:
+        """Call at each step boundary, after the profiler has moved on."""
+        if self._snapshot is not None and steps == self.warmup + 1:
             self._surviving = self._snapshot.surviving()
 
     def recorded(self) -> dict[str, dict[str, int]] | None:

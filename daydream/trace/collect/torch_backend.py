@@ -66,9 +66,10 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     def on_step() -> None:
         nonlocal steps
         steps += 1
+        before.before_step(steps, installed)
         with _quiet_stderr():
             profiler.step()
-        before.on_step(steps, installed)
+        before.after_step(steps)
         if status:
             if steps < warmup:
                 status(f"warming up: iteration {steps + 1} of {warmup}")
