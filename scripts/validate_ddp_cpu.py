@@ -312,17 +312,18 @@ def gradient_bytes(trace: Path) -> int:
 NOTES = """## What the what-if misses here, and why
 
 The what-if predicts too short a step here: of what DDP adds to an iteration ("measured DDP − 1 process"), it
-models the all-reduces only, and hides part of them behind backward. The rest:
+models the all-reduces and their contention with compute, and hides part of them behind backward. The rest:
 
-- **gloo's all-reduce makes little progress while the ranks compute.** The what-if puts the all-reduces on a
-  communication channel of their own, overlapping backward for free. gloo on loopback is CPU work (the
-  reduction, the copies through the kernel's TCP stack) on gloo's threads, which compete with the two ranks'
-  compute threads for the two cores, and a ring step needs both ranks' gloo threads to run. In the traces a
-  bucket launched mid-backward finishes only after backward's compute has ended; one gloo all-reduce spans
-  longer than the benchmark's time for its size, its longest instances several times longer (last column);
-  rank 0's backward phase grows by as much as, or more than, the whole modelled all-reduce time plus the
-  reducer's ops (phase table), where the what-if adds half to two thirds of the modelled all-reduce time ("predicted − 1
-  process"). Compute itself is not consistently slower ("matmul ops" moves both ways from round to round).
+- **gloo's all-reduce is slower in the DDP run than alone, even where it overlaps nothing.** The what-if
+  models contention (`contention`, simulate/contention.py): gloo on loopback is CPU work (the reduction, the
+  copies through the kernel's TCP stack) on gloo's threads, which compete with the two ranks' compute threads
+  for the two cores; from the CPUs and threads the trace records (2 ranks × (1 compute + 1 gloo thread) on 2
+  CPUs) the factor is 2, so where an all-reduce overlaps backward both take up to twice as long (processor
+  sharing). That covers the part of each bucket's all-reduce that runs beside backward. But one gloo
+  all-reduce in the DDP run spans longer than the benchmark's time for its size even for the last bucket,
+  which runs after backward's compute has ended (last column: median and longest span), and rank 0's
+  backward phase grows by more than the modelled all-reduce time plus the reducer's ops (phase table). Compute
+  itself is not consistently slower ("matmul ops" moves both ways from round to round).
 - **DDP's own CPU work is not in the model.** As each gradient becomes ready the reducer copies it, scaled by
   1/world, into its bucket (`reducer::mul_out`), and after the all-reduce copies the bucket back into the
   gradients (`copy_bucket_to_grad`): the "DDP reducer ops" column, on the main thread, about a tenth of the MLP's
