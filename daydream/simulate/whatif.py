@@ -116,7 +116,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, launch_blocks=launch_blocks_of(trace),
-                      gemm_shapes=gemm_shapes_of(trace), host=host_of(trace), gpu_contention=gpu_slowdown(trace))
+                      gemm_shapes=gemm_shapes_of(trace), host=host_of(trace), gpu_contention=gpu_slowdown(trace),
+                      buffer_bytes=sum(gradient_bytes_of(trace, "buffer_bytes").values()))
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -163,13 +164,14 @@ def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
             np.where(known, table["elements"][np.maximum(row, 0)], np.nan))
 
 
-def gradient_bytes_of(trace: Trace) -> dict[str, int]:
-    """Per layer (module path), the bytes of its own trainable parameters, from a daydream recording."""
+def gradient_bytes_of(trace: Trace, key: str = "gradient_bytes") -> dict[str, int]:
+    """Per layer (module path), the bytes of its own trainable parameters (or, with key="buffer_bytes", of its
+    buffers), from a daydream recording."""
     layers = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
     if not isinstance(layers, dict):
         return {}
-    return {path: int(info.get("gradient_bytes", 0)) for path, info in layers.items()
-            if isinstance(info, dict) and int(info.get("gradient_bytes", 0) or 0) > 0}
+    return {path: int(info.get(key, 0)) for path, info in layers.items()
+            if isinstance(info, dict) and isinstance(info.get(key, 0), int) and int(info.get(key, 0) or 0) > 0}
 
 
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,

@@ -59,6 +59,8 @@ class Context:
     #: Per trace row, (FLOPs, elements read and written) of the matrix multiply whose op launched the kernel, from the
     #: op's recorded input shapes (NaN where not known).
     gemm_shapes: tuple[np.ndarray, np.ndarray] | None = None
+    #: Bytes of the model's buffers (BatchNorm statistics), where a daydream recording lists them (0: none or unknown).
+    buffer_bytes: int = 0
     #: The host daydream trace recorded (cpus, intra_op_threads); empty for other traces.
     host: dict[str, int] = field(default_factory=dict)
     #: (factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence).

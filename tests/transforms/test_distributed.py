@@ -354,3 +354,30 @@ def test_topology_hierarchical_is_what_ddp_uses_across_nodes() -> None:
     assert last_reduce_ns("ddp:world=16,gpus_per_node=8,interconnect=nvlink3,network=ib-hdr,topology=hierarchical") < flat
     with pytest.raises(InputError, match="topology"):
         parse_spec("ddp:world=16,topology=star")
+
+
+def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
+    # One iteration: a start marker, fwd a, bwd a, sgd (1000, 1000, 500 ns). With 4,000 bytes of buffers (BatchNorm's
+    # running statistics) DDP's forward first waits for rank 0's broadcast of them: world 2 at 1000 GB/s and 50 µs per
+    # step, (n - 1)·latency + S/B = 50,000 + 4 ns, on the communication channel, before fwd.
+    tasks, edges = launch_chain([call() for _ in range(3)], [kernel("fwd", 1000, phase="forward", layer="a"),
+                                                              kernel("bwd", 1000, phase="backward", layer="a"),
+                                                              kernel("sgd", 500, phase="optimizer")])
+    marker = {"kind": TaskKind.MARKER, "name": "iteration boundary", "duration": 0}
+    tasks = [*tasks, marker, dict(marker)]
+    edges = [*edges, (6, 0, DepKind.HOST_ORDER, 0, False), (2, 7, DepKind.HOST_ORDER, 0, False)]
+    with_buffers, without = graph(tasks, edges, layers=["a"]), graph(tasks, edges, layers=["a"])
+    for g in (with_buffers, without):
+        g.iteration_markers = [(6, 7)]
+    context = Context(gradient_bytes={"a": MiB}, buffer_bytes=4_000)
+    notes = apply_spec(with_buffers, parse_spec("ddp:world=2,bandwidth=1000,latency=50"), context)
+    apply_spec(without, parse_spec("ddp:world=2,bandwidth=1000,latency=50,broadcast_buffers=0"), context)
+    broadcast = [t for t in np.flatnonzero(with_buffers.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+                 if "broadcast" in with_buffers.task_name(t)]
+    assert len(broadcast) == 1 and int(with_buffers.tasks["duration_ns"][broadcast[0]]) == 50_004
+    assert any("1 broadcast(s) of 3.9 KiB" in note for note in notes)
+    fwd = 3  # the first kernel: it starts once the broadcast has ended, not at its launch (5 ns + 4 ns latency)
+    timed = simulate(with_buffers)
+    assert int(timed.start_ns[broadcast[0]]) == int(timed.end_ns[6])  # it starts with the iteration
+    assert int(timed.start_ns[fwd]) == int(timed.end_ns[broadcast[0]])
+    assert int(simulate(without).start_ns[fwd]) < int(timed.end_ns[6]) + 50_004

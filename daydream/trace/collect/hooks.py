@@ -33,9 +33,11 @@ class LayerInfo:
     type: str
     leaf: bool
     gradient_bytes: int = 0  # the module's own trainable parameters (not its children's), bytes
+    buffer_bytes: int = 0  # the module's own buffers (BatchNorm's running statistics): what DDP broadcasts each step
 
     def as_metadata(self) -> dict[str, Any]:
-        return {"type": self.type, "leaf": self.leaf, "gradient_bytes": self.gradient_bytes}
+        return {"type": self.type, "leaf": self.leaf, "gradient_bytes": self.gradient_bytes,
+                "buffer_bytes": self.buffer_bytes}
 
 
 @dataclass
@@ -117,7 +119,8 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
             full = f"{root_name}.{path}" if path else root_name
             hooks._names[child] = full
             hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
-                                           gradient_bytes=_own_gradient_bytes(child))
+                                           gradient_bytes=_own_gradient_bytes(child),
+                                           buffer_bytes=_own_buffer_bytes(child))
         return hooks._names[module]
 
     def before_forward(module: Any, args: Any) -> None:
@@ -241,6 +244,11 @@ def _leading_dimension(args: Any) -> int | None:
 def _own_gradient_bytes(module: Any) -> int:
     """Bytes of the gradients a module's own parameters get (what data parallelism all-reduces)."""
     return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters(recurse=False) if p.requires_grad)
+
+
+def _own_buffer_bytes(module: Any) -> int:
+    """Bytes of a module's own buffers (DistributedDataParallel broadcasts them from rank 0 before each forward)."""
+    return sum(int(b.numel()) * int(b.element_size()) for b in module.buffers(recurse=False))
 
 
 #: What a memory snapshot counts per device, besides the GPU allocator's own figures.

@@ -11,11 +11,13 @@ from dataclasses import replace
 from typing import Any
 
 from daydream.errors import InputError
-from daydream.graph import Graph
+from daydream.graph import DepKind, Graph
 from daydream.memory.whatif import ddp_memory
 from daydream.transforms.distributed.buckets import (
+    FORWARD,
     buckets,
     comm_resource,
+    first_task,
     gradient_events,
     gradient_volume,
     insert_collectives,
@@ -33,8 +35,39 @@ DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "da
      "contention": CONTENTION_PARAMETER}
 
 
+#: torch.nn.parallel.DistributedDataParallel's broadcast_bucket_size: buffers are broadcast in coalesced buckets of it.
+BROADCAST_BUCKET_BYTES = 250 * 2**20
+
+
 def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    return data_parallel(graph, params, context, "ddp", "allreduce")
+    notes = data_parallel(graph, params, context, "ddp", "allreduce")
+    if int(params["broadcast_buffers"]) and context.buffer_bytes > 0 and int(params["world"]) > 1:
+        notes.append(broadcast_buffers(graph, params, context))
+    return notes
+
+
+def broadcast_buffers(graph: Graph, params: dict[str, Any], context: Context) -> str:
+    """Each iteration's forward waits for rank 0's broadcast of the model's buffers (DDP's broadcast_buffers=True): one
+    broadcast per BROADCAST_BUCKET_BYTES of buffers, on the communication channel after the last iteration's buckets."""
+    world = int(params["world"])
+    net = fabric(params, context, world)
+    resource = max(i for i, r in enumerate(graph.resources) if r.label == "ddp communication")
+    sizes = [min(BROADCAST_BUCKET_BYTES, context.buffer_bytes - start)
+             for start in range(0, context.buffer_bytes, BROADCAST_BUCKET_BYTES)]
+    each = 0
+    for iteration in iterations_of(graph):
+        forward = first_task(graph, iteration, FORWARD)
+        if forward is None or iteration >= len(graph.iteration_markers):
+            continue
+        start = graph.iteration_markers[iteration][0]
+        plan = [(start, size, f"ddp broadcast of buffers ({size / 2**10:.1f} KiB)", net.time_ns("broadcast", size))
+                for size in sizes]
+        ids = insert_collectives(graph, resource, iteration, plan)
+        graph.add_edges([int(ids[-1])], [forward], DepKind.COMMUNICATION)
+        each = sum(p[3] for p in plan)
+    return (f"ddp: broadcast_buffers: {len(sizes)} broadcast(s) of {context.buffer_bytes / 2**10:.1f} KiB of buffers "
+            f"before each forward, {each / 1e3:.0f} µs each iteration (broadcast_buffers=0 as DDP's "
+            "broadcast_buffers=False)")
 
 
 def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str) -> list[str]:
@@ -98,7 +131,9 @@ register(Optimization(
     "1/gpus_per_node shard between nodes, all-gather inside (BlueConnect). world=1 changes nothing",
     _ddp,
     {**DATA_PARALLEL_PARAMETERS,
-     "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6)},
+     "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6),
+     "broadcast_buffers": Parameter(int, 1, "1: rank 0 broadcasts the buffers (BatchNorm statistics) before each forward, "
+                                            "as DDP does by default; 0: not", 0, 1)},
     memory=ddp_memory,
 ))
 
