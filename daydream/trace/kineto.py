@@ -203,7 +203,8 @@ def read(document: Readable, progress: Progress | None = None) -> Trace:
     """
     skipped: dict[str, int] = {}
     columns = _Columns()
-    envelope = _stream(document, columns, skipped, progress)
+    streamable = callable(getattr(document, "blocks", None))  # a document that can only be read whole is read whole
+    envelope = _stream(document, columns, skipped, progress) if streamable else _NOT_STREAMED
     if envelope is not _NOT_STREAMED:
         trace = columns.finish(envelope, document.label, skipped)
         del columns
