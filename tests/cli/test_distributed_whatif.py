@@ -15,6 +15,8 @@ from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "traces" / "cnn_v100.json.gz"
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_sweep_prints_one_point_per_value_and_draws_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     plot = tmp_path / "scaling.png"
@@ -51,3 +53,23 @@ def test_a_job_is_predicted_with_its_ranks_together(corpus: Path) -> None:
         # Four times slower communication cannot make a step faster.
         assert prediction.predicted_ns >= prediction.simulated_ns
     assert len(ends) == 8 and all(len(e) == 1 for e in ends.values())
+
+
+def test_a_first_iteration_without_an_earlier_one_to_hide_behind_is_said() -> None:
+    from daydream.simulate.whatif import first_iteration_note
+
+    def iterations(predicted: list[int], measured: list[int]) -> list[dict[str, int]]:
+        return [{"predicted_ns": p, "measured_ns": m} for p, m in zip(predicted, measured)]
+
+    # 110 against 100 and 100 (recorded alike): 10% longer, the steady state 100 ns.
+    note = first_iteration_note(iterations([110, 100, 100], [50, 50, 50]))
+    assert note is not None and "10% longer" in note and "0.00 ms, is the steady state" in note
+    assert first_iteration_note(iterations([101, 100, 100], [50, 50, 50])) is None  # within 2%
+    assert first_iteration_note(iterations([110, 100, 100], [60, 50, 50])) is None  # recorded longer too
+    assert first_iteration_note(iterations([110, 100], [50, 50])) is None  # two iterations: no steady state to say
+    # The bundled DDP rank under a slow link: its host-bound first iteration is exposed, the others hide their host.
+    [prediction] = predict_job(REPO / "examples" / "traces" / "ddp_a100_rank0.json.gz",
+                               ["no-comm", "ddp:world=8,bandwidth=0.1"])
+    first, *rest = [it["predicted_ns"] for it in prediction.per_iteration]
+    assert first > 1.02 * max(rest)
+    assert any("first iteration is predicted" in n for n in prediction.notes)
