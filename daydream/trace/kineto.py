@@ -211,11 +211,7 @@ def read(document: Readable, progress: Progress | None = None) -> Trace:
         give_back()
         return trace
     del columns
-    raw = document.read(progress)
-    envelope, events = _split_checked(raw, document.label, progress)
-    del raw  # the events still view it; it goes with them
-    trace = _build_trace(envelope, events, document.label, progress)
-    del events
+    trace = decode(document.read(progress), document.label, progress)
     give_back()
     return trace
 
@@ -247,10 +243,10 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
 
     while len(buffer) < 4096 and more():
         pass
-    head = bytes(buffer[:4096]).lstrip()
-    if head[:1] == b"[":
+    first = _first_byte(buffer)
+    if first == b"[":
         prefix_envelope, start = None, buffer.index(b"[") + 1
-    elif head[:1] == b"{":
+    elif first == b"{":
         found = _EVENTS_KEY.search(buffer)
         while found is None and len(buffer) < 64 * WINDOW and more():
             found = _EVENTS_KEY.search(buffer)
@@ -482,13 +478,6 @@ class _Interner:
         return list(self.index)
 
 
-def _dense_ids(values: list[Any]) -> tuple[list[Any], np.ndarray]:
-    """(distinct values in a stable order, id of each value): C-speed interning of a column."""
-    distinct = sorted(set(values), key=lambda v: (isinstance(v, str), v if isinstance(v, str) else int(v)))
-    index = {value: i for i, value in enumerate(distinct)}
-    return distinct, np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
-
-
 def _build_trace(envelope: Any, events: list[msgspec.Raw], source: str, progress: Progress | None) -> Trace:
     skipped: dict[str, int] = {}
     columns = _Columns()
@@ -573,7 +562,8 @@ class _Columns:
             if track not in self.track_args:
                 self.track_args[track] = (args[row].device, args[row].stream)
         bytes_column = _ints(list(map(_get_bytes, args)))
-        self._add_side_rows(kind, args, names, bytes_column)
+        collective_arg = np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))
+        self._add_side_rows(kind, args, names, bytes_column, collective_arg)
         for key, values in (
             ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns), ("is_gpu", is_gpu),
             ("pid", pids), ("tid", tids),
@@ -581,7 +571,7 @@ class _Columns:
             ("external_id", _ints([a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args])),
             ("sequence", _ints(list(map(_get_sequence, args)))),
             ("bytes", bytes_column),
-            ("collective_arg", np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))),
+            ("collective_arg", collective_arg),
         ):
             self.pieces[key].append(values)
         self.rows += len(kept)
@@ -594,14 +584,15 @@ class _Columns:
                 self.flows["host"].append((e.pid, e.tid))
                 self.flows["is_start"].append(e.ph == "s")
 
-    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray, bytes_column: np.ndarray) -> None:
+    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray, bytes_column: np.ndarray,
+                       collective_arg: np.ndarray) -> None:
         """This chunk's rows of the side tables, as the file writes them (`finish` makes the columns)."""
         memory = np.flatnonzero(kind == EventKind.MEMORY)
         if memory.size:
             bytes_column[memory] = _ints([args[i].memory_bytes for i in memory.tolist()])
         chosen = {
             "memory": memory,
-            "collective": np.flatnonzero(np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))),
+            "collective": np.flatnonzero(collective_arg),
             "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool,
                                                         count=len(args))),
             "sync": np.flatnonzero(kind == EventKind.SYNC),
