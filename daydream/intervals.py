@@ -50,6 +50,10 @@ class Coverage:
         """`within` of every window [lows[i], highs[i]) at once."""
         return self._covered_to(np.asarray(highs, dtype=np.int64)) - self._covered_to(np.asarray(lows, dtype=np.int64))
 
+    def share_of_each(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+        """For each window [lows[i], highs[i]), the share of it that is covered (0 for an empty window)."""
+        return np.clip(self.within_each(lows, highs) / np.maximum(highs - lows, 1), 0.0, 1.0)
+
     def _covered_to(self, points: np.ndarray) -> np.ndarray:
         """Covered length before each point."""
         if self.block_start.size == 0:

@@ -107,7 +107,7 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
     if inside.size == 0:
         return CriticalPath([], {}, 0, [])
     current = int(inside[np.argmax(timeline.end_ns[inside])])
-    binding = binding_edges(graph, timeline).edge
+    binding = binding_edges(graph, timeline)
     path: list[int] = []
     by_kind: dict[str, int] = {}
     per_task: dict[tuple[str, str], int] = {}
@@ -119,10 +119,10 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
         by_kind[kind] = by_kind.get(kind, 0) + max(own, 0)
         key = (kind, graph.task_name(current))
         per_task[key] = per_task.get(key, 0) + max(own, 0)
-        edge = int(binding[current])
+        edge = int(binding.edge[current])
         if edge < 0:
             break
-        if DepKind(int(graph.edges["kind"][edge])).is_host:
+        if binding.host_edge[edge]:
             gap_total += int(graph.tasks["gap_ns"][current])
         current = int(graph.edges["src"][edge])
     if gap_total:

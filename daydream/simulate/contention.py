@@ -40,11 +40,8 @@ def compute_tasks(graph: Graph) -> np.ndarray:
 
 def overlap_shares(timeline: Timeline, tasks: np.ndarray, others: np.ndarray) -> np.ndarray:
     """For each of `tasks`, the share of its simulated time during which any of `others` runs."""
-    start, end = timeline.start_ns[tasks], timeline.end_ns[tasks]
     busy = Coverage(timeline.start_ns[others], timeline.end_ns[others])
-    covered = busy.within_each(start, end)
-    length = np.maximum(end - start, 1)
-    return np.clip(covered / length, 0.0, 1.0)
+    return busy.share_of_each(timeline.start_ns[tasks], timeline.end_ns[tasks])
 
 
 def with_contention(graphs: list[Graph], timelines: list[Timeline],

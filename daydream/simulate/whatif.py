@@ -115,9 +115,10 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied."""
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
-                      world_size=trace.meta.world_size or 0, launch_blocks=launch_blocks_of(trace),
-                      gemm_shapes=gemm_shapes_of(trace), host=host_of(trace), gpu_contention=gpu_slowdown(trace),
-                      buffer_bytes=sum(gradient_bytes_of(trace, "buffer_bytes").values()))
+                      world_size=trace.meta.world_size or 0, host=host_of(trace),
+                      buffer_bytes=sum(gradient_bytes_of(trace, "buffer_bytes").values()),
+                      derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
+                              "gpu_contention": lambda: gpu_slowdown(trace)})
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")

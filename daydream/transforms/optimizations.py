@@ -54,17 +54,35 @@ class Context:
     #: Gradient bytes of each layer's own parameters (module path -> bytes), where the trace records them.
     gradient_bytes: dict[str, int] = field(default_factory=dict)
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
-    #: Per trace row, the thread blocks its kernel launched (grid x*y*z; -1 where not recorded).
-    launch_blocks: np.ndarray | None = None
-    #: Per trace row, (FLOPs, elements read and written) of the matrix multiply whose op launched the kernel, from the
-    #: op's recorded input shapes (NaN where not known).
-    gemm_shapes: tuple[np.ndarray, np.ndarray] | None = None
     #: Bytes of the model's buffers (BatchNorm statistics), where a daydream recording lists them (0: none or unknown).
     buffer_bytes: int = 0
     #: The host daydream trace recorded (cpus, intra_op_threads); empty for other traces.
     host: dict[str, int] = field(default_factory=dict)
-    #: (factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence).
-    gpu_contention: tuple[float, int] | None = None
+    #: Facts that take a pass over the trace, computed the first time an optimization asks for one (name -> how);
+    #: see the properties below.
+    derive: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    _derived: dict[str, Any] = field(default_factory=dict)
+
+    def _fact(self, name: str) -> Any:
+        if name not in self._derived:
+            self._derived[name] = self.derive[name]() if name in self.derive else None
+        return self._derived[name]
+
+    @property
+    def launch_blocks(self) -> np.ndarray | None:
+        """Per trace row, the thread blocks its kernel launched (grid x*y*z; -1 where not recorded)."""
+        return self._fact("launch_blocks")
+
+    @property
+    def gemm_shapes(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per trace row, (FLOPs, elements read and written) of the matrix multiply whose op launched the kernel, from
+        the op's recorded input shapes (NaN where not known)."""
+        return self._fact("gemm_shapes")
+
+    @property
+    def gpu_contention(self) -> tuple[float, int] | None:
+        """(factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence)."""
+        return self._fact("gpu_contention")
 
 
 Apply = Callable[[Graph, dict[str, Any], Context], list[str]]

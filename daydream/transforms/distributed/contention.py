@@ -45,22 +45,34 @@ def gpu_slowdown(trace: Trace) -> tuple[float, int] | None:
     collectives = trace.indices(EventKind.COMMUNICATION)
     if kernels.size == 0 or collectives.size == 0:
         return None
-    start, end = trace.ts_ns[kernels], trace.end_ns[kernels]
     busy = Coverage(trace.ts_ns[collectives], trace.end_ns[collectives])
-    share = busy.within_each(start, end) / np.maximum(end - start, 1)
+    share = busy.share_of_each(trace.ts_ns[kernels], trace.end_ns[kernels])
     beside, alone = share >= BESIDE_SHARE, share == 0
     names, durations = trace.name[kernels], trace.dur_ns[kernels]
-    ratios, weights = [], []
-    for name in np.unique(names[beside]).tolist():
-        mine = names == name
-        near, away = durations[mine & beside], durations[mine & alone]
-        if near.size >= MIN_SAMPLES and away.size >= MIN_SAMPLES and np.median(away) > 0:
-            ratios.append(float(np.median(near) / np.median(away)))
-            weights.append(float(near.sum()))
-    if not ratios:
+    near_names, near_median, near_count, near_total = _per_name(names[beside], durations[beside])
+    away_names, away_median, away_count, _ = _per_name(names[alone], durations[alone])
+    _, near_at, away_at = np.intersect1d(near_names, away_names, assume_unique=True, return_indices=True)
+    usable = ((near_count[near_at] >= MIN_SAMPLES) & (away_count[away_at] >= MIN_SAMPLES)
+              & (away_median[away_at] > 0))
+    if not usable.any():
         return None
-    factor = float(np.clip(np.average(ratios, weights=weights), 1.0, MAX_FACTOR))
+    near_at, away_at = near_at[usable], away_at[usable]
+    ratios = near_median[near_at] / away_median[away_at]
+    factor = float(np.clip(np.average(ratios, weights=near_total[near_at]), 1.0, MAX_FACTOR))
     return factor, int(np.count_nonzero(beside))
+
+
+def _per_name(names: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct name (sorted): its median duration, how many there are, their total."""
+    if names.size == 0:
+        empty = np.zeros(0)
+        return names, empty, empty, empty
+    order = np.lexsort((durations, names))
+    names, durations = names[order], durations[order].astype(np.float64)
+    first = np.flatnonzero(np.r_[True, names[1:] != names[:-1]])
+    count = np.diff(np.r_[first, names.size])
+    median = (durations[first + (count - 1) // 2] + durations[first + count // 2]) / 2
+    return names[first], median, count, np.add.reduceat(durations, first)
 
 
 def calibrate(graph: Graph, params: dict[str, Any], context: Context, ranks_per_host: int) -> tuple[float, str]:
