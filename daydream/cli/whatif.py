@@ -83,7 +83,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
         runs = []
         for p in predictions:
             assert p.graph is not None and p.timeline is not None
-            windows = iteration_windows(p.graph, p.timeline.start_ns, p.timeline.end_ns)
+            windows = iteration_windows(p.graph, p.timeline)
             iterations = [(it["name"], w.start_ns, w.end_ns) for it, w in zip(p.per_iteration, windows)]
             runs.append((p.trace, p.graph, p.timeline, iterations))
         for written in write_timelines(timeline_path, runs, f"predicted timeline: {' + '.join(specs)}"):

@@ -104,11 +104,11 @@ def _host_start(trace: Trace) -> int:
     return int(trace.ts_ns[host].min()) if host.any() else trace.span_ns()[0]
 
 
-def settle(starts: list[int], ends: list[int], gpu_ends: list[int | None]) -> list[tuple[int, int]]:
+def settle(starts: list[int], ends: list[int], gpu_ends: list[int | None],
+           previous_end: int | None = None) -> list[tuple[int, int]]:
     """The rule above on plain numbers: per iteration, its markers' times and the end of its last GPU work
-    (None: it launched none) -> its window (start, end)."""
+    (None: it launched none) -> its window (start, end). `previous_end`: the end of an iteration before the first."""
     windows: list[tuple[int, int]] = []
-    previous_end: int | None = None
     for start, end, gpu_end in zip(starts, ends, gpu_ends):
         end = max(end, gpu_end) if gpu_end is not None else end
         if previous_end is not None:

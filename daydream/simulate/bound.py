@@ -201,7 +201,7 @@ def bound_line(bound: dict[str, object], top: int = 6) -> str:
 def iteration_bounds(graph: Graph, timeline: Timeline, windows: list[Window] | None = None) -> list[Bound]:
     """The bound of every iteration of `graph` (its window: simulate.windows, computed unless given), in order."""
     binding = binding_edges(graph, timeline)
-    windows = windows if windows is not None else iteration_windows(graph, timeline.start_ns, timeline.end_ns)
+    windows = windows if windows is not None else iteration_windows(graph, timeline)
     return [bound_by(graph, timeline, w.first, w.last, binding, w.start_ns) for w in windows]
 
 

@@ -33,10 +33,12 @@ UNSET = np.iinfo(np.int64).min
 
 @dataclass(slots=True)
 class Timeline:
-    """Simulated start and end (ns) of every task of a graph."""
+    """Simulated start and end (ns) of every task of a graph; `previous_end_ns`: where the graph was simulated behind a
+    warm-up iteration (simulate.warmup), when that iteration ended (the first iteration's window starts no earlier)."""
 
     start_ns: np.ndarray
     end_ns: np.ndarray
+    previous_end_ns: int | None = None
 
     @property
     def makespan_ns(self) -> int:

@@ -16,20 +16,27 @@ import numpy as np
 
 from daydream.graph.model import EDGE_COLUMNS, DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.simulate.engine import Timeline, simulate, simulate_event_driven
+from daydream.simulate.warmup import extend, truncate
 
 
-def simulate_job(graphs: list[Graph]) -> list[Timeline]:
-    """Simulate every rank graph; ranks tied by matched collectives are simulated as one."""
-    if not any(np.any(g.tasks["collective"] > 0) for g in graphs):
-        return [simulate_graph(graph) for graph in graphs]
-    combined, offsets = side_by_side(graphs)
-    _add_joins(combined, graphs, offsets)
-    problems = combined.validate()
-    if problems:
-        raise ValueError(f"the ranks' collectives cannot be ordered consistently: {problems[0]}")
-    timeline = simulate_graph(combined)
-    return [Timeline(timeline.start_ns[a:a + g.task_count].copy(), timeline.end_ns[a:a + g.task_count].copy())
-            for g, a in zip(graphs, offsets)]
+def simulate_job(graphs: list[Graph], warmup: bool = False) -> list[Timeline]:
+    """Simulate every rank graph; ranks tied by matched collectives are simulated as one. `warmup`: each rank behind a
+    copy of its first iteration (simulate.warmup), for the steady state a what-if predicts; a replay, which compares
+    with the recording, goes without (the recording's first iteration started from wherever the profiler found it)."""
+    largest = max((int(g.tasks["collective"].max()) for g in graphs if g.task_count), default=0)
+    extended = [extend(graph, largest)[0] if warmup else graph for graph in graphs]
+    if largest <= 0:
+        timelines = [simulate_graph(graph) for graph in extended]
+    else:
+        combined, offsets = side_by_side(extended)
+        _add_joins(combined, extended, offsets)
+        problems = combined.validate()
+        if problems:
+            raise ValueError(f"the ranks' collectives cannot be ordered consistently: {problems[0]}")
+        timeline = simulate_graph(combined)
+        timelines = [Timeline(timeline.start_ns[a:a + g.task_count], timeline.end_ns[a:a + g.task_count])
+                     for g, a in zip(extended, offsets)]
+    return [truncate(timeline, graph, bigger) for timeline, graph, bigger in zip(timelines, graphs, extended)]
 
 
 def simulate_graph(graph: Graph) -> Timeline:

@@ -18,7 +18,7 @@ from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import build_job_graphs
 from daydream.graph.model import HOST_TASKS
 from daydream.mapping import Iteration, find_iterations
-from daydream.simulate.engine import Timeline, simulate
+from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.windows import iteration_windows, measured_windows
 from daydream.trace import Trace
@@ -62,7 +62,7 @@ class Replay:
 def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
     """Build (unless given) and simulate one rank's graph on its own; compare with the measurement."""
     graph = graph if graph is not None else build_graph(trace)
-    return measure_replay(trace, graph, simulate(graph))
+    return measure_replay(trace, graph, simulate_job([graph])[0])
 
 
 def replay_traces(traces: list[Trace], graphs: list[Graph] | None = None) -> list[Replay]:
@@ -78,7 +78,7 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
     if len(graph.iteration_markers) == len(iterations):
         # Both to each iteration's completion (its host past its end and its GPU work done): see simulate.windows.
         measured = [(w.start_ns, w.end_ns) for w in measured_windows(graph)]
-        bounds = [(w.start_ns, w.end_ns) for w in iteration_windows(graph, timeline.start_ns, timeline.end_ns)]
+        bounds = [(w.start_ns, w.end_ns) for w in iteration_windows(graph, timeline)]
     else:
         mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
         measured = [(it.start_ns, it.end_ns) for it in iterations]

@@ -91,7 +91,7 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
     """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job). `graphs`: the
     ranks' graphs, already built (daydream.ranks)."""
     baseline_graphs, _ = build_job_graphs(traces, graphs)
-    baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs))]
+    baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs, warmup=True))]
     graphs, notes = [], []
     for trace, baseline_graph in zip(traces, baseline_graphs):
         graph = baseline_graph.copy()
@@ -100,8 +100,8 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
         if problems:
             raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
         graphs.append(graph)
-    timelines = simulate_job(graphs)
-    timelines, contention_notes = with_contention(graphs, timelines, simulate_job)
+    timelines = simulate_job(graphs, warmup=True)
+    timelines, contention_notes = with_contention(graphs, timelines, lambda ranks: simulate_job(ranks, warmup=True))
     notes = [rank_notes + extra for rank_notes, extra in zip(notes, contention_notes)]
     predictions = [_prediction(trace, specs, baseline, graph, timeline, rank_notes)
                    for trace, baseline, graph, timeline, rank_notes in zip(traces, baselines, graphs, timelines, notes)]
@@ -178,13 +178,11 @@ def gradient_bytes_of(trace: Trace, key: str = "gradient_bytes") -> dict[str, in
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,
                 notes: list[str]) -> Prediction:
     per_iteration = []
-    windows = iteration_windows(graph, timeline.start_ns, timeline.end_ns)
+    windows = iteration_windows(graph, timeline)
     for replayed, window in zip(baseline.iterations, windows):
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
                               "simulated_ns": replayed.simulated_ns, "predicted_ns": window.duration_ns})
 
-    fill = first_iteration_note(per_iteration)
-    notes = [*notes, fill] if fill else notes
     bounds = iteration_bounds(graph, timeline, windows)
     for entry, bound in zip(per_iteration, bounds):
         entry["bound_by"] = bound.as_dict()
@@ -210,31 +208,6 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         baseline_bound=baseline_bound,
         warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs),
     )
-
-
-#: A first predicted iteration longer than the median of the others by more than this (and not so in the recording)
-#: is said.
-FIRST_ITERATION_TOLERANCE = 0.02
-
-
-def first_iteration_note(per_iteration: list[dict[str, Any]]) -> str | None:
-    """What to say when the first iteration is predicted longer than the others although it was recorded like them:
-    with device work (or communication) that outlasts the host's, the host of a later iteration launches its work
-    while the previous one's device work runs, and the first has no earlier iteration in the trace to do that behind,
-    which the real loop's unrecorded iterations would give it. The mean then overstates the steady state."""
-    if len(per_iteration) < 3:
-        return None
-    predicted = [int(it["predicted_ns"]) for it in per_iteration]
-    measured = [int(it["measured_ns"]) for it in per_iteration]
-    rest, measured_rest = float(np.median(predicted[1:])), float(np.median(measured[1:]))
-    if rest <= 0 or predicted[0] <= rest * (1 + FIRST_ITERATION_TOLERANCE):
-        return None
-    if measured_rest > 0 and measured[0] > measured_rest * (1 + FIRST_ITERATION_TOLERANCE):
-        return None  # the recording's first iteration was longer too: not the prediction's doing
-    steady = float(np.mean(predicted[1:]))
-    return (f"the first iteration is predicted {predicted[0] / rest - 1:.0%} longer than the median of the others: its "
-            "host work has no earlier iteration's device work to hide behind, as the loop's unrecorded "
-            f"iterations would give it; the others' mean, {steady / 1e6:.2f} ms, is the steady state")
 
 
 #: A prediction within this of the baseline did not move.

@@ -25,6 +25,7 @@ import numpy as np
 
 from daydream.graph import Graph, TaskKind
 from daydream.mapping.iterations import settle
+from daydream.simulate.engine import Timeline
 
 #: Work whose completion ends an iteration (what its host launched).
 _GPU_WORK = np.array([int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)])
@@ -59,13 +60,15 @@ def last_gpu_tasks(graph: Graph, end_ns: np.ndarray) -> np.ndarray:
     return last
 
 
-def iteration_windows(graph: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> list[Window]:
-    """The windows of `graph`'s iterations on a timeline given by `start_ns`/`end_ns` (per task)."""
+def iteration_windows(graph: Graph, timeline: Timeline) -> list[Window]:
+    """The windows of `graph`'s iterations on `timeline`; the first starts no earlier than `timeline.previous_end_ns`
+    (the warm-up iteration's end, where there was one)."""
+    start_ns, end_ns = timeline.start_ns, timeline.end_ns
     last_gpu = last_gpu_tasks(graph, end_ns)
     markers = graph.iteration_markers
     gpu_ends = [int(end_ns[g]) if g >= 0 else None for g in last_gpu.tolist()]
     host_ends = [int(start_ns[b]) for _, b in markers]
-    settled = settle([int(start_ns[a]) for a, _ in markers], host_ends, gpu_ends)
+    settled = settle([int(start_ns[a]) for a, _ in markers], host_ends, gpu_ends, timeline.previous_end_ns)
     windows = []
     for (start, end), (first, marker), gpu, host_end in zip(settled, markers, last_gpu.tolist(), host_ends):
         windows.append(Window(start, end, first, gpu if end > host_end else marker))
@@ -74,4 +77,4 @@ def iteration_windows(graph: Graph, start_ns: np.ndarray, end_ns: np.ndarray) ->
 
 def measured_windows(graph: Graph) -> list[Window]:
     """The windows as recorded."""
-    return iteration_windows(graph, graph.tasks["measured_start_ns"], graph.tasks["measured_end_ns"])
+    return iteration_windows(graph, Timeline(graph.tasks["measured_start_ns"], graph.tasks["measured_end_ns"]))

@@ -55,21 +55,13 @@ def test_a_job_is_predicted_with_its_ranks_together(corpus: Path) -> None:
     assert len(ends) == 8 and all(len(e) == 1 for e in ends.values())
 
 
-def test_a_first_iteration_without_an_earlier_one_to_hide_behind_is_said() -> None:
-    from daydream.simulate.whatif import first_iteration_note
-
-    def iterations(predicted: list[int], measured: list[int]) -> list[dict[str, int]]:
-        return [{"predicted_ns": p, "measured_ns": m} for p, m in zip(predicted, measured)]
-
-    # 110 against 100 and 100 (recorded alike): 10% longer, the steady state 100 ns.
-    note = first_iteration_note(iterations([110, 100, 100], [50, 50, 50]))
-    assert note is not None and "10% longer" in note and "0.00 ms, is the steady state" in note
-    assert first_iteration_note(iterations([101, 100, 100], [50, 50, 50])) is None  # within 2%
-    assert first_iteration_note(iterations([110, 100, 100], [60, 50, 50])) is None  # recorded longer too
-    assert first_iteration_note(iterations([110, 100], [50, 50])) is None  # two iterations: no steady state to say
-    # The bundled DDP rank under a slow link: its host-bound first iteration is exposed, the others hide their host.
+def test_a_slow_link_predicts_a_steady_loop_from_the_first_iteration_on() -> None:
+    # The bundled DDP rank's host launches 222 ms of work per iteration without waiting for its GPU; under a 0.1 GB/s
+    # link its 97.5 MiB all-reduce takes ~1.8 s, so each iteration's host work runs behind the previous one's
+    # communication. The first recorded iteration has a warm-up iteration to run behind, as the real loop's unrecorded
+    # ones; without it the first would be ~100 ms (5%) longer than the others.
     [prediction] = predict_job(REPO / "examples" / "traces" / "ddp_a100_rank0.json.gz",
                                ["no-comm", "ddp:world=8,bandwidth=0.1"])
-    first, *rest = [it["predicted_ns"] for it in prediction.per_iteration]
-    assert first > 1.02 * max(rest)
-    assert any("first iteration is predicted" in n for n in prediction.notes)
+    times = [it["predicted_ns"] for it in prediction.per_iteration]
+    assert len(times) == 3 and min(times) > 1.5e9
+    assert max(times) / min(times) - 1 < 0.02

@@ -315,7 +315,7 @@ def test_the_first_iteration_carries_its_own_all_reduce() -> None:
     # By hand (as in _step): iteration 0's GPU work ends with its optimizer at 6700, after both all-reduces (b's
     # 1 MiB 2005-3054, a's 3 MiB 3054-6200). Iteration 1's forward follows at 6701; its b bucket 8702-9751, a bucket
     # 9751-12897, optimizer 12897-13397; iteration 2 the same 6697 ns later.
-    windows = [w.duration_ns for w in iteration_windows(g, timeline.start_ns, timeline.end_ns)]
+    windows = [w.duration_ns for w in iteration_windows(g, timeline)]
     assert windows == [6700, 6697, 6697]
     assert max(windows) / min(windows) - 1 < 0.02  # a steady loop: every iteration alike
 

@@ -86,7 +86,7 @@ def simulated_run(title: str, graph: Graph, timeline: Timeline, window_ns: tuple
 def predicted_window(graph: Graph, timeline: Timeline, index: int) -> tuple[int, int]:
     """Iteration `index`'s simulated (start, end) ns, its window (simulate.windows); the whole run without markers."""
     if index < len(graph.iteration_markers):
-        window = iteration_windows(graph, timeline.start_ns, timeline.end_ns)[index]
+        window = iteration_windows(graph, timeline)[index]
         return window.start_ns, window.end_ns
     return int(timeline.start_ns.min()), int(timeline.end_ns.max())
 
