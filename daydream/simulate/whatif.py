@@ -30,6 +30,7 @@ from daydream.simulate.windows import iteration_windows
 from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
+from daydream.transforms.distributed.copies import elementwise_speed
 
 
 @dataclass(slots=True)
@@ -118,7 +119,9 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                       world_size=trace.meta.world_size or 0, host=host_of(trace),
                       buffer_bytes=sum(gradient_bytes_of(trace, "buffer_bytes").values()),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
-                              "gpu_contention": lambda: gpu_slowdown(trace)})
+                              "gpu_contention": lambda: gpu_slowdown(trace),
+                              "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
+                              "elementwise_cpu": lambda: elementwise_speed(trace, on_gpu=False)})
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")

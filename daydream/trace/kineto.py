@@ -100,8 +100,10 @@ class _Args(msgspec.Struct, gc=False):
         default=NO_VALUE, name="wait_on_cuda_event_record_corr_id"
     )
     wait_on_event_id: _Int = msgspec.field(default=NO_VALUE, name="wait_on_cuda_event_id")
-    # input shapes (record_shapes): kept undecoded, read only for the matrix multiplies whose FLOPs they give
+    # input shapes and types (record_shapes): kept undecoded, read only for the matrix multiplies whose FLOPs they give
+    # and the elementwise ops whose bytes they give
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
 _EMPTY_ARGS = _Args()
@@ -610,6 +612,11 @@ class _Columns:
             table["event"].extend((flops["event"] + self.rows).tolist())
             table["flops"].extend(flops["flops"].tolist())
             table["elements"].extend(flops["elements"].tolist())
+        moved = _elementwise_bytes(kind, args, self.names, names)
+        if moved["event"].size:
+            table = self.side["elementwise"]
+            table["event"].extend((moved["event"] + self.rows).tolist())
+            table["bytes"].extend(moved["bytes"].tolist())
 
     def finish(self, envelope: Any, source: str, skipped: dict[str, int]) -> Trace:
         categories = _count_categories(dict(zip(self.cats, self.cat_counts.tolist())))
@@ -845,6 +852,40 @@ def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner, names: 
             flops.append(value)
             elements.append(moved)
     return _table("flops", event=events, flops=flops, elements=elements)
+
+
+#: Elementwise ops that only stream their operands (a copy, a scale, a sum): what DDP's bucket copies are.
+ELEMENTWISE_OPS = ("aten::copy_", "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::div", "aten::div_",
+                   "aten::sub", "aten::sub_")
+#: Bytes per element of the tensor types torch.profiler names ("Input type"); other types are not counted.
+_ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+               "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+
+
+def _streamed_bytes(dims: list[Any], types: list[Any]) -> float:
+    """Bytes an elementwise op reads and writes: every tensor operand once, and its result (the largest operand, as
+    broadcasting gives) once more. Scalars and untyped operands count nothing."""
+    sizes = [_numel(d) * _ITEM_BYTES[t] for d, t in zip(dims, types) if isinstance(d, list) and t in _ITEM_BYTES]
+    return float(sum(sizes) + max(sizes)) if sizes else 0.0
+
+
+def _elementwise_bytes(kind: np.ndarray, args: list[_Args], strings: _Interner, names: np.ndarray) -> dict[str, np.ndarray]:
+    ids = [strings.index[name] for name in ELEMENTWISE_OPS if name in strings.index]
+    if not ids:
+        return empty_table("elementwise")
+    events, moved = [], []
+    for row in np.flatnonzero((kind == EventKind.CPU_OP) & np.isin(names, ids)).tolist():
+        dims, types = args[row].input_dims, args[row].input_types
+        if not len(dims) or not len(types):
+            continue
+        try:
+            value = _streamed_bytes(msgspec.json.decode(dims), msgspec.json.decode(types))
+        except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
+            continue  # shapes written otherwise: no bytes for this op
+        if math.isfinite(value) and 0 < value < 1e18:
+            events.append(row)
+            moved.append(value)
+    return _table("elementwise", event=events, bytes=moved)
 
 
 def _dims(values: Iterable[list[int] | None]) -> np.ndarray:

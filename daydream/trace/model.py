@@ -151,6 +151,12 @@ SIDE_TABLES: dict[str, dict[str, Any]] = {
         "flops": np.float64,
         "elements": np.float64,
     },
+    # bytes the streaming elementwise ops (copy_, mul, add, ...: kineto.ELEMENTWISE_OPS) read and write, from their
+    # recorded input shapes and types
+    "elementwise": {
+        "event": np.int64,
+        "bytes": np.float64,
+    },
     "memory": {
         "event": np.int64,
         "addr": np.int64,

@@ -79,6 +79,11 @@ class Context:
         the op's recorded input shapes (NaN where not known)."""
         return self._fact("gemm_shapes")
 
+    def elementwise_speed(self, on_gpu: bool) -> Any:
+        """The trace's streaming elementwise ops' speed (transforms/distributed/copies.CopySpeed), timed by their kernels
+        (`on_gpu`) or on the CPU; None without enough of them."""
+        return self._fact("elementwise_gpu" if on_gpu else "elementwise_cpu")
+
     @property
     def gpu_contention(self) -> tuple[float, int] | None:
         """(factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence)."""

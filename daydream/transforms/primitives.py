@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from daydream._regex import Pattern, user_regex
-from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph import DepKind, Graph, ResourceKind, TaskKind
 from daydream.graph.model import EDGE_COLUMNS, GPU_WORK, HOST_WORK, KERNELS
 from daydream.graph.order import topological_order
 from daydream.mapping import PHASES
@@ -109,6 +109,39 @@ def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, 
     for src, dst, kind, latency, from_start in edges:
         graph.add_edges([resolve(src)], [resolve(dst)], kind, latency_ns=latency, from_start=from_start)
     return ids
+
+
+#: Out-edges that follow work on its own resource: a task spliced in after it takes them over.
+_FOLLOWS_HOST = (int(DepKind.HOST_ORDER), int(DepKind.CROSS_THREAD))
+_FOLLOWS_GPU = (int(DepKind.STREAM_ORDER), int(DepKind.SYNC))
+
+
+def splice(graph: Graph, anchor: int, duration_ns: int, name: str, after: bool) -> int:
+    """A task of `duration_ns` on `anchor`'s resource, right after it (`after`) or right before it, in its program
+    order: what followed the anchor on its thread or stream (host order and cross-thread signals on a thread; stream
+    order and the syncs that wait for it on a stream) follows the new task instead, or what the anchor waited for in
+    program order, the new task waits for. It is a host op on a thread, a kernel on a stream, of the anchor's
+    iteration, layer and phase; returns its id."""
+    tasks = graph.tasks
+    on_host = graph.resources[int(tasks["resource"][anchor])].kind == ResourceKind.HOST_THREAD
+    kind, order = (TaskKind.HOST_OP, DepKind.HOST_ORDER) if on_host else (TaskKind.KERNEL, DepKind.STREAM_ORDER)
+    if name not in graph.strings:
+        graph.strings.append(name)
+    at = int(tasks["measured_end_ns"][anchor] if after else tasks["measured_start_ns"][anchor])
+    [new] = graph.add_tasks(kind=int(kind), resource=int(tasks["resource"][anchor]), duration_ns=int(duration_ns),
+                            name=graph.strings.index(name), iteration=int(tasks["iteration"][anchor]),
+                            layer=int(tasks["layer"][anchor]), phase=int(tasks["phase"][anchor]),
+                            measured_start_ns=at, measured_end_ns=at)
+    edges = graph.edges
+    if after:
+        moved = (edges["src"] == anchor) & np.isin(edges["kind"], _FOLLOWS_HOST if on_host else _FOLLOWS_GPU)
+        edges["src"][moved] = new
+        graph.add_edges([anchor], [new], order)
+    else:
+        moved = (edges["dst"] == anchor) & (edges["kind"] == int(order))
+        edges["dst"][moved] = new
+        graph.add_edges([new], [anchor], order)
+    return int(new)
 
 
 #: Dependencies that pass through a removed task to its successors. A launch, a sync wait or a

@@ -381,3 +381,45 @@ def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
     assert int(timed.start_ns[broadcast[0]]) == int(timed.end_ns[6])  # it starts with the iteration
     assert int(timed.start_ns[fwd]) == int(timed.end_ns[broadcast[0]])
     assert int(simulate(without).start_ns[fwd]) < int(timed.end_ns[6]) + 50_004
+
+
+def test_ddp_scales_each_gradient_into_its_bucket_and_copies_the_buckets_back_before_the_optimizer() -> None:
+    from daydream.transforms.distributed.copies import CopySpeed
+    from tests.transforms.graphs import op
+
+    # Copies at 2 MiB per 1000 ns (read once, written once: 1000 ns per MiB of gradient) + 10 ns per op.
+    speed = CopySpeed(10.0, 2**20 / 500, "by hand")
+    context = Context(gradient_bytes={"a": 3 * MiB, "b": MiB},
+                      derive={"elementwise_gpu": lambda: speed, "elementwise_cpu": lambda: speed})
+    # GPU (_step): bwd b 1005-2005, then its copy into the bucket on the stream 2005-3015 (10 + 1000); bwd a after it
+    # (kernel gap 1) 3016-4016, its copy 4016-7026 (10 + 3000). b's all-reduce waits for its copy: 3015 + 1049 = 4064;
+    # a's 7026 + 3146 = 10172. The copy back (2 ops, 4 MiB: 20 + 4000) then 10172-14192, and sgd 14192-14692.
+    g = _step()
+    notes = apply_spec(g, parse_spec("ddp:world=2,bandwidth=1000,latency=0"), context)
+    timeline = simulate(g)
+    reduces = np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)
+    assert timeline.end_ns[reduces].tolist() == [4064, 10172]
+    copies = [t for t in range(g.task_count) if g.task_name(t).startswith("ddp: ")]
+    assert [(int(timeline.start_ns[t]), int(timeline.end_ns[t])) for t in copies] == [(2005, 3015), (4016, 7026),
+                                                                                     (10172, 14192)]
+    sgd = int(np.flatnonzero(g.tasks["name"] == g.strings.index("sgd"))[0])
+    assert (int(timeline.start_ns[sgd]), int(timeline.end_ns[sgd])) == (14192, 14692)
+    assert any("bucket copies" in n and "+4 µs of backward" in n for n in notes)
+    # CPU: the same work as ops on one thread (fwd from 0): bwd b 1000-2000, its copy 2000-3010, bwd a 3010-4010, its
+    # copy 4010-7020; all-reduces end 3010 + 1049 = 4059 and 7020 + 3146 = 10166; copy back 10166-14186; sgd after it.
+    host = graph([op("fwd", 1000, phase="forward", layer="a"), op("bwd", 1000, phase="backward", layer="b"),
+                  op("bwd", 1000, phase="backward", layer="a"), op("sgd", 500, phase="optimizer")],
+                 [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(3)], layers=["a", "b"])
+    apply_spec(host, parse_spec("ddp:world=2,bandwidth=1000,latency=0"), context)
+    timeline = simulate(host)
+    reduces = np.flatnonzero(host.tasks["kind"] == TaskKind.COLLECTIVE)
+    assert timeline.end_ns[reduces].tolist() == [4059, 10166]
+    assert (int(timeline.start_ns[3]), int(timeline.end_ns[3])) == (14186, 14686)
+    # copies=0, or no speed to time them by (a CPU trace without shapes): the plain model, said in the note.
+    plain = _step()
+    apply_spec(plain, parse_spec("ddp:world=2,bandwidth=1000,latency=0,copies=0"), context)
+    assert simulate(plain).end_ns[np.flatnonzero(plain.tasks["kind"] == TaskKind.COLLECTIVE)].tolist() == [3054, 6200]
+    unknown = graph([op("bwd", 1000, phase="backward", layer="a"), op("sgd", 500, phase="optimizer")],
+                    [(0, 1, DepKind.HOST_ORDER, 0, False)], layers=["a"])
+    notes = apply_spec(unknown, parse_spec("ddp:world=2,bandwidth=1000"), Context(gradient_bytes={"a": MiB}))
+    assert any("bucket copies not modelled" in n for n in notes)

@@ -136,9 +136,9 @@ def first_task(graph: Graph, iteration: int, phase: int) -> int | None:
     return int(work[0]) if work.size else None
 
 
-def wait_before_optimizer(graph: Graph, iteration: int, last: int, ready: int) -> str | None:
-    """The optimizer step of `iteration` waits for collective `last`, which carries the gradients task `ready`
-    made; without a step, the iteration's end waits.
+def optimizer_step(graph: Graph, iteration: int, ready: int) -> tuple[int | None, str | None]:
+    """The task that must wait for the gradients task `ready` made, once communicated: the optimizer step of
+    `iteration`, else (with a problem to say) the iteration's end; None when there is neither.
 
     The step is the first optimizer work recorded after `ready`: optimizer work before it (`zero_grad` at the
     top of the loop) is not the step, and waiting there would be a cycle.
@@ -147,14 +147,12 @@ def wait_before_optimizer(graph: Graph, iteration: int, last: int, ready: int) -
     optimizer = phase_work(graph, iteration, OPTIMIZER)
     start, ready_start = tasks["measured_start_ns"][optimizer], tasks["measured_start_ns"][ready]
     after = optimizer[(start > ready_start) | ((start == ready_start) & (optimizer > ready))]
-    target = int(after[0]) if after.size else None
-    problem = None
-    if target is None and iteration < len(graph.iteration_markers):
-        target = graph.iteration_markers[iteration][1]
-        problem = "no optimizer work after backward found: the iteration's end waits for the last bucket instead"
-    if target is not None:
-        graph.add_edges([last], [target], DepKind.COMMUNICATION)
-    return problem
+    if after.size:
+        return int(after[0]), None
+    if iteration < len(graph.iteration_markers):
+        return (graph.iteration_markers[iteration][1],
+                "no optimizer work after backward found: the iteration's end waits for the last bucket instead")
+    return None, None
 
 
 def iterations_of(graph: Graph) -> list[int]:

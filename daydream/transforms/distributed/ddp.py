@@ -23,9 +23,10 @@ from daydream.transforms.distributed.buckets import (
     insert_collectives,
     iterations_of,
     no_existing_collectives,
-    wait_before_optimizer,
+    optimizer_step,
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
+from daydream.transforms.distributed.copies import CopySpeed, copy_back, copy_speed, scale_into_buckets
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, fabric, parse_bytes
 from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
 
@@ -40,7 +41,7 @@ BROADCAST_BUCKET_BYTES = 250 * 2**20
 
 
 def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    notes = data_parallel(graph, params, context, "ddp", "allreduce")
+    notes = data_parallel(graph, params, context, "ddp", "allreduce", copies=bool(int(params["copies"])))
     if int(params["broadcast_buffers"]) and context.buffer_bytes > 0 and int(params["world"]) > 1:
         notes.append(broadcast_buffers(graph, params, context))
     return notes
@@ -70,19 +71,20 @@ def broadcast_buffers(graph: Graph, params: dict[str, Any], context: Context) ->
             "broadcast_buffers=False)")
 
 
-def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str) -> list[str]:
-    """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last."""
+def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
+                  copies: bool = False) -> list[str]:
+    """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last.
+    `copies`: DDP's bucket copies on the rank's compute (transforms/distributed/copies.py)."""
     no_existing_collectives(graph, name)
     world = int(params["world"])
     net = fabric(params, context, world)
     cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
     total = gradient_volume(graph, params)
     resource = comm_resource(graph, f"{name} communication")
+    speed = copy_speed(graph, context.elementwise_speed(graph.has_device_work()), context.device) if copies and world > 1 else None
     notes: list[str] = []
-    inserted = 0
-    volume = 0
+    inserted = volume = copied_in = copied_out = synchronized = 0
     accumulate = int(params.get("accumulate", 1))
-    synchronized = 0
     for position, iteration in enumerate(iterations_of(graph)):
         if (position + 1) % accumulate:  # under no_sync: gradients accumulate locally, nothing is sent
             continue
@@ -90,6 +92,9 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         if not events:
             continue
         synchronized += 1
+        if speed is not None:
+            events = scale_into_buckets(graph, events, speed)
+            copied_in += sum(int(graph.tasks["duration_ns"][task]) for task, _ in events)
         plan = []
         for index, (task, nbytes) in enumerate(buckets(events, cap)):
             plan.append((task, nbytes, f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
@@ -97,7 +102,12 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         ids = insert_collectives(graph, resource, iteration, plan)
         inserted += ids.size
         volume = sum(p[1] for p in plan)
-        problem = wait_before_optimizer(graph, iteration, int(ids[-1]), plan[-1][0])
+        target, problem = optimizer_step(graph, iteration, plan[-1][0])
+        if target is not None:
+            if speed is not None and problem is None:
+                target = copy_back(graph, target, volume, len(events), speed)
+                copied_out += int(graph.tasks["duration_ns"][target])
+            graph.add_edges([int(ids[-1])], [target], DepKind.COMMUNICATION)
         if problem and problem not in notes:
             notes.append(problem)
     if not inserted:
@@ -114,10 +124,23 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         notes.append(f"{name}: contention ×{factor:.2f} where the all-reduces overlap compute ({source})")
     elif world > 1:
         notes.append(f"{name}: no contention modelled ({source})")
+    if copies and world > 1:
+        notes.append(_copies_note(name, speed, copied_in, copied_out, synchronized))
     if accumulate > 1:
         notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
                      "(the others run under no_sync); every iteration keeps its optimizer work as recorded")
     return notes
+
+
+def _copies_note(name: str, speed: CopySpeed | None, copied_in_ns: int, copied_out_ns: int, iterations: int) -> str:
+    if speed is None:
+        return (f"{name}: bucket copies not modelled: the trace has no elementwise ops with recorded shapes to time them "
+                "by (record it with daydream trace)")
+    each = max(iterations, 1)
+    return (f"{name}: bucket copies: gradients scaled into their buckets as they become ready "
+            f"(+{copied_in_ns / each / 1e3:.0f} µs of backward per iteration) and copied back before the optimizer "
+            f"(+{copied_out_ns / each / 1e3:.0f} µs), at {speed.bytes_per_ns:.1f} GB/s + {speed.overhead_ns / 1e3:.1f} µs "
+            f"per op from {speed.source} (copies=0 leaves them out)")
 
 
 register(Optimization(
@@ -133,7 +156,9 @@ register(Optimization(
     {**DATA_PARALLEL_PARAMETERS,
      "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6),
      "broadcast_buffers": Parameter(int, 1, "1: rank 0 broadcasts the buffers (BatchNorm statistics) before each forward, "
-                                            "as DDP does by default; 0: not", 0, 1)},
+                                            "as DDP does by default; 0: not", 0, 1),
+     "copies": Parameter(int, 1, "1: each gradient is scaled into its bucket as it becomes ready and the buckets are copied "
+                                 "back before the optimizer, on the rank's compute, as DDP does; 0: not", 0, 1)},
     memory=ddp_memory,
 ))
 
