@@ -243,3 +243,17 @@ def test_a_document_the_stream_cannot_cut_is_read_whole(tmp_path: Path, monkeypa
     trace = _read(malformed)
     assert len(trace) == 40 and trace.meta.skipped == {"mistyped ts": 1}
     assert wholes == [str(decoy)]  # a malformed event is skipped within the stream
+
+
+def test_streaming_elementwise_ops_get_the_bytes_they_read_and_write(tmp_path: Path) -> None:
+    shapes = {"aten::mul_": ([[512, 256], []], ["float", "double"]),  # in place by a 0-dim tensor: 512 KiB twice + 8
+              "aten::add": ([[4, 8], [8]], ["c10::Half", "c10::Half"]),  # broadcast: 64 + 16 read, 64 written
+              "aten::copy_": ([[[2], [2]], [2]], ["TensorList", "float"]),  # an untyped list counts nothing: 8 + 8
+              "aten::relu": ([[1024]], ["float"])}  # not a streaming copy: no row
+    events = [op(name, 10 * k, 5, ext=k, **{"Input Dims": dims, "Input type": types})
+              for k, (name, (dims, types)) in enumerate(shapes.items())]
+    events.append(op("aten::div_", 50, 5, ext=9))  # no shapes recorded
+    trace = _read(write_trace(tmp_path, events))
+    table = trace.tables["elementwise"]
+    assert [trace.name_of(int(e)) for e in table["event"]] == ["aten::mul_", "aten::add", "aten::copy_"]
+    assert table["bytes"].tolist() == [2 * 512 * 256 * 4 + 8, 64 + 16 + 64, 16]
