@@ -144,21 +144,14 @@ class _Builder:
         self._refuse_cycles()
         self._relative_delays(unexplained)
         self.graph.notes = self.report.notes
-        self.graph.calibration.update(
-            {
-                "blocking_calls": self.report.blocking_calls,
-                "blocking_calls_pinned": self.report.blocking_unknown,
-                "blocking_calls_not_waiting": self.report.blocking_not_waiting,
-                "blocked_launches": self.report.blocked_launches,
-                "event_waits_derived": self.report.event_waits_derived,
-                "event_waits_trivial": self.report.event_waits_trivial,
-                "event_waits_pinned": self.report.event_waits_pinned,
-                "cross_thread_bursts": self.report.cross_thread_bursts,
-                "pinned_orphans": self.report.pinned_orphans,
-                "pinned_collectives": self.report.pinned_collectives,
-                "pinned_unlinked": self.report.pinned_unlinked,
-            }
-        )
+        calibration = self.graph.calibration
+        report = self.report
+        calibration.blocking_calls, calibration.blocking_calls_pinned = report.blocking_calls, report.blocking_unknown
+        calibration.blocking_calls_not_waiting, calibration.blocked_launches = report.blocking_not_waiting, report.blocked_launches
+        calibration.event_waits_derived, calibration.event_waits_trivial = report.event_waits_derived, report.event_waits_trivial
+        calibration.event_waits_pinned, calibration.cross_thread_bursts = report.event_waits_pinned, report.cross_thread_bursts
+        calibration.pinned_orphans, calibration.pinned_collectives = report.pinned_orphans, report.pinned_collectives
+        calibration.pinned_unlinked = report.pinned_unlinked
         return self.graph
 
     def _tasks(self) -> None:
@@ -281,7 +274,7 @@ class _Builder:
         latency, gap = calibrate.launch_latency_and_gap(
             call_start, tasks["measured_start_ns"][gpu[usable]], previous_end[usable]
         )
-        self.graph.calibration.update({"launch_latency_ns": latency, "kernel_gap_ns": gap})
+        self.graph.calibration.launch_latency_ns, self.graph.calibration.kernel_gap_ns = int(latency), int(gap)
         self.launch_latency, self.kernel_gap = latency, gap
         self.graph.edges["latency_ns"][self.graph.edges_of_kind(DepKind.EVENT_WAIT)] = gap
 
@@ -503,7 +496,7 @@ class _Builder:
         pure = np.array([self._roles[self.names[int(n)]] in PURE_WAITS for n in tasks["name"][calls]], dtype=bool)
         ret = calibrate.median_or(tail[waited & pure], calibrate.DEFAULT_SYNC_RETURN_NS)
         own = calibrate.median_or(call_end[~waited] - call_start[~waited], calibrate.DEFAULT_SYNC_OWN_NS)
-        self.graph.calibration.update({"sync_return_ns": ret, "sync_own_ns": own})
+        self.graph.calibration.sync_return_ns, self.graph.calibration.sync_own_ns = int(ret), int(own)
         # A call that waited keeps only its own time; the wait is re-derived by the completion.
         # One that had nothing to wait for spent all of its recorded time on its own work.
         waited_calls = calls[waited]
@@ -589,7 +582,7 @@ class _Builder:
         depth, blocked = calibrate.queue_depth(
             tasks["measured_start_ns"][launches], tasks["measured_end_ns"][launches], quick, work_end
         )
-        self.graph.calibration["queue_depth"] = depth
+        self.graph.calibration.queue_depth = int(depth)
         self.report.blocked_launches = blocked
         back = depth + 1
         if launches.size <= back:

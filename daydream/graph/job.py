@@ -69,9 +69,9 @@ def tie_collectives(graphs: list[Graph], matching: CollectiveMatching) -> None:
 
 def _recount_pinned(graph: Graph, matched: int) -> None:
     """The builder's count of pinned collectives, less the `matched` ones, in the calibration and the notes."""
-    before = int(graph.calibration.get("pinned_collectives", 0))
+    before = graph.calibration.pinned_collectives
     remaining = max(before - matched, 0)
-    graph.calibration["pinned_collectives"] = remaining
+    graph.calibration.pinned_collectives = remaining
     graph.notes = [n for n in graph.notes if n != pinned_collectives_note(before)]
     if remaining:
         graph.notes.append(pinned_collectives_note(remaining))

@@ -29,7 +29,7 @@ counts them.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -128,6 +128,34 @@ def empty_columns(spec: dict[str, Any], size: int = 0) -> dict[str, np.ndarray]:
     return {name: np.zeros(size, dtype=dtype) for name, dtype in spec.items()}
 
 
+@dataclass(slots=True)
+class Calibration:
+    """What the builder measured on the trace (the constants the replay uses, ns) and counted (what it derived, and
+    what it could not); every field is shown by `daydream replay --json` under "calibration"."""
+
+    launch_latency_ns: int = 0  # from a launch call's start to its kernel's start, when nothing else held it
+    kernel_gap_ns: int = 0  # between back-to-back kernels on a stream
+    sync_return_ns: int = 0  # from the end of awaited work to the return of the call that waited
+    sync_own_ns: int = 0  # a blocking call's own time when it had nothing to wait for
+    queue_depth: int | None = None  # launches CUDA's queue held before one blocked (None: never reached)
+    blocking_calls: int = 0
+    blocking_calls_pinned: int = 0
+    blocking_calls_not_waiting: int = 0
+    blocked_launches: int = 0
+    event_waits_derived: int = 0
+    event_waits_trivial: int = 0
+    event_waits_pinned: int = 0
+    cross_thread_bursts: int = 0
+    pinned_orphans: int = 0
+    pinned_collectives: int = 0
+    pinned_unlinked: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The fields that are known, by name."""
+        values = {item.name: getattr(self, item.name) for item in fields(self)}
+        return {name: int(value) for name, value in values.items() if value is not None}
+
+
 @dataclass(slots=True, frozen=True)
 class DataParallel:
     """What one communication what-if leaves for the next in a chain of --opt (no-comm → ddp → grad-compression)."""
@@ -145,13 +173,13 @@ class DataParallel:
 
 @dataclass(slots=True)
 class Graph:
-    """Tasks, edges and resources of one rank; `calibration` holds the per-trace constants."""
+    """Tasks, edges and resources of one rank; `calibration` holds what the builder measured and counted."""
 
     tasks: dict[str, np.ndarray]
     edges: dict[str, np.ndarray]
     resources: list[Resource]
     strings: list[str]
-    calibration: dict[str, float] = field(default_factory=dict)
+    calibration: Calibration = field(default_factory=Calibration)
     notes: list[str] = field(default_factory=list)  # what the builder could not derive, for people
     #: Per iteration: (marker task at its start, marker task at its end).
     iteration_markers: list[tuple[int, int]] = field(default_factory=list)
@@ -178,7 +206,7 @@ class Graph:
             edges={k: v.copy() for k, v in self.edges.items()},
             resources=list(self.resources),
             strings=list(self.strings),
-            calibration=dict(self.calibration),
+            calibration=replace(self.calibration),
             notes=list(self.notes),
             iteration_markers=list(self.iteration_markers),
             layers=list(self.layers),

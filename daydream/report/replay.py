@@ -101,8 +101,8 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
             "edges_by_kind": {kind.name.lower(): int(edge_kinds[kind]) for kind in DepKind},
             "pinned_tasks": int(graph.pinned().sum()),
         },
-        "calibration": {k: (int(v) if float(v).is_integer() else v) for k, v in graph.calibration.items()},
-        "collectives_replayed_as_recorded": bool(graph.calibration.get("pinned_collectives", 0)),
+        "calibration": graph.calibration.as_dict(),
+        "collectives_replayed_as_recorded": bool(graph.calibration.pinned_collectives),
         "notes": graph.notes,
     }
 

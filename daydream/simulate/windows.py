@@ -23,12 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daydream.graph import Graph, TaskKind
+from daydream.graph import Graph
+from daydream.graph.model import GPU_WORK
 from daydream.mapping.iterations import settle
 from daydream.simulate.engine import Timeline
 
 #: Work whose completion ends an iteration (what its host launched).
-_GPU_WORK = np.array([int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET), int(TaskKind.COLLECTIVE)])
+_GPU_WORK = np.array([int(k) for k in GPU_WORK])
 
 
 @dataclass(frozen=True, slots=True)

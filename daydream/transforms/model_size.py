@@ -80,7 +80,7 @@ def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
     unpin(graph, copies)
     _splice_after(graph, copies, int(host[-1]), DepKind.HOST_ORDER)
     kernels, kernel_copies = copy_launched_work(graph, host, copies)
-    gap = int(graph.calibration.get("kernel_gap_ns", 0))
+    gap = graph.calibration.kernel_gap_ns
     resources = graph.tasks["resource"][kernels]
     for resource in np.unique(resources).tolist():
         mine = resources == resource

@@ -584,7 +584,7 @@ def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray
     _, kernel_copies = copy_launched_work(graph, calls, call_copies)
     if kernel_copies.size == 0:
         return 0
-    gap = int(graph.calibration.get("kernel_gap_ns", 0))
+    gap = graph.calibration.kernel_gap_ns
     graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
     backward_gpu = backward_tasks[np.isin(graph.tasks["kind"][backward_tasks], [int(k) for k in GPU_WORK])]
     if backward_gpu.size:

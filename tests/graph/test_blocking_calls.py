@@ -47,7 +47,7 @@ def _graph(tmp_path: Path, free_ts: float, free_dur: float):  # type: ignore[no-
 
 def test_a_free_that_returned_while_the_gpu_worked_did_not_wait(tmp_path: Path) -> None:
     graph, names = _graph(tmp_path, free_ts=20, free_dur=2)  # returns at 22, k1 runs until 115
-    assert graph.calibration["blocking_calls_not_waiting"] == 1
+    assert graph.calibration.blocking_calls_not_waiting == 1
     assert not (graph.tasks["kind"] == TaskKind.COMPLETION).any()
     timeline = simulate(graph)
     assert timeline.start_ns[names.index("hipFree")] == 20_000  # not held behind k1

@@ -84,7 +84,7 @@ def test_wait_without_a_recorded_side_keeps_order_and_a_relative_delay(tmp_path:
     names = [graph.task_name(t) for t in range(graph.task_count)]
     held = names.index("b_on_20")
     assert graph.pinned()[held]
-    assert graph.calibration["event_waits_pinned"] == 1
+    assert graph.calibration.event_waits_pinned == 1
     assert any("stream waits have no known recorded side" in note for note in graph.notes)
     # No timestamp holds it: the untouched replay starts it where the recording did (130 µs), through a delay
     # after its readiness; the order of the other stream's preceding work (a_on_7) is kept as an edge.

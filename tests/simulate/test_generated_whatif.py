@@ -132,10 +132,10 @@ def test_the_generated_patterns_are_there_and_read_as_their_kind(tmp_path: Path)
     hip = _trace(tmp_path, hip_doc, "h.json")
     assert hip.meta.skipped_total == 0
     hip_graph = build_graph(hip)
-    assert hip_graph.calibration["event_waits_derived"] > 0 and hip_graph.calibration["pinned_unlinked"] == 0
+    assert hip_graph.calibration.event_waits_derived > 0 and hip_graph.calibration.pinned_unlinked == 0
     # 2021: the main thread records nothing during backward(); the autograd bursts are joined to it.
     legacy_graph = build_graph(_trace(tmp_path, generate(programs["2021 format with a bare backward gap"]), "l.json"))
-    assert legacy_graph.calibration["cross_thread_bursts"] == 4
+    assert legacy_graph.calibration.cross_thread_bursts == 4
     # CUDA 13: the event's stream is not named, so the sync is an unexplained wait, not one on the busy stream.
     sync_graph = build_graph(_trace(tmp_path, generate(programs["CUDA 13 event sync"]), "e.json"))
-    assert sync_graph.calibration["blocking_calls_pinned"] == 4
+    assert sync_graph.calibration.blocking_calls_pinned == 4

@@ -47,8 +47,8 @@ def test_every_iteration_replays_within_two_percent(corpus: Path, name: str) -> 
 def test_the_launch_queue_is_what_makes_ns_resolution_replay(corpus: Path) -> None:
     trace = open_job(corpus / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz").traces[0]
     graph = build_graph(trace)
-    assert graph.calibration["blocked_launches"] > 500
-    assert 1000 <= graph.calibration["queue_depth"] <= 1030
+    assert graph.calibration.blocked_launches > 500
+    assert 1000 <= graph.calibration.queue_depth <= 1030
     keep = graph.edges["kind"] != DepKind.LAUNCH_QUEUE
     for key in graph.edges:
         graph.edges[key] = graph.edges[key][keep]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from daydream.graph import Graph, Resource, ResourceKind, TaskKind
+from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES, Iteration, link
 from daydream.memory import CATEGORIES, DeviceMemory
 from daydream.report.timeline import completions_of_calls
@@ -29,7 +30,7 @@ MAX_BOXES_PER_TRACK = 6000
 MAX_BOXES_PER_VIEW = 50000  # about 1.5 MB of JSON per view, however many streams
 MEMORY_POINTS = 1500
 NAME_CHARS = 300  # longer (templated C++) names are cut in tooltips
-DRAWN_KINDS = (TaskKind.HOST_CALL, TaskKind.HOST_OP, TaskKind.KERNEL, TaskKind.MEMCPY, TaskKind.MEMSET, TaskKind.COLLECTIVE)
+DRAWN_KINDS = (*HOST_WORK, *GPU_WORK)
 BOX_FIELDS = ("start_ns", "duration_ns", "name", "phase", "kind", "count")
 
 

@@ -27,7 +27,7 @@ from daydream.transforms.distributed.buckets import (
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_back, copy_speed, scale_into_buckets
-from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, fabric, parse_bytes
+from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, Fabric, fabric, parse_bytes
 from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
 
 DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
@@ -41,18 +41,19 @@ BROADCAST_BUCKET_BYTES = 250 * 2**20
 
 
 def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    notes = data_parallel(graph, params, context, "ddp", "allreduce", copies=bool(int(params["copies"])))
-    if int(params["broadcast_buffers"]) and context.buffer_bytes > 0 and int(params["world"]) > 1:
-        notes.append(broadcast_buffers(graph, params, context))
+    world = int(params["world"])
+    net = fabric(params, context, world)
+    channel = comm_resource(graph, "ddp communication")
+    notes = data_parallel(graph, params, context, "ddp", "allreduce", (net, channel), copies=bool(int(params["copies"])))
+    if int(params["broadcast_buffers"]) and context.buffer_bytes > 0 and world > 1:
+        notes.append(broadcast_buffers(graph, context, net, channel))
     return notes
 
 
-def broadcast_buffers(graph: Graph, params: dict[str, Any], context: Context) -> str:
+def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int) -> str:
     """Each iteration's forward waits for rank 0's broadcast of the model's buffers (DDP's broadcast_buffers=True): one
-    broadcast per BROADCAST_BUCKET_BYTES of buffers, on the communication channel after the last iteration's buckets."""
-    world = int(params["world"])
-    net = fabric(params, context, world)
-    resource = max(i for i, r in enumerate(graph.resources) if r.label == "ddp communication")
+    broadcast per BROADCAST_BUCKET_BYTES of buffers, on the communication channel `resource` after the last iteration's
+    buckets."""
     sizes = [min(BROADCAST_BUCKET_BYTES, context.buffer_bytes - start)
              for start in range(0, context.buffer_bytes, BROADCAST_BUCKET_BYTES)]
     each = 0
@@ -72,15 +73,15 @@ def broadcast_buffers(graph: Graph, params: dict[str, Any], context: Context) ->
 
 
 def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
-                  copies: bool = False) -> list[str]:
+                  link: tuple[Fabric, int] | None = None, copies: bool = False) -> list[str]:
     """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last.
-    `copies`: DDP's bucket copies on the rank's compute (transforms/distributed/copies.py)."""
+    `link`: the fabric and the channel to use (default: `fabric(params)` and a channel of its own); `copies`: DDP's
+    bucket copies on the rank's compute (transforms/distributed/copies.py)."""
     no_existing_collectives(graph, name)
     world = int(params["world"])
-    net = fabric(params, context, world)
+    net, resource = link if link is not None else (fabric(params, context, world), comm_resource(graph, f"{name} communication"))
     cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
     total = gradient_volume(graph, params)
-    resource = comm_resource(graph, f"{name} communication")
     speed = copy_speed(graph, context.elementwise_speed(graph.has_device_work()), context.device) if copies and world > 1 else None
     notes: list[str] = []
     inserted = volume = copied_in = copied_out = synchronized = 0
