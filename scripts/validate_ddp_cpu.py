@@ -77,16 +77,19 @@ class RunTimes:
     matmul_ns: int  # matrix multiplies and convolutions (the ops in MATMULS) per iteration: how fast compute ran
     reducer_ns: int  # the DDP reducer's CPU ops per iteration (gradients into buckets and back): DDP's own work
     gloo_span_ns: tuple[int, int]  # median and longest span of one gloo all-reduce on gloo's thread ((0, 0) without DDP)
+    spread_ns: int  # standard deviation of the recorded iterations
 
 
 @dataclass(slots=True, frozen=True)
 class Prediction:
-    """The `ddp` what-if of one trace (ns): its baseline (the replayed trace), the predicted iteration, and the
-    modelled all-reduce time per iteration (all buckets; how much of it backward hides is the simulation's business)."""
+    """The `ddp` what-if of one trace (ns): its baseline (the replayed trace), the predicted iteration, the
+    modelled communication and copies per iteration (backward's growth: all buckets, the gradients' copies into
+    them and back; how much of it backward hides is the simulation's business), and the what-if's note."""
 
     baseline_ns: int
     iteration_ns: int
     allreduce_ns: int
+    notes: tuple[str, ...] = ()
 
 
 NO_PREDICTION = Prediction(0, 0, 0)
@@ -110,6 +113,7 @@ class Round:
     twins: RunTimes  # one of two independent copies running at once (no communication)
     ddp: RunTimes  # rank 0 of the 2-rank DDP run
     ddp_rank1_ns: int
+    skew_ns: int  # median over steps of how far apart the two DDP ranks ended backward's compute
     solo_trace: Path
     twins_trace: Path
     from_solo: Prediction = NO_PREDICTION
@@ -228,6 +232,27 @@ def _median_per_step(steps: list[tuple[float, float]], spans: list[tuple[float, 
     return int(statistics.median(totals) * 1e3) if totals else 0
 
 
+def _compute_ends(path: Path) -> list[float]:
+    """Per recorded step (ProfilerStep span), when its last autograd function ended on the step's thread (µs)."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: float(e["ts"]))
+    ends = []
+    for step in steps:
+        start, end = float(step["ts"]), float(step["ts"]) + float(step.get("dur", 0))
+        inside = [float(e["ts"]) + float(e.get("dur", 0)) for e in events if e.get("tid") == step.get("tid")
+                  and start <= float(e["ts"]) < end and str(e.get("name", "")).startswith("autograd::engine::evaluate_function")]
+        ends.append(max(inside) if inside else end)
+    return ends
+
+
+def rank_skew_ns(rank0: Path, rank1: Path) -> int:
+    """Median over steps of how far apart the two ranks ended backward's compute (the same clock: one machine): what
+    the first to end waits for the other before their last all-reduce can run."""
+    gaps = [abs(a - b) for a, b in zip(_compute_ends(rank0), _compute_ends(rank1))]
+    return int(statistics.median(gaps) * 1e3) if gaps else 0
+
+
 def run_times(path: Path) -> RunTimes:
     """Iteration and phase wall times of one trace (medians over its ProfilerStep spans), plus DDP's own work."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
@@ -238,7 +263,8 @@ def run_times(path: Path) -> RunTimes:
     return RunTimes(iteration_ns=int(statistics.median(end - start for start, end in steps) * 1e3), phase_ns=phases,
                     matmul_ns=_median_per_step(steps, _spans(raw, MATMULS.__contains__)),
                     reducer_ns=_median_per_step(steps, _spans(raw, lambda name: "distributed" in name and "reducer" in name)),
-                    gloo_span_ns=(int(statistics.median(gloo) * 1e3), int(max(gloo) * 1e3)) if gloo else (0, 0))
+                    gloo_span_ns=(int(statistics.median(gloo) * 1e3), int(max(gloo) * 1e3)) if gloo else (0, 0),
+                    spread_ns=int(statistics.pstdev(end - start for start, end in steps) * 1e3))
 
 
 # ------------------------------------------------------------------ (c) the prediction
@@ -256,9 +282,9 @@ def predict(baseline: Path, link: Link) -> Prediction:
         raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-3:]}")
     report = json.loads(done.stdout)
     backward = report["ranks"][0]["phases"]["backward"]
-    # The inserted all-reduces are backward work: the phase's work grows by exactly their modelled time.
+    # The inserted all-reduces and copies are backward work: the phase's work grows by exactly their modelled time.
     return Prediction(int(report["iteration_ns"]["simulated"]), int(report["iteration_ns"]["predicted"]),
-                      int(backward["predicted_ns"]) - int(backward["baseline_ns"]))
+                      int(backward["predicted_ns"]) - int(backward["baseline_ns"]), tuple(report["ranks"][0]["notes"]))
 
 
 def predict_rounds(results: dict[str, list[Round]], link: Link) -> None:
@@ -292,6 +318,7 @@ def run_round(example: str, work: Path, index: int, threads: int) -> Round:
     traces = {key: configurations[key]() for key in order}
     return Round(allreduce_s=allreduce, solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
                  ddp=run_times(traces["ddp"][0]), ddp_rank1_ns=run_times(traces["ddp"][1]).iteration_ns,
+                 skew_ns=rank_skew_ns(*traces["ddp"]),
                  solo_trace=traces["solo"][0], twins_trace=traces["twins"][0])
 
 
@@ -314,26 +341,23 @@ NOTES = """## What the what-if misses here, and why
 The what-if predicts too short a step here: of what DDP adds to an iteration ("measured DDP − 1 process"), it
 models the all-reduces and their contention with compute, and hides part of them behind backward. The rest:
 
-- **gloo's all-reduce is slower in the DDP run than alone, even where it overlaps nothing.** The what-if
-  models contention (`contention`, simulate/contention.py): gloo on loopback is CPU work (the reduction, the
-  copies through the kernel's TCP stack) on gloo's threads, which compete with the two ranks' compute threads
-  for the two cores; from the CPUs and threads the trace records (2 ranks × (1 compute + 1 gloo thread) on 2
-  CPUs) the factor is 2, so where an all-reduce overlaps backward both take up to twice as long (processor
-  sharing). That covers the part of each bucket's all-reduce that runs beside backward. But one gloo
-  all-reduce in the DDP run spans longer than the benchmark's time for its size even for the last bucket,
-  which runs after backward's compute has ended (last column: median and longest span), and rank 0's
-  backward phase grows by more than the modelled all-reduce time plus the reducer's ops (phase table). Compute
-  itself is not consistently slower ("matmul ops" moves both ways from round to round).
-- **DDP's own CPU work is not in the model.** As each gradient becomes ready the reducer copies it, scaled by
-  1/world, into its bucket (`reducer::mul_out`), and after the all-reduce copies the bucket back into the
-  gradients (`copy_bucket_to_grad`): the "DDP reducer ops" column, on the main thread, about a tenth of the MLP's
-  step and a few percent of the others'. With `broadcast_buffers` (the default) DDP's forward also broadcasts
-  the module's buffers from rank 0 at every step: 2 gloo broadcasts per step for the CNN's BatchNorm statistics,
-  collectives in the forward phase that the what-if does not insert.
-- **Ranks wait for each other.** A collective ends when the slower rank has joined it. On a busy shared machine
-  the two ranks are descheduled at different moments, and every step pays the slower rank's delays: the CNN's
-  single 0.13 MiB bucket, launched when backward has ended, often spans several times the benchmark's time for
-  its size on gloo's thread. One rank's trace cannot show this; it shrinks as the machine gets quieter.
+- **What the model covers.** The all-reduces (the fitted link), their contention with compute (`contention`,
+  simulate/contention.py: gloo on loopback is CPU work on gloo's threads, which compete with the two ranks'
+  compute threads for the two cores; from the CPUs and threads the trace records, 2 ranks × (1 compute + 1 gloo
+  thread) on 2 CPUs, the factor is 2: where an all-reduce overlaps backward both take up to twice as long), the
+  gradients' copies into the buckets and back (`copies`: at the speed of the trace's own elementwise ops; the
+  "DDP reducer ops" column is what they stand for), and, for the CNN, the buffers' broadcast before each forward
+  (`broadcast_buffers`). The note above shows the contention and copies lines.
+- **Ranks wait for each other, and here by more than any one rank's trace shows.** A collective ends when the
+  slower rank has joined it. The two ranks start each step together (the last all-reduce released both), yet
+  end backward's compute a few milliseconds apart (the "rank skew" column): two busy ranks on two cores, each
+  with its gloo and profiler threads beside it, are descheduled at different moments, and every step pays the
+  slower rank's delays. Once both have arrived the last bucket's all-reduce takes about what the benchmark
+  says; the rest of its span on the first rank's gloo thread is the wait for the other (the "one gloo
+  all-reduce" column, for the CNN's single 0.13 MiB bucket several times the benchmark's time). A one-rank trace
+  holds no evidence of it: the expected wait for the slower of two ranks whose steps vary as the 1-process
+  trace's iterations do is about 0.56 of their spread (the last column), a fraction of the measured skew, so the
+  what-if does not model it.
 - **The fitted link depends on the load.** Small messages are the most affected: a 4 KiB all-reduce takes
   0.2-0.5 ms on a quiet machine and up to ~2 ms on a busy one, so the fitted per-step latency moves several fold
   between benchmark runs; the bandwidth term moves less. The per-example "link fit's spread" line shows what
@@ -383,12 +407,14 @@ def round_table(rounds: list[Round]) -> list[str]:
 
 def added_table(rounds: list[Round]) -> list[str]:
     """What DDP adds to an iteration, modelled and measured, against the 1-process run of the same round."""
-    lines = ["| round | modelled all-reduce | predicted − 1 process | measured DDP − 1 process | matmul ops, 1 process → DDP "
-             "| DDP reducer ops | one gloo all-reduce, median / longest |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| round | modelled all-reduces and copies | predicted − 1 process | measured DDP − 1 process | matmul ops, "
+             "1 process → DDP | DDP reducer ops | one gloo all-reduce, median / longest | rank skew at backward's end | "
+             "1 process: iterations' spread |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for index, r in enumerate(rounds):
         lines.append(f"| {index + 1} | {_ms(r.from_solo.allreduce_ns)} | {_ms(r.from_solo.iteration_ns - r.from_solo.baseline_ns)} | "
                      f"{_ms(r.ddp.iteration_ns - r.solo.iteration_ns)} | {_ms(r.solo.matmul_ns)} → {_ms(r.ddp.matmul_ns)} | "
-                     f"{_ms(r.ddp.reducer_ns)} | {_ms(r.ddp.gloo_span_ns[0])} / {_ms(r.ddp.gloo_span_ns[1])} |")
+                     f"{_ms(r.ddp.reducer_ns)} | {_ms(r.ddp.gloo_span_ns[0])} / {_ms(r.ddp.gloo_span_ns[1])} | {_ms(r.skew_ns)} | "
+                     f"{_ms(r.solo.spread_ns)} |")
     return lines
 
 
@@ -494,13 +520,18 @@ def sensitivity_line(rounds: list[Round], spread: Sensitivity) -> str:
 def example_section(example: str, rounds: list[Round], volume_bytes: int, spread: Sensitivity) -> list[str]:
     return [f"### {example} ({volume_bytes / 2**20:.2f} MiB of gradients per step), round by round", "",
             *round_table(rounds), "", sensitivity_line(rounds, spread), "",
-            "What DDP adds per iteration. Modelled all-reduce: the what-if's all-reduce time, all buckets (from the",
-            "1-process trace). Predicted − 1 process: what the what-if adds to its replay of that trace (the all-reduce",
-            "time backward does not hide). Matmul ops: rank 0's time in matrix multiplies",
-            "and convolutions, a measure of how fast compute ran. DDP reducer ops: rank 0's reducer CPU ops on the main",
-            "thread (gradients scaled into buckets, results copied back), work the what-if does not model. One gloo",
-            "all-reduce: the span of one bucket's all-reduce on gloo's thread (rank 0), from its start to its end.", "",
-            *added_table(rounds), ""]
+            "What DDP adds per iteration. Modelled all-reduces and copies: how much the what-if's backward work grows",
+            "(all buckets' all-reduces with contention, the gradients' copies into the buckets and back; from the",
+            "1-process trace). Predicted − 1 process: what the what-if adds to its replay of that trace (what backward",
+            "does not hide). Matmul ops: rank 0's time in matrix multiplies and convolutions, a measure of how fast",
+            "compute ran. DDP reducer ops: rank 0's reducer CPU ops on the main thread (gradients scaled into buckets,",
+            "results copied back), what the copies model. One gloo all-reduce: the span of one bucket's all-reduce on",
+            "gloo's thread (rank 0), from its start to its end. Rank skew: how far apart the two ranks end backward's",
+            "compute (median over steps), what the first waits for the other at the last bucket. Spread: the standard",
+            "deviation of the 1-process trace's recorded iterations.", "",
+            *added_table(rounds), "",
+            f"The what-if's note (round {spread.round_index + 1}, from the 1-process trace):", "", "```",
+            *rounds[spread.round_index].from_solo.notes, "```", ""]
 
 
 def markdown(results: dict[str, list[Round]], link: Link, pooled: dict[int, float], threads: int,
