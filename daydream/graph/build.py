@@ -25,7 +25,6 @@ delay after the task's readiness, never as a timestamp (graph.model).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -36,6 +35,7 @@ from daydream.graph.model import (
     EDGE_COLUMNS,
     HOST_TASKS,
     TASK_COLUMNS,
+    Calibration,
     DepKind,
     Graph,
     Resource,
@@ -76,24 +76,6 @@ _GPU_TASK_KIND = {
 }
 
 
-@dataclass(slots=True)
-class BuildReport:
-    """What the builder derived and what it had to pin, for people and for `replay`."""
-
-    blocking_calls: int = 0
-    blocking_unknown: int = 0
-    blocking_not_waiting: int = 0  # calls of a blocking kind that returned before their work finished
-    blocked_launches: int = 0
-    event_waits_derived: int = 0
-    event_waits_trivial: int = 0
-    event_waits_pinned: int = 0
-    cross_thread_bursts: int = 0
-    pinned_orphans: int = 0
-    pinned_collectives: int = 0
-    pinned_unlinked: int = 0
-    notes: list[str] = field(default_factory=list)
-
-
 def pinned_collectives_note(count: int) -> str:
     """The note a graph carries while `count` of its collectives are a single rank's (see graph.job for matched ones)."""
     return (f"{count} collectives of a single rank: each lasts its transfer (shortest instance), and its wait for the "
@@ -109,7 +91,8 @@ class _Builder:
     def __init__(self, trace: Trace, links: Links) -> None:
         self.trace = trace
         self.links = links
-        self.report = BuildReport()
+        self.calibration = Calibration()  # the graph's: what the builder measures and counts
+        self.notes: list[str] = []  # the graph's: what the builder could not derive
         self.names = trace.strings
         self.is_gpu_track = trace.track_is_gpu()
 
@@ -143,15 +126,6 @@ class _Builder:
         self._host_gaps()
         self._refuse_cycles()
         self._relative_delays(unexplained)
-        self.graph.notes = self.report.notes
-        calibration = self.graph.calibration
-        report = self.report
-        calibration.blocking_calls, calibration.blocking_calls_pinned = report.blocking_calls, report.blocking_unknown
-        calibration.blocking_calls_not_waiting, calibration.blocked_launches = report.blocking_not_waiting, report.blocked_launches
-        calibration.event_waits_derived, calibration.event_waits_trivial = report.event_waits_derived, report.event_waits_trivial
-        calibration.event_waits_pinned, calibration.cross_thread_bursts = report.event_waits_pinned, report.cross_thread_bursts
-        calibration.pinned_orphans, calibration.pinned_collectives = report.pinned_orphans, report.pinned_collectives
-        calibration.pinned_unlinked = report.pinned_unlinked
         return self.graph
 
     def _tasks(self) -> None:
@@ -177,7 +151,7 @@ class _Builder:
         gpu_kind = np.array([_GPU_TASK_KIND[EventKind(int(k))] for k in trace.kind[gpu_rows]], dtype=np.int8)
         tasks["kind"] = np.concatenate([host_kind.astype(np.int8), gpu_kind])
         self.graph = Graph(tasks=tasks, edges=empty_columns(EDGE_COLUMNS), resources=self.resources, strings=list(self.names),
-                           layers=list(attribution.layers))
+                           layers=list(attribution.layers), calibration=self.calibration, notes=self.notes)
         self.task_of_event = np.full(len(trace), -1, dtype=np.int64)
         self.task_of_event[rows] = np.arange(rows.size)
         self._collective_sizes()
@@ -274,7 +248,7 @@ class _Builder:
         latency, gap = calibrate.launch_latency_and_gap(
             call_start, tasks["measured_start_ns"][gpu[usable]], previous_end[usable]
         )
-        self.graph.calibration.launch_latency_ns, self.graph.calibration.kernel_gap_ns = int(latency), int(gap)
+        self.calibration.launch_latency_ns, self.calibration.kernel_gap_ns = int(latency), int(gap)
         self.launch_latency, self.kernel_gap = latency, gap
         self.graph.edges["latency_ns"][self.graph.edges_of_kind(DepKind.EVENT_WAIT)] = gap
 
@@ -321,13 +295,13 @@ class _Builder:
             if gpu_targets and int(ends[gpu_targets].max()) > int(ends[call]) + RETURNED_EARLY_NS:
                 # It returned while that work was still running, so it did not wait for it: e.g. ROCm's
                 # hipFree of a block the allocator reuses, which does not synchronize the device.
-                self.report.blocking_not_waiting += 1
+                self.calibration.blocking_calls_not_waiting += 1
                 continue
             awaited.append((call, *targets))
         completion = np.full(self.graph.task_count, -1, dtype=np.int64)
         if not awaited:
             return completion, np.zeros(0, dtype=np.int64)
-        self.report.blocking_calls = len(awaited)
+        self.calibration.blocking_calls = len(awaited)
         return self._add_completions(awaited, completion)
 
     @cached_property
@@ -496,7 +470,7 @@ class _Builder:
         pure = np.array([self._roles[self.names[int(n)]] in PURE_WAITS for n in tasks["name"][calls]], dtype=bool)
         ret = calibrate.median_or(tail[waited & pure], calibrate.DEFAULT_SYNC_RETURN_NS)
         own = calibrate.median_or(call_end[~waited] - call_start[~waited], calibrate.DEFAULT_SYNC_OWN_NS)
-        self.graph.calibration.sync_return_ns, self.graph.calibration.sync_own_ns = int(ret), int(own)
+        self.calibration.sync_return_ns, self.calibration.sync_own_ns = int(ret), int(own)
         # A call that waited keeps only its own time; the wait is re-derived by the completion.
         # One that had nothing to wait for spent all of its recorded time on its own work.
         waited_calls = calls[waited]
@@ -532,9 +506,9 @@ class _Builder:
             targets.extend([done] * len(gpu_targets))
             latencies.extend([latency] * len(gpu_targets))
         for name, count in unknown.items():
-            self.report.notes.append(f"{count} {name} calls wait on something the trace does not name: their waits are "
+            self.notes.append(f"{count} {name} calls wait on something the trace does not name: their waits are "
                                      "unexplained delays that scale with the iteration's progress")
-        self.report.blocking_unknown = sum(unknown.values())
+        self.calibration.blocking_calls_pinned = sum(unknown.values())
         self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=np.array(latencies, dtype=np.int64))
         return completion, np.array(unexplained, dtype=np.int64)
 
@@ -582,8 +556,8 @@ class _Builder:
         depth, blocked = calibrate.queue_depth(
             tasks["measured_start_ns"][launches], tasks["measured_end_ns"][launches], quick, work_end
         )
-        self.graph.calibration.queue_depth = int(depth)
-        self.report.blocked_launches = blocked
+        self.calibration.queue_depth = int(depth)
+        self.calibration.blocked_launches = blocked
         back = depth + 1
         if launches.size <= back:
             return
@@ -635,15 +609,15 @@ class _Builder:
             if held_back is None:
                 continue
             if single_stream:
-                self.report.event_waits_trivial += 1
+                self.calibration.event_waits_trivial += 1
                 continue
             source = self._recorded_side(wait, resource, history, sync_records)
             if source == -2:
-                self.report.event_waits_trivial += 1
+                self.calibration.event_waits_trivial += 1
             elif source is None:
                 # The recorded side is unknown: keep the order of the other streams' preceding work, not its time.
                 unexplained.append(held_back)
-                self.report.event_waits_pinned += 1
+                self.calibration.event_waits_pinned += 1
                 ordered_after = self._last_finished_elsewhere(held_back, start)
                 if ordered_after is not None:
                     sources.append(ordered_after)
@@ -651,11 +625,11 @@ class _Builder:
             else:
                 sources.append(source)
                 targets.append(held_back)
-                self.report.event_waits_derived += 1
+                self.calibration.event_waits_derived += 1
         self.graph.add_edges(sources, targets, DepKind.EVENT_WAIT)  # latency set once the gap is calibrated
-        if self.report.event_waits_pinned:
-            self.report.notes.append(
-                f"{self.report.event_waits_pinned} stream waits have no known recorded side (no event record or "
+        if self.calibration.event_waits_pinned:
+            self.notes.append(
+                f"{self.calibration.event_waits_pinned} stream waits have no known recorded side (no event record or "
                 "cuda_sync names it): the GPU work they held back keeps the order of the other streams' preceding work, "
                 "and the rest of its recorded wait is an unexplained delay"
             )
@@ -778,7 +752,7 @@ class _Builder:
                     continue  # the main thread did not wait for this burst
                 sources += [before_task, int(other[last]) if completion[other[last]] < 0 else int(completion[other[last]])]
                 targets += [int(other[first]), after_task]
-                self.report.cross_thread_bursts += 1
+                self.calibration.cross_thread_bursts += 1
         self.graph.add_edges(sources, targets, DepKind.CROSS_THREAD)
 
     # ------------------------------------------------------------------ pins, iterations, gaps
@@ -792,11 +766,11 @@ class _Builder:
         orphan = self.links.orphan[rows]
         unlinked = (self.launch_task < 0) & ~orphan
         collective = tasks["kind"][gpu] == TaskKind.COLLECTIVE
-        self.report.pinned_orphans = int(orphan.sum())
-        self.report.pinned_unlinked = int(unlinked.sum())
-        self.report.pinned_collectives = int(collective.sum())
+        self.calibration.pinned_orphans = int(orphan.sum())
+        self.calibration.pinned_unlinked = int(unlinked.sum())
+        self.calibration.pinned_collectives = int(collective.sum())
         if collective.any():
-            self.report.notes.append(pinned_collectives_note(int(collective.sum())))
+            self.notes.append(pinned_collectives_note(int(collective.sum())))
         return gpu[orphan | unlinked | collective]
 
     def _relative_delays(self, chosen: np.ndarray) -> None:

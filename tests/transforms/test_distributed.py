@@ -423,3 +423,23 @@ def test_ddp_scales_each_gradient_into_its_bucket_and_copies_the_buckets_back_be
                     [(0, 1, DepKind.HOST_ORDER, 0, False)], layers=["a"])
     notes = apply_spec(unknown, parse_spec("ddp:world=2,bandwidth=1000"), Context(gradient_bytes={"a": MiB}))
     assert any("bucket copies not modelled" in n for n in notes)
+
+
+def test_the_copy_speed_is_the_traces_own_elementwise_ops(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from daydream.trace import read_job
+    from daydream.transforms.distributed.copies import elementwise_speed
+    from tests.builders import op, write_trace
+
+    # Three small ops (two 256-element float tensors added: 3 KiB moved) of 0.5 µs: the overhead. Three in-place
+    # scalings of 1 MiB (2 MiB moved) of 20.5 µs: 2 MiB in 20 µs once the overhead is off, 104.9 bytes per ns.
+    small = [op("aten::add", 10 * k, 0.5, ext=k, **{"Input Dims": [[256], [256]], "Input type": ["float", "float"]})
+             for k in range(3)]
+    large = [op("aten::mul_", 100 + 50 * k, 20.5, ext=10 + k, **{"Input Dims": [[512, 512], []], "Input type": ["float", "Scalar"]})
+             for k in range(3)]
+    trace = read_job(write_trace(tmp_path, [*small, *large]), cache=False).traces[0]
+    speed = elementwise_speed(trace, on_gpu=False)
+    assert speed is not None and speed.overhead_ns == 500
+    assert abs(speed.bytes_per_ns - 2 * 2**20 / 20_000) < 1e-9
+    # A trace whose ops are all small says nothing about the speed.
+    only_small = read_job(write_trace(tmp_path, small, name="small.json"), cache=False).traces[0]
+    assert elementwise_speed(only_small, on_gpu=False) is None

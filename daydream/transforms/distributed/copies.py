@@ -8,9 +8,9 @@ Each streams the gradient's bytes in and out once: an op of t = overhead + 2 · 
 
 The speed is the trace's own: its streaming elementwise ops (copy_, mul, add, ...), whose recorded shapes and types
 give the bytes they read and wrote (the `elementwise` side table), timed on the CPU for a CPU trace and by the
-kernels they launched for a GPU one: the overhead is the median time of the small ones (under 64 KiB), the speed the
-median bytes per ns of the large ones (256 KiB and more). Without such ops a GPU trace takes its device's memory
-bandwidth and no overhead; a CPU trace without them gets no copies, and the note says so.
+kernels they launched for a GPU one: the overhead is the median time of the small ones (under 16 KiB), the speed the
+median of bytes / (time − overhead) of the large ones (64 KiB and more). Without such ops a GPU trace takes its
+device's memory bandwidth and no overhead; a CPU trace without them gets no copies, and the note says so.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from daydream.trace import EventKind, Trace
 from daydream.transforms.primitives import splice
 
 #: Ops below this many bytes give the per-op overhead; ops of LARGE_BYTES and more give the speed.
-SMALL_BYTES = 64 * 2**10
-LARGE_BYTES = 256 * 2**10
+SMALL_BYTES = 16 * 2**10
+LARGE_BYTES = 64 * 2**10
 #: Large ops needed for a speed.
 MIN_LARGE = 3
 
@@ -65,12 +65,12 @@ def elementwise_speed(trace: Trace, on_gpu: bool) -> CopySpeed | None:
         durations = trace.dur_ns[ops].astype(np.float64)
     timed = durations > 0
     moved, durations = moved[timed], durations[timed]
-    large = moved >= LARGE_BYTES
-    if np.count_nonzero(large) < MIN_LARGE:
-        return None
     small = moved < SMALL_BYTES
     overhead = float(np.median(durations[small])) if small.any() else 0.0
-    speed = float(np.median(moved[large] / durations[large]))
+    large = (moved >= LARGE_BYTES) & (durations > overhead)
+    if np.count_nonzero(large) < MIN_LARGE:
+        return None
+    speed = float(np.median(moved[large] / (durations[large] - overhead)))
     where = "their kernels" if on_gpu else "the CPU"
     return CopySpeed(overhead, speed, f"{np.count_nonzero(large)} large and {np.count_nonzero(small)} small elementwise "
                                       f"ops of the trace on {where}")
