@@ -21,9 +21,12 @@ window starts no earlier than it, as every later one starts no earlier than its 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from daydream.graph.model import EDGE_COLUMNS, GPU_WORK, DepKind, Graph, ResourceKind
+from daydream.graph.timing import host_edge_mask
 from daydream.simulate.engine import Timeline
 
 #: Priority the copy's tasks are ahead of the first iteration's on a priority queue (lower runs first).
@@ -41,14 +44,17 @@ def extend(graph: Graph, collective_offset: int = 0) -> tuple[Graph, np.ndarray]
     first = np.flatnonzero(iteration == 0)
     if first.size == 0:
         return graph, np.zeros(0, dtype=np.int64)
-    extended = graph.copy()
     n = graph.task_count
     copy_of = np.full(n, -1, dtype=np.int64)
     copy_of[first] = n + np.arange(first.size)
-    _copy_tasks(extended, graph, first, _period_ns(graph), collective_offset)
+    # The graph's task columns with the copy appended (new arrays) and its own edge table (arrays replaced, never
+    # written in place, as edges are appended); its lists are shared, read only by the simulation.
+    extended = replace(graph, tasks=_with_copied_tasks(graph, first, _period_ns(graph), collective_offset),
+                       edges=dict(graph.edges))
+    ranked = {number: _by_resource(graph, np.flatnonzero(iteration == number)) for number in (0, 1)}
     _copy_inner_edges(extended, graph, copy_of)
-    reached = _copy_edges_into_first(extended, graph, copy_of)
-    _chain_the_rest(extended, graph, copy_of, reached)
+    reached = _copy_edges_into_first(extended, graph, copy_of, _same_place(graph, ranked[0], ranked[1]))
+    _chain_the_rest(extended, graph, copy_of, reached, ranked[0])
     return extended, copy_of[first]
 
 
@@ -78,7 +84,9 @@ def _period_ns(graph: Graph) -> int:
     return max(int(start[markers[1][0]] - start[markers[0][0]]), 1)
 
 
-def _copy_tasks(extended: Graph, graph: Graph, first: np.ndarray, period_ns: int, collective_offset: int) -> None:
+def _with_copied_tasks(graph: Graph, first: np.ndarray, period_ns: int, collective_offset: int) -> dict[str, np.ndarray]:
+    """The graph's task columns with the first iteration's tasks appended: one iteration earlier, of no iteration,
+    ahead on priority queues, their matched collectives renumbered."""
     columns = {name: values[first] for name, values in graph.tasks.items()}
     columns["measured_start_ns"] = columns["measured_start_ns"] - period_ns
     columns["measured_end_ns"] = columns["measured_end_ns"] - period_ns
@@ -86,7 +94,7 @@ def _copy_tasks(extended: Graph, graph: Graph, first: np.ndarray, period_ns: int
     columns["priority"] = columns["priority"] - _EARLIER
     matched = columns["collective"] > 0
     columns["collective"] = np.where(matched, columns["collective"] + collective_offset, 0)
-    extended.add_tasks(**columns)
+    return {name: np.concatenate([graph.tasks[name], columns[name]]) for name in graph.tasks}
 
 
 def _append_edges(extended: Graph, graph: Graph, chosen: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
@@ -101,41 +109,42 @@ def _copy_inner_edges(extended: Graph, graph: Graph, copy_of: np.ndarray) -> Non
     _append_edges(extended, graph, inner, copy_of[src[inner]], copy_of[dst[inner]])
 
 
-def _same_place(graph: Graph) -> np.ndarray:
-    """Per task of the second iteration, the task of the first that holds the same place on the same resource (-1:
-    none, or not of the second iteration)."""
+def _by_resource(graph: Graph, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`members` in program order on each resource (by resource, then recorded start, then id), their resources, and
+    each one's place on its resource (0 for the first)."""
     tasks = graph.tasks
-    place = np.full(graph.task_count, -1, dtype=np.int64)
-    ranked = {}
-    for number in (0, 1):
-        members = np.flatnonzero(tasks["iteration"] == number)
-        order = members[np.lexsort((members, tasks["measured_start_ns"][members], tasks["resource"][members]))]
-        resource = tasks["resource"][order]
-        run_start = np.r_[0, np.flatnonzero(resource[1:] != resource[:-1]) + 1]
-        rank = np.arange(order.size) - np.repeat(run_start, np.diff(np.r_[run_start, order.size]))
-        ranked[number] = (order, resource, rank)
-    order0, resource0, rank0 = ranked[0]
-    order1, resource1, rank1 = ranked[1]
-    key0 = resource0.astype(np.int64) * (graph.task_count + 1) + rank0
-    key1 = resource1.astype(np.int64) * (graph.task_count + 1) + rank1
+    order = members[np.lexsort((members, tasks["measured_start_ns"][members], tasks["resource"][members]))]
+    resource = tasks["resource"][order].astype(np.int64)
+    run_start = np.r_[0, np.flatnonzero(resource[1:] != resource[:-1]) + 1]
+    place = np.arange(order.size) - np.repeat(run_start, np.diff(np.r_[run_start, order.size]))
+    return order, resource, place
+
+
+def _same_place(graph: Graph, first: tuple[np.ndarray, ...], second: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Per task of the second iteration, the task of the first that holds the same place on the same resource (-1:
+    none, or not of the second iteration); both as `_by_resource` gives them."""
+    (order0, resource0, place0), (order1, resource1, place1) = first, second
+    key0 = resource0 * (graph.task_count + 1) + place0
+    key1 = resource1 * (graph.task_count + 1) + place1
     found = np.searchsorted(key0, key1)
     hit = (found < key0.size) & (key0[np.minimum(found, key0.size - 1)] == key1)
-    place[order1[hit]] = order0[found[hit]]
-    return place
+    counterpart = np.full(graph.task_count, -1, dtype=np.int64)
+    counterpart[order1[hit]] = order0[found[hit]]
+    return counterpart
 
 
-def _copy_edges_into_first(extended: Graph, graph: Graph, copy_of: np.ndarray) -> np.ndarray:
-    """Edges from the first iteration into the second, copied from the copy into the first iteration; the first
-    iteration's tasks that got one. A task that had no host edge before takes the gap its counterpart waited with."""
+def _copy_edges_into_first(extended: Graph, graph: Graph, copy_of: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """Edges from the first iteration into the second (`place`: each second-iteration task's counterpart in the
+    first), copied from the copy into the first iteration; the first iteration's tasks that got one. A task that had
+    no host edge before takes the gap its counterpart waited with."""
     iteration = graph.tasks["iteration"]
     src, dst = graph.edges["src"], graph.edges["dst"]
-    place = _same_place(graph)
     crossing = np.flatnonzero((iteration[src] == 0) & (iteration[dst] == 1) & (place[dst] >= 0))
     targets = place[dst[crossing]]
-    host = np.isin(graph.edges["kind"][crossing], [int(DepKind.HOST_ORDER), int(DepKind.CROSS_THREAD)])
+    host_edges = host_edge_mask(graph)
     had_host = np.zeros(graph.task_count, dtype=bool)
-    had_host[dst[np.isin(graph.edges["kind"], [int(DepKind.HOST_ORDER), int(DepKind.CROSS_THREAD)])]] = True
-    fresh = host & ~had_host[targets]
+    had_host[dst[host_edges]] = True
+    fresh = host_edges[crossing] & ~had_host[targets]
     extended.tasks["gap_ns"][targets[fresh]] = graph.tasks["gap_ns"][dst[crossing][fresh]]
     _append_edges(extended, graph, crossing, copy_of[src[crossing]], targets)
     reached = np.zeros(graph.task_count, dtype=bool)
@@ -143,13 +152,12 @@ def _copy_edges_into_first(extended: Graph, graph: Graph, copy_of: np.ndarray) -
     return reached
 
 
-def _chain_the_rest(extended: Graph, graph: Graph, copy_of: np.ndarray, reached: np.ndarray) -> None:
-    """A host thread or GPU stream whose first task in the first iteration got no edge from the copy: its last copied
-    task before it, in program order."""
+def _chain_the_rest(extended: Graph, graph: Graph, copy_of: np.ndarray, reached: np.ndarray,
+                    first: tuple[np.ndarray, ...]) -> None:
+    """A host thread or GPU stream whose first task in the first iteration (`first`, as `_by_resource` gives it) got no
+    edge from the copy: its last copied task before it, in program order."""
     tasks = graph.tasks
-    first = np.flatnonzero(tasks["iteration"] == 0)
-    order = first[np.lexsort((first, tasks["measured_start_ns"][first], tasks["resource"][first]))]
-    resource = tasks["resource"][order]
+    order, resource, _ = first
     heads = order[np.r_[True, resource[1:] != resource[:-1]]]
     tails = order[np.r_[resource[1:] != resource[:-1], True]]
     for head, tail in zip(heads.tolist(), tails.tolist()):

@@ -19,6 +19,7 @@ from daydream._regex import Pattern, user_regex
 from daydream.graph import DepKind, Graph, ResourceKind, TaskKind
 from daydream.graph.model import EDGE_COLUMNS, GPU_WORK, HOST_WORK, KERNELS
 from daydream.graph.order import topological_order
+from daydream.graph.timing import host_edge_mask
 from daydream.mapping import PHASES
 
 __all__ = ["GPU_WORK", "HOST_WORK", "KERNELS", "PRIMITIVES", "insert", "remove", "reschedule", "scale", "select", "unpin"]
@@ -111,8 +112,8 @@ def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, 
     return ids
 
 
-#: Out-edges that follow work on its own resource: a task spliced in after it takes them over.
-_FOLLOWS_HOST = (int(DepKind.HOST_ORDER), int(DepKind.CROSS_THREAD))
+#: Out-edges that follow GPU work on its stream: a task spliced in after it takes them over (on a host thread: the
+#: host edges, graph.timing.host_edge_mask).
 _FOLLOWS_GPU = (int(DepKind.STREAM_ORDER), int(DepKind.SYNC))
 
 
@@ -134,7 +135,8 @@ def splice(graph: Graph, anchor: int, duration_ns: int, name: str, after: bool) 
                             measured_start_ns=at, measured_end_ns=at)
     edges = graph.edges
     if after:
-        moved = (edges["src"] == anchor) & np.isin(edges["kind"], _FOLLOWS_HOST if on_host else _FOLLOWS_GPU)
+        follows = host_edge_mask(graph) if on_host else np.isin(edges["kind"], _FOLLOWS_GPU)
+        moved = (edges["src"] == anchor) & follows
         edges["src"][moved] = new
         graph.add_edges([anchor], [new], order)
     else:

@@ -99,3 +99,17 @@ def test_ranks_warm_up_together_and_their_copies_match_each_other() -> None:
     assert [[w.duration_ns for w in iteration_windows(g, t)] for g, t in zip(ranks, warm)] == [[1200, 1200]] * 2
     first_all_reduce = [int(t.start_ns[g.tasks["collective"] == 1][0]) for g, t in zip(ranks, warm)]
     assert first_all_reduce[0] == first_all_reduce[1]
+
+
+def test_extending_leaves_the_graphs_columns_as_they_were() -> None:
+    g = _loop(3)
+    def columns() -> dict[str, object]:
+        return {f"{table}.{name}": column.copy() for table, part in (("tasks", g.tasks), ("edges", g.edges))
+                for name, column in part.items()}
+
+    before = columns()
+    extended, copies = extend(g)
+    assert copies.size > 0 and extended.edge_count > g.edge_count
+    after = columns()
+    assert before.keys() == after.keys()
+    assert all(len(after[name]) == len(column) and (after[name] == column).all() for name, column in before.items())
