@@ -12,7 +12,8 @@ Each round (rounds interleave, so that slow phases of a shared machine hit every
    once (the compute of a rank that shares the CPU with another); the real 2-process DDP run (`--ddp`,
    ranks started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, each traced to its own file).
 
-Then the all-reduce times of all rounds (median per size) are fitted to the cost model of
+Then the all-reduce times of all rounds (the mean per size per round, as nccl-tests reports a collective's time;
+the median of the rounds) are fitted to the cost model of
 daydream.interconnect (for 2 ranks, ring and tree alike: t = 2·latency + bytes/bandwidth),
 and `daydream whatif BASELINE --opt ddp:world=2,bandwidth=B,latency=L --json` predicts each
 round's DDP iteration from that round's baselines. An iteration time is the median over the
@@ -102,13 +103,15 @@ class Sensitivity:
     round_index: int
     cheap: tuple[Link, int]  # link, predicted iteration ns
     dear: tuple[Link, int]
+    medians: tuple[Link, int]  # the link fitted to the benchmark's medians instead of its means
 
 
 @dataclass(slots=True)
 class Round:
     """The measurements of one round of one example, and the predictions made from its baselines."""
 
-    allreduce_s: dict[int, float]  # message bytes -> median seconds of one gloo all-reduce
+    allreduce_s: dict[int, float]  # message bytes -> mean seconds of one gloo all-reduce (what the link is fitted to)
+    allreduce_median_s: dict[int, float]  # message bytes -> median seconds of one gloo all-reduce
     solo: RunTimes  # the example alone
     twins: RunTimes  # one of two independent copies running at once (no communication)
     ddp: RunTimes  # rank 0 of the 2-rank DDP run
@@ -160,8 +163,8 @@ def _allreduce_worker(rank: int, port: int, threads: int, sizes: list[int], resu
         results.put(times)
 
 
-def benchmark_allreduce(threads: int, sizes: list[int] = MESSAGE_BYTES) -> dict[int, float]:
-    """Median seconds of one gloo all-reduce of each size (bytes), between WORLD processes."""
+def benchmark_allreduce(threads: int, sizes: list[int] = MESSAGE_BYTES) -> tuple[dict[int, float], dict[int, float]]:
+    """Mean and median seconds of one gloo all-reduce of each size (bytes), between WORLD processes."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
@@ -173,7 +176,8 @@ def benchmark_allreduce(threads: int, sizes: list[int] = MESSAGE_BYTES) -> dict[
         worker.join(timeout=60)
         if worker.exitcode != 0:
             raise RuntimeError(f"all-reduce benchmark: rank process exited with {worker.exitcode}")
-    return {size: statistics.median(samples) for size, samples in times.items()}
+    return ({size: statistics.fmean(samples) for size, samples in times.items()},
+            {size: statistics.median(samples) for size, samples in times.items()})
 
 
 def fit_link(seconds_by_size: dict[int, float]) -> Link:
@@ -294,12 +298,14 @@ def predict_rounds(results: dict[str, list[Round]], link: Link) -> None:
             r.from_solo, r.from_twins = predict(r.solo_trace, link), predict(r.twins_trace, link)
 
 
-def sensitivity(rounds: list[Round], every_round: list[Round], volume_bytes: int) -> Sensitivity:
-    """The median-baseline round of `rounds`, predicted over the extreme per-run link fits of `every_round`."""
+def sensitivity(rounds: list[Round], every_round: list[Round], volume_bytes: int, by_medians: Link) -> Sensitivity:
+    """The median-baseline round of `rounds`, predicted over the extreme per-run link fits of `every_round` and over
+    the link fitted to the benchmark's medians."""
     fits = sorted((fit_link(r.allreduce_s) for r in every_round), key=lambda fit: fit.allreduce_ns(volume_bytes))
     index = sorted(range(len(rounds)), key=lambda i: rounds[i].solo.iteration_ns)[len(rounds) // 2]
     trace = rounds[index].solo_trace
-    return Sensitivity(index, (fits[0], predict(trace, fits[0]).iteration_ns), (fits[-1], predict(trace, fits[-1]).iteration_ns))
+    return Sensitivity(index, (fits[0], predict(trace, fits[0]).iteration_ns), (fits[-1], predict(trace, fits[-1]).iteration_ns),
+                       (by_medians, predict(trace, by_medians).iteration_ns))
 
 
 # ------------------------------------------------------------------ rounds
@@ -307,7 +313,7 @@ def sensitivity(rounds: list[Round], every_round: list[Round], volume_bytes: int
 
 def run_round(example: str, work: Path, index: int, threads: int) -> Round:
     """The all-reduce benchmark, then the three configurations in an order that rotates with `index`."""
-    allreduce = benchmark_allreduce(threads)
+    mean, median = benchmark_allreduce(threads)
     name = f"{example}-{index}"
     configurations = {
         "solo": lambda: trace_processes(example, [work / f"{name}-solo.json.gz"], threads, ddp=False),
@@ -316,14 +322,16 @@ def run_round(example: str, work: Path, index: int, threads: int) -> Round:
     }
     order = list(configurations)[index % 3:] + list(configurations)[:index % 3]
     traces = {key: configurations[key]() for key in order}
-    return Round(allreduce_s=allreduce, solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
+    return Round(allreduce_s=mean, allreduce_median_s=median, solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
                  ddp=run_times(traces["ddp"][0]), ddp_rank1_ns=run_times(traces["ddp"][1]).iteration_ns,
                  skew_ns=rank_skew_ns(*traces["ddp"]),
                  solo_trace=traces["solo"][0], twins_trace=traces["twins"][0])
 
 
-def pooled_allreduce(rounds: list[Round]) -> dict[int, float]:
-    return {size: statistics.median(r.allreduce_s[size] for r in rounds) for size in MESSAGE_BYTES}
+def pooled_allreduce(rounds: list[Round], statistic: str = "mean") -> dict[int, float]:
+    """Per message size, the median over rounds of each round's mean (or, statistic="median", median) time."""
+    return {size: statistics.median((r.allreduce_s if statistic == "mean" else r.allreduce_median_s)[size] for r in rounds)
+            for size in MESSAGE_BYTES}
 
 
 def gradient_bytes(trace: Path) -> int:
@@ -385,12 +393,12 @@ def _error(predicted: float, measured: float) -> str:
     return f"{(predicted - measured) / measured * 100:+.1f}%"
 
 
-def link_table(pooled: dict[int, float], link: Link) -> list[str]:
-    lines = ["| message | measured (median) | fitted model | difference |", "|---:|---:|---:|---:|"]
+def link_table(pooled: dict[int, float], medians: dict[int, float], link: Link) -> list[str]:
+    lines = ["| message | measured (mean) | fitted model | difference | measured (median) |", "|---:|---:|---:|---:|---:|"]
     for size in MESSAGE_BYTES:
         model_s = link.allreduce_ns(size) / 1e9
         lines.append(f"| {size / 2**10:,.0f} KiB | {pooled[size] * 1e6:,.0f} µs | {model_s * 1e6:,.0f} µs | "
-                     f"{(model_s - pooled[size]) / pooled[size] * 100:+.0f}% |")
+                     f"{(model_s - pooled[size]) / pooled[size] * 100:+.0f}% | {medians[size] * 1e6:,.0f} µs |")
     return lines
 
 
@@ -469,16 +477,22 @@ def header(rounds_count: int, threads: int) -> list[str]:
 
 def link_section(rounds: list[Round], link: Link, pooled: dict[int, float]) -> list[str]:
     per_round = [fit_link(r.allreduce_s) for r in rounds]
+    medians = pooled_allreduce(rounds, "median")
     return [
         "## The link, fitted",
         "",
-        f"gloo all-reduce between 2 processes ({ALLREDUCE_REPEATS} timed per size per round, sizes interleaved; the median",
-        "per round, then the median of the rounds), fitted in relative error to daydream's ring model for 2 ranks,",
+        f"gloo all-reduce between 2 processes ({ALLREDUCE_REPEATS} timed per size per round after a barrier, sizes interleaved;",
+        "the mean per round, as nccl-tests reports a collective's time, then the median of the rounds), fitted in",
+        "relative error to daydream's ring model for 2 ranks,",
         f"t = 2·latency + bytes/bandwidth: **bandwidth {link.bandwidth_gbs:.3g} GB/s, latency {link.latency_us:.3g} µs per step**",
         f"→ `{ddp_spec(link)}`. Fitted to each benchmark run alone: "
         + ", ".join(f"{f.bandwidth_gbs:.2g} GB/s & {f.latency_us:.0f} µs" for f in per_round) + ".",
         "",
-        *link_table(pooled, link),
+        *link_table(pooled, medians, link),
+        "",
+        "The mean, not the median: an iteration's time adds up its collectives' expected times, and here gloo's times",
+        "are skewed — most all-reduces of a small message end within half a millisecond, some take several (the",
+        "medians, last column, leave that out; the summary below gives the prediction from a fit to them too).",
         "",
     ]
 
@@ -514,7 +528,8 @@ def sensitivity_line(rounds: list[Round], spread: Sensitivity) -> str:
     return (f"The link fit's spread: round {spread.round_index + 1}'s prediction is {_ms(chosen.from_solo.iteration_ns)} with the "
             f"pooled fit, {_ms(cheap_ns)} with the cheapest per-run fit ({cheap.bandwidth_gbs:.2g} GB/s, {cheap.latency_us:.0f} µs) "
             f"and {_ms(dear_ns)} with the dearest ({dear.bandwidth_gbs:.2g} GB/s, {dear.latency_us:.0f} µs); "
-            f"measured: {_ms(chosen.ddp.iteration_ns)}.")
+            f"with the link fitted to the medians ({spread.medians[0].bandwidth_gbs:.2g} GB/s, "
+            f"{spread.medians[0].latency_us:.0f} µs): {_ms(spread.medians[1])}; measured: {_ms(chosen.ddp.iteration_ns)}.")
 
 
 def example_section(example: str, rounds: list[Round], volume_bytes: int, spread: Sensitivity) -> list[str]:
@@ -572,7 +587,9 @@ def main() -> int:
         link = fit_link(pooled)
         predict_rounds(results, link)
         volumes = {example: gradient_bytes(rounds[0].solo_trace) for example, rounds in results.items()}
-        spreads = {example: sensitivity(rounds, every_round, volumes[example]) for example, rounds in results.items()}
+        by_medians = fit_link(pooled_allreduce(every_round, "median"))
+        spreads = {example: sensitivity(rounds, every_round, volumes[example], by_medians)
+                   for example, rounds in results.items()}
     publish(markdown(results, link, pooled, options.threads, volumes, spreads), options.out)
     return 0
 

@@ -117,7 +117,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, host=host_of(trace),
-                      buffer_bytes=sum(gradient_bytes_of(trace, "buffer_bytes").values()),
+                      buffers=buffer_bytes_of(trace),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
                               "gpu_contention": lambda: gpu_slowdown(trace),
                               "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
@@ -168,14 +168,30 @@ def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
             np.where(known, table["elements"][np.maximum(row, 0)], np.nan))
 
 
-def gradient_bytes_of(trace: Trace, key: str = "gradient_bytes") -> dict[str, int]:
-    """Per layer (module path), the bytes of its own trainable parameters (or, with key="buffer_bytes", of its
-    buffers), from a daydream recording."""
+def _recorded_layers(trace: Trace) -> dict[str, dict[str, Any]]:
+    """The layers a daydream recording lists (module path -> its facts); empty for other traces."""
     layers = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
-    if not isinstance(layers, dict):
-        return {}
-    return {path: int(info.get(key, 0)) for path, info in layers.items()
-            if isinstance(info, dict) and isinstance(info.get(key, 0), int) and int(info.get(key, 0) or 0) > 0}
+    return {path: info for path, info in layers.items() if isinstance(info, dict)} if isinstance(layers, dict) else {}
+
+
+def gradient_bytes_of(trace: Trace) -> dict[str, int]:
+    """Per layer (module path), the bytes of its own trainable parameters, from a daydream recording."""
+    return {path: info["gradient_bytes"] for path, info in _recorded_layers(trace).items()
+            if isinstance(info.get("gradient_bytes"), int) and info["gradient_bytes"] > 0}
+
+
+def buffer_bytes_of(trace: Trace) -> dict[str, int]:
+    """The model's buffer bytes by dtype ("float32", "int64", ...) in the order its layers list them, from a daydream
+    recording; a recording that did not note dtypes gives its buffer bytes under ""."""
+    total: dict[str, int] = {}
+    for info in _recorded_layers(trace).values():
+        dtypes = info.get("buffer_dtypes")
+        if not isinstance(dtypes, dict):
+            dtypes = {"": info.get("buffer_bytes")}
+        for dtype, size in dtypes.items():
+            if isinstance(size, int) and size > 0:
+                total[str(dtype)] = total.get(str(dtype), 0) + size
+    return total
 
 
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,

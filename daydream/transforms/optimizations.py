@@ -54,14 +54,19 @@ class Context:
     #: Gradient bytes of each layer's own parameters (module path -> bytes), where the trace records them.
     gradient_bytes: dict[str, int] = field(default_factory=dict)
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
-    #: Bytes of the model's buffers (BatchNorm statistics), where a daydream recording lists them (0: none or unknown).
-    buffer_bytes: int = 0
+    #: Bytes of the model's buffers (BatchNorm statistics) by dtype, in the model's order, where a daydream recording
+    #: lists them (empty: none or unknown; "": bytes of a recording that did not note their dtypes).
+    buffers: dict[str, int] = field(default_factory=dict)
     #: The host daydream trace recorded (cpus, intra_op_threads); empty for other traces.
     host: dict[str, int] = field(default_factory=dict)
     #: Facts that take a pass over the trace, computed the first time an optimization asks for one (name -> how);
     #: see the properties below.
     derive: dict[str, Callable[[], Any]] = field(default_factory=dict)
     _derived: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(self.buffers.values())
 
     def _fact(self, name: str) -> Any:
         if name not in self._derived:

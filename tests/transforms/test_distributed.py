@@ -369,13 +369,13 @@ def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
     with_buffers, without = graph(tasks, edges, layers=["a"]), graph(tasks, edges, layers=["a"])
     for g in (with_buffers, without):
         g.iteration_markers = [(6, 7)]
-    context = Context(gradient_bytes={"a": MiB}, buffer_bytes=4_000)
+    context = Context(gradient_bytes={"a": MiB}, buffers={"float32": 4_000})
     notes = apply_spec(with_buffers, parse_spec("ddp:world=2,bandwidth=1000,latency=50"), context)
     apply_spec(without, parse_spec("ddp:world=2,bandwidth=1000,latency=50,broadcast_buffers=0"), context)
     broadcast = [t for t in np.flatnonzero(with_buffers.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
                  if "broadcast" in with_buffers.task_name(t)]
     assert len(broadcast) == 1 and int(with_buffers.tasks["duration_ns"][broadcast[0]]) == 50_004
-    assert any("1 broadcast(s) of 3.9 KiB" in note for note in notes)
+    assert any("1 broadcast(s) of 3.9 KiB of buffers before each forward (one per dtype (float32)" in note for note in notes)
     fwd = 3  # the first kernel: it starts once the broadcast has ended, not at its launch (5 ns + 4 ns latency)
     timed = simulate(with_buffers)
     assert int(timed.start_ns[broadcast[0]]) == int(timed.end_ns[6])  # it starts with the iteration

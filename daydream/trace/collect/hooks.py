@@ -34,10 +34,12 @@ class LayerInfo:
     leaf: bool
     gradient_bytes: int = 0  # the module's own trainable parameters (not its children's), bytes
     buffer_bytes: int = 0  # the module's own buffers (BatchNorm's running statistics): what DDP broadcasts each step
+    #: The same bytes by dtype ("float32", "int64", ...): DDP coalesces its broadcasts per dtype.
+    buffer_dtypes: dict[str, int] = field(default_factory=dict)
 
     def as_metadata(self) -> dict[str, Any]:
         return {"type": self.type, "leaf": self.leaf, "gradient_bytes": self.gradient_bytes,
-                "buffer_bytes": self.buffer_bytes}
+                "buffer_bytes": self.buffer_bytes, "buffer_dtypes": self.buffer_dtypes}
 
 
 @dataclass
@@ -118,9 +120,10 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
                 continue
             full = f"{root_name}.{path}" if path else root_name
             hooks._names[child] = full
+            buffers = _own_buffer_bytes(child)
             hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
                                            gradient_bytes=_own_gradient_bytes(child),
-                                           buffer_bytes=_own_buffer_bytes(child))
+                                           buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
         return hooks._names[module]
 
     def before_forward(module: Any, args: Any) -> None:
@@ -246,9 +249,14 @@ def _own_gradient_bytes(module: Any) -> int:
     return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters(recurse=False) if p.requires_grad)
 
 
-def _own_buffer_bytes(module: Any) -> int:
-    """Bytes of a module's own buffers (DistributedDataParallel broadcasts them from rank 0 before each forward)."""
-    return sum(int(b.numel()) * int(b.element_size()) for b in module.buffers(recurse=False))
+def _own_buffer_bytes(module: Any) -> dict[str, int]:
+    """Bytes of a module's own buffers by dtype, in the order the module lists them (DistributedDataParallel
+    broadcasts them from rank 0 before each forward, one coalesced broadcast per dtype)."""
+    by_dtype: dict[str, int] = {}
+    for buffer in module.buffers(recurse=False):
+        dtype = str(buffer.dtype).removeprefix("torch.")
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + int(buffer.numel()) * int(buffer.element_size())
+    return by_dtype
 
 
 #: What a memory snapshot counts per device, besides the GPU allocator's own figures.

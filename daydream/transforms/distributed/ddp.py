@@ -51,24 +51,27 @@ def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
 
 
 def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int) -> str:
-    """Each iteration's forward waits for rank 0's broadcast of the model's buffers (DDP's broadcast_buffers=True): one
-    broadcast per BROADCAST_BUCKET_BYTES of buffers, on the communication channel `resource` after the last iteration's
-    buckets."""
-    sizes = [min(BROADCAST_BUCKET_BYTES, context.buffer_bytes - start)
-             for start in range(0, context.buffer_bytes, BROADCAST_BUCKET_BYTES)]
+    """Each iteration's forward waits for rank 0's broadcast of the model's buffers (DDP's broadcast_buffers=True): as
+    DDP coalesces them, one broadcast per dtype and per BROADCAST_BUCKET_BYTES of it, on the communication channel
+    `resource` after the last iteration's buckets."""
+    sizes = [(dtype, min(BROADCAST_BUCKET_BYTES, total - start)) for dtype, total in context.buffers.items()
+             for start in range(0, total, BROADCAST_BUCKET_BYTES)]
     each = 0
     for iteration in iterations_of(graph):
         forward = first_task(graph, iteration, FORWARD)
         if forward is None or iteration >= len(graph.iteration_markers):
             continue
         start = graph.iteration_markers[iteration][0]
-        plan = [(start, size, f"ddp broadcast of buffers ({size / 2**10:.1f} KiB)", net.time_ns("broadcast", size))
-                for size in sizes]
+        plan = [(start, size, f"ddp broadcast of {dtype or 'the'} buffers ({size / 2**10:.1f} KiB)",
+                 net.time_ns("broadcast", size)) for dtype, size in sizes]
         ids = insert_collectives(graph, resource, iteration, plan)
         graph.add_edges([int(ids[-1])], [forward], DepKind.COMMUNICATION)
         each = sum(p[3] for p in plan)
+    dtypes = [dtype for dtype in context.buffers if dtype]
+    grouped = (f"one per dtype ({', '.join(dtypes)}) as DDP coalesces them" if len(dtypes) == len(context.buffers)
+               else "their dtypes not recorded: counted as one")
     return (f"ddp: broadcast_buffers: {len(sizes)} broadcast(s) of {context.buffer_bytes / 2**10:.1f} KiB of buffers "
-            f"before each forward, {each / 1e3:.0f} µs each iteration (broadcast_buffers=0 as DDP's "
+            f"before each forward ({grouped}), {each / 1e3:.0f} µs each iteration (broadcast_buffers=0 as DDP's "
             "broadcast_buffers=False)")
 
 
