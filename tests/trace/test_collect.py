@@ -194,6 +194,59 @@ def test_layers_list_their_own_gradient_bytes(example_traces: dict[str, Path]) -
     assert listed == expected
 
 
+def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, Path]) -> None:
+    layers = load_raw(example_traces["cnn"])["daydream"]["layers"]
+    # examples/cnn.py: three ConvBlocks of BatchNorm2d(16, 32, 64), each with running_mean and running_var (C float32
+    # each) and num_batches_tracked (one int64); no other layer has buffers.
+    expected = {f"SmallCNN.blocks.{block}.bn": {"float32": 2 * channels * 4, "int64": 8}
+                for block, channels in enumerate((16, 32, 64))}
+    listed = {path: info["buffer_dtypes"] for path, info in layers.items() if info["buffer_bytes"]}
+    assert listed == expected
+    assert all(info["buffer_bytes"] == sum(info["buffer_dtypes"].values()) for info in layers.values())
+
+
+def test_ddp_broadcasts_the_buffers_as_often_as_a_real_ddp_run(example_traces: dict[str, Path], tmp_path: Path) -> None:
+    from daydream.graph import TaskKind, build_graph
+    from daydream.simulate.whatif import transform
+
+    # Two real gloo ranks of the CNN, each traced: DDP's own broadcast calls per recorded step, counted in rank 0's file.
+    port = _free_port()
+    ranks = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
+        ranks.append(subprocess.Popen([sys.executable, "-m", "daydream", "trace", "--backend", "torch", "--warmup", "1",
+                                       "--iterations", "2", "-o", str(tmp_path / "cnn.json.gz"),
+                                       str(REPO / "examples" / "cnn.py"), "--", "--ddp", "--steps", "4", "--threads", "1"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for process in ranks:
+        _, stderr = process.communicate(timeout=180)
+        assert process.returncode == 0, stderr[-2000:]
+    events = [e for e in load_raw(tmp_path / "cnn-rank0.json.gz")["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    broadcasts = [e for e in events if e["name"] == "c10d::broadcast_"
+                  and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
+    assert len(steps) == 2 and len(broadcasts) % len(steps) == 0
+    real_per_step = len(broadcasts) // len(steps)
+    assert real_per_step == 2  # float32 statistics and the int64 counter: one coalesced broadcast per dtype
+
+    # The what-if on the one-process trace of the same model.
+    trace = read_job(example_traces["cnn"], cache=False).traces[0]
+    graph = build_graph(trace)
+    transform(graph, trace, ["ddp:world=2"])
+    inserted = [t for t in np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+                if "broadcast" in graph.task_name(t)]
+    assert len(inserted) == real_per_step * len(graph.iteration_markers)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def test_ddp_on_one_rank_predicts_the_baseline_and_more_ranks_cost_time(example_traces: dict[str, Path],
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     # A slow link (0.05 GB/s) so that the 3.3 MB of gradients cannot hide behind this small model's backward.

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daydream.errors import InputError
-from daydream.graph import DepKind, TaskKind
+from daydream.graph import DepKind, Graph, TaskKind
 from daydream.simulate import simulate
 from daydream.simulate.job import simulate_job
 from daydream.transforms import Context, apply_spec, parse_spec
@@ -356,24 +356,32 @@ def test_topology_hierarchical_is_what_ddp_uses_across_nodes() -> None:
         parse_spec("ddp:world=16,topology=star")
 
 
-def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
-    # One iteration: a start marker, fwd a, bwd a, sgd (1000, 1000, 500 ns). With 4,000 bytes of buffers (BatchNorm's
-    # running statistics) DDP's forward first waits for rank 0's broadcast of them: world 2 at 1000 GB/s and 50 µs per
-    # step, (n - 1)·latency + S/B = 50,000 + 4 ns, on the communication channel, before fwd.
+def _forward_backward_optimizer() -> Graph:
+    # One iteration: a start marker, fwd a, bwd a, sgd (1000, 1000, 500 ns).
     tasks, edges = launch_chain([call() for _ in range(3)], [kernel("fwd", 1000, phase="forward", layer="a"),
                                                               kernel("bwd", 1000, phase="backward", layer="a"),
                                                               kernel("sgd", 500, phase="optimizer")])
     marker = {"kind": TaskKind.MARKER, "name": "iteration boundary", "duration": 0}
     tasks = [*tasks, marker, dict(marker)]
     edges = [*edges, (6, 0, DepKind.HOST_ORDER, 0, False), (2, 7, DepKind.HOST_ORDER, 0, False)]
-    with_buffers, without = graph(tasks, edges, layers=["a"]), graph(tasks, edges, layers=["a"])
-    for g in (with_buffers, without):
-        g.iteration_markers = [(6, 7)]
+    made = graph(tasks, edges, layers=["a"])
+    made.iteration_markers = [(6, 7)]
+    return made
+
+
+def _broadcasts(g: Graph) -> list[int]:
+    return [t for t in np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE).tolist() if "broadcast" in g.task_name(t)]
+
+
+def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
+    # With 4,000 bytes of buffers (BatchNorm's running statistics) DDP's forward first waits for rank 0's broadcast of
+    # them: world 2 at 1000 GB/s and 50 µs per step, (n - 1)·latency + S/B = 50,000 + 4 ns, on the communication
+    # channel, before fwd.
+    with_buffers, without = _forward_backward_optimizer(), _forward_backward_optimizer()
     context = Context(gradient_bytes={"a": MiB}, buffers={"float32": 4_000})
     notes = apply_spec(with_buffers, parse_spec("ddp:world=2,bandwidth=1000,latency=50"), context)
     apply_spec(without, parse_spec("ddp:world=2,bandwidth=1000,latency=50,broadcast_buffers=0"), context)
-    broadcast = [t for t in np.flatnonzero(with_buffers.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
-                 if "broadcast" in with_buffers.task_name(t)]
+    broadcast = _broadcasts(with_buffers)
     assert len(broadcast) == 1 and int(with_buffers.tasks["duration_ns"][broadcast[0]]) == 50_004
     assert any("1 broadcast(s) of 3.9 KiB of buffers before each forward (one per dtype (float32)" in note for note in notes)
     fwd = 3  # the first kernel: it starts once the broadcast has ended, not at its launch (5 ns + 4 ns latency)
@@ -381,6 +389,26 @@ def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
     assert int(timed.start_ns[broadcast[0]]) == int(timed.end_ns[6])  # it starts with the iteration
     assert int(timed.start_ns[fwd]) == int(timed.end_ns[broadcast[0]])
     assert int(simulate(without).start_ns[fwd]) < int(timed.end_ns[6]) + 50_004
+    assert not _broadcasts(without)
+
+
+@pytest.mark.parametrize("buffers,durations,said", [
+    # DDP coalesces buffers per dtype: BatchNorm's float32 statistics and its int64 counter are two broadcasts.
+    ({"float32": 4_000, "int64": 8}, [50_004, 50_000], "2 broadcast(s) of 3.9 KiB of buffers before each forward "
+                                                       "(one per dtype (float32, int64) as DDP coalesces them)"),
+    # ... and each dtype in buckets of 250 MiB: 300 MiB is 250 MiB (262,144 ns at 1000 GB/s, + 50 µs) and 50 MiB.
+    ({"float32": 300 * MiB}, [50_000 + 262_144, 50_000 + round(50 * MiB / 1000)], "2 broadcast(s) of 307200.0 KiB"),
+    # A recording that did not note dtypes: its bytes as one.
+    ({"": 4_000}, [50_004], "their dtypes not recorded: counted as one"),
+])
+def test_ddp_broadcasts_one_bucket_per_dtype(buffers: dict[str, int], durations: list[int], said: str) -> None:
+    g = _forward_backward_optimizer()
+    notes = apply_spec(g, parse_spec("ddp:world=2,bandwidth=1000,latency=50"), Context(gradient_bytes={"a": MiB}, buffers=buffers))
+    broadcast = _broadcasts(g)
+    assert [int(g.tasks["duration_ns"][t]) for t in broadcast] == durations
+    assert any(said in note for note in notes)
+    timed = simulate(g)
+    assert int(timed.start_ns[3]) == max(int(timed.end_ns[t]) for t in broadcast)  # fwd waits for every one
 
 
 def test_ddp_scales_each_gradient_into_its_bucket_and_copies_the_buckets_back_before_the_optimizer() -> None:
