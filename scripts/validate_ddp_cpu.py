@@ -117,6 +117,7 @@ class Round:
     ddp: RunTimes  # rank 0 of the 2-rank DDP run
     ddp_rank1_ns: int
     skew_ns: int  # median over steps of how far apart the two DDP ranks ended backward's compute
+    joined_ns: int  # median time of one gloo all-reduce once both ranks had started it (rank 0's end)
     solo_trace: Path
     twins_trace: Path
     from_solo: Prediction = NO_PREDICTION
@@ -257,6 +258,18 @@ def rank_skew_ns(rank0: Path, rank1: Path) -> int:
     return int(statistics.median(gaps) * 1e3) if gaps else 0
 
 
+def joined_allreduce_ns(rank0: Path, rank1: Path) -> int:
+    """Median over rank 0's gloo all-reduces of how long each took once both ranks had started it (the k-th on each
+    rank's gloo threads: from the later start to rank 0's end): the collective's own time, without the wait for the
+    other rank."""
+    spans = []
+    for path in (rank0, rank1):
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            spans.append(sorted(_spans(json.load(handle), "gloo:all_reduce".__eq__)))
+    joined = [max(end - max(start, other), 0.0) for (start, end), (other, _) in zip(*spans)]
+    return int(statistics.median(joined) * 1e3) if joined else 0
+
+
 def run_times(path: Path) -> RunTimes:
     """Iteration and phase wall times of one trace (medians over its ProfilerStep spans), plus DDP's own work."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
@@ -324,7 +337,7 @@ def run_round(example: str, work: Path, index: int, threads: int) -> Round:
     traces = {key: configurations[key]() for key in order}
     return Round(allreduce_s=mean, allreduce_median_s=median, solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
                  ddp=run_times(traces["ddp"][0]), ddp_rank1_ns=run_times(traces["ddp"][1]).iteration_ns,
-                 skew_ns=rank_skew_ns(*traces["ddp"]),
+                 skew_ns=rank_skew_ns(*traces["ddp"]), joined_ns=joined_allreduce_ns(*traces["ddp"]),
                  solo_trace=traces["solo"][0], twins_trace=traces["twins"][0])
 
 
@@ -416,12 +429,13 @@ def round_table(rounds: list[Round]) -> list[str]:
 def added_table(rounds: list[Round]) -> list[str]:
     """What DDP adds to an iteration, modelled and measured, against the 1-process run of the same round."""
     lines = ["| round | modelled all-reduces and copies | predicted − 1 process | measured DDP − 1 process | matmul ops, "
-             "1 process → DDP | DDP reducer ops | one gloo all-reduce, median / longest | rank skew at backward's end | "
-             "1 process: iterations' spread |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "1 process → DDP | DDP reducer ops | one gloo all-reduce, median / longest | once both ranks are in it | "
+             "rank skew at backward's end | 1 process: iterations' spread |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for index, r in enumerate(rounds):
         lines.append(f"| {index + 1} | {_ms(r.from_solo.allreduce_ns)} | {_ms(r.from_solo.iteration_ns - r.from_solo.baseline_ns)} | "
                      f"{_ms(r.ddp.iteration_ns - r.solo.iteration_ns)} | {_ms(r.solo.matmul_ns)} → {_ms(r.ddp.matmul_ns)} | "
-                     f"{_ms(r.ddp.reducer_ns)} | {_ms(r.ddp.gloo_span_ns[0])} / {_ms(r.ddp.gloo_span_ns[1])} | {_ms(r.skew_ns)} | "
+                     f"{_ms(r.ddp.reducer_ns)} | {_ms(r.ddp.gloo_span_ns[0])} / {_ms(r.ddp.gloo_span_ns[1])} | {_ms(r.joined_ns)} | "
+                     f"{_ms(r.skew_ns)} | "
                      f"{_ms(r.solo.spread_ns)} |")
     return lines
 
@@ -541,9 +555,10 @@ def example_section(example: str, rounds: list[Round], volume_bytes: int, spread
             "does not hide). Matmul ops: rank 0's time in matrix multiplies and convolutions, a measure of how fast",
             "compute ran. DDP reducer ops: rank 0's reducer CPU ops on the main thread (gradients scaled into buckets,",
             "results copied back), what the copies model. One gloo all-reduce: the span of one bucket's all-reduce on",
-            "gloo's thread (rank 0), from its start to its end. Rank skew: how far apart the two ranks end backward's",
-            "compute (median over steps), what the first waits for the other at the last bucket. Spread: the standard",
-            "deviation of the 1-process trace's recorded iterations.", "",
+            "gloo's thread (rank 0), from its start to its end; once both ranks are in it: from the later rank's start",
+            "to rank 0's end (median), the collective's own time without the wait for the other. Rank skew: how far",
+            "apart the two ranks end backward's compute (median over steps), what the first waits for the other at the",
+            "last bucket. Spread: the standard deviation of the 1-process trace's recorded iterations.", "",
             *added_table(rounds), "",
             f"The what-if's note (round {spread.round_index + 1}, from the 1-process trace):", "", "```",
             *rounds[spread.round_index].from_solo.notes, "```", ""]

@@ -117,33 +117,63 @@ def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, 
 _FOLLOWS_GPU = (int(DepKind.STREAM_ORDER), int(DepKind.SYNC))
 
 
-def splice(graph: Graph, anchor: int, duration_ns: int, name: str, after: bool) -> int:
-    """A task of `duration_ns` on `anchor`'s resource, right after it (`after`) or right before it, in its program
-    order: what followed the anchor on its thread or stream (host order and cross-thread signals on a thread; stream
-    order and the syncs that wait for it on a stream) follows the new task instead, or what the anchor waited for in
-    program order, the new task waits for. It is a host op on a thread, a kernel on a stream, of the anchor's
-    iteration, layer and phase; returns its id."""
+def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str, after: bool) -> np.ndarray:
+    """New tasks of `durations_ns`, each on its anchor's resource right after it (`after`) or right before it, in its
+    program order: what followed the anchor on its thread or stream (host order and cross-thread signals on a
+    thread; stream order and the syncs that wait for it on a stream) follows the new task instead, or what the anchor
+    waited for in program order, the new task waits for. Each is a host op on a thread, a kernel on a stream, of its
+    anchor's iteration, layer and phase; returns their ids, in the order of `anchors`.
+
+    One pass over the edges for all anchors. Anchors given more than once get their tasks one after another as if
+    spliced one at a time in the order given: after an anchor the last given is nearest to it, before it the first.
+    """
+    anchors = np.asarray(anchors, dtype=np.int64).reshape(-1)
+    durations = np.broadcast_to(np.asarray(durations_ns, dtype=np.int64), anchors.shape)
+    if anchors.size == 0:
+        return np.zeros(0, dtype=np.int64)
     tasks = graph.tasks
-    on_host = graph.resources[int(tasks["resource"][anchor])].kind == ResourceKind.HOST_THREAD
-    kind, order = (TaskKind.HOST_OP, DepKind.HOST_ORDER) if on_host else (TaskKind.KERNEL, DepKind.STREAM_ORDER)
+    resource = tasks["resource"][anchors]
+    host_resources = np.array([r.kind == ResourceKind.HOST_THREAD for r in graph.resources], dtype=bool)
+    on_host = host_resources[resource]
     if name not in graph.strings:
         graph.strings.append(name)
-    at = int(tasks["measured_end_ns"][anchor] if after else tasks["measured_start_ns"][anchor])
-    [new] = graph.add_tasks(kind=int(kind), resource=int(tasks["resource"][anchor]), duration_ns=int(duration_ns),
-                            name=graph.strings.index(name), iteration=int(tasks["iteration"][anchor]),
-                            layer=int(tasks["layer"][anchor]), phase=int(tasks["phase"][anchor]),
-                            measured_start_ns=at, measured_end_ns=at)
+    at = tasks["measured_end_ns"][anchors] if after else tasks["measured_start_ns"][anchors]
+    new = graph.add_tasks(kind=np.where(on_host, int(TaskKind.HOST_OP), int(TaskKind.KERNEL)), resource=resource,
+                          duration_ns=durations, name=graph.strings.index(name), iteration=tasks["iteration"][anchors],
+                          layer=tasks["layer"][anchors], phase=tasks["phase"][anchors],
+                          measured_start_ns=at, measured_end_ns=at)
+    # Each anchor's chain, as one-at-a-time splicing leaves it: after it, the last given first; before it, in order.
+    order = np.lexsort((np.arange(anchors.size) * (-1 if after else 1), anchors))
+    chained, links = anchors[order], new[order]
+    first = np.r_[True, chained[1:] != chained[:-1]]
+    last = np.r_[chained[1:] != chained[:-1], True]
+    unique = chained[first]
     edges = graph.edges
     if after:
-        follows = host_edge_mask(graph) if on_host else np.isin(edges["kind"], _FOLLOWS_GPU)
-        moved = (edges["src"] == anchor) & follows
-        edges["src"][moved] = new
-        graph.add_edges([anchor], [new], order)
+        end = links[last]  # the task the anchor's followers now follow
+        source_host = host_resources[tasks["resource"][edges["src"]]]
+        follows = np.where(source_host, host_edge_mask(graph), np.isin(edges["kind"], _FOLLOWS_GPU))
+        position = np.minimum(np.searchsorted(unique, edges["src"]), unique.size - 1)
+        moved = follows & (unique[position] == edges["src"])
+        edges["src"][moved] = end[position[moved]]
+        sources = np.where(first, chained, np.r_[-1, links[:-1]])
+        _add_program_order(graph, sources, links, on_host[order])
     else:
-        moved = (edges["dst"] == anchor) & (edges["kind"] == int(order))
-        edges["dst"][moved] = new
-        graph.add_edges([new], [anchor], order)
-    return int(new)
+        start = links[first]  # the task that now waits for what the anchor waited for
+        wanted = np.where(host_resources[tasks["resource"][edges["dst"]]], int(DepKind.HOST_ORDER), int(DepKind.STREAM_ORDER))
+        position = np.minimum(np.searchsorted(unique, edges["dst"]), unique.size - 1)
+        moved = (edges["kind"] == wanted) & (unique[position] == edges["dst"])
+        edges["dst"][moved] = start[position[moved]]
+        targets = np.where(last, chained, np.r_[links[1:], -1])
+        _add_program_order(graph, links, targets, on_host[order])
+    return new
+
+
+def _add_program_order(graph: Graph, src: np.ndarray, dst: np.ndarray, on_host: np.ndarray) -> None:
+    for host, kind in ((True, DepKind.HOST_ORDER), (False, DepKind.STREAM_ORDER)):
+        chosen = on_host == host
+        if chosen.any():
+            graph.add_edges(src[chosen], dst[chosen], kind)
 
 
 #: Dependencies that pass through a removed task to its successors. A launch, a sync wait or a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daydream.graph import DepKind, TaskKind
+from daydream.graph import DepKind, Graph, TaskKind
 from daydream.simulate import PRIORITY, simulate, simulate_event_driven
 from daydream.transforms import insert, remove, reschedule, scale, select
 from tests.transforms.graphs import graph, kernel, launch_chain, op
@@ -73,3 +73,33 @@ def test_reschedule_priorities_order_a_shared_stream() -> None:
     assert timeline.start_ns.tolist()[1:] == [10, 0]
     with pytest.raises(ValueError, match="does not exist"):
         reschedule(g, np.array([1]), resource=7)
+
+
+def _edges(g: Graph) -> set[tuple[int, int, int]]:
+    return {(int(s), int(d), int(k)) for s, d, k in zip(g.edges["src"], g.edges["dst"], g.edges["kind"])}
+
+
+def test_splice_puts_each_new_task_right_after_or_before_its_anchor_in_program_order() -> None:
+    from daydream.transforms.primitives import splice
+
+    # Host a -> b -> c (10 ns each, gap 5 before b); a launches kernel k (20 ns) on the stream, then k2 after it.
+    g = graph([op("a", 10), op("b", 10, gap=5), op("c", 10), kernel("k", 20), kernel("k2", 20)],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False),
+               (0, 3, DepKind.LAUNCH, 0, True), (3, 4, DepKind.STREAM_ORDER, 0, False), (0, 4, DepKind.LAUNCH, 0, True)])
+    # Two tasks after a (given 7 then 3 ns), one after k (4 ns), one before c (6 ns), in two calls.
+    after = splice(g, [0, 3, 0], [7, 4, 3], "copy in", after=True)
+    [before] = splice(g, [2], 6, "copy back", after=False)
+    assert after.tolist() == [5, 6, 7] and before == 8
+    assert g.tasks["kind"].tolist()[5:] == [TaskKind.HOST_OP, TaskKind.KERNEL, TaskKind.HOST_OP, TaskKind.HOST_OP]
+    assert g.tasks["resource"].tolist()[5:] == [0, 1, 0, 0]
+    # As if spliced one at a time: a -> 3 ns -> 7 ns -> b (the last given after an anchor is nearest to it);
+    # k -> 4 ns -> k2; b -> 6 ns -> c. Launches stay where they were.
+    assert _edges(g) == {(0, 7, DepKind.HOST_ORDER), (7, 5, DepKind.HOST_ORDER), (5, 1, DepKind.HOST_ORDER),
+                         (1, 8, DepKind.HOST_ORDER), (8, 2, DepKind.HOST_ORDER),
+                         (0, 3, DepKind.LAUNCH), (0, 4, DepKind.LAUNCH),
+                         (3, 6, DepKind.STREAM_ORDER), (6, 4, DepKind.STREAM_ORDER)}
+    assert g.validate() == []
+    timed = simulate(g)
+    # a 0-10, 3 ns 10-13, 7 ns 13-20, b after its gap 25-35, 6 ns 35-41, c 41-51; k 0-20, 4 ns 20-24, k2 24-44.
+    assert timed.start_ns.tolist() == [0, 25, 41, 0, 24, 13, 20, 10, 35]
+    assert timed.end_ns.tolist()[5:] == [20, 24, 13, 41]

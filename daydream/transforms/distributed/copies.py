@@ -89,11 +89,13 @@ def copy_speed(graph: Graph, measured: CopySpeed | None, device: Device | None) 
 def scale_into_buckets(graph: Graph, events: list[tuple[int, int]], speed: CopySpeed) -> list[tuple[int, int]]:
     """After each gradient's ready task, its copy into the bucket on the same thread or stream; the events, now ready
     after their copies."""
-    return [(splice(graph, task, speed.time_ns(nbytes), "ddp: gradient into bucket (mul_out)", after=True), nbytes)
-            for task, nbytes in events]
+    copies = splice(graph, [task for task, _ in events], [speed.time_ns(nbytes) for _, nbytes in events],
+                    "ddp: gradient into bucket (mul_out)", after=True)
+    return [(int(copy), nbytes) for copy, (_, nbytes) in zip(copies, events)]
 
 
 def copy_back(graph: Graph, target: int, volume_bytes: int, gradients: int, speed: CopySpeed) -> int:
     """Before `target` (the optimizer's first work), the buckets' copy back into `gradients` gradients; returns it."""
-    return splice(graph, target, speed.time_ns(volume_bytes, gradients), "ddp: buckets into gradients "
-                  "(copy_bucket_to_grad)", after=False)
+    [copy] = splice(graph, [target], speed.time_ns(volume_bytes, gradients), "ddp: buckets into gradients "
+                    "(copy_bucket_to_grad)", after=False)
+    return int(copy)
