@@ -359,30 +359,29 @@ def gradient_bytes(trace: Path) -> int:
 
 NOTES = """## What the what-if misses here, and why
 
-The what-if predicts too short a step here: of what DDP adds to an iteration ("measured DDP − 1 process"), it
-models the all-reduces and their contention with compute, and hides part of them behind backward. The rest:
+Of what DDP adds to an iteration ("measured DDP − 1 process"), the what-if models the collectives and their
+contention with compute, and hides part of them behind backward:
 
 - **What the model covers.** The all-reduces (the fitted link), their contention with compute (`contention`,
   simulate/contention.py: gloo on loopback is CPU work on gloo's threads, which compete with the two ranks'
   compute threads for the two cores; from the CPUs and threads the trace records, 2 ranks × (1 compute + 1 gloo
   thread) on 2 CPUs, the factor is 2: where an all-reduce overlaps backward both take up to twice as long), the
   gradients' copies into the buckets and back (`copies`: at the speed of the trace's own elementwise ops; the
-  "DDP reducer ops" column is what they stand for), and, for the CNN, the buffers' broadcast before each forward
-  (`broadcast_buffers`). The note above shows the contention and copies lines.
-- **Ranks wait for each other, and here by more than any one rank's trace shows.** A collective ends when the
-  slower rank has joined it. The two ranks start each step together (the last all-reduce released both), yet
-  end backward's compute a few milliseconds apart (the "rank skew" column): two busy ranks on two cores, each
-  with its gloo and profiler threads beside it, are descheduled at different moments, and every step pays the
-  slower rank's delays. Once both have arrived the last bucket's all-reduce takes about what the benchmark
-  says; the rest of its span on the first rank's gloo thread is the wait for the other (the "one gloo
-  all-reduce" column, for the CNN's single 0.13 MiB bucket several times the benchmark's time). A one-rank trace
-  holds no evidence of it: the expected wait for the slower of two ranks whose steps vary as the 1-process
-  trace's iterations do is about 0.56 of their spread (the last column), a fraction of the measured skew, so the
-  what-if does not model it.
-- **The fitted link depends on the load.** Small messages are the most affected: a 4 KiB all-reduce takes
-  0.2-0.5 ms on a quiet machine and up to ~2 ms on a busy one, so the fitted per-step latency moves several fold
-  between benchmark runs; the bandwidth term moves less. The per-example "link fit's spread" line shows what
-  that does to a prediction: less than the gap to the measured step.
+  "DDP reducer ops" column is what they stand for), and, for the CNN, the buffers' broadcasts before each forward
+  (`broadcast_buffers`: one per dtype, as DDP coalesces them: BatchNorm's float32 statistics and its int64
+  counter, 2 per step, as the DDP traces show). The note above shows the contention and copies lines.
+- **gloo's collectives here end late at times, and not on both ranks at once.** Once both ranks are in it, an
+  all-reduce of a small message usually ends within half a millisecond, but one in several takes 3-6 ms (the
+  benchmark's median against its mean, and the "once both ranks are in it" column): the link fitted to the means
+  carries the expected cost of that tail (fitted to the medians, the prediction is far shorter: see each
+  example's "link fit's spread" line). What the fit does not carry is the release skew: a collective does not
+  release both ranks at the same moment, so one reaches the next collective late and the other waits for it (the
+  span of one all-reduce against its time once both ranks are in it; the "rank skew" column). The benchmark,
+  which synchronises the ranks with a barrier before each timed all-reduce, leaves that wait out, and a one-rank
+  trace holds no evidence of it. It weighs most where steps are short (the MLP's).
+- **The fitted link depends on the load.** Small messages are the most affected, so the fitted per-step latency
+  moves between benchmark runs; the bandwidth term moves less. The per-example "link fit's spread" line shows what
+  that does to a prediction.
 - **Noise.** Runs of the same configuration differ by tens of percent here, the 1-process baseline included (a
   slow baseline can even predict a DDP step longer than the measured one). The 2-process baseline (each copy
   sharing the CPU with another) does not predict consistently better: with one thread per process on two cores
