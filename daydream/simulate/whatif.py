@@ -117,7 +117,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, host=host_of(trace),
-                      buffers=buffer_bytes_of(trace),
+                      buffers=buffer_bytes_of(trace), gradient_tensors=gradient_tensors_of(trace),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
                               "gpu_contention": lambda: gpu_slowdown(trace),
                               "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
@@ -178,6 +178,12 @@ def gradient_bytes_of(trace: Trace) -> dict[str, int]:
     """Per layer (module path), the bytes of its own trainable parameters, from a daydream recording."""
     return {path: info["gradient_bytes"] for path, info in _recorded_layers(trace).items()
             if isinstance(info.get("gradient_bytes"), int) and info["gradient_bytes"] > 0}
+
+
+def gradient_tensors_of(trace: Trace) -> int:
+    """How many trainable parameter tensors a daydream recording's layers own (0: not recorded)."""
+    return sum(info["gradient_tensors"] for info in _recorded_layers(trace).values()
+               if isinstance(info.get("gradient_tensors"), int) and info["gradient_tensors"] > 0)
 
 
 def buffer_bytes_of(trace: Trace) -> dict[str, int]:

@@ -53,6 +53,8 @@ class Context:
     device_name: str | None = None
     #: Gradient bytes of each layer's own parameters (module path -> bytes), where the trace records them.
     gradient_bytes: dict[str, int] = field(default_factory=dict)
+    #: How many trainable parameter tensors those are, where the recording counts them (0: unknown).
+    gradient_tensors: int = 0
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
     #: Bytes of the model's buffers (BatchNorm statistics) by dtype, in the model's order, where a daydream recording
     #: lists them (empty: none or unknown; "": bytes of a recording that did not note their dtypes).

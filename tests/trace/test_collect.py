@@ -8,13 +8,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from daydream.cli import main
 from daydream.mapping import PHASES, attribute, find_iterations, phase_layer_times
-from daydream.simulate import replay_trace
+from daydream.simulate import replay_trace, simulate
 from daydream.trace import EventKind, read_job
 from tests.builders import load_raw
 from tests.conftest import REPO
@@ -194,6 +195,67 @@ def test_layers_list_their_own_gradient_bytes(example_traces: dict[str, Path]) -
     assert listed == expected
 
 
+def test_layers_count_their_own_parameter_tensors(example_traces: dict[str, Path]) -> None:
+    layers = load_raw(example_traces["mlp"])["daydream"]["layers"]
+    # examples/mlp.py: every Linear and LayerNorm has a weight and a bias; the containers own none.
+    expected = {path: 2 for path in ["MLP.embed", "MLP.head", *(f"MLP.blocks.{b}.{kind}" for b in range(3)
+                                                                  for kind in ("linear", "norm"))]}
+    assert {path: info["gradient_tensors"] for path, info in layers.items() if info["gradient_tensors"]} == expected
+
+
+def _trace_ddp_ranks(tmp_path: Path, example: str, *script_args: str) -> Path:
+    """Two real gloo ranks of `example`, each traced (two warm-up steps, two recorded); rank 0's file."""
+    port = _free_port()
+    ranks = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
+        ranks.append(subprocess.Popen([sys.executable, "-m", "daydream", "trace", "--backend", "torch", "--warmup", "2",
+                                       "--iterations", "2", "-o", str(tmp_path / f"{example}.json.gz"),
+                                       str(REPO / "examples" / f"{example}.py"), "--", "--ddp", "--steps", "5",
+                                       "--threads", "1", *script_args],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for process in ranks:
+        _, stderr = process.communicate(timeout=180)
+        assert process.returncode == 0, stderr[-2000:]
+    return tmp_path / f"{example}-rank0.json.gz"
+
+
+def _per_step(path: Path, name: str) -> list[list[dict[str, Any]]]:
+    """Per recorded step (ProfilerStep span) of a raw trace, its complete events called `name`, in time order."""
+    events = [e for e in load_raw(path)["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    return [sorted((e for e in events if e["name"] == name and s["ts"] <= e["ts"] < s["ts"] + s["dur"]),
+                   key=lambda e: e["ts"]) for s in steps]
+
+
+def _predicted_collectives(trace_path: Path, spec: str) -> tuple[Any, list[int]]:
+    from daydream.graph import TaskKind, build_graph
+    from daydream.simulate.whatif import transform
+
+    trace = read_job(trace_path, cache=False).traces[0]
+    graph = build_graph(trace)
+    transform(graph, trace, [spec])
+    return graph, np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+
+
+def test_ddp_with_find_unused_parameters_all_reduces_the_used_map_as_a_real_run(example_traces: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    real = _per_step(_trace_ddp_ranks(tmp_path, "mlp", "--find-unused"), "c10d::allreduce_")
+    # Each step: the buckets, then the used-parameter map: one int32 per parameter tensor (16 in examples/mlp.py).
+    assert len(real) == 2 and len({len(step) for step in real}) == 1
+    assert all(step[-1]["args"]["Input Dims"][0] == [[16]] for step in real)
+    graph, collectives = _predicted_collectives(example_traces["mlp"], "ddp:world=2,bandwidth=2,find_unused=1")
+    iterations = len(graph.iteration_markers)
+    assert len(collectives) == len(real[0]) * iterations
+    maps = [t for t in collectives if "used-parameter map" in graph.task_name(t)]
+    assert len(maps) == iterations and all(int(graph.tasks["bytes"][t]) == 16 * 4 for t in maps)
+    timed = simulate(graph)  # as in the real run, the map's all-reduce runs after its iteration's buckets
+    for used in maps:
+        buckets = [t for t in collectives if t not in maps and graph.tasks["iteration"][t] == graph.tasks["iteration"][used]]
+        assert buckets and int(timed.start_ns[used]) >= max(int(timed.end_ns[t]) for t in buckets)
+
+
 def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, Path]) -> None:
     layers = load_raw(example_traces["cnn"])["daydream"]["layers"]
     # examples/cnn.py: three ConvBlocks of BatchNorm2d(16, 32, 64), each with running_mean and running_var (C float32
@@ -206,37 +268,13 @@ def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, P
 
 
 def test_ddp_broadcasts_the_buffers_as_often_as_a_real_ddp_run(example_traces: dict[str, Path], tmp_path: Path) -> None:
-    from daydream.graph import TaskKind, build_graph
-    from daydream.simulate.whatif import transform
-
-    # Two real gloo ranks of the CNN, each traced: DDP's own broadcast calls per recorded step, counted in rank 0's file.
-    # Two warm-up steps: the second forward also broadcasts the buckets DDP rebuilt in the first backward (twice).
-    port = _free_port()
-    ranks = []
-    for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
-        ranks.append(subprocess.Popen([sys.executable, "-m", "daydream", "trace", "--backend", "torch", "--warmup", "2",
-                                       "--iterations", "2", "-o", str(tmp_path / "cnn.json.gz"),
-                                       str(REPO / "examples" / "cnn.py"), "--", "--ddp", "--steps", "5", "--threads", "1"],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for process in ranks:
-        _, stderr = process.communicate(timeout=180)
-        assert process.returncode == 0, stderr[-2000:]
-    events = [e for e in load_raw(tmp_path / "cnn-rank0.json.gz")["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
-    broadcasts = [e for e in events if e["name"] == "c10d::broadcast_"]
-    per_step = [sum(1 for b in broadcasts if s["ts"] <= b["ts"] < s["ts"] + s["dur"]) for s in steps]
+    # DDP's own broadcast calls per recorded step of a real 2-rank CNN run (two warm-up steps: the second forward also
+    # broadcasts the buckets DDP rebuilt in the first backward, twice).
+    per_step = [len(step) for step in _per_step(_trace_ddp_ranks(tmp_path, "cnn"), "c10d::broadcast_")]
     assert per_step == [2, 2]  # float32 statistics and the int64 counter: one coalesced broadcast per dtype
-    real_per_step = per_step[0]
-
-    # The what-if on the one-process trace of the same model.
-    trace = read_job(example_traces["cnn"], cache=False).traces[0]
-    graph = build_graph(trace)
-    transform(graph, trace, ["ddp:world=2,bandwidth=2"])
-    inserted = [t for t in np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
-                if "broadcast" in graph.task_name(t)]
-    assert len(inserted) == real_per_step * len(graph.iteration_markers)
+    graph, collectives = _predicted_collectives(example_traces["cnn"], "ddp:world=2,bandwidth=2")
+    inserted = [t for t in collectives if "broadcast" in graph.task_name(t)]
+    assert len(inserted) == per_step[0] * len(graph.iteration_markers)
 
 
 def _free_port() -> int:

@@ -411,6 +411,29 @@ def test_ddp_broadcasts_one_bucket_per_dtype(buffers: dict[str, int], durations:
     assert int(timed.start_ns[3]) == max(int(timed.end_ns[t]) for t in broadcast)  # fwd waits for every one
 
 
+@pytest.mark.parametrize("tensors,map_bytes,counted", [(3, 12, "3 parameter tensors"),
+                                                       (0, 4, "at least 1 parameter tensor(s), one per layer")])
+def test_ddp_find_unused_parameters_all_reduces_the_used_map_before_the_optimizer(tensors: int, map_bytes: int,
+                                                                                 counted: str) -> None:
+    # fwd a, bwd a (1 MiB of gradients in one bucket), sgd. With find_unused=1 DDP also all-reduces one int32 per
+    # parameter tensor once the last bucket is ready: world 2 at 1000 GB/s and 50 µs per step, 2·latency + S/B =
+    # 100,000 ns (+ 0.01 ns for 12 bytes), after the bucket's 100,000 + 1,048,576 / 1000 = 101,049 ns; sgd waits for it.
+    with_map, without = _forward_backward_optimizer(), _forward_backward_optimizer()
+    context = Context(gradient_bytes={"a": MiB}, gradient_tensors=tensors)
+    notes = apply_spec(with_map, parse_spec("ddp:world=2,bandwidth=1000,latency=50,copies=0,find_unused=1"), context)
+    apply_spec(without, parse_spec("ddp:world=2,bandwidth=1000,latency=50,copies=0"), context)
+    collectives = np.flatnonzero(with_map.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+    assert [int(with_map.tasks["duration_ns"][t]) for t in collectives] == [101_049, 100_000]
+    assert int(with_map.tasks["bytes"][collectives[1]]) == map_bytes
+    assert any(f"used-parameter map ({map_bytes} B: {counted}" in note for note in notes)
+    sgd, bwd = 5, 4
+    timed, before = simulate(with_map), simulate(without)
+    assert int(timed.start_ns[collectives[1]]) == int(timed.end_ns[collectives[0]])
+    assert int(timed.start_ns[sgd]) == int(timed.end_ns[collectives[1]])
+    assert int(timed.start_ns[sgd]) - int(before.start_ns[sgd]) == 100_000
+    assert int(timed.end_ns[bwd]) == int(before.end_ns[bwd])
+
+
 def test_ddp_scales_each_gradient_into_its_bucket_and_copies_the_buckets_back_before_the_optimizer() -> None:
     from daydream.transforms.distributed.copies import CopySpeed
     from tests.transforms.graphs import op

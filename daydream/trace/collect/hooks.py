@@ -33,12 +33,14 @@ class LayerInfo:
     type: str
     leaf: bool
     gradient_bytes: int = 0  # the module's own trainable parameters (not its children's), bytes
+    gradient_tensors: int = 0  # how many tensors they are (DDP's used-parameter map has one entry per tensor)
     buffer_bytes: int = 0  # the module's own buffers (BatchNorm's running statistics): what DDP broadcasts each step
     #: The same bytes by dtype ("float32", "int64", ...): DDP coalesces its broadcasts per dtype.
     buffer_dtypes: dict[str, int] = field(default_factory=dict)
 
     def as_metadata(self) -> dict[str, Any]:
         return {"type": self.type, "leaf": self.leaf, "gradient_bytes": self.gradient_bytes,
+                "gradient_tensors": self.gradient_tensors,
                 "buffer_bytes": self.buffer_bytes, "buffer_dtypes": self.buffer_dtypes}
 
 
@@ -123,6 +125,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
             buffers = _own_buffer_bytes(child)
             hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
                                            gradient_bytes=_own_gradient_bytes(child),
+                                           gradient_tensors=sum(1 for p in child.parameters(recurse=False) if p.requires_grad),
                                            buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
         return hooks._names[module]
 

@@ -44,10 +44,21 @@ def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     world = int(params["world"])
     net = fabric(params, context, world)
     channel = comm_resource(graph, "ddp communication")
-    notes = data_parallel(graph, params, context, "ddp", "allreduce", (net, channel), copies=bool(int(params["copies"])))
+    used_map = used_parameter_map(context) if int(params["find_unused"]) and world > 1 else None
+    notes = data_parallel(graph, params, context, "ddp", "allreduce", (net, channel), copies=bool(int(params["copies"])),
+                          used_map=used_map)
     if int(params["broadcast_buffers"]) and context.buffer_bytes > 0 and world > 1:
         notes.append(broadcast_buffers(graph, context, net, channel))
     return notes
+
+
+def used_parameter_map(context: Context) -> tuple[int, str]:
+    """find_unused_parameters' used-parameter map: one int32 per parameter tensor, all-reduced every iteration; its
+    bytes and how the tensors were counted."""
+    if context.gradient_tensors > 0:
+        return 4 * context.gradient_tensors, f"{context.gradient_tensors} parameter tensors"
+    layers = len(context.gradient_bytes)  # an older recording: at least one tensor per layer with gradients
+    return 4 * max(layers, 1), f"at least {layers} parameter tensor(s), one per layer with gradients (the recording does not count them)"
 
 
 def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int) -> str:
@@ -76,10 +87,12 @@ def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int
 
 
 def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
-                  link: tuple[Fabric, int] | None = None, copies: bool = False) -> list[str]:
+                  link: tuple[Fabric, int] | None = None, copies: bool = False,
+                  used_map: tuple[int, str] | None = None) -> list[str]:
     """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last.
     `link`: the fabric and the channel to use (default: `fabric(params)` and a channel of its own); `copies`: DDP's
-    bucket copies on the rank's compute (transforms/distributed/copies.py)."""
+    bucket copies on the rank's compute (transforms/distributed/copies.py); `used_map`: (bytes, how counted) of
+    find_unused_parameters' used-parameter map, all-reduced once the last bucket is ready, before the optimizer."""
     no_existing_collectives(graph, name)
     world = int(params["world"])
     net, resource = link if link is not None else (fabric(params, context, world), comm_resource(graph, f"{name} communication"))
@@ -103,9 +116,12 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         for index, (task, nbytes) in enumerate(buckets(events, cap)):
             plan.append((task, nbytes, f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
                          net.time_ns(operation, nbytes)))
-        ids = insert_collectives(graph, resource, iteration, plan)
-        inserted += ids.size
         volume = sum(p[1] for p in plan)
+        inserted += len(plan)
+        if used_map is not None:  # launched once the last bucket is ready; finalize_backward waits for it
+            plan.append((plan[-1][0], used_map[0], f"{name} all-reduce of the used-parameter map ({used_map[0]} B)",
+                         net.time_ns("allreduce", used_map[0])))
+        ids = insert_collectives(graph, resource, iteration, plan)
         target, problem = optimizer_step(graph, iteration, plan[-1][0])
         if target is not None:
             if speed is not None and problem is None:
@@ -130,6 +146,11 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         notes.append(f"{name}: no contention modelled ({source})")
     if copies and world > 1:
         notes.append(_copies_note(name, speed, copied_in, copied_out, synchronized))
+    if used_map is not None:
+        notes.append(f"{name}: find_unused_parameters: one more all-reduce per iteration, of the used-parameter map "
+                     f"({used_map[0]} B: {used_map[1]}), once the last bucket is ready; the optimizer waits for it. "
+                     "The search of the autograd graph after each forward is not modelled (a trace without it has no "
+                     "cost for it)")
     if accumulate > 1:
         notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
                      "(the others run under no_sync); every iteration keeps its optimizer work as recorded")
@@ -161,6 +182,8 @@ register(Optimization(
      "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6),
      "broadcast_buffers": Parameter(int, 1, "1: rank 0 broadcasts the buffers (BatchNorm statistics) before each forward, "
                                             "as DDP does by default; 0: not", 0, 1),
+     "find_unused": Parameter(int, 0, "1: as DDP's find_unused_parameters=True: the used-parameter map is all-reduced "
+                                      "after the last bucket every iteration; 0: not", 0, 1),
      "copies": Parameter(int, 1, "1: each gradient is scaled into its bucket as it becomes ready and the buckets are copied "
                                  "back before the optimizer, on the rank's compute, as DDP does; 0: not", 0, 1)},
     memory=ddp_memory,
