@@ -40,6 +40,7 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
     parser.add_argument("--find-unused", action="store_true", help="with --ddp: DistributedDataParallel's find_unused_parameters")
+    parser.add_argument("--bucket-view", action="store_true", help="with --ddp: DistributedDataParallel's gradient_as_bucket_view")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
     return parser
 
@@ -78,7 +79,9 @@ def join_process_group(device: str) -> int:
 
 
 def wrap(model: nn.Module, args: argparse.Namespace) -> nn.Module:
-    return DistributedDataParallel(model, find_unused_parameters=args.find_unused) if args.ddp else model
+    if not args.ddp:
+        return model
+    return DistributedDataParallel(model, find_unused_parameters=args.find_unused, gradient_as_bucket_view=args.bucket_view)
 
 
 def optimizer(kind: type[torch.optim.Optimizer], model: nn.Module, args: argparse.Namespace, **settings: Any) -> torch.optim.Optimizer:

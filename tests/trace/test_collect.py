@@ -256,6 +256,22 @@ def test_ddp_with_find_unused_parameters_all_reduces_the_used_map_as_a_real_run(
         assert buckets and int(timed.start_ns[used]) >= max(int(timed.end_ns[t]) for t in buckets)
 
 
+@pytest.mark.parametrize("script_args,copied_back", [((), 16), (("--bucket-view",), 0)])
+def test_ddp_copies_the_buckets_back_unless_the_gradients_are_bucket_views(example_traces: dict[str, Path], tmp_path: Path,
+                                                                           script_args: tuple[str, ...], copied_back: int) -> None:
+    # A real 2-rank MLP run: the reducer scales each of the 16 parameter tensors into its bucket (mul_out) every step,
+    # and copies the buckets back into them (copy_bucket_to_grad) unless DDP's gradient_as_bucket_view is on.
+    rank0 = _trace_ddp_ranks(tmp_path, "mlp", *script_args)
+    assert [len(step) for step in _per_step(rank0, "torch::distributed::reducer::mul_out")] == [16, 16]
+    back = _per_step(rank0, "torch.distributed.ddp.reducer::copy_bucket_to_grad")
+    assert [len(step) for step in back] == [copied_back, copied_back]
+    graph, _ = _predicted_collectives(example_traces["mlp"], f"ddp:world=2,bandwidth=2,bucket_view={int(not copied_back)}")
+    names = [graph.task_name(t) for t in range(graph.task_count)]
+    iterations = len(graph.iteration_markers)
+    assert sum(1 for n in names if "copy_bucket_to_grad" in n) == (iterations if copied_back else 0)
+    assert sum(1 for n in names if "mul_out" in n) > 0
+
+
 def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, Path]) -> None:
     layers = load_raw(example_traces["cnn"])["daydream"]["layers"]
     # examples/cnn.py: three ConvBlocks of BatchNorm2d(16, 32, 64), each with running_mean and running_var (C float32

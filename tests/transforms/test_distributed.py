@@ -466,6 +466,14 @@ def test_ddp_scales_each_gradient_into_its_bucket_and_copies_the_buckets_back_be
     reduces = np.flatnonzero(host.tasks["kind"] == TaskKind.COLLECTIVE)
     assert timeline.end_ns[reduces].tolist() == [4059, 10166]
     assert (int(timeline.start_ns[3]), int(timeline.end_ns[3])) == (14186, 14686)
+    # bucket_view=1 (gradient_as_bucket_view): the same copies in, none back: sgd right after a's all-reduce, 10172.
+    views = _step()
+    notes = apply_spec(views, parse_spec("ddp:world=2,bandwidth=1000,latency=0,bucket_view=1"), context)
+    timeline = simulate(views)
+    assert [int(timeline.end_ns[t]) for t in range(views.task_count) if views.task_name(t).startswith("ddp: ")] == [3015, 7026]
+    sgd = int(np.flatnonzero(views.tasks["name"] == views.strings.index("sgd"))[0])
+    assert int(timeline.start_ns[sgd]) == 10172
+    assert any("+4 µs of backward per iteration) and not copied back (bucket_view=1" in n for n in notes)
     # copies=0, or no speed to time them by (a CPU trace without shapes): the plain model, said in the note.
     plain = _step()
     apply_spec(plain, parse_spec("ddp:world=2,bandwidth=1000,latency=0,copies=0"), context)

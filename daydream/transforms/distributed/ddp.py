@@ -45,8 +45,8 @@ def _ddp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     net = fabric(params, context, world)
     channel = comm_resource(graph, "ddp communication")
     used_map = used_parameter_map(context) if int(params["find_unused"]) and world > 1 else None
-    notes = data_parallel(graph, params, context, "ddp", "allreduce", (net, channel), copies=bool(int(params["copies"])),
-                          used_map=used_map)
+    copies = ("in" if int(params["bucket_view"]) else "in and back") if int(params["copies"]) else ""
+    notes = data_parallel(graph, params, context, "ddp", "allreduce", (net, channel), copies=copies, used_map=used_map)
     if int(params["broadcast_buffers"]) and context.buffer_bytes > 0 and world > 1:
         notes.append(broadcast_buffers(graph, context, net, channel))
     return notes
@@ -87,11 +87,12 @@ def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int
 
 
 def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
-                  link: tuple[Fabric, int] | None = None, copies: bool = False,
+                  link: tuple[Fabric, int] | None = None, copies: str = "",
                   used_map: tuple[int, str] | None = None) -> list[str]:
     """Buckets of gradients, one `operation` per bucket on a communication stream, the optimizer after the last.
     `link`: the fabric and the channel to use (default: `fabric(params)` and a channel of its own); `copies`: DDP's
-    bucket copies on the rank's compute (transforms/distributed/copies.py); `used_map`: (bytes, how counted) of
+    bucket copies on the rank's compute (transforms/distributed/copies.py): "in and back", "in" (gradients as bucket
+    views: nothing to copy back) or "" (none); `used_map`: (bytes, how counted) of
     find_unused_parameters' used-parameter map, all-reduced once the last bucket is ready, before the optimizer."""
     no_existing_collectives(graph, name)
     world = int(params["world"])
@@ -124,7 +125,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         ids = insert_collectives(graph, resource, iteration, plan)
         target, problem = optimizer_step(graph, iteration, plan[-1][0])
         if target is not None:
-            if speed is not None and problem is None:
+            if speed is not None and problem is None and copies == "in and back":
                 target = copy_back(graph, target, volume, len(events), speed)
                 copied_out += int(graph.tasks["duration_ns"][target])
             graph.add_edges([int(ids[-1])], [target], DepKind.COMMUNICATION)
@@ -145,7 +146,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     elif world > 1:
         notes.append(f"{name}: no contention modelled ({source})")
     if copies and world > 1:
-        notes.append(_copies_note(name, speed, copied_in, copied_out, synchronized))
+        notes.append(_copies_note(name, speed, copied_in, copied_out if copies == "in and back" else None, synchronized))
     if used_map is not None:
         notes.append(f"{name}: find_unused_parameters: one more all-reduce per iteration, of the used-parameter map "
                      f"({used_map[0]} B: {used_map[1]}), once the last bucket is ready; the optimizer waits for it. "
@@ -157,14 +158,16 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     return notes
 
 
-def _copies_note(name: str, speed: CopySpeed | None, copied_in_ns: int, copied_out_ns: int, iterations: int) -> str:
+def _copies_note(name: str, speed: CopySpeed | None, copied_in_ns: int, copied_out_ns: int | None, iterations: int) -> str:
     if speed is None:
         return (f"{name}: bucket copies not modelled: the trace has no elementwise ops with recorded shapes to time them "
                 "by (record it with daydream trace)")
     each = max(iterations, 1)
     return (f"{name}: bucket copies: gradients scaled into their buckets as they become ready "
-            f"(+{copied_in_ns / each / 1e3:.0f} µs of backward per iteration) and copied back before the optimizer "
-            f"(+{copied_out_ns / each / 1e3:.0f} µs), at {speed.bytes_per_ns:.1f} GB/s + {speed.overhead_ns / 1e3:.1f} µs "
+            f"(+{copied_in_ns / each / 1e3:.0f} µs of backward per iteration) and "
+            + ("not copied back (bucket_view=1: the gradients are views of the buckets)" if copied_out_ns is None else
+               f"copied back before the optimizer (+{copied_out_ns / each / 1e3:.0f} µs)")
+            + f", at {speed.bytes_per_ns:.1f} GB/s + {speed.overhead_ns / 1e3:.1f} µs "
             f"per op from {speed.source} (copies=0 leaves them out)")
 
 
@@ -184,6 +187,8 @@ register(Optimization(
                                             "as DDP does by default; 0: not", 0, 1),
      "find_unused": Parameter(int, 0, "1: as DDP's find_unused_parameters=True: the used-parameter map is all-reduced "
                                       "after the last bucket every iteration; 0: not", 0, 1),
+     "bucket_view": Parameter(int, 0, "1: as DDP's gradient_as_bucket_view=True: the gradients are views of the buckets, "
+                                      "so nothing is copied back before the optimizer; 0: copied back", 0, 1),
      "copies": Parameter(int, 1, "1: each gradient is scaled into its bucket as it becomes ready and the buckets are copied "
                                  "back before the optimizer, on the rank's compute, as DDP does; 0: not", 0, 1)},
     memory=ddp_memory,
