@@ -83,6 +83,9 @@ def test_what_if_memory_on_the_hand_built_trace(tmp_path: Path) -> None:
     assert peak("batch-size:factor=2") == 16_400 + 1000  # the activation doubles; the temporary is gone by then
     assert peak("zero:stage=2,world=4") == 16_400 - 300  # gradients ÷4
     assert peak("ddp:world=4") == 16_400 + 400  # the buckets: one more copy of the 400-byte gradients
+    # Gradients as bucket views: the buckets are the gradients, 400 bytes held all run instead of from backward to the
+    # optimizer; the peak moves to forward's temporary: 10,000 + 5,000 + 1,000 + 100 + 400.
+    assert peak("ddp:world=4,bucket_view=1") == 16_500
     assert peak(r"checkpoint:layers=net\.fc") == 16_400  # recomputed before backward: the peak stays in backward
 
 
