@@ -272,6 +272,19 @@ def test_ddp_copies_the_buckets_back_unless_the_gradients_are_bucket_views(examp
     assert sum(1 for n in names if "mul_out" in n) > 0
 
 
+def test_ddp_says_what_the_slowest_rank_could_add_from_the_traces_own_iterations(example_traces: dict[str, Path]) -> None:
+    from daydream.graph import build_graph
+    from daydream.simulate.whatif import transform
+
+    steps = [e["dur"] for e in load_raw(example_traces["cnn"])["traceEvents"]
+             if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+    spread_ms = float(np.std(steps, ddof=1)) / 1e3  # µs in the file
+    trace = read_job(example_traces["cnn"], cache=False).traces[0]
+    notes = transform(build_graph(trace), trace, ["ddp:world=8,bandwidth=2"])
+    [note] = [n for n in notes if "slowest of 8" in n]
+    assert f"the trace's {len(steps)} iterations vary by {spread_ms:.3g} ms" in note
+
+
 def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, Path]) -> None:
     layers = load_raw(example_traces["cnn"])["daydream"]["layers"]
     # examples/cnn.py: three ConvBlocks of BatchNorm2d(16, 32, 64), each with running_mean and running_var (C float32

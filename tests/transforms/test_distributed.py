@@ -502,3 +502,23 @@ def test_the_copy_speed_is_the_traces_own_elementwise_ops(tmp_path) -> None:  # 
     # A trace whose ops are all small says nothing about the speed.
     only_small = read_job(write_trace(tmp_path, small, name="small.json"), cache=False).traces[0]
     assert elementwise_speed(only_small, on_gpu=False) is None
+
+
+def test_the_expected_slowest_of_n_normal_draws_and_the_straggler_note() -> None:
+    import math
+
+    from daydream.transforms.distributed.stragglers import expected_max_of_normals, straggler_note
+
+    # Closed forms: E[max of 2] = 1/sqrt(pi), E[max of 3] = 1.5/sqrt(pi); one rank waits for nobody.
+    assert expected_max_of_normals(1) == 0.0
+    assert expected_max_of_normals(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    assert expected_max_of_normals(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-6)
+    assert expected_max_of_normals(8) > expected_max_of_normals(4) > expected_max_of_normals(3)
+    # Iterations of 10, 12, 10, 12 ms: standard deviation sqrt(4/3) = 1.1547 ms, 10.5% of 11 ms; two ranks: 0.564 of it.
+    note = straggler_note("ddp", [10_000_000, 12_000_000, 10_000_000, 12_000_000], 2)
+    assert note is not None
+    assert "4 iterations vary by 1.15 ms (standard deviation, 10.5% of the mean)" in note
+    assert "slowest of 2: about +0.651 ms (0.56 standard deviations)" in note
+    assert straggler_note("ddp", [10, 12], 2) is None  # too few iterations to tell
+    assert straggler_note("ddp", [10, 10, 10], 8) is None  # no spread
+    assert straggler_note("ddp", [10, 12, 14], 1) is None  # one rank

@@ -28,6 +28,7 @@ from daydream.transforms.distributed.buckets import (
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_back, copy_speed, scale_into_buckets
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, Fabric, fabric, parse_bytes
+from daydream.transforms.distributed.stragglers import straggler_note
 from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
 
 DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
@@ -94,8 +95,11 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     bucket copies on the rank's compute (transforms/distributed/copies.py): "in and back", "in" (gradients as bucket
     views: nothing to copy back) or "" (none); `used_map`: (bytes, how counted) of
     find_unused_parameters' used-parameter map, all-reduced once the last bucket is ready, before the optimizer."""
+    from daydream.simulate.windows import measured_windows  # (the simulate package imports the transforms)
+
     no_existing_collectives(graph, name)
     world = int(params["world"])
+    recorded = [window.duration_ns for window in measured_windows(graph)]
     net, resource = link if link is not None else (fabric(params, context, world), comm_resource(graph, f"{name} communication"))
     cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
     total = gradient_volume(graph, params)
@@ -152,6 +156,9 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
                      f"({used_map[0]} B: {used_map[1]}), once the last bucket is ready; the optimizer waits for it. "
                      "The search of the autograd graph after each forward is not modelled (a trace without it has no "
                      "cost for it)")
+    straggler = straggler_note(name, recorded, world)
+    if straggler:
+        notes.append(straggler)
     if accumulate > 1:
         notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
                      "(the others run under no_sync); every iteration keeps its optimizer work as recorded")
