@@ -112,6 +112,8 @@ class Round:
 
     allreduce_s: dict[int, float]  # message bytes -> mean seconds of one gloo all-reduce (what the link is fitted to)
     allreduce_median_s: dict[int, float]  # message bytes -> median seconds of one gloo all-reduce
+    busy_s: dict[int, float]  # message bytes -> mean seconds of one with the calling thread busy until it ends
+    busy_median_s: dict[int, float]
     solo: RunTimes  # the example alone
     twins: RunTimes  # one of two independent copies running at once (no communication)
     ddp: RunTimes  # rank 0 of the 2-rank DDP run
@@ -143,7 +145,9 @@ def rank_environment(rank: int, port: int, threads: int) -> dict[str, str]:
 
 
 def _allreduce_worker(rank: int, port: int, threads: int, sizes: list[int], results: Any) -> None:
-    """One rank of the micro-benchmark; rank 0 puts {bytes: [seconds per all-reduce]} on `results`."""
+    """One rank of the micro-benchmark; rank 0 puts {bytes: [seconds per all-reduce]} on `results`, twice: with the
+    calling thread waiting (as the link is fitted), then with it busy until the all-reduce ends (as a rank's compute
+    is while backward's all-reduces run)."""
     os.environ.update(rank_environment(rank, port, threads))
     import torch
     import torch.distributed as dist
@@ -151,34 +155,42 @@ def _allreduce_worker(rank: int, port: int, threads: int, sizes: list[int], resu
     torch.set_num_threads(threads)
     dist.init_process_group("gloo")
     buffers = {size: torch.ones(size // 4, dtype=torch.float32) for size in sizes}
-    times: dict[int, list[float]] = {size: [] for size in sizes}
-    for repeat in range(3 + ALLREDUCE_REPEATS):  # sizes interleaved: a busy stretch of the machine hits them all
-        for size, buffer in buffers.items():
-            dist.barrier()  # both ranks start together: the time is the collective's, not the wait for the peer
-            start = time.perf_counter()
-            dist.all_reduce(buffer)
-            if repeat >= 3:
-                times[size].append(time.perf_counter() - start)
+    timings = []
+    for busy in (False, True):
+        times: dict[int, list[float]] = {size: [] for size in sizes}
+        for repeat in range(3 + ALLREDUCE_REPEATS):  # sizes interleaved: a busy stretch of the machine hits them all
+            for size, buffer in buffers.items():
+                dist.barrier()  # both ranks start together: the time is the collective's, not the wait for the peer
+                start = time.perf_counter()
+                work = dist.all_reduce(buffer, async_op=True)
+                if busy:
+                    while not work.is_completed():  # the caller keeps its CPU, as compute does
+                        pass
+                work.wait()
+                if repeat >= 3:
+                    times[size].append(time.perf_counter() - start)
+        timings.append(times)
     dist.destroy_process_group()
     if rank == 0:
-        results.put(times)
+        results.put(timings)
 
 
-def benchmark_allreduce(threads: int, sizes: list[int] = MESSAGE_BYTES) -> tuple[dict[int, float], dict[int, float]]:
-    """Mean and median seconds of one gloo all-reduce of each size (bytes), between WORLD processes."""
+def benchmark_allreduce(threads: int, sizes: list[int] = MESSAGE_BYTES) -> list[dict[int, float]]:
+    """Mean and median seconds of one gloo all-reduce of each size (bytes), between WORLD processes, with the caller
+    waiting, then mean and median with the caller busy."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
     workers = [context.Process(target=_allreduce_worker, args=(rank, port, threads, sizes, results)) for rank in range(WORLD)]
     for worker in workers:
         worker.start()
-    times = results.get(timeout=TRACE_TIMEOUT_S)
+    timings = results.get(timeout=TRACE_TIMEOUT_S)
     for worker in workers:
         worker.join(timeout=60)
         if worker.exitcode != 0:
             raise RuntimeError(f"all-reduce benchmark: rank process exited with {worker.exitcode}")
-    return ({size: statistics.fmean(samples) for size, samples in times.items()},
-            {size: statistics.median(samples) for size, samples in times.items()})
+    return [{size: summary(samples) for size, samples in times.items()} for times in timings
+            for summary in (statistics.fmean, statistics.median)]
 
 
 def fit_link(seconds_by_size: dict[int, float]) -> Link:
@@ -326,7 +338,7 @@ def sensitivity(rounds: list[Round], every_round: list[Round], volume_bytes: int
 
 def run_round(example: str, work: Path, index: int, threads: int) -> Round:
     """The all-reduce benchmark, then the three configurations in an order that rotates with `index`."""
-    mean, median = benchmark_allreduce(threads)
+    mean, median, busy, busy_median = benchmark_allreduce(threads)
     name = f"{example}-{index}"
     configurations = {
         "solo": lambda: trace_processes(example, [work / f"{name}-solo.json.gz"], threads, ddp=False),
@@ -335,16 +347,22 @@ def run_round(example: str, work: Path, index: int, threads: int) -> Round:
     }
     order = list(configurations)[index % 3:] + list(configurations)[:index % 3]
     traces = {key: configurations[key]() for key in order}
-    return Round(allreduce_s=mean, allreduce_median_s=median, solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
+    return Round(allreduce_s=mean, allreduce_median_s=median, busy_s=busy, busy_median_s=busy_median,
+                 solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
                  ddp=run_times(traces["ddp"][0]), ddp_rank1_ns=run_times(traces["ddp"][1]).iteration_ns,
                  skew_ns=rank_skew_ns(*traces["ddp"]), joined_ns=joined_allreduce_ns(*traces["ddp"]),
                  solo_trace=traces["solo"][0], twins_trace=traces["twins"][0])
 
 
-def pooled_allreduce(rounds: list[Round], statistic: str = "mean") -> dict[int, float]:
-    """Per message size, the median over rounds of each round's mean (or, statistic="median", median) time."""
-    return {size: statistics.median((r.allreduce_s if statistic == "mean" else r.allreduce_median_s)[size] for r in rounds)
-            for size in MESSAGE_BYTES}
+def pooled_allreduce(rounds: list[Round], statistic: str = "mean", busy: bool = False) -> dict[int, float]:
+    """Per message size, the median over rounds of each round's mean (or, statistic="median", median) time, with the
+    caller waiting (or, busy=True, busy)."""
+    def pick(r: Round) -> dict[int, float]:
+        if busy:
+            return r.busy_s if statistic == "mean" else r.busy_median_s
+        return r.allreduce_s if statistic == "mean" else r.allreduce_median_s
+
+    return {size: statistics.median(pick(r)[size] for r in rounds) for size in MESSAGE_BYTES}
 
 
 def gradient_bytes(trace: Path) -> int:
@@ -379,6 +397,13 @@ contention with compute, and hides part of them behind backward:
   span of one all-reduce against its time once both ranks are in it; the "rank skew" column). The benchmark,
   which synchronises the ranks with a barrier before each timed all-reduce, leaves that wait out, and a one-rank
   trace holds no evidence of it. It weighs most where steps are short (the MLP's).
+- **With both cores computing, a gloo collective waits for the scheduler.** With the calling thread kept busy
+  until it ends (the link table's last column), an all-reduce takes about 4 ms or more whatever its size, against
+  0.3-2 ms (medians) with the caller waiting: gloo's threads get a core when the kernel next takes one from a busy
+  thread, about a scheduler tick here, a fixed delay rather than the processor sharing `contention` models (the
+  overlapped part up to ×2). It costs the most where all-reduces overlap compute and steps are short: the MLP,
+  whose first bucket is all-reduced during backward. A one-rank trace does not show the host's scheduler; the
+  what-if does not model it.
 - **The fitted link depends on the load.** Small messages are the most affected, so the fitted per-step latency
   moves between benchmark runs; the bandwidth term moves less. The per-example "link fit's spread" line shows what
   that does to a prediction.
@@ -405,12 +430,16 @@ def _error(predicted: float, measured: float) -> str:
     return f"{(predicted - measured) / measured * 100:+.1f}%"
 
 
-def link_table(pooled: dict[int, float], medians: dict[int, float], link: Link) -> list[str]:
-    lines = ["| message | measured (mean) | fitted model | difference | measured (median) |", "|---:|---:|---:|---:|---:|"]
+def link_table(rounds: list[Round], link: Link) -> list[str]:
+    pooled, medians = pooled_allreduce(rounds), pooled_allreduce(rounds, "median")
+    busy, busy_medians = pooled_allreduce(rounds, busy=True), pooled_allreduce(rounds, "median", busy=True)
+    lines = ["| message | measured (mean) | fitted model | difference | measured (median) | caller busy: mean / median |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for size in MESSAGE_BYTES:
         model_s = link.allreduce_ns(size) / 1e9
         lines.append(f"| {size / 2**10:,.0f} KiB | {pooled[size] * 1e6:,.0f} µs | {model_s * 1e6:,.0f} µs | "
-                     f"{(model_s - pooled[size]) / pooled[size] * 100:+.0f}% | {medians[size] * 1e6:,.0f} µs |")
+                     f"{(model_s - pooled[size]) / pooled[size] * 100:+.0f}% | {medians[size] * 1e6:,.0f} µs | "
+                     f"{busy[size] * 1e6:,.0f} / {busy_medians[size] * 1e6:,.0f} µs |")
     return lines
 
 
@@ -488,9 +517,8 @@ def header(rounds_count: int, threads: int) -> list[str]:
     ]
 
 
-def link_section(rounds: list[Round], link: Link, pooled: dict[int, float]) -> list[str]:
+def link_section(rounds: list[Round], link: Link) -> list[str]:
     per_round = [fit_link(r.allreduce_s) for r in rounds]
-    medians = pooled_allreduce(rounds, "median")
     return [
         "## The link, fitted",
         "",
@@ -501,11 +529,13 @@ def link_section(rounds: list[Round], link: Link, pooled: dict[int, float]) -> l
         f"→ `{ddp_spec(link)}`. Fitted to each benchmark run alone: "
         + ", ".join(f"{f.bandwidth_gbs:.2g} GB/s & {f.latency_us:.0f} µs" for f in per_round) + ".",
         "",
-        *link_table(pooled, medians, link),
+        *link_table(rounds, link),
         "",
         "The mean, not the median: an iteration's time adds up its collectives' expected times, and here gloo's times",
         "are skewed — most all-reduces of a small message end within half a millisecond, some take several (the",
-        "medians, last column, leave that out; the summary below gives the prediction from a fit to them too).",
+        "medians leave that out; the summary below gives the prediction from a fit to them too). Caller busy: the same",
+        "all-reduces with the calling thread kept busy until each ends, as each rank's compute is while backward's",
+        "all-reduces run; not used by the fit (see the notes at the end).",
         "",
     ]
 
@@ -563,10 +593,10 @@ def example_section(example: str, rounds: list[Round], volume_bytes: int, spread
             *rounds[spread.round_index].from_solo.notes, "```", ""]
 
 
-def markdown(results: dict[str, list[Round]], link: Link, pooled: dict[int, float], threads: int,
+def markdown(results: dict[str, list[Round]], link: Link, threads: int,
              volumes: dict[str, int], spreads: dict[str, Sensitivity]) -> str:
     every_round = [r for rounds in results.values() for r in rounds]
-    lines = [*header(len(every_round) // len(results), threads), *link_section(every_round, link, pooled),
+    lines = [*header(len(every_round) // len(results), threads), *link_section(every_round, link),
              *summary_section(results)]
     for example, rounds in results.items():
         lines += example_section(example, rounds, volumes[example], spreads[example])
@@ -597,14 +627,13 @@ def main() -> int:
                 results[example].append(run_round(example, work, index, options.threads))
                 print(f"round {index + 1}/{options.rounds} {example}: done", file=sys.stderr)
         every_round = [r for rounds in results.values() for r in rounds]
-        pooled = pooled_allreduce(every_round)
-        link = fit_link(pooled)
+        link = fit_link(pooled_allreduce(every_round))
         predict_rounds(results, link)
         volumes = {example: gradient_bytes(rounds[0].solo_trace) for example, rounds in results.items()}
         by_medians = fit_link(pooled_allreduce(every_round, "median"))
         spreads = {example: sensitivity(rounds, every_round, volumes[example], by_medians)
                    for example, rounds in results.items()}
-    publish(markdown(results, link, pooled, options.threads, volumes, spreads), options.out)
+    publish(markdown(results, link, options.threads, volumes, spreads), options.out)
     return 0
 
 
