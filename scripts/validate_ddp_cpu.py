@@ -398,10 +398,10 @@ contention with compute, and hides part of them behind backward:
   which synchronises the ranks with a barrier before each timed all-reduce, leaves that wait out, and a one-rank
   trace holds no evidence of it. It weighs most where steps are short (the MLP's).
 - **With both cores computing, a gloo collective waits for the scheduler.** With the calling thread kept busy
-  until it ends (the link table's last column), an all-reduce takes about 4 ms or more whatever its size, against
-  0.3-2 ms (medians) with the caller waiting: gloo's threads get a core when the kernel next takes one from a busy
-  thread, about a scheduler tick here, a fixed delay rather than the processor sharing `contention` models (the
-  overlapped part up to ×2). It costs the most where all-reduces overlap compute and steps are short: the MLP,
+  until it ends (the link table's last column), a small all-reduce takes several times as long as with the caller
+  waiting: gloo's threads get a core when the kernel next takes one from a busy thread, a delay of milliseconds
+  that does not grow with the message, rather than the processor sharing `contention` models (the overlapped part
+  up to ×2). It costs the most where all-reduces overlap compute and steps are short: the MLP,
   whose first bucket is all-reduced during backward. A one-rank trace does not show the host's scheduler; the
   what-if does not model it.
 - **The fitted link depends on the load.** Small messages are the most affected, so the fitted per-step latency
