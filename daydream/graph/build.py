@@ -507,7 +507,7 @@ class _Builder:
             latencies.extend([latency] * len(gpu_targets))
         for name, count in unknown.items():
             self.notes.append(f"{count} {name} calls wait on something the trace does not name: their waits are "
-                                     "unexplained delays that scale with the iteration's progress")
+                              "unexplained delays that scale with the iteration's progress")
         self.calibration.blocking_calls_pinned = sum(unknown.values())
         self.graph.add_edges(sources, targets, DepKind.SYNC, latency_ns=np.array(latencies, dtype=np.int64))
         return completion, np.array(unexplained, dtype=np.int64)

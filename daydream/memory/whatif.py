@@ -258,17 +258,16 @@ def zero_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
 def ddp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """one more copy of the gradients for the whole run: DDP's flat bucket buffers (bucket_view=1: the gradients are
     views of the buckets, which hold them for the whole run)"""
-    gradients = a.category == GRAD
+    gradients = np.flatnonzero(a.category == GRAD)  # the trace's own (ids stay valid as allocations are added)
     gradient_bytes = float(a.size[gradients].sum()) / max(1, _passes(a, GRAD))
     if not gradient_bytes:
         return "ddp: no gradient allocations in the trace, so its bucket buffers are not counted"
+    _add(a, gradient_bytes, int(a.start.min()), NEVER, GRAD)
     if int(params.get("bucket_view", 0)):
         # Each new gradient is copied into its bucket and freed at once; the buckets are the gradients from then on.
         a.size[gradients] = 0
-        _add(a, gradient_bytes, int(a.start.min()), NEVER, GRAD)
         return (f"ddp: bucket_view=1: the buckets hold the gradients ({gradient_bytes / 2**20:.1f} MiB) for the whole run, "
                 "in place of the trace's gradients of each iteration (each is freed once copied into its bucket)")
-    _add(a, gradient_bytes, int(a.start.min()), NEVER, GRAD)
     return (f"ddp: gradient buckets hold one more copy of the gradients ({gradient_bytes / 2**20:.1f} MiB; "
             "DistributedDataParallel(gradient_as_bucket_view=True), bucket_view=1, avoids it)")
 

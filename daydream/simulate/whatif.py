@@ -174,16 +174,19 @@ def _recorded_layers(trace: Trace) -> dict[str, dict[str, Any]]:
     return {path: info for path, info in layers.items() if isinstance(info, dict)} if isinstance(layers, dict) else {}
 
 
+def _positive(value: Any) -> int:
+    """A recorded count or size: the int if it is one above 0, else 0 (missing or malformed)."""
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 def gradient_bytes_of(trace: Trace) -> dict[str, int]:
     """Per layer (module path), the bytes of its own trainable parameters, from a daydream recording."""
-    return {path: info["gradient_bytes"] for path, info in _recorded_layers(trace).items()
-            if isinstance(info.get("gradient_bytes"), int) and info["gradient_bytes"] > 0}
+    return {path: size for path, info in _recorded_layers(trace).items() if (size := _positive(info.get("gradient_bytes")))}
 
 
 def gradient_tensors_of(trace: Trace) -> int:
     """How many trainable parameter tensors a daydream recording's layers own (0: not recorded)."""
-    return sum(info["gradient_tensors"] for info in _recorded_layers(trace).values()
-               if isinstance(info.get("gradient_tensors"), int) and info["gradient_tensors"] > 0)
+    return sum(_positive(info.get("gradient_tensors")) for info in _recorded_layers(trace).values())
 
 
 def buffer_bytes_of(trace: Trace) -> dict[str, int]:
@@ -195,7 +198,7 @@ def buffer_bytes_of(trace: Trace) -> dict[str, int]:
         if not isinstance(dtypes, dict):
             dtypes = {"": info.get("buffer_bytes")}
         for dtype, size in dtypes.items():
-            if isinstance(size, int) and size > 0:
+            if _positive(size):
                 total[str(dtype)] = total.get(str(dtype), 0) + size
     return total
 

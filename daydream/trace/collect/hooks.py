@@ -122,10 +122,10 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
                 continue
             full = f"{root_name}.{path}" if path else root_name
             hooks._names[child] = full
+            gradient_bytes, gradient_tensors = _own_gradients(child)
             buffers = _own_buffer_bytes(child)
             hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
-                                           gradient_bytes=_own_gradient_bytes(child),
-                                           gradient_tensors=sum(1 for p in child.parameters(recurse=False) if p.requires_grad),
+                                           gradient_bytes=gradient_bytes, gradient_tensors=gradient_tensors,
                                            buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
         return hooks._names[module]
 
@@ -247,9 +247,10 @@ def _leading_dimension(args: Any) -> int | None:
     return None
 
 
-def _own_gradient_bytes(module: Any) -> int:
-    """Bytes of the gradients a module's own parameters get (what data parallelism all-reduces)."""
-    return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters(recurse=False) if p.requires_grad)
+def _own_gradients(module: Any) -> tuple[int, int]:
+    """Bytes of the gradients a module's own parameters get (what data parallelism all-reduces), and how many tensors."""
+    trainable = [p for p in module.parameters(recurse=False) if p.requires_grad]
+    return sum(int(p.numel()) * int(p.element_size()) for p in trainable), len(trainable)
 
 
 def _own_buffer_bytes(module: Any) -> dict[str, int]:

@@ -99,7 +99,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
 
     no_existing_collectives(graph, name)
     world = int(params["world"])
-    recorded = [window.duration_ns for window in measured_windows(graph)]
+    recorded = [window.duration_ns for window in measured_windows(graph)] if world > 1 else []  # for straggler_note
     net, resource = link if link is not None else (fabric(params, context, world), comm_resource(graph, f"{name} communication"))
     cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
     total = gradient_volume(graph, params)
