@@ -221,6 +221,13 @@ class Graph:
     def task_name(self, task: int) -> str:
         return self.strings[int(self.tasks["name"][task])]
 
+    def string_id(self, text: str) -> int:
+        """The id of `text` in the graph's strings, added if new (a name for tasks a transform adds)."""
+        if text not in self.strings:
+            self.strings.append(text)
+            return len(self.strings) - 1
+        return self.strings.index(text)
+
     def pinned(self) -> np.ndarray:
         return self.tasks["unexplained"]
 

@@ -135,11 +135,9 @@ def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str, after: bool
     resource = tasks["resource"][anchors]
     host_resources = np.array([r.kind == ResourceKind.HOST_THREAD for r in graph.resources], dtype=bool)
     on_host = host_resources[resource]
-    if name not in graph.strings:
-        graph.strings.append(name)
     at = tasks["measured_end_ns"][anchors] if after else tasks["measured_start_ns"][anchors]
     new = graph.add_tasks(kind=np.where(on_host, int(TaskKind.HOST_OP), int(TaskKind.KERNEL)), resource=resource,
-                          duration_ns=durations, name=graph.strings.index(name), iteration=tasks["iteration"][anchors],
+                          duration_ns=durations, name=graph.string_id(name), iteration=tasks["iteration"][anchors],
                           layer=tasks["layer"][anchors], phase=tasks["phase"][anchors],
                           measured_start_ns=at, measured_end_ns=at)
     # Each anchor's chain, as one-at-a-time splicing leaves it: after it, the last given first; before it, in order.

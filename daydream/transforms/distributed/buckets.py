@@ -113,7 +113,7 @@ def insert_collectives(graph: Graph, resource: int, iteration: int, plan: list[t
     """Add collectives (waits-for task, bytes, name, duration ns) on `resource`, chained in order when `chain`."""
     if not plan:
         return np.empty(0, dtype=np.int64)
-    names = [graph.strings.index(n) if n in graph.strings else _add_string(graph, n) for _, _, n, _ in plan]
+    names = [graph.string_id(n) for _, _, n, _ in plan]
     after = np.array([p[0] for p in plan], dtype=np.int64)
     ids = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=resource, name=names,
                           duration_ns=[p[3] for p in plan], bytes=[p[1] for p in plan], iteration=iteration,
@@ -123,11 +123,6 @@ def insert_collectives(graph: Graph, resource: int, iteration: int, plan: list[t
     if chain and ids.size > 1:
         graph.add_edges(ids[:-1], ids[1:], DepKind.STREAM_ORDER)
     return ids
-
-
-def _add_string(graph: Graph, text: str) -> int:
-    graph.strings.append(text)
-    return len(graph.strings) - 1
 
 
 def first_task(graph: Graph, iteration: int, phase: int) -> int | None:
