@@ -230,13 +230,17 @@ def _per_step(path: Path, name: str) -> list[list[dict[str, Any]]]:
 
 
 def _predicted_collectives(trace_path: Path, spec: str) -> tuple[Any, list[int]]:
+    return _predicted_collectives_and_notes(trace_path, spec)[0]
+
+
+def _predicted_collectives_and_notes(trace_path: Path, spec: str) -> tuple[tuple[Any, list[int]], list[str]]:
     from daydream.graph import TaskKind, build_graph
     from daydream.simulate.whatif import transform
 
     trace = read_job(trace_path, cache=False).traces[0]
     graph = build_graph(trace)
-    transform(graph, trace, [spec])
-    return graph, np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE).tolist()
+    notes = transform(graph, trace, [spec])
+    return (graph, np.flatnonzero(graph.tasks["kind"] == TaskKind.COLLECTIVE).tolist()), notes
 
 
 def test_ddp_with_find_unused_parameters_all_reduces_the_used_map_as_a_real_run(example_traces: dict[str, Path],
@@ -272,17 +276,27 @@ def test_ddp_copies_the_buckets_back_unless_the_gradients_are_bucket_views(examp
     assert sum(1 for n in names if "mul_out" in n) > 0
 
 
-def test_ddp_says_what_the_slowest_rank_could_add_from_the_traces_own_iterations(example_traces: dict[str, Path]) -> None:
-    from daydream.graph import build_graph
-    from daydream.simulate.whatif import transform
+def test_ddp_waits_for_the_slowest_rank_by_the_spread_of_the_traces_own_iterations(example_traces: dict[str, Path]) -> None:
+    from daydream.transforms.distributed.stragglers import expected_max_of_normals
 
-    steps = [e["dur"] for e in load_raw(example_traces["cnn"])["traceEvents"]
-             if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
-    spread_ms = float(np.std(steps, ddof=1)) / 1e3  # µs in the file
-    trace = read_job(example_traces["cnn"], cache=False).traces[0]
-    notes = transform(build_graph(trace), trace, ["ddp:world=8,bandwidth=2"])
+    steps = np.array([e["dur"] for e in load_raw(example_traces["cnn"])["traceEvents"]
+                      if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")], dtype=np.float64)
+    spread_ms = 1.4826 * float(np.median(np.abs(steps - np.median(steps)))) / 1e3  # µs in the file
+    waited, notes = _predicted_collectives_and_notes(example_traces["cnn"], "ddp:world=8,bandwidth=2")
     [note] = [n for n in notes if "slowest of 8" in n]
-    assert f"the trace's {len(steps)} iterations vary by {spread_ms:.3g} ms" in note
+    assert f"the trace's {steps.size} iterations vary by {spread_ms:.3g} ms" in note
+    wait_ms = spread_ms * expected_max_of_normals(8)
+    assert f"waits +{wait_ms:.3g} ms for the slowest of 8 ranks" in note
+    # The wait sits on an edge into each iteration's last bucket: one per iteration, of that length.
+    graph, collectives = waited
+    delayed = [int(e) for e in np.flatnonzero(graph.edges["latency_ns"] > 0) if int(graph.edges["dst"][e]) in collectives]
+    assert len(delayed) == len(graph.iteration_markers)
+    assert all(abs(int(graph.edges["latency_ns"][e]) / 1e6 - wait_ms) < 0.01 * wait_ms for e in delayed)
+    (plain, plain_collectives), quiet = _predicted_collectives_and_notes(example_traces["cnn"],
+                                                                         "ddp:world=8,bandwidth=2,stragglers=0")
+    assert any("stragglers=0" in n for n in quiet)
+    assert not any(int(plain.edges["dst"][e]) in plain_collectives for e in np.flatnonzero(plain.edges["latency_ns"] > 0))
+
 
 
 def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, Path]) -> None:

@@ -504,21 +504,54 @@ def test_the_copy_speed_is_the_traces_own_elementwise_ops(tmp_path) -> None:  # 
     assert elementwise_speed(only_small, on_gpu=False) is None
 
 
-def test_the_expected_slowest_of_n_normal_draws_and_the_straggler_note() -> None:
+def test_the_expected_slowest_of_n_normal_draws_and_the_wait_for_it() -> None:
     import math
 
-    from daydream.transforms.distributed.stragglers import expected_max_of_normals, straggler_note
+    from daydream.transforms.distributed.stragglers import expected_max_of_normals, robust_spread_ns, straggler_wait
 
     # Closed forms: E[max of 2] = 1/sqrt(pi), E[max of 3] = 1.5/sqrt(pi); one rank waits for nobody.
     assert expected_max_of_normals(1) == 0.0
     assert expected_max_of_normals(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
     assert expected_max_of_normals(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-6)
     assert expected_max_of_normals(8) > expected_max_of_normals(4) > expected_max_of_normals(3)
-    # Iterations of 10, 12, 10, 12 ms: standard deviation sqrt(4/3) = 1.1547 ms, 10.5% of 11 ms; two ranks: 0.564 of it.
-    note = straggler_note("ddp", [10_000_000, 12_000_000, 10_000_000, 12_000_000], 2)
-    assert note is not None
-    assert "4 iterations vary by 1.15 ms (standard deviation, 10.5% of the mean)" in note
-    assert "slowest of 2: about +0.651 ms (0.56 standard deviations)" in note
-    assert straggler_note("ddp", [10, 12], 2) is None  # too few iterations to tell
-    assert straggler_note("ddp", [10, 10, 10], 8) is None  # no spread
-    assert straggler_note("ddp", [10, 12, 14], 1) is None  # one rank
+    # Iterations of 10, 12, 10, 12 and one of 30 ms: median 12, absolute deviations 2, 0, 2, 0, 18 -> median 2 ms,
+    # × 1.4826 = 2.9652 ms (the 30 ms one-off left out: their standard deviation is 8.67 ms); two ranks: 1/sqrt(pi)
+    # of it, 1.672935 ms.
+    recorded = [10_000_000, 12_000_000, 10_000_000, 12_000_000, 30_000_000]
+    assert robust_spread_ns(recorded) == pytest.approx(2_965_200)
+    waited = straggler_wait("ddp", "auto", recorded, 2)
+    assert waited.wait_ns == round(2_965_200 / math.sqrt(math.pi)) == 1_672_935
+    assert "waits +1.67 ms for the slowest of 2 ranks" in waited.note
+    assert "5 iterations vary by 2.97 ms" in waited.note and "24.7% of the median" in waited.note
+    assert "a spread of 25% is more than jitter" in waited.note  # wider than 10% of the median: said
+    assert "more than jitter" not in straggler_wait("ddp", "auto", [100, 102, 100, 102, 300], 2).note  # 2.9%
+    # Given: 2 ms; under accumulate=4 the ranks drift for 4 steps: × sqrt(4).
+    assert straggler_wait("ddp", 2.0, [], 2).wait_ns == round(2e6 / math.sqrt(math.pi)) == 1_128_379
+    assert straggler_wait("ddp", 2.0, [], 2, accumulate=4).wait_ns == round(4e6 / math.sqrt(math.pi)) == 2_256_758
+    assert straggler_wait("ddp", 0.0, recorded, 8).wait_ns == 0
+    short = straggler_wait("ddp", "auto", [10, 12], 2)  # too few iterations to tell
+    assert short.wait_ns == 0 and "records 2 iteration(s)" in short.note
+    assert straggler_wait("ddp", "auto", [10, 10, 10], 8).wait_ns == 0  # no spread
+    assert straggler_wait("ddp", "auto", [10, 12, 14], 1) == straggler_wait("ddp", 5.0, [], 1)  # one rank: no wait
+
+
+def test_ddp_last_bucket_waits_for_the_slowest_rank_after_its_gradients_not_after_the_channel() -> None:
+    from daydream.transforms.distributed.stragglers import expected_max_of_normals
+
+    # As in the first test: b's bucket 2005-3054; a's gradients ready at 3006. stragglers=0.001: the ranks' steps
+    # vary by 1 µs; two ranks: the last one arrives 0.5642 µs later -> 564 ns. a's bucket starts at 3006 + 564 = 3570
+    # (the channel is free since 3054) and ends 3570 + 3146 = 6716; the optimizer waits for it.
+    assert round(1000 * expected_max_of_normals(2)) == 564
+    g = _step()
+    notes = apply_spec(g, parse_spec("ddp:world=2,bandwidth=1000,latency=0,stragglers=0.001"), CONTEXT)
+    timeline = simulate(g)
+    reduces = np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE)
+    assert timeline.start_ns[reduces].tolist() == [2005, 3570]
+    assert timeline.end_ns[reduces].tolist() == [3054, 6716]
+    optimizer = int(np.flatnonzero(g.tasks["phase"] == 2)[0])
+    assert int(timeline.start_ns[optimizer]) == 6716
+    assert any("waits +0.000564 ms for the slowest of 2 ranks" in n for n in notes)
+    # A wait shorter than the channel's queue costs nothing: 50 ns -> 28 ns, ready at 3034, the channel at 3054.
+    hidden = _step()
+    apply_spec(hidden, parse_spec("ddp:world=2,bandwidth=1000,latency=0,stragglers=0.00005"), CONTEXT)
+    assert simulate(hidden).end_ns[reduces].tolist() == [3054, 6200]

@@ -28,13 +28,13 @@ from daydream.transforms.distributed.buckets import (
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_back, copy_speed, scale_into_buckets
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, Fabric, fabric, parse_bytes
-from daydream.transforms.distributed.stragglers import straggler_note
+from daydream.transforms.distributed.stragglers import STRAGGLERS_PARAMETER, straggler_wait
 from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
 
 DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
      "bucket": Parameter(str, "25MiB", "bucket size"),
      "params": Parameter(str, "", "trainable parameter bytes, when the trace does not list them (e.g. 97MB)"),
-     "contention": CONTENTION_PARAMETER}
+     "contention": CONTENTION_PARAMETER, "stragglers": STRAGGLERS_PARAMETER}
 
 
 #: torch.nn.parallel.DistributedDataParallel's broadcast_bucket_size: buffers are broadcast in coalesced buckets of it.
@@ -99,7 +99,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
 
     no_existing_collectives(graph, name)
     world = int(params["world"])
-    recorded = [window.duration_ns for window in measured_windows(graph)] if world > 1 else []  # for straggler_note
+    recorded = [window.duration_ns for window in measured_windows(graph)] if world > 1 else []
     net, resource = link if link is not None else (fabric(params, context, world), comm_resource(graph, f"{name} communication"))
     cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
     total = gradient_volume(graph, params)
@@ -107,6 +107,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     notes: list[str] = []
     inserted = volume = copied_in = copied_out = synchronized = 0
     accumulate = int(params.get("accumulate", 1))
+    straggler = straggler_wait(name, params.get("stragglers", "auto"), recorded, world, accumulate)
     for position, iteration in enumerate(iterations_of(graph)):
         if (position + 1) % accumulate:  # under no_sync: gradients accumulate locally, nothing is sent
             continue
@@ -126,7 +127,11 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         if used_map is not None:  # launched once the last bucket is ready; finalize_backward waits for it
             plan.append((plan[-1][0], used_map[0], f"{name} all-reduce of the used-parameter map ({used_map[0]} B)",
                          net.time_ns("allreduce", used_map[0])))
+        last_bucket = len(plan) - 1 - (used_map is not None)
         ids = insert_collectives(graph, resource, iteration, plan)
+        if straggler.wait_ns:  # the last bucket meets the slowest rank: it waits after its gradients are ready
+            graph.add_edges([plan[last_bucket][0]], [int(ids[last_bucket])], DepKind.COMMUNICATION,
+                            latency_ns=straggler.wait_ns)
         target, problem = optimizer_step(graph, iteration, plan[-1][0])
         if target is not None:
             if speed is not None and problem is None and copies == "in and back":
@@ -156,9 +161,8 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
                      f"({used_map[0]} B: {used_map[1]}), once the last bucket is ready; the optimizer waits for it. "
                      "The search of the autograd graph after each forward is not modelled (a trace without it has no "
                      "cost for it)")
-    straggler = straggler_note(name, recorded, world)
-    if straggler:
-        notes.append(straggler)
+    if straggler.note:
+        notes.append(straggler.note)
     if accumulate > 1:
         notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
                      "(the others run under no_sync); every iteration keeps its optimizer work as recorded")

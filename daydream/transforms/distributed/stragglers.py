@@ -1,20 +1,53 @@
-"""What a synchronous step of many ranks may pay for its slowest rank, from how one rank's recorded steps vary.
+"""What a synchronous step of many ranks pays for its slowest rank, from how one rank's recorded steps vary.
 
-Every rank of a data-parallel job waits at each step's all-reduce for the last rank to arrive. If each rank's
-step varied as the trace's recorded iterations do (standard deviation s), and independently of the others, a step
-of n ranks would take about s·E[max of n standard normal draws] longer than one rank's. Nothing in one rank's trace
-says whether the ranks' variations are independent (a shared input pipeline or a common cause make them move
-together, which costs nothing), so the what-ifs do not add it: they say what it could be.
+Every rank of a data-parallel job waits at each step's gradient synchronization for the last rank to arrive.
+If each rank's step varies with standard deviation s, independently of the others, the last of n ranks
+arrives s·E[max of n standard normal draws] after the typical one (0.56 s for 2 ranks, 1.42 s for 8, 2.34 s
+for 64); under gradient accumulation over k iterations the ranks drift apart for k steps before they meet:
+s·√k. The data-parallel what-ifs make the iteration's last gradient collective wait that long after its
+gradients are ready (an edge latency: the channel stays free for earlier buckets).
+
+s comes from the trace's recorded iterations, robustly: 1.4826 × their median absolute deviation, the
+standard deviation of a normal spread, which leaves out one-off iterations (the first, a checkpoint, a
+data-loader stall) that every rank pays at once. Nothing in one rank's trace says whether the ranks vary
+independently (a shared cause moves them together and costs nothing), so the note says the assumption and
+`stragglers=0` leaves the wait out; `stragglers=MS` gives the ranks' standard deviation instead.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from daydream.transforms.optimizations import Parameter
+
 #: Fewer recorded iterations than this give no estimate of their spread.
 MIN_ITERATIONS = 3
+#: A spread wider than this share of the median is more than jitter: the note asks whether the ranks share its cause.
+WIDE_SPREAD = 0.1
+#: The median absolute deviation of a normal distribution, in standard deviations: 1 / this scales it back.
+MAD_TO_STD = 1.4826
+
+
+def spread_setting(text: str) -> str | float:
+    """The `stragglers=` parameter: auto, or the ranks' step standard deviation in ms (0: no wait)."""
+    value = str(text).strip().lower()
+    if value == "auto":
+        return value
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(value)
+    return number
+
+
+spread_setting.__name__ = "standard deviation in ms (or auto)"
+
+STRAGGLERS_PARAMETER = Parameter(
+    spread_setting, "auto", "the wait for the slowest rank at each gradient synchronization: auto (the spread of the "
+                            "trace's own iterations, ranks assumed independent), MS (the ranks' step standard deviation), "
+                            "0 (none)")
 
 
 def expected_max_of_normals(n: int) -> float:
@@ -28,17 +61,49 @@ def expected_max_of_normals(n: int) -> float:
     return float(np.trapezoid(1.0 - cdf ** n, upper) - np.trapezoid(below ** n, upper))
 
 
-def straggler_note(name: str, iteration_ns: list[int], world: int) -> str | None:
-    """The note for a what-if of `world` ranks from a trace whose recorded iterations took `iteration_ns`; None when
-    there are too few iterations or they do not vary."""
-    if world <= 1 or len(iteration_ns) < MIN_ITERATIONS:
+def robust_spread_ns(iteration_ns: list[int]) -> float | None:
+    """1.4826 × the median absolute deviation of the iterations' times; None for fewer than MIN_ITERATIONS."""
+    if len(iteration_ns) < MIN_ITERATIONS:
         return None
     times = np.asarray(iteration_ns, dtype=np.float64)
-    spread = float(np.std(times, ddof=1))
-    if spread <= 0:
-        return None
-    factor = expected_max_of_normals(world)
-    return (f"{name}: not in the prediction: the trace's {times.size} iterations vary by {spread / 1e6:.3g} ms (standard "
-            f"deviation, {spread / float(np.mean(times)) * 100:.1f}% of the mean); if every rank's steps varied as much, "
-            f"independently, each step would wait for the slowest of {world}: about +{factor * spread / 1e6:.3g} ms "
-            f"({factor:.2f} standard deviations)")
+    return MAD_TO_STD * float(np.median(np.abs(times - np.median(times))))
+
+
+@dataclass(slots=True, frozen=True)
+class StragglerWait:
+    """How long each synchronization waits for the slowest rank, and the note that says where it came from."""
+
+    wait_ns: int
+    note: str
+
+
+def straggler_wait(name: str, setting: str | float, iteration_ns: list[int], world: int, accumulate: int = 1) -> StragglerWait:
+    """The wait of one gradient synchronization of `world` ranks, each synchronizing every `accumulate` iterations,
+    per `setting` (auto: from the recorded `iteration_ns`)."""
+    if world <= 1:
+        return StragglerWait(0, "")
+    factor = expected_max_of_normals(world) * math.sqrt(accumulate)
+    drift = f" × √{accumulate} (accumulate={accumulate}: the ranks drift for {accumulate} steps)" if accumulate > 1 else ""
+    if setting != "auto":
+        spread = float(setting) * 1e6
+        if spread <= 0:
+            return StragglerWait(0, f"{name}: stragglers=0: no wait for the slowest rank modelled")
+        wait = int(round(factor * spread))
+        return StragglerWait(wait, f"{name}: stragglers: each synchronization waits +{wait / 1e6:.3g} ms for the slowest "
+                                   f"of {world} ranks: {spread / 1e6:.3g} ms (stragglers=) × {expected_max_of_normals(world):.2f} "
+                                   f"(E[max of {world} normal draws]){drift}")
+    spread_or_none = robust_spread_ns(iteration_ns)
+    if spread_or_none is None:
+        return StragglerWait(0, f"{name}: no wait for the slowest rank modelled: the trace records {len(iteration_ns)} "
+                                f"iteration(s), {MIN_ITERATIONS} are needed to see how steps vary (stragglers=MS sets it)")
+    wait = int(round(factor * spread_or_none))
+    times = np.asarray(iteration_ns, dtype=np.float64)
+    share = spread_or_none / float(np.median(times))
+    wide = (f"; a spread of {share:.0%} is more than jitter: if every rank's steps vary alike (a shared input, a "
+            "schedule), give stragglers=0") if share > WIDE_SPREAD else ""
+    return StragglerWait(wait, (
+        f"{name}: stragglers: each synchronization waits +{wait / 1e6:.3g} ms for the slowest of {world} ranks: the "
+        f"trace's {times.size} iterations vary by {spread_or_none / 1e6:.3g} ms (1.4826 × median absolute deviation, "
+        f"{share * 100:.1f}% of the median; one-off iterations left out) × "
+        f"{expected_max_of_normals(world):.2f} (E[max of {world} normal draws]){drift}, assuming the ranks vary "
+        "independently (stragglers=0 leaves it out; stragglers=MS sets their standard deviation)" + wide))
