@@ -28,6 +28,7 @@ import gzip
 import json
 import multiprocessing
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -78,7 +79,6 @@ class RunTimes:
     matmul_ns: int  # matrix multiplies and convolutions (the ops in MATMULS) per iteration: how fast compute ran
     reducer_ns: int  # the DDP reducer's CPU ops per iteration (gradients into buckets and back): DDP's own work
     gloo_span_ns: tuple[int, int]  # median and longest span of one gloo all-reduce on gloo's thread ((0, 0) without DDP)
-    spread_ns: int  # standard deviation of the recorded iterations
 
 
 @dataclass(slots=True, frozen=True)
@@ -292,8 +292,7 @@ def run_times(path: Path) -> RunTimes:
     return RunTimes(iteration_ns=int(statistics.median(end - start for start, end in steps) * 1e3), phase_ns=phases,
                     matmul_ns=_median_per_step(steps, _spans(raw, MATMULS.__contains__)),
                     reducer_ns=_median_per_step(steps, _spans(raw, lambda name: "distributed" in name and "reducer" in name)),
-                    gloo_span_ns=(int(statistics.median(gloo) * 1e3), int(max(gloo) * 1e3)) if gloo else (0, 0),
-                    spread_ns=int(statistics.pstdev(end - start for start, end in steps) * 1e3))
+                    gloo_span_ns=(int(statistics.median(gloo) * 1e3), int(max(gloo) * 1e3)) if gloo else (0, 0))
 
 
 # ------------------------------------------------------------------ (c) the prediction
@@ -392,11 +391,15 @@ contention with compute, and hides part of them behind backward:
   all-reduce of a small message usually ends within half a millisecond, but one in several takes 3-6 ms (the
   benchmark's median against its mean, and the "once both ranks are in it" column): the link fitted to the means
   carries the expected cost of that tail (fitted to the medians, the prediction is far shorter: see each
-  example's "link fit's spread" line). What the fit does not carry is the release skew: a collective does not
-  release both ranks at the same moment, so one reaches the next collective late and the other waits for it (the
-  span of one all-reduce against its time once both ranks are in it; the "rank skew" column). The benchmark,
-  which synchronises the ranks with a barrier before each timed all-reduce, leaves that wait out, and a one-rank
-  trace holds no evidence of it. It weighs most where steps are short (the MLP's).
+  example's "link fit's spread" line).
+- **The ranks drift apart more than one process's steps vary.** Each step, the rank that reaches the last bucket
+  first waits for the other (the "rank skew" column: how far apart the two ranks end backward's compute). The
+  what-if's `stragglers` wait is the expected lateness of the slower rank if each varied as the 1-process trace's
+  iterations do, independently (the "predicted wait" column): on this host it is a fraction of half the measured
+  skew. Under DDP with no spare core, the ranks' steps vary more than alone: which rank's compute gloo's threads
+  preempt is random (the contention model shares the cost evenly), and a collective does not release both ranks
+  at once. The benchmark, which synchronises the ranks with a barrier before each timed all-reduce, leaves that
+  wait out. It weighs most where steps are short (the MLP's).
 - **With both cores computing, a gloo collective waits for the scheduler.** With the calling thread kept busy
   until it ends (the link table's last column), a small all-reduce takes several times as long as with the caller
   waiting: gloo's threads get a core when the kernel next takes one from a busy thread, a delay of milliseconds
@@ -458,14 +461,22 @@ def added_table(rounds: list[Round]) -> list[str]:
     """What DDP adds to an iteration, modelled and measured, against the 1-process run of the same round."""
     lines = ["| round | modelled all-reduces and copies | predicted − 1 process | measured DDP − 1 process | matmul ops, "
              "1 process → DDP | DDP reducer ops | one gloo all-reduce, median / longest | once both ranks are in it | "
-             "rank skew at backward's end | 1 process: iterations' spread |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "rank skew at backward's end | predicted wait for the slower rank |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for index, r in enumerate(rounds):
         lines.append(f"| {index + 1} | {_ms(r.from_solo.allreduce_ns)} | {_ms(r.from_solo.iteration_ns - r.from_solo.baseline_ns)} | "
                      f"{_ms(r.ddp.iteration_ns - r.solo.iteration_ns)} | {_ms(r.solo.matmul_ns)} → {_ms(r.ddp.matmul_ns)} | "
                      f"{_ms(r.ddp.reducer_ns)} | {_ms(r.ddp.gloo_span_ns[0])} / {_ms(r.ddp.gloo_span_ns[1])} | {_ms(r.joined_ns)} | "
-                     f"{_ms(r.skew_ns)} | "
-                     f"{_ms(r.solo.spread_ns)} |")
+                     f"{_ms(r.skew_ns)} | {_ms(straggler_wait_ns(r.from_solo))} |")
     return lines
+
+
+def straggler_wait_ns(prediction: Prediction) -> float:
+    """The wait for the slowest rank the what-if's note gives (0 when it has none)."""
+    for note in prediction.notes:
+        found = re.search(r"waits \+([0-9.e+-]+) ms for the slowest", note)
+        if found:
+            return float(found.group(1)) * 1e6
+    return 0.0
 
 
 def _row(example: str, label: str, comparison: str, baseline_ns: float, predicted_ns: float, measured_ns: float) -> str:
@@ -587,7 +598,9 @@ def example_section(example: str, rounds: list[Round], volume_bytes: int, spread
             "gloo's thread (rank 0), from its start to its end; once both ranks are in it: from the later rank's start",
             "to rank 0's end (median), the collective's own time without the wait for the other. Rank skew: how far",
             "apart the two ranks end backward's compute (median over steps), what the first waits for the other at the",
-            "last bucket. Spread: the standard deviation of the 1-process trace's recorded iterations.", "",
+            "last bucket. Predicted wait: the what-if's wait for the slower of the two ranks (`stragglers`, from the",
+            "spread of the 1-process trace's iterations); for two ranks the later is on average half the skew behind",
+            "the mean.", "",
             *added_table(rounds), "",
             f"The what-if's note (round {spread.round_index + 1}, from the 1-process trace):", "", "```",
             *rounds[spread.round_index].from_solo.notes, "```", ""]
