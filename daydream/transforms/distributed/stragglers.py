@@ -16,6 +16,7 @@ independently (a shared cause moves them together and costs nothing), so the not
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ STRAGGLERS_PARAMETER = Parameter(
                             "0 (none)")
 
 
+@functools.lru_cache(maxsize=64)
 def expected_max_of_normals(n: int) -> float:
     """E[max of n independent standard normal draws]: 0 for n = 1, 1/sqrt(pi) for 2, 1.5/sqrt(pi) for 3."""
     if n <= 1:
