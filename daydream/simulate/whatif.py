@@ -96,7 +96,7 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
     graphs, notes = [], []
     for trace, baseline_graph in zip(traces, baseline_graphs):
         graph = baseline_graph.copy()
-        notes.append(transform(graph, trace, specs, device_name))
+        notes.append(transform(graph, trace, specs, device_name, simulated_ranks=len(traces)))
         problems = graph.validate()
         if problems:
             raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
@@ -112,11 +112,13 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
     return predictions
 
 
-def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | None = None) -> list[str]:
-    """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied."""
+def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | None = None,
+              simulated_ranks: int = 1) -> list[str]:
+    """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied.
+    `simulated_ranks`: the ranks of the job simulated together with it."""
     found, name = resolve_device(trace, device_name)
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
-                      world_size=trace.meta.world_size or 0, host=host_of(trace),
+                      world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks, host=host_of(trace),
                       buffers=buffer_bytes_of(trace), gradient_tensors=gradient_tensors_of(trace),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
                               "gpu_contention": lambda: gpu_slowdown(trace),

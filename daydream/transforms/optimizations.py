@@ -56,6 +56,8 @@ class Context:
     #: How many trainable parameter tensors those are, where the recording counts them (0: unknown).
     gradient_tensors: int = 0
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
+    #: Ranks of the job simulated together with this one (their recorded differences are in the job's time).
+    simulated_ranks: int = 1
     #: Bytes of the model's buffers (BatchNorm statistics) by dtype, in the model's order, where a daydream recording
     #: lists them (empty: none or unknown; "": bytes of a recording that did not note their dtypes).
     buffers: dict[str, int] = field(default_factory=dict)

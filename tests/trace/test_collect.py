@@ -298,6 +298,21 @@ def test_ddp_waits_for_the_slowest_rank_by_the_spread_of_the_traces_own_iteratio
     assert not any(int(plain.edges["dst"][e]) in plain_collectives for e in np.flatnonzero(plain.edges["latency_ns"] > 0))
 
 
+def test_ddp_adds_no_straggler_wait_when_every_rank_is_simulated_from_its_own_recording(example_traces: dict[str, Path]) -> None:
+    from daydream.simulate.whatif import predict_traces
+
+    trace = read_job(example_traces["cnn"], cache=False).traces[0]
+    alone = predict_traces([trace], ["ddp:world=2,bandwidth=2"])[0]
+    both = predict_traces([trace, trace], ["ddp:world=2,bandwidth=2"])
+    assert any("waits +" in note for note in alone.notes)
+    for rank in both:
+        assert any("all 2 ranks are simulated together" in note for note in rank.notes)
+        assert not any("waits +" in note for note in rank.notes)
+    # Two identical recordings, no wait: each rank's prediction is the one-rank prediction without it.
+    quiet = predict_traces([trace], ["ddp:world=2,bandwidth=2,stragglers=0"])[0]
+    assert [rank.predicted_ns for rank in both] == [quiet.predicted_ns, quiet.predicted_ns]
+
+
 
 def test_layers_list_their_own_buffer_bytes_by_dtype(example_traces: dict[str, Path]) -> None:
     layers = load_raw(example_traces["cnn"])["daydream"]["layers"]

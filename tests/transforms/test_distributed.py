@@ -533,6 +533,12 @@ def test_the_expected_slowest_of_n_normal_draws_and_the_wait_for_it() -> None:
     assert short.wait_ns == 0 and "records 2 iteration(s)" in short.note
     assert straggler_wait("ddp", "auto", [10, 10, 10], 8).wait_ns == 0  # no spread
     assert straggler_wait("ddp", "auto", [10, 12, 14], 1) == straggler_wait("ddp", 5.0, [], 1)  # one rank: no wait
+    # 2 of 8 ranks traced and simulated together: their own differences are in the job's time, so the wait is for the
+    # slowest of 8 beyond the slowest of 2: 2 ms × (1.42360 − 0.56419), E[max of 8] as tabulated (Tippett, 1925).
+    assert straggler_wait("ddp", 2.0, [], 8, simulated=2).wait_ns == pytest.approx(2e6 * (1.42360 - 1 / math.sqrt(math.pi)),
+                                                                                   rel=1e-4)
+    everyone = straggler_wait("ddp", 2.0, recorded, 4, simulated=4)
+    assert everyone.wait_ns == 0 and "all 4 ranks are simulated together" in everyone.note
 
 
 def test_ddp_last_bucket_waits_for_the_slowest_rank_after_its_gradients_not_after_the_channel() -> None:

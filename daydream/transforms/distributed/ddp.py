@@ -107,7 +107,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     notes: list[str] = []
     inserted = volume = copied_in = copied_out = synchronized = 0
     accumulate = int(params.get("accumulate", 1))
-    straggler = straggler_wait(name, params.get("stragglers", "auto"), recorded, world, accumulate)
+    straggler = straggler_wait(name, params.get("stragglers", "auto"), recorded, world, accumulate, context.simulated_ranks)
     for position, iteration in enumerate(iterations_of(graph)):
         if (position + 1) % accumulate:  # under no_sync: gradients accumulate locally, nothing is sent
             continue

@@ -79,33 +79,40 @@ class StragglerWait:
     note: str
 
 
-def straggler_wait(name: str, setting: str | float, iteration_ns: list[int], world: int, accumulate: int = 1) -> StragglerWait:
+def straggler_wait(name: str, setting: str | float, iteration_ns: list[int], world: int, accumulate: int = 1,
+                   simulated: int = 1) -> StragglerWait:
     """The wait of one gradient synchronization of `world` ranks, each synchronizing every `accumulate` iterations,
-    per `setting` (auto: from the recorded `iteration_ns`)."""
+    per `setting` (auto: from the recorded `iteration_ns`). `simulated` ranks of the job are simulated together: the
+    differences between their recordings are already in the job's time, so only the ranks beyond them add a wait."""
     if world <= 1:
         return StragglerWait(0, "")
-    factor = expected_max_of_normals(world) * math.sqrt(accumulate)
-    drift = f" × √{accumulate} (accumulate={accumulate}: the ranks drift for {accumulate} steps)" if accumulate > 1 else ""
+    traced = min(max(simulated, 1), world)
+    if traced == world:
+        return StragglerWait(0, f"{name}: no wait for the slowest rank added: all {world} ranks are simulated together "
+                                "from their own recordings, whose differences set each iteration")
+    multiplier = expected_max_of_normals(world) - expected_max_of_normals(traced)
+    factor = multiplier * math.sqrt(accumulate)
+    how = (f"{multiplier:.2f} (E[max of {world} normal draws]" + (
+        f" − E[max of {traced}]: the job's {traced} traced ranks, simulated together, carry their own differences"
+        if traced > 1 else "") + ")"
+        + (f" × √{accumulate} (accumulate={accumulate}: the ranks drift for {accumulate} steps)" if accumulate > 1 else ""))
     if setting != "auto":
         spread = float(setting) * 1e6
         if spread <= 0:
             return StragglerWait(0, f"{name}: stragglers=0: no wait for the slowest rank modelled")
         wait = int(round(factor * spread))
         return StragglerWait(wait, f"{name}: stragglers: each synchronization waits +{wait / 1e6:.3g} ms for the slowest "
-                                   f"of {world} ranks: {spread / 1e6:.3g} ms (stragglers=) × {expected_max_of_normals(world):.2f} "
-                                   f"(E[max of {world} normal draws]){drift}")
+                                   f"of {world} ranks: {spread / 1e6:.3g} ms (stragglers=) × {how}")
     spread_or_none = robust_spread_ns(iteration_ns)
     if spread_or_none is None:
         return StragglerWait(0, f"{name}: no wait for the slowest rank modelled: the trace records {len(iteration_ns)} "
                                 f"iteration(s), {MIN_ITERATIONS} are needed to see how steps vary (stragglers=MS sets it)")
     wait = int(round(factor * spread_or_none))
-    times = np.asarray(iteration_ns, dtype=np.float64)
-    share = spread_or_none / float(np.median(times))
+    share = spread_or_none / float(np.median(iteration_ns))
     wide = (f"; a spread of {share:.0%} is more than jitter: if every rank's steps vary alike (a shared input, a "
             "schedule), give stragglers=0") if share > WIDE_SPREAD else ""
     return StragglerWait(wait, (
         f"{name}: stragglers: each synchronization waits +{wait / 1e6:.3g} ms for the slowest of {world} ranks: the "
-        f"trace's {times.size} iterations vary by {spread_or_none / 1e6:.3g} ms (1.4826 × median absolute deviation, "
-        f"{share * 100:.1f}% of the median; one-off iterations left out) × "
-        f"{expected_max_of_normals(world):.2f} (E[max of {world} normal draws]){drift}, assuming the ranks vary "
+        f"trace's {len(iteration_ns)} iterations vary by {spread_or_none / 1e6:.3g} ms (1.4826 × median absolute "
+        f"deviation, {share * 100:.1f}% of the median; one-off iterations left out) × {how}, assuming the ranks vary "
         "independently (stragglers=0 leaves it out; stragglers=MS sets their standard deviation)" + wide))
