@@ -106,17 +106,29 @@ def collective_time_ns(operation: str, message_bytes: float, ranks: int, link: I
     return _time_ns(op, message_bytes, ranks, link, algorithm)
 
 
+def collective_steps(operation: str, ranks: int, algorithm: str = "ring") -> int:
+    """Latency-bound steps of one collective among `ranks`: 2(n-1) for a ring all-reduce, 2·ceil(log2 n) for a tree;
+    n-1 (ring) or ceil(log2 n) (tree) for a broadcast or reduce; n-1 for the one-pass collectives."""
+    if ranks <= 1:
+        return 0
+    op = normalize_operation(operation)
+    tree_steps = math.ceil(math.log2(ranks))
+    if op == "allreduce":
+        return 2 * tree_steps if algorithm == "tree" else 2 * (ranks - 1)
+    if op in ("broadcast", "reduce"):
+        return tree_steps if algorithm == "tree" else ranks - 1
+    return ranks - 1  # reduce-scatter, all-gather, all-to-all, send/recv
+
+
 def _time_ns(op: str, size: float, n: int, link: Interconnect, algorithm: str) -> int:
     alpha_s = link.step_latency_us * 1e-6
     beta_s = size / (link.bus_bandwidth_gbs * 1e9)  # one full message over the bus bandwidth
     share = (n - 1) / n
-    tree_steps = math.ceil(math.log2(n))
+    steps = collective_steps(op, n, algorithm)
     if op == "allreduce":
-        steps = 2 * tree_steps if algorithm == "tree" else 2 * (n - 1)
         seconds = steps * alpha_s + 2 * share * beta_s
     elif op in ("broadcast", "reduce"):
-        steps = tree_steps if algorithm == "tree" else n - 1
         seconds = steps * alpha_s + beta_s
     else:  # reduce-scatter, all-gather, all-to-all, send/recv: one pass of the (n-1)/n share
-        seconds = (n - 1) * alpha_s + share * beta_s
+        seconds = steps * alpha_s + share * beta_s
     return int(round(seconds * 1e9))

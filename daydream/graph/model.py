@@ -74,6 +74,7 @@ class DepKind(enum.IntEnum):
     COMMUNICATION = 6  # gradient producer -> collective -> consumer; across ranks
     LAUNCH_QUEUE = 7  # GPU work finishing frees a slot of CUDA's launch queue -> a blocked launch
     DELAY_ANCHOR = 8  # iteration start -> a task with an unexplained delay that scales with the iteration's progress
+    SLOWEST_RANK = 9  # gradients ready -> the collective that meets the other ranks (latency: the wait for the slowest)
 
     @property
     def is_host(self) -> bool:
@@ -169,6 +170,13 @@ class DataParallel:
     #: the factor was found (simulate/contention.py)
     contention: float = 1.0
     contention_source: str = ""
+    #: the wait for the slowest rank (transforms/distributed/stragglers.py), where the ranks' spread comes from the
+    #: trace: (that spread in ns, the multiplier that turns a spread into the wait), for the contention pass to add
+    #: the spread its random share between the ranks of a host makes; None: no wait, or a given one
+    slowest_rank: tuple[float, float] | None = None
+    #: ranks that share one host's CPUs, and the scheduling events (steps) of each inserted collective
+    host_ranks: int = 1
+    collective_steps: int = 0
 
 
 @dataclass(slots=True)

@@ -10,6 +10,12 @@ overlaps the other side for a share o of its (stretched) duration D does d of wo
 D − o·D·(1 − 1/f), so D = d / (1 − o·(1 − 1/f)): a collective overlapped throughout takes f·d. Overlaps
 depend on durations, so the job is simulated again with the stretched durations, ROUNDS times, each
 round's shares averaged with the last (the fixed point, approached without oscillating).
+
+On a CPU host the sharing is even only on average: each time gloo's thread wakes it takes a core from one
+compute thread, of whichever rank the scheduler picks. Where a data-parallel what-if waits for the slowest
+rank (transforms/distributed/stragglers.py) from the trace's own spread, each iteration's spread gains
+S·√((R − 1) / M): S the compute stretch contention gives the iteration, R the ranks sharing the host's CPUs,
+M the scheduling events (the steps of the collectives that overlapped compute); the wait follows, each round.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from daydream.graph import Graph, TaskKind
+from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import HOST_WORK, KERNELS
 from daydream.intervals import Coverage
 from daydream.simulate.engine import Timeline
+from daydream.transforms.distributed.stragglers import add_spread, contention_spread_ns
 
 ROUNDS = 8
 
@@ -54,6 +61,7 @@ def with_contention(graphs: list[Graph], timelines: list[Timeline],
     sides = [(communication_tasks(g), compute_tasks(g)) for g in graphs]
     base = [g.tasks["duration_ns"].copy() for g in graphs]
     shares: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(graphs)
+    uneven: list[tuple[int, int] | None] = [None] * len(graphs)  # per graph: the waits with and without the uneven share
     for _ in range(ROUNDS):
         for index, (graph, timeline, factor) in enumerate(zip(graphs, timelines, factors)):
             comm, work = sides[index]
@@ -66,6 +74,7 @@ def with_contention(graphs: list[Graph], timelines: list[Timeline],
             durations = graph.tasks["duration_ns"]
             for tasks, share in zip((comm, work), current):
                 durations[tasks] = np.rint(base[index][tasks] / (1.0 - share * (1.0 - 1.0 / factor))).astype(np.int64)
+            uneven[index] = uneven_share_waits(graph, base[index], comm, work, current[0])
         timelines = simulate(graphs)
     notes: list[list[str]] = []
     for index, (graph, factor) in enumerate(zip(graphs, factors)):
@@ -76,8 +85,42 @@ def with_contention(graphs: list[Graph], timelines: list[Timeline],
         comm, work = sides[index]
         comm_added = int((graph.tasks["duration_ns"][comm] - base[index][comm]).sum())
         work_added = int((graph.tasks["duration_ns"][work] - base[index][work]).sum())
-        notes.append([f"contention: ×{factor:.2f} where communication and compute overlap "
-                      f"({graph.data_parallel.contention_source}): {np.average(found[0]):.0%} of the collectives' time "
-                      f"overlapped compute; collectives +{comm_added / 1e6:.2f} ms, compute +{work_added / 1e6:.2f} ms "
-                      "over the trace (contention=1 turns it off)"])
+        lines = [f"contention: ×{factor:.2f} where communication and compute overlap "
+                 f"({graph.data_parallel.contention_source}): {np.average(found[0]):.0%} of the collectives' time "
+                 f"overlapped compute; collectives +{comm_added / 1e6:.2f} ms, compute +{work_added / 1e6:.2f} ms "
+                 "over the trace (contention=1 turns it off)"]
+        waits = uneven[index]
+        if waits is not None and waits[0] > waits[1]:
+            lines.append(f"contention: the {graph.data_parallel.host_ranks} ranks sharing a host's CPUs do not share it "
+                         "evenly (gloo's threads take a core from one rank's compute at a time, at random), so their steps "
+                         f"vary more: the wait for the slowest rank grows to {waits[0] / 1e6:.3g} ms per iteration "
+                         f"(from {waits[1] / 1e6:.3g} ms), the spread S·√((R − 1) / M) added to the trace's own "
+                         f"(S: the iteration's compute stretch, M: {graph.data_parallel.collective_steps} steps per "
+                         "collective that overlapped compute)")
+        notes.append(lines)
     return timelines, notes
+
+
+def uneven_share_waits(graph: Graph, base_ns: np.ndarray, comm: np.ndarray, work: np.ndarray,
+                       comm_shares: np.ndarray) -> tuple[int, int] | None:
+    """Set each iteration's wait for the slowest rank (its SLOWEST_RANK edges' latency) from the trace's spread plus the
+    spread contention's uneven share on a CPU host gives it; (mean wait per iteration with it, without it). None where
+    that does not apply: a GPU graph, one rank per host, or no wait derived from the trace's spread."""
+    parallel = graph.data_parallel
+    if parallel.slowest_rank is None or parallel.host_ranks <= 1 or graph.has_device_work():
+        return None
+    edges = np.flatnonzero(graph.edges["kind"] == DepKind.SLOWEST_RANK)
+    if edges.size == 0:
+        return None
+    spread, multiplier = parallel.slowest_rank
+    iteration = graph.tasks["iteration"]
+    stretch = graph.tasks["duration_ns"][work] - base_ns[work]
+    overlapped = comm[comm_shares > 0]
+    with_it = []
+    for edge in edges.tolist():
+        owner = iteration[int(graph.edges["dst"][edge])]
+        events = int(np.count_nonzero(iteration[overlapped] == owner)) * parallel.collective_steps
+        extra = contention_spread_ns(float(stretch[iteration[work] == owner].sum()), events, parallel.host_ranks)
+        graph.edges["latency_ns"][edge] = int(round(multiplier * add_spread(spread, extra)))
+        with_it.append(int(graph.edges["latency_ns"][edge]))
+    return int(np.mean(with_it)), int(round(multiplier * spread))

@@ -77,3 +77,42 @@ def test_a_gpu_factor_from_kernels_beside_collectives(tmp_path: Path) -> None:
     # Without a collective in the trace there is nothing to calibrate from.
     alone = [e for e in events if "nccl" not in e["name"]]
     assert gpu_slowdown(open_job(write_trace(tmp_path, alone, "alone.json"), cache=False).traces[0]) is None
+
+
+def test_the_uneven_share_between_ranks_on_one_host_spreads_their_steps() -> None:
+    import math
+
+    from daydream.transforms.distributed.stragglers import contention_spread_ns
+
+    # S·√((R − 1) / M): the stretch S taken from one of R ranks at a time, at random, in M equal pieces.
+    assert contention_spread_ns(100.0, 2, 2) == pytest.approx(100 / math.sqrt(2))
+    assert contention_spread_ns(100.0, 3, 4) == pytest.approx(100.0)
+    assert contention_spread_ns(100.0, 2, 1) == contention_spread_ns(100.0, 0, 2) == 0.0
+
+
+def _with_a_last_bucket(host_ranks: int) -> Graph:
+    """_side_by_side's 100 µs of compute beside a 100 µs collective, then a last bucket of 10 µs on the same channel that
+    waits for the slowest rank after the compute (a SLOWEST_RANK edge, no wait of its own yet)."""
+    built = _side_by_side(100_000, 100_000, 2.0)
+    [last] = built.add_tasks(kind=TaskKind.COLLECTIVE, resource=len(built.resources) - 1, duration_ns=10_000, name=0,
+                             iteration=0, measured_start_ns=np.array([0]))
+    built.add_edges([2], [int(last)], DepKind.STREAM_ORDER)
+    built.add_edges([1], [int(last)], DepKind.SLOWEST_RANK)
+    built.data_parallel = replace(built.data_parallel, slowest_rank=(0.0, 1 / np.sqrt(np.pi)), host_ranks=host_ranks,
+                                  collective_steps=2)
+    return built
+
+
+def test_the_wait_for_the_slowest_rank_grows_with_contentions_uneven_share() -> None:
+    # By hand: compute and the first collective both take 200 µs (processor sharing, ×2): the compute's stretch is
+    # S = 100 µs. One collective overlapped it, of 2 steps: M = 2; 2 ranks on the host: its spread is
+    # 100 µs·√(1/2) = 70.711 µs, and the wait for the slower of 2 ranks 1/√π of it: 39,894 ns. The last bucket
+    # starts at 200,000 + 39,894 and ends 10 µs later.
+    built = _with_a_last_bucket(host_ranks=2)
+    [timeline], [notes] = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    assert int(timeline.start_ns[3]) == 239_894 and int(timeline.end_ns[3]) == 249_894
+    assert any("grows to 0.0399 ms per iteration (from 0 ms)" in note for note in notes)
+    # One rank per host shares nothing with another rank: no wait beyond the trace's own.
+    alone = _with_a_last_bucket(host_ranks=1)
+    [timeline], [notes] = with_contention([alone], [simulate(alone)], lambda graphs: [simulate(g) for g in graphs])
+    assert int(timeline.start_ns[3]) == 200_000 and not any("grows to" in note for note in notes)

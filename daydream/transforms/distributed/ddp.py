@@ -12,6 +12,7 @@ from typing import Any
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
+from daydream.interconnect import collective_steps
 from daydream.memory.whatif import ddp_memory
 from daydream.transforms.distributed.buckets import (
     FORWARD,
@@ -129,8 +130,8 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
                          net.time_ns("allreduce", used_map[0])))
         last_bucket = len(plan) - 1 - (used_map is not None)
         ids = insert_collectives(graph, resource, iteration, plan)
-        if straggler.wait_ns:  # the last bucket meets the slowest rank: it waits after its gradients are ready
-            graph.add_edges([plan[last_bucket][0]], [int(ids[last_bucket])], DepKind.COMMUNICATION,
+        if straggler.wait_ns or straggler.from_trace:  # the last bucket meets the slowest rank after its gradients are ready
+            graph.add_edges([plan[last_bucket][0]], [int(ids[last_bucket])], DepKind.SLOWEST_RANK,
                             latency_ns=straggler.wait_ns)
         target, problem = optimizer_step(graph, iteration, plan[-1][0])
         if target is not None:
@@ -144,8 +145,11 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
         raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
                          "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
     factor, source = calibrate(graph, params, context, min(world, net.per_node))
-    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link,
-                                  contention=factor, contention_source=source)
+    graph.data_parallel = replace(
+        graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link, contention=factor,
+        contention_source=source, host_ranks=min(world, net.per_node),
+        slowest_rank=(straggler.spread_ns, straggler.multiplier) if straggler.from_trace and straggler.multiplier > 0 else None,
+        collective_steps=collective_steps(operation, world, "tree" if net.algorithm == "tree" else "ring"))
     per_iteration = inserted / max(synchronized, 1)
     shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
     notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "

@@ -73,10 +73,15 @@ def robust_spread_ns(iteration_ns: list[int]) -> float | None:
 
 @dataclass(slots=True, frozen=True)
 class StragglerWait:
-    """How long each synchronization waits for the slowest rank, and the note that says where it came from."""
+    """How long each synchronization waits for the slowest rank, and the note that says where it came from; where the
+    spread comes from the trace (`from_trace`), the spread and the multiplier that made the wait, for the contention
+    pass to add what it finds (add_spread)."""
 
     wait_ns: int
     note: str
+    spread_ns: float = 0.0
+    multiplier: float = 0.0
+    from_trace: bool = False
 
 
 def straggler_wait(name: str, setting: str | float, iteration_ns: list[int], world: int, accumulate: int = 1,
@@ -105,8 +110,9 @@ def straggler_wait(name: str, setting: str | float, iteration_ns: list[int], wor
                                    f"of {world} ranks: {spread / 1e6:.3g} ms (stragglers=) × {how}")
     spread_or_none = robust_spread_ns(iteration_ns)
     if spread_or_none is None:
-        return StragglerWait(0, f"{name}: no wait for the slowest rank modelled: the trace records {len(iteration_ns)} "
-                                f"iteration(s), {MIN_ITERATIONS} are needed to see how steps vary (stragglers=MS sets it)")
+        return StragglerWait(0, f"{name}: no wait for the slowest rank from the trace's iterations: it records "
+                                f"{len(iteration_ns)}, {MIN_ITERATIONS} are needed to see how steps vary (stragglers=MS "
+                                "sets it)", 0.0, factor, True)
     wait = int(round(factor * spread_or_none))
     share = spread_or_none / float(np.median(iteration_ns))
     wide = (f"; a spread of {share:.0%} is more than jitter: if every rank's steps vary alike (a shared input, a "
@@ -115,4 +121,20 @@ def straggler_wait(name: str, setting: str | float, iteration_ns: list[int], wor
         f"{name}: stragglers: each synchronization waits +{wait / 1e6:.3g} ms for the slowest of {world} ranks: the "
         f"trace's {len(iteration_ns)} iterations vary by {spread_or_none / 1e6:.3g} ms (1.4826 × median absolute "
         f"deviation, {share * 100:.1f}% of the median; one-off iterations left out) × {how}, assuming the ranks vary "
-        "independently (stragglers=0 leaves it out; stragglers=MS sets their standard deviation)" + wide))
+        "independently (stragglers=0 leaves it out; stragglers=MS sets their standard deviation)" + wide),
+        spread_or_none, factor, True)
+
+
+def add_spread(spread_ns: float, extra_ns: float) -> float:
+    """Two independent sources of a rank's variation together: their standard deviations added in quadrature."""
+    return math.hypot(spread_ns, extra_ns)
+
+
+def contention_spread_ns(stretch_ns: float, events: int, host_ranks: int) -> float:
+    """The standard deviation of one rank's stretch when the compute time `stretch_ns` that contention takes from each
+    of `host_ranks` ranks sharing a host's CPUs is really taken from one of them at a time, at random, in `events`
+    equal pieces (gloo's threads take a core from whichever compute thread the scheduler picks): S·√((R − 1) / M).
+    0 with one rank per host or no events."""
+    if host_ranks <= 1 or events <= 0 or stretch_ns <= 0:
+        return 0.0
+    return stretch_ns * math.sqrt((host_ranks - 1) / events)
