@@ -394,12 +394,12 @@ contention with compute, and hides part of them behind backward:
   example's "link fit's spread" line).
 - **The ranks drift apart more than one process's steps vary.** Each step, the rank that reaches the last bucket
   first waits for the other (the "rank skew" column: how far apart the two ranks end backward's compute). The
-  what-if's `stragglers` wait is the expected lateness of the slower rank if each varied as the 1-process trace's
-  iterations do, independently (the "predicted wait" column): on this host it is a fraction of half the measured
-  skew. Under DDP with no spare core, the ranks' steps vary more than alone: which rank's compute gloo's threads
-  preempt is random (the contention model shares the cost evenly), and a collective does not release both ranks
-  at once. The benchmark, which synchronises the ranks with a barrier before each timed all-reduce, leaves that
-  wait out. It weighs most where steps are short (the MLP's).
+  what-if's `stragglers` wait is the expected lateness of the slower rank if each varied independently, as the
+  1-process trace's iterations do plus what contention's uneven share adds (which rank's compute gloo's threads
+  preempt is random; the "predicted wait" column). Under DDP with no spare core the ranks' steps vary more than
+  alone, and a collective does not release both ranks at once (gloo's times are skewed: the tail lands on one
+  rank), which the model leaves out. The benchmark, which synchronises the ranks with a barrier before each timed
+  all-reduce, leaves that wait out too. It weighs most where steps are short (the MLP's).
 - **With both cores computing, a gloo collective waits for the scheduler.** With the calling thread kept busy
   until it ends (the link table's "caller busy" columns), a small all-reduce's median is many times its median
   with the caller waiting: gloo's threads get a core when the kernel next takes one from a busy thread, a delay of
@@ -478,11 +478,13 @@ def added_table(rounds: list[Round]) -> list[str]:
 
 
 def straggler_wait_ns(prediction: Prediction) -> float:
-    """The wait for the slowest rank the what-if's note gives (0 when it has none)."""
-    for note in prediction.notes:
-        found = re.search(r"waits \+([0-9.e+-]+) ms for the slowest", note)
-        if found:
-            return float(found.group(1)) * 1e6
+    """The wait for the slowest rank the what-if's notes give: as contention's uneven share grew it, else from the
+    trace's spread alone (0 when they have none)."""
+    for pattern in (r"wait for the slowest rank grows to ([0-9.e+-]+) ms", r"waits \+([0-9.e+-]+) ms for the slowest"):
+        for note in prediction.notes:
+            found = re.search(pattern, note)
+            if found:
+                return float(found.group(1)) * 1e6
     return 0.0
 
 
@@ -609,9 +611,9 @@ def example_section(example: str, rounds: list[Round], volume_bytes: int, spread
             "gloo's thread (rank 0), from its start to its end; once both ranks are in it: from the later rank's start",
             "to rank 0's end (median), the collective's own time without the wait for the other. Rank skew: how far",
             "apart the two ranks end backward's compute (median over steps), what the first waits for the other at the",
-            "last bucket. Predicted wait: the what-if's wait for the slower of the two ranks (`stragglers`, from the",
-            "spread of the 1-process trace's iterations); for two ranks the later is on average half the skew behind",
-            "the mean.", "",
+            "last bucket. Predicted wait: the what-if's wait for the slower of the two ranks (`stragglers`: the spread",
+            "of the 1-process trace's iterations and the one contention's uneven share adds); for two ranks the later",
+            "is on average half the skew behind the mean.", "",
             *added_table(rounds), "",
             f"The what-if's note (round {spread.round_index + 1}, from the 1-process trace):", "", "```",
             *rounds[spread.round_index].from_solo.notes, "```", ""]
