@@ -194,7 +194,9 @@ register(Optimization(
     "the optimizer waits for the last bucket. Link: interconnect= preset, else the GPU's NVLink/PCIe within "
     f"{GPUS_PER_NODE} ranks and network=ib-hdr beyond; bandwidth=GB/s and latency=µs override; "
     "topology=hierarchical across nodes: reduce-scatter inside each node, all-reduce of each rank's "
-    "1/gpus_per_node shard between nodes, all-gather inside (BlueConnect). world=1 changes nothing",
+    "1/gpus_per_node shard between nodes, all-gather inside (BlueConnect); each iteration's last bucket waits for the "
+    "slowest rank (stragglers=auto: the spread of the trace's iterations × E[max of world normal draws]). world=1 "
+    "changes nothing",
     _ddp,
     {**DATA_PARALLEL_PARAMETERS,
      "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6),

@@ -115,6 +115,7 @@ register(Optimization(
     {"slice": Parameter(str, "4MiB", "slice size"),
      "sync": Parameter(str, "allreduce", "allreduce, or ps: push to and pull from parameter servers (MXNet's P3)"),
      "servers": Parameter(int, 0, "parameter servers (default: one per worker)", 0, MAX_WORLD),
-     **DATA_PARALLEL_PARAMETERS},
+     # p3 times its slices without contention or a wait for the slowest rank: it takes neither parameter.
+     **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k not in ("contention", "stragglers")}},
 ))
 
