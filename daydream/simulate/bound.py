@@ -14,7 +14,7 @@ and the edge it waited on (a host gap, or a latency), so the parts add up to the
 | host | own time of host tasks (API calls, CPU ops, what a blocking call did after its wait) |
 | host gap | the recorded CPU time between host tasks (Python, framework, data loading): scales with the host |
 | gpu | kernels, copies and memsets |
-| communication | collectives: their transfer, and for collectives matched across ranks the wait for the others |
+| communication | collectives: their transfer; the wait for the other ranks (matched collectives, a what-if's slowest rank) |
 | latency | launch latency, inter-kernel gap, sync return: the fixed costs on edges; a resource's queue |
 | unexplained | delays the trace cannot explain that scale with the iteration's progress (graph.model) |
 | pinned | delays the trace cannot explain that stay fixed under any what-if |
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daydream._jit import jit
-from daydream.graph import Graph, TaskKind
+from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.timing import host_edge_mask, in_edges
 from daydream.simulate.engine import Timeline
 from daydream.simulate.windows import Window, iteration_windows
@@ -91,7 +91,7 @@ def bound_by(graph: Graph, timeline: Timeline, first: int, last: int, binding: B
     b = binding if binding is not None else binding_edges(graph, timeline)
     ns = np.zeros(len(CATEGORIES), dtype=np.int64)
     bound.tasks = int(_walk(last, window_end, window_start, timeline.start_ns, timeline.end_ns, b.edge, b.ready,
-                            b.category, b.wait, b.gap, b.host_edge, b.edge_src, b.from_start, ns))
+                            b.category, b.wait, b.gap, b.host_edge, b.edge_src, b.from_start, b.edge_category, ns))
     for category, value in zip(CATEGORIES, ns.tolist()):
         bound.by_category_ns[category] = value
     return bound
@@ -103,10 +103,10 @@ _HOST_GAP, _LATENCY = CATEGORIES.index("host gap"), CATEGORIES.index("latency")
 @jit
 def _walk(v: int, until: int, window_start: int, start: np.ndarray, end: np.ndarray, edge: np.ndarray,
           ready: np.ndarray, category: np.ndarray, wait: np.ndarray, gap: np.ndarray, host_edge: np.ndarray,
-          edge_src: np.ndarray, from_start: np.ndarray, ns: np.ndarray) -> int:
+          edge_src: np.ndarray, from_start: np.ndarray, edge_category: np.ndarray, ns: np.ndarray) -> int:
     """Walk back from task v (its end at `until`) to the window's start, crediting each stretch to its category in
     `ns`: a task's own time, the wait after its dependencies were met, the host gap and latency of the edge it
-    waited on. Returns the tasks on the path."""
+    waited on (its category: `edge_category`). Returns the tasks on the path."""
     tasks = 0
     with_duration = True
     while until > window_start:
@@ -125,7 +125,7 @@ def _walk(v: int, until: int, window_start: int, start: np.ndarray, end: np.ndar
         reference = start[u] if from_start[e] else end[u]
         host_gap = gap[v] if host_edge[e] else 0
         _credit(ns, _HOST_GAP, until - host_gap, until, window_start)
-        _credit(ns, _LATENCY, reference, until - host_gap, window_start)
+        _credit(ns, edge_category[e], reference, until - host_gap, window_start)
         until = min(until, reference)
         v = u
         with_duration = not from_start[e]
@@ -158,6 +158,7 @@ class Binding:
     host_edge: np.ndarray
     edge_src: np.ndarray
     from_start: np.ndarray
+    edge_category: np.ndarray  # per edge, the category of its latency
 
 
 def binding_edges(graph: Graph, timeline: Timeline) -> Binding:
@@ -189,7 +190,8 @@ def binding_edges(graph: Graph, timeline: Timeline) -> Binding:
                                       CATEGORIES.index("unexplained")), wait)
     return Binding(best, ready, _CATEGORY_INDEX[tasks["kind"]], wait.astype(np.int64),
                    tasks["gap_ns"].astype(np.int64), host_edge, edges["src"].astype(np.int64),
-                   edges["from_start"].astype(bool))
+                   edges["from_start"].astype(bool), np.where(edges["kind"] == DepKind.SLOWEST_RANK,
+                                                              CATEGORIES.index("communication"), _LATENCY).astype(np.int64))
 
 
 def bound_line(bound: dict[str, object], top: int = 6) -> str:

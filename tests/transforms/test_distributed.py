@@ -557,6 +557,9 @@ def test_ddp_last_bucket_waits_for_the_slowest_rank_after_its_gradients_not_afte
     optimizer = int(np.flatnonzero(g.tasks["phase"] == 2)[0])
     assert int(timeline.start_ns[optimizer]) == 6716
     assert any("waits +0.000564 ms for the slowest of 2 ranks" in n for n in notes)
+    # On the critical path the wait is communication, with the last bucket's own 3146 ns: 3710 ns.
+    from daydream.simulate.bound import bound_by
+    assert bound_by(g, timeline, 0, optimizer).by_category_ns["communication"] == 564 + 3146
     # A wait shorter than the channel's queue costs nothing: 50 ns -> 28 ns, ready at 3034, the channel at 3054.
     hidden = _step()
     apply_spec(hidden, parse_spec("ddp:world=2,bandwidth=1000,latency=0,stragglers=0.00005"), CONTEXT)
