@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 from _generated import publish  # noqa: E402
 
 from daydream.interconnect import Interconnect, collective_time_ns  # noqa: E402
+from daydream.transforms.distributed.contention import cpu_factor  # noqa: E402
 
 WORLD = 2
 MESSAGE_BYTES = [2**12, 2**16, 2**18, 2**20, 2**22, 2**24]  # float32 buffers, 4 KiB .. 16 MiB
@@ -435,8 +436,8 @@ def _error(predicted: float, measured: float) -> str:
 
 def contention_factor(threads: int) -> float:
     """The factor the what-if's CPU contention model gives the benchmark's busy callers: WORLD ranks × (threads
-    computing + 1 gloo thread) on this machine's CPUs (transforms/distributed/contention.py)."""
-    return max(1.0, WORLD * (threads + 1) / len(os.sched_getaffinity(0)))
+    computing + 1 gloo thread) on this machine's CPUs."""
+    return cpu_factor(len(os.sched_getaffinity(0)), threads, WORLD)
 
 
 def link_table(rounds: list[Round], link: Link, factor: float) -> list[str]:

@@ -114,13 +114,15 @@ def uneven_share_waits(graph: Graph, base_ns: np.ndarray, comm: np.ndarray, work
         return None
     spread, multiplier = parallel.slowest_rank
     iteration = graph.tasks["iteration"]
-    stretch = graph.tasks["duration_ns"][work] - base_ns[work]
-    overlapped = comm[comm_shares > 0]
+    # Per iteration (index + 1: tasks outside every iteration are -1), the compute stretch and the overlapping collectives.
+    size = int(iteration.max()) + 2
+    stretch = np.bincount(iteration[work] + 1, weights=graph.tasks["duration_ns"][work] - base_ns[work], minlength=size)
+    overlapping = np.bincount(iteration[comm[comm_shares > 0]] + 1, minlength=size)
     with_it = []
     for edge in edges.tolist():
-        owner = iteration[int(graph.edges["dst"][edge])]
-        events = int(np.count_nonzero(iteration[overlapped] == owner)) * parallel.collective_steps
-        extra = contention_spread_ns(float(stretch[iteration[work] == owner].sum()), events, parallel.host_ranks)
+        owner = int(iteration[int(graph.edges["dst"][edge])]) + 1
+        extra = contention_spread_ns(float(stretch[owner]), int(overlapping[owner]) * parallel.collective_steps,
+                                     parallel.host_ranks)
         graph.edges["latency_ns"][edge] = int(round(multiplier * add_spread(spread, extra)))
         with_it.append(int(graph.edges["latency_ns"][edge]))
     return int(np.mean(with_it)), int(round(multiplier * spread))

@@ -94,5 +94,10 @@ def calibrate(graph: Graph, params: dict[str, Any], context: Context, ranks_per_
     cpus, threads = int(context.host.get("cpus", 0) or 0), int(context.host.get("intra_op_threads", 0) or 0)
     if cpus <= 0 or threads <= 0:
         return 1.0, "none: the trace does not record the host's CPUs and threads (record it with daydream trace)"
-    demand = ranks_per_host * (threads + 1)
-    return max(1.0, demand / cpus), (f"{ranks_per_host} ranks × ({threads} compute + 1 gloo thread) on {cpus} CPUs")
+    return cpu_factor(cpus, threads, ranks_per_host), f"{ranks_per_host} ranks × ({threads} compute + 1 gloo thread) on {cpus} CPUs"
+
+
+def cpu_factor(cpus: int, threads: int, ranks_per_host: int) -> float:
+    """The CPU contention factor: `ranks_per_host` ranks × (`threads` computing + 1 gloo thread) on `cpus` CPUs, where
+    they all want a core (at least 1)."""
+    return max(1.0, ranks_per_host * (threads + 1) / cpus)
