@@ -177,6 +177,9 @@ class DataParallel:
     #: ranks that share one host's CPUs, and the scheduling events (steps) of each inserted collective
     host_ranks: int = 1
     collective_steps: int = 0
+    #: the names (Graph.strings ids) of inserted collectives sent from one rank that runs on while they are in flight
+    #: (DDP's buffer broadcasts over gloo): the graph is the receivers' view, which waits for them
+    rooted: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)

@@ -51,6 +51,31 @@ def overlap_shares(timeline: Timeline, tasks: np.ndarray, others: np.ndarray) ->
     return busy.share_of_each(timeline.start_ns[tasks], timeline.end_ns[tasks])
 
 
+def collective_shares(graph: Graph, timeline: Timeline, comm: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """For each of the collectives `comm`, the share of its time that compute runs beside it: this rank's compute, or
+    for a rooted collective (graph.data_parallel.rooted: the graph is its receivers' view, which waits for it) the
+    root's, which started its next work when it sent. The root's timeline is this one shifted by how long the rooted
+    collectives of the iteration took from the first's start to the last's end: the root's compute during a rooted
+    collective is this rank's compute that long after it."""
+    shares = overlap_shares(timeline, comm, work)
+    rooted = graph.data_parallel.rooted
+    if not rooted:
+        return shares
+    marked = np.isin(graph.tasks["name"][comm], list(rooted))
+    if not marked.any():
+        return shares
+    tasks = comm[marked]
+    iteration = graph.tasks["iteration"][tasks]
+    start, end = timeline.start_ns[tasks], timeline.end_ns[tasks]
+    shift = np.zeros(tasks.size, dtype=np.int64)
+    for value in np.unique(iteration):
+        same = iteration == value
+        shift[same] = end[same].max() - start[same].min()
+    busy = Coverage(timeline.start_ns[work], timeline.end_ns[work])
+    shares[marked] = busy.share_of_each(start + shift, end + shift)
+    return shares
+
+
 def with_contention(graphs: list[Graph], timelines: list[Timeline],
                     simulate: Callable[[list[Graph]], list[Timeline]]) -> tuple[list[Timeline], list[list[str]]]:
     """The job's timelines with contention applied where a graph carries a factor above 1 (durations stretched in
@@ -67,7 +92,7 @@ def with_contention(graphs: list[Graph], timelines: list[Timeline],
             comm, work = sides[index]
             if factor <= 1.0 or comm.size == 0 or work.size == 0:
                 continue
-            new = (overlap_shares(timeline, comm, work), overlap_shares(timeline, work, comm))
+            new = (collective_shares(graph, timeline, comm, work), overlap_shares(timeline, work, comm))
             old = shares[index]
             current = new if old is None else ((old[0] + new[0]) / 2, (old[1] + new[1]) / 2)
             shares[index] = current

@@ -116,3 +116,38 @@ def test_the_wait_for_the_slowest_rank_grows_with_contentions_uneven_share() -> 
     alone = _with_a_last_bucket(host_ranks=1)
     [timeline], [notes] = with_contention([alone], [simulate(alone)], lambda graphs: [simulate(g) for g in graphs])
     assert int(timeline.start_ns[3]) == 200_000 and not any("grows to" in note for note in notes)
+
+
+def _receiver_of_a_rooted_broadcast(gap_ns: int) -> Graph:
+    """A receiver's view of one iteration: a start marker, a 1 µs broadcast from rank 0 (rooted) that the receiver
+    waits for, then its compute: 500 ns, `gap_ns` of nothing (an edge latency), 4 µs."""
+    built = graph([op("start", 0, iteration=0), op("compute a", 500, iteration=0), op("compute b", 4_000, iteration=0)],
+                  [(1, 2, DepKind.HOST_ORDER, gap_ns, False)])
+    built.resources.append(Resource(ResourceKind.COMM_CHANNEL, "comm"))
+    [broadcast] = built.add_tasks(kind=TaskKind.COLLECTIVE, resource=len(built.resources) - 1, duration_ns=1_000,
+                                  name=built.string_id("broadcast of the buffers"), iteration=0,
+                                  measured_start_ns=np.array([0]))
+    built.add_edges([0], [int(broadcast)], DepKind.COMMUNICATION)
+    built.add_edges([int(broadcast)], [1], DepKind.COMMUNICATION)
+    built.data_parallel = replace(built.data_parallel, contention=2.0, contention_source="by hand",
+                                  rooted=frozenset({built.string_id("broadcast of the buffers")}))
+    return built
+
+
+def test_a_rooted_broadcast_is_stretched_by_the_roots_compute_not_the_receivers() -> None:
+    # The receiver waits for the broadcast: on its own timeline nothing computes beside it. Rank 0 sent it and went
+    # on: its compute during the broadcast is the receiver's compute that long later. With no gap, that window is
+    # covered throughout: ×2, the broadcast ends at 2,000 ns and the compute (4.5 µs) at 6,500.
+    built = _receiver_of_a_rooted_broadcast(gap_ns=0)
+    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    assert (int(timeline.end_ns[3]), int(timeline.end_ns[2])) == (2_000, 6_500)
+    # A 1 µs gap after 500 ns of compute: a broadcast of D ns overlaps 500 of them (D ≤ 1,500), so D = 1000 / (1 − 0.5 ·
+    # 500 / D): D = 1,250 ns by hand (the fixed point the rounds approach).
+    built = _receiver_of_a_rooted_broadcast(gap_ns=1_000)
+    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    assert int(timeline.end_ns[3]) == pytest.approx(1_250, rel=0.01)
+    # Not rooted (a collective every rank waits for): nothing runs beside it, it keeps its 1 µs.
+    built = _receiver_of_a_rooted_broadcast(gap_ns=0)
+    built.data_parallel = replace(built.data_parallel, rooted=frozenset())
+    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    assert int(timeline.end_ns[3]) == 1_000

@@ -12,7 +12,7 @@ from daydream.simulate.job import simulate_job
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.distributed import buckets, parse_bytes
 from daydream.transforms.optimizations import parse_sweep, with_value
-from tests.transforms.graphs import call, graph, kernel, launch_chain
+from tests.transforms.graphs import call, graph, kernel, launch_chain, op
 
 MiB = 2**20
 
@@ -390,6 +390,36 @@ def test_ddp_broadcasts_the_buffers_before_each_forward() -> None:
     assert int(timed.start_ns[fwd]) == int(timed.end_ns[broadcast[0]])
     assert int(simulate(without).start_ns[fwd]) < int(timed.end_ns[6]) + 50_004
     assert not _broadcasts(without)
+
+
+def _cpu_forward_backward_optimizer() -> Graph:
+    """_forward_backward_optimizer on the CPU: host ops fwd a, bwd a, sgd (1000, 1000, 500 ns) between two markers."""
+    ops = [op("fwd", 1000, phase="forward", layer="a"), op("bwd", 1000, phase="backward", layer="a"),
+           op("sgd", 500, phase="optimizer"), op("iteration boundary", 0, kind=TaskKind.MARKER),
+           op("iteration boundary", 0, kind=TaskKind.MARKER)]
+    made = graph(ops, [(3, 0, DepKind.HOST_ORDER, 0, False), (0, 1, DepKind.HOST_ORDER, 0, False),
+                       (1, 2, DepKind.HOST_ORDER, 0, False), (2, 4, DepKind.HOST_ORDER, 0, False)], layers=["a"])
+    made.iteration_markers = [(3, 4)]
+    return made
+
+
+def test_on_a_cpu_host_the_buffers_broadcast_is_rooted_at_rank_0() -> None:
+    # Over gloo rank 0 sends the buffers and runs on; the graph is the receivers' view. On a CPU host with contention the
+    # broadcasts are marked for the contention pass (their names) and the note says so; a GPU graph's are not.
+    context = Context(gradient_bytes={"a": MiB}, buffers={"float32": 4_000, "int64": 8}, host={"cpus": 2, "intra_op_threads": 1})
+    cpu = _cpu_forward_backward_optimizer()
+    notes = apply_spec(cpu, parse_spec("ddp:world=2,bandwidth=1000,latency=50"), context)
+    assert cpu.data_parallel.contention == 2.0
+    assert cpu.data_parallel.rooted == {int(cpu.tasks["name"][t]) for t in _broadcasts(cpu)} and len(_broadcasts(cpu)) == 2
+    assert any("rank 0 sends them and runs on" in note for note in notes)
+    gpu = _forward_backward_optimizer()
+    notes = apply_spec(gpu, parse_spec("ddp:world=2,bandwidth=1000,latency=50"), context)
+    assert _broadcasts(gpu) and not gpu.data_parallel.rooted
+    assert not any("rank 0 sends them and runs on" in note for note in notes)
+    # Without contention there is nothing to say about it.
+    off = _cpu_forward_backward_optimizer()
+    notes = apply_spec(off, parse_spec("ddp:world=2,bandwidth=1000,latency=50,contention=1"), context)
+    assert not any("rank 0 sends them and runs on" in note for note in notes)
 
 
 @pytest.mark.parametrize("buffers,durations,said", [

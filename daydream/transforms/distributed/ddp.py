@@ -66,10 +66,17 @@ def used_parameter_map(context: Context) -> tuple[int, str]:
 def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int) -> str:
     """Each iteration's forward waits for rank 0's broadcast of the model's buffers (DDP's broadcast_buffers=True): as
     DDP coalesces them, one broadcast per dtype and per BROADCAST_BUCKET_BYTES of it, on the communication channel
-    `resource` after the last iteration's buckets."""
+    `resource` after the last iteration's buckets.
+
+    The graph is the view of the ranks that receive: they wait for the buffers. Rank 0 does not: over gloo a
+    broadcast is done for its root once sent, so rank 0's forward runs while it is in flight and the receivers catch
+    up at the first bucket. On a CPU host the broadcasts are marked `rooted` for the contention pass, which stretches
+    them by the share of rank 0's forward they overlap (simulate/contention.py); a GPU's compute stream waits for
+    the broadcast on every rank, root included."""
     sizes = [(dtype, min(BROADCAST_BUCKET_BYTES, total - start)) for dtype, total in context.buffers.items()
              for start in range(0, total, BROADCAST_BUCKET_BYTES)]
     each = 0
+    names: set[int] = set()
     for iteration in iterations_of(graph):
         forward = first_task(graph, iteration, FORWARD)
         if forward is None or iteration >= len(graph.iteration_markers):
@@ -79,13 +86,19 @@ def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int
                  net.time_ns("broadcast", size)) for dtype, size in sizes]
         ids = insert_collectives(graph, resource, iteration, plan)
         graph.add_edges([int(ids[-1])], [forward], DepKind.COMMUNICATION)
+        names.update(graph.tasks["name"][ids].tolist())
         each = sum(p[3] for p in plan)
+    on_cpu = not graph.has_device_work()
+    if on_cpu:
+        graph.data_parallel = replace(graph.data_parallel, rooted=graph.data_parallel.rooted | frozenset(names))
     dtypes = [dtype for dtype in context.buffers if dtype]
     grouped = (f"one per dtype ({', '.join(dtypes)}) as DDP coalesces them" if len(dtypes) == len(context.buffers)
                else "their dtypes not recorded: counted as one")
     return (f"ddp: broadcast_buffers: {len(sizes)} broadcast(s) of {context.buffer_bytes / 2**10:.1f} KiB of buffers "
             f"before each forward ({grouped}), {each / 1e3:.0f} µs each iteration (broadcast_buffers=0 as DDP's "
-            "broadcast_buffers=False)")
+            "broadcast_buffers=False)" + ("; rank 0 sends them and runs on, so contention stretches them by the share of "
+                                         "its forward they overlap; the other ranks wait for them"
+                                         if on_cpu and graph.data_parallel.contention > 1.0 else ""))
 
 
 def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
