@@ -120,6 +120,7 @@ class Round:
     ddp: RunTimes  # rank 0 of the 2-rank DDP run
     ddp_rank1_ns: int
     skew_ns: int  # median over steps of how far apart the two DDP ranks ended backward's compute
+    before_forward_ns: tuple[int, int]  # per DDP rank: mean time from DDP's forward to its module's forward
     joined_ns: int  # median time of one gloo all-reduce once both ranks had started it (rank 0's end)
     solo_trace: Path
     twins_trace: Path
@@ -271,6 +272,18 @@ def rank_skew_ns(rank0: Path, rank1: Path) -> int:
     return int(statistics.median(gaps) * 1e3) if gaps else 0
 
 
+def before_forward_ns(path: Path) -> int:
+    """Mean over recorded steps of DDP's work before its module's forward (from `DistributedDataParallel.forward`'s start
+    to the wrapped module's): with buffers, their broadcast — rank 0 sends it, the others wait for it."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        raw = json.load(handle)
+    steps = sorted(_spans(raw, lambda name: name.startswith("ProfilerStep#")))
+    wrappers = sorted(start for start, _ in _spans(raw, "DistributedDataParallel.forward".__eq__))
+    modules = sorted(start for start, _ in _spans(raw, "daydream.layer::DistributedDataParallel.module".__eq__))
+    gaps = [module - wrapper for wrapper, module in zip(wrappers, modules) if steps and steps[0][0] <= wrapper < steps[-1][1]]
+    return int(statistics.mean(gaps) * 1e3) if gaps else 0
+
+
 def joined_allreduce_ns(rank0: Path, rank1: Path) -> int:
     """Median over rank 0's gloo all-reduces of how long each took once both ranks had started it (the k-th on each
     rank's gloo threads: from the later start to rank 0's end): the collective's own time, without the wait for the
@@ -351,6 +364,7 @@ def run_round(example: str, work: Path, index: int, threads: int) -> Round:
                  solo=run_times(traces["solo"][0]), twins=run_times(traces["twins"][0]),
                  ddp=run_times(traces["ddp"][0]), ddp_rank1_ns=run_times(traces["ddp"][1]).iteration_ns,
                  skew_ns=rank_skew_ns(*traces["ddp"]), joined_ns=joined_allreduce_ns(*traces["ddp"]),
+                 before_forward_ns=(before_forward_ns(traces["ddp"][0]), before_forward_ns(traces["ddp"][1])),
                  solo_trace=traces["solo"][0], twins_trace=traces["twins"][0])
 
 
@@ -469,12 +483,14 @@ def added_table(rounds: list[Round]) -> list[str]:
     """What DDP adds to an iteration, modelled and measured, against the 1-process run of the same round."""
     lines = ["| round | modelled all-reduces and copies | predicted − 1 process | measured DDP − 1 process | matmul ops, "
              "1 process → DDP | DDP reducer ops | one gloo all-reduce, median / longest | once both ranks are in it | "
-             "rank skew at backward's end | predicted wait for the slower rank |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "rank skew at backward's end | predicted wait for the slower rank | DDP before the module's forward, "
+             "rank 0 / rank 1 |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for index, r in enumerate(rounds):
         lines.append(f"| {index + 1} | {_ms(r.from_solo.allreduce_ns)} | {_ms(r.from_solo.iteration_ns - r.from_solo.baseline_ns)} | "
                      f"{_ms(r.ddp.iteration_ns - r.solo.iteration_ns)} | {_ms(r.solo.matmul_ns)} → {_ms(r.ddp.matmul_ns)} | "
                      f"{_ms(r.ddp.reducer_ns)} | {_ms(r.ddp.gloo_span_ns[0])} / {_ms(r.ddp.gloo_span_ns[1])} | {_ms(r.joined_ns)} | "
-                     f"{_ms(r.skew_ns)} | {_ms(straggler_wait_ns(r.from_solo))} |")
+                     f"{_ms(r.skew_ns)} | {_ms(straggler_wait_ns(r.from_solo))} | "
+                     f"{_ms(r.before_forward_ns[0])} / {_ms(r.before_forward_ns[1])} |")
     return lines
 
 
@@ -614,7 +630,10 @@ def example_section(example: str, rounds: list[Round], volume_bytes: int, spread
             "apart the two ranks end backward's compute (median over steps), what the first waits for the other at the",
             "last bucket. Predicted wait: the what-if's wait for the slower of the two ranks (`stragglers`: the spread",
             "of the 1-process trace's iterations and the one contention's uneven share adds); for two ranks the later",
-            "is on average half the skew behind the mean.", "",
+            "is on average half the skew behind the mean. DDP before the module's forward: rank 0's and rank 1's time",
+            "from `DistributedDataParallel.forward` to the wrapped module's forward (mean over steps): DDP's own work,",
+            "and with buffers their broadcast, which rank 0 sends and runs on while rank 1 waits for it (the what-if's",
+            "broadcasts are the note's figure, stretched by contention for the share of rank 0's forward they overlap).", "",
             *added_table(rounds), "",
             f"The what-if's note (round {spread.round_index + 1}, from the 1-process trace):", "", "```",
             *rounds[spread.round_index].from_solo.notes, "```", ""]
