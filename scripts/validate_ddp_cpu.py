@@ -402,6 +402,17 @@ contention with compute, and hides part of them behind backward:
   "DDP reducer ops" column is what they stand for), and, for the CNN, the buffers' broadcasts before each forward
   (`broadcast_buffers`: one per dtype, as DDP coalesces them: BatchNorm's float32 statistics and its int64
   counter, 2 per step, as the DDP traces show). The note above shows the contention and copies lines.
+- **The buffers' broadcast is rank 0's to send and rank 1's to wait for.** Over gloo a broadcast is done for its
+  root once sent: rank 0 starts its forward while rank 1 still waits for the buffers (the "DDP before the
+  module's forward" column: rank 1's wait is the longer, and rank 0 then waits for rank 1 at the last bucket). So
+  the broadcast competes with rank 0's forward for the cores: the what-if stretches it by contention for the share
+  of rank 0's forward it overlaps (the broadcast_buffers line of the CNN's note); unstretched, the CNN came out
+  8% short on average over seven runs of the check.
+- **Measured in the DDP traces, not modelled.** DDP's own work around the module's forward (0.1 ms before it
+  without buffers, the column above, and about 0.1 ms after it); the bucket copies run at about half the speed of
+  the trace's own elementwise ops (the "DDP reducer ops" column against the copies line: the buckets were last
+  written by gloo's thread on the other core); the optimizer runs slower after the wait (the transformer's, about
+  0.7 ms per step).
 - **gloo's collectives here end late at times, and not on both ranks at once.** Once both ranks are in it, an
   all-reduce of a small message usually ends within half a millisecond, but one in several takes 3-6 ms (the
   benchmark's median against its mean, and the "once both ranks are in it" column): the link fitted to the means
