@@ -423,3 +423,27 @@ def test_a_memory_snapshot_counts_each_storage_once() -> None:
     # (its "other tensors" are whatever else this test process holds)
     assert {k: snapshot[k] for k in ("weights", "gradients", "optimizer state")} == \
         {"weights": parameters + buffers, "gradients": parameters, "optimizer state": parameters}
+
+
+def test_on_the_cpu_ddps_buffer_broadcasts_compete_with_rank_0s_forward(example_traces: dict[str, Path]) -> None:
+    # The CNN's BatchNorm buffers are broadcast before each forward. On the CPU rank 0 sends them and runs its forward,
+    # so with contention 2 each broadcast takes between its own time (nothing beside it) and twice it (rank 0's
+    # forward beside it throughout); without contention, its own time. Every iteration's forward is longer than
+    # its two broadcasts here, so each overlaps some compute and grows.
+    from daydream.simulate.whatif import predict
+
+    trace = read_job(example_traces["cnn"], cache=False).traces[0]
+    durations, on_gpu = {}, False
+    for factor in (1, 2):
+        prediction = predict(trace, [f"ddp:world=2,bandwidth=2,latency=100,contention={factor}"])
+        graph = prediction.graph
+        assert graph is not None
+        broadcasts = [t for t in range(graph.task_count) if graph.task_name(t).startswith("ddp broadcast of")]
+        assert len(broadcasts) == 2 * len(graph.iteration_markers)  # float32 statistics and the int64 counter
+        durations[factor] = np.array([int(graph.tasks["duration_ns"][t]) for t in broadcasts])
+        on_gpu = graph.has_device_work()
+    assert (durations[1] >= 100_000).all()  # one step of 100 µs and the bytes over 2 GB/s
+    if on_gpu:  # (recorded where CUDA is available) every rank's compute stream waits for the broadcast: no stretch
+        assert (durations[2] == durations[1]).all()
+        return
+    assert (durations[2] > durations[1]).all() and (durations[2] <= 2 * durations[1] + 1).all()
