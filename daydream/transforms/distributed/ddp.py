@@ -214,7 +214,8 @@ register(Optimization(
     {**DATA_PARALLEL_PARAMETERS,
      "accumulate": Parameter(int, 1, "gradient accumulation: one iteration in every N all-reduces (no_sync on the rest)", 1, 1e6),
      "broadcast_buffers": Parameter(int, 1, "1: rank 0 broadcasts the buffers (BatchNorm statistics) before each forward, "
-                                            "as DDP does by default; 0: not", 0, 1),
+                                            "as DDP does by default (on a CPU host rank 0 runs on while the others "
+                                            "wait, so it competes with rank 0's forward); 0: not", 0, 1),
      "find_unused": Parameter(int, 0, "1: as DDP's find_unused_parameters=True: the used-parameter map is all-reduced "
                                       "after the last bucket every iteration; 0: not", 0, 1),
      "bucket_view": Parameter(int, 0, "1: as DDP's gradient_as_bucket_view=True: the gradients are views of the buckets, "
