@@ -57,12 +57,11 @@ def collective_shares(graph: Graph, timeline: Timeline, comm: np.ndarray, work: 
     root's, which started its next work when it sent. The root's timeline is this one shifted by how long the rooted
     collectives of the iteration took from the first's start to the last's end: the root's compute during a rooted
     collective is this rank's compute that long after it."""
-    shares = overlap_shares(timeline, comm, work)
+    busy = Coverage(timeline.start_ns[work], timeline.end_ns[work])
+    shares = busy.share_of_each(timeline.start_ns[comm], timeline.end_ns[comm])
     rooted = graph.data_parallel.rooted
-    if not rooted:
-        return shares
-    marked = np.isin(graph.tasks["name"][comm], list(rooted))
-    if not marked.any():
+    marked = np.isin(graph.tasks["name"][comm], list(rooted)) if rooted else None
+    if marked is None or not marked.any():
         return shares
     tasks = comm[marked]
     iteration = graph.tasks["iteration"][tasks]
@@ -71,7 +70,6 @@ def collective_shares(graph: Graph, timeline: Timeline, comm: np.ndarray, work: 
     for value in np.unique(iteration):
         same = iteration == value
         shift[same] = end[same].max() - start[same].min()
-    busy = Coverage(timeline.start_ns[work], timeline.end_ns[work])
     shares[marked] = busy.share_of_each(start + shift, end + shift)
     return shares
 

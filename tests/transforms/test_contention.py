@@ -13,6 +13,7 @@ from daydream.api import open_job
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.simulate import simulate
 from daydream.simulate.contention import with_contention
+from daydream.simulate.engine import Timeline
 from daydream.transforms.distributed.contention import calibrate, gpu_slowdown
 from daydream.transforms.optimizations import Context
 from tests.builders import kernel as trace_kernel
@@ -31,8 +32,13 @@ def _side_by_side(compute_ns: int, collective_ns: int, factor: float) -> Graph:
     return built
 
 
-def _ends(built: Graph) -> tuple[int, int]:
+def _contended(built: Graph) -> Timeline:
     [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    return timeline
+
+
+def _ends(built: Graph) -> tuple[int, int]:
+    timeline = _contended(built)
     return int(timeline.end_ns[1]), int(timeline.end_ns[2])
 
 
@@ -139,15 +145,15 @@ def test_a_rooted_broadcast_is_stretched_by_the_roots_compute_not_the_receivers(
     # on: its compute during the broadcast is the receiver's compute that long later. With no gap, that window is
     # covered throughout: ×2, the broadcast ends at 2,000 ns and the compute (4.5 µs) at 6,500.
     built = _receiver_of_a_rooted_broadcast(gap_ns=0)
-    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    timeline = _contended(built)
     assert (int(timeline.end_ns[3]), int(timeline.end_ns[2])) == (2_000, 6_500)
     # A 1 µs gap after 500 ns of compute: a broadcast of D ns overlaps 500 of them (D ≤ 1,500), so D = 1000 / (1 − 0.5 ·
     # 500 / D): D = 1,250 ns by hand (the fixed point the rounds approach).
     built = _receiver_of_a_rooted_broadcast(gap_ns=1_000)
-    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    timeline = _contended(built)
     assert int(timeline.end_ns[3]) == pytest.approx(1_250, rel=0.01)
     # Not rooted (a collective every rank waits for): nothing runs beside it, it keeps its 1 µs.
     built = _receiver_of_a_rooted_broadcast(gap_ns=0)
     built.data_parallel = replace(built.data_parallel, rooted=frozenset())
-    [timeline], _ = with_contention([built], [simulate(built)], lambda graphs: [simulate(g) for g in graphs])
+    timeline = _contended(built)
     assert int(timeline.end_ns[3]) == 1_000
