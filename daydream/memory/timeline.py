@@ -24,7 +24,8 @@ the weights (parameters and buffers), gradients and optimizer state the models a
 held then and still held when that iteration ended (`memory_before`, per device: what the window
 neither allocated nor freed). A GPU allocator's totals include it: it is named inside
 "before the trace". The CPU's totals count only what was allocated while memory was profiled,
-so what they held at the first event is replaced by what the recording found.
+so what they held at the first event is replaced by what the recording found, and frees of blocks
+the window did not allocate (an earlier recording's in the same process) are not counted.
 For other traces, "before the trace" is the first event's `Total Allocated` less its own bytes,
 or, where the totals start at the trace, the output says it is missing.
 """
@@ -128,6 +129,11 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     has_total = bool((recorded >= 0).any())
     running = np.cumsum(sizes)
     total = recorded if has_total else running - min(0, int(running.min()))
+    before_first = int(total[0]) - int(sizes[0])  # what the totals held before the first event
+    label = device_label(device_type, device_id)
+    known = _known_before(trace, label)
+    if known is not None and label == "cpu" and has_total:
+        total = total - _earlier_frees(sizes, addresses, free_index)
     peak_at = int(np.argmax(total))
     peak_time = int(times[peak_at])
     live = (start <= peak_time) & (end > peak_time)
@@ -147,14 +153,12 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     layers = sorted(({"name": name, "activation_bytes": int(per_layer[i])} for i, name in enumerate(layer_names) if per_layer[i]),
                     key=lambda entry: -int(entry["activation_bytes"]))  # type: ignore[call-overload]
     timeline_times, by_category = _stacked(times, start, end, size, category, total)
-    label = device_label(device_type, device_id)
-    known = _known_before(trace, label)
     extra_phase = np.zeros(0, dtype=np.int64)
     if known is not None and (addresses >= 0).any():
         if label == "cpu":
             # The CPU's totals count only what was allocated while memory was profiled (in this process, also by
             # earlier sessions): what they held before the first event is replaced by what the recording found.
-            offset = int(total[0]) - int(sizes[0])
+            offset = before_first
             base = sum(known.values())
             peak += base - offset
             categories["before the trace"] = max(0, categories["before the trace"] - offset)
@@ -256,6 +260,19 @@ def _pair(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray) -> tuple[
     position = np.searchsorted(allocations, alloc_rows)
     free_of[position] = free_rows
     return allocations, free_of
+
+
+def _earlier_frees(sizes: np.ndarray, addresses: np.ndarray, free_index: np.ndarray) -> np.ndarray:
+    """Per event, the bytes freed so far of blocks the window did not allocate (negative), for a CPU recording whose
+    memory from before the window is what daydream trace found there (`memory_before`).
+
+    The CPU's totals count only what was allocated while memory was profiled, but in any profiling session of the
+    process: a block an earlier recording allocated (a cache, or a script's object collected late) and this window
+    frees would lower them, as if this script's memory had shrunk. What existed before the window is counted from the
+    recording instead, so such frees are taken out."""
+    earlier = (sizes < 0) & (addresses >= 0)
+    earlier[free_index[free_index >= 0]] = False
+    return np.cumsum(np.where(earlier, sizes, 0))
 
 
 def _classify(start: np.ndarray, end: np.ndarray, alloc_phase: np.ndarray, free_phase: np.ndarray, bounds: np.ndarray) -> np.ndarray:

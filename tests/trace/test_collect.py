@@ -405,6 +405,33 @@ def test_the_memory_peak_is_the_whole_runs(name: str, tmp_path: Path, capsys: py
         assert cpu["categories"]["optimizer state"] >= 2 * MLP_PARAMETER_BYTES
 
 
+def test_an_earlier_recordings_blocks_freed_inside_a_later_one_leave_its_peak_alone(tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # A module both scripts import (it stays loaded between the recordings in this process) keeps what the first script
+    # allocates while recorded; the second empties it right after its warm-up step, inside its own recording. The CPU's
+    # totals count every block allocated while memory was profiled, in any session, so they drop by those blocks there.
+    (tmp_path / "store.py").write_text("kept = []\n")
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text(textwrap.dedent(TRAINING_LOOP.format(after_step="store.kept.append(torch.ones(777_777))"))
+                     .replace("import sys\n", "import sys\nimport store\n"))
+    second.write_text(textwrap.dedent(TRAINING_LOOP.format(after_step="store.kept.clear()"))
+                      .replace("import sys\n", "import sys\nimport store\n"))
+    peaks = []
+    try:
+        for script in (second, first, second):  # the second alone (nothing kept yet), then after the first
+            code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "2", script_args=("8", str(tmp_path / "done")))
+            assert code == 0
+            if script is second:
+                frees = [e["args"]["Bytes"] for e in load_raw(out)["traceEvents"] if e.get("name") == "[memory]"]
+                assert main(["memory", "--json", str(out)]) == 0
+                peaks.append((json.loads(capsys.readouterr().out)["devices"][0]["peak_allocated_bytes"], frees.count(-777_777 * 4)))
+    finally:
+        sys.modules.pop("store", None)
+    (alone, freed_alone), (after, freed_after) = peaks
+    assert freed_alone == 0 and freed_after == 2  # the first script's two recorded steps' blocks, freed in the second's
+    assert abs(after - alone) < 777_777 * 4
+
+
 def test_a_memory_snapshot_counts_each_storage_once() -> None:
     import torch
     from torch import nn
