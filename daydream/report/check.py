@@ -48,11 +48,13 @@ def render_check(summary: dict[str, Any], console: Console) -> None:
     rows = [(check, bound) for check in summary["checks"] for bound in check["bounds"]]
     broken = [(check, bound) for check, bound in rows if not bound["passed"]]
     total = summary["bounds"]
+    # The heading is a line of its own: as a table title it would be wrapped to the table's width (a long path).
     if broken:
-        title = f"{len(broken)} of {total} bounds broken in {summary['expectations']}"
-        console.print(_table(title, broken, with_miss=True))
+        console.print(Text(f"{len(broken)} of {total} bounds broken in {summary['expectations']}", style="bold"))
+        console.print(_table(broken, with_miss=True))
     else:
-        console.print(_table(f"{summary['expectations']}: every bound holds", rows, with_miss=False))
+        console.print(Text(f"{summary['expectations']}: every bound holds", style="bold"))
+        console.print(_table(rows, with_miss=False))
     if summary["updated"]:
         console.print(Text(f"stored values updated in {summary['expectations']} ({len(summary['checks'])} checks)", style="bold"))
         if broken:
@@ -66,8 +68,8 @@ def render_check(summary: dict[str, Any], console: Console) -> None:
         console.print(Text(f"{_count(total, 'bound')} in {_count(checks, 'check')} hold", style="bold green"))
 
 
-def _table(title: str, rows: list[tuple[dict[str, Any], dict[str, Any]]], with_miss: bool) -> Table:
-    table = Table(title=title, title_justify="left")
+def _table(rows: list[tuple[dict[str, Any], dict[str, Any]]], with_miss: bool) -> Table:
+    table = Table()
     for header in ("check", "bound", "limit", "now", "stored", *(("by",) if with_miss else ())):
         table.add_column(header, justify="left" if header in ("check", "bound") else "right", overflow="fold")
     for check, bound in rows:
