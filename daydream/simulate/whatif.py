@@ -30,7 +30,8 @@ from daydream.simulate.windows import iteration_windows
 from daydream.trace import Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
-from daydream.transforms.distributed.copies import elementwise_speed
+from daydream.cost import CostModel
+from daydream.cost.elementwise import elementwise_speed
 
 
 @dataclass(slots=True)
@@ -121,7 +122,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                       world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks, host=host_of(trace),
                       buffers=buffer_bytes_of(trace), gradient_tensors=gradient_tensors_of(trace),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
-                              "gpu_contention": lambda: gpu_slowdown(trace),
+                              "gpu_contention": lambda: gpu_slowdown(trace), "costs": lambda: CostModel.of(trace, found),
+                              "forward_ops": lambda: forward_ops_of(trace),
                               "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
                               "elementwise_cpu": lambda: elementwise_speed(trace, on_gpu=False)})
     notes: list[str] = []
@@ -133,6 +135,22 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
         else:
             notes += apply_spec(graph, parse_spec(spec), context)
     return notes
+
+
+def forward_ops_of(trace: Trace) -> Any:
+    """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans (transforms/amp.py)."""
+    from daydream.mapping import attribute, find_iterations
+    from daydream.transforms.amp import forward_ops
+
+    attribution = attribute(trace)
+    iterations = find_iterations(trace)
+    iteration = np.full(len(trace), -1, dtype=np.int64)
+    if iterations:
+        bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
+        index = np.searchsorted(bounds, trace.ts_ns, side="right") - 1
+        inside = (index >= 0) & (index < len(iterations))
+        iteration[inside] = index[inside]
+    return forward_ops(trace, attribution.layer, attribution.phase, iteration)
 
 
 def launch_blocks_of(trace: Trace) -> np.ndarray | None:

@@ -179,6 +179,7 @@ _get_sequence = attrgetter("sequence")
 _get_bytes = attrgetter("bytes")
 _get_collective = attrgetter("collective")
 _get_grid = attrgetter("grid")
+_get_dims = attrgetter("input_dims")
 _STREAM_TID = re.compile(r"stream\s*(-?\d+)")
 _COLLECTIVE_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
 _GLOO_PREFIX = "gloo:"
@@ -503,6 +504,8 @@ _SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
                    ("dtype_str", lambda a: str(a.dtype)), ("group_name_str", lambda a: str(a.group_name)),
                    ("group_ranks_str", lambda a: str(a.group_ranks))],
     "launch_config": [(column, attrgetter(column)) for column in ("grid", "block", "registers", "shared_memory")],
+    "shapes": [("dims_str", lambda a: bytes(a.input_dims).decode("utf-8", "replace")),
+               ("types_str", lambda a: bytes(a.input_types).decode("utf-8", "replace"))],
     "sync": [("sync_kind_str", attrgetter("sync_kind"))] + [(column, attrgetter(column)) for column in
              ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
 }
@@ -598,6 +601,8 @@ class _Columns:
             "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool,
                                                         count=len(args))),
             "sync": np.flatnonzero(kind == EventKind.SYNC),
+            "shapes": np.flatnonzero((kind == EventKind.CPU_OP) & np.fromiter(map(len, map(_get_dims, args)), dtype=bool,
+                                                                              count=len(args))),
         }
         for name, rows in chosen.items():
             if rows.size:
@@ -681,7 +686,7 @@ class _Columns:
                                block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2])
             tables[name] = columns
         # Interned after the names, column by column, in the order a whole-file build interns them.
-        for name in ("collective", "sync"):
+        for name in ("collective", "sync", "shapes"):
             for key in [k for k in SIDE_TABLES[name] if k.endswith("_str")]:
                 if key in tables[name] and isinstance(tables[name][key], list):
                     tables[name][key] = list(map(strings, tables[name][key]))

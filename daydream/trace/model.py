@@ -157,6 +157,13 @@ SIDE_TABLES: dict[str, dict[str, Any]] = {
         "event": np.int64,
         "bytes": np.float64,
     },
+    # the recorded input shapes and types of CPU ops (record_shapes), as the file writes them (JSON text, interned):
+    # the cost stage re-times an op at new shapes or dtypes from them (daydream/cost/shapes.py)
+    "shapes": {
+        "event": np.int64,
+        "dims_str": np.int32,
+        "types_str": np.int32,
+    },
     "memory": {
         "event": np.int64,
         "addr": np.int64,

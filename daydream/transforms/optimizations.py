@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR, Device
+from daydream.cost import CostModel
+from daydream.devices import Device
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_TASKS, HOST_WORK, KERNELS
@@ -28,21 +29,17 @@ from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classes_of, precisions_of
 from daydream.memory.whatif import (
     MemoryModel,
-    amp_memory,
     batch_size_memory,
     checkpoint_memory,
     optimizer_memory,
 )
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
-from daydream.transforms.primitives import remove, scale, select, unpin
+from daydream.transforms.primitives import remove, scale, select, splice, unpin
 
 MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
 
-#: Host cost of one autocast-inserted cast: about one launch, measured per trace (median launch call).
-#: A cast of a weight to fp16 reads 4 and writes 2 bytes per element: half an fp32 elementwise pass.
-CAST_COST_OF_ELEMENTWISE = 0.5
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,6 +89,16 @@ class Context:
         """The trace's streaming elementwise ops' speed (transforms/distributed/copies.CopySpeed), timed by their kernels
         (`on_gpu`) or on the CPU; None without enough of them."""
         return self._fact("elementwise_gpu" if on_gpu else "elementwise_cpu")
+
+    @property
+    def costs(self) -> CostModel | None:
+        """The cost stage's model of this trace (daydream/cost): what added or re-shaped work takes, host and device."""
+        return self._fact("costs")
+
+    @property
+    def forward_ops(self) -> Any:
+        """Per iteration, the recorded forward's top-level ops with their inputs, and their spans (transforms/amp.py)."""
+        return self._fact("forward_ops")
 
     @property
     def gpu_contention(self) -> tuple[float, int] | None:
@@ -285,79 +292,6 @@ def _of(values: np.ndarray, labels: tuple[str, ...], chosen: tuple[str, ...]) ->
     return np.isin(values, [labels.index(label) for label in chosen])
 
 
-def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    if not graph.has_device_work():
-        return ["amp: the trace has no GPU work; mixed precision is modelled on GPU kernels only, nothing changed"]
-    kernels = select(graph, kind=KERNELS)
-    # The optimizer keeps fp32 master weights under AMP: its kernels are unchanged.
-    kernels = kernels[graph.tasks["phase"][kernels] != PHASES.index("optimizer")]
-    classes, precisions = kernel_classes(graph, kernels), kernel_precisions(graph, kernels)
-    durations = graph.tasks["duration_ns"][kernels]
-    reduced = _of(precisions, PRECISIONS, REDUCED_PRECISION)
-    full = _of(precisions, PRECISIONS, FULL_PRECISION)
-    known_ns = int(durations[reduced | full].sum())
-    reduced_share = float(durations[reduced].sum()) / known_ns if known_ns else 0.0
-    # Kernels whose names do not say (nvjet, inductor, memsets) run like the rest of the trace.
-    unknown = precisions == PRECISIONS.index("unknown")
-    convertible = full | (unknown & (reduced_share < 0.5))
-    kernels, classes, precisions = kernels[convertible], classes[convertible], precisions[convertible]
-    is_compute = _of(classes, CLASSES, ("gemm", "convolution"))
-    compute = kernels[is_compute]
-    tensor_core = kernels[is_compute & (precisions == PRECISIONS.index("tf32"))]
-    simt = np.setdiff1d(compute, tensor_core)
-    memory = kernels[~is_compute & ~_of(classes, CLASSES, ("communication",))]
-    notes = _amp_scale(graph, params, context, simt, tensor_core, memory, kernels[_of(classes, CLASSES, ("elementwise",))])
-    already = (f"{reduced_share:.0%} of the GPU time whose precision the kernel names state already runs in "
-               f"bf16/fp16/fp8 and is left as it is" if known_ns else "no kernel name states its precision")
-    if reduced_share >= 0.5:
-        already += "; kernels whose names do not say are taken to be reduced precision too"
-    return [notes, f"amp: {already}"]
-
-
-def _amp_scale(graph: Graph, params: dict[str, Any], context: Context, simt: np.ndarray, tensor_core: np.ndarray,
-               memory: np.ndarray, elementwise: np.ndarray) -> str:
-    """Speed up the fp32/tf32 work AMP converts, and add autocast's weight casts; returns the note."""
-    device = context.device
-    if params["compute"] > 0:
-        simt_factor = core_factor = float(params["compute"])
-        source = "--opt amp:compute="
-    elif device is not None:
-        simt_factor, core_factor = device.amp_compute_factor_from_fp32, device.amp_compute_factor_from_tf32
-        source = f"the device table ({device.name})"
-    else:
-        simt_factor = core_factor = FALLBACK_COMPUTE_FACTOR
-        source = "Daydream's published constant (GPU not in the device table)"
-    memory_factor = float(params["memory"]) if params["memory"] > 0 else FALLBACK_MEMORY_FACTOR
-    compute = np.concatenate([simt, tensor_core])
-    forward_compute = compute[graph.tasks["phase"][compute] == PHASES.index("forward")]
-    cast_ns = int(np.median(graph.tasks["duration_ns"][elementwise]) * CAST_COST_OF_ELEMENTWISE) if elementwise.size else 0
-    launch_calls = _launchers(graph, forward_compute)
-    launch_ns = int(np.median(graph.tasks["duration_ns"][launch_calls])) if launch_calls.size else 0
-    scale(graph, simt, factor=1 / simt_factor)
-    scale(graph, tensor_core, factor=1 / core_factor)
-    scale(graph, memory, factor=1 / memory_factor)
-    # autocast casts each weight before its GEMM/conv: a cast kernel on the stream, and its launch on the host.
-    graph.tasks["duration_ns"][forward_compute] += cast_ns
-    graph.tasks["gap_ns"][launch_calls] += launch_ns
-    return (f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} tf32 tensor-core kernels "
-            f"÷{core_factor:.2f} (from {source}); {memory.size} memory-bound kernels ÷{memory_factor:g}; "
-            f"{forward_compute.size} casts of {cast_ns} ns and their launches ({launch_ns} ns of host time each) added")
-
-
-register(Optimization(
-    "amp", "automatic mixed precision (fp16/bf16 autocast)",
-    "only fp32/tf32 work changes (precision read from kernel names, mapping/classes.py; kernels whose names do not say "
-    "follow the trace's majority): GEMM/convolution kernels sped up by the device's fp16 tensor-core peak over the fp32 "
-    "(or tf32) peak, from the device table (÷3 when the GPU is unknown); all other kernels ÷2 (half the bytes) "
-    "except the optimizer's (fp32 master weights); each forward GEMM/conv gets a weight cast (half an elementwise "
-    "kernel) and its launch on the host; CPU unchanged",
-    _amp,
-    {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)", 0.0, 1e3),
-     "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)", 0.0, 1e3)},
-    memory=amp_memory,
-))
-
-
 # --------------------------------------------------------------------------- fused optimizer
 
 
@@ -530,16 +464,36 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
         for target in targets:
             in_layer = (layer_of == target) & (iterations == iteration)
             work.append((np.flatnonzero(in_layer & (phases == forward)), np.flatnonzero(in_layer & (phases == backward))))
-    recomputed = 0
+    recomputed, calls = 0, 0
+    wrapper = _wrapper_costs(graph, context)
     for forward_tasks, backward_tasks in work:
         if forward_tasks.size and backward_tasks.size:
-            recomputed += _recompute_before(graph, forward_tasks, backward_tasks)
+            added = _recompute_before(graph, forward_tasks, backward_tasks, wrapper)
+            recomputed += added
+            calls += added > 0
+    forward_ns, backward_ns, source = wrapper
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching {params['layers']!r} recomputed before "
-            f"their backward ({recomputed} tasks per run added)"]
+            f"their backward ({recomputed} tasks per run added); the checkpoint wrapper's own host work on each of "
+            f"{calls} checkpointed calls: {forward_ns / 1e3:.1f} µs in forward and {backward_ns / 1e3:.1f} µs in "
+            f"backward ({source})"]
 
 
-def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray) -> int:
-    """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task."""
+def _wrapper_costs(graph: Graph, context: Context) -> tuple[int, int, str]:
+    """(forward ns, backward ns, where from) of torch.utils.checkpoint's own host work per checkpointed call."""
+    costs = context.costs
+    if costs is None:
+        return 0, 0, "no host costs: not added"
+    kind = "cuda" if graph.has_device_work() else "cpu"
+    forward = costs.host.recorded_ns(f"checkpoint.forward.{kind}")
+    backward = costs.host.recorded_ns(f"checkpoint.backward.{kind}")
+    unit = f"{costs.host.unit_ns} ns" + (" from this trace's own ops" if costs.host.unit_from == "trace" else ", a default")
+    return forward, backward, f"recorded in host units (daydream/cost/host.py, {kind}), at this host's unit of {unit}"
+
+
+def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray,
+                      wrapper: tuple[int, int, str] = (0, 0, "")) -> int:
+    """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task; the checkpoint
+    wrapper's own host work (`wrapper`: forward ns, backward ns) before the layer's forward and before the copies."""
     tasks = graph.tasks
     host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
     host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
@@ -554,6 +508,9 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
     graph.tasks["phase"][copies] = PHASES.index("backward")
     _splice_host(graph, copies, first_backward)
     gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
+    forward_ns, backward_ns, _ = wrapper
+    if forward_ns or backward_ns:
+        splice(graph, [int(host[0]), int(copies[0])], [forward_ns, backward_ns], "checkpoint wrapper (host)", after=False)
     return int(copies.size + gpu_copies)
 
 

@@ -1,0 +1,25 @@
+"""Stage 3, cost: how long an op or kernel takes at given shapes, dtypes and device.
+
+The one model every what-if that adds or re-shapes work asks, host side and device side, in two tiers:
+
+- *measured* (`measure.py`): where torch is importable and the trace ran on this machine's kind of device (a CPU
+  trace here), each distinct op signature a what-if creates or changes is run here, warm-up and repetitions, and
+  cached on disk by (signature, device, torch version);
+- *modelled* (`roofline.py`, `host.py`): a kernel's time from its FLOPs and bytes at the efficiency this trace's own
+  kernels of that class and precision achieved, with wave quantization from the device table; an op's host time
+  from this trace's own measured cost of that op name, and what the trace lacks in units of its host's speed.
+
+Recorded shapes come from `shapes.py` (the trace's `Input Dims` / `Input type`). Each answer says which tier gave it
+(`Tier`), so a prediction can say how much of its changed work each tier timed.
+
+    costs = CostModel.of(trace, device)
+    costs.host.op_ns("aten::_to_copy")          # median host time of the op in this trace, ns
+    costs.cast(elements=2048 * 512, on_gpu=True) # one autocast cast: host and device ns, and the tier that timed it
+"""
+
+from daydream.cost.host import HostCosts
+from daydream.cost.model import CostModel, Tier, Timed
+from daydream.cost.roofline import Roofline, gemm_waves
+from daydream.cost.shapes import OpShapes
+
+__all__ = ["CostModel", "HostCosts", "OpShapes", "Roofline", "Tier", "Timed", "gemm_waves"]

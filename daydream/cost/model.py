@@ -1,0 +1,140 @@
+"""The cost model of one trace: what a what-if asks ("how long would this op take?"), answered by tier.
+
+    costs = CostModel.of(trace, device, measure=True)
+    timed = costs.cast(elements=2048 * 512, to_bytes=2)   # Timed(host_ns, device_ns, tier)
+    costs.tally                                         # changed work per tier, for the prediction's note
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daydream.cost.elementwise import CopySpeed, elementwise_speed
+from daydream.cost.host import HostCosts
+from daydream.cost.roofline import Roofline, gemm_waves
+from daydream.cost.shapes import OpShapes, gemm_bytes, gemm_flops
+from daydream.devices import Device
+from daydream.trace import EventKind, Trace, TrackKind
+
+#: Host costs of autocast in host units (`HostCosts.unit_ns`), from the three bf16 runs of examples/h200 against their
+#: fp32 baselines (torch 2.11 + CUDA; each the median of mlp / transformer / cnn): one cast's dispatch chain, launch
+#: not included (13.5 / 10.5 / 16.9 units: 15.1, 12.5, 14.9 µs); autograd's ToCopyBackward0 node that casts a gradient
+#: back (5.1 / 3.9 / 7.0 units); the autocast wrapper's re-dispatch of each op it handles, a second frame of the same op
+#: (6.4 / 6.3 / 5.3 units: aten::linear and aten::layer_norm run twice per call under autocast).
+CAST_CHAIN_UNITS = 13.5
+CAST_BACKWARD_UNITS = 5.1
+AUTOCAST_DISPATCH_UNITS = 6.3
+
+
+class Tier(enum.Enum):
+    MEASURED = "measured"  # run on this machine at the recorded shapes and dtypes
+    MODELLED = "modelled"  # roofline at the trace's own efficiency, host time from the trace's own ops
+    RATIO = "ratio"  # no shapes recorded: a fixed ratio, as marked
+
+
+@dataclass(slots=True, frozen=True)
+class Timed:
+    host_ns: int
+    device_ns: int
+    tier: Tier
+
+
+@dataclass(slots=True)
+class CostModel:
+    host: HostCosts
+    on_gpu: bool
+    device: Device | None = None
+    elementwise: CopySpeed | None = None
+    shapes: OpShapes | None = None
+    floor_ns: int = 0  # the shortest kernel of the trace
+    measurer: Callable[..., Timed | None] | None = None  # the measured tier, where it applies
+    tally: Counter[Tier] = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, trace: Trace, device: Device | None, measurer: Callable[..., Timed | None] | None = None) -> CostModel:
+        gpu_track = np.array([t.kind is TrackKind.GPU for t in trace.tracks], dtype=bool)
+        kernels = trace.indices(EventKind.KERNEL)
+        on_gpu = bool(kernels.size) and bool(gpu_track[trace.track[kernels]].any())
+        durations = trace.dur_ns[kernels]
+        floor = int(np.percentile(durations[durations > 0], 1)) if (durations > 0).any() else 0
+        return cls(host=HostCosts.of(trace), on_gpu=on_gpu, device=device, elementwise=elementwise_speed(trace, on_gpu),
+                   shapes=OpShapes(trace), floor_ns=floor, measurer=measurer)
+
+    def count(self, tier: Tier, n: int = 1) -> None:
+        self.tally[tier] += n
+
+    def tiers_note(self) -> str:
+        """'12 measured, 30 modelled, 4 by ratio' of the changed work timed so far."""
+        parts = [f"{self.tally[t]} {t.value if t is not Tier.RATIO else 'by ratio'}" for t in Tier if self.tally[t]]
+        return ", ".join(parts) if parts else "nothing timed"
+
+    def cast(self, shape: tuple[int, ...], from_type: str, to_type: str) -> Timed:
+        """One autocast cast of a tensor of `shape` from `from_type` to `to_type` (torch.profiler's type names)."""
+        if self.measurer is not None:
+            measured = self.measurer("cast", shape, from_type, to_type)
+            if measured is not None:
+                self.count(Tier.MEASURED)
+                return measured
+        from daydream.cost.shapes import ITEM_BYTES, elements
+
+        host = int(round(CAST_CHAIN_UNITS * self.host.unit_ns))
+        moved = elements(shape) * (ITEM_BYTES.get(from_type, 4) + ITEM_BYTES.get(to_type, 2))
+        device = self.stream_ns(moved)
+        if self.on_gpu:
+            host += self.host.launch_ns
+        else:
+            host += device  # on a CPU trace, the copy is the host's own work
+            device = 0
+        self.count(Tier.MODELLED)
+        return Timed(host, device, Tier.MODELLED)
+
+    def cast_backward_host_ns(self) -> int:
+        """autograd's ToCopyBackward0 node (the cast of a gradient back), host side, without the cast it dispatches."""
+        return int(round(CAST_BACKWARD_UNITS * self.host.unit_ns))
+
+    def dispatch_ns(self) -> int:
+        """The autocast wrapper's own host work on one op it handles (its second dispatch of the op)."""
+        return int(round(AUTOCAST_DISPATCH_UNITS * self.host.unit_ns))
+
+    def stream_ns(self, moved_bytes: float) -> int:
+        """A streaming kernel (or CPU op) that reads and writes `moved_bytes` in all, at the trace's own speed."""
+        if self.elementwise is not None:
+            return max(self.floor_ns, int(round(self.elementwise.overhead_ns + moved_bytes / self.elementwise.bytes_per_ns)))
+        if self.device is not None and self.on_gpu:
+            return max(self.floor_ns, int(round(moved_bytes / self.device.memory_bandwidth_gbs)))
+        return self.floor_ns
+
+    def gemm_ns(self, dims: tuple[int, int, int, int], precision: str, efficiency: float, item_bytes: int) -> int:
+        """A GEMM of (batch, m, n, k) in `precision` on the trace's device, at `efficiency` of the precision's peak (the
+        share the trace's own kernel reached, waves accounted for), never below the trace's shortest kernel."""
+        if self.device is None:
+            raise ValueError("gemm_ns needs a device")
+        batch, m, n, _ = dims
+        roofline = Roofline(self.device.matrix_tflops(precision), self.device.memory_bandwidth_gbs, self.device.sm_count,
+                            compute_efficiency=max(efficiency, 1e-3), memory_efficiency=self.memory_efficiency(),
+                            floor_ns=self.floor_ns)
+        return roofline.kernel_ns(gemm_flops(dims), gemm_bytes(dims, item_bytes), gemm_waves(batch, m, n, self.device.sm_count))
+
+    def achieved(self, dims: tuple[int, int, int, int], precision: str, duration_ns: int) -> float:
+        """The share of the precision's peak a recorded GEMM of `dims` reached in `duration_ns`, waves accounted for."""
+        if self.device is None or duration_ns <= 0:
+            return 0.0
+        batch, m, n, _ = dims
+        peak = self.device.matrix_tflops(precision) * 1e3  # FLOP per ns
+        return gemm_flops(dims) * gemm_waves(batch, m, n, self.device.sm_count) / (duration_ns * peak)
+
+    def memory_efficiency(self) -> float:
+        """The trace's streaming speed as a share of the device's bandwidth (1 where either is unknown)."""
+        if self.elementwise is None or self.device is None or not self.device.memory_bandwidth_gbs:
+            return 1.0
+        return min(1.0, self.elementwise.bytes_per_ns / self.device.memory_bandwidth_gbs)
+
+
+def median_or(values: list[float], default: float) -> float:
+    return float(statistics.median(values)) if values else default

@@ -1,0 +1,162 @@
+"""Recorded op shapes and dtypes (torch.profiler's `record_shapes`), and the arithmetic of the ops that use them.
+
+`OpShapes` reads the trace's `shapes` side table: per CPU-op row, its input dims and types as recorded. An op whose
+shapes are missing (a profile without `record_shapes`) or written otherwise gives None, never an error: the caller
+falls back to its ratio and says so.
+
+    shapes = OpShapes(trace)
+    shapes.tensors(row)             # [((2048, 512), "float"), ((512, 512), "float"), ...] tensor inputs only
+    gemm_dims("aten::addmm", dims)  # (batch, m, n, k) of the multiply, or None
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from daydream.trace import Trace
+
+#: Bytes per element of the tensor types torch.profiler names ("Input type").
+ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+              "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+              "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
+#: Floating-point types: what autocast may cast.
+FLOATING = ("float", "double", "c10::Half", "c10::BFloat16")
+FULL = "float"
+REDUCED = ("c10::BFloat16", "c10::Half")
+
+Tensor = tuple[tuple[int, ...], str]
+
+
+class OpShapes:
+    """Per trace row of a CPU op, its recorded input dims and types (decoded once, on first use)."""
+
+    def __init__(self, trace: Trace) -> None:
+        table = trace.tables.get("shapes")
+        self._strings = trace.strings
+        self._row: dict[int, int] = {}
+        if table is not None and table["event"].size:
+            self._dims_str = table["dims_str"]
+            self._types_str = table["types_str"]
+            self._row = dict(zip(table["event"].tolist(), range(table["event"].size)))
+        self._decoded: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def __contains__(self, row: int) -> bool:
+        return int(row) in self._row
+
+    def inputs(self, row: int) -> tuple[list[Any], list[Any]] | None:
+        """(dims, types) of the op at trace row `row` as recorded, or None where they are not."""
+        entry = self._row.get(int(row))
+        if entry is None:
+            return None
+        key = int(self._dims_str[entry]) * 1_000_003 + int(self._types_str[entry])
+        if key not in self._decoded:
+            self._decoded[key] = _decode(self._strings[int(self._dims_str[entry])], self._strings[int(self._types_str[entry])])
+        return self._decoded[key]
+
+    def tensors(self, row: int) -> list[Tensor | None] | None:
+        """Per input of the op at `row`: (shape, type) where it is a tensor, None where it is not (scalars, lists)."""
+        recorded = self.inputs(row)
+        if recorded is None:
+            return None
+        dims, types = recorded
+        return [_tensor(d, t) for d, t in zip(dims, types)]
+
+
+def _decode(dims_text: str, types_text: str) -> tuple[list[Any], list[Any]] | None:
+    try:
+        dims, types = json.loads(dims_text), json.loads(types_text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    return dims, types
+
+
+def _tensor(dims: Any, kind: Any) -> Tensor | None:
+    if not isinstance(dims, list) or not isinstance(kind, str) or kind not in ITEM_BYTES:
+        return None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in dims):
+        return None
+    if not dims and kind in ("Scalar", ""):
+        return None
+    return tuple(dims), kind
+
+
+def elements(shape: tuple[int, ...]) -> int:
+    return int(math.prod(shape))
+
+
+def tensor_bytes(tensor: Tensor) -> int:
+    return elements(tensor[0]) * ITEM_BYTES[tensor[1]]
+
+
+def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, int] | None:
+    """(batch, m, n, k) of a matrix multiply from its recorded tensor inputs, or None for other ops or shapes.
+
+    aten::mm (A, B), addmm (bias, A, B), bmm (A, B), baddbmm (bias, A, B), linear (x, W[, b]: x's leading dims are m)
+    and matmul (A, B, broadcasting: A's leading dims are the batch).
+    """
+    shaped = [t[0] if t is not None else None for t in tensors]
+    try:
+        if name == "aten::mm":
+            (m, k), (_, n) = shaped[0], shaped[1]
+            return 1, m, n, k
+        if name == "aten::addmm":
+            (m, k), (_, n) = shaped[1], shaped[2]
+            return 1, m, n, k
+        if name == "aten::bmm":
+            (b, m, k), (_, _, n) = shaped[0], shaped[1]
+            return b, m, n, k
+        if name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = shaped[1], shaped[2]
+            return b, m, n, k
+        if name == "aten::linear":
+            x, (n, k) = shaped[0], shaped[1]
+            return 1, elements(tuple(x[:-1])), n, k
+        if name == "aten::matmul":
+            a, b = shaped[0], shaped[1]
+            if len(a) < 2 or len(b) < 2:
+                return None
+            return elements(tuple(a[:-2])), a[-2], b[-1], a[-1]
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def gemm_flops(dims: tuple[int, int, int, int]) -> float:
+    batch, m, n, k = dims
+    return 2.0 * batch * m * n * k
+
+
+def gemm_bytes(dims: tuple[int, int, int, int], item_bytes: int) -> float:
+    """Bytes a GEMM reads and writes once: both operands and the result."""
+    batch, m, n, k = dims
+    return float(batch * (m * k + k * n + m * n) * item_bytes)
+
+
+def float_inputs(tensors: list[Tensor | None]) -> np.ndarray:
+    """Indices of the floating-point tensor inputs."""
+    return np.array([i for i, t in enumerate(tensors) if t is not None and t[1] in FLOATING], dtype=np.int64)
+
+
+def top_level_ops(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Of the CPU-op rows `rows`, those no other CPU op encloses on their thread (the calls user code made)."""
+    from daydream.trace import EventKind
+
+    ops = trace.indices(EventKind.CPU_OP)
+    order = ops[np.lexsort((-trace.dur_ns[ops], trace.ts_ns[ops], trace.track[ops]))]
+    ends, tracks = trace.end_ns[order], trace.track[order]
+    top = np.zeros(len(trace), dtype=bool)
+    outer_end, outer_track = -1, -1
+    for position, row in enumerate(order.tolist()):
+        if tracks[position] != outer_track or trace.ts_ns[row] >= outer_end:
+            top[row] = True
+            outer_end, outer_track = int(ends[position]), int(tracks[position])
+    return rows[top[rows]]

@@ -1,0 +1,236 @@
+"""`amp`: automatic mixed precision, as torch.autocast would run the recorded fp32 step.
+
+What changes, and who times it:
+
+- the casts autocast inserts (transforms/autocast.py: which inputs of which ops, from the recorded shapes and types),
+  each a host dispatch and a device copy, and, for a tensor that requires grad, its gradient's cast back in backward:
+  timed by the cost stage (daydream/cost), a copy at the trace's own elementwise speed;
+- the autocast wrapper's own dispatch on every op it decides;
+- GPU kernels of fp32/tf32 work: GEMM/convolution kernels at the reduced-precision peak over the fp32 (or tf32) peak
+  of the device table, never faster than the bytes they move at the trace's own memory speed or the trace's
+  shortest kernel; other forward and backward kernels ÷`memory` (half the bytes), with the same floor; optimizer
+  kernels unchanged (fp32 master weights);
+- a CPU trace: casts and dispatch as above; the ops' own time unchanged unless the measured tier runs (torch here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daydream.cost import CostModel
+from daydream.cost.shapes import OpShapes, top_level_ops
+from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import GPU_WORK, HOST_WORK, KERNELS, ResourceKind
+from daydream.mapping import PHASES
+from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION
+from daydream.memory.whatif import amp_memory
+from daydream.trace import EventKind, Trace
+from daydream.transforms.autocast import Cast, ForwardOp, decides, plan_casts
+from daydream.transforms.optimizations import (
+    Context,
+    Optimization,
+    Parameter,
+    _of,
+    kernel_classes,
+    kernel_precisions,
+    register,
+)
+from daydream.transforms.primitives import scale, select, splice
+
+FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
+
+
+Spans = dict[int, tuple[int, int, int]]  # trace row -> (start ns, end ns, track)
+
+
+def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray, iteration_of_row: np.ndarray
+                ) -> tuple[dict[int, list[ForwardOp]], Spans]:
+    """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor inputs; and each
+    op's recorded span and thread."""
+    shapes = OpShapes(trace)
+    rows = trace.indices(EventKind.CPU_OP)
+    rows = rows[(phase_of_row[rows] == FORWARD) & (iteration_of_row[rows] >= 0)]
+    rows = top_level_ops(trace, rows)
+    rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
+    found: dict[int, list[ForwardOp]] = {}
+    spans: Spans = {}
+    for row in rows.tolist():
+        inputs = shapes.tensors(row) or []
+        found.setdefault(int(iteration_of_row[row]), []).append(ForwardOp(row, trace.name_of(row), int(layer_of_row[row]), inputs))
+        spans[row] = (int(trace.ts_ns[row]), int(trace.end_ns[row]), int(trace.track[row]))
+    return found, spans
+
+
+def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    recorded = context.forward_ops
+    costs = context.costs
+    gpu = graph.has_device_work()
+    notes = [_retime_kernels(graph, params, context)] if gpu else []
+    facts, spans = recorded if recorded is not None else ({}, {})
+    if costs is None or not any(facts.values()):
+        notes.append("amp: no recorded forward ops with shapes (record_shapes): autocast's casts are not modelled")
+        return notes
+    device_type = "cuda" if gpu else "cpu"
+    casts = {iteration: plan_casts(ops, device_type, str(params["dtype"])) for iteration, ops in facts.items()}
+    decided = sum(1 for ops in facts.values() for op in ops if decides(op.name, device_type))
+    shapes_known = sum(1 for ops in facts.values() for op in ops if op.inputs)
+    anchors = _anchors(graph, spans)
+    dispatch = _add_dispatch(graph, facts, device_type, costs, anchors)
+    added = _insert_casts(graph, casts, costs, anchors, _backward_anchors(graph, facts))
+    count = sum(len(c) for c in casts.values())
+    backward = sum(c.backward for cs in casts.values() for c in cs)
+    iterations = max(1, len(casts))
+    notes.append(f"amp: autocast ({device_type}, {params['dtype']}) decides {decided // iterations} ops per forward; "
+                 f"{count // iterations} casts per forward and {backward // iterations} gradient casts back per backward "
+                 f"inserted ({added} tasks in all), each timed by the cost stage ({costs.tiers_note()}); its own dispatch "
+                 f"on {dispatch // iterations} ops per forward ({costs.dispatch_ns() / 1e3:.1f} µs each, host unit "
+                 f"{costs.host.unit_ns} ns); {shapes_known} of the forward's ops had recorded shapes")
+    if not gpu:
+        notes.append("amp: on the CPU the ops' own time is kept (bf16 kernels of this CPU are not modelled without the "
+                     "measured tier)")
+    return notes
+
+
+def _anchors(graph: Graph, spans: Spans) -> dict[int, int]:
+    """Per op (trace row), the first host-work task that starts within its recorded span on its thread: the op itself on
+    a CPU graph, its first API call on a GPU one."""
+    tasks = graph.tasks
+    host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
+    track_of_resource = np.array([r.track for r in graph.resources], dtype=np.int64)
+    tracks = track_of_resource[tasks["resource"][host]]
+    found: dict[int, int] = {}
+    for track in np.unique(tracks).tolist():
+        mine = host[tracks == track]
+        mine = mine[np.argsort(tasks["measured_start_ns"][mine], kind="stable")]
+        starts = tasks["measured_start_ns"][mine]
+        for row, (start, end, on) in spans.items():
+            if on != track:
+                continue
+            at = int(np.searchsorted(starts, start))
+            if at < mine.size and starts[at] < end:
+                found[row] = int(mine[at])
+    return found
+
+
+def _backward_anchors(graph: Graph, facts: dict[int, list[ForwardOp]]) -> dict[int, int]:
+    """Per forward op (trace row), the first host-work task of its layer's backward in the same iteration: where the
+    gradient of a cast made for it is cast back."""
+    tasks = graph.tasks
+    host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["phase"] == BACKWARD))
+    first: dict[tuple[int, int], int] = {}
+    for task in host[np.argsort(tasks["measured_start_ns"][host], kind="stable")].tolist():
+        first.setdefault((int(tasks["iteration"][task]), int(tasks["layer"][task])), task)
+    return {op.row: first[(iteration, op.layer)] for iteration, ops in facts.items() for op in ops
+            if op.layer >= 0 and (iteration, op.layer) in first}
+
+
+def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel, host_anchor: dict[int, int],
+                  backward_anchor: dict[int, int]) -> int:
+    hosts, kernels, host_ns, device_ns = [], [], [], []
+    for cast_list in casts.values():
+        for cast in cast_list:
+            anchor = host_anchor.get(cast.row, -1)
+            if anchor < 0:
+                continue
+            timed = costs.cast(cast.shape, cast.from_type, cast.to_type)
+            hosts.append(anchor), host_ns.append(timed.host_ns), device_ns.append(timed.device_ns)
+            if cast.backward:
+                back = backward_anchor.get(cast.row, -1)
+                if back >= 0:
+                    again = costs.cast(cast.shape, cast.to_type, cast.from_type)
+                    hosts.append(back), host_ns.append(again.host_ns + costs.cast_backward_host_ns())
+                    device_ns.append(again.device_ns)
+    if not hosts:
+        return 0
+    host_tasks = splice(graph, hosts, host_ns, "autocast: cast (host)", after=False)
+    added = host_tasks.size
+    if graph.has_device_work():
+        added += _cast_kernels(graph, np.asarray(hosts), host_tasks, np.asarray(device_ns))
+    return int(added)
+
+
+def _cast_kernels(graph: Graph, anchors: np.ndarray, host_tasks: np.ndarray, device_ns: np.ndarray) -> int:
+    """A copy kernel per cast, on the stream of the first kernel its anchor call launched, right before it."""
+    edges = graph.edges
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    first_kernel: dict[int, int] = {}
+    for src, dst in zip(edges["src"][launch].tolist(), edges["dst"][launch].tolist()):
+        if src not in first_kernel or graph.tasks["measured_start_ns"][dst] < graph.tasks["measured_start_ns"][first_kernel[src]]:
+            first_kernel[src] = dst
+    chosen = [i for i, a in enumerate(anchors.tolist()) if a in first_kernel and device_ns[i] > 0]
+    if not chosen:
+        return 0
+    kernels = splice(graph, [first_kernel[int(anchors[i])] for i in chosen], device_ns[chosen], "autocast: cast kernel",
+                     after=False)
+    graph.add_edges(host_tasks[chosen], kernels, DepKind.LAUNCH, latency_ns=graph.calibration.launch_latency_ns)
+    return int(kernels.size)
+
+
+def _add_dispatch(graph: Graph, facts: dict[int, list[ForwardOp]], device_type: str, costs: CostModel,
+                  anchors: dict[int, int]) -> int:
+    """The autocast wrapper's own host work before each op it decides; how many ops got it."""
+    chosen = [anchors[op.row] for ops in facts.values() for op in ops if decides(op.name, device_type) and op.row in anchors]
+    splice(graph, chosen, costs.dispatch_ns(), "autocast: dispatch (host)", after=False)
+    return len(chosen)
+
+
+def _retime_kernels(graph: Graph, params: dict[str, Any], context: Context) -> str:
+    """Speed up the fp32/tf32 kernels AMP converts; returns the note."""
+    kernels = select(graph, kind=KERNELS)
+    kernels = kernels[graph.tasks["phase"][kernels] != PHASES.index("optimizer")]
+    classes, precisions = kernel_classes(graph, kernels), kernel_precisions(graph, kernels)
+    durations = graph.tasks["duration_ns"][kernels]
+    reduced = _of(precisions, PRECISIONS, REDUCED_PRECISION)
+    full = _of(precisions, PRECISIONS, FULL_PRECISION)
+    known_ns = int(durations[reduced | full].sum())
+    reduced_share = float(durations[reduced].sum()) / known_ns if known_ns else 0.0
+    unknown = precisions == PRECISIONS.index("unknown")
+    convertible = full | (unknown & (reduced_share < 0.5))
+    kernels, classes, precisions = kernels[convertible], classes[convertible], precisions[convertible]
+    is_compute = _of(classes, CLASSES, ("gemm", "convolution"))
+    tensor_core = kernels[is_compute & (precisions == PRECISIONS.index("tf32"))]
+    simt = np.setdiff1d(kernels[is_compute], tensor_core)
+    memory = kernels[~is_compute & ~_of(classes, CLASSES, ("communication",))]
+    device = context.device
+    if params["compute"] > 0:
+        simt_factor = core_factor = float(params["compute"])
+        source = "--opt amp:compute="
+    elif device is not None:
+        simt_factor, core_factor = device.amp_compute_factor_from_fp32, device.amp_compute_factor_from_tf32
+        source = f"the device table ({device.name})"
+    else:
+        simt_factor = core_factor = FALLBACK_COMPUTE_FACTOR
+        source = "Daydream's published constant (GPU not in the device table)"
+    memory_factor = float(params["memory"]) if params["memory"] > 0 else FALLBACK_MEMORY_FACTOR
+    floor = context.costs.floor_ns if context.costs is not None else 0
+    for chosen, factor in ((simt, simt_factor), (tensor_core, core_factor), (memory, memory_factor)):
+        before = graph.tasks["duration_ns"][chosen]
+        scale(graph, chosen, factor=1 / factor)
+        # No kernel gets faster than the trace's shortest: launch, ramp-up and drain stay.
+        graph.tasks["duration_ns"][chosen] = np.maximum(graph.tasks["duration_ns"][chosen], np.minimum(before, floor))
+    already = (f"{reduced_share:.0%} of the GPU time whose precision the kernel names state already runs in "
+               f"bf16/fp16/fp8 and is left as it is" if known_ns else "no kernel name states its precision")
+    return (f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} tf32 tensor-core kernels "
+            f"÷{core_factor:.2f} (from {source}); {memory.size} memory-bound kernels ÷{memory_factor:g}; none below "
+            f"{floor} ns, the trace's shortest kernel (1st percentile); {already}")
+
+
+register(Optimization(
+    "amp", "automatic mixed precision (bf16/fp16 autocast)",
+    "torch.autocast's rules on the recorded forward (transforms/autocast.py): the casts it inserts (inputs of the ops "
+    "it runs in 16 bits, each weight once per forward; reduced inputs of the ops it keeps in fp32), each a host "
+    "dispatch and a copy kernel timed by the cost stage, and its gradient's cast back in backward; the wrapper's "
+    "dispatch on every op it decides. GPU kernels of fp32/tf32 work (precision from kernel names): GEMM/convolution ÷ "
+    "the device table's fp16-tensor-core / fp32 (or tf32) peak ratio (÷3 when the GPU is unknown), other forward and "
+    "backward kernels ÷2 (half the bytes), none below the trace's shortest kernel; optimizer kernels unchanged "
+    "(fp32 master weights). Host costs from this trace's own ops, and what it cannot show in host units recorded "
+    "from real bf16 runs (daydream/cost)",
+    _amp,
+    {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)", 0.0, 1e3),
+     "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)", 0.0, 1e3),
+     "dtype": Parameter(str, "bf16", "the reduced type: bf16 or fp16")},
+    memory=amp_memory,
+))

@@ -1,0 +1,141 @@
+"""The host costs daydream/cost/host.py records in host units, measured from pairs of real traces.
+
+    python scripts/host_costs.py examples/h200          # the checkpoint wrapper, from EXAMPLE-{baseline,checkpoint}
+    OMP_NUM_THREADS=1 python scripts/host_costs.py --measure   # the same on this machine's CPU, with torch
+
+Per example, the baseline and the checkpointed run of the same script (torch.utils.checkpoint on every block): each
+phase's host time per iteration (median over iterations, the phase's annotation), in each trace's own host units
+(`HostCosts.unit_ns`, so that two runs on hosts of different speed compare), then per checkpointed call:
+
+- forward: (checkpointed forward - baseline forward) / calls;
+- backward: (checkpointed backward - baseline backward - the recomputed blocks' baseline forward) / calls.
+
+The median over the examples is what `RECORDED_HOST_UNITS` holds. `--measure` times the wrapper on this machine
+instead: a checkpointed and a plain call of a tiny linear layer, interleaved rounds, forward and backward apart (the
+recomputation, one plain forward, taken out of backward), in the units of a profile of cheap ops on the same host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from daydream.api import open_trace  # noqa: E402
+from daydream.cost.host import HostCosts  # noqa: E402
+from daydream.trace import EventKind, Trace, discover  # noqa: E402
+
+BLOCK = re.compile(r"^daydream\.layer::.*\.blocks\.\d+$")
+
+
+def annotations(trace: Trace) -> tuple[np.ndarray, list[str]]:
+    rows = trace.indices(EventKind.ANNOTATION)
+    return rows, [trace.name_of(r) for r in rows]
+
+
+def per_iteration(trace: Trace) -> dict[str, float]:
+    """Median per iteration of: each phase's host time, the blocks' forward time and the blocks' calls (ns, count)."""
+    rows, names = annotations(trace)
+    steps = [r for r, n in zip(rows, names) if n.startswith("ProfilerStep#")]
+    found: dict[str, list[float]] = {"forward": [], "backward": [], "blocks": [], "calls": []}
+    for step in steps:
+        start, end = trace.ts_ns[step], trace.end_ns[step]
+        inside = [(r, n) for r, n in zip(rows, names) if start <= trace.ts_ns[r] < end]
+        backward = [r for r, n in inside if n == "daydream.phase::backward"]
+        in_backward = [(trace.ts_ns[b], trace.end_ns[b]) for b in backward]
+        for phase in ("forward", "backward"):
+            found[phase].append(float(sum(trace.dur_ns[r] for r, n in inside if n == f"daydream.phase::{phase}")))
+        blocks = [r for r, n in inside if BLOCK.match(n)
+                  and not any(lo <= trace.ts_ns[r] < hi for lo, hi in in_backward)]
+        found["blocks"].append(float(sum(trace.dur_ns[r] for r in blocks)))
+        found["calls"].append(float(len(blocks)))
+    return {key: statistics.median(values) for key, values in found.items() if values}
+
+
+def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int]:
+    base, checkpointed = (open_trace(discover(folder / f"{example}-{v}.json.gz")[0]) for v in ("baseline", "checkpoint"))
+    unit_base, unit_checkpointed = HostCosts.of(base).unit_ns, HostCosts.of(checkpointed).unit_ns
+    a, b = per_iteration(base), per_iteration(checkpointed)
+    calls = int(a["calls"])
+    forward = (b["forward"] / unit_checkpointed - a["forward"] / unit_base) / calls
+    backward = (b["backward"] / unit_checkpointed - a["backward"] / unit_base - a["blocks"] / unit_base) / calls
+    return forward, backward, calls
+
+
+def measure(rounds: int = 7, calls: int = 300) -> tuple[float, float, int]:
+    """(forward, backward) units per checkpointed call on this machine, and the unit (ns)."""
+    import tempfile
+    import time
+
+    import torch
+    import torch.utils.checkpoint
+
+    torch.set_num_threads(1)
+    layer = torch.nn.Linear(8, 8)
+
+    def forward_ns(checkpointed: bool) -> float:
+        x = torch.randn(4, 8, requires_grad=True)
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) if checkpointed else layer(x)
+        return (time.perf_counter_ns() - start) / calls
+
+    def backward_ns(checkpointed: bool) -> float:
+        x, spent = torch.randn(4, 8, requires_grad=True), 0
+        for _ in range(calls):
+            loss = (torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) if checkpointed else layer(x)).sum()
+            start = time.perf_counter_ns()
+            loss.backward()
+            spent += time.perf_counter_ns() - start
+        return spent / calls
+
+    for checkpointed in (False, True, False, True):  # warm-up
+        forward_ns(checkpointed), backward_ns(checkpointed)
+    forward = statistics.median(forward_ns(True) - forward_ns(False) for _ in range(rounds))
+    backward = statistics.median(backward_ns(True) - backward_ns(False) for _ in range(rounds))
+    recompute = statistics.median(forward_ns(False) for _ in range(rounds))
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "unit.json"
+        with torch.profiler.profile(record_shapes=True) as profile:  # as daydream trace records
+            for _ in range(200):
+                a = torch.empty(4)
+                a.view(2, 2).t().detach()
+                a.as_strided((2,), (1,))
+                torch.empty_strided((2,), (1,))
+        profile.export_chrome_trace(str(path))
+        unit = HostCosts.of(open_trace(discover(path)[0], cache=False)).unit_ns
+    return forward / unit, (backward - recompute) / unit, unit
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, nargs="?")
+    parser.add_argument("--examples", default="mlp,cnn,transformer")
+    parser.add_argument("--measure", action="store_true", help="time the wrapper on this machine's CPU instead")
+    options = parser.parse_args()
+    if options.measure:
+        forward, backward, unit = measure()
+        print(f"this host: forward {forward:.1f}, backward {backward:.1f} units per call (unit {unit} ns)")
+        return 0
+    if options.folder is None:
+        parser.error("give a folder of EXAMPLE-baseline / EXAMPLE-checkpoint traces, or --measure")
+    rows = []
+    print("| example | checkpointed calls | forward (units per call) | backward (units per call) |")
+    print("|---|---:|---:|---:|")
+    for example in options.examples.split(","):
+        forward, backward, calls = checkpoint_units(options.folder, example)
+        rows.append((forward, backward))
+        print(f"| {example} | {calls} | {forward:.1f} | {backward:.1f} |")
+    print(f"\nmedian: forward {statistics.median(r[0] for r in rows):.1f}, backward {statistics.median(r[1] for r in rows):.1f} units")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The casts `amp` plans from an fp32 trace, against the casts the real bf16 run of the same script made.
+
+examples/h200 keeps, per example, the fp32 baseline and the bf16 autocast run traced on an H200. The real run's
+extra `aten::_to_copy` calls per iteration (read from the JSON with the standard library) are the casts autocast
+made, forward and backward; the plan from the baseline must count the same within two.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daydream.api import open_trace
+from daydream.simulate.whatif import forward_ops_of
+from daydream.trace import discover
+from daydream.transforms.autocast import plan_casts
+from tests.builders import load_raw
+
+H200 = Path(__file__).resolve().parents[2] / "examples" / "h200"
+
+
+def copies_per_iteration(path: Path) -> float:
+    events = [e for e in load_raw(path)["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")]
+    copies = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy"]
+    inside = [c for c in copies if any(s["ts"] <= c["ts"] < s["ts"] + s["dur"] for s in steps)]
+    return len(inside) / len(steps)
+
+
+@pytest.mark.parametrize("example", ["mlp", "cnn", "transformer"])
+def test_planned_casts_match_the_real_bf16_run(example: str) -> None:
+    real = copies_per_iteration(H200 / f"{example}-amp.json.gz") - copies_per_iteration(H200 / f"{example}-baseline.json.gz")
+    trace = open_trace(discover(H200 / f"{example}-baseline.json.gz")[0])
+    ops, _ = forward_ops_of(trace)
+    planned = [plan_casts(forward, "cuda") for forward in ops.values()]
+    per_iteration = sum(len(casts) + sum(c.backward for c in casts) for casts in planned) / len(planned)
+    assert real > 5
+    assert abs(per_iteration - real) <= 2, (per_iteration, real)
