@@ -21,6 +21,7 @@ from daydream.trace import Job, Trace
 from daydream.trace.sources import Source
 
 if TYPE_CHECKING:  # the simulator (numba) is imported only by the calls that simulate: inspect starts fast
+    from daydream.cost import CostOptions
     from daydream.simulate import Replay
     from daydream.simulate.diff import Comparison
     from daydream.simulate.whatif import Prediction
@@ -68,7 +69,7 @@ def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progr
 
 
 def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str | None = None, cache: bool = True,
-                progress: Progress | None = None) -> list[Prediction]:
+                progress: Progress | None = None, cost_options: CostOptions | None = None) -> list[Prediction]:
     """Predict every rank at `path` under the optimizations `specs` (applied in order)."""
     from daydream.simulate.whatif import predict_traces
 
@@ -76,7 +77,7 @@ def predict_job(path: str | os.PathLike[str], specs: list[str], device_name: str
     if progress:
         progress("predicting", 0, 1)
     try:
-        return predict_traces(job.traces, specs, device_name, job.graphs)
+        return predict_traces(job.traces, specs, device_name, job.graphs, cost_options=cost_options)
     except (ValueError, InputError) as exc:
         names_a_file = any(str(exc).startswith(t.meta.source) for t in job.traces) or str(exc).startswith(str(path))
         if isinstance(exc, InputError) and names_a_file:

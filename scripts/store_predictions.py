@@ -24,6 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from daydream.cost import CostOptions  # noqa: E402
 from daydream.errors import DaydreamError  # noqa: E402
 from daydream.simulate.whatif import predict_traces  # noqa: E402
 
@@ -62,7 +63,7 @@ def predictions_of(path: Path) -> dict[str, Any]:
     for specs in WHATIFS:
         key = " + ".join(specs)
         try:
-            ranks = predict_traces(job.traces, specs, None)
+            ranks = predict_traces(job.traces, specs, None, cost_options=CostOptions(measure=False))
         except (DaydreamError, ValueError) as exc:
             found[key] = {"error": str(exc).splitlines()[0][:200]}
             continue

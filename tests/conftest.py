@@ -18,6 +18,8 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     """Every test gets its own empty cache folder."""
     folder = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("DAYDREAM_CACHE_DIR", str(folder))
+    # Predictions stay deterministic: a test that wants the cost stage's measured tier turns it on itself.
+    monkeypatch.setenv("DAYDREAM_MEASURE", "0")
     return folder
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from daydream.api import open_job, predict_job, predict_memory_for
 from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
+from daydream.cost import CostOptions
 from daydream.errors import InputError
 from daydream.report import plotting
 
@@ -36,9 +37,14 @@ from daydream.report import plotting
               help="With --sweep: the hourly price of each swept value (e.g. A100=1.8,H100=2.9): adds the cost of "
                    "1,000 steps.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
+@click.option("--measure/--no-measure", "measure", default=None,
+              help="Time the ops a what-if changes by running them here at the recorded shapes (a CPU trace, torch "
+                   "installed; on by default, DAYDREAM_MEASURE=0 turns it off), or only by the model.")
+@click.option("--measure-budget", type=click.FloatRange(0.0, 3600.0), default=5.0, show_default=True, metavar="SECONDS",
+              help="The most time measuring may take per what-if; past it, ops are modelled.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, device_name: str | None, as_json: bool,
                    timeline_path: str | None, with_memory: bool, sweep: str | None, plot_path: str | None,
-                   prices: str | None, no_cache: bool) -> None:
+                   prices: str | None, no_cache: bool, measure: bool | None, measure_budget: float) -> None:
     """Predict the iteration time of TRACE with the optimizations applied.
 
     TRACE defaults to the newest trace in ./daydream-traces/, so that
@@ -75,7 +81,8 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
         _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache, with_memory, _prices(prices))
         return
     with progress_bar(err()) as progress:
-        predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress)
+        predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress,
+                                  cost_options=CostOptions(measure, measure_budget))
     summary = summarize_predictions(path, list(specs), predictions)
     if with_memory:
         summary["memory"] = predict_memory_for([p.trace for p in predictions], list(specs), device_name)

@@ -18,8 +18,8 @@ Recorded shapes come from `shapes.py` (the trace's `Input Dims` / `Input type`).
 """
 
 from daydream.cost.host import HostCosts
-from daydream.cost.model import CostModel, Tier, Timed
+from daydream.cost.model import CostModel, CostOptions, Tier, Timed
 from daydream.cost.roofline import Roofline, gemm_waves
 from daydream.cost.shapes import OpShapes
 
-__all__ = ["CostModel", "HostCosts", "OpShapes", "Roofline", "Tier", "Timed", "gemm_waves"]
+__all__ = ["CostModel", "CostOptions", "HostCosts", "OpShapes", "Roofline", "Tier", "Timed", "gemm_waves"]

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daydream.trace import API_KINDS, EventKind, Trace, TrackKind
-from daydream.trace import runtime_api
+from daydream.trace import API_KINDS, EventKind, Trace, TrackKind, runtime_api
 
 #: Cheap dispatcher ops that nearly every PyTorch trace runs: their median exclusive time is the host's speed unit.
 UNIT_OPS = ("aten::empty", "aten::view", "aten::t", "aten::detach", "aten::as_strided", "aten::empty_strided",

@@ -8,17 +8,16 @@
 from __future__ import annotations
 
 import enum
-import statistics
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from daydream.cost.elementwise import CopySpeed, elementwise_speed
 from daydream.cost.host import HostCosts
+from daydream.cost.measure import Measurer
 from daydream.cost.roofline import Roofline, gemm_waves
-from daydream.cost.shapes import OpShapes, gemm_bytes, gemm_flops
+from daydream.cost.shapes import ITEM_BYTES, OpShapes, elements, gemm_bytes, gemm_flops
 from daydream.devices import Device
 from daydream.trace import EventKind, Trace, TrackKind
 
@@ -30,6 +29,15 @@ from daydream.trace import EventKind, Trace, TrackKind
 CAST_CHAIN_UNITS = 13.5
 CAST_BACKWARD_UNITS = 5.1
 AUTOCAST_DISPATCH_UNITS = 6.3
+
+
+@dataclass(slots=True, frozen=True)
+class CostOptions:
+    """How the cost stage may time changed work: `measure` (None: on unless DAYDREAM_MEASURE=0) and the measuring
+    budget per what-if, seconds."""
+
+    measure: bool | None = None
+    budget_s: float = 5.0
 
 
 class Tier(enum.Enum):
@@ -53,16 +61,22 @@ class CostModel:
     elementwise: CopySpeed | None = None
     shapes: OpShapes | None = None
     floor_ns: int = 0  # the shortest kernel of the trace
-    measurer: Callable[..., Timed | None] | None = None  # the measured tier, where it applies
+    measurer: Measurer | None = None  # the measured tier, where it applies (a CPU trace, torch importable)
     tally: Counter[Tier] = field(default_factory=Counter)
 
     @classmethod
-    def of(cls, trace: Trace, device: Device | None, measurer: Callable[..., Timed | None] | None = None) -> CostModel:
+    def of(cls, trace: Trace, device: Device | None, measure: bool = True, budget_s: float = 5.0,
+           threads: int = 0) -> CostModel:
+        """The model of `trace`; with `measure`, a CPU trace gets the measured tier (torch, `threads` intra-op threads,
+        0: torch's default) within `budget_s` seconds per what-if."""
         gpu_track = np.array([t.kind is TrackKind.GPU for t in trace.tracks], dtype=bool)
         kernels = trace.indices(EventKind.KERNEL)
         on_gpu = bool(kernels.size) and bool(gpu_track[trace.track[kernels]].any())
         durations = trace.dur_ns[kernels]
         floor = int(np.percentile(durations[durations > 0], 1)) if (durations > 0).any() else 0
+        measurer = None
+        if measure and not on_gpu:
+            measurer = Measurer.for_cpu(threads or _default_threads(), budget_s)
         return cls(host=HostCosts.of(trace), on_gpu=on_gpu, device=device, elementwise=elementwise_speed(trace, on_gpu),
                    shapes=OpShapes(trace), floor_ns=floor, measurer=measurer)
 
@@ -76,12 +90,11 @@ class CostModel:
 
     def cast(self, shape: tuple[int, ...], from_type: str, to_type: str) -> Timed:
         """One autocast cast of a tensor of `shape` from `from_type` to `to_type` (torch.profiler's type names)."""
-        if self.measurer is not None:
-            measured = self.measurer("cast", shape, from_type, to_type)
+        if self.measurer is not None and from_type == "float":
+            measured = self.measurer.cast_ns(shape, to_type)
             if measured is not None:
                 self.count(Tier.MEASURED)
-                return measured
-        from daydream.cost.shapes import ITEM_BYTES, elements
+                return Timed(measured, 0, Tier.MEASURED)
 
         host = int(round(CAST_CHAIN_UNITS * self.host.unit_ns))
         moved = elements(shape) * (ITEM_BYTES.get(from_type, 4) + ITEM_BYTES.get(to_type, 2))
@@ -136,5 +149,9 @@ class CostModel:
         return min(1.0, self.elementwise.bytes_per_ns / self.device.memory_bandwidth_gbs)
 
 
-def median_or(values: list[float], default: float) -> float:
-    return float(statistics.median(values)) if values else default
+def _default_threads() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 1
+    return int(torch.get_num_threads())

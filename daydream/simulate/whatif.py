@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from daydream.cost import CostModel, CostOptions
+from daydream.cost.elementwise import elementwise_speed
+from daydream.cost.measure import measuring_enabled
 from daydream.devices import Device, device, find_device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
@@ -27,11 +30,9 @@ from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.windows import iteration_windows
-from daydream.trace import Trace
+from daydream.trace import EventKind, Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
-from daydream.cost import CostModel
-from daydream.cost.elementwise import elementwise_speed
 
 
 @dataclass(slots=True)
@@ -83,21 +84,22 @@ def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str |
     return named, name
 
 
-def predict(trace: Trace, specs: list[str], device_name: str | None = None) -> Prediction:
+def predict(trace: Trace, specs: list[str], device_name: str | None = None, cost_options: CostOptions | None = None
+            ) -> Prediction:
     """Apply the optimizations `specs` ("amp", "batch-size:factor=2", "path/to/opt.yaml") in order."""
-    return predict_traces([trace], specs, device_name)[0]
+    return predict_traces([trace], specs, device_name, cost_options=cost_options)[0]
 
 
 def predict_traces(traces: list[Trace], specs: list[str], device_name: str | None = None,
-                   graphs: list[Graph] | None = None) -> list[Prediction]:
+                   graphs: list[Graph] | None = None, cost_options: CostOptions | None = None) -> list[Prediction]:
     """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job). `graphs`: the
-    ranks' graphs, already built (daydream.ranks)."""
+    ranks' graphs, already built (daydream.ranks); `cost_options`: whether the cost stage may measure (daydream/cost)."""
     baseline_graphs, _ = build_job_graphs(traces, graphs)
     baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs, warmup=True))]
     graphs, notes = [], []
     for trace, baseline_graph in zip(traces, baseline_graphs):
         graph = baseline_graph.copy()
-        notes.append(transform(graph, trace, specs, device_name, simulated_ranks=len(traces)))
+        notes.append(transform(graph, trace, specs, device_name, simulated_ranks=len(traces), cost_options=cost_options))
         problems = graph.validate()
         if problems:
             raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
@@ -114,16 +116,24 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
 
 
 def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | None = None,
-              simulated_ranks: int = 1) -> list[str]:
+              simulated_ranks: int = 1, cost_options: CostOptions | None = None) -> list[str]:
     """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied.
-    `simulated_ranks`: the ranks of the job simulated together with it."""
+    `simulated_ranks`: the ranks of the job simulated together with it; `cost_options`: whether the cost stage may
+    measure, and for how long."""
     found, name = resolve_device(trace, device_name)
+    options = cost_options or CostOptions()
+    host = host_of(trace)
+
+    def costs() -> CostModel:
+        return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s, host.get("intra_op_threads", 0))
+
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
-                      world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks, host=host_of(trace),
+                      world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks, host=host,
                       buffers=buffer_bytes_of(trace), gradient_tensors=gradient_tensors_of(trace),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
-                              "gpu_contention": lambda: gpu_slowdown(trace), "costs": lambda: CostModel.of(trace, found),
+                              "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
                               "forward_ops": lambda: forward_ops_of(trace),
+                              "backward_gemms": lambda: backward_gemms_of(trace),
                               "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
                               "elementwise_cpu": lambda: elementwise_speed(trace, on_gpu=False)})
     notes: list[str] = []
@@ -151,6 +161,27 @@ def forward_ops_of(trace: Trace) -> Any:
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
     return forward_ops(trace, attribution.layer, attribution.phase, iteration)
+
+
+def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int, int]]:
+    """The backward's matrix-multiply CPU ops with recorded shapes: (row, name, inputs, duration, start, track)."""
+    from daydream.cost.shapes import OpShapes
+    from daydream.mapping import attribute
+    from daydream.transforms.amp import BACKWARD_GEMMS
+
+    wanted = [trace.string_index(name) for name in BACKWARD_GEMMS]
+    rows = trace.indices(EventKind.CPU_OP)
+    rows = rows[np.isin(trace.name[rows], [w for w in wanted if w >= 0])]
+    if rows.size == 0:
+        return []
+    rows = rows[attribute(trace).phase[rows] == PHASES.index("backward")]
+    shapes = OpShapes(trace)
+    found = []
+    for row in rows.tolist():
+        inputs = shapes.tensors(row)
+        if inputs:
+            found.append((row, trace.name_of(row), inputs, int(trace.dur_ns[row]), int(trace.ts_ns[row]), int(trace.track[row])))
+    return found
 
 
 def launch_blocks_of(trace: Trace) -> np.ndarray | None:

@@ -91,36 +91,63 @@ def decides(name: str, device_type: str) -> str | None:
 
 def plan_casts(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> list[Cast]:
     """The casts autocast inserts into one forward of `ops` (its top-level ops in order, recorded in fp32)."""
+    return _walk(ops, device_type, reduced)[0]
+
+
+def running_types(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> dict[int, str]:
+    """Per op (trace row), the type it computes in under autocast: the reduced type or "float"."""
+    return _walk(ops, device_type, reduced)[1]
+
+
+def _walk(ops: list[ForwardOp], device_type: str, reduced: str) -> tuple[list[Cast], dict[int, str]]:
+    """Follow the activation's type through the forward: the casts, and each op's computing type."""
     low = REDUCED_NAME[reduced]
     activation = FULL  # the data comes in as fp32
     entry_type: dict[int, str] = {}  # the activation's type when each layer began
     cached: set[tuple[int, int, tuple[int, ...]]] = set()  # weights cast in this forward: (layer, input, shape)
     casts: list[Cast] = []
+    types: dict[int, str] = {}
     first = True
     for op in ops:
         if op.layer not in entry_type or op.layer_entry:
             entry_type[op.layer] = activation
         rule = decides(op.name, device_type)
-        parameters = PARAMETER_INPUTS.get(op.name, ())
-        floats = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
+        tensors = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
+        floats = tensors
+        if floats and all(op.inputs[i][1] == low for i in floats) and op.name not in PROMOTING:  # type: ignore[index]
+            activation = low  # recorded in the reduced type already (a bf16 model): nothing for autocast to cast
+            types[op.row] = low
+            first = False
+            continue
+        floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]
         if rule == "lower":
-            for index in floats:
-                shape = op.inputs[index][0]  # type: ignore[index]
-                if index in parameters:
-                    key = (op.layer, index, shape)
-                    if key not in cached:
-                        cached.add(key)
-                        casts.append(Cast(op.row, index, shape, FULL, low, weight=True, backward=True))
-                elif activation == FULL:
-                    casts.append(Cast(op.row, index, shape, FULL, low, weight=False, backward=not first))
+            casts += _lower_casts(op, floats, activation, low, cached, first)
             activation = low
         elif rule == "fp32":
             if floats and activation == low:
                 index = floats[0]
                 casts.append(Cast(op.row, index, op.inputs[index][0], low, FULL, weight=False, backward=True))  # type: ignore[index]
             activation = FULL
-        elif op.name in PROMOTING and len(floats) >= 2:
+        elif op.name in PROMOTING and len(tensors) >= 2:
             activation = FULL if FULL in (activation, entry_type[op.layer]) else low
+        types[op.row] = activation
         if rule is not None or floats:
             first = False
+    return casts, types
+
+
+def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,
+                 cached: set[tuple[int, int, tuple[int, ...]]], first: bool) -> list[Cast]:
+    """The casts of an op autocast runs in the reduced type: its parameters once per forward, its fp32 activations."""
+    parameters = PARAMETER_INPUTS.get(op.name, ())
+    casts = []
+    for index in floats:
+        shape = op.inputs[index][0]  # type: ignore[index]
+        if index in parameters:
+            key = (op.layer, index, shape)
+            if key not in cached:
+                cached.add(key)
+                casts.append(Cast(op.row, index, shape, FULL, low, weight=True, backward=True))
+        elif activation == FULL:
+            casts.append(Cast(op.row, index, shape, FULL, low, weight=False, backward=not first))
     return casts

@@ -26,7 +26,7 @@ from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_TASKS, HOST_WORK, KERNELS
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
-from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classes_of, precisions_of
+from daydream.mapping.classes import CLASSES, classes_of, precisions_of
 from daydream.memory.whatif import (
     MemoryModel,
     batch_size_memory,
@@ -99,6 +99,11 @@ class Context:
     def forward_ops(self) -> Any:
         """Per iteration, the recorded forward's top-level ops with their inputs, and their spans (transforms/amp.py)."""
         return self._fact("forward_ops")
+
+    @property
+    def backward_gemms(self) -> Any:
+        """The backward's matrix-multiply CPU ops: (row, name, inputs, duration ns, start ns, track) each."""
+        return self._fact("backward_gemms")
 
     @property
     def gpu_contention(self) -> tuple[float, int] | None:

@@ -56,3 +56,10 @@ def test_the_cpu_keeps_layer_norm_in_bf16() -> None:
     ops = [linear(1, 0, 4, 8, 8), unary(2, "aten::layer_norm", 1, (4, 8)), linear(3, 2, 4, 8, 8)]
     assert [c.row for c in plan_casts(ops, "cpu")] == [1, 1, 1, 3, 3]
     assert [c.row for c in plan_casts(ops, "cuda")] == [1, 1, 1, 2, 3, 3, 3]
+
+
+def test_a_model_recorded_in_bf16_gets_no_casts() -> None:
+    B = "c10::BFloat16"
+    ops = [ForwardOp(1, "aten::linear", 0, [((4, 8), B), ((8, 8), B), ((8,), B)]),
+           ForwardOp(2, "aten::linear", 1, [((4, 8), B), ((8, 8), B), ((8,), B)])]
+    assert plan_casts(ops, "cuda") == []

@@ -15,8 +15,6 @@ device's memory bandwidth and no overhead; a CPU trace without them gets no copi
 
 from __future__ import annotations
 
-import numpy as np
-
 from daydream.cost.elementwise import CopySpeed, elementwise_speed
 from daydream.devices import Device
 from daydream.graph import Graph

@@ -1,0 +1,201 @@
+"""The measured tier: run an op here at the recorded shapes and dtypes, and cache what it took.
+
+Where torch is importable and the trace ran on this machine's kind of device (for now: a CPU trace, measured on this
+CPU with the trace's own intra-op thread count), each distinct signature a what-if asks about (op, input shapes,
+dtypes) is run with warm-up and repetitions and its median kept. Results are cached on disk, one JSON file per
+(device, torch version, threads) under the trace cache folder (`cost/`), written atomically and validated on read:
+a damaged file is ignored and rewritten. A budget (seconds per what-if) caps the time spent measuring; past it, or
+for an op it cannot run (unsupported, shapes missing, an error while running), the caller falls back to the
+modelled tier. It never touches a GPU.
+
+    measurer = Measurer.for_cpu(threads=1, budget_s=5.0)
+    measurer.op_ns("aten::mm", [((64, 512), "float"), ((512, 512), "float")], as_type="c10::BFloat16")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from daydream._files import write_atomically
+from daydream.cost.shapes import Tensor, elements
+from daydream.trace.store import cache_dir
+
+#: Warm-up runs and timed repetitions of each signature (the median of the repetitions is kept).
+WARMUP = 2
+REPETITIONS = 5
+#: No single measured op may be larger than this many elements in any input (the budget's guard against giants).
+MAX_ELEMENTS = 1 << 26
+
+_TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
+                "long int": "int64", "int": "int32", "bool": "bool"}
+
+
+def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
+    """How to call op `name` on tensors built from its recorded inputs (None: not runnable here)."""
+    import torch
+
+    aten = torch.ops.aten
+    gemm = {"aten::mm": aten.mm, "aten::bmm": aten.bmm, "aten::matmul": aten.matmul, "aten::addmm": aten.addmm,
+            "aten::baddbmm": aten.baddbmm}
+    if name in gemm:
+        return lambda _t, xs: gemm[name](*xs)
+    if name == "aten::linear":
+        return lambda _t, xs: aten.linear(*xs)
+    if name in ("aten::layer_norm", "aten::native_layer_norm"):
+        return lambda t, xs: t.nn.functional.layer_norm(xs[0], xs[0].shape[-1:], *xs[1:3])
+    if name in ("aten::softmax", "aten::_softmax"):
+        return lambda t, xs: t.softmax(xs[0], dim=-1)
+    unary = {"aten::relu": torch.relu, "aten::gelu": torch.nn.functional.gelu, "aten::silu": torch.nn.functional.silu,
+             "aten::tanh": torch.tanh, "aten::sigmoid": torch.sigmoid}
+    if name in unary:
+        return lambda _t, xs: unary[name](xs[0])
+    binary = {"aten::add": torch.add, "aten::mul": torch.mul, "aten::sub": torch.sub, "aten::div": torch.div}
+    if name in binary:
+        return lambda _t, xs: binary[name](xs[0], xs[1]) if len(xs) > 1 else binary[name](xs[0], 1.0)
+    return None
+
+
+class Measurer:
+    """Runs ops on this CPU and remembers what they took (ns); `spent_s` counts against `budget_s`."""
+
+    def __init__(self, threads: int, budget_s: float, folder: Path | None = None) -> None:
+        import torch
+
+        self.threads = max(1, threads)
+        self.budget_s = budget_s
+        self.spent_s = 0.0
+        self.failed: dict[str, str] = {}  # signature -> why it could not run
+        self.ran: list[str] = []  # signatures run in this process (not from the cache)
+        folder = folder if folder is not None else cache_dir() / "cost"
+        self.path = folder / f"cpu-torch{torch.__version__}-threads{self.threads}.json"
+        self.cache = _read_cache(self.path)
+        self._dirty = False
+
+    @classmethod
+    def for_cpu(cls, threads: int, budget_s: float) -> Measurer | None:
+        """A measurer for a CPU trace, or None where torch cannot be imported."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return None
+        return cls(threads, budget_s)
+
+    def op_ns(self, name: str, inputs: list[Tensor | None], as_type: str | None = None) -> int | None:
+        """The median time of op `name` on tensors of the recorded `inputs` (floating ones turned into `as_type`
+        where given), ns; None where it cannot be measured here."""
+        tensors = [t for t in inputs if t is not None]
+        if as_type is not None:
+            tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind) for shape, kind in tensors]
+        key = f"{name}|{json.dumps([[list(s), k] for s, k in tensors])}"
+        if key in self.cache:
+            return self.cache[key]
+        if key in self.failed:
+            return None
+        if self.spent_s >= self.budget_s:
+            self.failed[key] = "over the measuring budget"
+            return None
+        if any(elements(shape) > MAX_ELEMENTS for shape, _ in tensors):
+            self.failed[key] = "too large to run here"
+            return None
+        runner = _runner(name)
+        if runner is None:
+            self.failed[key] = "not an op the measured tier runs"
+            return None
+        started = time.perf_counter()
+        try:
+            value = self._time(runner, tensors)
+        except Exception as exc:  # an op that cannot run at these shapes falls back to the model
+            self.failed[key] = f"{type(exc).__name__}"
+            return None
+        finally:
+            self.spent_s += time.perf_counter() - started
+        self.cache[key] = value
+        self.ran.append(key)
+        self._dirty = True
+        return value
+
+    def cast_ns(self, shape: tuple[int, ...], to_type: str) -> int | None:
+        """A cast of an fp32 tensor of `shape` to `to_type`, ns (None: not measured)."""
+        key = f"cast|{list(shape)}|{to_type}"
+        if key in self.cache:
+            return self.cache[key]
+        if self.spent_s >= self.budget_s or elements(shape) > MAX_ELEMENTS or to_type not in _TORCH_TYPES:
+            return None
+        import torch
+
+        dtype = getattr(torch, _TORCH_TYPES[to_type])
+        started = time.perf_counter()
+        try:
+            value = self._time(lambda _t, xs: xs[0].to(dtype), [(shape, "float")])
+        finally:
+            self.spent_s += time.perf_counter() - started
+        self.cache[key] = value
+        self.ran.append(key)
+        self._dirty = True
+        return value
+
+    def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Tensor]) -> int:
+        import torch
+
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            with torch.no_grad():
+                values = [_make(torch, shape, kind) for shape, kind in tensors]
+                for _ in range(WARMUP):
+                    runner(torch, values)
+                times = []
+                for _ in range(REPETITIONS):
+                    start = time.perf_counter_ns()
+                    runner(torch, values)
+                    times.append(time.perf_counter_ns() - start)
+        finally:
+            torch.set_num_threads(previous)
+        return max(1, int(statistics.median(times)))
+
+    def save(self) -> None:
+        """Write what was measured in this process to the cache (atomically); a cache that cannot be written is left."""
+        if not self._dirty:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.path, json.dumps({"version": CACHE_VERSION, "ns": self.cache}, sort_keys=True).encode())
+            self._dirty = False
+        except OSError:
+            pass
+
+
+CACHE_VERSION = 1
+
+
+def _make(torch: Any, shape: tuple[int, ...], kind: str) -> Any:
+    dtype = getattr(torch, _TORCH_TYPES.get(kind, "float32"))
+    if dtype.is_floating_point:
+        return torch.randn(shape, dtype=torch.float32).to(dtype)
+    return torch.randint(0, 2, shape, dtype=dtype)
+
+
+def _read_cache(path: Path) -> dict[str, int]:
+    """The cached times at `path`: only well-formed entries (positive ints); a missing or damaged file gives none."""
+    try:
+        if not path.is_file() or path.stat().st_size > 64 * 2**20:
+            return {}
+        document = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(document, dict) or document.get("version") != CACHE_VERSION or not isinstance(document.get("ns"), dict):
+        return {}
+    return {k: v for k, v in document["ns"].items() if isinstance(k, str) and isinstance(v, int) and v > 0}
+
+
+def measuring_enabled(choice: bool | None) -> bool:
+    """--measure / --no-measure, or DAYDREAM_MEASURE=0|1; on by default."""
+    if choice is not None:
+        return choice
+    return os.environ.get("DAYDREAM_MEASURE", "1") != "0"
