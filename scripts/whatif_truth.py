@@ -3,6 +3,7 @@
     python scripts/whatif_truth.py --device cuda --out table.md           # the GPU section of gpu_check.sh
     python scripts/whatif_truth.py --device cpu --examples mlp --out -    # the same comparison on the CPU
     python scripts/whatif_truth.py --recorded examples/h200              # again from the H200 traces kept here
+    OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --rounds 5 --out docs/whatif-cpu.md   # CPU truth
 
 Per example, the baseline (fp32, `--optim loop`) is traced once; from that trace daydream
 predicts `amp`, `fused-optimizer`, `cuda-graphs`, `batch-size:factor=2` and
@@ -13,7 +14,9 @@ recorded iterations). A part that fails or runs past its time budget becomes a r
 says why; the table is written either way.
 
 Each part runs `daydream` in its own process, with a time limit (`--budget` seconds per
-trace or prediction).
+trace or prediction). With `--rounds N` the whole comparison runs N times, baseline and variants interleaved in
+each round (each round predicts from its own baseline); a row gives the medians over the rounds and the median of
+the rounds' errors, with their range.
 """
 
 from __future__ import annotations
@@ -46,16 +49,18 @@ class Variant:
     slug: str             # names the variant's trace: EXAMPLE-SLUG.json.gz
     needs_gpu: bool = False
     step_fn: str | None = None
+    untouched: str | None = None  # a phase the variant leaves alone: how much the host itself drifted between runs
 
 
 def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> list[Variant]:
     batch = int(baseline[baseline.index("--batch-size") + 1])
     return [
-        Variant("amp", ["--amp", "bf16"], "amp"),
-        Variant("fused-optimizer", ["--optim", "fused" if device == "cuda" else "foreach"], "fused-optimizer"),
+        Variant("amp", ["--amp", "bf16"], "amp", untouched="optimizer"),
+        Variant("fused-optimizer", ["--optim", "fused" if device == "cuda" else "foreach"], "fused-optimizer",
+                untouched="forward"),
         Variant("cuda-graphs", ["--cuda-graphs"], "cuda-graphs", needs_gpu=True, step_fn=STEP_FUNCTION),
-        Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)], "batch-x2"),
-        Variant(checkpoint, ["--checkpoint"], "checkpoint"),
+        Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)], "batch-x2", untouched="optimizer"),
+        Variant(checkpoint, ["--checkpoint"], "checkpoint", untouched="optimizer"),
     ]
 
 
@@ -67,13 +72,34 @@ class Row:
     predicted_ns: float | None = None
     measured_ns: float | None = None
     problem: str = ""
+    round_errors: list[float] | None = None  # each round's error, where the row combines several
+    drift: tuple[str, float] | None = None  # (a phase the variant leaves alone, its time in the variant / the baseline)
 
     @property
     def error(self) -> float | None:
-        """(predicted - measured) / measured."""
+        """(predicted - measured) / measured; over several rounds, the median of the rounds' errors."""
+        if self.round_errors:
+            return statistics.median(self.round_errors)
         if self.predicted_ns is None or not self.measured_ns:
             return None
         return (self.predicted_ns - self.measured_ns) / self.measured_ns
+
+
+def combined(rounds: list[list[Row]]) -> list[Row]:
+    """One row per what-if from the same rows of several rounds: medians of the times and of the errors."""
+    rows = []
+    for same in zip(*rounds):
+        measured = [r for r in same if r.error is not None]
+        first = same[0]
+        if not measured:
+            rows.append(Row(first.example, first.whatif, first.baseline_ns, problem=first.problem))
+            continue
+        rows.append(Row(first.example, first.whatif,
+                        statistics.median(r.baseline_ns for r in measured if r.baseline_ns is not None),
+                        statistics.median(r.predicted_ns for r in measured if r.predicted_ns is not None),
+                        statistics.median(r.measured_ns for r in measured if r.measured_ns is not None),
+                        round_errors=[r.error for r in measured if r.error is not None]))
+    return rows
 
 
 class Failed(Exception):
@@ -107,6 +133,22 @@ def measured_ns(path: Path, budget: float) -> float:
     """The median recorded iteration, each to its completion (its GPU work done: docs/replay-model.md)."""
     document = json.loads(daydream(["replay", "--json", str(path)], budget))
     return float(statistics.median(it["measured_ns"] for it in document["ranks"][0]["iterations"]))
+
+
+def phase_ns(path: Path, phase: str) -> float:
+    """The median per iteration of the host time a phase's annotations (daydream.phase::PHASE) span in a daydream
+    recording, ns."""
+    sys.path.insert(0, str(REPO))
+    from daydream.api import open_trace
+    from daydream.trace import EventKind, discover
+
+    trace = open_trace(discover(path)[0])
+    rows = trace.indices(EventKind.ANNOTATION)
+    names = [trace.name_of(r) for r in rows]
+    steps = [r for r, n in zip(rows, names) if n.startswith("ProfilerStep#")]
+    chosen = [r for r, n in zip(rows, names) if n == f"daydream.phase::{phase}"]
+    per_step = [sum(int(trace.dur_ns[r]) for r in chosen if trace.ts_ns[s] <= trace.ts_ns[r] < trace.end_ns[s]) for s in steps]
+    return float(statistics.median(per_step)) if per_step else float("nan")
 
 
 def predicted_ns(path: Path, whatif: str, budget: float) -> float:
@@ -159,6 +201,8 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
             row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
             if measured.exists():
                 row.measured_ns = measured_ns(measured, options.budget)
+                if variant.untouched:
+                    row.drift = (variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched))
             else:
                 row.problem = f"no {measured.name}"
         except Failed as exc:
@@ -182,17 +226,28 @@ def _merged(base: list[str], changes: list[str]) -> list[str]:
 
 
 def table(rows: list[Row]) -> str:
-    """The markdown table of `rows`: predicted and measured per what-if, with the error."""
-    lines = ["| example | what-if | baseline (measured) | predicted | measured | error |", "|---|---|---:|---:|---:|---:|"]
+    """The markdown table of `rows`: predicted and measured per what-if, with the error (and, over rounds, its range)."""
+    ranged = any(r.round_errors for r in rows)
+    drifted = any(r.drift for r in rows)
+    header = "| example | what-if | baseline (measured) | predicted | measured | error |"
+    header += " rounds (range) |" if ranged else ""
+    header += " host drift (untouched phase, variant / baseline) |" if drifted else ""
+    lines = [header, "|---|---|---:|---:|---:|---:|" + ("---:|" if ranged else "") + ("---|" if drifted else "")]
     for row in rows:
         cells = [_ms(row.baseline_ns), _ms(row.predicted_ns), _ms(row.measured_ns)]
         error = row.error
         outcome = f"{error * 100:+.1f}%" if error is not None else (row.problem or "—")
-        lines.append(f"| {row.example} | `{row.whatif}` | {' | '.join(cells)} | {outcome} |")
+        extra = ""
+        if ranged:
+            errors = row.round_errors or []
+            extra = (f" {len(errors)} ({min(errors) * 100:+.1f}% to {max(errors) * 100:+.1f}%) |" if errors else " — |")
+        if drifted:
+            extra += f" {row.drift[0]} ×{row.drift[1]:.2f} |" if row.drift else " — |"
+        lines.append(f"| {row.example} | `{row.whatif}` | {' | '.join(cells)} | {outcome} |{extra}")
     judged = [abs(r.error) for r in rows if r.error is not None]
     if judged:
         lines += ["", f"{len(judged)} of {len(rows)} what-ifs measured; mean |error| {statistics.mean(judged) * 100:.1f}%, "
-                      f"worst {max(judged) * 100:.1f}%."]
+                      f"median {statistics.median(judged) * 100:.1f}%, worst {max(judged) * 100:.1f}%."]
     return "\n".join(lines) + "\n"
 
 
@@ -210,6 +265,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=120.0, help="seconds per trace or prediction")
     parser.add_argument("--out", default="-", help="markdown file to write, or - for stdout")
     parser.add_argument("--keep", metavar="DIR", help="keep every trace (baseline and variants) in DIR")
+    parser.add_argument("--rounds", type=int, default=1, help="run the whole comparison this many times, interleaved")
     parser.add_argument("--recorded", metavar="DIR", type=Path,
                         help="compare the traces kept earlier in DIR (e.g. examples/h200) instead of running anything")
     options = parser.parse_args()
@@ -222,8 +278,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="daydream-truth-") as scratch:
         work = Path(options.keep or scratch)
         work.mkdir(parents=True, exist_ok=True)
-        for example in options.examples.split(","):
-            rows += compare(example, options, work)
+        rounds: list[list[Row]] = []
+        for _ in range(max(1, options.rounds)):
+            this_round: list[Row] = []
+            for example in options.examples.split(","):
+                this_round += compare(example, options, work)
+            rounds.append(this_round)
+            rows = combined(rounds) if len(rounds) > 1 else this_round
             if options.out != "-":
                 Path(options.out).write_text(table(rows))  # what there is so far, in case a later part is cut off
     if options.out == "-":

@@ -77,7 +77,7 @@ def test_the_table_from_hand_computed_rows() -> None:
     assert "| mlp | `amp` | 10.00 ms | 6.00 ms | 5.00 ms | +20.0% |" in text
     assert "| mlp | `cuda-graphs` | 10.00 ms | — | — | needs a CUDA device |" in text
     assert "| cnn | `fused-optimizer` | 8.00 ms | 7.00 ms | 8.00 ms | -12.5% |" in text
-    assert "2 of 3 what-ifs measured; mean |error| 16.2%, worst 20.0%." in text
+    assert "2 of 3 what-ifs measured; mean |error| 16.2%, median 16.2%, worst 20.0%." in text
 
 
 def test_a_variant_replaces_the_baselines_flag() -> None:
@@ -112,3 +112,13 @@ def test_gpu_check_without_a_gpu_exits_2_with_one_line() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["gpu_check: no CUDA GPU visible to torch (needs python3 with a CUDA "
                                                 "build of torch and a GPU)"]
+
+
+def test_rounds_combine_into_medians_and_the_median_error() -> None:
+    rounds = [[whatif_truth.Row("mlp", "amp", 10e6, 6e6, 5e6)],   # +20%
+              [whatif_truth.Row("mlp", "amp", 12e6, 6e6, 6e6)],   # 0%
+              [whatif_truth.Row("mlp", "amp", 11e6, 5e6, 4e6)]]   # +25%
+    row = whatif_truth.combined(rounds)[0]
+    assert (row.baseline_ns, row.predicted_ns, row.measured_ns) == (11e6, 6e6, 5e6)
+    assert row.error == pytest.approx(0.20)
+    assert "| mlp | `amp` | 11.00 ms | 6.00 ms | 5.00 ms | +20.0% | 3 (+0.0% to +25.0%) |" in whatif_truth.table([row])
