@@ -30,7 +30,7 @@ from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.windows import iteration_windows
-from daydream.trace import EventKind, Trace
+from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
 
@@ -134,6 +134,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
                               "forward_ops": lambda: forward_ops_of(trace),
                               "backward_gemms": lambda: backward_gemms_of(trace),
+                              "update_loop": lambda: update_loop_of(trace),
                               "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
                               "elementwise_cpu": lambda: elementwise_speed(trace, on_gpu=False)})
     notes: list[str] = []
@@ -182,6 +183,42 @@ def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int,
         if inputs:
             found.append((row, trace.name_of(row), inputs, int(trace.dur_ns[row]), int(trace.ts_ns[row]), int(trace.track[row])))
     return found
+
+
+#: In-place updates a hand-written optimizer applies to each parameter (p.add_(g, alpha=-lr), p.data.sub_(...), ...).
+UPDATE_OPS = ("aten::add_", "aten::sub_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::div_")
+#: Fewer updates than this per iteration are not a loop over parameters.
+MIN_UPDATES = 2
+
+
+def update_loop_of(trace: Trace) -> np.ndarray:
+    """Trace rows of a hand-written update loop: per iteration, the top-level in-place updates (UPDATE_OPS) outside
+    forward, backward and any optimizer step, after the iteration's last backward op; on a GPU trace, the GPU work they
+    launched. Empty where there is none."""
+    from daydream.cost.shapes import top_level_ops
+    from daydream.mapping import attribute, find_iterations
+
+    wanted = [i for i in (trace.string_index(name) for name in UPDATE_OPS) if i >= 0]
+    iterations = find_iterations(trace)
+    if not wanted or not iterations:
+        return np.zeros(0, dtype=np.int64)
+    attribution = attribute(trace)
+    ops = trace.indices(EventKind.CPU_OP)
+    backward = ops[attribution.phase[ops] == PHASES.index("backward")]
+    candidates = ops[np.isin(trace.name[ops], wanted) & (attribution.phase[ops] == PHASES.index("other"))]
+    candidates = top_level_ops(trace, candidates)
+    chosen = []
+    for it in iterations:
+        inside = backward[(trace.ts_ns[backward] >= it.start_ns) & (trace.ts_ns[backward] < it.end_ns)]
+        after = int(trace.end_ns[inside].max()) if inside.size else it.end_ns
+        mine = candidates[(trace.ts_ns[candidates] >= after) & (trace.ts_ns[candidates] < it.end_ns)]
+        if mine.size >= MIN_UPDATES:
+            chosen.append(mine)
+    rows = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+    if rows.size and trace.count(EventKind.KERNEL):
+        gpu = trace.indices(*GPU_ACTIVITY_KINDS)
+        rows = np.concatenate([rows, gpu[np.isin(link(trace).op[gpu], rows)]])
+    return rows
 
 
 def launch_blocks_of(trace: Trace) -> np.ndarray | None:

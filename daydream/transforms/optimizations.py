@@ -106,6 +106,12 @@ class Context:
         return self._fact("backward_gemms")
 
     @property
+    def update_loop(self) -> np.ndarray | None:
+        """Trace rows of a hand-written optimizer: the per-parameter in-place updates after backward (for a GPU trace,
+        the kernels they launched), outside any optimizer step; None or empty where there is none."""
+        return self._fact("update_loop")
+
+    @property
     def gpu_contention(self) -> tuple[float, int] | None:
         """(factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence)."""
         return self._fact("gpu_contention")
@@ -307,8 +313,13 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     work = select(graph, kind=kinds)
     work = work[graph.tasks["phase"][work] == optimizer]
     work = np.setdiff1d(work, _matching(graph, work, MULTI_TENSOR))
+    found_in = "the optimizer's step"
     if work.size == 0:
-        return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?); nothing changed"]
+        work = _update_loop_tasks(graph, kinds, context.update_loop)
+        found_in = "a hand-written update loop over the parameters (in-place updates after backward)"
+    if work.size == 0:
+        return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?), and no hand-written "
+                "update loop after backward; nothing changed"]
     keep_per_iteration = max(1, int(params["kernels"]))
     fixed = _low_percentile(graph.tasks["duration_ns"][work])
     removed: list[np.ndarray] = []
@@ -328,9 +339,19 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     calls = np.setdiff1d(calls, _launchers(graph, np.setdiff1d(work, gone)))
     remove(graph, np.concatenate([gone, calls]))
     unit = "kernels" if gpu else "CPU ops"
-    return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} became {kept_total} multi-tensor ones "
+    return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} of {found_in} became {kept_total} multi-tensor ones "
             f"(fixed cost {fixed} ns each removed, from the trace's 10th-percentile optimizer {unit[:-1]}); "
             f"{calls.size} launches and the CPU work between them removed"]
+
+
+def _update_loop_tasks(graph: Graph, kinds: tuple[TaskKind, ...], rows: np.ndarray | None) -> np.ndarray:
+    """The tasks of a hand-written update loop (`rows`: its ops' trace rows): the ops themselves on a CPU graph, the
+    kernels they launched on a GPU one (a task's `event` is its trace row; a kernel's op is the trace's link)."""
+    if rows is None or rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    work = select(graph, kind=kinds)
+    events = graph.tasks["event"][work]
+    return work[(events >= 0) & np.isin(events, rows)]
 
 
 register(Optimization(
