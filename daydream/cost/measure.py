@@ -27,8 +27,8 @@ from daydream.cost.shapes import Tensor, elements
 from daydream.trace.store import cache_dir
 
 #: Warm-up runs and timed repetitions of each signature (the median of the repetitions is kept).
-WARMUP = 2
-REPETITIONS = 5
+WARMUP = 3
+REPETITIONS = 7
 #: No single measured op may be larger than this many elements in any input (the budget's guard against giants).
 MAX_ELEMENTS = 1 << 26
 
