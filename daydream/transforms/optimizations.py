@@ -356,7 +356,8 @@ def _update_loop_tasks(graph: Graph, kinds: tuple[TaskKind, ...], rows: np.ndarr
 
 register(Optimization(
     "fused-optimizer", "a fused / multi-tensor optimizer step (e.g. Adam(fused=True) or foreach)",
-    "per-parameter optimizer kernels (CPU ops on a CPU trace) and their launches replaced by `kernels` multi-tensor "
+    "per-parameter optimizer kernels (CPU ops on a CPU trace) — of the optimizer's step, or else of a hand-written "
+    "update loop (per-parameter in-place updates after backward) — and their launches replaced by `kernels` multi-tensor "
     "ones per iteration, whose time follows the bytes moved: the removed ones' total minus, for each removed one, the "
     "fixed cost of a near-empty one (10th percentile of the optimizer's kernels in this trace); the CPU work between "
     "the removed launches goes too",
@@ -588,8 +589,10 @@ def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray
 register(Optimization(
     "checkpoint", "activation checkpointing of the matching layers",
     "for each iteration and each matching layer, its forward work (host tasks and the GPU work they launch, children "
-    "included) runs again right before the layer's first backward task; everything else unchanged (the memory it "
-    "saves is reported by the memory what-if)",
+    "included) runs again right before the layer's first backward task; torch.utils.checkpoint's own host work on "
+    "each checkpointed call (saved-tensor hooks, RNG state, the recomputation's frames) before the layer's forward "
+    "and before its recomputation, in host units recorded from real runs (daydream/cost/host.py) times this trace's "
+    "host unit; everything else unchanged (the memory it saves is reported by the memory what-if)",
     _checkpoint,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},
     memory=checkpoint_memory,
