@@ -29,6 +29,7 @@ from daydream.simulate.contention import with_contention
 from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
+from daydream.simulate.steady import left_out, median_of, steady
 from daydream.simulate.windows import iteration_windows
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
@@ -305,8 +306,12 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
     predicted_bound = merge(bounds) if bounds else None
     baseline_bound = merge(iteration_bounds(baseline.graph, baseline.timeline)) if bounds else None
 
-    def mean(key: str) -> int:
-        return int(np.mean([it[key] for it in per_iteration])) if per_iteration else 0
+    chosen = steady([it["measured_ns"] for it in per_iteration])
+
+    def mean(key: str) -> int:  # the headline: the median of the steady iterations (simulate/steady.py)
+        return median_of([it[key] for it in per_iteration], chosen)
+
+    outliers = left_out([it["name"] for it in per_iteration], [it["measured_ns"] for it in per_iteration], chosen)
 
     return Prediction(
         trace=trace,
@@ -322,7 +327,8 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         timeline=timeline,
         bound=predicted_bound,
         baseline_bound=baseline_bound,
-        warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs),
+        warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs)
+        + ([outliers] if outliers else []),
     )
 
 
