@@ -167,7 +167,8 @@ class _HostSpans:
     def __init__(self, graph: Graph) -> None:
         tasks = graph.tasks
         track_of_resource = np.array([r.track for r in graph.resources], dtype=np.int64)
-        host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]))
+        # Only tasks read from the trace: spliced-in ones (casts, dispatch) have no recorded span to hold anything.
+        host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
         self.by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         tracks = track_of_resource[tasks["resource"][host]]
         for track in np.unique(tracks).tolist():
