@@ -194,9 +194,14 @@ def test_real_trace_predictions_are_bounded_by_their_model(corpus: Path) -> None
     faster = predict(gpu_bound, ["faster-gpu:factor=2"])
     assert 1.5 < faster.speedup <= 2.0  # GPU-bound, but the first iteration is not
     assert predict(gpu_bound, ["no-host-overhead"]).speedup < 1.05  # the host is not the bottleneck
+    # resnet_kineto: 21 steady iterations and 6 of over twice their median, whose extra time is host work.
     host_bound = open_job(corpus / "param/et_replay_inputs/resnet_kineto.json.gz").traces[0]
     assert predict(host_bound, ["faster-gpu:factor=2"]).speedup < 1.02
-    assert predict(host_bound, ["no-host-overhead"]).speedup > 1.5
+    unbound = predict(host_bound, ["no-host-overhead"])
+    middle = sorted(it["measured_ns"] for it in unbound.per_iteration)[len(unbound.per_iteration) // 2]
+    slow = [it for it in unbound.per_iteration if it["measured_ns"] > 2 * middle]
+    assert len(slow) >= 3 and any("left out of the headline" in w for w in unbound.warnings)
+    assert sum(it["simulated_ns"] for it in slow) > 1.5 * sum(it["predicted_ns"] for it in slow)
 
 
 #: Set 2 traces whose kernel names say bf16/fp16 (counted from their JSON: Cijk_..._BBS_, bf16, c10::BFloat16 kernels).
