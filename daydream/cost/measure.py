@@ -32,6 +32,12 @@ REPETITIONS = 7
 #: No single measured op may be larger than this many elements in any input (the budget's guard against giants).
 MAX_ELEMENTS = 1 << 26
 
+#: Ops the measured tier calls again with their recorded arguments (compute-bound ones, whose time is their
+#: arithmetic: convolutions and their backward). Others are left out on purpose: a recorded size list can ask for any
+#: allocation, and elementwise ops timed alone do not behave as they do inside a training step.
+CALLED_AGAIN = frozenset(f"aten::{op}" for op in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution",
+                                                  "convolution_backward", "mkldnn_convolution"))
+
 _TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
                 "long int": "int64", "int": "int32", "bool": "bool"}
 
@@ -93,6 +99,51 @@ class Measurer:
         if as_type is not None:
             tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind) for shape, kind in tensors]
         key = f"{name}|{json.dumps([[list(s), k] for s, k in tensors])}"
+        return self._cached_or_run(key, lambda: _runner(name), tensors)
+
+    def call_ns(self, name: str, arguments: list[Any], as_type: str | None = None) -> int | None:
+        """The median time of op `name` called again with its recorded `arguments` (cost/shapes.OpShapes.arguments:
+        tensors rebuilt at their shapes, floating ones in `as_type` where given; scalars and lists as recorded), ns;
+        None for ops outside `CALLED_AGAIN` or that cannot run here."""
+        if name not in CALLED_AGAIN:
+            return None
+        floating = ("float", "c10::BFloat16", "c10::Half")
+        chosen = [("tensor", a[1], as_type if as_type is not None and a[2] in floating else a[2]) if a[0] == "tensor" else a
+                  for a in arguments]
+        tensors = [(a[1], a[2]) for a in chosen if a[0] == "tensor"]
+
+        def runner() -> Callable[[Any, list[Any]], Any] | None:
+            import torch
+
+            op = getattr(torch.ops.aten, name.split("::", 1)[1], None)
+            if op is None:
+                return None
+
+            def run(_t: Any, xs: list[Any]) -> Any:
+                given = iter(xs)
+                return op(*[next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1]) for a in chosen])
+
+            return run
+
+        key = f"{name}|call|{json.dumps([[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]] for a in chosen])}"
+        return self._cached_or_run(key, runner, tensors)
+
+    def cast_ns(self, shape: tuple[int, ...], to_type: str) -> int | None:
+        """A cast of an fp32 tensor of `shape` to `to_type`, ns (None: not measured)."""
+        def runner() -> Callable[[Any, list[Any]], Any] | None:
+            import torch
+
+            if to_type not in _TORCH_TYPES:
+                return None
+            dtype = getattr(torch, _TORCH_TYPES[to_type])
+            return lambda _t, xs: xs[0].to(dtype)
+
+        return self._cached_or_run(f"cast|{list(shape)}|{to_type}", runner, [(shape, "float")])
+
+    def _cached_or_run(self, key: str, runner_of: Callable[[], Callable[[Any, list[Any]], Any] | None],
+                       tensors: list[Tensor]) -> int | None:
+        """The cached time of signature `key`, or its measurement now (within the budget), or None (and why, in
+        `failed`)."""
         if key in self.cache:
             return self.cache[key]
         if key in self.failed:
@@ -103,7 +154,7 @@ class Measurer:
         if any(elements(shape) > MAX_ELEMENTS for shape, _ in tensors):
             self.failed[key] = "too large to run here"
             return None
-        runner = _runner(name)
+        runner = runner_of()
         if runner is None:
             self.failed[key] = "not an op the measured tier runs"
             return None
@@ -113,26 +164,6 @@ class Measurer:
         except Exception as exc:  # an op that cannot run at these shapes falls back to the model
             self.failed[key] = f"{type(exc).__name__}"
             return None
-        finally:
-            self.spent_s += time.perf_counter() - started
-        self.cache[key] = value
-        self.ran.append(key)
-        self._dirty = True
-        return value
-
-    def cast_ns(self, shape: tuple[int, ...], to_type: str) -> int | None:
-        """A cast of an fp32 tensor of `shape` to `to_type`, ns (None: not measured)."""
-        key = f"cast|{list(shape)}|{to_type}"
-        if key in self.cache:
-            return self.cache[key]
-        if self.spent_s >= self.budget_s or elements(shape) > MAX_ELEMENTS or to_type not in _TORCH_TYPES:
-            return None
-        import torch
-
-        dtype = getattr(torch, _TORCH_TYPES[to_type])
-        started = time.perf_counter()
-        try:
-            value = self._time(lambda _t, xs: xs[0].to(dtype), [(shape, "float")])
         finally:
             self.spent_s += time.perf_counter() - started
         self.cache[key] = value

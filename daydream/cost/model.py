@@ -16,8 +16,8 @@ import numpy as np
 from daydream.cost.elementwise import CopySpeed, elementwise_speed
 from daydream.cost.host import HostCosts
 from daydream.cost.measure import Measurer
-from daydream.cost.roofline import Roofline, gemm_waves
-from daydream.cost.shapes import ITEM_BYTES, OpShapes, elements, gemm_bytes, gemm_flops
+from daydream.cost.roofline import Roofline
+from daydream.cost.shapes import ITEM_BYTES, OpShapes, elements
 from daydream.devices import Device
 from daydream.trace import EventKind, Trace, TrackKind
 
@@ -123,24 +123,13 @@ class CostModel:
             return max(self.floor_ns, int(round(moved_bytes / self.device.memory_bandwidth_gbs)))
         return self.floor_ns
 
-    def gemm_ns(self, dims: tuple[int, int, int, int], precision: str, efficiency: float, item_bytes: int) -> int:
-        """A GEMM of (batch, m, n, k) in `precision` on the trace's device, at `efficiency` of the precision's peak (the
-        share the trace's own kernel reached, waves accounted for), never below the trace's shortest kernel."""
+    def memory_bound_ns(self, moved_bytes: float) -> int:
+        """The least time a kernel that reads and writes `moved_bytes` takes on the trace's device: the bytes at its
+        bandwidth times the share of it the trace's own streaming kernels reached (0 without a device)."""
         if self.device is None:
-            raise ValueError("gemm_ns needs a device")
-        batch, m, n, _ = dims
-        roofline = Roofline(self.device.matrix_tflops(precision), self.device.memory_bandwidth_gbs, self.device.sm_count,
-                            compute_efficiency=max(efficiency, 1e-3), memory_efficiency=self.memory_efficiency(),
-                            floor_ns=self.floor_ns)
-        return roofline.kernel_ns(gemm_flops(dims), gemm_bytes(dims, item_bytes), gemm_waves(batch, m, n, self.device.sm_count))
-
-    def achieved(self, dims: tuple[int, int, int, int], precision: str, duration_ns: int) -> float:
-        """The share of the precision's peak a recorded GEMM of `dims` reached in `duration_ns`, waves accounted for."""
-        if self.device is None or duration_ns <= 0:
-            return 0.0
-        batch, m, n, _ = dims
-        peak = self.device.matrix_tflops(precision) * 1e3  # FLOP per ns
-        return gemm_flops(dims) * gemm_waves(batch, m, n, self.device.sm_count) / (duration_ns * peak)
+            return 0
+        roofline = Roofline(0.0, self.device.memory_bandwidth_gbs, memory_efficiency=self.memory_efficiency())
+        return int(round(roofline.memory_ns(moved_bytes)))
 
     def memory_efficiency(self) -> float:
         """The trace's streaming speed as a share of the device's bandwidth (1 where either is unknown)."""

@@ -41,6 +41,7 @@ class OpShapes:
         if table is not None and table["event"].size:
             self._dims_str = table["dims_str"]
             self._types_str = table["types_str"]
+            self._concrete_str = table.get("concrete_str")
             self._row = dict(zip(table["event"].tolist(), range(table["event"].size)))
         self._decoded: dict[int, Any] = {}
 
@@ -60,6 +61,37 @@ class OpShapes:
             self._decoded[key] = _decode(self._strings[int(self._dims_str[entry])], self._strings[int(self._types_str[entry])])
         return self._decoded[key]
 
+    def arguments(self, row: int) -> list[Argument] | None:
+        """Every input of the op at `row` as it could be passed again: ("tensor", shape, type), ("none",) for an
+        absent optional tensor, ("value", v) for a recorded scalar or list; None where any non-tensor input's value
+        was not recorded ("Concrete Inputs" missing: older profilers), so that the op cannot be re-run as called."""
+        recorded = self.inputs(row)
+        entry = self._row.get(int(row))
+        if recorded is None or entry is None or self._concrete_str is None:
+            return None
+        try:
+            concrete = json.loads(self._strings[int(self._concrete_str[entry])] or "null")
+        except (ValueError, RecursionError):
+            return None
+        dims, types = recorded
+        if not isinstance(concrete, list) or len(concrete) != len(types):
+            return None
+        found: list[Argument] = []
+        for d, t, c in zip(dims, types, concrete):
+            tensor = _tensor(d, t)
+            if tensor is not None:
+                found.append(("tensor", tensor[0], tensor[1]))
+            elif c == "" and t == "":
+                found.append(("none",))
+            elif isinstance(c, str) and c != "":
+                value = _value(c)
+                if value is _MISSING:
+                    return None
+                found.append(("value", value))
+            else:
+                return None
+        return found
+
     def tensors(self, row: int) -> list[Tensor | None] | None:
         """Per input of the op at `row`: (shape, type) where it is a tensor, None where it is not (scalars, lists)."""
         recorded = self.inputs(row)
@@ -67,6 +99,23 @@ class OpShapes:
             return None
         dims, types = recorded
         return [_tensor(d, t) for d, t in zip(dims, types)]
+
+
+Argument = tuple[Any, ...]
+_MISSING = object()
+
+
+def _value(text: str) -> Any:
+    """A recorded non-tensor argument ("[1, 1]", "1", "1e-05", "False", "[True, False]") as a value, or _MISSING."""
+    spelled = {"True": True, "False": False, "None": None}
+    if text in spelled:
+        return spelled[text]
+    try:
+        value = json.loads(text.replace("True", "true").replace("False", "false"))
+    except (ValueError, RecursionError):
+        return _MISSING
+    ok = isinstance(value, (int, float)) or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
+    return value if ok else _MISSING
 
 
 def _decode(dims_text: str, types_text: str) -> tuple[list[Any], list[Any]] | None:

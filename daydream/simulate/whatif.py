@@ -136,6 +136,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "forward_ops": lambda: forward_ops_of(trace),
                               "backward_gemms": lambda: backward_gemms_of(trace),
                               "update_loop": lambda: update_loop_of(trace),
+                              "backward_memory_ops": lambda: backward_memory_ops_of(trace),
                               "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
                               "elementwise_cpu": lambda: elementwise_speed(trace, on_gpu=False)})
     notes: list[str] = []
@@ -165,8 +166,9 @@ def forward_ops_of(trace: Trace) -> Any:
     return forward_ops(trace, attribution.layer, attribution.phase, iteration)
 
 
-def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int, int]]:
-    """The backward's matrix-multiply CPU ops with recorded shapes: (row, name, inputs, duration, start, track)."""
+def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int, int, Any]]:
+    """The backward's matrix-multiply and convolution CPU ops with recorded shapes: (row, name, inputs, duration, start,
+    track, arguments)."""
     from daydream.cost.shapes import OpShapes
     from daydream.mapping import attribute
     from daydream.transforms.amp import BACKWARD_GEMMS
@@ -182,8 +184,24 @@ def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int,
     for row in rows.tolist():
         inputs = shapes.tensors(row)
         if inputs:
-            found.append((row, trace.name_of(row), inputs, int(trace.dur_ns[row]), int(trace.ts_ns[row]), int(trace.track[row])))
+            found.append((row, trace.name_of(row), inputs, int(trace.dur_ns[row]), int(trace.ts_ns[row]), int(trace.track[row]),
+                          shapes.arguments(row)))
     return found
+
+
+def backward_memory_ops_of(trace: Trace) -> list[tuple[int, int, int, int, int]]:
+    """The backward's elementwise and normalization CPU ops (aten::..._backward): (row, duration, start, track, layer)."""
+    from daydream.mapping import attribute
+    from daydream.mapping.classes import classify
+
+    rows = trace.indices(EventKind.CPU_OP)
+    attribution = attribute(trace)
+    rows = rows[attribution.phase[rows] == PHASES.index("backward")]
+    names = {i: trace.strings[i] for i in np.unique(trace.name[rows]).tolist()}
+    wanted = [i for i, n in names.items() if n.startswith("aten::") and n.endswith("_backward")
+              and classify(n) in ("elementwise", "normalization")]
+    rows = rows[np.isin(trace.name[rows], wanted)]
+    return [(r, int(trace.dur_ns[r]), int(trace.ts_ns[r]), int(trace.track[r]), int(attribution.layer[r])) for r in rows.tolist()]
 
 
 #: In-place updates a hand-written optimizer applies to each parameter (p.add_(g, alpha=-lr), p.data.sub_(...), ...).

@@ -163,6 +163,7 @@ SIDE_TABLES: dict[str, dict[str, Any]] = {
         "event": np.int64,
         "dims_str": np.int32,
         "types_str": np.int32,
+        "concrete_str": np.int32,  # "Concrete Inputs": the non-tensor arguments' values, where recorded ("" if not)
     },
     "memory": {
         "event": np.int64,

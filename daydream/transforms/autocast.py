@@ -17,6 +17,7 @@ tensor that requires grad: weights, and activations after the first op, whose in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from daydream.cost.shapes import FULL, Tensor
 
@@ -67,6 +68,7 @@ class ForwardOp:
     layer: int
     inputs: list[Tensor | None]
     layer_entry: bool = False  # the first op of its layer in this forward
+    arguments: list[Any] | None = None  # every input as it could be passed again (cost/shapes.OpShapes.arguments)
 
 
 @dataclass(slots=True, frozen=True)

@@ -102,8 +102,15 @@ class Context:
 
     @property
     def backward_gemms(self) -> Any:
-        """The backward's matrix-multiply CPU ops: (row, name, inputs, duration ns, start ns, track) each."""
+        """The backward's matrix-multiply and convolution CPU ops: (row, name, inputs, duration ns, start ns, track,
+        arguments) each."""
         return self._fact("backward_gemms")
+
+    @property
+    def backward_memory_ops(self) -> Any:
+        """The backward's elementwise and normalization CPU ops (aten::*_backward): (row, duration ns, start ns, track,
+        layer) each."""
+        return self._fact("backward_memory_ops")
 
     @property
     def update_loop(self) -> np.ndarray | None:

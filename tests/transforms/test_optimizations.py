@@ -229,3 +229,23 @@ def test_amp_on_the_fp32_v100_cnn_is_unchanged_by_the_precision_rule(corpus: Pat
     prediction = predict_job(corpus / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", ["amp"])[0]
     assert abs(prediction.speedup - 2.87) <= 0.05 * 2.87
     assert any("0% of the GPU time" in note for note in prediction.notes)
+
+
+def test_amp_holds_a_small_gemm_at_the_time_its_bf16_operands_take_to_move() -> None:
+    from daydream.cost import CostModel, HostCosts
+    from daydream.cost.elementwise import CopySpeed
+
+    tasks, edges = launch_chain([call(phase="forward"), call(phase="forward")],
+                                [kernel("volta_sgemm_128x64_nn", 796, phase="forward"),
+                                 kernel("volta_sgemm_128x64_nn", 796, phase="forward")])
+    g = graph(tasks, edges)
+    g.tasks["event"][:] = np.arange(g.task_count)
+    # The first GEMM's op moved 1e6 elements (2 MB in bf16), the second's 1e3; the trace streams at 450 bytes/ns on a
+    # 900 GB/s V100: half its bandwidth. 2e6 / 450 = 4,444 ns holds the first; the second runs at 796 / 7.96 = 100 ns.
+    elements = np.array([np.nan, np.nan, 1e6, 1e3])
+    costs = CostModel(host=HostCosts(unit_ns=1000, launch_ns=5), on_gpu=True, device=find_device("V100"),
+                      elementwise=CopySpeed(0.0, 450.0, "by hand"))
+    context = Context(device=find_device("V100"), derive={"costs": lambda: costs,
+                                                          "gemm_shapes": lambda: (elements * 0, elements)})
+    _apply(g, "amp", context)
+    assert g.tasks["duration_ns"][2:4].tolist() == [4_444, 100]

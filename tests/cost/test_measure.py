@@ -1,0 +1,101 @@
+"""The measured tier: what it runs (the recorded shapes and dtypes), its cache (reused, validated) and its budget.
+Nothing here asserts on a time: only on what ran and what was kept."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daydream.cost import measure
+from daydream.cost.measure import CACHE_VERSION, Measurer, measuring_enabled
+
+if os.environ.get("CI") == "true":
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+
+MM = [((8, 16), "float"), ((16, 4), "float")]
+
+
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[tuple[int, ...], Any]]]:
+    """Wrap the runner so that every call records the shapes and dtypes of the tensors it got."""
+    seen: list[list[tuple[tuple[int, ...], Any]]] = []
+    real = measure._runner
+
+    def runner(name: str) -> Any:
+        inner = real(name)
+        if inner is None:
+            return None
+
+        def run(t: Any, xs: list[Any]) -> Any:
+            seen.append([(tuple(x.shape), x.dtype) for x in xs])
+            return inner(t, xs)
+
+        return run
+
+    monkeypatch.setattr(measure, "_runner", runner)
+    return seen
+
+
+def test_it_runs_the_op_at_the_recorded_shapes_in_the_asked_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _recording(monkeypatch)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.op_ns("aten::mm", MM, as_type="c10::BFloat16") > 0
+    assert seen and all(call == [((8, 16), torch.bfloat16), ((16, 4), torch.bfloat16)] for call in seen)
+    assert len(seen) == measure.WARMUP + measure.REPETITIONS
+    seen.clear()
+    assert measurer.op_ns("aten::mm", MM) > 0
+    assert seen[0] == [((8, 16), torch.float32), ((16, 4), torch.float32)]
+
+
+def test_the_cache_is_reused_by_the_next_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    value = first.op_ns("aten::mm", MM)
+    first.save()
+    seen = _recording(monkeypatch)
+    again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert again.op_ns("aten::mm", MM) == value
+    assert seen == [] and again.ran == []  # from the cache, nothing run
+    # Another thread count is another machine configuration: its own file.
+    assert Measurer(threads=2, budget_s=30.0, folder=tmp_path).path != again.path
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"version": CACHE_VERSION + 1, "ns": {}}),
+                                     json.dumps({"version": CACHE_VERSION, "ns": {"x": -5, "y": "fast", "z": 1.5}}),
+                                     json.dumps([1, 2, 3])])
+def test_a_damaged_cache_is_ignored_and_rewritten(tmp_path: Path, content: str) -> None:
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    measurer.path.write_text(content)
+    fresh = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert fresh.cache == {}
+    assert fresh.op_ns("aten::mm", MM) > 0 and fresh.ran
+    fresh.save()
+    stored = json.loads(fresh.path.read_text())
+    assert stored["version"] == CACHE_VERSION and all(isinstance(v, int) and v > 0 for v in stored["ns"].values())
+
+
+def test_a_cache_entry_that_is_a_fifo_is_not_read(tmp_path: Path) -> None:
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    os.mkfifo(measurer.path)
+    assert Measurer(threads=1, budget_s=30.0, folder=tmp_path).cache == {}  # returns at once: never opened
+
+
+def test_past_the_budget_and_for_unknown_ops_it_answers_none(tmp_path: Path) -> None:
+    spent = Measurer(threads=1, budget_s=0.0, folder=tmp_path)
+    assert spent.op_ns("aten::mm", MM) is None
+    assert "budget" in next(iter(spent.failed.values()))
+    unknown = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert unknown.op_ns("aten::frobnicate", MM) is None
+    assert unknown.op_ns("aten::mm", [((8, 16), "float"), ((5, 4), "float")]) is None  # shapes that do not multiply
+    assert "RuntimeError" in unknown.failed.values()
+
+
+def test_measuring_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAYDREAM_MEASURE", raising=False)
+    assert measuring_enabled(None) and not measuring_enabled(False)
+    monkeypatch.setenv("DAYDREAM_MEASURE", "0")
+    assert not measuring_enabled(None) and measuring_enabled(True)
