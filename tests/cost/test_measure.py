@@ -99,3 +99,41 @@ def test_measuring_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> N
     assert measuring_enabled(None) and not measuring_enabled(False)
     monkeypatch.setenv("DAYDREAM_MEASURE", "0")
     assert not measuring_enabled(None) and measuring_enabled(True)
+
+
+CONV = [("tensor", (2, 3, 8, 8), "float"), ("tensor", (4, 3, 3, 3), "float"), ("none",), ("value", [1, 1]),
+        ("value", [1, 1]), ("value", [1, 1]), ("value", 1)]
+
+
+def test_a_convolution_is_called_again_with_its_recorded_arguments(tmp_path: Path) -> None:
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.call_ns("aten::conv2d", CONV, as_type="c10::BFloat16") > 0
+    strided = [*CONV[:3], ("value", [2, 2]), *CONV[4:]]
+    assert measurer.call_ns("aten::conv2d", strided) > 0
+    assert len(measurer.ran) == 2 and measurer.ran[0] != measurer.ran[1]  # the arguments are part of the signature
+    assert '"c10::BFloat16"' in measurer.ran[0] and "[2, 2]" in measurer.ran[1]
+    # Ops outside CALLED_AGAIN are never called from their recorded arguments (a size list could ask for anything).
+    assert measurer.call_ns("aten::empty", [("value", [2**40])]) is None
+
+
+def test_recorded_arguments_are_read_from_the_trace(tmp_path: Path) -> None:
+    from daydream.api import open_trace
+    from daydream.cli import main
+    from daydream.cost.shapes import OpShapes
+    from daydream.trace import EventKind, discover
+    from tests.builders import load_raw
+    from tests.conftest import REPO
+
+    out = tmp_path / "cnn.json.gz"
+    assert main(["trace", "--warmup", "1", "--iterations", "1", "-o", str(out), str(REPO / "examples" / "cnn.py"), "--",
+                 "--steps", "3", "--batch-size", "2"]) == 0
+    convs = [e for e in load_raw(out)["traceEvents"] if e.get("name") == "aten::conv2d"]
+    trace = open_trace(discover(out)[0])
+    rows = [r for r in trace.indices(EventKind.CPU_OP) if trace.name_of(r) == "aten::conv2d"]
+    assert len(rows) == len(convs) > 0
+    shapes = OpShapes(trace)
+    for row, event in zip(rows, convs):
+        arguments = shapes.arguments(row)
+        assert arguments is not None
+        assert [a[1] for a in arguments if a[0] == "tensor"] == [tuple(d) for d in event["args"]["Input Dims"] if d]
+        assert [json.dumps(a[1]) for a in arguments if a[0] == "value"] == [c for c in event["args"]["Concrete Inputs"] if c]
