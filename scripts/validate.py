@@ -40,7 +40,9 @@ EXAMPLES = {"mlp": 64, "cnn": 32, "transformer": 8}  # example -> its default ba
 WARMUP, ITERATIONS, STEPS = 3, 6, 12
 REPEATS = 4  # each configuration is traced this many times, interleaved; the least-disturbed run of each is compared
 CHECKPOINT = r"checkpoint:layers=blocks\.\d+$"
-DDP_LINK = ("Data parallelism (the `ddp` what-if against real 2-process gloo runs): "
+DDP_LINK = ("Every what-if on the CPU over interleaved rounds, medians (the current model, amp included): "
+            "[validation-whatif-cpu.md](validation-whatif-cpu.md), from `scripts/whatif_truth.py --device cpu --rounds 5`. "
+            "Data parallelism (the `ddp` what-if against real 2-process gloo runs): "
             "[Data parallelism on the CPU (gloo)](validation-ddp-cpu.md), from `scripts/validate_ddp_cpu.py`. "
             "Against real 2-GPU DDP ranks (`no-comm`, then `ddp:world=2`): "
             "[validation-distributed.md](validation-distributed.md), from `scripts/validate_distributed.py`."

@@ -94,11 +94,13 @@ def combined(rounds: list[list[Row]]) -> list[Row]:
         if not measured:
             rows.append(Row(first.example, first.whatif, first.baseline_ns, problem=first.problem))
             continue
+        drifts = [r.drift[1] for r in measured if r.drift]
         rows.append(Row(first.example, first.whatif,
                         statistics.median(r.baseline_ns for r in measured if r.baseline_ns is not None),
                         statistics.median(r.predicted_ns for r in measured if r.predicted_ns is not None),
                         statistics.median(r.measured_ns for r in measured if r.measured_ns is not None),
-                        round_errors=[r.error for r in measured if r.error is not None]))
+                        round_errors=[r.error for r in measured if r.error is not None],
+                        drift=(first.drift[0], statistics.median(drifts)) if first.drift and drifts else None))
     return rows
 
 
@@ -179,7 +181,10 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
             row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
             # The variant replaces the baseline's values where it sets the same flag.
             arguments = _merged(baseline_arguments, variant.arguments)
-            row.measured_ns = trace(script, work / f"{example}-{variant.slug}.json.gz", arguments, options, variant.step_fn)
+            measured = work / f"{example}-{variant.slug}.json.gz"
+            row.measured_ns = trace(script, measured, arguments, options, variant.step_fn)
+            if variant.untouched:
+                row.drift = (variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched))
         except Failed as exc:
             row.problem = str(exc)
     return rows
