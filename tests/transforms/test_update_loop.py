@@ -31,8 +31,8 @@ def step(model, x, y):
             p.data.add_(p.grad, alpha=-0.01)
 
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
-x, y = torch.randn(16, 32), torch.randn(16, 8)
+model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(6)])
+x, y = torch.randn(16, 32), torch.randn(16, 32)
 for _ in range(8):
     step(model, x, y)
 '''
@@ -53,9 +53,14 @@ def test_a_hand_written_update_loop_is_found_and_fused(tmp_path: Path) -> None:
         last_backward = max(b["ts"] + b["dur"] for b in backward if s["ts"] <= b["ts"] < end)
         updates += sum(1 for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::add_"
                        and last_backward <= e["ts"] < end)
-    assert updates == 4 * len(steps)  # two weights and two biases
+    assert updates == 12 * len(steps)  # six weights and six biases
     trace = open_trace(discover(out)[0])
     assert update_loop_of(trace).size == updates
     prediction = predict_job(str(out), ["fused-optimizer"])[0]
     assert any("hand-written update loop" in note for note in prediction.notes)
+    # Twelve updates per iteration become the default four multi-tensor ones: eight ops, and their host work, go.
+    assert prediction.graph is not None
+    remaining = sum(1 for t in range(prediction.graph.task_count) if prediction.graph.task_name(t) == "aten::add_"
+                    and prediction.graph.tasks["iteration"][t] >= 0)
+    assert remaining <= 4 * len(steps)
     assert prediction.predicted_ns < prediction.simulated_ns
