@@ -57,11 +57,11 @@ def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
         return lambda t, xs: t.nn.functional.layer_norm(xs[0], xs[0].shape[-1:], *xs[1:3])
     if name in ("aten::softmax", "aten::_softmax"):
         return lambda t, xs: t.softmax(xs[0], dim=-1)
-    unary = {"aten::relu": torch.relu, "aten::gelu": torch.nn.functional.gelu, "aten::silu": torch.nn.functional.silu,
+    unary: dict[str, Callable[..., Any]] = {"aten::relu": torch.relu, "aten::gelu": torch.nn.functional.gelu, "aten::silu": torch.nn.functional.silu,
              "aten::tanh": torch.tanh, "aten::sigmoid": torch.sigmoid}
     if name in unary:
         return lambda _t, xs: unary[name](xs[0])
-    binary = {"aten::add": torch.add, "aten::mul": torch.mul, "aten::sub": torch.sub, "aten::div": torch.div}
+    binary: dict[str, Callable[..., Any]] = {"aten::add": torch.add, "aten::mul": torch.mul, "aten::sub": torch.sub, "aten::div": torch.div}
     if name in binary:
         return lambda _t, xs: binary[name](xs[0], xs[1]) if len(xs) > 1 else binary[name](xs[0], 1.0)
     return None

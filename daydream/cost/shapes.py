@@ -152,7 +152,7 @@ def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, i
     aten::mm (A, B), addmm (bias, A, B), bmm (A, B), baddbmm (bias, A, B), linear (x, W[, b]: x's leading dims are m)
     and matmul (A, B, broadcasting: A's leading dims are the batch).
     """
-    shaped = [t[0] if t is not None else None for t in tensors]
+    shaped: list[Any] = [t[0] if t is not None else None for t in tensors]
     try:
         if name == "aten::mm":
             (m, k), (_, n) = shaped[0], shaped[1]

@@ -312,7 +312,7 @@ def buffer_bytes_of(trace: Trace) -> dict[str, int]:
 
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,
                 notes: list[str]) -> Prediction:
-    per_iteration = []
+    per_iteration: list[dict[str, Any]] = []
     windows = iteration_windows(graph, timeline)
     for replayed, window in zip(baseline.iterations, windows):
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
@@ -324,12 +324,13 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
     predicted_bound = merge(bounds) if bounds else None
     baseline_bound = merge(iteration_bounds(baseline.graph, baseline.timeline)) if bounds else None
 
-    chosen = steady([it["measured_ns"] for it in per_iteration])
+    measured = [int(it["measured_ns"]) for it in per_iteration]
+    chosen = steady(measured)
 
     def mean(key: str) -> int:  # the headline: the median of the steady iterations (simulate/steady.py)
-        return median_of([it[key] for it in per_iteration], chosen)
+        return median_of([int(it[key]) for it in per_iteration], chosen)
 
-    outliers = left_out([it["name"] for it in per_iteration], [it["measured_ns"] for it in per_iteration], chosen)
+    outliers = left_out([str(it["name"]) for it in per_iteration], measured, chosen)
 
     return Prediction(
         trace=trace,

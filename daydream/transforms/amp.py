@@ -278,12 +278,15 @@ def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel, 
             if anchor < 0:
                 continue
             timed = costs.cast(cast.shape, cast.from_type, cast.to_type)
-            hosts.append(anchor), host_ns.append(timed.host_ns), device_ns.append(timed.device_ns)
+            hosts.append(anchor)
+            host_ns.append(timed.host_ns)
+            device_ns.append(timed.device_ns)
             if cast.backward:
                 back = backward_anchor.get(cast.row, -1)
                 if back >= 0:
                     again = costs.cast(cast.shape, cast.to_type, cast.from_type)
-                    hosts.append(back), host_ns.append(again.host_ns + costs.cast_backward_host_ns())
+                    hosts.append(back)
+                    host_ns.append(again.host_ns + costs.cast_backward_host_ns())
                     device_ns.append(again.device_ns)
     if not hosts:
         return 0
