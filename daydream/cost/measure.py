@@ -57,8 +57,10 @@ def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
         return lambda t, xs: t.nn.functional.layer_norm(xs[0], xs[0].shape[-1:], *xs[1:3])
     if name in ("aten::softmax", "aten::_softmax"):
         return lambda t, xs: t.softmax(xs[0], dim=-1)
-    unary: dict[str, Callable[..., Any]] = {"aten::relu": torch.relu, "aten::gelu": torch.nn.functional.gelu, "aten::silu": torch.nn.functional.silu,
-             "aten::tanh": torch.tanh, "aten::sigmoid": torch.sigmoid}
+    functional = torch.nn.functional
+    unary: dict[str, Callable[..., Any]] = {"aten::relu": torch.relu, "aten::gelu": functional.gelu,
+                                            "aten::silu": functional.silu, "aten::tanh": torch.tanh,
+                                            "aten::sigmoid": torch.sigmoid}
     if name in unary:
         return lambda _t, xs: unary[name](xs[0])
     binary: dict[str, Callable[..., Any]] = {"aten::add": torch.add, "aten::mul": torch.mul, "aten::sub": torch.sub, "aten::div": torch.div}
