@@ -70,15 +70,20 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     recorded = context.forward_ops
     costs = context.costs
     gpu = graph.has_device_work()
+    ratio_cast_ns = _ratio_cast_ns(graph) if gpu else 0  # of the fp32 kernels, before they are re-timed
     notes = [_retime_kernels(graph, params, context)] if gpu else []
     facts, spans = recorded if recorded is not None else ({}, {})
     if costs is None or not any(facts.values()):
         notes.append("amp: no recorded forward ops with shapes (record_shapes): autocast's casts are not modelled")
         return notes
     device_type = "cuda" if gpu else "cpu"
+    shapes_known = sum(1 for ops in facts.values() for op in ops if op.inputs)
+    if shapes_known == 0:
+        notes.append(_ratio_casts(graph, costs, ratio_cast_ns) if gpu else
+                     "amp: the trace recorded no op shapes (record_shapes): autocast's casts are not modelled")
+        return notes
     casts = {iteration: plan_casts(ops, device_type, str(params["dtype"])) for iteration, ops in facts.items()}
     decided = sum(1 for ops in facts.values() for op in ops if decides(op.name, device_type))
-    shapes_known = sum(1 for ops in facts.values() for op in ops if op.inputs)
     anchors = _anchors(graph, spans)
     dispatch = _add_dispatch(graph, facts, device_type, costs, anchors)
     added = _insert_casts(graph, casts, costs, anchors, _backward_anchors(graph, facts))
@@ -232,6 +237,35 @@ class _HostSpans:
         tasks, starts, ends = self.by_track[track]
         at = int(np.searchsorted(starts, start, side="right")) - 1
         return int(tasks[at]) if at >= 0 and ends[at] > start else -1
+
+
+#: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes read and 2 written
+#: per element against an fp32 elementwise pass's 4 + 4 + 4), one before each forward GEMM/convolution kernel.
+CAST_OF_ELEMENTWISE = 0.5
+
+
+def _ratio_cast_ns(graph: Graph) -> int:
+    """A weight cast by ratio: half the trace's median (fp32) elementwise kernel, ns (0 without any)."""
+    kernels = select(graph, kind=KERNELS)
+    elementwise = kernels[kernel_classes(graph, kernels) == CLASSES.index("elementwise")]
+    return int(np.median(graph.tasks["duration_ns"][elementwise]) * CAST_OF_ELEMENTWISE) if elementwise.size else 0
+
+
+def _ratio_casts(graph: Graph, costs: CostModel, cast_ns: int) -> str:
+    """The casts of a trace without op shapes, by ratio: each forward GEMM/convolution kernel gets a weight cast
+    (`cast_ns`, from `_ratio_cast_ns`) and its launch (the trace's median launch call) on the host."""
+    kernels = select(graph, kind=KERNELS)
+    classes = kernel_classes(graph, kernels)
+    forward = graph.tasks["phase"][kernels] == FORWARD
+    compute = kernels[forward & _of(classes, CLASSES, ("gemm", "convolution"))]
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    calls = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], compute)])
+    graph.tasks["duration_ns"][compute] += cast_ns
+    graph.tasks["gap_ns"][calls] += costs.host.launch_ns
+    costs.count(Tier.RATIO, int(compute.size))
+    return (f"amp: the trace recorded no op shapes (record_shapes), so autocast's casts are taken by ratio: one weight "
+            f"cast per forward GEMM/convolution kernel ({compute.size}), {cast_ns} ns on the device (half the median "
+            f"elementwise kernel) and {costs.host.launch_ns} ns of launch on the host each")
 
 
 def _anchors(graph: Graph, spans: Spans) -> dict[int, int]:

@@ -249,3 +249,24 @@ def test_amp_holds_a_small_gemm_at_the_time_its_bf16_operands_take_to_move() -> 
                                                           "gemm_shapes": lambda: (elements * 0, elements)})
     _apply(g, "amp", context)
     assert g.tasks["duration_ns"][2:4].tolist() == [4_444, 100]
+
+
+def test_amp_without_recorded_shapes_takes_its_casts_by_ratio() -> None:
+    from daydream.cost import CostModel, HostCosts
+    from daydream.transforms.autocast import ForwardOp
+
+    tasks, edges = launch_chain([call(phase="forward"), call(phase="forward")],
+                                [kernel("volta_sgemm_128x64_nn", 796, phase="forward"),
+                                 kernel("vectorized_elementwise_kernel", 40, phase="forward")])
+    g = graph(tasks, edges)
+    costs = CostModel(host=HostCosts(unit_ns=1000, launch_ns=5), on_gpu=True, device=find_device("V100"))
+    shapeless = ForwardOp(100, "aten::linear", -1, [])
+    context = Context(device=find_device("V100"), derive={"costs": lambda: costs,
+                                                          "forward_ops": lambda: ({0: [shapeless]}, {100: (0, 9, -1)})})
+    notes = _apply(g, "amp", context)
+    ratio = find_device("V100").fp16_tflops / find_device("V100").fp32_tflops
+    # The GEMM: 796 / 7.96 = 100 ns, plus a weight cast of half the median elementwise kernel (40 ns): 20 ns; its
+    # launch call gains the trace's median launch (5 ns) of host time.
+    assert g.tasks["duration_ns"][2] == round(796 / ratio) + 20
+    assert g.tasks["gap_ns"][0] == 5
+    assert any("taken by ratio" in note for note in notes)
