@@ -153,6 +153,13 @@ def phase_ns(path: Path, phase: str) -> float:
     return float(statistics.median(per_step)) if per_step else float("nan")
 
 
+def drift(variant: Variant, measured: Path, base: Path) -> tuple[str, float] | None:
+    """(the phase `variant` leaves alone, its time in the variant's run / in the baseline's), or None for none."""
+    if not variant.untouched:
+        return None
+    return variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched)
+
+
 def predicted_ns(path: Path, whatif: str, budget: float) -> float:
     document = json.loads(daydream(["whatif", str(path), "--opt", whatif, "--json"], budget))
     return float(document["iteration_ns"]["predicted"])
@@ -183,8 +190,7 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
             arguments = _merged(baseline_arguments, variant.arguments)
             measured = work / f"{example}-{variant.slug}.json.gz"
             row.measured_ns = trace(script, measured, arguments, options, variant.step_fn)
-            if variant.untouched:
-                row.drift = (variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched))
+            row.drift = drift(variant, measured, base)
         except Failed as exc:
             row.problem = str(exc)
     return rows
@@ -206,8 +212,7 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
             row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
             if measured.exists():
                 row.measured_ns = measured_ns(measured, options.budget)
-                if variant.untouched:
-                    row.drift = (variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched))
+                row.drift = drift(variant, measured, base)
             else:
                 row.problem = f"no {measured.name}"
         except Failed as exc:

@@ -6,15 +6,15 @@ The one model every what-if that adds or re-shapes work asks, host side and devi
   trace here), each distinct op signature a what-if creates or changes is run here, warm-up and repetitions, and
   cached on disk by (signature, device, torch version);
 - *modelled* (`roofline.py`, `host.py`): a kernel's time from its FLOPs and bytes at the efficiency this trace's own
-  kernels of that class and precision achieved, with wave quantization from the device table; an op's host time
-  from this trace's own measured cost of that op name, and what the trace lacks in units of its host's speed.
+  kernels of that class and precision achieved, with wave quantization from the device table; host work from this
+  trace's own ops, and what the trace lacks in units of its host's speed.
 
 Recorded shapes come from `shapes.py` (the trace's `Input Dims` / `Input type`). Each answer says which tier gave it
 (`Tier`), so a prediction can say how much of its changed work each tier timed.
 
     costs = CostModel.of(trace, device)
-    costs.host.op_ns("aten::_to_copy")          # median host time of the op in this trace, ns
-    costs.cast(elements=2048 * 512, on_gpu=True) # one autocast cast: host and device ns, and the tier that timed it
+    costs.host.unit_ns                                        # this host's dispatcher speed, ns
+    costs.cast((2048, 512), "float", "c10::BFloat16")         # one autocast cast: Timed(host_ns, device_ns, tier)
 """
 
 from daydream.cost.host import HostCosts

@@ -1,26 +1,26 @@
 """Host cost of ops, from the trace's own measurements.
 
 Every host-side what-if needs to know what an op costs on *this* trace's host: a cast autocast inserts, the
-dispatch a fused step no longer does, the wrapper of a checkpointed call. `HostCosts` reads it off the trace:
+wrapper of a checkpointed call. `HostCosts` reads it off the trace:
 
-- `op_ns(name)`: the median *exclusive* host time of the op name (its own work: nested ops and API calls taken out),
-  over every time the trace ran it;
-- `unit_ns`: the speed of this host's dispatcher, the median exclusive time of the cheap ops every PyTorch trace
-  runs (`aten::empty`, `aten::view`, ...). A cost the trace cannot show (the work a what-if adds that the recorded
-  code never ran) is recorded once, elsewhere, in these units (`RECORDED_HOST_UNITS`) and converted with this host's
-  unit, so a slower host pays proportionally more.
+- `unit_ns`: the speed of this host's dispatcher, the median *exclusive* time (nested ops and API calls taken out)
+  of the cheap ops every PyTorch trace runs (`aten::empty`, `aten::view`, ...). A cost the trace cannot show (the
+  work a what-if adds that the recorded code never ran) is recorded once, elsewhere, in these units
+  (`RECORDED_HOST_UNITS`) and converted with this host's unit, so a slower host pays proportionally more;
+- `launch_ns`: the median host time of a kernel launch call.
 
     costs = HostCosts.of(trace)
-    costs.op_ns("aten::_to_copy"), costs.unit_ns, costs.launch_ns
+    costs.unit_ns, costs.launch_ns, costs.recorded_ns("checkpoint.forward.cuda")
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import API_KINDS, EventKind, Trace, TrackKind, runtime_api
 
 #: Cheap dispatcher ops that nearly every PyTorch trace runs: their median exclusive time is the host's speed unit.
@@ -48,32 +48,28 @@ RECORDED_HOST_UNITS: dict[str, float] = {
 
 @dataclass(slots=True)
 class HostCosts:
-    """Per op name, its exclusive host times in this trace (ns); the host unit and the median launch call."""
+    """This trace's host unit and median launch call (ns)."""
 
-    exclusive_ns: dict[str, list[int]] = field(default_factory=dict)
     unit_ns: int = DEFAULT_UNIT_NS
     unit_from: str = "default"  # "trace" when this trace's own ops gave the unit
     launch_ns: int = 0  # median host time of a kernel launch call (0: none recorded)
 
     @classmethod
     def of(cls, trace: Trace) -> HostCosts:
-        exclusive = exclusive_host_ns(trace)
-        by_name: dict[str, list[int]] = {}
-        names = trace.name[exclusive[0]]
-        for name_id in np.unique(names).tolist():
-            by_name[trace.strings[name_id]] = exclusive[1][names == name_id].tolist()
-        costs = cls(exclusive_ns=by_name)
-        unit = [statistics.median(by_name[op]) for op in UNIT_OPS if len(by_name.get(op, ())) >= 3]
+        rows, exclusive = exclusive_host_ns(trace)
+        names = trace.name[rows]
+        costs = cls()
+        unit = []
+        for op in UNIT_OPS:
+            mine = exclusive[names == trace.string_index(op)]
+            if mine.size >= 3:
+                unit.append(float(np.median(mine)))
         if unit:
             costs.unit_ns, costs.unit_from = max(1, int(statistics.median(unit))), "trace"
-        launches = [v for name, values in by_name.items() if runtime_api.LAUNCH.search(name) for v in values]
-        costs.launch_ns = int(statistics.median(launches)) if launches else 0
+        launch_names = [i for i, name in enumerate(trace.strings) if runtime_api.LAUNCH.search(name)]
+        launches = exclusive[np.isin(names, launch_names)]
+        costs.launch_ns = int(statistics.median(launches.tolist())) if launches.size else 0
         return costs
-
-    def op_ns(self, name: str) -> int | None:
-        """The median exclusive host time of op `name` in this trace, ns; None where the trace never ran it."""
-        values = self.exclusive_ns.get(name)
-        return int(statistics.median(values)) if values else None
 
     def recorded_ns(self, what: str) -> int:
         """A host cost the trace cannot show (a key of RECORDED_HOST_UNITS), on this trace's host, ns."""
@@ -85,28 +81,8 @@ def exclusive_host_ns(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     calls directly nested in it on its thread."""
     host_track = np.array([t.kind is TrackKind.HOST for t in trace.tracks], dtype=bool)
     rows = np.flatnonzero(trace.mask(EventKind.CPU_OP, *API_KINDS) & host_track[trace.track])
-    if rows.size == 0:
-        return rows, np.zeros(0, dtype=np.int64)
-    order = rows[np.lexsort((-trace.dur_ns[rows], trace.ts_ns[rows], trace.track[rows]))]
-    starts, ends, tracks = trace.ts_ns[order], trace.end_ns[order], trace.track[order]
-    own = trace.dur_ns[order].astype(np.int64).copy()
-    parent = _parents(starts.tolist(), ends.tolist(), tracks.tolist())
+    own = trace.dur_ns[rows].astype(np.int64)
+    parent = innermost_enclosing(trace, rows, rows)
     nested = parent >= 0
-    np.subtract.at(own, parent[nested], trace.dur_ns[order][nested])
-    return order, np.maximum(own, 0)
-
-
-def _parents(starts: list[int], ends: list[int], tracks: list[int]) -> np.ndarray:
-    """Per span (sorted by track, start, longest first), the index of the innermost span enclosing it, or -1."""
-    parent = np.full(len(starts), -1, dtype=np.int64)
-    stack: list[int] = []
-    track = None
-    for i, (start, end, on) in enumerate(zip(starts, ends, tracks)):
-        if on != track:
-            stack, track = [], on
-        while stack and ends[stack[-1]] <= start:
-            stack.pop()
-        if stack and end <= ends[stack[-1]]:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
+    np.subtract.at(own, np.searchsorted(rows, parent[nested]), trace.dur_ns[rows[nested]])
+    return rows, np.maximum(own, 0)

@@ -42,31 +42,18 @@ _TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloa
                 "long int": "int64", "int": "int32", "bool": "bool"}
 
 
+#: The matrix multiplies the measured tier runs from their tensor inputs alone (no other argument changes their work).
+MULTIPLIES = ("aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm", "aten::linear")
+
+
 def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
-    """How to call op `name` on tensors built from its recorded inputs (None: not runnable here)."""
+    """How to call op `name` on tensors built from its recorded inputs (None: not one the tier runs this way)."""
+    if name not in MULTIPLIES:
+        return None
     import torch
 
-    aten = torch.ops.aten
-    gemm = {"aten::mm": aten.mm, "aten::bmm": aten.bmm, "aten::matmul": aten.matmul, "aten::addmm": aten.addmm,
-            "aten::baddbmm": aten.baddbmm}
-    if name in gemm:
-        return lambda _t, xs: gemm[name](*xs)
-    if name == "aten::linear":
-        return lambda _t, xs: aten.linear(*xs)
-    if name in ("aten::layer_norm", "aten::native_layer_norm"):
-        return lambda t, xs: t.nn.functional.layer_norm(xs[0], xs[0].shape[-1:], *xs[1:3])
-    if name in ("aten::softmax", "aten::_softmax"):
-        return lambda t, xs: t.softmax(xs[0], dim=-1)
-    functional = torch.nn.functional
-    unary: dict[str, Callable[..., Any]] = {"aten::relu": torch.relu, "aten::gelu": functional.gelu,
-                                            "aten::silu": functional.silu, "aten::tanh": torch.tanh,
-                                            "aten::sigmoid": torch.sigmoid}
-    if name in unary:
-        return lambda _t, xs: unary[name](xs[0])
-    binary: dict[str, Callable[..., Any]] = {"aten::add": torch.add, "aten::mul": torch.mul, "aten::sub": torch.sub, "aten::div": torch.div}
-    if name in binary:
-        return lambda _t, xs: binary[name](xs[0], xs[1]) if len(xs) > 1 else binary[name](xs[0], 1.0)
-    return None
+    op = getattr(torch.ops.aten, name.split("::", 1)[1])
+    return lambda _t, xs: op(*xs)
 
 
 class Measurer:

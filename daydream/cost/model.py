@@ -1,14 +1,15 @@
 """The cost model of one trace: what a what-if asks ("how long would this op take?"), answered by tier.
 
     costs = CostModel.of(trace, device, measure=True)
-    timed = costs.cast(elements=2048 * 512, to_bytes=2)   # Timed(host_ns, device_ns, tier)
-    costs.tally                                         # changed work per tier, for the prediction's note
+    timed = costs.cast((2048, 512), "float", "c10::BFloat16")   # Timed(host_ns, device_ns, tier)
+    costs.tiers_note()                                          # changed work per tier, for the prediction's note
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ from daydream.cost.elementwise import CopySpeed, elementwise_speed
 from daydream.cost.host import HostCosts
 from daydream.cost.measure import Measurer
 from daydream.cost.roofline import Roofline
-from daydream.cost.shapes import ITEM_BYTES, OpShapes, elements
+from daydream.cost.shapes import ITEM_BYTES, elements
 from daydream.devices import Device
 from daydream.trace import EventKind, Trace, TrackKind
 
@@ -59,16 +60,16 @@ class CostModel:
     on_gpu: bool
     device: Device | None = None
     elementwise: CopySpeed | None = None
-    shapes: OpShapes | None = None
     floor_ns: int = 0  # the shortest kernel of the trace
     measurer: Measurer | None = None  # the measured tier, where it applies (a CPU trace, torch importable)
     tally: Counter[Tier] = field(default_factory=Counter)
 
     @classmethod
     def of(cls, trace: Trace, device: Device | None, measure: bool = True, budget_s: float = 5.0,
-           threads: int = 0) -> CostModel:
+           threads: int = 0, elementwise_of: Callable[[bool], CopySpeed | None] | None = None) -> CostModel:
         """The model of `trace`; with `measure`, a CPU trace gets the measured tier (torch, `threads` intra-op threads,
-        0: torch's default) within `budget_s` seconds per what-if."""
+        0: torch's default) within `budget_s` seconds per what-if. `elementwise_of(on_gpu)`: the trace's streaming
+        speed where the caller has it already (cost/elementwise.py)."""
         gpu_track = np.array([t.kind is TrackKind.GPU for t in trace.tracks], dtype=bool)
         kernels = trace.indices(EventKind.KERNEL)
         on_gpu = bool(kernels.size) and bool(gpu_track[trace.track[kernels]].any())
@@ -77,8 +78,9 @@ class CostModel:
         measurer = None
         if measure and not on_gpu:
             measurer = Measurer.for_cpu(threads or _default_threads(), budget_s)
-        return cls(host=HostCosts.of(trace), on_gpu=on_gpu, device=device, elementwise=elementwise_speed(trace, on_gpu),
-                   shapes=OpShapes(trace), floor_ns=floor, measurer=measurer)
+        speed = elementwise_of(on_gpu) if elementwise_of is not None else elementwise_speed(trace, on_gpu)
+        return cls(host=HostCosts.of(trace), on_gpu=on_gpu, device=device, elementwise=speed,
+                   floor_ns=floor, measurer=measurer)
 
     def count(self, tier: Tier, n: int = 1) -> None:
         self.tally[tier] += n

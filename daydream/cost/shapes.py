@@ -197,15 +197,7 @@ def float_inputs(tensors: list[Tensor | None]) -> np.ndarray:
 
 def top_level_ops(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """Of the CPU-op rows `rows`, those no other CPU op encloses on their thread (the calls user code made)."""
+    from daydream.mapping.linking import innermost_enclosing
     from daydream.trace import EventKind
 
-    ops = trace.indices(EventKind.CPU_OP)
-    order = ops[np.lexsort((-trace.dur_ns[ops], trace.ts_ns[ops], trace.track[ops]))]
-    ends, tracks = trace.end_ns[order], trace.track[order]
-    top = np.zeros(len(trace), dtype=bool)
-    outer_end, outer_track = -1, -1
-    for position, row in enumerate(order.tolist()):
-        if tracks[position] != outer_track or trace.ts_ns[row] >= outer_end:
-            top[row] = True
-            outer_end, outer_track = int(ends[position]), int(tracks[position])
-    return rows[top[rows]]
+    return rows[innermost_enclosing(trace, trace.indices(EventKind.CPU_OP), rows) < 0]

@@ -9,6 +9,7 @@ speed-up compares like with like; the measured time is reported beside both.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
 from daydream.graph.model import GPU_WORK, HOST_WORK
-from daydream.mapping import PHASES
+from daydream.mapping import PHASES, Attribution, Iteration, attribute, find_iterations
 from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.contention import with_contention
@@ -124,21 +125,25 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     found, name = resolve_device(trace, device_name)
     options = cost_options or CostOptions()
     host = host_of(trace)
+    # Passes over the trace that several facts need: each made once, when first asked for.
+    attribution = functools.cache(lambda: attribute(trace))
+    iterations = functools.cache(lambda: find_iterations(trace))
+    speed = functools.cache(lambda on_gpu: elementwise_speed(trace, on_gpu))
 
     def costs() -> CostModel:
-        return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s, host.get("intra_op_threads", 0))
+        return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s, host.get("intra_op_threads", 0),
+                            elementwise_of=speed)
 
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks, host=host,
                       buffers=buffer_bytes_of(trace), gradient_tensors=gradient_tensors_of(trace),
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
                               "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
-                              "forward_ops": lambda: forward_ops_of(trace),
-                              "backward_gemms": lambda: backward_gemms_of(trace),
-                              "update_loop": lambda: update_loop_of(trace),
-                              "backward_memory_ops": lambda: backward_memory_ops_of(trace),
-                              "elementwise_gpu": lambda: elementwise_speed(trace, on_gpu=True),
-                              "elementwise_cpu": lambda: elementwise_speed(trace, on_gpu=False)})
+                              "forward_ops": lambda: forward_ops_of(trace, attribution(), iterations()),
+                              "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
+                              "update_loop": lambda: update_loop_of(trace, attribution(), iterations()),
+                              "backward_memory_ops": lambda: backward_memory_ops_of(trace, attribution()),
+                              "elementwise_gpu": lambda: speed(True), "elementwise_cpu": lambda: speed(False)})
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -150,13 +155,13 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     return notes
 
 
-def forward_ops_of(trace: Trace) -> Any:
-    """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans (transforms/amp.py)."""
-    from daydream.mapping import attribute, find_iterations
+def forward_ops_of(trace: Trace, attribution: Attribution | None = None, iterations: list[Iteration] | None = None) -> Any:
+    """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans (transforms/amp.py).
+    `attribution` and `iterations`: the trace's, where already made."""
     from daydream.transforms.amp import forward_ops
 
-    attribution = attribute(trace)
-    iterations = find_iterations(trace)
+    attribution = attribution if attribution is not None else attribute(trace)
+    iterations = iterations if iterations is not None else find_iterations(trace)
     iteration = np.full(len(trace), -1, dtype=np.int64)
     if iterations:
         bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
@@ -166,11 +171,10 @@ def forward_ops_of(trace: Trace) -> Any:
     return forward_ops(trace, attribution.layer, attribution.phase, iteration)
 
 
-def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int, int, Any]]:
+def backward_gemms_of(trace: Trace, attribution: Attribution | None = None) -> list[tuple[int, str, list[Any], int, int, int, Any]]:
     """The backward's matrix-multiply and convolution CPU ops with recorded shapes: (row, name, inputs, duration, start,
     track, arguments)."""
     from daydream.cost.shapes import OpShapes
-    from daydream.mapping import attribute
     from daydream.transforms.amp import BACKWARD_GEMMS
 
     wanted = [trace.string_index(name) for name in BACKWARD_GEMMS]
@@ -178,7 +182,7 @@ def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int,
     rows = rows[np.isin(trace.name[rows], [w for w in wanted if w >= 0])]
     if rows.size == 0:
         return []
-    rows = rows[attribute(trace).phase[rows] == PHASES.index("backward")]
+    rows = rows[(attribution if attribution is not None else attribute(trace)).phase[rows] == PHASES.index("backward")]
     shapes = OpShapes(trace)
     found = []
     for row in rows.tolist():
@@ -189,13 +193,12 @@ def backward_gemms_of(trace: Trace) -> list[tuple[int, str, list[Any], int, int,
     return found
 
 
-def backward_memory_ops_of(trace: Trace) -> list[tuple[int, int, int, int, int]]:
+def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None) -> list[tuple[int, int, int, int, int]]:
     """The backward's elementwise and normalization CPU ops (aten::..._backward): (row, duration, start, track, layer)."""
-    from daydream.mapping import attribute
     from daydream.mapping.classes import classify
 
     rows = trace.indices(EventKind.CPU_OP)
-    attribution = attribute(trace)
+    attribution = attribution if attribution is not None else attribute(trace)
     rows = rows[attribution.phase[rows] == PHASES.index("backward")]
     names = {i: trace.strings[i] for i in np.unique(trace.name[rows]).tolist()}
     wanted = [i for i, n in names.items() if n.startswith("aten::") and n.endswith("_backward")
@@ -210,18 +213,18 @@ UPDATE_OPS = ("aten::add_", "aten::sub_", "aten::mul_", "aten::addcdiv_", "aten:
 MIN_UPDATES = 2
 
 
-def update_loop_of(trace: Trace) -> np.ndarray:
+def update_loop_of(trace: Trace, attribution: Attribution | None = None, iterations: list[Iteration] | None = None
+                   ) -> np.ndarray:
     """Trace rows of a hand-written update loop: per iteration, the top-level in-place updates (UPDATE_OPS) outside
     forward, backward and any optimizer step, after the iteration's last backward op; on a GPU trace, the GPU work they
     launched. Empty where there is none."""
     from daydream.cost.shapes import top_level_ops
-    from daydream.mapping import attribute, find_iterations
 
     wanted = [i for i in (trace.string_index(name) for name in UPDATE_OPS) if i >= 0]
-    iterations = find_iterations(trace)
+    iterations = iterations if iterations is not None else find_iterations(trace)
     if not wanted or not iterations:
         return np.zeros(0, dtype=np.int64)
-    attribution = attribute(trace)
+    attribution = attribution if attribution is not None else attribute(trace)
     ops = trace.indices(EventKind.CPU_OP)
     backward = ops[attribution.phase[ops] == PHASES.index("backward")]
     candidates = ops[np.isin(trace.name[ops], wanted) & (attribution.phase[ops] == PHASES.index("other"))]

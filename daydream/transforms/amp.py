@@ -29,11 +29,12 @@ from daydream.mapping import PHASES
 from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classify
 from daydream.memory.whatif import amp_memory
 from daydream.trace import EventKind, Trace
-from daydream.transforms.autocast import REDUCED_NAME, Cast, ForwardOp, decides, plan_casts, running_types
+from daydream.transforms.autocast import REDUCED_NAME, Cast, ForwardOp, decides, plan
 from daydream.transforms.optimizations import (
     Context,
     Optimization,
     Parameter,
+    _launchers,
     _of,
     kernel_classes,
     kernel_precisions,
@@ -82,9 +83,11 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         notes.append(_ratio_casts(graph, costs, ratio_cast_ns) if gpu else
                      "amp: the trace recorded no op shapes (record_shapes): autocast's casts are not modelled")
         return notes
-    casts = {iteration: plan_casts(ops, device_type, str(params["dtype"])) for iteration, ops in facts.items()}
+    planned = {iteration: plan(ops, device_type, str(params["dtype"])) for iteration, ops in facts.items()}
+    casts = {iteration: found for iteration, (found, _) in planned.items()}
+    types = {row: kind for _, computes in planned.values() for row, kind in computes.items()}
     decided = sum(1 for ops in facts.values() for op in ops if decides(op.name, device_type))
-    anchors = _anchors(graph, spans)
+    anchors = _HostSpans(graph).first_within(spans)
     dispatch = _add_dispatch(graph, facts, device_type, costs, anchors)
     added = _insert_casts(graph, casts, costs, anchors, _backward_anchors(graph, facts))
     count = sum(len(c) for c in casts.values())
@@ -96,7 +99,7 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                  f"on {dispatch // iterations} ops per forward ({costs.dispatch_ns() / 1e3:.1f} µs each, host unit "
                  f"{costs.host.unit_ns} ns); {shapes_known} of the forward's ops had recorded shapes")
     if not gpu:
-        notes.append(_retime_cpu_ops(graph, facts, device_type, str(params["dtype"]), costs, context))
+        notes.append(_retime_cpu_ops(graph, facts, types, str(params["dtype"]), costs, context))
     if costs.measurer is not None:
         costs.measurer.save()
     return notes
@@ -113,8 +116,8 @@ RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "ate
                             *BACKWARD_GEMMS})
 
 
-def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], device_type: str, reduced: str, costs: CostModel,
-                    context: Context) -> str:
+def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str], reduced: str,
+                    costs: CostModel, context: Context) -> str:
     """On a CPU trace, each forward matrix multiply autocast runs in the reduced type, and each of backward, at the time
     the measured tier gives for it in that type over its time in fp32 (both run here at the recorded shapes)."""
     measurer = costs.measurer
@@ -123,9 +126,10 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], device_type
                 "this CPU's bf16 speed has no model")
     low = REDUCED_NAME[reduced]
     task_of_event = _task_of_event(graph)
+    # Only tasks read from the trace hold nested ops: taken before anything is re-timed or halved.
+    enclosing = _HostSpans(graph)
     retimed, unmeasured, saved = 0, 0, 0
     for ops in facts.values():
-        types = running_types(ops, device_type, reduced)
         for op in ops:
             task = task_of_event.get(op.row, -1)
             if types.get(op.row) != low or task < 0 or not op.inputs or op.name not in RETIMED_ON_CPU:
@@ -138,8 +142,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], device_type
             graph.tasks["duration_ns"][task] = int(round(before * ratio))
             saved += before - int(graph.tasks["duration_ns"][task])
             retimed += 1
-    halved, low_layers = _halve_memory_bound(graph, facts, device_type, reduced, task_of_event, context)
-    enclosing = _HostSpans(graph)
+    halved, low_layers = _halve_memory_bound(graph, facts, types, low, task_of_event, enclosing, context)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = task_of_event.get(row, enclosing.holding(start, track))
         ratio = _measured_ratio(measurer, name, inputs, low, arguments) if task >= 0 else None
@@ -164,17 +167,15 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], device_type
 HALVED_CLASSES = ("elementwise", "normalization")
 
 
-def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], device_type: str, reduced: str,
-                        task_of_event: dict[int, int], context: Context) -> tuple[int, set[int]]:
+def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str], low: str,
+                        task_of_event: dict[int, int], enclosing: _HostSpans, context: Context) -> tuple[int, set[int]]:
     """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type, and the backward
     ones of the same layers, take half their time: they move half the bytes. (Timed alone they mislead, see
     RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm, relu and their backward took 0.34-0.77 of
     their fp32 time.) Returns how many ops, and the layers that run in the reduced type."""
-    low = REDUCED_NAME[reduced]
     low_layers: set[int] = set()
     halved = 0
     for ops in facts.values():
-        types = running_types(ops, device_type, reduced)
         for op in ops:
             if types.get(op.row) != low:
                 continue
@@ -184,7 +185,6 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], device_
             if task >= 0 and classify(op.name) in HALVED_CLASSES and op.name not in RETIMED_ON_CPU:
                 graph.tasks["duration_ns"][task] //= 2
                 halved += 1
-    enclosing = _HostSpans(graph)
     for _, duration, start, track, layer in context.backward_memory_ops or []:
         task = enclosing.holding(start, track)
         if task >= 0 and layer in low_layers:
@@ -216,7 +216,8 @@ def _task_of_event(graph: Graph) -> dict[int, int]:
 
 
 class _HostSpans:
-    """The host tasks of each thread by recorded start, to find the one whose span holds a nested op."""
+    """The host tasks of each thread read from the trace, by recorded start: to find the one whose span holds a nested
+    op, and the first one inside an op's span."""
 
     def __init__(self, graph: Graph) -> None:
         tasks = graph.tasks
@@ -229,6 +230,18 @@ class _HostSpans:
             mine = host[tracks == track]
             mine = mine[np.argsort(tasks["measured_start_ns"][mine], kind="stable")]
             self.by_track[track] = (mine, tasks["measured_start_ns"][mine], tasks["measured_end_ns"][mine])
+
+    def first_within(self, spans: Spans) -> dict[int, int]:
+        """Per op (trace row -> its recorded span and thread), the first task that starts within that span on its
+        thread: the op itself on a CPU graph, its first API call on a GPU one."""
+        found: dict[int, int] = {}
+        for row, (start, end, track) in spans.items():
+            if track in self.by_track:
+                tasks, starts, _ = self.by_track[track]
+                at = int(np.searchsorted(starts, start))
+                if at < tasks.size and starts[at] < end:
+                    found[row] = int(tasks[at])
+        return found
 
     def holding(self, start: int, track: int) -> int:
         """The task on `track` whose recorded span holds `start`, or -1."""
@@ -258,35 +271,13 @@ def _ratio_casts(graph: Graph, costs: CostModel, cast_ns: int) -> str:
     classes = kernel_classes(graph, kernels)
     forward = graph.tasks["phase"][kernels] == FORWARD
     compute = kernels[forward & _of(classes, CLASSES, ("gemm", "convolution"))]
-    launch = graph.edges_of_kind(DepKind.LAUNCH)
-    calls = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], compute)])
+    calls = _launchers(graph, compute)
     graph.tasks["duration_ns"][compute] += cast_ns
     graph.tasks["gap_ns"][calls] += costs.host.launch_ns
     costs.count(Tier.RATIO, int(compute.size))
     return (f"amp: the trace recorded no op shapes (record_shapes), so autocast's casts are taken by ratio: one weight "
             f"cast per forward GEMM/convolution kernel ({compute.size}), {cast_ns} ns on the device (half the median "
             f"elementwise kernel) and {costs.host.launch_ns} ns of launch on the host each")
-
-
-def _anchors(graph: Graph, spans: Spans) -> dict[int, int]:
-    """Per op (trace row), the first host-work task that starts within its recorded span on its thread: the op itself on
-    a CPU graph, its first API call on a GPU one."""
-    tasks = graph.tasks
-    host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
-    track_of_resource = np.array([r.track for r in graph.resources], dtype=np.int64)
-    tracks = track_of_resource[tasks["resource"][host]]
-    found: dict[int, int] = {}
-    for track in np.unique(tracks).tolist():
-        mine = host[tracks == track]
-        mine = mine[np.argsort(tasks["measured_start_ns"][mine], kind="stable")]
-        starts = tasks["measured_start_ns"][mine]
-        for row, (start, end, on) in spans.items():
-            if on != track:
-                continue
-            at = int(np.searchsorted(starts, start))
-            if at < mine.size and starts[at] < end:
-                found[row] = int(mine[at])
-    return found
 
 
 def _backward_anchors(graph: Graph, facts: dict[int, list[ForwardOp]]) -> dict[int, int]:

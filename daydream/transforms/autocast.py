@@ -93,16 +93,12 @@ def decides(name: str, device_type: str) -> str | None:
 
 def plan_casts(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> list[Cast]:
     """The casts autocast inserts into one forward of `ops` (its top-level ops in order, recorded in fp32)."""
-    return _walk(ops, device_type, reduced)[0]
+    return plan(ops, device_type, reduced)[0]
 
 
-def running_types(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> dict[int, str]:
-    """Per op (trace row), the type it computes in under autocast: the reduced type or "float"."""
-    return _walk(ops, device_type, reduced)[1]
-
-
-def _walk(ops: list[ForwardOp], device_type: str, reduced: str) -> tuple[list[Cast], dict[int, str]]:
-    """Follow the activation's type through the forward: the casts, and each op's computing type."""
+def plan(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> tuple[list[Cast], dict[int, str]]:
+    """Follow the activation's type through one forward of `ops`: the casts autocast inserts, and per op (trace row)
+    the type it computes in (the reduced type or "float")."""
     low = REDUCED_NAME[reduced]
     activation = FULL  # the data comes in as fp32
     entry_type: dict[int, str] = {}  # the activation's type when each layer began
