@@ -74,6 +74,7 @@ class Row:
     problem: str = ""
     round_errors: list[float] | None = None  # each round's error, where the row combines several
     drift: tuple[str, float] | None = None  # (a phase the variant leaves alone, its time in the variant / the baseline)
+    tiers: str = ""  # how the cost stage timed the changed work ("12 measured, 30 modelled"), from the prediction
 
     @property
     def error(self) -> float | None:
@@ -100,7 +101,8 @@ def combined(rounds: list[list[Row]]) -> list[Row]:
                         statistics.median(r.predicted_ns for r in measured if r.predicted_ns is not None),
                         statistics.median(r.measured_ns for r in measured if r.measured_ns is not None),
                         round_errors=[r.error for r in measured if r.error is not None],
-                        drift=(first.drift[0], statistics.median(drifts)) if first.drift and drifts else None))
+                        drift=(first.drift[0], statistics.median(drifts)) if first.drift and drifts else None,
+                        tiers=first.tiers))
     return rows
 
 
@@ -160,9 +162,12 @@ def drift(variant: Variant, measured: Path, base: Path) -> tuple[str, float] | N
     return variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched)
 
 
-def predicted_ns(path: Path, whatif: str, budget: float) -> float:
+def predicted_ns(path: Path, whatif: str, budget: float) -> tuple[float, str]:
+    """The predicted iteration, ns, and how the cost stage timed the changed work ("" where it timed none)."""
     document = json.loads(daydream(["whatif", str(path), "--opt", whatif, "--json"], budget))
-    return float(document["iteration_ns"]["predicted"])
+    prefix = "cost stage: changed work timed "
+    tiers = [n[len(prefix):] for n in document["ranks"][0].get("notes", []) if n.startswith(prefix)]
+    return float(document["iteration_ns"]["predicted"]), tiers[0] if tiers else ""
 
 
 def compare(example: str, options: argparse.Namespace, work: Path, script: Path | None = None,
@@ -185,7 +190,7 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
             row.problem = "needs a CUDA device"
             continue
         try:
-            row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
+            row.predicted_ns, row.tiers = predicted_ns(base, variant.whatif, options.budget)
             # The variant replaces the baseline's values where it sets the same flag.
             arguments = _merged(baseline_arguments, variant.arguments)
             measured = work / f"{example}-{variant.slug}.json.gz"
@@ -209,7 +214,7 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
         rows.append(row)
         measured = folder / f"{example}-{variant.slug}.json.gz"
         try:
-            row.predicted_ns = predicted_ns(base, variant.whatif, options.budget)
+            row.predicted_ns, row.tiers = predicted_ns(base, variant.whatif, options.budget)
             if measured.exists():
                 row.measured_ns = measured_ns(measured, options.budget)
                 row.drift = drift(variant, measured, base)
@@ -239,10 +244,13 @@ def table(rows: list[Row]) -> str:
     """The markdown table of `rows`: predicted and measured per what-if, with the error (and, over rounds, its range)."""
     ranged = any(r.round_errors for r in rows)
     drifted = any(r.drift for r in rows)
+    tiered = any(r.tiers for r in rows)
     header = "| example | what-if | baseline (measured) | predicted | measured | error |"
     header += " rounds (range) |" if ranged else ""
     header += " host drift (untouched phase, variant / baseline) |" if drifted else ""
-    lines = [header, "|---|---|---:|---:|---:|---:|" + ("---:|" if ranged else "") + ("---|" if drifted else "")]
+    header += " changed work timed by (cost stage tiers) |" if tiered else ""
+    lines = [header, "|---|---|---:|---:|---:|---:|" + ("---:|" if ranged else "") + ("---|" if drifted else "")
+             + ("---|" if tiered else "")]
     for row in rows:
         cells = [_ms(row.baseline_ns), _ms(row.predicted_ns), _ms(row.measured_ns)]
         error = row.error
@@ -253,6 +261,8 @@ def table(rows: list[Row]) -> str:
             extra = (f" {len(errors)} ({min(errors) * 100:+.1f}% to {max(errors) * 100:+.1f}%) |" if errors else " — |")
         if drifted:
             extra += f" {row.drift[0]} ×{row.drift[1]:.2f} |" if row.drift else " — |"
+        if tiered:
+            extra += f" {row.tiers or '—'} |"
         lines.append(f"| {row.example} | `{row.whatif}` | {' | '.join(cells)} | {outcome} |{extra}")
     judged = [abs(r.error) for r in rows if r.error is not None]
     if judged:

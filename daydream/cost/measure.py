@@ -44,6 +44,10 @@ _TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloa
 
 #: The matrix multiplies the measured tier runs from their tensor inputs alone (no other argument changes their work).
 MULTIPLIES = ("aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm", "aten::linear")
+#: Ratios are cached as integers: parts per million.
+RATIO_SCALE = 1_000_000
+#: What measuring one signature needs: its cache key, how to make its runner, the tensors it runs on.
+_Signature = tuple[str, Callable[[], Callable[[Any, list[Any]], Any] | None], list[Tensor]]
 
 
 def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
@@ -84,11 +88,7 @@ class Measurer:
     def op_ns(self, name: str, inputs: list[Tensor | None], as_type: str | None = None) -> int | None:
         """The median time of op `name` on tensors of the recorded `inputs` (floating ones turned into `as_type`
         where given), ns; None where it cannot be measured here."""
-        tensors = [t for t in inputs if t is not None]
-        if as_type is not None:
-            tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind) for shape, kind in tensors]
-        key = f"{name}|{json.dumps([[list(s), k] for s, k in tensors])}"
-        return self._cached_or_run(key, lambda: _runner(name), tensors)
+        return self._cached_or_run(*self._op(name, inputs, as_type))
 
     def call_ns(self, name: str, arguments: list[Any], as_type: str | None = None) -> int | None:
         """The median time of op `name` called again with its recorded `arguments` (cost/shapes.OpShapes.arguments:
@@ -96,6 +96,27 @@ class Measurer:
         None for ops outside `CALLED_AGAIN` or that cannot run here."""
         if name not in CALLED_AGAIN:
             return None
+        return self._cached_or_run(*self._call(name, arguments, as_type))
+
+    def op_ratio(self, name: str, new: list[Tensor | None], old: list[Tensor | None]) -> float | None:
+        """Op `name`'s time on tensors of `new` over its time on `old`, both run here in turns (so that what the
+        machine does meanwhile slows both alike); None where either cannot run."""
+        return self._ratio(self._op(name, new, None), self._op(name, old, None))
+
+    def call_ratio(self, name: str, new: list[Any], old: list[Any]) -> float | None:
+        """As `op_ratio`, for an op of `CALLED_AGAIN` called with recorded arguments `new` and `old`."""
+        if name not in CALLED_AGAIN:
+            return None
+        return self._ratio(self._call(name, new, None), self._call(name, old, None))
+
+    def _op(self, name: str, inputs: list[Tensor | None], as_type: str | None) -> _Signature:
+        tensors = [t for t in inputs if t is not None]
+        if as_type is not None:
+            tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind) for shape, kind in tensors]
+        key = f"{name}|{json.dumps([[list(s), k] for s, k in tensors])}"
+        return key, lambda: _runner(name), tensors
+
+    def _call(self, name: str, arguments: list[Any], as_type: str | None) -> _Signature:
         floating = ("float", "c10::BFloat16", "c10::Half")
         chosen = [("tensor", a[1], as_type if as_type is not None and a[2] in floating else a[2]) if a[0] == "tensor" else a
                   for a in arguments]
@@ -115,7 +136,21 @@ class Measurer:
             return run
 
         key = f"{name}|call|{json.dumps([[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]] for a in chosen])}"
-        return self._cached_or_run(key, runner, tensors)
+        return key, runner, tensors
+
+    def _ratio(self, new: _Signature, old: _Signature) -> float | None:
+        """The time of signature `new` over that of `old`, measured in turns (cached as parts per million)."""
+        key = f"ratio|{new[0]}|{old[0]}"
+        if key in self.cache:
+            return self.cache[key] / RATIO_SCALE
+        if not self._may_run(key, [*new[2], *old[2]]):
+            return None
+        run_new, run_old = new[1](), old[1]()
+        if run_new is None or run_old is None:
+            self.failed[key] = "not an op the measured tier runs"
+            return None
+        value = self._run(key, lambda: self._time_pair((run_new, new[2]), (run_old, old[2])))
+        return value / RATIO_SCALE if value is not None else None
 
     def cast_ns(self, shape: tuple[int, ...], to_type: str) -> int | None:
         """A cast of an fp32 tensor of `shape` to `to_type`, ns (None: not measured)."""
@@ -135,21 +170,31 @@ class Measurer:
         `failed`)."""
         if key in self.cache:
             return self.cache[key]
-        if key in self.failed:
-            return None
-        if self.spent_s >= self.budget_s:
-            self.failed[key] = "over the measuring budget"
-            return None
-        if any(elements(shape) > MAX_ELEMENTS for shape, _ in tensors):
-            self.failed[key] = "too large to run here"
+        if not self._may_run(key, tensors):
             return None
         runner = runner_of()
         if runner is None:
             self.failed[key] = "not an op the measured tier runs"
             return None
+        return self._run(key, lambda: self._time(runner, tensors))
+
+    def _may_run(self, key: str, tensors: list[Tensor]) -> bool:
+        """Whether signature `key` may be measured now: not failed before, within the budget, not too large."""
+        if key in self.failed:
+            return False
+        if self.spent_s >= self.budget_s:
+            self.failed[key] = "over the measuring budget"
+            return False
+        if any(elements(shape) > MAX_ELEMENTS for shape, _ in tensors):
+            self.failed[key] = "too large to run here"
+            return False
+        return True
+
+    def _run(self, key: str, measure: Callable[[], int]) -> int | None:
+        """`measure()` counted against the budget and cached under `key`; None (and why) where it raised."""
         started = time.perf_counter()
         try:
-            value = self._time(runner, tensors)
+            value = measure()
         except Exception as exc:  # an op that cannot run at these shapes falls back to the model
             self.failed[key] = f"{type(exc).__name__}"
             return None
@@ -161,23 +206,35 @@ class Measurer:
         return value
 
     def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Tensor]) -> int:
+        return self._median_ns([(runner, tensors)])[0]
+
+    def _time_pair(self, new: tuple[Callable[[Any, list[Any]], Any], list[Tensor]],
+                   old: tuple[Callable[[Any, list[Any]], Any], list[Tensor]]) -> int:
+        """new's median over old's, in parts per million, the two run in turns."""
+        new_ns, old_ns = self._median_ns([new, old])
+        return max(1, int(round(new_ns / old_ns * RATIO_SCALE)))
+
+    def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Tensor]]]) -> list[int]:
+        """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times: their medians, ns."""
         import torch
 
         previous = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             with torch.no_grad():
-                values = [_make(torch, shape, kind) for shape, kind in tensors]
-                for _ in range(WARMUP):
-                    runner(torch, values)
-                times = []
+                values = [[_make(torch, shape, kind) for shape, kind in tensors] for _, tensors in runs]
+                for (runner, _), made in zip(runs, values):
+                    for _ in range(WARMUP):
+                        runner(torch, made)
+                times: list[list[int]] = [[] for _ in runs]
                 for _ in range(REPETITIONS):
-                    start = time.perf_counter_ns()
-                    runner(torch, values)
-                    times.append(time.perf_counter_ns() - start)
+                    for (runner, _), made, mine in zip(runs, values, times):
+                        start = time.perf_counter_ns()
+                        runner(torch, made)
+                        mine.append(time.perf_counter_ns() - start)
         finally:
             torch.set_num_threads(previous)
-        return max(1, int(statistics.median(times)))
+        return [max(1, int(statistics.median(mine))) for mine in times]
 
     def save(self) -> None:
         """Write what was measured in this process to the cache (atomically); a cache that cannot be written is left."""

@@ -129,6 +129,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     attribution = functools.cache(lambda: attribute(trace))
     iterations = functools.cache(lambda: find_iterations(trace))
     speed = functools.cache(lambda on_gpu: elementwise_speed(trace, on_gpu))
+    update_loop = functools.cache(lambda: update_loop_of(trace, attribution(), iterations()))
 
     def costs() -> CostModel:
         return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s, host.get("intra_op_threads", 0),
@@ -141,7 +142,9 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
                               "forward_ops": lambda: forward_ops_of(trace, attribution(), iterations()),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
-                              "update_loop": lambda: update_loop_of(trace, attribution(), iterations()),
+                              "update_loop": update_loop,
+                              "batch_ops": lambda: functools.cache(lambda batch: batch_ops_of(trace, attribution(), update_loop(), batch)),
+                              "launching_op": lambda: link(trace).op,
                               "backward_memory_ops": lambda: backward_memory_ops_of(trace, attribution()),
                               "elementwise_gpu": lambda: speed(True), "elementwise_cpu": lambda: speed(False)})
     notes: list[str] = []
@@ -152,7 +155,14 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
             notes += apply_pipeline(graph, load_pipeline(spec))
         else:
             notes += apply_spec(graph, parse_spec(spec), context)
+    model = context.made("costs")
+    if model is not None and model.tally:
+        notes.append(f"{TIERS_NOTE}{model.tiers_note()}")
     return notes
+
+
+#: The note that says how the cost stage timed the work the optimizations added or changed, by tier.
+TIERS_NOTE = "cost stage: changed work timed "
 
 
 def forward_ops_of(trace: Trace, attribution: Attribution | None = None, iterations: list[Iteration] | None = None) -> Any:
@@ -169,6 +179,14 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None, iterati
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
     return forward_ops(trace, attribution.layer, attribution.phase, iteration)
+
+
+def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray, batch: int = 0) -> Any:
+    """The trace's batch (`batch` where given) and the CPU ops that carry it (transforms/batch.py), the update loop's
+    ops left out."""
+    from daydream.transforms.batch import batch_ops
+
+    return batch_ops(trace, attribution.phase, update_loop, batch)
 
 
 def backward_gemms_of(trace: Trace, attribution: Attribution | None = None) -> list[tuple[int, str, list[Any], int, int, int, Any]]:

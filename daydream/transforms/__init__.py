@@ -7,6 +7,7 @@ with a `describe()` that states its model; custom ones come from YAML files.
 
 from daydream.transforms import (
     amp,  # noqa: F401  (registers amp)
+    batch,  # noqa: F401  (registers batch-size)
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
     model_size,  # noqa: F401  (registers depth)
     target,  # noqa: F401  (registers gpu)

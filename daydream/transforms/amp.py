@@ -40,12 +40,9 @@ from daydream.transforms.optimizations import (
     kernel_precisions,
     register,
 )
-from daydream.transforms.primitives import scale, select, splice
+from daydream.transforms.primitives import HostSpans, Spans, scale, select, splice, task_of_event
 
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
-
-
-Spans = dict[int, tuple[int, int, int]]  # trace row -> (start ns, end ns, track)
 
 
 def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray, iteration_of_row: np.ndarray
@@ -87,7 +84,7 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     casts = {iteration: found for iteration, (found, _) in planned.items()}
     types = {row: kind for _, computes in planned.values() for row, kind in computes.items()}
     decided = sum(1 for ops in facts.values() for op in ops if decides(op.name, device_type))
-    anchors = _HostSpans(graph).first_within(spans)
+    anchors = HostSpans(graph).first_within(spans)
     dispatch = _add_dispatch(graph, facts, device_type, costs, anchors)
     added = _insert_casts(graph, casts, costs, anchors, _backward_anchors(graph, facts))
     count = sum(len(c) for c in casts.values())
@@ -125,13 +122,13 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
         return ("amp: on the CPU the ops' own time is kept: the measured tier is off or torch is not importable, and "
                 "this CPU's bf16 speed has no model")
     low = REDUCED_NAME[reduced]
-    task_of_event = _task_of_event(graph)
+    of_event = task_of_event(graph)
     # Only tasks read from the trace hold nested ops: taken before anything is re-timed or halved.
-    enclosing = _HostSpans(graph)
+    enclosing = HostSpans(graph)
     retimed, unmeasured, saved = 0, 0, 0
     for ops in facts.values():
         for op in ops:
-            task = task_of_event.get(op.row, -1)
+            task = of_event.get(op.row, -1)
             if types.get(op.row) != low or task < 0 or not op.inputs or op.name not in RETIMED_ON_CPU:
                 continue
             ratio = _measured_ratio(measurer, op.name, op.inputs, low, op.arguments)
@@ -142,9 +139,9 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             graph.tasks["duration_ns"][task] = int(round(before * ratio))
             saved += before - int(graph.tasks["duration_ns"][task])
             retimed += 1
-    halved, low_layers = _halve_memory_bound(graph, facts, types, low, task_of_event, enclosing, context)
+    halved, low_layers = _halve_memory_bound(graph, facts, types, low, of_event, enclosing, context)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
-        task = task_of_event.get(row, enclosing.holding(start, track))
+        task = of_event.get(row, enclosing.holding(start, track))
         ratio = _measured_ratio(measurer, name, inputs, low, arguments) if task >= 0 else None
         if ratio is None:
             unmeasured += task >= 0
@@ -168,7 +165,7 @@ HALVED_CLASSES = ("elementwise", "normalization")
 
 
 def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str], low: str,
-                        task_of_event: dict[int, int], enclosing: _HostSpans, context: Context) -> tuple[int, set[int]]:
+                        of_event: dict[int, int], enclosing: HostSpans, context: Context) -> tuple[int, set[int]]:
     """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type, and the backward
     ones of the same layers, take half their time: they move half the bytes. (Timed alone they mislead, see
     RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm, relu and their backward took 0.34-0.77 of
@@ -181,7 +178,7 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: 
                 continue
             if op.layer >= 0:
                 low_layers.add(op.layer)
-            task = task_of_event.get(op.row, -1)
+            task = of_event.get(op.row, -1)
             if task >= 0 and classify(op.name) in HALVED_CLASSES and op.name not in RETIMED_ON_CPU:
                 graph.tasks["duration_ns"][task] //= 2
                 halved += 1
@@ -207,49 +204,6 @@ def _measured_ratio(measurer: Any, name: str, inputs: list[Any], low: str, argum
     if not reduced or not full:
         return None
     return reduced / full
-
-
-def _task_of_event(graph: Graph) -> dict[int, int]:
-    events = graph.tasks["event"]
-    chosen = np.flatnonzero(events >= 0)
-    return dict(zip(events[chosen].tolist(), chosen.tolist()))
-
-
-class _HostSpans:
-    """The host tasks of each thread read from the trace, by recorded start: to find the one whose span holds a nested
-    op, and the first one inside an op's span."""
-
-    def __init__(self, graph: Graph) -> None:
-        tasks = graph.tasks
-        track_of_resource = np.array([r.track for r in graph.resources], dtype=np.int64)
-        # Only tasks read from the trace: spliced-in ones (casts, dispatch) have no recorded span to hold anything.
-        host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
-        self.by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        tracks = track_of_resource[tasks["resource"][host]]
-        for track in np.unique(tracks).tolist():
-            mine = host[tracks == track]
-            mine = mine[np.argsort(tasks["measured_start_ns"][mine], kind="stable")]
-            self.by_track[track] = (mine, tasks["measured_start_ns"][mine], tasks["measured_end_ns"][mine])
-
-    def first_within(self, spans: Spans) -> dict[int, int]:
-        """Per op (trace row -> its recorded span and thread), the first task that starts within that span on its
-        thread: the op itself on a CPU graph, its first API call on a GPU one."""
-        found: dict[int, int] = {}
-        for row, (start, end, track) in spans.items():
-            if track in self.by_track:
-                tasks, starts, _ = self.by_track[track]
-                at = int(np.searchsorted(starts, start))
-                if at < tasks.size and starts[at] < end:
-                    found[row] = int(tasks[at])
-        return found
-
-    def holding(self, start: int, track: int) -> int:
-        """The task on `track` whose recorded span holds `start`, or -1."""
-        if track not in self.by_track:
-            return -1
-        tasks, starts, ends = self.by_track[track]
-        at = int(np.searchsorted(starts, start, side="right")) - 1
-        return int(tasks[at]) if at >= 0 and ends[at] > start else -1
 
 
 #: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes read and 2 written

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from daydream.cost import CostModel
+from daydream.cost import CostModel, Tier
 from daydream.devices import Device
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
@@ -29,7 +29,6 @@ from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES, classes_of, precisions_of
 from daydream.memory.whatif import (
     MemoryModel,
-    batch_size_memory,
     checkpoint_memory,
     optimizer_memory,
 )
@@ -68,6 +67,10 @@ class Context:
     @property
     def buffer_bytes(self) -> int:
         return sum(self.buffers.values())
+
+    def made(self, name: str) -> Any:
+        """Fact `name` if an optimization has asked for it, else None (without making it)."""
+        return self._derived.get(name)
 
     def _fact(self, name: str) -> Any:
         if name not in self._derived:
@@ -111,6 +114,17 @@ class Context:
         """The backward's elementwise and normalization CPU ops (aten::*_backward): (row, duration ns, start ns, track,
         layer) each."""
         return self._fact("backward_memory_ops")
+
+    @property
+    def batch_ops(self) -> Any:
+        """batch -> the trace's batch size (that one where above 0) and the CPU ops that carry it
+        (transforms/batch.BatchOps); None where not derived."""
+        return self._fact("batch_ops")
+
+    @property
+    def launching_op(self) -> np.ndarray | None:
+        """Per trace row, the CPU op whose launch made that GPU work (mapping/linking.py), -1 where none."""
+        return self._fact("launching_op")
 
     @property
     def update_loop(self) -> np.ndarray | None:
@@ -345,6 +359,8 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     calls = _launchers(graph, gone) if gpu else np.zeros(0, dtype=np.int64)
     calls = np.setdiff1d(calls, _launchers(graph, np.setdiff1d(work, gone)))
     remove(graph, np.concatenate([gone, calls]))
+    if context.costs is not None:
+        context.costs.count(Tier.RATIO, kept_total)  # the fused ones: the bytes left, at a percentile's fixed cost
     unit = "kernels" if gpu else "CPU ops"
     return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} of {found_in} became {kept_total} multi-tensor ones "
             f"(fixed cost {fixed} ns each removed, from the trace's 10th-percentile optimizer {unit[:-1]}); "
@@ -446,40 +462,6 @@ register(Optimization(
 ))
 
 
-# --------------------------------------------------------------------------- batch size
-
-
-def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    factor = float(params["factor"])
-    if factor <= 0:
-        raise InputError(f"--opt batch-size:factor={factor:g}: the factor must be positive")
-    gpu = graph.has_device_work()
-    kinds = GPU_WORK if gpu else (TaskKind.HOST_OP,)
-    work = select(graph, kind=kinds, phase=["forward", "backward", "other"])
-    work = np.setdiff1d(work, _matching(graph, work, NOT_BATCH_PROPORTIONAL))
-    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]  # gradients do not grow with the batch
-    durations = graph.tasks["duration_ns"][work]
-    fixed = _low_percentile(durations, float(params["fixed_percentile"]))
-    fixed_part = np.minimum(durations, fixed)
-    graph.tasks["duration_ns"][work] = np.rint(fixed_part + (durations - fixed_part) * factor).astype(np.int64)
-    unit = "GPU tasks" if gpu else "CPU ops"
-    return [f"batch-size: {work.size} batch-proportional {unit} rescaled ×{factor:g} above a fixed cost of {fixed} ns "
-            f"each (the {params['fixed_percentile']:g}th-percentile duration); optimizer, gradient accumulation, "
-            "collectives and host overhead kept"]
-
-
-register(Optimization(
-    "batch-size", "change the batch size by a factor",
-    "forward, backward and data work (GPU tasks; CPU ops on a CPU trace) scale as fixed + (t - fixed) * factor, where "
-    "the fixed cost is a low percentile of the trace's task durations: small kernels do not scale linearly; optimizer, "
-    "per-parameter work (AccumulateGrad, zeroing), collectives, launches and host gaps are kept",
-    _batch_size,
-    {"factor": Parameter(float, 2.0, "new batch size / old batch size", 1e-3, 1e4),
-     "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost", 0.0, 100.0)},
-    memory=batch_size_memory,
-))
-
-
 # --------------------------------------------------------------------------- activation checkpointing
 
 
@@ -506,6 +488,8 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
             recomputed += added
             calls += added > 0
     forward_ns, backward_ns, source = wrapper
+    if context.costs is not None and (forward_ns or backward_ns):
+        context.costs.count(Tier.MODELLED, 2 * calls)  # the wrapper's host work, forward and backward of each call
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching {params['layers']!r} recomputed before "
             f"their backward ({recomputed} tasks per run added); the checkpoint wrapper's own host work on each of "
             f"{calls} checkpointed calls: {forward_ns / 1e3:.1f} µs in forward and {backward_ns / 1e3:.1f} µs in "

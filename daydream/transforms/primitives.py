@@ -297,3 +297,50 @@ PRIMITIVES: dict[str, Callable[..., Any]] = {
     "scale": scale,
     "reschedule": reschedule,
 }
+
+
+Spans = dict[int, tuple[int, int, int]]  # trace row -> (start ns, end ns, track)
+
+
+def task_of_event(graph: Graph) -> dict[int, int]:
+    """Per trace row a task was read from, that task."""
+    events = graph.tasks["event"]
+    chosen = np.flatnonzero(events >= 0)
+    return dict(zip(events[chosen].tolist(), chosen.tolist()))
+
+
+class HostSpans:
+    """The host tasks of each thread read from the trace, by recorded start: to find the one whose span holds a nested
+    op, and the first one inside an op's span."""
+
+    def __init__(self, graph: Graph) -> None:
+        tasks = graph.tasks
+        track_of_resource = np.array([r.track for r in graph.resources], dtype=np.int64)
+        # Only tasks read from the trace: spliced-in ones (casts, dispatch) have no recorded span to hold anything.
+        host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
+        self.by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        tracks = track_of_resource[tasks["resource"][host]]
+        for track in np.unique(tracks).tolist():
+            mine = host[tracks == track]
+            mine = mine[np.argsort(tasks["measured_start_ns"][mine], kind="stable")]
+            self.by_track[track] = (mine, tasks["measured_start_ns"][mine], tasks["measured_end_ns"][mine])
+
+    def first_within(self, spans: Spans) -> dict[int, int]:
+        """Per op (trace row -> its recorded span and thread), the first task that starts within that span on its
+        thread: the op itself on a CPU graph, its first API call on a GPU one."""
+        found: dict[int, int] = {}
+        for row, (start, end, track) in spans.items():
+            if track in self.by_track:
+                tasks, starts, _ = self.by_track[track]
+                at = int(np.searchsorted(starts, start))
+                if at < tasks.size and starts[at] < end:
+                    found[row] = int(tasks[at])
+        return found
+
+    def holding(self, start: int, track: int) -> int:
+        """The task on `track` whose recorded span holds `start`, or -1."""
+        if track not in self.by_track:
+            return -1
+        tasks, starts, ends = self.by_track[track]
+        at = int(np.searchsorted(starts, start, side="right")) - 1
+        return int(tasks[at]) if at >= 0 and ends[at] > start else -1

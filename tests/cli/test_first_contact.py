@@ -82,7 +82,7 @@ def test_bare_daydream_shows_its_help(capsys: pytest.CaptureFixture[str]) -> Non
     (["trace", "--warmpu", "2", "train.py"], "no option '--warmpu' — did you mean '--warmup'?"),
     (["whatif", str(EXAMPLE_TRACE), "--opt", "ampp"], "unknown optimization 'ampp' — did you mean 'amp'?"),
     (["whatif", str(EXAMPLE_TRACE), "--opt", "batch-size:factr=2"],
-     "no parameter 'factr' (parameters: factor, fixed_percentile) — did you mean 'factor'?"),
+     "no parameter 'factr' (parameters: factor, batch, fixed_percentile) — did you mean 'factor'?"),
     (["whatif", str(EXAMPLE_TRACE), "--opt", "batch-size:factor"], "factor has no value — write factor=VALUE"),
 ])
 def test_a_mistake_gets_a_suggestion(argv: list[str], suggestion: str, capsys: pytest.CaptureFixture[str]) -> None:

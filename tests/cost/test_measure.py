@@ -137,3 +137,20 @@ def test_recorded_arguments_are_read_from_the_trace(tmp_path: Path) -> None:
         assert arguments is not None
         assert [a[1] for a in arguments if a[0] == "tensor"] == [tuple(d) for d in event["args"]["Input Dims"] if d]
         assert [json.dumps(a[1]) for a in arguments if a[0] == "value"] == [c for c in event["args"]["Concrete Inputs"] if c]
+
+
+def test_a_ratio_runs_both_signatures_in_turns_and_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _recording(monkeypatch)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    bigger = [((16, 16), "float"), ((16, 4), "float")]
+    ratio = measurer.op_ratio("aten::mm", bigger, MM)
+    assert ratio is not None and ratio > 0
+    shapes = [tuple(shape for shape, _ in call) for call in seen]
+    timed = shapes[2 * measure.WARMUP:]
+    # warm-ups of each, then the two alternate, new first
+    assert shapes[:measure.WARMUP] == [((16, 16), (16, 4))] * measure.WARMUP
+    assert timed == [((16, 16), (16, 4)), ((8, 16), (16, 4))] * measure.REPETITIONS
+    measurer.save()
+    seen.clear()
+    again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert again.op_ratio("aten::mm", bigger, MM) == pytest.approx(ratio, abs=1e-6) and seen == []

@@ -179,6 +179,52 @@ def test_step_function_marks_iterations_without_an_optimizer(tmp_path: Path) -> 
     assert len(find_iterations(trace)) == 3
 
 
+SEQUENCE_FIRST = """
+    import torch
+    from torch import nn
+
+    class LanguageModel(nn.Module):  # the PyTorch word_language_model's layout: inputs (length, batch)
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(100, 16)
+            self.rnn = nn.LSTM(16, 24)
+            self.decode = nn.Linear(24, 100)
+
+        def forward(self, tokens):
+            out, _ = self.rnn(self.embed(tokens))
+            return self.decode(out.reshape(-1, 24))
+
+    model = LanguageModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        tokens = torch.randint(0, 100, (12, 3))  # 12 positions, 3 sequences
+        loss = nn.functional.cross_entropy(model(tokens), torch.randint(0, 100, (36,)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_the_batch_of_a_sequence_first_model_is_its_inputs_dim_1(tmp_path: Path) -> None:
+    script = tmp_path / "lm.py"
+    script.write_text(textwrap.dedent(SEQUENCE_FIRST))
+    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "2")
+    assert code == 0
+    assert load_raw(out)["daydream"]["batch_size"] == 3  # not 12, the sequence length
+    trace = read_job(out, cache=False).traces[0]
+    from daydream.simulate.whatif import update_loop_of
+    from daydream.transforms.batch import batch_ops
+
+    attribution = attribute(trace)
+    found = batch_ops(trace, attribution.phase, update_loop_of(trace, attribution))
+    assert found.shape is not None and (found.batch, found.shape.tokens) == (3, frozenset({36}))
+    # The LSTM runs on (12, 3, 16): its batch axis is 1; the decoder's rows are the 36 tokens.
+    lstm = [op for op in found.ops if op.name == "aten::lstm"]
+    assert lstm and found.shape.axis(lstm[0].tensors[0][0]) == 1
+    decode = [op for op in found.ops if op.name == "aten::addmm"]
+    assert decode and all(op.tensors[1][0][0] == 36 for op in decode)
+
+
 def test_missing_script_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["trace", str(tmp_path / "nope.py")])
     assert code == 2 and "no such script" in capsys.readouterr().err

@@ -58,10 +58,21 @@ class Hooks:
     _in_backward: int = 0  # > 0 while torch.autograd.backward runs (recomputation is backward work)
     _primary_optimizer: int | None = None
     _roots: dict[str, int] = field(default_factory=dict)
-    #: the leading dimension of the first tensor a top-level module's forward received (the batch size), once seen
-    batch_size: int | None = None
+    #: the leading dimension of the first tensor a top-level module's forward received, once seen
+    leading_size: int | None = None
+    #: (length, batch) of the first 3-D input a sequence-first module (batch_first=False: nn.LSTM, nn.GRU, nn.RNN,
+    #: nn.MultiheadAttention, nn.Transformer*) received, once seen
+    sequence_first: tuple[int, int] | None = None
     _models: Any = None  # weak set of the modules called at the top level (the models)
     _optimizers: Any = None  # weak set of the optimizers that stepped
+
+    @property
+    def batch_size(self) -> int | None:
+        """The samples per iteration: the leading dimension of the model's input, unless that is the length of a
+        sequence a sequence-first module received, whose batch is then its dim 1."""
+        if self.sequence_first is not None and self.sequence_first[0] == self.leading_size:
+            return self.sequence_first[1]
+        return self.leading_size
 
     def memory_snapshot(self) -> MemorySnapshot:
         """Per device ("cuda:0", "cpu"), the tensors the models, optimizers and script hold now: weights (parameters
@@ -129,13 +140,19 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
                                            buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
         return hooks._names[module]
 
+    compiling = _is_compiling(torch)
+
     def before_forward(module: Any, args: Any) -> None:
+        if compiling():  # inside torch.compile's tracing: a marker there would break the compile (and never run)
+            return
         scopes = []
         if hooks._depth == 0 and not hooks._in_backward:
             scopes.append(record_function(PHASE_PREFIX + "forward"))
             hooks._models.add(module)
-            if hooks.batch_size is None:
-                hooks.batch_size = _leading_dimension(args)
+            if hooks.leading_size is None:
+                hooks.leading_size = _leading_dimension(args)
+        if hooks.sequence_first is None and getattr(module, "batch_first", True) is False:
+            hooks.sequence_first = _sequence_and_batch(args)
         scopes.append(record_function(LAYER_PREFIX + name_of(module)))
         for scope in scopes:
             scope.__enter__()
@@ -143,7 +160,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
         hooks._depth += 1
 
     def after_forward(module: Any, args: Any, output: Any) -> None:
-        if not hooks._open:
+        if not hooks._open or compiling():
             return
         hooks._depth -= 1
         for scope in reversed(hooks._open.pop()):
@@ -244,6 +261,24 @@ def _leading_dimension(args: Any) -> int | None:
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) >= 1:
             return int(shape[0])
+    return None
+
+
+def _is_compiling(torch: Any) -> Callable[[], bool]:
+    """Whether torch.compile (dynamo) is tracing the code that runs now: `torch.compiler.is_compiling` where this torch
+    has it, else never."""
+    compiler = getattr(torch, "compiler", None)
+    found = getattr(compiler, "is_compiling", None)
+    return found if callable(found) else (lambda: False)
+
+
+def _sequence_and_batch(args: Any) -> tuple[int, int] | None:
+    """(length, batch) of the first 3-D tensor among a sequence-first module's arguments ((L, N, features)); None
+    where there is none (an unbatched 2-D input)."""
+    for value in args if isinstance(args, (tuple, list)) else (args,):
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) == 3:
+            return int(shape[0]), int(shape[1])
     return None
 
 

@@ -1,0 +1,131 @@
+"""batch-size on the cost stage: which inputs carry the batch, how an op's shapes scale, and what a real run at twice
+the batch did on the H200 (examples/h200 keeps each example's fp32 baseline and its run at twice the batch)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from daydream.graph import build_graph
+from daydream.mapping import PHASES, attribute
+from daydream.simulate.whatif import transform, update_loop_of
+from daydream.trace import read_job
+from daydream.transforms.batch import BatchShape, batch_ops, scale_inputs
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import batch_gpu_time  # noqa: E402
+
+H200 = REPO / "examples" / "h200"
+
+
+def test_a_sequence_first_input_carries_its_batch_in_dim_1() -> None:
+    # nn.LSTM's default layout: (length 35, batch 20, features 200); flattened for the decoder: 35 x 20 = 700 rows.
+    shape = BatchShape(20, tokens=frozenset({700}), parameters=frozenset({(800, 200), (200, 800)}))
+    assert shape.axis((35, 20, 200)) == 1
+    assert shape.axis((700, 200)) == 0
+    assert shape.scaled(((35, 20, 200), "float"), 2.0) == ((35, 40, 200), "float")
+    # The LSTM's input weight: 800 and 200 are multiples of 20, but it is a parameter's shape.
+    assert shape.axis((200, 800)) is None
+    assert BatchShape(20).axis((200, 800)) == 0  # without the optimizer's shapes it could not be told apart
+
+
+def test_weights_are_told_apart_by_the_shapes_the_optimizer_touches() -> None:
+    # batch 64, width 512: the weight's 512 is a multiple of 64, so only its being a parameter's shape says no.
+    shape = BatchShape(64, parameters=frozenset({(512, 512), (512,)}))
+    assert shape.axis((512, 512)) is None and shape.axis((512,)) is None
+    assert shape.axis((64, 512)) == 0
+    assert shape.axis((64 * 8, 16, 32)) == 0  # heads folded into the batch
+    # A weight as wide as the tokens are many (4 samples x 64 positions = 256 = the width) is taken as activation.
+    tokens = BatchShape(4, tokens=frozenset({256}), parameters=frozenset({(256, 256)}))
+    assert tokens.axis((256, 256)) == 0
+
+
+def test_a_batch_of_one_is_only_a_leading_one() -> None:
+    shape = BatchShape(1, tokens=frozenset({77}))
+    assert shape.axis((1, 77, 768)) == 0
+    assert shape.axis((768, 1)) is None and shape.axis((3072, 768)) is None  # every size is a multiple of 1
+    assert shape.axis((77, 768)) == 0
+
+
+def test_a_multiply_scales_the_operand_that_carries_the_batch() -> None:
+    shape = BatchShape(64, parameters=frozenset({(512, 256), (256, 512), (512,)}))
+    # forward x W^T + b: only x grows
+    assert scale_inputs("aten::addmm", [((512,), "float"), ((64, 256), "float"), ((256, 512), "float")], shape, 2.0) == \
+        [((512,), "float"), ((128, 256), "float"), ((256, 512), "float")]
+    # the weight's gradient grad^T x: the inner dimension is the batch, both operands grow along it
+    assert scale_inputs("aten::mm", [((512, 64), "float"), ((64, 256), "float")], shape, 2.0) == \
+        [((512, 128), "float"), ((128, 256), "float")]
+    # nothing carries the batch: a weight's own multiply
+    assert scale_inputs("aten::mm", [((512, 256), "float"), ((256, 512), "float")], shape, 2.0) is None
+
+
+def test_a_multiply_whose_operands_would_no_longer_fit_scales_its_first_one() -> None:
+    # 256 tokens and width 256: both operands of x W^T have an axis of 256; growing both would not multiply.
+    shape = BatchShape(4, tokens=frozenset({256}), parameters=frozenset({(768, 256), (256, 768)}))
+    assert scale_inputs("aten::addmm", [((768,), "float"), ((256, 256), "float"), ((256, 768), "float")], shape, 2.0) == \
+        [((768,), "float"), ((512, 256), "float"), ((256, 768), "float")]
+
+
+def test_a_convolution_scales_its_input_never_its_weight() -> None:
+    # batch 16 and 16 output channels: the weight's leading 16 is not the batch
+    shape = BatchShape(16)
+    assert scale_inputs("aten::mkldnn_convolution", [((16, 3, 32, 32), "float"), ((16, 3, 3, 3), "float"), None],
+                        shape, 2.0) == [((32, 3, 32, 32), "float"), ((16, 3, 3, 3), "float"), None]
+
+
+@pytest.fixture(scope="module")
+def h200() -> dict[str, tuple[object, object]]:
+    return {name: (read_job(H200 / f"{name}-baseline.json.gz").traces[0], read_job(H200 / f"{name}-batch-x2.json.gz").traces[0])
+            for name in ("mlp", "cnn", "transformer")}
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_gpu_time_at_twice_the_batch_is_within_ten_percent_of_the_real_run(name: str) -> None:
+    # The kernels' time per iteration, summed: what the GPU did, whatever the host's speed in either run.
+    _, predicted, measured = batch_gpu_time.gpu_time(H200, name)
+    assert abs(predicted / measured - 1) <= 0.10, (predicted, measured)
+
+
+def test_the_page_shows_what_the_script_gives() -> None:
+    page = (REPO / "docs" / "gpu-validation.md").read_text()
+    for name in ("mlp", "cnn", "transformer"):
+        before, predicted, measured = batch_gpu_time.gpu_time(H200, name)
+        assert f"| {name} | {before / 1e6:.3f} ms | {predicted / 1e6:.3f} ms | {measured / 1e6:.3f} ms |" in page
+
+
+def test_the_note_names_the_batch_and_where_it_came_from(h200: dict) -> None:
+    baseline, _ = h200["transformer"]
+    notes = transform(build_graph(baseline), baseline, ["batch-size:factor=2"])
+    assert any(note.startswith("batch-size: batch 32 (recorded, tokens 8192) ×2") for note in notes)  # 32 x 256 positions
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_the_optimizers_work_keeps_its_time(h200: dict, name: str) -> None:
+    # The optimizer's step touches parameters only: none of its GPU or host work moves.
+    baseline, _ = h200[name]
+    graph = build_graph(baseline)
+    kept = graph.tasks["phase"] == PHASES.index("optimizer")
+    assert kept.sum() > 0
+    before = graph.tasks["duration_ns"].copy()
+    transform(graph, baseline, ["batch-size:factor=2"])
+    assert (graph.tasks["duration_ns"][:before.size][kept] == before[kept]).all()
+
+
+def test_the_batch_is_inferred_from_the_forwards_inputs_when_not_recorded(h200: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    baseline, _ = h200["cnn"]
+    monkeypatch.setitem(baseline.meta.collector, "batch_size", None)
+    attribution = attribute(baseline)
+    found = batch_ops(baseline, attribution.phase, update_loop_of(baseline, attribution))
+    assert (found.batch, found.source) == (256, "inferred")  # examples/cnn.py at --batch-size 256
+    given = batch_ops(baseline, attribution.phase, update_loop_of(baseline, attribution), batch=128)
+    assert (given.batch, given.source) == (128, "given")
+
+
+def test_without_shapes_it_says_it_is_by_ratio(corpus: Path) -> None:
+    trace = read_job(REPO / "examples" / "traces" / "cnn_v100.json.gz").traces[0]
+    graph = build_graph(trace)
+    notes = transform(graph, trace, ["batch-size:factor=2"])
+    assert any("no op shapes" in n and "by ratio" in n for n in notes)
