@@ -225,6 +225,36 @@ def test_the_batch_of_a_sequence_first_model_is_its_inputs_dim_1(tmp_path: Path)
     assert decode and all(op.tensors[1][0][0] == 36 for op in decode)
 
 
+COMPILED = """
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10))
+    compiled = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(8):
+        loss = nn.functional.cross_entropy(compiled(torch.randn(16, 32)), torch.randint(0, 10, (16,)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_compiled_model_is_recorded_without_breaking_its_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "compiled.py"
+    script.write_text(textwrap.dedent(COMPILED))
+    code, out = _trace(tmp_path, script, "--warmup", "3", "--iterations", "3")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "global hooks" not in err  # torch.compile's warning about daydream's own hooks is not the script's business
+    trace = read_job(out, cache=False).traces[0]
+    assert len(find_iterations(trace)) == 3
+    names = {trace.name_of(r) for r in range(len(trace))}
+    # One compiled region, compiled once: the layer hooks neither broke the compile nor made it recompile (0/1, ...).
+    assert sorted(n for n in names if n.startswith("Torch-Compiled Region")) == ["Torch-Compiled Region: 0/0"]
+    assert "daydream.layer::OptimizedModule" in names and "daydream.phase::backward" in names
+
+
 def test_missing_script_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["trace", str(tmp_path / "nope.py")])
     assert code == 2 and "no such script" in capsys.readouterr().err

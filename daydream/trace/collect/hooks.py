@@ -16,6 +16,7 @@ torch is imported here only; the rest of daydream never needs it.
 from __future__ import annotations
 
 import importlib
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,6 +142,9 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
         return hooks._names[module]
 
     compiling = _is_compiling(torch)
+    # torch.compile warns that global module hooks fire once more for its wrapper: these are daydream's, not the
+    # script's, and the wrapper's extra call is a layer like any other.
+    warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
 
     def before_forward(module: Any, args: Any) -> None:
         if compiling():  # inside torch.compile's tracing: a marker there would break the compile (and never run)
@@ -160,7 +164,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
         hooks._depth += 1
 
     def after_forward(module: Any, args: Any, output: Any) -> None:
-        if not hooks._open or compiling():
+        if compiling() or not hooks._open:  # compiling first: dynamo would guard on what it reads
             return
         hooks._depth -= 1
         for scope in reversed(hooks._open.pop()):
@@ -326,8 +330,8 @@ class MemorySnapshot:
         seen: set[tuple[str, int]] = set()
 
         def add(tensor: Any, category: str) -> None:
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
-                return
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" or type(tensor).__name__ == "FakeTensor":
+                return  # FakeTensor: torch.compile's stand-in while tracing, holding no memory
             try:
                 storage = tensor.untyped_storage()
                 key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
