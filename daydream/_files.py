@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,15 +12,26 @@ from typing import BinaryIO
 
 
 @contextmanager
-def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator[BinaryIO]:
     """Open a temporary file beside `path` for binary writing; rename it onto `path` on success.
 
         with atomic_output("report.html") as out:
             out.write(page.encode())
 
-    On any exception the temporary file is removed and `path` is left as it was.
+    On any exception the temporary file is removed and `path` is left as it was. An output the user named that is
+    a character device or a FIFO (`/dev/null`, `/dev/stdout`, a pipe) is written in place, never replaced by a
+    file; a directory, block device or socket there is an InputError. A `cache` file is always replaced.
     """
     target = Path(path)
+    special = None if cache else _special(target)
+    if special == "stream":
+        with open(target, "wb") as out:
+            yield out
+        return
+    if special is not None:
+        from daydream.errors import InputError
+
+        raise InputError(f"{path}: is a {special}, not a file: give the path of a file to write")
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix="".join(target.suffixes[-2:]), dir=target.parent)
     try:
@@ -32,13 +44,28 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+def _special(target: Path) -> str | None:
+    """"stream" for a character device or FIFO at `target`, the kind of another non-file there, None for a regular
+    file or nothing."""
+    try:
+        mode = target.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "stream"
+    return {stat.S_ISDIR(mode): "directory", stat.S_ISBLK(mode): "block device", stat.S_ISSOCK(mode): "socket"}.get(
+        True, "special file")
+
+
 def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
 
 
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `data` to `path` through a temporary file and a rename."""
-    with atomic_output(path) as out:
+def write_atomically(path: str | os.PathLike[str], data: bytes, cache: bool = False) -> None:
+    """Write `data` to `path` through a temporary file and a rename (see atomic_output)."""
+    with atomic_output(path, cache=cache) as out:
         out.write(data)

@@ -3,6 +3,7 @@
     --amp [bf16|fp16]          autocast (bf16 by default; fp16 adds a GradScaler); on the CPU, bf16
     --optim loop|foreach|fused  the optimizer's implementation (default: torch's choice)
     --cuda-graphs              capture the whole step (forward, backward, optimizer) once, replay it
+    --compile                  torch.compile the model (inductor; forward and backward)
     --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp (under torchrun), --threads N
 
 The scripts stay plain PyTorch: no profiler code. With --cuda-graphs no optimizer.step() runs
@@ -37,6 +38,7 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
     parser.add_argument("--amp", nargs="?", const="bf16", choices=("bf16", "fp16"), default=None,
                         help="mixed precision with autocast: bf16 (default) or fp16 with a GradScaler (GPU only)")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture the whole training step in a CUDA graph")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
     parser.add_argument("--find-unused", action="store_true", help="with --ddp: DistributedDataParallel's find_unused_parameters")
@@ -79,9 +81,9 @@ def join_process_group(device: str) -> int:
 
 
 def wrap(model: nn.Module, args: argparse.Namespace) -> nn.Module:
-    if not args.ddp:
-        return model
-    return DistributedDataParallel(model, find_unused_parameters=args.find_unused, gradient_as_bucket_view=args.bucket_view)
+    if args.ddp:
+        model = DistributedDataParallel(model, find_unused_parameters=args.find_unused, gradient_as_bucket_view=args.bucket_view)
+    return torch.compile(model) if args.compile else model
 
 
 def optimizer(kind: type[torch.optim.Optimizer], model: nn.Module, args: argparse.Namespace, **settings: Any) -> torch.optim.Optimizer:

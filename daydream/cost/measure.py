@@ -242,7 +242,8 @@ class Measurer:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.path, json.dumps({"version": CACHE_VERSION, "ns": self.cache}, sort_keys=True).encode())
+            write_atomically(self.path, json.dumps({"version": CACHE_VERSION, "ns": self.cache}, sort_keys=True).encode(),
+                             cache=True)
             self._dirty = False
         except OSError:
             pass

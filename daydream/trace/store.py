@@ -59,7 +59,7 @@ def save(trace: Trace, path: Path, stamp: dict[str, Any]) -> None:
             arrays[f"tab.{table}.{key}"] = column
     for key, column in trace.derived.items():
         arrays[f"der.{key}"] = column
-    with atomic_output(path) as out:
+    with atomic_output(path, cache=True) as out:
         np.savez(out, **arrays)  # type: ignore[arg-type]
     remove_stale_temporaries(path.parent)
 

@@ -101,3 +101,24 @@ def test_partly_malformed_trace_is_read_with_a_count(tmp_path: Path, capsys: pyt
     rank = json.loads(captured.out)["ranks"][0]
     assert rank["events"]["skipped_malformed"] == 2
     assert rank["events"]["kept"] == 1
+
+
+def test_an_output_that_is_a_device_is_written_in_place_never_replaced(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    trace = Path(__file__).resolve().parents[2] / "examples" / "traces" / "cnn_v100.json.gz"
+    before = os.stat("/dev/null")
+    assert main(["report", str(trace), "-o", "/dev/null"]) == 0
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    assert not list(Path("/dev").glob(".tmp-*"))
+
+
+def test_an_output_that_is_a_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from daydream._files import write_atomically
+    from daydream.errors import InputError
+
+    with pytest.raises(InputError, match="is a directory, not a file"):
+        write_atomically(tmp_path, b"x")
+    assert tmp_path.is_dir() and not list(tmp_path.iterdir())
