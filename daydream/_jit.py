@@ -27,5 +27,8 @@ def jit(function: F) -> F:
     if numba is None:
         function.py_func = function  # type: ignore[attr-defined]
         return function
-    compiled: F = numba.njit(cache=True, nogil=True)(function)
+    try:
+        compiled: F = numba.njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no writable place for numba's cache (a read-only install, no writable home): compile each run
+        compiled = numba.njit(cache=False, nogil=True)(function)
     return compiled

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,8 +31,15 @@ def cache_dir() -> Path:
     explicit = os.environ.get("DAYDREAM_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "daydream"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if base:
+        return Path(base) / "daydream"
+    home = os.environ["HOME"] if "HOME" in os.environ else os.path.expanduser("~")
+    if home and home != "/" and os.path.isdir(home):
+        return Path(home) / ".cache" / "daydream"
+    # No usable home (HOME empty, "/" or missing): a per-user folder in the temporary directory, never "/.cache"
+    # or a home folder created on the way.
+    return Path(tempfile.gettempdir()) / f"daydream-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
 def cache_path(identity: str) -> Path:

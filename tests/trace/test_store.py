@@ -103,3 +103,43 @@ def test_unwritable_cache_folder_still_reads(tmp_path: Path, monkeypatch: pytest
 def test_no_cache_writes_nothing(tmp_path: Path, isolated_cache: Path) -> None:
     api.open_job(_sample(tmp_path), cache=False)
     assert list(isolated_cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("home", ["", "/", "/nonexistent-daydream-home"])
+def test_without_a_usable_home_the_cache_is_in_the_temporary_directory(home: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from daydream.trace.store import cache_dir
+
+    monkeypatch.delenv("DAYDREAM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    found = cache_dir()
+    assert found.parent == Path(tempfile.gettempdir()) and found.name.startswith("daydream-cache-")
+    assert not Path("/nonexistent-daydream-home").exists()
+
+
+def test_jit_compiles_without_a_cache_where_numba_cannot_write_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from daydream import _jit
+
+    if _jit.numba is None:
+        pytest.skip("numba is not installed")
+    real = _jit.numba.njit
+
+    asked: list[object] = []
+
+    def njit(**options: object) -> object:
+        asked.append(options.get("cache"))
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function: no locator available")
+        return real(**options)
+
+    import types
+
+    monkeypatch.setattr(_jit, "numba", types.SimpleNamespace(njit=njit))
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert _jit.jit(add)(2, 3) == 5
+    assert asked == [True, False]
