@@ -21,7 +21,7 @@ import numpy as np
 
 from daydream.cost import CostModel, Tier
 from daydream.cost.measure import CALLED_AGAIN
-from daydream.cost.shapes import OpShapes, top_level_ops
+from daydream.cost.shapes import FLOATING, OpShapes, top_level_ops
 from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import HOST_WORK, KERNELS
@@ -192,18 +192,22 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: 
 
 def _measured_ratio(measurer: Any, name: str, inputs: list[Any], low: str, arguments: list[Any] | None = None
                     ) -> float | None:
-    """The op's measured time in the reduced type over its time in fp32, both run here; None if either cannot run."""
+    """The op's measured time in the reduced type over its time in fp32, both run here in turns; None if either cannot
+    run."""
     if name in CALLED_AGAIN:
         if arguments is None:
             return None
-        reduced = measurer.call_ns(name, arguments, as_type=low)
-        full = measurer.call_ns(name, arguments, as_type="float") if reduced is not None else None
-    else:
-        reduced = measurer.op_ns(name, inputs, as_type=low)
-        full = measurer.op_ns(name, inputs, as_type="float") if reduced is not None else None
-    if not reduced or not full:
-        return None
-    return reduced / full
+        return measurer.call_ratio(name, _retyped_arguments(arguments, low), _retyped_arguments(arguments, "float"))
+    return measurer.op_ratio(name, _retyped(inputs, low), _retyped(inputs, "float"))
+
+
+def _retyped(inputs: list[Any], kind: str) -> list[Any]:
+    """Tensor inputs with their floating ones in `kind`."""
+    return [(t[0], kind if t[1] in FLOATING else t[1]) if t is not None else None for t in inputs]
+
+
+def _retyped_arguments(arguments: list[Any], kind: str) -> list[Any]:
+    return [("tensor", a[1], kind if a[2] in FLOATING else a[2]) if a[0] == "tensor" else a for a in arguments]
 
 
 #: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes read and 2 written
