@@ -29,6 +29,10 @@ from daydream.trace.store import cache_dir
 #: Warm-up runs and timed repetitions of each signature (the median of the repetitions is kept).
 WARMUP = 3
 REPETITIONS = 7
+#: Bytes written before each timed repetition, more than a CPU's last-level cache: each run starts with cold caches,
+#: as an op inside a training step does (its operands were evicted by the ops between). Timed hot, a small GEMM of
+#: examples/mlp.py grew 1.78x at twice the batch, cold 1.57x; in the real run at twice the batch about 1.65x.
+FLUSH_BYTES = 64 * 2**20
 #: No single measured op may be larger than this many elements in any input (the budget's guard against giants).
 MAX_ELEMENTS = 1 << 26
 
@@ -227,8 +231,10 @@ class Measurer:
                     for _ in range(WARMUP):
                         runner(torch, made)
                 times: list[list[int]] = [[] for _ in runs]
+                flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32)
                 for _ in range(REPETITIONS):
                     for (runner, _), made, mine in zip(runs, values, times):
+                        flush.zero_()  # caches emptied of the operands, as in a training step that streams through them
                         start = time.perf_counter_ns()
                         runner(torch, made)
                         mine.append(time.perf_counter_ns() - start)
@@ -249,7 +255,7 @@ class Measurer:
             pass
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: repetitions start with cold caches
 
 
 def _make(torch: Any, shape: tuple[int, ...], kind: str) -> Any:

@@ -21,6 +21,7 @@ What changes, and who times it:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +79,7 @@ class BatchOp:
     start_ns: int
     track: int
     launched: bool  # it, or an op nested in it, launched GPU work
-    wrapper: bool  # it encloses another matrix multiply or convolution: that one does the work
+    wrapper: bool  # it encloses another matrix multiply or convolution, or is an autograd node: others do the work
 
 
 @dataclass(slots=True)
@@ -150,11 +151,23 @@ def scale_inputs(name: str, tensors: list[Tensor | None], shape: BatchShape, fac
     if all(s is None for s in scaled):
         return None
     found = [s if s is not None else t for s, t in zip(scaled, tensors)]
-    if name in MULTIPLIES and not _fits(name, found):
+    if name in MULTIPLIES and not _one_dimension_grows(name, tensors, found, factor):
         first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
         alone = [shape.scaled(t, factor) if i == first else t for i, t in enumerate(tensors)]
-        return alone if alone[first] is not None and _fits(name, alone) else None
+        return alone if alone[first] is not None and _one_dimension_grows(name, tensors, alone, factor) else None
     return found
+
+
+def _one_dimension_grows(name: str, old: list[Tensor | None], new: list[Tensor | None], factor: float) -> bool:
+    """Whether the scaled operands of a multiply still fit and grow exactly one of its dimensions (its FLOPs by
+    `factor`): a weight as wide as the tokens are many must not grow along with the activation."""
+    if not _fits(name, new):
+        return False
+    before, after = gemm_dims(name, old), gemm_dims(name, new)
+    if before is None or after is None:
+        return True
+    ratio = gemm_flops(after) / max(gemm_flops(before), 1.0)
+    return abs(ratio / factor - 1.0) < 0.02
 
 
 def _fits(name: str, tensors: list[Tensor | None]) -> bool:
@@ -196,6 +209,9 @@ def _makes_batch(name: str, arguments: list[Argument] | None, batch: int) -> boo
     return any(a[0] == "value" and isinstance(a[1], list) and batch in a[1] for a in arguments)
 
 
+#: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is the engine's, the
+#: ops they run do the work (in examples/mlp.py at twice the batch, AddmmBackward0 took the same time).
+AUTOGRAD_NODE = re.compile(r"^autograd::|^torch::autograd::|^[A-Za-z0-9_]+Backward\d*$")
 #: Autograd's and the optimizers' per-parameter scopes: nothing inside them grows with the batch.
 PER_PARAMETER = ("AccumulateGrad", "Optimizer.", "optimizer_step", "zero_grad")
 
@@ -244,7 +260,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         if scale_inputs(name, tensors, found.shape, 2.0) is None and not _makes_batch(name, arguments, size):
             continue
         op = BatchOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])), int(trace.ts_ns[row]),
-                     int(trace.track[row]), row in launched, row in wrappers)
+                     int(trace.track[row]), row in launched, row in wrappers or bool(AUTOGRAD_NODE.search(name)))
         found.ops.append(op)
         found.by_row[row] = op
     return found
@@ -398,7 +414,7 @@ def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float,
     iterations = max(1, len(np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0])))
     return (f"{changed} CPU ops whose inputs carry it re-timed at their new shapes ({unit} ns of dispatch each kept): "
             f"their own work {before_ns / iterations / 1e3:.0f} → {after_ns / iterations / 1e3:.0f} µs per iteration; "
-            f"{wrappers} wrappers of a multiply or convolution keep their time")
+            f"{wrappers} wrappers (of a multiply or convolution, autograd nodes) keep their time")
 
 
 def _batch_note(found: BatchOps, factor: float) -> str:

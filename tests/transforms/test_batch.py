@@ -129,3 +129,15 @@ def test_without_shapes_it_says_it_is_by_ratio(corpus: Path) -> None:
     graph = build_graph(trace)
     notes = transform(graph, trace, ["batch-size:factor=2"])
     assert any("no op shapes" in n and "by ratio" in n for n in notes)
+
+
+def test_a_weight_as_wide_as_the_tokens_does_not_grow_with_them() -> None:
+    # 4 x 64 = 256 tokens; the MLP's second linear maps 1024 -> 256: its transposed weight (1024, 256) and bias (256)
+    # have an axis of 256 too. Only the activation grows: the multiply's FLOPs double, not quadruple.
+    shape = BatchShape(4, tokens=frozenset({256}), parameters=frozenset({(256, 1024), (1024, 256), (256,)}))
+    inputs = [((256,), "float"), ((256, 1024), "float"), ((1024, 256), "float")]
+    assert scale_inputs("aten::addmm", inputs, shape, 2.0) == [((256,), "float"), ((512, 1024), "float"),
+                                                               ((1024, 256), "float")]
+    # the head's input gradient: grad (256 tokens, 1000) x W (1000, 256): m grows, not n
+    assert scale_inputs("aten::mm", [((256, 1000), "float"), ((1000, 256), "float")], shape, 2.0) == \
+        [((512, 1000), "float"), ((1000, 256), "float")]
