@@ -53,6 +53,7 @@ def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
 
     sources = trace_stage.discover(path)
     traces, graphs = load_ranks(sources, cache, progress, build)
+    trace_stage.check_ranks(path, traces)
     order = trace_stage.rank_order(traces)
     return Job(source=str(path), traces=[traces[i] for i in order],
                graphs=[graphs[i] for i in order] if graphs is not None else None)

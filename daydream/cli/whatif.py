@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import click
-from rich.table import Table
 
 from daydream.api import open_job, predict_job, predict_memory_for
 from daydream.cli._progress import err, out, progress_bar
@@ -13,6 +12,7 @@ from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.cost import CostOptions
 from daydream.errors import InputError
 from daydream.report import plotting
+from daydream.report.table import Table
 
 
 @click.command("whatif")

@@ -7,11 +7,11 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from daydream._files import write_atomically
 from daydream.report.console import format_bytes, format_ns
+from daydream.report.table import Table
 
 
 def format_quantity(value: float | None, unit: str) -> str:

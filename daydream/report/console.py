@@ -10,10 +10,10 @@ from typing import Any
 from rich.columns import Columns
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from daydream.mapping.attribution import layer_label
+from daydream.report.table import Table
 
 
 def format_ns(ns: float | int | None) -> str:

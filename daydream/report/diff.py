@@ -14,11 +14,11 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from daydream import __version__
 from daydream.report.console import format_ns
+from daydream.report.table import Table
 from daydream.simulate.diff import Change, Comparison
 
 SCHEMA_VERSION = 1

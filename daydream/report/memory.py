@@ -11,7 +11,6 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from daydream import __version__
@@ -20,6 +19,7 @@ from daydream.errors import InputError
 from daydream.memory import CATEGORIES, DeviceMemory
 from daydream.report import plotting
 from daydream.report.console import format_bytes
+from daydream.report.table import Table
 
 SCHEMA_VERSION = 1
 _COLORS = {"weights": "#4c72b0", "activations": "#dd8452", "gradients": "#55a868", "optimizer state": "#c44e52",

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from daydream import __version__
 from daydream.graph import DepKind
 from daydream.graph.model import ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
+from daydream.report.table import Table
 from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate import Replay
 from daydream.simulate.analysis import Breakdowns, critical_path, recorded_timeline

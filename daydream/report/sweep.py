@@ -2,8 +2,9 @@
 
 The JSON contract: `{"parameter", "values", "baseline_ns", "points": [{"value", "predicted_ns",
 "relative_throughput", "scaling_efficiency"}]}`. For a sweep over `world` (data-parallel
-ranks, each with the traced batch), relative throughput is N · T1 / TN, and scaling
-efficiency T1 / TN, where T1 is the simulated baseline (one rank, no communication).
+ranks, each with the traced batch), relative throughput is (N / n) · T1 / TN, and scaling
+efficiency T1 / TN, where T1 is the simulated baseline of the n ranks traced (one, for a single trace). Samples
+per second are the job's: every rank's batch.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import os
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from daydream import __version__
 from daydream._files import atomic_output
 from daydream.report import plotting
 from daydream.report.console import format_bytes, format_ns
+from daydream.report.table import Table
 from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate.whatif import Prediction
-from daydream.transforms.optimizations import samples_factor, with_value
+from daydream.transforms.optimizations import job_ranks, samples_factor, with_value
 
 SCHEMA_VERSION = 1
 
@@ -35,14 +36,15 @@ def summarize_sweep(source: str, specs: list[str], parameter: str, runs: list[tu
     points = []
     for value, predictions in runs:
         predicted = max(p.predicted_ns for p in predictions)
-        ranks = _number(value) if parameter == "world" else 1.0
-        per_rank = samples * samples_factor([with_value(spec, parameter, value) for spec in specs]) if samples else None
+        chosen = [with_value(spec, parameter, value) for spec in specs]
+        ranks = float(job_ranks(chosen, len(predictions)))
+        per_rank = samples * samples_factor(chosen) if samples else None
         points.append({
             "value": value,
             "predicted_ns": predicted,
             # samples per second of the whole job: every rank processes its own batch
             "samples_per_s": samples_per_s(per_rank * ranks if per_rank else None, predicted),
-            "relative_throughput": ranks * baseline / predicted if predicted else None,
+            "relative_throughput": ranks / len(predictions) * baseline / predicted if predicted else None,
             "scaling_efficiency": baseline / predicted if predicted else None,
             "notes": predictions[0].notes,
         })

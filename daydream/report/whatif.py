@@ -14,15 +14,15 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from daydream import __version__
 from daydream.report.console import format_bytes, format_ns
+from daydream.report.table import Table
 from daydream.report.throughput import batch_size, samples_per_s
 from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
-from daydream.transforms.optimizations import samples_factor
+from daydream.transforms.optimizations import job_ranks, samples_factor
 
 SCHEMA_VERSION = 1
 
@@ -34,6 +34,10 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
     bound = slowest.bound.as_dict() if slowest.bound else None
     samples = batch_size(slowest.trace)
     predicted_samples = samples * samples_factor(specs) if samples else None
+    # The job's throughput: every rank processes its own batch (ddp:world=8 runs eight of them).
+    ranks = {"baseline": len(predictions), "predicted": job_ranks(specs, len(predictions))}
+    job = {key: (per_rank * ranks[key] if per_rank else None)
+           for key, per_rank in (("baseline", samples), ("predicted", predicted_samples))}
     return {
         "schema_version": SCHEMA_VERSION,
         "daydream_version": __version__,
@@ -41,10 +45,13 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
         "optimizations": specs,
         "iteration_ns": {"measured": measured, "simulated": baseline.simulated_ns, "predicted": slowest.predicted_ns},
         "speedup": baseline.simulated_ns / slowest.predicted_ns if slowest.predicted_ns else None,
-        # per rank: samples per iteration (None when the trace does not say) and samples per second
+        # per rank: samples per iteration (None when the trace does not say); the data-parallel ranks of the job,
+        # traced and predicted; the job's samples per second (all its ranks)
         "batch_size": {"baseline": samples, "predicted": predicted_samples},
-        "samples_per_s": {"measured": samples_per_s(samples, measured), "simulated": samples_per_s(samples, baseline.simulated_ns),
-                          "predicted": samples_per_s(predicted_samples, slowest.predicted_ns)},
+        "job_ranks": ranks,
+        "samples_per_s": {"measured": samples_per_s(job["baseline"], measured),
+                          "simulated": samples_per_s(job["baseline"], baseline.simulated_ns),
+                          "predicted": samples_per_s(job["predicted"], slowest.predicted_ns)},
         "bound_by": bound,
         "pinned_on_critical_path": slowest.bound.unexplained_share if slowest.bound else 0.0,
         "warnings": slowest.warnings,
@@ -81,9 +88,12 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
                   Text(f"{speedup:.2f}x" if speedup else "—", style=style))
     throughput = summary.get("samples_per_s") or {}
     if throughput.get("predicted"):
+        ranks = summary.get("job_ranks") or {"baseline": 1, "predicted": 1}
+        of_ranks = (f", {ranks['baseline']} → {ranks['predicted']} ranks" if ranks["predicted"] != ranks["baseline"]
+                    else f", {ranks['predicted']} ranks" if ranks["predicted"] > 1 else "")
         table.add_row("throughput", f"{throughput['predicted']:,.0f} samples/s",
                       Text(f"from {throughput['simulated']:,.0f} (batch {summary['batch_size']['baseline']:g} → "
-                           f"{summary['batch_size']['predicted']:g})", style="dim"))
+                           f"{summary['batch_size']['predicted']:g} per rank{of_ranks})", style="dim"))
     if summary.get("bound_by"):
         table.add_row("critical path", "", Text(bound_line(summary["bound_by"]), style="dim"))
     rank = summary["ranks"][0]

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from daydream.errors import InputError
 from daydream.trace import kineto, store
 from daydream.trace.model import (
     API_KINDS,
@@ -74,6 +76,20 @@ def rank_order(traces: list[Trace]) -> list[int]:
     return sorted(range(len(traces)), key=lambda i: (traces[i].meta.rank is None, traces[i].meta.rank or 0))
 
 
+def check_ranks(path: str | os.PathLike[str], traces: list[Trace]) -> None:
+    """Refuse traces that are not ranks of one job: two or more that record no rank and come from the same host
+    process (a TensorBoard log folder holding two captures of one run, made at different times)."""
+    if len(traces) < 2 or any(t.meta.rank is not None for t in traces):
+        return
+    owners: dict[int | str, str] = {}
+    for trace in traces:
+        for pid in {t.pid for t in trace.tracks if t.kind is TrackKind.HOST and t.pid}:
+            if pid in owners and owners[pid] != trace.meta.source:
+                raise InputError(f"{path}: {Path(owners[pid]).name} and {Path(trace.meta.source).name} are two captures of "
+                                 f"one process (pid {pid}), not ranks of a job: pass one of the files")
+            owners[pid] = trace.meta.source
+
+
 def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
     """All ranks at `path` (file, folder or archive), normalized, in rank order."""
     traces = []
@@ -84,6 +100,7 @@ def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
             if cache:
                 write_cache(source, trace)
         traces.append(trace)
+    check_ranks(path, traces)
     return Job(source=str(path), traces=order_by_rank(traces))
 
 

@@ -282,6 +282,19 @@ def samples_factor(specs: list[str]) -> float:
     return factor
 
 
+def job_ranks(specs: list[str], traced: int) -> int:
+    """How many data-parallel ranks run the step under the optimizations `specs`: the last `world` one of them sets
+    (ddp:world=8, zero:world=64, ...), else `traced`, the ranks simulated from their traces."""
+    ranks = traced
+    for spec in specs:
+        if is_pipeline_file(spec):
+            continue
+        world = parse_spec(spec)[1].get("world")
+        if isinstance(world, int) and world > 0:
+            ranks = world
+    return ranks
+
+
 def apply_spec(graph: Graph, spec: tuple[str, dict[str, Any]], context: Context) -> list[str]:
     name, params = spec
     return OPTIMIZATIONS[name].apply(graph, params, context)

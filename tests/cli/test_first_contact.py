@@ -225,3 +225,38 @@ def test_ranks_that_disagree_on_the_world_size_are_said(tmp_path: Path, capsys: 
     assert main(["replay", str(tmp_path), "--json"]) == 0
     notes = [note for rank in json.loads(capsys.readouterr().out)["ranks"] for note in rank["notes"]]
     assert any("the ranks disagree on the world size (rank 0: 2, rank 1: 4)" in note for note in notes)
+
+
+def test_at_80_columns_the_replay_table_keeps_every_figure_whole(capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from daydream.report.console import format_ns
+
+    trace = str(REPO / "examples" / "traces" / "cnn_v100.json.gz")
+    assert main(["replay", "--json", trace]) == 0
+    iterations = json.loads(capsys.readouterr().out)["ranks"][0]["iterations"]
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["replay", trace]) == 0
+    shown = capsys.readouterr().out
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    for it in iterations:  # each figure on one line, uncut
+        assert format_ns(it["measured_ns"]) in shown and f"{it['signed_error'] * 100:+.2f}%" in shown
+    assert "…" not in shown.split("╭")[0]  # the replay table itself: nothing cut to an ellipsis
+
+
+def test_data_parallel_throughput_is_the_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(REPO / "examples" / "h200" / "mlp-baseline.json.gz")  # examples/mlp.py at --batch-size 2048
+    assert main(["whatif", trace, "--opt", "ddp:world=8", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["job_ranks"] == {"baseline": 1, "predicted": 8}
+    assert summary["samples_per_s"]["predicted"] == pytest.approx(8 * 2048 * 1e9 / summary["iteration_ns"]["predicted"])
+
+
+def test_two_captures_of_one_process_are_not_a_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    source = REPO / "examples" / "h200" / "mlp-baseline.json.gz"  # records no rank
+    shutil.copy(source, folder / "host_1234.1.pt.trace.json.gz")
+    shutil.copy(source, folder / "host_1234.2.pt.trace.json.gz")
+    assert main(["replay", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "two captures of one process" in err[0] and "pass one of the files" in err[0]

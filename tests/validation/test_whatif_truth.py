@@ -91,7 +91,7 @@ def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     options = argparse.Namespace(device="cpu", backend="torch", warmup=1, iterations=3, budget=180.0)
     rows = whatif_truth.compare("mlp", options, tmp_path)
     assert [row.whatif for row in rows] == ["amp", "fused-optimizer", "cuda-graphs", "batch-size:factor=2",
-                                            whatif_truth.CHECKPOINT]
+                                            whatif_truth.CHECKPOINT, "fuse-elementwise"]
     # The baseline's measured time is the median of its recorded ProfilerSteps, read from the file itself.
     steps = [e for e in load_raw(tmp_path / "mlp-baseline.json.gz")["traceEvents"]
              if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
@@ -103,7 +103,7 @@ def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         else:
             assert not row.problem, row.problem
             assert row.predicted_ns and row.measured_ns and row.error is not None
-    assert whatif_truth.table(rows).count("\n| mlp |") == 5
+    assert whatif_truth.table(rows).count("\n| mlp |") == 6
 
 
 def test_gpu_check_without_a_gpu_exits_2_with_one_line() -> None:
