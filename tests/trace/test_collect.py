@@ -255,6 +255,34 @@ def test_a_compiled_model_is_recorded_without_breaking_its_compile(tmp_path: Pat
     assert "daydream.layer::OptimizedModule" in names and "daydream.phase::backward" in names
 
 
+def test_a_recursive_step_function_ends_one_iteration_per_outermost_call(tmp_path: Path) -> None:
+    script = tmp_path / "recursive.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        weight = torch.randn(8, 8, requires_grad=True)
+        def step(depth=3):
+            if depth:  # recurses as repackage_hidden does over nested hidden states
+                return step(depth - 1)
+            loss = (torch.randn(4, 8) @ weight).pow(2).mean()
+            loss.backward()
+            with torch.no_grad():
+                weight.sub_(0.01 * weight.grad)
+                weight.grad = None
+        for _ in range(6):
+            step()
+    """))
+    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "3", "--step-fn", "step")
+    assert code == 0
+    trace = read_job(out, cache=False).traces[0]
+    iterations = find_iterations(trace)
+    assert len(iterations) == 3
+    # each iteration holds one whole step (its multiplies, forward and backward), none an empty slice of one
+    mm = trace.indices(EventKind.CPU_OP)
+    mm = mm[[trace.name_of(r) == "aten::mm" for r in mm.tolist()]]
+    counts = [int(((trace.ts_ns[mm] >= it.start_ns) & (trace.ts_ns[mm] < it.end_ns)).sum()) for it in iterations]
+    assert counts[0] >= 1 and counts == [counts[0]] * 3
+
+
 def test_missing_script_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["trace", str(tmp_path / "nope.py")])
     assert code == 2 and "no such script" in capsys.readouterr().err

@@ -219,9 +219,18 @@ def watch_script_function(name: str, script: str, hooks: Hooks) -> None:
     import sys
 
     script_path = os.path.realpath(script)
+    depth = [0]  # calls of the function under way: a recursive one ends an iteration at its outermost return only
 
     def profiler(frame: Any, event: str, arg: Any) -> None:
-        if event == "return" and frame.f_code.co_name == name and os.path.realpath(frame.f_code.co_filename) == script_path:
+        if event not in ("call", "return") or frame.f_code.co_name != name:
+            return
+        if os.path.realpath(frame.f_code.co_filename) != script_path:
+            return
+        if event == "call":
+            depth[0] += 1
+            return
+        depth[0] = max(0, depth[0] - 1)
+        if depth[0] == 0:
             hooks.on_step()
 
     previous = sys.getprofile()
@@ -250,9 +259,18 @@ def _wrap_step_fn(spec: str, hooks: Hooks, search_path: str | None = None) -> No
     if not callable(original):
         raise InputError(f"--step-fn {spec!r}: {module_name} has no function {function_name!r}")
 
+    depth = [0]
+
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        hooks.on_step()
+        # A recursive step function (the word language model's repackage_hidden) calls itself through this name:
+        # only the outermost return ends an iteration.
+        depth[0] += 1
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        if depth[0] == 0:
+            hooks.on_step()
         return result
 
     setattr(module, function_name, wrapped)
