@@ -159,21 +159,32 @@ def test_script_ending_too_early_writes_nothing(tmp_path: Path, capsys: pytest.C
     assert len([line for line in err.splitlines() if line.startswith("daydream: error")]) == 1
 
 
-def test_step_function_marks_iterations_without_an_optimizer(tmp_path: Path) -> None:
+#: A training step without an optimizer, as a function that first recurses `depth` times (as the word language
+#: model's repackage_hidden does over nested hidden states).
+MANUAL_STEP = """
+    import torch
+    weight = torch.randn(8, 8, requires_grad=True)
+    def train_step(depth={depth}):
+        if depth:
+            return train_step(depth - 1)
+        loss = (torch.randn(4, 8) @ weight).pow(2).mean()
+        loss.backward()
+        with torch.no_grad():
+            weight.sub_(0.01 * weight.grad)
+            weight.grad = None
+    for _ in range(6):
+        train_step()
+"""
+
+
+def _manual_step(tmp_path: Path, depth: int) -> Path:
     script = tmp_path / "manual.py"
-    script.write_text(textwrap.dedent("""
-        import torch
-        weight = torch.randn(8, 8, requires_grad=True)
-        def train_step():
-            loss = (torch.randn(4, 8) @ weight).pow(2).mean()
-            loss.backward()
-            with torch.no_grad():
-                weight.sub_(0.01 * weight.grad)
-                weight.grad = None
-        for _ in range(6):
-            train_step()
-    """))
-    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "3", "--step-fn", "train_step")
+    script.write_text(textwrap.dedent(MANUAL_STEP.format(depth=depth)))
+    return script
+
+
+def test_step_function_marks_iterations_without_an_optimizer(tmp_path: Path) -> None:
+    code, out = _trace(tmp_path, _manual_step(tmp_path, 0), "--warmup", "1", "--iterations", "3", "--step-fn", "train_step")
     assert code == 0
     trace = read_job(out, cache=False).traces[0]
     assert len(find_iterations(trace)) == 3
@@ -256,22 +267,7 @@ def test_a_compiled_model_is_recorded_without_breaking_its_compile(tmp_path: Pat
 
 
 def test_a_recursive_step_function_ends_one_iteration_per_outermost_call(tmp_path: Path) -> None:
-    script = tmp_path / "recursive.py"
-    script.write_text(textwrap.dedent("""
-        import torch
-        weight = torch.randn(8, 8, requires_grad=True)
-        def step(depth=3):
-            if depth:  # recurses as repackage_hidden does over nested hidden states
-                return step(depth - 1)
-            loss = (torch.randn(4, 8) @ weight).pow(2).mean()
-            loss.backward()
-            with torch.no_grad():
-                weight.sub_(0.01 * weight.grad)
-                weight.grad = None
-        for _ in range(6):
-            step()
-    """))
-    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "3", "--step-fn", "step")
+    code, out = _trace(tmp_path, _manual_step(tmp_path, 3), "--warmup", "1", "--iterations", "3", "--step-fn", "train_step")
     assert code == 0
     trace = read_job(out, cache=False).traces[0]
     iterations = find_iterations(trace)
