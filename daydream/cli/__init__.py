@@ -57,11 +57,25 @@ def cli() -> None:
     """daydream: predict how a training step would change, from one trace of it."""
 
 
+def _tolerate_narrow_encodings() -> None:
+    """Where stdout or stderr cannot encode all of Unicode (PYTHONIOENCODING=ascii, a latin-1 terminal), write what
+    it cannot as "?" rather than fail with an internal error half-way through a table."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        reconfigure = getattr(stream, "reconfigure", None)
+        if encoding not in ("utf8", "utf16", "utf32") and reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError, TypeError):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the daydream CLI with `argv` (default: sys.argv[1:]) and return the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if not args:  # bare `daydream`: what it does and its commands, as --help shows them
         args = ["--help"]
+    _tolerate_narrow_encodings()
     try:
         with warnings.catch_warnings():
             if not os.environ.get("DAYDREAM_DEBUG"):

@@ -7,6 +7,7 @@ identity of a source (path, member, size, mtime) is what the cache is keyed on.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -44,7 +45,14 @@ def max_bytes() -> int:
     if not found:
         raise InputError(f"DAYDREAM_MAX_BYTES={text!r} is not a size — write e.g. 64GB or 500MB")
     base = 1024 if found.group(3) else 1000
-    return int(float(found.group(1)) * base ** " kmgt".index(found.group(2).lower() or " "))
+    try:
+        value = float(found.group(1)) * base ** " kmgt".index(found.group(2).lower() or " ")
+    except ValueError:  # "1.2.3"
+        value = float("nan")
+    if not math.isfinite(value) or value < 1:
+        raise InputError(f"DAYDREAM_MAX_BYTES={text!r} is not a size from 1 byte to a finite number — write e.g. 64GB "
+                         "or 500MB")
+    return int(value)
 
 
 @dataclass(slots=True, frozen=True)

@@ -122,3 +122,25 @@ def test_an_output_that_is_a_directory_is_one_line(tmp_path: Path, capsys: pytes
     with pytest.raises(InputError, match="is a directory, not a file"):
         write_atomically(tmp_path, b"x")
     assert tmp_path.is_dir() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("value", ["1e999", "0", "1.2.3"])
+def test_a_max_bytes_that_is_no_size_is_one_line(value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAYDREAM_MAX_BYTES", value)
+    trace = Path(__file__).resolve().parents[2] / "examples" / "traces" / "cnn_v100.json.gz"
+    assert main(["inspect", str(trace)]) == 2  # the autouse fixture gives each test an empty cache: the file is read
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DAYDREAM_MAX_BYTES" in err[0] and "64GB" in err[0]
+
+
+def test_an_ascii_only_terminal_gets_the_tables_not_an_internal_error() -> None:
+    import os
+    import subprocess
+    import sys
+
+    trace = Path(__file__).resolve().parents[2] / "examples" / "traces" / "cnn_v100.json.gz"
+    done = subprocess.run([sys.executable, "-m", "daydream", "replay", str(trace)], capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii"}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert b"replay of" in done.stdout and b"internal error" not in done.stderr
