@@ -36,6 +36,15 @@ def test_scale_by_factor_and_by_function() -> None:
         scale(g, np.array([0]), factor=2.0, function=lambda gr, ids: ids)
 
 
+@pytest.mark.parametrize("factor", [float("nan"), float("inf"), -0.0, -1.0])
+def test_scale_refuses_a_factor_that_is_no_duration_multiplier(factor: float) -> None:
+    # NaN, inf and -0.0 used to predict as factor 0 without a word
+    g = graph([op("a", 10)], [])
+    with pytest.raises(ValueError, match="finite numbers of 0 or more"):
+        scale(g, np.array([0]), factor=factor)
+    assert g.tasks["duration_ns"].tolist() == [10]
+
+
 def test_remove_reconnects_program_order_and_drops_its_launch() -> None:
     tasks, edges = launch_chain([{"kind": TaskKind.HOST_CALL, "name": "l", "duration": 5, "gap": 10}] * 3,
                                 [kernel("k", 20), kernel("k", 20), kernel("k", 20)])
