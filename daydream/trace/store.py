@@ -43,7 +43,7 @@ def cache_dir() -> Path:
 
 
 def cache_path(identity: str) -> Path:
-    digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:32]
+    digest = hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()[:32]  # a path of non-UTF-8 bytes
     return cache_dir() / f"{digest}.npz"
 
 

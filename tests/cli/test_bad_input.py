@@ -144,3 +144,13 @@ def test_an_ascii_only_terminal_gets_the_tables_not_an_internal_error() -> None:
                           env={**os.environ, "PYTHONIOENCODING": "ascii"}, check=False)
     assert done.returncode == 0, done.stderr
     assert b"replay of" in done.stdout and b"internal error" not in done.stderr
+
+
+def test_a_trace_path_with_bytes_that_are_not_utf8_is_read(tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    path = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"caf\xe9.json.gz"))  # as the shell passes it
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "traces" / "cnn_v100.json.gz", path)
+    assert main(["inspect", path]) == 0
+    assert main(["inspect", path]) == 0  # and from the cache, whose key is the path
