@@ -27,3 +27,7 @@ class TraceFormatError(InputError):
         self.problem = problem
         self.hint = hint
         super().__init__(f"{source}: {problem} — {hint}" if hint else f"{source}: {problem}")
+
+    def __reduce__(self) -> tuple[type[TraceFormatError], tuple[str, str, str]]:
+        # Rebuilt from its parts, not from its message: a rank read in a worker process sends it back pickled.
+        return type(self), (self.source, self.problem, self.hint)

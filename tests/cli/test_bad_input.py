@@ -154,3 +154,18 @@ def test_a_trace_path_with_bytes_that_are_not_utf8_is_read(tmp_path: Path) -> No
     shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "traces" / "cnn_v100.json.gz", path)
     assert main(["inspect", path]) == 0
     assert main(["inspect", path]) == 0  # and from the cache, whose key is the path
+
+
+def test_a_rank_that_fails_in_a_worker_process_is_the_same_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pickle
+    import shutil
+
+    from daydream.errors import TraceFormatError
+
+    again = pickle.loads(pickle.dumps(TraceFormatError("r.json", "no traceEvents", "hint")))
+    assert (again.source, again.problem, again.hint, str(again)) == ("r.json", "no traceEvents", "hint", "r.json: no traceEvents — hint")
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "h200" / "mlp-baseline.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "rank1.json").write_text("{}")
+    assert main(["replay", str(tmp_path), "--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rank1.json" in err[0] and "internal error" not in err[0]
