@@ -1,3 +1,3 @@
-from daydream.cli import run
+from daydream._start import run
 
 run()

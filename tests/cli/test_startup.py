@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import daydream.cli
 
 
@@ -31,3 +33,23 @@ def test_help_and_inspect_do_not_import_numba() -> None:
     # whatif --list needs the optimizations, which need it: the checks above are not vacuous
     assert "numba" in _imported("import contextlib, io\nfrom daydream.cli import main\n"
                                 "with contextlib.redirect_stdout(io.StringIO()):\n    main(['whatif', '--list'])")
+
+
+def test_ctrl_c_while_daydream_is_still_importing_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+    import types
+
+    from daydream import _start
+
+    class Interrupted(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            if name == "run":
+                raise KeyboardInterrupt  # as if Ctrl-C came while `from daydream.cli import run` ran
+            raise AttributeError(name)
+
+    monkeypatch.setitem(sys.modules, "daydream.cli", Interrupted("daydream.cli"))
+    with pytest.raises(SystemExit) as ended:
+        _start.run()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "daydream: error: interrupted\n"
