@@ -143,7 +143,7 @@ def test_a_script_that_fails_before_the_capture_shows_its_own_traceback(tmp_path
 
 
 def test_a_step_function_never_called_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["trace", "--step-fn", "no_such_function", str(REPO / "examples" / "mlp.py"), "--", "--steps", "3"]) == 1
+    assert main(["trace", "--step-fn", "no_such_function", str(REPO / "examples" / "mlp.py"), "--", "--steps", "3"]) == 2
     assert "--step-fn no_such_function was never called" in _one_error_line(capsys.readouterr().err)
 
 

@@ -154,7 +154,7 @@ def test_script_ending_too_early_writes_nothing(tmp_path: Path, capsys: pytest.C
     code, out = _trace(tmp_path, _script(tmp_path), "--warmup", "2", "--iterations", "3",
                        script_args=("3", str(tmp_path / "done")))
     err = capsys.readouterr().err
-    assert code == 1 and not out.exists()
+    assert code == 2 and not out.exists()  # the user's to correct: more steps, or fewer iterations
     assert "saw 3 iteration(s) of the 5 needed" in err
     assert len([line for line in err.splitlines() if line.startswith("daydream: error")]) == 1
 

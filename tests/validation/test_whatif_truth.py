@@ -65,7 +65,7 @@ def test_variants_that_need_a_gpu_say_so(flags: list[str], message: str) -> None
 def test_the_step_function_of_the_shared_loop_is_found_beside_the_script(capsys: pytest.CaptureFixture[str]) -> None:
     # training:train_step is imported from the script's folder (it ends iterations under --cuda-graphs);
     # on the CPU the eager loop never calls it, which is said, rather than "cannot import".
-    assert main(["trace", "--step-fn", "training:train_step", MLP, "--", "--steps", "3"]) == 1
+    assert main(["trace", "--step-fn", "training:train_step", MLP, "--", "--steps", "3"]) == 2
     assert "--step-fn training:train_step was never called" in capsys.readouterr().err
 
 

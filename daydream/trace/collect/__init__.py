@@ -37,9 +37,10 @@ class CaptureError(DaydreamError):
     `script_error` is the script's own traceback when it failed, for the user to read above the one-line error.
     """
 
-    def __init__(self, message: str, script_error: str = "") -> None:
+    def __init__(self, message: str, script_error: str = "", exit_code: int = 1) -> None:
         super().__init__(message)
         self.script_error = script_error
+        self.exit_code = exit_code
 
 
 @dataclass(slots=True)
@@ -162,7 +163,10 @@ def capture(options: CaptureOptions, status: Status | None = None) -> CaptureRes
 
         document, recorded, outcome = torch_backend.record(options, status)
     if recorded < options.iterations or document is None:
-        raise CaptureError(_short_capture_message(options, recorded, outcome), outcome.formatted_error)
+        # The script ended (or never called --step-fn) before enough iterations: the user's to correct, exit 2; a script
+        # that failed keeps exit 1, its traceback above the line.
+        raise CaptureError(_short_capture_message(options, recorded, outcome), outcome.formatted_error,
+                           exit_code=1 if outcome.error is not None else 2)
     out, rank_notice = output_path(options)
     write_trace_document(out, document)
     return CaptureResult(out, backend, recorded, outcome, [n for n in (notice, rank_notice) if n])
