@@ -80,6 +80,8 @@ def load(path: Path, stamp: dict[str, Any] | None = None) -> Trace | None:
     trace again", never a wrong answer or an error.
     """
     try:
+        if not path.is_file():  # missing, or a FIFO / device / folder in its place (or a link to one): opening would hang
+            return None
         with np.load(path, allow_pickle=False) as stored:
             header = json.loads(stored["header"].tobytes().decode("utf-8"))
             if not isinstance(header, dict) or header.get("store_version") != STORE_VERSION:

@@ -143,3 +143,12 @@ def test_jit_compiles_without_a_cache_where_numba_cannot_write_one(monkeypatch: 
 
     assert _jit.jit(add)(2, 3) == 5
     assert asked == [True, False]
+
+
+def test_a_cache_entry_that_is_a_fifo_or_a_link_to_one_is_a_miss(tmp_path: Path) -> None:
+    fifo = tmp_path / "entry.npz"
+    os.mkfifo(fifo)
+    assert store.load(fifo) is None  # returns at once: nothing opened the FIFO for reading
+    link = tmp_path / "link.npz"
+    link.symlink_to(fifo)
+    assert store.load(link) is None
