@@ -150,9 +150,16 @@ def test_finish_lets_the_script_run_to_its_end(tmp_path: Path) -> None:
     assert (tmp_path / "done").read_text() == "finished"
 
 
-def test_script_ending_too_early_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_script_ending_too_early_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     code, out = _trace(tmp_path, _script(tmp_path), "--warmup", "2", "--iterations", "3",
                        script_args=("3", str(tmp_path / "done")))
+    assert not list(scratch.glob("daydream-capture-*"))  # the recorder's scratch folder is gone too
     err = capsys.readouterr().err
     assert code == 2 and not out.exists()  # the user's to correct: more steps, or fewer iterations
     assert "saw 3 iteration(s) of the 5 needed" in err

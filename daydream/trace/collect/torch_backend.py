@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -100,12 +101,13 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
                     pass
     outcome.steps = steps
     recorded = max(0, min(steps - warmup, active))
-    if "incomplete" in exported or recorded < active:
-        return None, recorded, outcome
-    with open(exported["path"], encoding="utf-8") as handle:
-        document = json.load(handle)
-    os.remove(exported["path"])
-    os.rmdir(scratch)
+    try:
+        if "incomplete" in exported or recorded < active:
+            return None, recorded, outcome
+        with open(exported["path"], encoding="utf-8") as handle:
+            document = json.load(handle)
+    finally:  # the scratch folder goes, whether the recording ended early or not
+        shutil.rmtree(scratch, ignore_errors=True)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
     document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size, before.recorded())
     return document, recorded, outcome
