@@ -18,6 +18,7 @@ import os
 import pkgutil
 import sys
 import warnings
+from typing import Any
 
 import click
 
@@ -70,12 +71,38 @@ def _tolerate_narrow_encodings() -> None:
                 pass
 
 
+def _terminate_cleanly() -> Any:
+    """SIGTERM (a CI runner's timeout, `kill`) raises SystemExit(143) instead of ending the process at once, so that a
+    half-written output's temporary file is removed on the way out; returns the handler it replaced (None where it
+    cannot be set: not the main thread)."""
+    import signal
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, terminate)
+    except (ValueError, OSError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the daydream CLI with `argv` (default: sys.argv[1:]) and return the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if not args:  # bare `daydream`: what it does and its commands, as --help shows them
         args = ["--help"]
     _tolerate_narrow_encodings()
+    previous = _terminate_cleanly()
+    try:
+        return _main(args)
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: list[str]) -> int:
     try:
         with warnings.catch_warnings():
             if not os.environ.get("DAYDREAM_DEBUG"):

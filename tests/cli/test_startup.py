@@ -53,3 +53,22 @@ def test_ctrl_c_while_daydream_is_still_importing_is_one_line(monkeypatch: pytes
         _start.run()
     assert ended.value.code == 130
     assert capsys.readouterr().err == "daydream: error: interrupted\n"
+
+
+def test_sigterm_ends_a_command_through_its_cleanup(tmp_path: Path) -> None:
+    # A CI runner's timeout sends SIGTERM: the half-written output's temporary file must go with the process.
+    import os
+    import signal
+
+    from daydream._files import atomic_output
+    from daydream.cli import _terminate_cleanly
+
+    previous = _terminate_cleanly()
+    try:
+        with pytest.raises(SystemExit) as ended, atomic_output(tmp_path / "report.html") as out:
+            out.write(b"half")
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []  # neither the output nor its temporary file
