@@ -581,3 +581,19 @@ def test_on_the_cpu_ddps_buffer_broadcasts_compete_with_rank_0s_forward(example_
         assert (durations[2] == durations[1]).all()
         return
     assert (durations[2] > durations[1]).all() and (durations[2] <= 2 * durations[1] + 1).all()
+
+
+def test_a_script_that_never_steps_is_told_what_ends_an_iteration(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from daydream.trace.collect.hooks import _NoStepNotice
+
+    silent = _NoStepNotice(None, after_s=0.05)
+    time.sleep(0.3)
+    said = capsys.readouterr().err
+    assert said.count("daydream: no iteration has ended") == 1 and "--step-fn FUNCTION" in said
+    stepped = _NoStepNotice(None, after_s=0.2)
+    stepped.cancel()  # an iteration ended in time: nothing said
+    time.sleep(0.3)
+    assert capsys.readouterr().err == ""
+    silent.cancel()

@@ -117,7 +117,14 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
         open_range = torch_range
     record_function: Callable[[str], RangeScope] = open_range
-    hooks = Hooks(on_step=on_step)
+    watch = _NoStepNotice(step_fn)
+
+    def stepped() -> None:
+        watch.cancel()
+        on_step()
+
+    hooks = Hooks(on_step=stepped)
+    hooks._restore.append(watch.cancel)
     hooks._names = weakref.WeakKeyDictionary()
     hooks._models, hooks._optimizers = weakref.WeakSet(), weakref.WeakSet()
 
@@ -284,6 +291,39 @@ def _leading_dimension(args: Any) -> int | None:
         if shape is not None and len(shape) >= 1:
             return int(shape[0])
     return None
+
+
+#: Seconds without any iteration ending before `daydream trace` says why it may never end.
+NO_STEP_NOTICE_S = 60.0
+
+
+class _NoStepNotice:
+    """Once, if no iteration has ended `NO_STEP_NOTICE_S` after the hooks went in: a line on stderr saying what ends
+    one, so that a script that never calls optimizer.step() (weights updated by hand) is not a silent wait."""
+
+    def __init__(self, step_fn: str | None, after_s: float | None = None) -> None:
+        import threading
+
+        self.step_fn = step_fn
+        self.timer = threading.Timer(NO_STEP_NOTICE_S if after_s is None else after_s, self.say)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def message(self) -> str:
+        waited = f"{self.timer.interval:.0f} s"
+        if self.step_fn:
+            return f"daydream: no iteration has ended in {waited}: --step-fn {self.step_fn} has not returned yet"
+        return (f"daydream: no iteration has ended in {waited}: iterations end at optimizer.step(), and none has run — "
+                "if the script updates its weights by hand, name its step function with --step-fn FUNCTION")
+
+    def say(self) -> None:
+        import sys
+
+        sys.stderr.write(self.message() + "\n")
+        sys.stderr.flush()
+
+    def cancel(self) -> None:
+        self.timer.cancel()
 
 
 def _is_compiling(torch: Any) -> Callable[[], bool]:
