@@ -48,6 +48,7 @@ from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.model import GPU_WORK
 from daydream.mapping import PHASES
+from daydream.mapping.linking import innermost_enclosing, link
 from daydream.memory.whatif import batch_size_memory
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.transforms.optimizations import (
@@ -220,7 +221,6 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     """The trace's batch and the CPU ops of forward, backward and data work that carry it (ops in `excluded`, a
     hand-written update loop, and those inside per-parameter scopes left out). The batch size is `batch` where given,
     else the one `daydream trace` recorded, else the size most of the forward's data inputs lead with."""
-    from daydream.mapping.linking import link
     from daydream.report.throughput import batch_size
 
     shapes = OpShapes(trace)
@@ -241,7 +241,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     scoped = [i for i, name in enumerate(trace.strings) if any(p in name for p in PER_PARAMETER)]
     scopes = ops[np.isin(trace.name[ops], scoped)]
     ops = ops[np.isin(phase_of_row[ops], SCALED_PHASES) & ~np.isin(ops, excluded) & ~np.isin(ops, scopes)]
-    ops = ops[innermost(trace, scopes, ops) < 0]
+    ops = ops[innermost_enclosing(trace, scopes, ops) < 0]
     unit_names = [i for i in (trace.string_index(n) for n in UNIT_OPS) if i >= 0]
     ops = ops[~np.isin(trace.name[ops], unit_names)]
     rows, exclusive = exclusive_host_ns(trace)
@@ -249,7 +249,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     launched = _launching(trace, link(trace).op[trace.indices(*GPU_ACTIVITY_KINDS)])
     compute_names = [i for i in (trace.string_index(n) for n in (*MULTIPLIES, *CALLED_AGAIN)) if i >= 0]
     compute = ops[np.isin(trace.name[ops], compute_names)]
-    wrappers = set(innermost(trace, compute, compute).tolist())
+    wrappers = set(innermost_enclosing(trace, compute, compute).tolist())
     for row in ops.tolist():
         if row not in shapes:
             continue
@@ -266,17 +266,10 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     return found
 
 
-def innermost(trace: Trace, candidates: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """For each of `rows`, the innermost of `candidates` enclosing it on its thread (-1 where none)."""
-    from daydream.mapping.linking import innermost_enclosing
-
-    return innermost_enclosing(trace, candidates, rows)
-
-
 def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
     """The CPU ops that launched GPU work, and every op enclosing one of them."""
     ops = trace.indices(EventKind.CPU_OP)
-    parent = dict(zip(ops.tolist(), innermost(trace, ops, ops).tolist()))
+    parent = dict(zip(ops.tolist(), innermost_enclosing(trace, ops, ops).tolist()))
     found: set[int] = set()
     for row in np.unique(launching_ops[launching_ops >= 0]).tolist():
         while row >= 0 and row not in found:
