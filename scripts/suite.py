@@ -28,19 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from _generated import publish  # noqa: E402
+from whatif_truth import SUITE as MODELS  # noqa: E402  model -> (domain, CPU baseline arguments, layers to checkpoint, trace options)
 from whatif_truth import Failed, Row, compare, daydream  # noqa: E402
 
 SUITE = REPO / "examples" / "suite"
-#: model -> (domain, baseline arguments on the CPU, layers to checkpoint, daydream trace options)
-MODELS: dict[str, tuple[str, list[str], str, tuple[str, ...]]] = {
-    "resnet": ("image classification", ["--batch-size", "16"], r"blocks\.\d+$", ()),
-    "translation": ("machine translation", ["--batch-size", "16"], r"(encoder|decoder)\.\d+$", ()),
-    "speech": ("speech recognition", ["--batch-size", "8"], r"blocks\.\d+$", ()),
-    "detection": ("object detection", ["--batch-size", "8"], r"blocks\.\d+$", ()),
-    "dcgan": ("adversarial network", ["--batch-size", "16"], r"blocks\.\d+$", ()),
-    # an RL "sample" is one environment step: 64 environments x 16 rollout steps per iteration
-    "a2c": ("reinforcement learning", ["--batch-size", "64"], r"blocks\.\d+$", ("--batch-size", "1024")),
-}
 CPU_CHECKABLE = ("fused-optimizer", "batch-size:factor=2", "checkpoint")
 
 

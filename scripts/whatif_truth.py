@@ -4,6 +4,7 @@
     python scripts/whatif_truth.py --device cpu --examples mlp --out -    # the same comparison on the CPU
     python scripts/whatif_truth.py --recorded examples/h200              # again from the H200 traces kept here
     OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --rounds 5 --out docs/whatif-cpu.md   # CPU truth
+    OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --examples suite --rounds 5   # the suite's six models
 
 Per example, the baseline (fp32, `--optim loop`) is traced once; from that trace daydream
 predicts `amp`, `fused-optimizer`, `cuda-graphs`, `batch-size:factor=2`,
@@ -39,6 +40,17 @@ CONFIGURATIONS = {
     "cuda": {"mlp": ["--batch-size", "2048"], "cnn": ["--batch-size", "256"],
              "transformer": ["--batch-size", "32", "--context", "256"]},
     "cpu": {"mlp": ["--batch-size", "64"], "cnn": ["--batch-size", "16"], "transformer": ["--batch-size", "4"]},
+}
+#: the training benchmark suite (examples/suite, one model per domain of the TBD suite): model -> (domain, baseline
+#: arguments, the layers to checkpoint, daydream trace options); `--examples suite` names all six
+SUITE: dict[str, tuple[str, list[str], str, tuple[str, ...]]] = {
+    "resnet": ("image classification", ["--batch-size", "16"], r"blocks\.\d+$", ()),
+    "translation": ("machine translation", ["--batch-size", "16"], r"(encoder|decoder)\.\d+$", ()),
+    "speech": ("speech recognition", ["--batch-size", "8"], r"blocks\.\d+$", ()),
+    "detection": ("object detection", ["--batch-size", "8"], r"blocks\.\d+$", ()),
+    "dcgan": ("adversarial network", ["--batch-size", "16"], r"blocks\.\d+$", ()),
+    # an RL "sample" is one environment step: 64 environments x 16 rollout steps per iteration
+    "a2c": ("reinforcement learning", ["--batch-size", "64"], r"blocks\.\d+$", ("--batch-size", "1024")),
 }
 
 
@@ -172,11 +184,45 @@ def predicted_ns(path: Path, whatif: str, budget: float) -> tuple[float, str]:
     return float(document["iteration_ns"]["predicted"]), tiers[0] if tiers else ""
 
 
+@dataclass(frozen=True)
+class Setup:
+    script: Path
+    arguments: list[str]            # the baseline's script arguments (they name --batch-size), before --optim loop
+    checkpoint: str = CHECKPOINT    # the checkpoint what-if
+    daydream_options: tuple[str, ...] = ()
+
+
+def setup(example: str, device: str) -> Setup:
+    """How `example` runs: one of examples/ (mlp, cnn, transformer) or a model of the suite (examples/suite)."""
+    if example in SUITE:
+        _, arguments, layers, trace_options = SUITE[example]
+        return Setup(REPO / "examples" / "suite" / f"{example}.py", arguments, f"checkpoint:layers={layers}", trace_options)
+    if example not in CONFIGURATIONS[device]:
+        raise SystemExit(f"whatif_truth: no example {example!r}; the examples are "
+                         f"{', '.join([*CONFIGURATIONS[device], *SUITE])} (or suite, all)")
+    return Setup(REPO / "examples" / f"{example}.py", CONFIGURATIONS[device][example])
+
+
+def chosen_examples(names: str, device: str) -> list[str]:
+    """`--examples`: comma-separated names, `suite` for the six suite models, `all` for the examples and the suite."""
+    expanded: list[str] = []
+    for name in names.split(","):
+        group = {"suite": list(SUITE), "all": [*CONFIGURATIONS[device], *SUITE]}.get(name, [name])
+        expanded += [n for n in group if n not in expanded]
+    for name in expanded:
+        setup(name, device)  # an unknown name stops here, before anything runs
+    return expanded
+
+
 def compare(example: str, options: argparse.Namespace, work: Path, script: Path | None = None,
-            arguments: list[str] | None = None, checkpoint: str = CHECKPOINT, daydream_options: tuple[str, ...] = ()) -> list[Row]:
-    """Rows of `example` (examples/EXAMPLE.py, or `script` with baseline `arguments`, which name --batch-size)."""
-    script = script or REPO / "examples" / f"{example}.py"
-    configuration = arguments if arguments is not None else CONFIGURATIONS[options.device][example]
+            arguments: list[str] | None = None, checkpoint: str | None = None,
+            daydream_options: tuple[str, ...] | None = None) -> list[Row]:
+    """Rows of `example` (as `setup` says, or `script` with baseline `arguments`, which name --batch-size)."""
+    known = setup(example, options.device) if script is None or arguments is None else None
+    script = script or known.script
+    configuration = arguments if arguments is not None else known.arguments
+    checkpoint = checkpoint or (known.checkpoint if known else CHECKPOINT)
+    daydream_options = daydream_options if daydream_options is not None else (known.daydream_options if known else ())
     baseline_arguments = [*configuration, "--optim", "loop"]
     chosen = variants(options.device, configuration, checkpoint)
     base = work / f"{example}-baseline.json.gz"
@@ -206,7 +252,8 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
 def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint: str = CHECKPOINT) -> list[Row]:
     """Rows of `example` from traces recorded earlier (--keep): no run, so no GPU needed to redo the comparison."""
     base = folder / f"{example}-baseline.json.gz"
-    chosen = variants(options.device, CONFIGURATIONS[options.device][example], checkpoint)
+    known = setup(example, options.device)
+    chosen = variants(options.device, known.arguments, checkpoint if checkpoint != CHECKPOINT else known.checkpoint)
     if not base.exists():
         return [Row(example, v.whatif, problem=f"no {base.name} in {folder}") for v in chosen]
     baseline_ns = measured_ns(base, options.budget)
@@ -279,7 +326,8 @@ def _ms(ns: float | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--examples", default="mlp,cnn,transformer")
+    parser.add_argument("--examples", default="mlp,cnn,transformer",
+                        help="comma-separated: mlp, cnn, transformer, the suite's models (resnet, ...), suite, all")
     parser.add_argument("--backend", default="torch", choices=("torch", "cupti", "auto"))
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=8)
@@ -292,7 +340,8 @@ def main() -> int:
     options = parser.parse_args()
     rows: list[Row] = []
     if options.recorded:
-        rows = [row for example in options.examples.split(",") for row in recorded(example, options.recorded, options)]
+        examples = chosen_examples(options.examples, options.device)
+        rows = [row for example in examples for row in recorded(example, options.recorded, options)]
         text = table(rows)
         print(text, end="") if options.out == "-" else Path(options.out).write_text(text)
         return 0
@@ -302,7 +351,7 @@ def main() -> int:
         rounds: list[list[Row]] = []
         for _ in range(max(1, options.rounds)):
             this_round: list[Row] = []
-            for example in options.examples.split(","):
+            for example in chosen_examples(options.examples, options.device):
                 this_round += compare(example, options, work)
             rounds.append(this_round)
             rows = combined(rounds) if len(rounds) > 1 else this_round
