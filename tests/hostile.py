@@ -477,6 +477,30 @@ def _yaml_cases(seeds: Seeds, rng: random.Random, folder: Path) -> list[Case]:
     pipeline = folder / "pipeline-bomb.yaml"
     pipeline.write_text(_ALIAS_BOMB + "\nname: bomb\nsteps: *i\n")
     made.append(Case("yaml alias bomb in a pipeline", ["whatif", str(trace), "--opt", str(pipeline)]))
+    pipelines = {  # each place a pipeline's value is read: name, description, a select, a factor
+        "alias bomb in a pipeline name": _ALIAS_BOMB + "\nversion: 1\nname: *i\nsteps:\n  - select: {kind: kernel}\n"
+                                         "    scale: {factor: 2}\n",
+        "alias bomb in a pipeline description": _ALIAS_BOMB + "\nversion: 1\nname: b\ndescription: *i\nsteps:\n  - select: {kind: kernel}\n"
+                                                "    scale: {factor: 2}\n",
+        "alias bomb in a select": _ALIAS_BOMB + "\nversion: 1\nname: b\nsteps:\n  - select: {kind: *i}\n    scale: {factor: 2}\n",
+        "alias bomb in a factor": _ALIAS_BOMB + "\nversion: 1\nname: b\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: *i}\n",
+        "factor 1e999": "version: 1\nname: b\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: 1e999}\n",
+        "factor 10^400": "version: 1\nname: b\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: 1" + "0" * 400 + "}\n",
+        "factor 1e999 in quotes": "version: 1\nname: b\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: '1e999'}\n",
+        "factor nan": "version: 1\nname: b\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: .nan}\n",
+        "200,000 keys": "version: 1\nname: b\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: 2}\n"
+                        + "".join(f"k{i}: {i}\n" for i in range(200_000)),
+    }
+    for label, text in pipelines.items():
+        path = folder / f"pipeline-{label.replace(' ', '_').replace(',', '')}.yaml"
+        path.write_text(text)
+        made.append(Case(f"yaml {label}", ["whatif", str(trace), "--opt", str(path)]))
+    fifo = folder / "pipeline-fifo.yaml"
+    os.mkfifo(fifo)
+    made += [Case("yaml pipeline is a FIFO", ["whatif", str(trace), "--opt", str(fifo)]),
+             Case("yaml expectations are a FIFO", ["check", str(fifo)]),
+             Case("yaml pipeline is /dev/zero", ["whatif", str(trace), "--opt", "/dev/zero"]),
+             Case("yaml expectations are /dev/zero", ["check", "/dev/zero"])]
     evil = folder / "pipeline-regex.yaml"
     evil.write_text("name: evil\nsteps:\n  - select: {name: '(a+)+$'}\n    scale: {factor: 2}\n")
     made.append(Case("hostile regex in a pipeline", ["whatif", str(trace), "--opt", str(evil)]))

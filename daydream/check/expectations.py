@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from daydream._yaml import load_yaml
+from daydream._yaml import load_yaml, read_yaml_file
 from daydream.errors import InputError
 
 SUPPORTED_VERSION = 1
@@ -186,15 +186,7 @@ BOUNDS: dict[str, BoundKind] = {
 def load_expectations(path: str | os.PathLike[str]) -> Expectations:
     """Read and check an expectations file. Every problem is an `InputError` naming the file (and check, and key)."""
     source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{source}: no such file — name an expectations file (see docs/check.md)") from None
-    except IsADirectoryError:
-        raise InputError(f"{source}: is a folder — name an expectations file (see docs/check.md)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{source}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    return parse_expectations(text, source)
+    return parse_expectations(read_yaml_file(source, "an expectations file (see docs/check.md)"), source)
 
 
 def parse_expectations(text: str, path: Path) -> Expectations:

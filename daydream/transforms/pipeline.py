@@ -14,6 +14,7 @@ Each step selects tasks (`kind`, `name`, `layer`, `phase`, `iteration` as for
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from daydream._yaml import MAX_BYTES, load_yaml
+from daydream._yaml import load_yaml, read_yaml_file
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.transforms.primitives import remove, reschedule, scale, select, unpin
@@ -30,6 +31,19 @@ SUPPORTED_VERSIONS = (1,)
 _ACTIONS = ("scale", "remove", "unpin", "reschedule")
 _SELECT_KEYS = ("kind", "name", "layer", "phase", "iteration")
 _ACTION_FUNCTIONS: dict[str, Callable[..., Any]] = {"scale": scale, "remove": remove, "unpin": unpin, "reschedule": reschedule}
+#: action -> {argument: (what it must be, the check)}
+_ARGUMENTS: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
+    "scale": {"factor": ("a finite number of 0 or more, e.g. 0.667", lambda v: _number(v) and v >= 0 and not math.copysign(1, v) < 0),
+              "gaps": ("true or false", lambda v: isinstance(v, bool))},
+    "remove": {"keep_gaps": ("true or false", lambda v: isinstance(v, bool))},
+    "unpin": {},
+    "reschedule": {"resource": ("a whole number of 0 or more", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+                   "priority": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool))},
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_pipeline_file(spec: str) -> bool:
@@ -50,14 +64,7 @@ class Pipeline:
 def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
     """Read and check a YAML optimization; errors name the file and the step."""
     source = str(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"{source}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{source}: not UTF-8 text — is this a YAML file?") from None
-    document = load_yaml(text, source)
+    document = load_yaml(read_yaml_file(path, "a YAML optimization (see docs/whatif.md)"), source)
     if not isinstance(document, dict):
         raise InputError(f"{source}: expected a mapping with version, name and steps")
     version = document.get("version")
@@ -82,6 +89,20 @@ def _check_step(source: str, number: int, step: Any) -> None:
         raise InputError(f"{where}: unknown key {unknown[0]!r} (expected select and one of {', '.join(_ACTIONS)})")
     if len(actions) != 1:
         raise InputError(f"{where}: needs exactly one action of {', '.join(_ACTIONS)}")
+    action = actions[0]
+    arguments = step[action] if step[action] is not None else {}
+    if not isinstance(arguments, dict):
+        raise InputError(f"{where}: {action} takes a mapping of {', '.join(_ARGUMENTS[action]) or 'nothing'}, "
+                         f"e.g. {action}: {{}}")
+    for key, value in arguments.items():
+        if key not in _ARGUMENTS[action]:
+            raise InputError(f"{where}: {action} has no argument {key!r} (it takes "
+                             f"{', '.join(_ARGUMENTS[action]) or 'none'})")
+        what, valid = _ARGUMENTS[action][key]
+        if not valid(value):
+            raise InputError(f"{where}: {action} {key} must be {what}, not {str(value)[:40]!r}")
+    if action == "scale" and "factor" not in arguments:
+        raise InputError(f"{where}: scale needs a factor, e.g. scale: {{factor: 0.667}}")
     selector = step.get("select") or {}
     if not isinstance(selector, dict) or any(key not in _SELECT_KEYS for key in selector):
         raise InputError(f"{where}: 'select' takes {', '.join(_SELECT_KEYS)}")

@@ -120,7 +120,7 @@ A = "version: 1\nchecks: {a: {%s}}\n"  # one check named a
     (A % "trace: T, whatif: amp, expect: {speedup_at_least: 2}", "whatif: expected a list"),
     (A % "trace: T, whatif: [warp-drive], expect: {speedup_at_least: 2}", "check 'a': whatif: --opt warp-drive: unknown optimization"),
     (A % "trace: T, whatif: ['amp:speed=2'], expect: {speedup_at_least: 2}", "no parameter 'speed'"),
-    (A % "trace: T, whatif: [missing.yaml], expect: {speedup_at_least: 2}", "missing.yaml: cannot read"),
+    (A % "trace: T, whatif: [missing.yaml], expect: {speedup_at_least: 2}", "missing.yaml: no such file"),
     (A % "trace: T, whatif: [amp], device: Voodoo5, expect: {speedup_at_least: 2}", "check 'a': device: unknown device"),
     (A % "trace: T, whatif: [amp], expect: {speedup_at_least: 2}, stored: {speed: 1}",
      "check 'a': stored: unknown key 'speed'"),

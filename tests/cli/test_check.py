@@ -304,7 +304,7 @@ A = "version: 1\nchecks: {a: {%s}}\n"  # one check named a
      "did not finish within 1 s and was stopped"),
     (A % "command: 'true', timeout: forever, trace: t.json, expect: {replay_error_at_most: 1}",
      "timeout: 'forever' is not a duration"),
-    (A % "trace: TRACE, whatif: [amp], expect: {speedup_at_least: .nan}", "speedup_at_least"),
+    (A % "trace: TRACE, whatif: [amp], expect: {speedup_at_least: .nan}", "not a finite number"),
     ("a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\nd: &d [*c, *c, *c, *c]\n"
      "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, "
      "*d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, *d, "

@@ -160,10 +160,19 @@ def test_yaml_pipeline(tmp_path: Path) -> None:
     good.write_text("version: 1\nname: halve-gemm\nsteps:\n  - select: {kind: kernel, name: gemm}\n    scale: {factor: 0.5}\n")
     pipeline = load_pipeline(good)
     assert pipeline.name == "halve-gemm" and len(pipeline.steps) == 1
+    good.write_text("version: 1\nsteps:\n  - select: {kind: kernel}\n    scale: {factor: 5e-1, gaps: true}\n")
+    assert load_pipeline(good).steps[0]["scale"] == {"factor": 0.5, "gaps": True}  # 5e-1 a number, as in YAML 1.2
     for text, message in (("version: 2\nsteps: []\n", "version"), ("version: 1\nsteps: []\n", "non-empty"),
                           ("version: 1\nsteps:\n  - select: {kind: warp}\n    scale: {factor: 1}\n", "unknown kind"),
                           ("version: 1\nsteps:\n  - select: {}\n    frobnicate: {}\n", "unknown key"),
-                          ("[: not yaml", "not valid YAML")):
+                          ("[: not yaml", "not valid YAML"),
+                          ("version: 1\nsteps:\n  - select: {}\n    scale: {factor: '2'}\n", "factor must be a finite number"),
+                          ("version: 1\nsteps:\n  - select: {}\n    scale: {factor: -0.0}\n", "factor must be a finite number"),
+                          ("version: 1\nsteps:\n  - select: {}\n    scale: {factor: true}\n", "factor must be a finite number"),
+                          ("version: 1\nsteps:\n  - select: {}\n    scale: {}\n", "scale needs a factor"),
+                          ("version: 1\nsteps:\n  - select: {}\n    scale: {factor: 1, speed: 2}\n", "no argument 'speed'"),
+                          ("version: 1\nsteps:\n  - select: {}\n    remove: [1]\n", "takes a mapping of keep_gaps"),
+                          ("version: 1\nsteps:\n  - select: {}\n    reschedule: {resource: -1}\n", "resource must be")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(text)
         with pytest.raises(InputError, match=message):
