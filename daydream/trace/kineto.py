@@ -267,7 +267,10 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
     while True:
         while not at_end and len(buffer) < WINDOW:
             more()
-        cut = _cut(buffer, columns, skipped) if not at_end else None
+        try:
+            cut = _cut(buffer, columns, skipped) if not at_end else None
+        except RecursionError:  # an event nested deeper than the decoder goes: the whole-document path says so
+            return _NOT_STREAMED
         if cut is None:
             if at_end:
                 break

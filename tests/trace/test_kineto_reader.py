@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from daydream.errors import TraceFormatError
 from daydream.trace import GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, TrackKind, read_job
 from tests.builders import annotation, kernel, op, runtime, write_trace
 
@@ -243,6 +244,23 @@ def test_a_document_the_stream_cannot_cut_is_read_whole(tmp_path: Path, monkeypa
     trace = _read(malformed)
     assert len(trace) == 40 and trace.meta.skipped == {"mistyped ts": 1}
     assert wholes == [str(decoy)]  # a malformed event is skipped within the stream
+
+
+def test_an_event_nested_deeper_than_the_decoder_goes_is_one_error_in_the_stream_too(tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # 100,000 levels inside one event's args, past the first window: the stream's cut stops on it and the
+    # whole-document path names the problem, as for a small file.
+    from daydream.trace import kineto
+
+    monkeypatch.setattr(kineto, "WINDOW", 300)
+    depth = 100_000
+    deep = '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1, "args": ' \
+        + '{"a": ' * depth + "1" + "}" * depth + "}"
+    events = [json.dumps(e) for e in _hard_to_cut(20)]
+    path = tmp_path / "deep.json"
+    path.write_text('{"traceEvents": [' + ", ".join([*events[:30], deep, *events[30:]]) + "]}")
+    with pytest.raises(TraceFormatError, match="nested deeper than a trace ever is"):
+        _read(path)
 
 
 def test_streaming_elementwise_ops_get_the_bytes_they_read_and_write(tmp_path: Path) -> None:
