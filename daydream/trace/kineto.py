@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any, Protocol, Union
@@ -323,8 +323,9 @@ def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int |
                 events = _tolerant(msgspec.json.decode(bytes(buffer[:brace + 2]), type=list[msgspec.Raw]), skipped)
             except msgspec.DecodeError:
                 events = None
-        except msgspec.DecodeError:
-            events = None  # a "},{" inside a string or a nested list: try the one before
+        except msgspec.DecodeError as exc:
+            # a "},{" inside a string or a nested list: try the one before; text that is not UTF-8: replaced
+            events = _repaired_events(bytes(buffer[:brace + 2]), skipped) if _not_utf8(exc) else None
         finally:
             buffer[brace + 1] = after
         if events is None:
@@ -406,12 +407,16 @@ def _decoded_chunks(events: list[msgspec.Raw], skipped: dict[str, int], source: 
                 decoded = _EVENTS.decode(b"[" + b",".join(chunk) + b"]")
             except msgspec.ValidationError:
                 decoded = _tolerant(chunk, skipped)
+            except msgspec.DecodeError as exc:
+                if not _not_utf8(exc):
+                    raise
+                decoded = _tolerant([_utf8(item) for item in chunk], skipped)
         except RecursionError:
             raise _too_deep(source) from None
         yield decoded
 
 
-def _tolerant(chunk: list[msgspec.Raw], skipped: dict[str, int]) -> list[_Event]:
+def _tolerant(chunk: Sequence[msgspec.Raw | bytes], skipped: dict[str, int]) -> list[_Event]:
     events: list[_Event] = []
     for item in chunk:
         try:
@@ -420,6 +425,29 @@ def _tolerant(chunk: list[msgspec.Raw], skipped: dict[str, int]) -> list[_Event]
             reason = _validation_reason(exc)
             skipped[reason] = skipped.get(reason, 0) + 1
     return events
+
+
+def _not_utf8(exc: msgspec.DecodeError) -> bool:
+    return "UTF-8" in str(exc)
+
+
+def _utf8(raw: bytes | msgspec.Raw) -> bytes:
+    """`raw` with every byte sequence that is not UTF-8 (a lone surrogate's bytes, Latin-1 text) replaced by U+FFFD:
+    a name keeps its readable part."""
+    return bytes(raw).decode("utf-8", "replace").encode("utf-8")
+
+
+def _repaired_events(text: bytes, skipped: dict[str, int]) -> list[_Event] | None:
+    """The events of `text` (a JSON list) with what is not UTF-8 replaced; None when it is still not a list of
+    events (a false cut)."""
+    repaired = _utf8(text)
+    try:
+        try:
+            return _EVENTS.decode(repaired)
+        except msgspec.ValidationError:
+            return _tolerant(msgspec.json.decode(repaired, type=list[msgspec.Raw]), skipped)
+    except msgspec.DecodeError:
+        return None
 
 
 def _too_deep(source: str) -> TraceFormatError:

@@ -263,6 +263,25 @@ def test_an_event_nested_deeper_than_the_decoder_goes_is_one_error_in_the_stream
         _read(path)
 
 
+@pytest.mark.parametrize("window", [300, 8 << 20])  # cut many times, and read in one window
+def test_names_that_are_not_utf8_are_kept_with_replacement_characters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       window: int) -> None:
+    # The bytes of a lone surrogate (UTF-8 cannot hold one) and a Latin-1 byte, raw in two op names.
+    from daydream.trace import kineto
+
+    monkeypatch.setattr(kineto, "WINDOW", window)
+    events = [json.dumps(e) for e in _hard_to_cut(20)]
+    named = [json.dumps(op(f"NAME{i}", 5000.0 + i, 1.0, ext=900 + i)).encode() for i in range(2)]
+    bad = [named[0].replace(b"NAME0", b"aten::\xed\xa0\x80mm"), named[1].replace(b"NAME1", b"caf\xe9")]
+    path = tmp_path / "latin.json"
+    path.write_bytes(b'{"traceEvents": [' + b", ".join([*(e.encode() for e in events[:25]), *bad, *(e.encode() for e in events[25:])])
+                     + b"]}")
+    trace = _read(path)
+    assert len(trace) == 42 and not trace.meta.skipped
+    names = {trace.strings[n] for n in trace.name}
+    assert {"aten::\ufffd\ufffd\ufffdmm", "caf\ufffd"} <= names
+
+
 def test_streaming_elementwise_ops_get_the_bytes_they_read_and_write(tmp_path: Path) -> None:
     shapes = {"aten::mul_": ([[512, 256], []], ["float", "double"]),  # in place by a 0-dim tensor: 512 KiB twice + 8
               "aten::add": ([[4, 8], [8]], ["c10::Half", "c10::Half"]),  # broadcast: 64 + 16 read, 64 written
