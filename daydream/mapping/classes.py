@@ -117,9 +117,14 @@ _COMPILED = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern i
 _PRECISIONS = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in PRECISION_PATTERNS)
 
 
+#: A name is read for its class and precision up to here: what tells them apart is in its first few hundred
+#: characters, and a damaged trace's names can run to megabytes (each pattern would scan them whole).
+MAX_NAME_CHARS = 4096
+
+
 def classify(name: str) -> str:
-    """The class of a kernel or op called `name` (one of CLASSES)."""
-    head = signature_head(name)
+    """The class of a kernel or op called `name` (one of CLASSES), read from its first MAX_NAME_CHARS."""
+    head = signature_head(name[:MAX_NAME_CHARS])
     for klass, pattern in _COMPILED:
         if pattern.search(head):
             return klass
@@ -155,7 +160,8 @@ def classes_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
 
 
 def precision_of(name: str) -> str:
-    """The number format of a kernel called `name` (one of PRECISIONS)."""
+    """The number format of a kernel called `name` (one of PRECISIONS), read from its first MAX_NAME_CHARS."""
+    name = name[:MAX_NAME_CHARS]
     tensile = _TENSILE.match(name)
     if tensile:
         token = tensile.group(1)

@@ -146,3 +146,13 @@ def test_every_class_in_the_table_is_listed() -> None:
 ])
 def test_signature_head_drops_the_parameter_list(name: str, head: str) -> None:
     assert signature_head(name) == head
+
+
+def test_a_name_is_read_up_to_its_first_max_name_chars() -> None:
+    # A damaged trace's name of a megabyte: its class and precision come from its head, the rest is never scanned.
+    from daydream.mapping.classes import MAX_NAME_CHARS, precision_of
+
+    padding = "x" * MAX_NAME_CHARS
+    assert classify("void sgemm_kernel_" + padding * 256) == "gemm" and precision_of("sgemm_" + padding * 256) == "fp32"
+    assert classify(padding + "gemm") == "other" and precision_of(padding + "bf16") == "unknown"
+    assert classify("void f(" * (2**20 // 7)) == classify("void f(")  # a megabyte of open parentheses
