@@ -407,6 +407,17 @@ def _file_cases(seeds: Seeds, rng: random.Random, folder: Path) -> list[Case]:
         path.write_bytes(build(valid))
         made.append(Case(label, ["inspect", str(path)]))
         made.append(Case(label, ["replay", str(path), "--no-cache"]))
+    # names of a megabyte, each distinct (every class pattern would scan them whole), and not UTF-8
+    long_names = copy.deepcopy(seeds.documents[0])
+    for index, event in enumerate(_pick_events(long_names, random.Random(1), 12)):
+        event["name"] = f"void gemm_{index}_" + "(<" * (2**19)
+    long_path = folder / "long-names.json"
+    long_path.write_text(json.dumps(long_names))
+    made += [Case("megabyte names", [command, str(long_path), *extra])
+             for command, extra in (("inspect", []), ("report", ["-o", str(folder / "long.html")]), ("whatif", ["--opt", "amp"]))]
+    not_utf8 = valid.replace(b'"name": "', b'"name": "\xed\xa0\x80\xff', 40)
+    (folder / "not-utf8.json").write_bytes(not_utf8)
+    made += [Case("names not UTF-8", [command, str(folder / "not-utf8.json")]) for command in ("inspect", "replay")]
     ranks = folder / "disagreeing-ranks"
     ranks.mkdir(exist_ok=True)
     for rank, world in ((0, 2), (1, 4)):
