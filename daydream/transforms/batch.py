@@ -263,6 +263,12 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
                      int(trace.track[row]), row in launched, row in wrappers or bool(AUTOGRAD_NODE.search(name)))
         found.ops.append(op)
         found.by_row[row] = op
+    if not found.ops and found.source == "recorded" and first is not None and first[0][0] != size:
+        # `daydream trace --batch-size` counts samples (environment steps of a rollout, say), not an axis of any
+        # input: the batch the inputs show is the one that grows
+        inferred = batch_ops(trace, phase_of_row, excluded, batch=first[0][0])
+        inferred.source = f"inferred: the recorded {size} is in no op's inputs; if wrong, give batch-size:batch=N"
+        return inferred
     return found
 
 

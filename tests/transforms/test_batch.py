@@ -124,6 +124,21 @@ def test_the_batch_is_inferred_from_the_forwards_inputs_when_not_recorded(h200: 
     assert (given.batch, given.source) == (128, "given")
 
 
+def test_a_recorded_batch_that_no_input_carries_gives_way_to_the_inferred_one(h200: dict,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # `daydream trace --batch-size 4096` counting samples that are no axis of any input (an RL rollout's environment
+    # steps): the batch that grows is the one the forward's inputs lead with.
+    baseline, _ = h200["cnn"]
+    monkeypatch.setitem(baseline.meta.collector, "batch_size", 4099)
+    attribution = attribute(baseline)
+    found = batch_ops(baseline, attribution.phase, update_loop_of(baseline, attribution))
+    assert found.batch == 256 and found.source.startswith("inferred: the recorded 4099 is in no op's inputs")
+    assert found.ops
+    monkeypatch.setitem(baseline.meta.collector, "batch_size", 256)
+    recorded = batch_ops(baseline, attribution.phase, update_loop_of(baseline, attribution))
+    assert (recorded.batch, recorded.source) == (256, "recorded") and len(recorded.ops) == len(found.ops)
+
+
 def test_without_shapes_it_says_it_is_by_ratio(corpus: Path) -> None:
     trace = read_job(REPO / "examples" / "traces" / "cnn_v100.json.gz").traces[0]
     graph = build_graph(trace)
