@@ -333,15 +333,20 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds per trace or prediction")
     parser.add_argument("--out", default="-", help="markdown file to write, or - for stdout")
-    parser.add_argument("--keep", metavar="DIR", help="keep every trace (baseline and variants) in DIR")
+    parser.add_argument("--keep", metavar="DIR", help="keep every trace (baseline and variants) in DIR (DIR/round-N with "
+                                                      "--rounds); --recorded DIR compares them again")
     parser.add_argument("--rounds", type=int, default=1, help="run the whole comparison this many times, interleaved")
     parser.add_argument("--recorded", metavar="DIR", type=Path,
-                        help="compare the traces kept earlier in DIR (e.g. examples/h200) instead of running anything")
+                        help="compare the traces kept earlier in DIR (e.g. examples/h200; its round-N folders combined "
+                             "as rounds) instead of running anything")
     options = parser.parse_args()
     rows: list[Row] = []
     if options.recorded:
         examples = chosen_examples(options.examples, options.device)
-        rows = [row for example in examples for row in recorded(example, options.recorded, options)]
+        folders = sorted(options.recorded.glob("round-*"), key=lambda f: int(f.name.split("-")[1])) \
+            if any(options.recorded.glob("round-*")) else [options.recorded]  # --keep with --rounds: one per round
+        per_round = [[row for example in examples for row in recorded(example, folder, options)] for folder in folders]
+        rows = combined(per_round) if len(per_round) > 1 else per_round[0]
         text = table(rows)
         print(text, end="") if options.out == "-" else Path(options.out).write_text(text)
         return 0
@@ -349,10 +354,12 @@ def main() -> int:
         work = Path(options.keep or scratch)
         work.mkdir(parents=True, exist_ok=True)
         rounds: list[list[Row]] = []
-        for _ in range(max(1, options.rounds)):
+        for number in range(1, max(1, options.rounds) + 1):
             this_round: list[Row] = []
+            folder = work / f"round-{number}" if options.keep and options.rounds > 1 else work
+            folder.mkdir(parents=True, exist_ok=True)
             for example in chosen_examples(options.examples, options.device):
-                this_round += compare(example, options, work)
+                this_round += compare(example, options, folder)
             rounds.append(this_round)
             rows = combined(rounds) if len(rounds) > 1 else this_round
             if options.out != "-":
