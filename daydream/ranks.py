@@ -55,15 +55,24 @@ SETTINGS = Settings()
 def load_ranks(sources: list[Source], cache: bool, progress: Progress | None,
                build: bool) -> tuple[list[Trace], list[Graph] | None]:
     """Every rank of `sources`, read (and with `build`, its graph built), in the order of `sources`."""
+    from daydream.trace.sources import close_archives, in_reading_order
+
     address = ray_address()
-    if address and len(sources) > 1:
-        results = _with_ray(address, sources, cache, build, progress)
-    else:
-        workers = worker_count(sources)
-        if workers > 1:
-            results = _with_processes(workers, sources, cache, build, progress)
+    order = in_reading_order(sources)  # an archive's members in archive order: one pass over it (per process)
+    chosen = [sources[i] for i in order]
+    try:
+        if address and len(sources) > 1:
+            results = _with_ray(address, chosen, cache, build, progress)
         else:
-            results = [read_rank(source, cache, build, progress) for source in sources]
+            workers = worker_count(sources)
+            if workers > 1:
+                results = _with_processes(workers, chosen, cache, build, progress)
+            else:
+                results = [read_rank(source, cache, build, progress) for source in chosen]
+    finally:
+        close_archives()
+    back = {position: result for position, result in zip(order, results)}
+    results = [back[i] for i in range(len(sources))]
     traces = [trace for trace, _ in results]
     graphs = [graph for _, graph in results] if build else None
     return traces, graphs  # type: ignore[return-value]
@@ -84,7 +93,8 @@ def worker_count(sources: list[Source]) -> int:
             if chosen < 1:
                 raise InputError(f"{WORKERS_ENV}={text!r}: at least 1 worker process is needed")
     if chosen is None:
-        if len(sources) < 2 or sum(s.size for s in sources) < PARALLEL_FROM_BYTES:
+        files = {str(s.path): s.size for s in sources}  # an archive's members share its size: counted once
+        if len(sources) < 2 or sum(files.values()) < PARALLEL_FROM_BYTES:
             return 1
         chosen = os.cpu_count() or 1
     return max(1, min(chosen, len(sources)))

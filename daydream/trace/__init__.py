@@ -34,7 +34,7 @@ from daydream.trace.model import (
     Track,
     TrackKind,
 )
-from daydream.trace.sources import Source, discover
+from daydream.trace.sources import Source, close_archives, discover, in_reading_order
 
 Progress = Callable[[str, int, int], None]
 
@@ -92,14 +92,20 @@ def check_ranks(path: str | os.PathLike[str], traces: list[Trace]) -> None:
 
 def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
     """All ranks at `path` (file, folder or archive), normalized, in rank order."""
-    traces = []
-    for source in discover(path):
-        trace = load_cached(source) if cache else None
-        if trace is None:
-            trace = read_source(source, progress)
-            if cache:
-                write_cache(source, trace)
-        traces.append(trace)
+    sources = discover(path)
+    read: dict[int, Trace] = {}
+    try:
+        for index in in_reading_order(sources):
+            source = sources[index]
+            trace = load_cached(source) if cache else None
+            if trace is None:
+                trace = read_source(source, progress)
+                if cache:
+                    write_cache(source, trace)
+            read[index] = trace
+    finally:
+        close_archives()
+    traces = [read[index] for index in range(len(sources))]
     check_ranks(path, traces)
     return Job(source=str(path), traces=order_by_rank(traces))
 

@@ -13,6 +13,7 @@ import re
 import stat
 import tarfile
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ class Source:
     member: str | None = None
     size: int = 0
     mtime_ns: int = 0
+    index: int = -1  # a member's place in its archive (read in that order, an archive is read in one pass)
 
     @property
     def label(self) -> str:
@@ -88,14 +90,57 @@ class Source:
                 yield from _blocks(handle, self.label, self.size, limit, progress)
             return
         try:
-            with tarfile.open(self.path, "r:*") as archive:
-                info = archive.getmember(self.member)
-                member = archive.extractfile(info) if info.isfile() else None
-                if member is None:
-                    raise TraceFormatError(self.label, "member is not a regular file", "repack the archive with the files themselves")
-                yield from _blocks(member, self.label, info.size, limit, progress)
+            info, member = _ArchivePass.member(self.path, self.member)
+            if member is None:
+                raise TraceFormatError(self.label, "member is not a regular file", "repack the archive with the files themselves")
+            yield from _blocks(member, self.label, info.size, limit, progress)
         except (tarfile.TarError, EOFError, OSError, zlib.error, KeyError) as exc:
+            _ArchivePass.close()
             raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})", "is the archive complete?") from None
+
+
+class _ArchivePass:
+    """One forward pass over a tar archive, kept open between the reads of its members: each member is reached by
+    reading on from the last one (a compressed archive cannot be entered in the middle), so members read in archive
+    order (`Source.index`) cost one pass in all, not one pass each. Asking for a member already passed starts a new
+    pass."""
+
+    _open: _ArchivePass | None = None
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.archive = tarfile.open(path, "r|*")  # noqa: SIM115 (closed by close(), when another archive or none is read)
+        self.passed: set[str] = set()
+
+    @classmethod
+    def member(cls, path: Path, name: str) -> tuple[tarfile.TarInfo, IO[bytes] | None]:
+        """Member `name` of the archive at `path` and its bytes (None for a member that is not a regular file)."""
+        current = cls._open
+        if current is None or current.path != path or name in current.passed:
+            cls.close()
+            current = cls._open = cls(path)
+        while (info := current.archive.next()) is not None:
+            current.passed.add(info.name)
+            if info.name == name:
+                return info, current.archive.extractfile(info) if info.isfile() else None
+        cls.close()
+        raise KeyError(f"no member {name!r}")
+
+    @classmethod
+    def close(cls) -> None:
+        if cls._open is not None:
+            cls._open.archive.close()
+            cls._open = None
+
+
+def close_archives() -> None:
+    """Close the archive a read left open for the next member (done reading a job's ranks)."""
+    _ArchivePass.close()
+
+
+def in_reading_order(sources: list[Source]) -> list[int]:
+    """The positions of `sources` in the order that reads each archive in one pass: by path, then archive place."""
+    return sorted(range(len(sources)), key=lambda i: (str(sources[i].path), sources[i].index, sources[i].member or ""))
 
 
 def discover(path: str | os.PathLike[str]) -> list[Source]:
@@ -137,14 +182,15 @@ def _archive_sources(root: Path) -> list[Source]:
             listed = [m for m in archive.getmembers() if m.name.endswith(_TRACE_SUFFIXES)]
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise TraceFormatError(str(root), f"not a readable tar archive ({_first_line(exc)})", "is the archive complete?") from None
-    names = [m.name for m in listed]
-    twice = sorted({name for name in names if names.count(name) > 1})
+    counts = Counter(m.name for m in listed)
+    twice = sorted(name for name, count in counts.items() if count > 1)
     if twice:
         raise TraceFormatError(str(root), f"archive lists {twice[0]!r} more than once", "repack it with one file per rank")
+    place = {m.name: index for index, m in enumerate(listed)}
     members = sorted(m.name for m in listed if m.isfile())
     if not members:
         raise InputError(f"{root}: archive holds no *.json or *.json.gz trace files — pack one trace file per rank")
-    return [Source(root, member, info.st_size, info.st_mtime_ns) for member in members]
+    return [Source(root, member, info.st_size, info.st_mtime_ns, place[member]) for member in members]
 
 
 def _blocks(handle: IO[bytes], label: str, size: int, limit: int, progress: Progress | None) -> Iterator[bytes]:

@@ -294,3 +294,39 @@ def test_streaming_elementwise_ops_get_the_bytes_they_read_and_write(tmp_path: P
     table = trace.tables["elementwise"]
     assert [trace.name_of(int(e)) for e in table["event"]] == ["aten::mul_", "aten::add", "aten::copy_"]
     assert table["bytes"].tolist() == [2 * 512 * 256 * 4 + 8, 64 + 16 + 64, 16]
+
+
+@pytest.mark.parametrize("reader", ["read_job", "open_job"])
+def test_an_archive_of_many_ranks_is_read_in_one_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    # 300 ranks packed out of name order: reading them in archive order opens the archive twice in all (the listing,
+    # then one forward pass), however many members it holds; the ranks come back in rank order.
+    import io
+    import random
+    import tarfile
+
+    from daydream import api
+    from daydream.trace import read_job
+
+    world = 300
+    archive = tmp_path / "ranks.tar.gz"
+    order = list(range(world))
+    random.Random(7).shuffle(order)
+    with tarfile.open(archive, "w:gz") as packed:
+        for rank in order:
+            document = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+                        "traceEvents": [op("aten::mm", 10.0 + rank, 5.0, ext=1), annotation("ProfilerStep#1", 0.0, 50.0)]}
+            data = json.dumps(document).encode()
+            info = tarfile.TarInfo(f"rank{rank:04d}.json")
+            info.size = len(data)
+            packed.addfile(info, io.BytesIO(data))
+    opened: list[str] = []
+    real_open = tarfile.open
+
+    def counting_open(*args: object, **kwargs: object) -> tarfile.TarFile:
+        opened.append(str(args[0]))
+        return real_open(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tarfile, "open", counting_open)
+    job = read_job(archive, cache=False) if reader == "read_job" else api.open_job(archive, cache=False)
+    assert [t.meta.rank for t in job.traces] == list(range(world))
+    assert len(opened) == 2
