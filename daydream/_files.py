@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from daydream._memory import PENDING
+
 
 @contextmanager
 def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator[BinaryIO]:
@@ -34,6 +36,7 @@ def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator
         raise InputError(f"{path}: is a {special}, not a file: give the path of a file to write")
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix="".join(target.suffixes[-2:]), dir=target.parent)
+    PENDING.add(temporary)  # the memory watch removes it if it stops the command (daydream._memory)
     try:
         with os.fdopen(handle, "wb") as out:
             yield out
@@ -42,6 +45,8 @@ def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    finally:
+        PENDING.discard(temporary)
 
 
 def _special(target: Path) -> str | None:

@@ -93,9 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         args = ["--help"]
     _tolerate_narrow_encodings()
     previous = _terminate_cleanly()
+    watching = None
     try:
+        if args[0] != "trace":  # `trace` runs the user's script in this process: its memory is the script's own
+            from daydream import _memory
+
+            _memory.note_stage(f"running daydream {args[0][:40]}")
+            try:
+                watching = _memory.watch()
+            except DaydreamError as exc:  # DAYDREAM_MAX_MEMORY is not a size
+                return _fail(str(exc), exc.exit_code)
         return _main(args)
     finally:
+        if watching is not None:
+            watching.set()
         if previous is not None:
             import signal
 

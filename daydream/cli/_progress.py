@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from daydream._memory import note_stage
+
 Callback = Callable[[str, int, int], None]
 
 
@@ -41,6 +43,7 @@ def progress_bar(console: Console) -> Iterator[Callback]:
     task = bar.add_task("reading", total=None, detail="")
 
     def update(stage: str, done: int, total: int) -> None:
+        note_stage(stage)
         if stage in ("decompressing", "reading") and total:
             detail = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
             bar.update(task, description=stage, completed=done, total=total, detail=detail)

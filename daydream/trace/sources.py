@@ -39,19 +39,25 @@ BOMB_FLOOR = 256 * 2**20
 
 def max_bytes() -> int:
     """The most decompressed bytes daydream reads from one document: DAYDREAM_MAX_BYTES, else DEFAULT_MAX_BYTES."""
-    text = os.environ.get("DAYDREAM_MAX_BYTES", "").strip()
+    return environment_size("DAYDREAM_MAX_BYTES", DEFAULT_MAX_BYTES)
+
+
+def environment_size(variable: str, default: int) -> int:
+    """A size in bytes from environment `variable` ("64GB", "500MiB", "1e9"), else `default`; InputError for
+    anything else."""
+    text = os.environ.get(variable, "").strip()
     if not text:
-        return DEFAULT_MAX_BYTES
+        return default
     found = re.match(r"^([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?$", text, re.IGNORECASE)
     if not found:
-        raise InputError(f"DAYDREAM_MAX_BYTES={text!r} is not a size — write e.g. 64GB or 500MB")
+        raise InputError(f"{variable}={text!r} is not a size — write e.g. 64GB or 500MB")
     base = 1024 if found.group(3) else 1000
     try:
         value = float(found.group(1)) * base ** " kmgt".index(found.group(2).lower() or " ")
     except ValueError:  # "1.2.3"
         value = float("nan")
     if not math.isfinite(value) or value < 1:
-        raise InputError(f"DAYDREAM_MAX_BYTES={text!r} is not a size from 1 byte to a finite number — write e.g. 64GB "
+        raise InputError(f"{variable}={text!r} is not a size from 1 byte to a finite number — write e.g. 64GB "
                          "or 500MB")
     return int(value)
 
