@@ -418,6 +418,23 @@ def _file_cases(seeds: Seeds, rng: random.Random, folder: Path) -> list[Case]:
     not_utf8 = valid.replace(b'"name": "', b'"name": "\xed\xa0\x80\xff', 40)
     (folder / "not-utf8.json").write_bytes(not_utf8)
     made += [Case("names not UTF-8", [command, str(folder / "not-utf8.json")]) for command in ("inspect", "replay")]
+    # an archive of 2,000 tiny ranks (each member reached by reading on from the last, not by rescanning)
+    many = folder / "many-ranks.tar.gz"
+    with tarfile.open(many, "w:gz") as archive:
+        for rank in random.Random(2).sample(range(2000), 2000):
+            data = json.dumps({"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2000},
+                               "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                                                "ts": 10 + rank, "dur": 5}]}).encode()
+            info = tarfile.TarInfo(f"ranks/rank{rank}.json")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    made.append(Case("archive of 2,000 ranks", ["inspect", str(many), "--no-cache"]))
+    # a soft memory limit below what the command needs: it stops itself with one line
+    limited = folder / "memory-limited.json"
+    limited.write_bytes(valid)
+    made += [Case("memory limit", [command, str(limited), "--no-cache", *extra], env={"DAYDREAM_MAX_MEMORY": "90MiB"})
+             for command, extra in (("replay", []), ("report", ["-o", str(folder / "limited.html")]))]
+    made.append(Case("memory limit", ["inspect", str(limited)], env={"DAYDREAM_MAX_MEMORY": "a lot"}))
     ranks = folder / "disagreeing-ranks"
     ranks.mkdir(exist_ok=True)
     for rank, world in ((0, 2), (1, 4)):
