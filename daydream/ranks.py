@@ -11,7 +11,7 @@ So a job of many ranks is read in parallel:
   machine belongs to, `local` for a Ray started here): each rank's read and build is a task,
   its columns come back as numpy arrays through Ray's object store. The rank files must be
   readable at the same path from every node (a shared file system). Ray is an optional extra:
-  `pip install 'daydream-profiler[ray]'`.
+  `pip install 'ray>=2.40'` (the `[ray]` extra).
 
 The points of a `whatif --sweep` run as Ray tasks the same way when Ray is named.
 Results are the same whichever way the ranks are read (tests/simulate/test_ranks.py).
@@ -198,6 +198,6 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError("--ray / DAYDREAM_RAY_ADDRESS needs Ray: pip install 'daydream-profiler[ray]' "
+        raise InputError("--ray / DAYDREAM_RAY_ADDRESS needs Ray: pip install 'ray>=2.40' "
                          "(or read the ranks with worker processes: --workers N)") from None
     return ray

@@ -259,7 +259,13 @@ def _trace(where: str, folder: Path, value: Any, command: str | None) -> Path:
         raise InputError(f"{where}: no 'trace' — add trace: PATH ({hint})")
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{where}: trace: expected a path")
-    trace = folder / os.path.expanduser(value.strip())
+    from daydream.trace.sources import packaged_example
+
+    try:
+        shipped = packaged_example(value.strip())
+    except InputError as exc:
+        raise InputError(f"{where}: trace: {exc}") from None
+    trace = shipped or folder / os.path.expanduser(value.strip())
     # A trace that a command will write need not exist yet; any other must.
     if command is None and not trace.exists():
         raise InputError(f"{where}: trace: {value} not found (looked in {folder}) — fix the path, or add a command that writes it")

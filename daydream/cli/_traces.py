@@ -67,7 +67,7 @@ def rank_options(function: F) -> F:
     """--workers and --ray: how the ranks of a multi-rank job are read (daydream.ranks)."""
     function = click.option("--ray", default=None, metavar="ADDRESS", expose_value=False, callback=_set_ray,
                             help="Read and build each rank as a Ray task: a cluster address, 'auto', or 'local' "
-                                 "(also DAYDREAM_RAY_ADDRESS; needs daydream-profiler[ray]).")(function)
+                                 "(also DAYDREAM_RAY_ADDRESS; needs Ray: pip install 'ray>=2.40').")(function)
     function = click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N", expose_value=False,
                             callback=_set_workers,
                             help="Processes that read a multi-rank job's ranks (default: one per CPU for a large "

@@ -29,8 +29,8 @@ def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> Non
     archives holding the same ranks; ranks are compared one by one.
 
     \b
-    Example (from daydream's repository folder):
-      daydream diff examples/traces/cnn_v100.json.gz examples/traces/cnn_v100.json.gz --top 3
+    Example (example:NAME reads a trace shipped with daydream):
+      daydream diff example:cnn_v100 example:cnn_v100 --top 3
     """
     # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
     from daydream.report.diff import render_comparisons, summarize_comparisons

@@ -31,9 +31,9 @@ def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None, i
     TRACE defaults to the newest trace in ./daydream-traces/.
 
     \b
-    Examples (from daydream's repository folder):
-      daydream inspect examples/traces/cnn_v100.json.gz
-      daydream inspect examples/traces/cnn_v100.json.gz --json --top 3
+    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, example:ddp_a100_rank0):
+      daydream inspect example:cnn_v100
+      daydream inspect example:cnn_v100 --json --top 3
     """
     status = err()
     trace = chosen_trace(trace, status.print)

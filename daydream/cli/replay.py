@@ -32,9 +32,9 @@ def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, 
     TRACE defaults to the newest trace in ./daydream-traces/.
 
     \b
-    Examples (from daydream's repository folder):
-      daydream replay examples/traces/cnn_v100.json.gz
-      daydream replay examples/traces/cnn_v100.json.gz --critical-path --timeline simulated.json.gz
+    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, example:ddp_a100_rank0):
+      daydream replay example:cnn_v100
+      daydream replay example:cnn_v100 --critical-path --timeline simulated.json.gz
     """
     # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
     from daydream.report.replay import render_replays, summarize_replays

@@ -35,9 +35,9 @@ def report_command(trace: str | None, output_path: str, specs: tuple[str, ...], 
     TRACE defaults to the newest trace in ./daydream-traces/.
 
     \b
-    Examples (from daydream's repository folder):
-      daydream report examples/traces/cnn_v100.json.gz --opt amp -o report.html
-      daydream report examples/traces/cnn_v100.json.gz --opt amp --opt fused-optimizer -o report.html
+    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, example:ddp_a100_rank0):
+      daydream report example:cnn_v100 --opt amp -o report.html
+      daydream report example:cnn_v100 --opt amp --opt fused-optimizer -o report.html
     """
     # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
     from daydream.report.html import build_report, choose_iteration, write_report

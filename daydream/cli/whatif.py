@@ -51,12 +51,12 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     `daydream trace train.py && daydream whatif --opt amp` works.
 
     \b
-    Examples (from daydream's repository folder):
-      daydream whatif examples/traces/cnn_v100.json.gz --opt amp
-      daydream whatif examples/traces/cnn_v100.json.gz --opt fused-optimizer --opt cuda-graphs --json
-      daydream whatif examples/traces/cnn_v100.json.gz --opt batch-size:factor=2 --memory
-      daydream whatif examples/traces/ddp_a100_rank0.json.gz --opt no-comm --opt ddp:bandwidth=100Gbps --sweep world=1,8,64
-      daydream whatif examples/traces/cnn_v100.json.gz --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
+    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, example:ddp_a100_rank0):
+      daydream whatif example:cnn_v100 --opt amp
+      daydream whatif example:cnn_v100 --opt fused-optimizer --opt cuda-graphs --json
+      daydream whatif example:cnn_v100 --opt batch-size:factor=2 --memory
+      daydream whatif example:ddp_a100_rank0 --opt no-comm --opt ddp:bandwidth=100Gbps --sweep world=1,8,64
+      daydream whatif example:cnn_v100 --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
       daydream whatif --list
     """
     # The simulator and its compiled code are imported here, not with the module: `daydream --help` lists this

@@ -12,7 +12,7 @@ from typing import Any
 
 from daydream.errors import InputError
 
-INSTALL = "--plot needs matplotlib — pip install 'daydream-profiler[plot]' (or pip install matplotlib)"
+INSTALL = "--plot needs matplotlib — pip install matplotlib"
 
 
 def require() -> None:

@@ -149,9 +149,36 @@ def in_reading_order(sources: list[Source]) -> list[int]:
     return sorted(range(len(sources)), key=lambda i: (str(sources[i].path), sources[i].index, sources[i].member or ""))
 
 
+#: `example:NAME` names a trace shipped with daydream (daydream/data/traces), so that every example of the help runs
+#: from an installed package.
+EXAMPLE_PREFIX = "example:"
+
+
+def example_names() -> list[str]:
+    """The traces shipped with daydream, by the NAME of `example:NAME`."""
+    return sorted(p.name.removesuffix(".json.gz") for p in _examples_folder().glob("*.json.gz"))
+
+
+def packaged_example(text: str) -> Path | None:
+    """The path of the shipped trace `text` names (`example:cnn_v100`), None for any other text; InputError for a
+    name that is not shipped."""
+    if not text.startswith(EXAMPLE_PREFIX):
+        return None
+    name = text[len(EXAMPLE_PREFIX):].removesuffix(".json.gz")
+    path = _examples_folder() / f"{name}.json.gz"
+    if name not in example_names():
+        raise InputError(f"{text}: no such example trace — the examples are "
+                         f"{', '.join(EXAMPLE_PREFIX + n for n in example_names())}")
+    return path
+
+
+def _examples_folder() -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
 def discover(path: str | os.PathLike[str]) -> list[Source]:
-    """The trace documents at `path`: a trace file, a folder of them, or a tar archive."""
-    root = Path(path)
+    """The trace documents at `path`: a trace file, a folder of them, a tar archive, or `example:NAME`."""
+    root = packaged_example(str(path)) or Path(path)
     if not root.exists():
         raise InputError(f"{root}: no such file or folder — check the path")
     if root.is_dir():

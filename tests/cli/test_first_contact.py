@@ -70,6 +70,20 @@ def test_every_help_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.
     assert (tmp_path / "memory.png").is_file() and (tmp_path / "simulated.json.gz").is_file()
 
 
+def test_the_help_examples_that_read_a_trace_run_outside_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # They read the traces shipped in the package (example:NAME), so they run from an installed wheel in any folder.
+    monkeypatch.chdir(tmp_path)
+    for command in ("inspect", "replay", "whatif", "report", "diff"):
+        examples = _help_examples(command, capsys)
+        reading = [e for e in examples if "example:" in e]
+        assert reading and all("examples/" not in e for e in examples), examples
+        assert main(reading[0].split()[1:]) == 0, reading[0]
+        capsys.readouterr()
+    assert main(["inspect", "example:no-such"]) == 2
+    assert "the examples are example:cnn_v100, example:ddp_a100_rank0" in _one_error_line(capsys.readouterr().err)
+
+
 def test_bare_daydream_shows_its_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 0
     captured = capsys.readouterr()

@@ -104,7 +104,7 @@ def test_ray_tasks_give_what_one_process_gives(job: Path, monkeypatch: pytest.Mo
 def test_ray_missing_is_an_input_error(monkeypatch: pytest.MonkeyPatch, job: Path, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # as where Ray is not installed: importing it fails
     assert main(["replay", str(job), "--ray", "local", "--no-cache"]) == 2
-    assert "needs Ray: pip install 'daydream-profiler[ray]'" in capsys.readouterr().err
+    assert "needs Ray: pip install 'ray>=2.40'" in capsys.readouterr().err
 
 
 def test_a_sweep_through_ray_gives_what_one_process_gives(job: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -92,7 +92,7 @@ from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_sc
 if TYPE_CHECKING:
     from daydream.trace.collect import CaptureOptions, Status
 
-INSTALL_HINT = "cupti-python is not installed (pip install 'daydream-profiler[cupti]')"
+INSTALL_HINT = "cupti-python is not installed (pip install cupti-python: 13.x for CUDA 13, 12.8.0 for CUDA 12)"
 NO_DRIVER = "no CUDA driver found"
 NO_DEVICE = "torch sees no CUDA device"
 BUFFER_BYTES = 8 * 1024 * 1024
