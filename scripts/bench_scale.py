@@ -132,16 +132,28 @@ def measured(arguments: list[str], trace: Path, scratch: str, env: dict[str, str
 
 
 def bench_events(counts: list[int], seed: Path, scratch: str) -> None:
-    emit("| events | command | wall s | CPU s | events/s (CPU) | peak RSS MB | MB per M events |")
-    emit("|---:|---|---:|---:|---:|---:|---:|")
+    emit("| events | decompressed MB | command | wall s | CPU s | events/s (CPU) | peak RSS MB | MB per M events | "
+         "peak / decompressed input |")
+    emit("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for wanted in counts:
         trace = Path(scratch) / f"tiled-{wanted}.json.gz"
         count = tiled(seed, wanted, trace)
+        text_mb = _decompressed_bytes(trace) / 2**20
         for label, arguments in COMMANDS.items():
             figures = measured(arguments, trace, scratch)
-            emit(f"| {count:,} | {label} | {figures['wall']:.1f} | {figures['cpu']:.1f} | {count / figures['cpu']:,.0f} | "
-                  f"{figures['rss_mb']:,.0f} | {figures['rss_mb'] / (count / 1e6):,.0f} |", flush=True)
+            emit(f"| {count:,} | {text_mb:,.0f} | {label} | {figures['wall']:.1f} | {figures['cpu']:.1f} | "
+                 f"{count / figures['cpu']:,.0f} | {figures['rss_mb']:,.0f} | {figures['rss_mb'] / (count / 1e6):,.0f} | "
+                 f"{figures['rss_mb'] / text_mb:.2f}x |", flush=True)
         trace.unlink()
+
+
+def _decompressed_bytes(path: Path) -> int:
+    """The size of the JSON text in the gzip file at `path`, read through once."""
+    total = 0
+    with gzip.open(path, "rb") as handle:
+        while chunk := handle.read(1 << 24):
+            total += len(chunk)
+    return total
 
 
 def bench_ranks(ranks: int, rank_events: int, workers: list[int], ray: bool, seed: Path, scratch: str) -> None:
