@@ -2,17 +2,20 @@
 # GPU validation: on a machine with an NVIDIA GPU,
 #   1. the collectors: trace every example with the cupti and the torch backend, replay both
 #      (budget: 6 traces of up to 90 s each; about 1.5 minutes on one H200);
-#   2. the what-ifs against real runs (scripts/whatif_truth.py): per example, trace the fp32
-#      baseline, predict amp, fused-optimizer, cuda-graphs, batch-size:factor=2 and checkpoint,
-#      run each variant for real and compare (budget: 18 traces and 15 predictions of up to
-#      90 s each; about 4 minutes on one H200).
+#   2. the what-ifs against real runs (scripts/whatif_truth.py --sizes realistic) on GPU-bound models of
+#      realistic size: the cnn example (batch 256), a transformer of BERT-base size (12 blocks, width 768,
+#      sequence 512, batch 8) and ResNet-50 on 224x224 images (batch 64); per model the fp32 baseline is
+#      traced, amp, fused-optimizer, cuda-graphs, batch-size:factor=2, checkpoint and fuse-elementwise
+#      predicted, and each variant (bf16 autocast, fused AdamW/SGD, CUDA graphs, twice the batch,
+#      checkpointing, torch.compile) run for real and compared (at most 90 s a trace or prediction).
 # It writes docs/gpu-validation.md (and $OUT/gpu-validation.md when $OUT is set) with both
-# tables, keeping what it has when a part fails. Under 8 minutes in all on one H200.
+# tables, keeping what it has when a part fails. Under 8 minutes in all: the what-if part gets what
+# the collectors left of GPU_CHECK_DEADLINE (450 s from the start), a row that did not fit says so.
 #
 #   bash scripts/gpu_check.sh
 #
-# GPU_CHECK_TRACE_TIMEOUT (90) and GPU_CHECK_WHATIF_TIMEOUT (330) bound each collector trace and the
-# what-if part, in seconds. With GPU_CHECK_KEEP=DIR every trace it records is kept in DIR (DIR/truth: the what-if runs).
+# GPU_CHECK_TRACE_TIMEOUT (45) bounds each collector trace, GPU_CHECK_DEADLINE (450) the whole run, in seconds.
+# With GPU_CHECK_KEEP=DIR every trace it records is kept in DIR (DIR/truth: the what-if runs).
 # Without a GPU it exits 2 with one line.
 # Needs python3 with torch (CUDA build). Installs cupti-python matching the CUDA major
 # version when it is missing and the network allows; without it, the cupti rows say why.
@@ -43,7 +46,7 @@ fi
 for example in mlp cnn transformer; do
   for backend in cupti torch; do
     base="$WORK/$example-$backend"
-    if timeout "${GPU_CHECK_TRACE_TIMEOUT:-90}" "$PY" -m daydream trace --backend "$backend" --warmup 3 --iterations 5 -o "$base.json.gz" \
+    if timeout "${GPU_CHECK_TRACE_TIMEOUT:-45}" "$PY" -m daydream trace --backend "$backend" --warmup 3 --iterations 5 -o "$base.json.gz" \
          "examples/$example.py" -- --steps 30 > "$base.log" 2>&1; then
       "$PY" -m daydream inspect --json "$base.json.gz" > "$base.inspect.json" 2>> "$base.log" || true
       "$PY" -m daydream replay --json "$base.json.gz" > "$base.replay.json" 2>> "$base.log" || true
@@ -51,8 +54,11 @@ for example in mlp cnn transformer; do
   done
 done
 
-timeout "${GPU_CHECK_WHATIF_TIMEOUT:-330}" "$PY" scripts/whatif_truth.py --device cuda --budget 90 --out "$WORK/whatif.md" --keep "$WORK/truth" \
-  || echo "| — | — | — | — | — | the what-if comparison stopped: see the log above |" >> "$WORK/whatif.md"
+left=$(( ${GPU_CHECK_DEADLINE:-450} - SECONDS - 15 ))  # 15 s for the summary and the copies
+[ "$left" -gt 60 ] || left=60
+timeout "$left" "$PY" scripts/whatif_truth.py --device cuda --sizes realistic --examples cnn,transformer,resnet \
+    --warmup 3 --iterations 5 --budget 90 --out "$WORK/whatif.md" --keep "$WORK/truth" \
+  || echo "| — | — | — | — | — | the what-if comparison stopped after ${left} s: the rows above are what fitted |" >> "$WORK/whatif.md"
 
 "$PY" scripts/gpu_summary.py "$WORK"
 if [ -n "${GPU_CHECK_KEEP:-}" ]; then

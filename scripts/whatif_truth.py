@@ -41,6 +41,12 @@ CONFIGURATIONS = {
              "transformer": ["--batch-size", "32", "--context", "256"]},
     "cpu": {"mlp": ["--batch-size", "64"], "cnn": ["--batch-size", "16"], "transformer": ["--batch-size", "4"]},
 }
+#: example -> script arguments at GPU-bound, realistic sizes (--sizes realistic, scripts/gpu_check.sh on a lent GPU):
+#: ResNet-50 on 224x224 images, batch 64; a transformer of BERT-base size (12 blocks, width 768, sequence 512, batch 8)
+REALISTIC = {
+    "resnet": ["--batch-size", "64", "--width", "64", "--image-size", "224", "--layers", "50"],
+    "transformer": ["--batch-size", "8", "--context", "512", "--depth", "12", "--width", "768"],
+}
 #: the training benchmark suite (examples/suite, one model per domain of the TBD suite): model -> (domain, baseline
 #: arguments, the layers to checkpoint, daydream trace options); `--examples suite` names all six
 SUITE: dict[str, tuple[str, list[str], str, tuple[str, ...]]] = {
@@ -192,15 +198,18 @@ class Setup:
     daydream_options: tuple[str, ...] = ()
 
 
-def setup(example: str, device: str) -> Setup:
-    """How `example` runs: one of examples/ (mlp, cnn, transformer) or a model of the suite (examples/suite)."""
+def setup(example: str, device: str, sizes: str = "default") -> Setup:
+    """How `example` runs: one of examples/ (mlp, cnn, transformer) or a model of the suite (examples/suite); with
+    `sizes` "realistic", at the REALISTIC size where it has one."""
+    realistic = REALISTIC.get(example) if sizes == "realistic" else None
     if example in SUITE:
         _, arguments, layers, trace_options = SUITE[example]
-        return Setup(REPO / "examples" / "suite" / f"{example}.py", arguments, f"checkpoint:layers={layers}", trace_options)
+        return Setup(REPO / "examples" / "suite" / f"{example}.py", realistic or arguments, f"checkpoint:layers={layers}",
+                     trace_options)
     if example not in CONFIGURATIONS[device]:
         raise SystemExit(f"whatif_truth: no example {example!r}; the examples are "
                          f"{', '.join([*CONFIGURATIONS[device], *SUITE])} (or suite, all)")
-    return Setup(REPO / "examples" / f"{example}.py", CONFIGURATIONS[device][example])
+    return Setup(REPO / "examples" / f"{example}.py", realistic or CONFIGURATIONS[device][example])
 
 
 def chosen_examples(names: str, device: str) -> list[str]:
@@ -218,7 +227,7 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
             arguments: list[str] | None = None, checkpoint: str | None = None,
             daydream_options: tuple[str, ...] | None = None) -> list[Row]:
     """Rows of `example` (as `setup` says, or `script` with baseline `arguments`, which name --batch-size)."""
-    known = setup(example, options.device) if script is None or arguments is None else None
+    known = setup(example, options.device, getattr(options, "sizes", "default")) if script is None or arguments is None else None
     script = script or known.script
     configuration = arguments if arguments is not None else known.arguments
     checkpoint = checkpoint or (known.checkpoint if known else CHECKPOINT)
@@ -252,7 +261,7 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
 def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint: str = CHECKPOINT) -> list[Row]:
     """Rows of `example` from traces recorded earlier (--keep): no run, so no GPU needed to redo the comparison."""
     base = folder / f"{example}-baseline.json.gz"
-    known = setup(example, options.device)
+    known = setup(example, options.device, getattr(options, "sizes", "default"))
     chosen = variants(options.device, known.arguments, checkpoint if checkpoint != CHECKPOINT else known.checkpoint)
     if not base.exists():
         return [Row(example, v.whatif, problem=f"no {base.name} in {folder}") for v in chosen]
@@ -329,6 +338,8 @@ def main() -> int:
     parser.add_argument("--examples", default="mlp,cnn,transformer",
                         help="comma-separated: mlp, cnn, transformer, the suite's models (resnet, ...), suite, all")
     parser.add_argument("--backend", default="torch", choices=("torch", "cupti", "auto"))
+    parser.add_argument("--sizes", choices=("default", "realistic"), default="default",
+                        help="realistic: ResNet-50 at 224x224 and a BERT-base-sized transformer (for a GPU)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds per trace or prediction")
@@ -360,6 +371,8 @@ def main() -> int:
             folder.mkdir(parents=True, exist_ok=True)
             for example in chosen_examples(options.examples, options.device):
                 this_round += compare(example, options, folder)
+                if options.out != "-":  # each example as it ends: a run cut off by a deadline keeps what it did
+                    Path(options.out).write_text(table(combined([*rounds, this_round]) if rounds else this_round))
             rounds.append(this_round)
             rows = combined(rounds) if len(rounds) > 1 else this_round
             if options.out != "-":
