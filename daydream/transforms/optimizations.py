@@ -436,7 +436,9 @@ register(Optimization(
 
 def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not graph.has_device_work():
-        return ["fuse-elementwise: the trace has no GPU kernels; nothing changed"]
+        return ["fuse-elementwise: the trace has no GPU kernels, and what a compiler does to CPU ops (torch.compile's "
+                "C++ kernels) is not modelled: nothing changed, so this prediction is the baseline, not what compiling "
+                "would do"]
     kernels = select(graph, kind=KERNELS)
     elementwise = np.zeros(graph.task_count, dtype=bool)
     elementwise[kernels[kernel_classes(graph, kernels) == CLASSES.index("elementwise")]] = True
