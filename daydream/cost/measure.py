@@ -51,7 +51,9 @@ MULTIPLIES = ("aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::bad
 #: Ratios are cached as integers: parts per million.
 RATIO_SCALE = 1_000_000
 #: What measuring one signature needs: its cache key, how to make its runner, the tensors it runs on.
-_Signature = tuple[str, Callable[[], Callable[[Any, list[Any]], Any] | None], list[Tensor]]
+#: What a measured op runs on, per tensor: (shape, type) or (shape, type, memory order) (`_make`).
+Operand = tuple[Any, ...]
+_Signature = tuple[str, Callable[[], Callable[[Any, list[Any]], Any] | None], list[Operand]]
 
 
 def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
@@ -122,9 +124,10 @@ class Measurer:
 
     def _call(self, name: str, arguments: list[Any], as_type: str | None) -> _Signature:
         floating = ("float", "c10::BFloat16", "c10::Half")
-        chosen = [("tensor", a[1], as_type if as_type is not None and a[2] in floating else a[2]) if a[0] == "tensor" else a
-                  for a in arguments]
-        tensors = [(a[1], a[2]) for a in chosen if a[0] == "tensor"]
+        # a tensor's memory order only where it is not contiguous: contiguous signatures keep their cache keys
+        chosen = [("tensor", a[1], as_type if as_type is not None and a[2] in floating else a[2],
+                   *([a[3]] if len(a) > 3 and a[3] is not None else [])) if a[0] == "tensor" else a for a in arguments]
+        tensors = [(a[1], a[2], a[3] if len(a) > 3 else None) for a in chosen if a[0] == "tensor"]
 
         def runner() -> Callable[[Any, list[Any]], Any] | None:
             import torch
@@ -169,7 +172,7 @@ class Measurer:
         return self._cached_or_run(f"cast|{list(shape)}|{to_type}", runner, [(shape, "float")])
 
     def _cached_or_run(self, key: str, runner_of: Callable[[], Callable[[Any, list[Any]], Any] | None],
-                       tensors: list[Tensor]) -> int | None:
+                       tensors: list[Operand]) -> int | None:
         """The cached time of signature `key`, or its measurement now (within the budget), or None (and why, in
         `failed`)."""
         if key in self.cache:
@@ -182,14 +185,14 @@ class Measurer:
             return None
         return self._run(key, lambda: self._time(runner, tensors))
 
-    def _may_run(self, key: str, tensors: list[Tensor]) -> bool:
+    def _may_run(self, key: str, tensors: list[Operand]) -> bool:
         """Whether signature `key` may be measured now: not failed before, within the budget, not too large."""
         if key in self.failed:
             return False
         if self.spent_s >= self.budget_s:
             self.failed[key] = "over the measuring budget"
             return False
-        if any(elements(shape) > MAX_ELEMENTS for shape, _ in tensors):
+        if any(elements(tensor[0]) > MAX_ELEMENTS for tensor in tensors):
             self.failed[key] = "too large to run here"
             return False
         return True
@@ -209,16 +212,16 @@ class Measurer:
         self._dirty = True
         return value
 
-    def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Tensor]) -> int:
+    def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Operand]) -> int:
         return self._median_ns([(runner, tensors)])[0]
 
-    def _time_pair(self, new: tuple[Callable[[Any, list[Any]], Any], list[Tensor]],
-                   old: tuple[Callable[[Any, list[Any]], Any], list[Tensor]]) -> int:
+    def _time_pair(self, new: tuple[Callable[[Any, list[Any]], Any], list[Operand]],
+                   old: tuple[Callable[[Any, list[Any]], Any], list[Operand]]) -> int:
         """new's median over old's, in parts per million, the two run in turns."""
         new_ns, old_ns = self._median_ns([new, old])
         return max(1, int(round(new_ns / old_ns * RATIO_SCALE)))
 
-    def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Tensor]]]) -> list[int]:
+    def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]]) -> list[int]:
         """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times: their medians, ns."""
         import torch
 
@@ -226,7 +229,7 @@ class Measurer:
         torch.set_num_threads(self.threads)
         try:
             with torch.no_grad():
-                values = [[_make(torch, shape, kind) for shape, kind in tensors] for _, tensors in runs]
+                values = [[_make(torch, *tensor) for tensor in tensors] for _, tensors in runs]
                 for (runner, _), made in zip(runs, values):
                     for _ in range(WARMUP):
                         runner(torch, made)
@@ -258,8 +261,13 @@ class Measurer:
 CACHE_VERSION = 2  # 2: repetitions start with cold caches
 
 
-def _make(torch: Any, shape: tuple[int, ...], kind: str) -> Any:
+def _make(torch: Any, shape: tuple[int, ...], kind: str, order: tuple[int, ...] | None = None) -> Any:
+    """A tensor of `shape` and `kind`, laid out in memory with its dims in `order` (outermost first; None:
+    contiguous) as the recorded one was: a channels-last image is not the same convolution as a contiguous one."""
     dtype = getattr(torch, _TORCH_TYPES.get(kind, "float32"))
+    if order is not None and sorted(order) == list(range(len(shape))):
+        made = _make(torch, tuple(shape[i] for i in order), kind)
+        return made.permute([order.index(dim) for dim in range(len(shape))])
     if dtype.is_floating_point:
         return torch.randn(shape, dtype=torch.float32).to(dtype)
     return torch.randint(0, 2, shape, dtype=dtype)

@@ -42,8 +42,10 @@ class OpShapes:
             self._dims_str = table["dims_str"]
             self._types_str = table["types_str"]
             self._concrete_str = table.get("concrete_str")
+            self._strides_str = table.get("strides_str")
             self._row = dict(zip(table["event"].tolist(), range(table["event"].size)))
         self._decoded: dict[int, Any] = {}
+        self._orders: dict[int, list[tuple[int, ...] | None]] = {}
 
     def __len__(self) -> int:
         return len(self._row)
@@ -62,9 +64,11 @@ class OpShapes:
         return self._decoded[key]
 
     def arguments(self, row: int) -> list[Argument] | None:
-        """Every input of the op at `row` as it could be passed again: ("tensor", shape, type), ("none",) for an
-        absent optional tensor, ("value", v) for a recorded scalar or list; None where any non-tensor input's value
-        was not recorded ("Concrete Inputs" missing: older profilers), so that the op cannot be re-run as called."""
+        """Every input of the op at `row` as it could be passed again: ("tensor", shape, type, order), ("none",) for
+        an absent optional tensor, ("value", v) for a recorded scalar or list; None where any non-tensor input's value
+        was not recorded ("Concrete Inputs" missing: older profilers), so that the op cannot be re-run as called.
+        `order`: the tensor's dims from outermost to innermost in memory where its recorded strides are not the
+        contiguous ones (a channels-last image is (0, 2, 3, 1)), None where they are or were not recorded."""
         recorded = self.inputs(row)
         entry = self._row.get(int(row))
         if recorded is None or entry is None or self._concrete_str is None:
@@ -76,11 +80,12 @@ class OpShapes:
         dims, types = recorded
         if not isinstance(concrete, list) or len(concrete) != len(types):
             return None
+        orders = self.orders(row)
         found: list[Argument] = []
-        for d, t, c in zip(dims, types, concrete):
+        for index, (d, t, c) in enumerate(zip(dims, types, concrete)):
             tensor = _tensor(d, t)
             if tensor is not None:
-                found.append(("tensor", tensor[0], tensor[1]))
+                found.append(("tensor", tensor[0], tensor[1], orders[index] if index < len(orders) else None))
             elif c == "" and t == "":
                 found.append(("none",))
             elif isinstance(c, str) and c != "":
@@ -91,6 +96,17 @@ class OpShapes:
             else:
                 return None
         return found
+
+    def orders(self, row: int) -> list[tuple[int, ...] | None]:
+        """Per input of the op at `row`, its dims' order in memory where its recorded strides are not contiguous
+        (see `arguments`), else None; an empty list where no strides were recorded."""
+        entry = self._row.get(int(row))
+        if entry is None or self._strides_str is None:
+            return []
+        key = int(self._strides_str[entry]) * 1_000_003 + int(self._dims_str[entry])
+        if key not in self._orders:
+            self._orders[key] = _orders(self._strings[int(self._dims_str[entry])], self._strings[int(self._strides_str[entry])])
+        return self._orders[key]
 
     def tensors(self, row: int) -> list[Tensor | None] | None:
         """Per input of the op at `row`: (shape, type) where it is a tensor, None where it is not (scalars, lists)."""
@@ -116,6 +132,35 @@ def _value(text: str) -> Any:
         return _MISSING
     ok = isinstance(value, (int, float)) or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
     return value if ok else _MISSING
+
+
+def _orders(dims_text: str, strides_text: str) -> list[tuple[int, ...] | None]:
+    """Per input, the memory order of its dims where its strides are not the contiguous ones of its dims."""
+    try:
+        dims, strides = json.loads(dims_text), json.loads(strides_text or "[]")
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(dims, list) or not isinstance(strides, list):
+        return []
+    found: list[tuple[int, ...] | None] = []
+    for d, st in zip(dims, strides):
+        ok = isinstance(d, list) and isinstance(st, list) and len(d) == len(st) and len(d) > 1 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in [*d, *st])
+        found.append(memory_order(tuple(d), tuple(st)) if ok else None)
+    return found
+
+
+def memory_order(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The order of `dims` from outermost to innermost in memory for `strides`, None where they are the contiguous
+    strides (or say nothing: every dim of size 1). Dims of size 1 keep their place."""
+    contiguous, step = [0] * len(dims), 1
+    for index in range(len(dims) - 1, -1, -1):
+        contiguous[index] = step
+        step *= max(dims[index], 1)
+    if all(size == 1 or s == c for size, s, c in zip(dims, strides, contiguous)):
+        return None
+    order = tuple(sorted(range(len(dims)), key=lambda i: (-strides[i] if dims[i] > 1 else -contiguous[i], i)))
+    return order if order != tuple(range(len(dims))) else None
 
 
 def _decode(dims_text: str, types_text: str) -> tuple[list[Any], list[Any]] | None:

@@ -105,6 +105,7 @@ class _Args(msgspec.Struct, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    input_strides: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Strides")
 
 
 _EMPTY_ARGS = _Args()
@@ -538,7 +539,8 @@ _SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
     "launch_config": [(column, attrgetter(column)) for column in ("grid", "block", "registers", "shared_memory")],
     "shapes": [("dims_str", lambda a: bytes(a.input_dims).decode("utf-8", "replace")),
                ("types_str", lambda a: bytes(a.input_types).decode("utf-8", "replace")),
-               ("concrete_str", lambda a: bytes(a.concrete_inputs).decode("utf-8", "replace"))],
+               ("concrete_str", lambda a: bytes(a.concrete_inputs).decode("utf-8", "replace")),
+               ("strides_str", lambda a: bytes(a.input_strides).decode("utf-8", "replace"))],
     "sync": [("sync_kind_str", attrgetter("sync_kind"))] + [(column, attrgetter(column)) for column in
              ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
 }

@@ -164,6 +164,7 @@ SIDE_TABLES: dict[str, dict[str, Any]] = {
         "dims_str": np.int32,
         "types_str": np.int32,
         "concrete_str": np.int32,  # "Concrete Inputs": the non-tensor arguments' values, where recorded ("" if not)
+        "strides_str": np.int32,  # "Input Strides": each tensor input's strides, where recorded ("" if not)
     },
     "memory": {
         "event": np.int64,

@@ -24,7 +24,7 @@ from daydream._files import atomic_output
 from daydream.trace.model import EVENT_COLUMNS, SIDE_TABLES, GpuInfo, Trace, TraceMeta, Track, TrackKind
 
 #: Bump whenever the normalized model or what readers put in it changes.
-STORE_VERSION = 12
+STORE_VERSION = 13
 
 
 def cache_dir() -> Path:

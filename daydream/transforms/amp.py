@@ -207,7 +207,7 @@ def _retyped(inputs: list[Any], kind: str) -> list[Any]:
 
 
 def _retyped_arguments(arguments: list[Any], kind: str) -> list[Any]:
-    return [("tensor", a[1], kind if a[2] in FLOATING else a[2]) if a[0] == "tensor" else a for a in arguments]
+    return [("tensor", a[1], kind if a[2] in FLOATING else a[2], *a[3:4]) if a[0] == "tensor" else a for a in arguments]
 
 
 #: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes read and 2 written

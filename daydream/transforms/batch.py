@@ -199,7 +199,7 @@ def scale_arguments(name: str, arguments: list[Argument], shape: BatchShape, fac
     for index, argument in enumerate(arguments):
         scaled = shape.scaled((argument[1], argument[2]), factor) if argument[0] == "tensor" and (
             positions is None or index in positions) else None
-        found.append(("tensor", *scaled) if scaled is not None else argument)
+        found.append(("tensor", *scaled, *argument[3:4]) if scaled is not None else argument)  # its layout kept
     return found
 
 

@@ -154,3 +154,50 @@ def test_a_ratio_runs_both_signatures_in_turns_and_is_cached(tmp_path: Path, mon
     seen.clear()
     again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     assert again.op_ratio("aten::mm", bigger, MM) == pytest.approx(ratio, abs=1e-6) and seen == []
+
+
+def test_a_tensor_is_made_in_its_recorded_memory_order() -> None:
+    from daydream.cost.shapes import memory_order
+
+    assert memory_order((16, 128, 8, 8), (8192, 1, 1024, 128)) == (0, 2, 3, 1)  # channels-last, from a real trace
+    assert memory_order((16, 128, 8, 8), (8192, 64, 8, 1)) is None  # contiguous
+    assert memory_order((512, 64), (1, 512)) == (1, 0)  # a transposed weight
+    assert memory_order((1, 3, 1, 1), (3, 1, 3, 3)) is None  # only size-1 dims differ: nothing to say
+    made = measure._make(torch, (2, 3, 4, 5), "float", (0, 2, 3, 1))
+    assert tuple(made.shape) == (2, 3, 4, 5) and made.is_contiguous(memory_format=torch.channels_last)
+    assert not made.is_contiguous()
+    assert measure._make(torch, (2, 3), "float", None).is_contiguous()
+
+
+def test_a_channels_last_convolution_is_measured_channels_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The order read from the trace's "Input Strides" reaches the tensors the measured tier runs on, and is part of
+    # the signature (a channels-last convolution is not timed as a contiguous one).
+    from daydream.api import open_trace
+    from daydream.cost.shapes import OpShapes
+    from daydream.trace import EventKind, discover
+    from tests.builders import op, write_trace
+
+    args = {"Input Dims": [[2, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], []],
+            "Input type": ["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+            "Input Strides": [[192, 1, 24, 3], [27, 1, 9, 3], [], [], [], [], []],
+            "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]}
+    path = write_trace(tmp_path, [op("aten::conv2d", 10.0, 5.0, ext=1, **args)], "t.json")
+    trace = open_trace(discover(path)[0], cache=False)
+    row = int(trace.indices(EventKind.CPU_OP)[0])
+    arguments = OpShapes(trace).arguments(row)
+    assert arguments is not None and arguments[0] == ("tensor", (2, 3, 8, 8), "float", (0, 2, 3, 1))
+    made: list[Any] = []
+    real = measure._make
+
+    def recording(*a: Any) -> Any:
+        made.append(real(*a))
+        return made[-1]
+
+    monkeypatch.setattr(measure, "_make", recording)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.call_ns("aten::conv2d", arguments) > 0
+    image = next(t for t in made if tuple(t.shape) == (2, 3, 8, 8))
+    assert image.is_contiguous(memory_format=torch.channels_last) and not image.is_contiguous()
+    assert "[0, 2, 3, 1]" in measurer.ran[0]
+    contiguous = [("tensor", a[1], a[2]) if a[0] == "tensor" else a for a in arguments]
+    assert measurer.call_ns("aten::conv2d", contiguous) > 0 and measurer.ran[1] != measurer.ran[0]
