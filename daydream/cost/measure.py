@@ -37,10 +37,14 @@ FLUSH_BYTES = 64 * 2**20
 MAX_ELEMENTS = 1 << 26
 
 #: Ops the measured tier calls again with their recorded arguments (compute-bound ones, whose time is their
-#: arithmetic: convolutions and their backward). Others are left out on purpose: a recorded size list can ask for any
+#: arithmetic: convolutions, attention and their backward). Others are left out on purpose: a recorded size list can ask for any
 #: allocation, and elementwise ops timed alone do not behave as they do inside a training step.
 CALLED_AGAIN = frozenset(f"aten::{op}" for op in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution",
-                                                  "convolution_backward", "mkldnn_convolution"))
+                                                  "convolution_backward", "mkldnn_convolution",
+                                                  # attention, whose time is its arithmetic too
+                                                  "scaled_dot_product_attention",
+                                                  "_scaled_dot_product_flash_attention_for_cpu",
+                                                  "_scaled_dot_product_flash_attention_for_cpu_backward"))
 
 _TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
                 "long int": "int64", "int": "int32", "bool": "bool"}
@@ -135,10 +139,14 @@ class Measurer:
             op = getattr(torch.ops.aten, name.split("::", 1)[1], None)
             if op is None:
                 return None
+            keywords = _keyword_only(op)
 
             def run(_t: Any, xs: list[Any]) -> Any:
                 given = iter(xs)
-                return op(*[next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1]) for a in chosen])
+                values = [next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1]) for a in chosen]
+                # the profiler records every argument in schema order; those after `*` are passed by name
+                named = {keywords[i]: v for i, v in enumerate(values) if i in keywords}
+                return op(*[v for i, v in enumerate(values) if i not in keywords], **named)
 
             return run
 
@@ -259,6 +267,14 @@ class Measurer:
 
 
 CACHE_VERSION = 2  # 2: repetitions start with cold caches
+
+
+def _keyword_only(op: Any) -> dict[int, str]:
+    """Position -> name of the keyword-only arguments of aten op `op` (its default overload's schema)."""
+    schema = getattr(getattr(op, "default", None), "_schema", None)
+    if schema is None:
+        return {}
+    return {i: argument.name for i, argument in enumerate(schema.arguments) if argument.kwarg_only}
 
 
 def _make(torch: Any, shape: tuple[int, ...], kind: str, order: tuple[int, ...] | None = None) -> Any:

@@ -122,14 +122,18 @@ _MISSING = object()
 
 
 def _value(text: str) -> Any:
-    """A recorded non-tensor argument ("[1, 1]", "1", "1e-05", "False", "[True, False]") as a value, or _MISSING."""
+    """A recorded non-tensor argument ("[1, 1]", "1", "1e-05", "0.", "False", "[True, False]") as a value, or
+    _MISSING."""
     spelled = {"True": True, "False": False, "None": None}
     if text in spelled:
         return spelled[text]
     try:
         value = json.loads(text.replace("True", "true").replace("False", "false"))
     except (ValueError, RecursionError):
-        return _MISSING
+        try:
+            value = float(text)  # as Python writes a float: "0.", "1e-05"
+        except ValueError:
+            return _MISSING
     ok = isinstance(value, (int, float)) or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
     return value if ok else _MISSING
 

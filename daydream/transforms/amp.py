@@ -102,15 +102,17 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     return notes
 
 
-#: Matrix multiplies and convolutions a CPU backward runs (inside autograd's nodes): under autocast they run in the
-#: reduced type too.
-BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::convolution_backward")
+#: Matrix multiplies, convolutions and attention a CPU backward runs (inside autograd's nodes): under autocast they run
+#: in the reduced type too (bf16 flash attention's backward on a CPU without bf16 arithmetic can take several times its
+#: fp32 time: measured, not assumed).
+BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::convolution_backward",
+                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
 #: The forward ops a CPU trace's amp re-times by measurement: matrix multiplies and convolutions, whose time is their
 #: arithmetic.
 #: Elementwise and pooling ops are left as recorded: alone, in a loop, a bf16 relu of this CPU measured 1.9x its
 #: fp32 time, while in the real bf16 training run the same ops took less (half the bytes to allocate and touch).
 RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-                            *BACKWARD_GEMMS})
+                            "aten::scaled_dot_product_attention", *BACKWARD_GEMMS})
 
 
 def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str], reduced: str,
@@ -197,7 +199,7 @@ def _measured_ratio(measurer: Any, name: str, inputs: list[Any], low: str, argum
     if name in CALLED_AGAIN:
         if arguments is None:
             return None
-        return measurer.call_ratio(name, _retyped_arguments(arguments, low), _retyped_arguments(arguments, "float"))
+        return measurer.call_ratio(name, _retyped_arguments(arguments, low, name), _retyped_arguments(arguments, "float", name))
     return measurer.op_ratio(name, _retyped(inputs, low), _retyped(inputs, "float"))
 
 
@@ -206,8 +208,15 @@ def _retyped(inputs: list[Any], kind: str) -> list[Any]:
     return [(t[0], kind if t[1] in FLOATING else t[1]) if t is not None else None for t in inputs]
 
 
-def _retyped_arguments(arguments: list[Any], kind: str) -> list[Any]:
-    return [("tensor", a[1], kind if a[2] in FLOATING else a[2], *a[3:4]) if a[0] == "tensor" else a for a in arguments]
+#: Tensor arguments (by position) an op takes in fp32 whatever autocast runs it in: flash attention's log-sum-exp is
+#: kept in its accumulation type.
+KEPT_FP32 = {"aten::_scaled_dot_product_flash_attention_for_cpu_backward": frozenset({5})}
+
+
+def _retyped_arguments(arguments: list[Any], kind: str, name: str = "") -> list[Any]:
+    kept = KEPT_FP32.get(name, frozenset())
+    return [("tensor", a[1], kind if a[2] in FLOATING and i not in kept else a[2], *a[3:4]) if a[0] == "tensor" else a
+            for i, a in enumerate(arguments)]
 
 
 #: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes read and 2 written

@@ -201,3 +201,22 @@ def test_a_channels_last_convolution_is_measured_channels_last(tmp_path: Path, m
     assert "[0, 2, 3, 1]" in measurer.ran[0]
     contiguous = [("tensor", a[1], a[2]) if a[0] == "tensor" else a for a in arguments]
     assert measurer.call_ns("aten::conv2d", contiguous) > 0 and measurer.ran[1] != measurer.ran[0]
+
+
+def test_attention_is_called_again_with_its_keyword_only_arguments_in_schema_order(tmp_path: Path) -> None:
+    # As the profiler records them: every argument in schema order, attn_mask and scale (keyword-only) last; the
+    # backward in bf16 keeps its log-sum-exp in fp32 (its accumulation type).
+    from daydream.cost.shapes import _value
+    from daydream.transforms.amp import _retyped_arguments
+
+    assert _value("0.") == 0.0 and _value("1e-05") == 1e-05 and _value("[1, 1]") == [1, 1]
+    q = ("tensor", (2, 3, 8, 4), "float", (0, 2, 1, 3))  # heads transposed out of a (batch, length, heads, dim) tensor
+    forward = [q, q, q, ("value", 0.0), ("value", False), ("none",), ("none",)]
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.call_ns("aten::_scaled_dot_product_flash_attention_for_cpu", forward) > 0
+    backward = [q, q, q, q, q, ("tensor", (2, 3, 8), "float", (0, 2, 1)), ("value", 0.0), ("value", False), ("none",),
+                ("none",)]
+    name = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
+    low = _retyped_arguments(backward, "c10::BFloat16", name)
+    assert [a[2] for a in low if a[0] == "tensor"] == ["c10::BFloat16"] * 5 + ["float"]
+    assert measurer.call_ratio(name, low, _retyped_arguments(backward, "float", name)) is not None, measurer.failed
