@@ -497,11 +497,12 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
             work.append((np.flatnonzero(in_layer & (phases == forward)), np.flatnonzero(in_layer & (phases == backward))))
     recomputed, calls = 0, 0
     wrapper = _wrapper_costs(graph, context)
+    previous = _previous_host_task(graph)
     for forward_tasks, backward_tasks in work:
         if forward_tasks.size and backward_tasks.size:
-            added = _recompute_before(graph, forward_tasks, backward_tasks, wrapper)
+            added, invocations = _recompute_before(graph, forward_tasks, backward_tasks, wrapper, previous)
             recomputed += added
-            calls += added > 0
+            calls += invocations
     forward_ns, backward_ns, source = wrapper
     if context.costs is not None and (forward_ns or backward_ns):
         context.costs.count(Tier.MODELLED, 2 * calls)  # the wrapper's host work, forward and backward of each call
@@ -523,28 +524,46 @@ def _wrapper_costs(graph: Graph, context: Context) -> tuple[int, int, str]:
     return forward, backward, f"recorded in host units (daydream/cost/host.py, {kind}), at this host's unit of {unit}"
 
 
+def _previous_host_task(graph: Graph) -> np.ndarray:
+    """Per task, the host task that ran right before it on its thread (by recorded start; -1 for the first one and
+    for tasks that are not host work)."""
+    tasks = graph.tasks
+    host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]))
+    ordered = host[np.lexsort((tasks["measured_start_ns"][host], tasks["resource"][host]))]
+    previous = np.full(graph.task_count, -1, dtype=np.int64)
+    same = tasks["resource"][ordered[1:]] == tasks["resource"][ordered[:-1]]
+    previous[ordered[1:][same]] = ordered[:-1][same]
+    return previous
+
+
 def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray,
-                      wrapper: tuple[int, int, str] = (0, 0, "")) -> int:
+                      wrapper: tuple[int, int, str] = (0, 0, ""), previous: np.ndarray | None = None) -> tuple[int, int]:
     """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task; the checkpoint
-    wrapper's own host work (`wrapper`: forward ns, backward ns) before the layer's forward and before the copies."""
+    wrapper's own host work (`wrapper`: forward ns, backward ns) before each call of the layer's forward and before
+    its recomputation. A layer called several times in an iteration (a policy network in each step of a rollout) is
+    that many checkpointed calls: each run of its host tasks that some other host work on the thread precedes
+    (`previous`: `_previous_host_task`). Returns (tasks added, checkpointed calls)."""
     tasks = graph.tasks
     host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
     host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
     if host.size == 0:
-        return 0
+        return 0, 0
     backward_host = backward_tasks[np.isin(tasks["kind"][backward_tasks], [int(k) for k in HOST_WORK])]
     if backward_host.size == 0:
-        return 0
+        return 0, 0
     first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
     copies = graph.add_tasks(**{column: values[host] for column, values in tasks.items()})
     unpin(graph, copies)
     graph.tasks["phase"][copies] = PHASES.index("backward")
     _splice_host(graph, copies, first_backward)
     gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
+    starts = np.flatnonzero(~np.isin(previous[host], host)) if previous is not None else np.zeros(1, dtype=np.int64)
     forward_ns, backward_ns, _ = wrapper
     if forward_ns or backward_ns:
-        splice(graph, [int(host[0]), int(copies[0])], [forward_ns, backward_ns], "checkpoint wrapper (host)", after=False)
-    return int(copies.size + gpu_copies)
+        anchors = np.concatenate([host[starts], copies[starts]])
+        durations = np.concatenate([np.full(starts.size, forward_ns), np.full(starts.size, backward_ns)])
+        splice(graph, anchors, durations, "checkpoint wrapper (host)", after=False)
+    return int(copies.size + gpu_copies), int(starts.size)
 
 
 def _splice_host(graph: Graph, chain: np.ndarray, before: int) -> None:

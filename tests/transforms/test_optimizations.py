@@ -135,6 +135,21 @@ def test_checkpoint_recomputes_the_layer_forward_before_its_backward() -> None:
         _apply(g, "checkpoint:layers=nothing_like_this")
 
 
+def test_a_layer_called_twice_an_iteration_is_two_checkpointed_calls() -> None:
+    # blocks.0 runs twice in the forward (a policy in two steps of a rollout), net.head between: both calls are
+    # recomputed before the backward, and each pays the checkpoint wrapper (7 ns forward, 3 ns backward here).
+    from daydream.transforms.optimizations import _previous_host_task, _recompute_before
+
+    g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("other", 5, phase="forward", layer="net.head"),
+               op("fwd", 10, phase="forward", layer="net.blocks.0"), op("bwd", 20, phase="backward", layer="net.blocks.0")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False), (2, 3, DepKind.HOST_ORDER, 0, False)],
+              layers=["net.blocks.0", "net.head"])
+    assert simulate(g).end_ns.max() == 45
+    added, calls = _recompute_before(g, np.array([0, 2]), np.array([3]), (7, 3, ""), _previous_host_task(g))
+    assert (added, calls) == (2, 2) and g.validate() == []
+    assert simulate(g).end_ns.max() == 10 + 5 + 10 + 2 * 7 + 2 * (10 + 3) + 20
+
+
 def test_host_and_gpu_speed() -> None:
     tasks, edges = launch_chain([call(gap=10), call(gap=10)], [kernel("a", 40), kernel("b", 40)])
     g = graph(tasks, edges)
