@@ -78,6 +78,13 @@ def test_the_table_from_hand_computed_rows() -> None:
     assert "| mlp | `cuda-graphs` | 10.00 ms | — | — | needs a CUDA device |" in text
     assert "| cnn | `fused-optimizer` | 8.00 ms | 7.00 ms | 8.00 ms | -12.5% |" in text
     assert "2 of 3 what-ifs measured; mean |error| 16.2%, median 16.2%, worst 20.0%." in text
+    # Rows the cost stage timed nothing for (no model on this device) are summarized apart from those it timed.
+    tiered = [whatif_truth.Row("mlp", "amp", 10e6, 6e6, 5e6, tiers="3 measured"),
+              whatif_truth.Row("mlp", "batch-size:factor=2", 10e6, 19e6, 20e6, tiers="5 modelled"),
+              whatif_truth.Row("mlp", "fuse-elementwise", 10e6, 10e6, 5e6)]
+    assert whatif_truth.table(tiered).endswith(
+        "3 of 3 what-ifs measured; mean |error| 41.7%, median 20.0%, worst 100.0%. The 2 whose changed work the cost "
+        "stage timed (the others have no model here): mean 12.5%, median 12.5%, worst 20.0%, 1 within 10%.\n")
 
 
 def test_a_variant_replaces_the_baselines_flag() -> None:
