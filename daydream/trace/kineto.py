@@ -381,9 +381,10 @@ def _first_byte(raw: bytes | bytearray) -> bytes:
     return bytes(head[:1] if head else raw.lstrip()[:1])
 
 
-def _split_events(raw: bytes | bytearray, source: str) -> tuple[Any, list[msgspec.Raw]]:
+def _split_events(raw: bytes | bytearray, source: str, repaired: bool = False) -> tuple[Any, list[msgspec.Raw]]:
     """(the envelope, each event's undecoded JSON): one pass that only checks the JSON and finds where each
-    event begins and ends."""
+    event begins and ends. A document whose strings hold bytes that are not UTF-8 (in its envelope too: a device
+    name) is read again with those bytes replaced by U+FFFD."""
     try:
         if _first_byte(raw) == b"[":
             return None, msgspec.json.decode(raw, type=list[msgspec.Raw])
@@ -391,6 +392,8 @@ def _split_events(raw: bytes | bytearray, source: str) -> tuple[Any, list[msgspe
     except msgspec.ValidationError:
         raise TraceFormatError(source, _describe_non_trace(raw)) from None
     except msgspec.DecodeError as exc:
+        if _not_utf8(exc) and not repaired:
+            return _split_events(_utf8(raw), source, repaired=True)
         raise TraceFormatError(source, f"not valid JSON ({_short(exc)})") from None
     except RecursionError:
         raise _too_deep(source) from None
@@ -432,7 +435,7 @@ def _not_utf8(exc: msgspec.DecodeError) -> bool:
     return "UTF-8" in str(exc)
 
 
-def _utf8(raw: bytes | msgspec.Raw) -> bytes:
+def _utf8(raw: bytes | bytearray | msgspec.Raw) -> bytes:
     """`raw` with every byte sequence that is not UTF-8 (a lone surrogate's bytes, Latin-1 text) replaced by U+FFFD:
     a name keeps its readable part."""
     return bytes(raw).decode("utf-8", "replace").encode("utf-8")

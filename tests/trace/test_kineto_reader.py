@@ -280,6 +280,12 @@ def test_names_that_are_not_utf8_are_kept_with_replacement_characters(tmp_path: 
     assert len(trace) == 42 and not trace.meta.skipped
     names = {trace.strings[n] for n in trace.name}
     assert {"aten::\ufffd\ufffd\ufffdmm", "caf\ufffd"} <= names
+    # and in the envelope (a device's name): the whole document is read with the bad bytes replaced
+    envelope = tmp_path / "envelope.json"
+    envelope.write_bytes(b'{"deviceProperties": [{"id": 0, "name": "H\xff100"}], "traceEvents": ['
+                         + b", ".join(e.encode() for e in events) + b"]}")
+    device = _read(envelope)
+    assert len(device) == 40 and [gpu.name for gpu in device.meta.gpus] == ["H\ufffd100"]
 
 
 def test_streaming_elementwise_ops_get_the_bytes_they_read_and_write(tmp_path: Path) -> None:
