@@ -56,11 +56,12 @@ def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
     found: dict[int, list[ForwardOp]] = {}
     spans: Spans = {}
+    end_ns = trace.end_ns  # a computed column: once, not per op
     for row in rows.tolist():
         inputs = shapes.tensors(row) or []
         found.setdefault(int(iteration_of_row[row]), []).append(
             ForwardOp(row, trace.name_of(row), int(layer_of_row[row]), inputs, arguments=shapes.arguments(row)))
-        spans[row] = (int(trace.ts_ns[row]), int(trace.end_ns[row]), int(trace.track[row]))
+        spans[row] = (int(trace.ts_ns[row]), int(end_ns[row]), int(trace.track[row]))
     return found, spans
 
 
