@@ -325,9 +325,12 @@ def table(rows: list[Row]) -> str:
     if judged:
         lines += ["", f"{len(judged)} of {len(rows)} what-ifs measured; mean |error| {statistics.mean(judged) * 100:.1f}%, "
                       f"median {statistics.median(judged) * 100:.1f}%, worst {max(judged) * 100:.1f}%."]
-    modelled = [abs(r.error) for r in rows if r.error is not None and r.tiers]
-    if tiered and 0 < len(modelled) < len(judged):  # rows the cost stage timed nothing for have no model there
-        lines[-1] += (f" The {len(modelled)} whose changed work the cost stage timed (the others have no model here): "
+    # A row the cost stage timed nothing for and whose prediction is its baseline has no model on that device
+    # (fuse-elementwise on the CPU): the others are summarized apart.
+    unmodelled = [r for r in rows if r.error is not None and not r.tiers and r.predicted_ns == r.baseline_ns]
+    modelled = [abs(r.error) for r in rows if r.error is not None and r not in unmodelled]
+    if tiered and unmodelled and modelled:
+        lines[-1] += (f" The {len(modelled)} with a model here (the others predict their baseline): "
                       f"mean {statistics.mean(modelled) * 100:.1f}%, median {statistics.median(modelled) * 100:.1f}%, "
                       f"worst {max(modelled) * 100:.1f}%, {sum(e <= 0.10 for e in modelled)} within 10%.")
     return "\n".join(lines) + "\n"

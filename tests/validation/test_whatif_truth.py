@@ -83,8 +83,8 @@ def test_the_table_from_hand_computed_rows() -> None:
               whatif_truth.Row("mlp", "batch-size:factor=2", 10e6, 19e6, 20e6, tiers="5 modelled"),
               whatif_truth.Row("mlp", "fuse-elementwise", 10e6, 10e6, 5e6)]
     assert whatif_truth.table(tiered).endswith(
-        "3 of 3 what-ifs measured; mean |error| 41.7%, median 20.0%, worst 100.0%. The 2 whose changed work the cost "
-        "stage timed (the others have no model here): mean 12.5%, median 12.5%, worst 20.0%, 1 within 10%.\n")
+        "3 of 3 what-ifs measured; mean |error| 41.7%, median 20.0%, worst 100.0%. The 2 with a model here (the "
+        "others predict their baseline): mean 12.5%, median 12.5%, worst 20.0%, 1 within 10%.\n")
 
 
 def test_a_variant_replaces_the_baselines_flag() -> None:
