@@ -10,7 +10,13 @@ What the trace has decides how (`Attribution.source` says which):
   PyTorch's own `Optimizer.step#...` / `Optimizer.zero_grad#...` annotations;
 * backward work runs inside `autograd::engine::evaluate_function: XBackward0` ops whose
   autograd sequence number is that of the forward op that made the node: backward
-  work is attributed to the layer of that forward op.
+  work is attributed to the layer of that forward op. Traces of 2021 and before have no
+  engine ops: the autograd node itself (`CudnnConvolutionBackward`,
+  `torch::autograd::AccumulateGrad`) is the top-level op on the autograd thread, and
+  stands for the engine op;
+* where no phase annotation or layer range says what is forward, the forward ops are the
+  ones whose sequence number a backward node carries, with what they enclose and the work
+  between two of them on their thread that no backward work interrupts.
 
 A host event takes the innermost phase range and the innermost layer range around it;
 GPU work takes those of the API call that launched it.
@@ -18,11 +24,13 @@ GPU work takes those of the API call that launched it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from daydream._regex import user_regex
+from daydream.mapping.classes import MAX_NAME_CHARS
 from daydream.mapping.linking import Links, innermost_enclosing, link
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace
 from daydream.trace.collect.hooks import LAYER_PREFIX, PHASE_PREFIX
@@ -31,6 +39,9 @@ from daydream.trace.kineto import MODULE_SPAN_PREFIX
 PHASES = ("forward", "backward", "optimizer", "other")
 FORWARD, BACKWARD, OPTIMIZER, OTHER = range(4)
 AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
+#: An autograd node as the profiler names it: `AddmmBackward0`, `CudnnConvolutionBackward` (no version suffix before
+#: 2021's renaming), `torch::autograd::AccumulateGrad`, a Python Function's `MyFunctionBackward`.
+_AUTOGRAD_NODE = re.compile(r"(?:struct )?(?:torch::autograd::)?(?:[A-Z]\w*Backward\w*|AccumulateGrad|GraphRoot|CopySlices)")
 _PHASE_ANNOTATIONS = {
     "## forward ##": FORWARD,
     "## backward ##": BACKWARD,
@@ -60,8 +71,7 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     phase_code = np.array([_phase_of_name(s) for s in names], dtype=np.int8)
     layer_rows = annotations[np.array([layer_name[i] is not None for i in label.tolist()], dtype=bool)]
     phase_rows = annotations[phase_code[label] >= 0]
-    engine_rows = trace.indices(EventKind.CPU_OP)
-    engine_rows = engine_rows[np.array([names[i].startswith(AUTOGRAD_ENGINE_PREFIX) for i in trace.name[engine_rows]], dtype=bool)]
+    engine_rows = _engine_rows(trace)
 
     work = trace.indices(EventKind.CPU_OP, *API_KINDS)
     phase = np.full(len(trace), NO_VALUE, dtype=np.int8)
@@ -85,6 +95,7 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     # trace recorded without phase annotations); backward work was claimed by its engine op.
     unclaimed = work[(phase[work] == OTHER) & (layer[work] >= 0)]
     phase[unclaimed] = FORWARD
+    _phases_from_nodes(trace, work, engine_rows, phase_rows, phase_code, phase, enclosing_phase)
 
     gpu = trace.indices(*GPU_ACTIVITY_KINDS)
     launched = links.launch[gpu]
@@ -95,6 +106,67 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     leaf = _leaves(trace, layers, layer_rows, layer_ids)
     source = _source(layer_rows, names, trace, phase_rows, engine_rows)
     return Attribution(phase=phase, layer=layer, layers=layers, leaf=leaf, source=source)
+
+
+def _phases_from_nodes(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, phase_rows: np.ndarray,
+                       phase_code: np.ndarray, phase: np.ndarray, enclosing_phase: np.ndarray) -> None:
+    """Where no range says what is forward (or backward), the autograd nodes do: the forward runs from one op that
+    recorded a node to the next until backward work starts, the backward from one node to the next until forward
+    work starts (a gradient summed between two nodes on the autograd thread is backward work)."""
+    recorded = phase_code[trace.name[phase_rows]]
+    loose = (phase[work] == OTHER) & (enclosing_phase < 0)
+    forward_ops = _forward_ops(trace, work, engine_rows)
+    if forward_ops.size == 0:
+        return
+    if not np.any(recorded == FORWARD):
+        phase[work[loose & _runs(trace, work, forward_ops, engine_rows)]] = FORWARD
+    if not np.any(recorded == BACKWARD):
+        loose &= phase[work] == OTHER
+        phase[work[loose & _runs(trace, work, engine_rows, np.union1d(forward_ops, phase_rows))]] = BACKWARD
+
+
+def _engine_rows(trace: Trace) -> np.ndarray:
+    """The ops that run one autograd node: the engine's `evaluate_function` ops, and where a trace has none around
+    them (2021 and before), the nodes themselves."""
+    names = trace.strings
+    ops = trace.indices(EventKind.CPU_OP)
+    engine = np.array([s.startswith(AUTOGRAD_ENGINE_PREFIX) for s in names], dtype=bool)
+    node = np.array([_AUTOGRAD_NODE.fullmatch(s[:MAX_NAME_CHARS]) is not None for s in names], dtype=bool)
+    engine_rows = ops[engine[trace.name[ops]]]
+    node_rows = ops[node[trace.name[ops]]]
+    node_rows = node_rows[innermost_enclosing(trace, engine_rows, node_rows) < 0]
+    node_rows = node_rows[innermost_enclosing(trace, node_rows, node_rows) < 0]
+    return np.union1d(engine_rows, node_rows)
+
+
+def _forward_ops(trace: Trace, work: np.ndarray, engine_rows: np.ndarray) -> np.ndarray:
+    """The ops of `work` whose sequence number a backward node carries: the forward ops that recorded a node."""
+    sequence = trace.sequence
+    wanted = np.unique(sequence[engine_rows])
+    wanted = wanted[wanted != NO_VALUE]
+    return work[np.isin(sequence[work], wanted) & (trace.kind[work] == EventKind.CPU_OP)]
+
+
+def _runs(trace: Trace, work: np.ndarray, anchors: np.ndarray, breakers: np.ndarray) -> np.ndarray:
+    """Per row of `work`: whether it lies in a run of `anchors` on its thread.
+
+    A run goes from an anchor's start to the latest end of the anchors after it on the same thread, up to where
+    one of `breakers` (any thread) starts between two anchors.
+    """
+    inside_any = np.zeros(work.size, dtype=bool)
+    ts, end, track = trace.ts_ns, trace.end_ns, trace.track
+    breaker_starts = np.sort(ts[breakers])
+    for thread in np.unique(track[anchors]).tolist():
+        mine = anchors[track[anchors] == thread]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        breaks = np.flatnonzero(np.diff(np.searchsorted(breaker_starts, ts[mine], side="right")) != 0) + 1
+        firsts = np.r_[0, breaks]
+        starts, ends = ts[mine][firsts], np.maximum.reduceat(end[mine], firsts)
+        candidates = np.flatnonzero(track[work] == thread)
+        run = np.searchsorted(starts, ts[work[candidates]], side="right") - 1
+        candidates, run = candidates[run >= 0], run[run >= 0]
+        inside_any[candidates[ts[work[candidates]] < ends[run]]] = True
+    return inside_any
 
 
 def _layer_name(name: str) -> str | None:
