@@ -4,6 +4,9 @@
     --optim loop|foreach|fused  the optimizer's implementation (default: torch's choice)
     --cuda-graphs              capture the whole step (forward, backward, optimizer) once, replay it
     --compile                  torch.compile the model (inductor; forward and backward)
+    --loader-workers N         batches made by a torch DataLoader with N worker processes (0: in the training
+                               process), each sample prepared on the CPU as an image pipeline would (crop, flip,
+                               normalize); without it, batches are made directly on the device
     --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp (under torchrun), --threads N
 
 The scripts stay plain PyTorch: no profiler code. With --cuda-graphs no optimizer.step() runs
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed
 import torch.utils.checkpoint
+import torch.utils.data
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -44,6 +49,8 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
     parser.add_argument("--find-unused", action="store_true", help="with --ddp: DistributedDataParallel's find_unused_parameters")
     parser.add_argument("--bucket-view", action="store_true", help="with --ddp: DistributedDataParallel's gradient_as_bucket_view")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
+    parser.add_argument("--loader-workers", type=int, default=-1,
+                        help="make batches with a DataLoader of N worker processes (0: in this process); -1: no DataLoader")
     return parser
 
 
@@ -113,8 +120,8 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
     if args.cuda_graphs:
         _train_captured(model, batch_of, forward_backward, opt, args)
         return
-    for step in range(args.steps):
-        batch = batch_of(step)
+    batches = loaded(batch_of, args, device) if args.loader_workers >= 0 else map(batch_of, range(args.steps))
+    for step, batch in zip(range(args.steps), batches):
         opt.zero_grad(set_to_none=True)
         loss = forward_backward(batch)
         if scaler:
@@ -126,6 +133,50 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
             print(f"step {step} loss {loss.item():.3f}")
     if args.ddp:
         torch.distributed.destroy_process_group()
+
+
+class PreparedSamples(torch.utils.data.Dataset):
+    """Samples shaped like one row of `template`'s tensors, each prepared on the CPU as an image pipeline prepares a
+    decoded image: a larger raw array (uint8 for images), a random crop, a random flip, conversion and normalization.
+    Integer tensors (labels, tokens) are drawn below the template's largest value."""
+
+    PAD = 16  # raw samples are this much larger on each side than what the model takes
+
+    def __init__(self, template: Batch, length: int) -> None:
+        self.rows = [(tuple(t.shape[1:]), t.dtype, int(t.max()) + 1 if not t.is_floating_point() else 0) for t in template]
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Batch:
+        generator = random.Random(index)
+        return tuple(self._prepared(shape, dtype, high, generator) for shape, dtype, high in self.rows)
+
+    def _prepared(self, shape: tuple[int, ...], dtype: torch.dtype, high: int, generator: random.Random) -> torch.Tensor:
+        if not dtype.is_floating_point:
+            return torch.randint(0, max(high, 1), shape, dtype=dtype)
+        if len(shape) < 2:
+            return torch.randn(shape, dtype=dtype)
+        *lead, height, width = shape
+        raw = torch.randint(0, 256, (*lead, height + 2 * self.PAD, width + 2 * self.PAD), dtype=torch.uint8)
+        top, left = generator.randrange(2 * self.PAD), generator.randrange(2 * self.PAD)
+        crop = raw[..., top:top + height, left:left + width]
+        if generator.random() < 0.5:
+            crop = crop.flip(-1)
+        image = crop.to(dtype).div_(255.0)
+        return image.sub_(0.5).div_(0.25).contiguous()
+
+
+def loaded(batch_of: Callable[[int], Batch], args: argparse.Namespace, device: str) -> Any:
+    """Batches from a DataLoader over PreparedSamples like batch_of(0)'s, moved to `device`, one per step."""
+    template = tuple(t.cpu() for t in batch_of(0))
+    dataset = PreparedSamples(template, length=args.steps * args.batch_size)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=args.loader_workers,
+                                         pin_memory=device.startswith("cuda"),
+                                         persistent_workers=args.loader_workers > 0)
+    for batch in loader:
+        yield tuple(t.to(device, non_blocking=True) for t in batch)
 
 
 def _train_captured(model: nn.Module, batch_of: Callable[[int], Batch], forward_backward: Callable[[Batch], torch.Tensor],

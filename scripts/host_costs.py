@@ -13,6 +13,11 @@ phase's host time per iteration (median over iterations, the phase's annotation)
 The median over the examples is what `RECORDED_HOST_UNITS` holds. `--measure` times the wrapper on this machine
 instead: a checkpointed and a plain call of a tiny linear layer, interleaved rounds, forward and backward apart (the
 recomputation, one plain forward, taken out of backward), in the units of a profile of cheap ops on the same host.
+
+    OMP_NUM_THREADS=1 python scripts/host_costs.py --loader    # receiving a DataLoader worker's batch, this CPU
+
+`--loader` times what the training thread spends in `next()` on a DataLoader of one worker whose batch is ready
+(transforms/loading.py): per batch and per tensor, in the same units.
 """
 
 from __future__ import annotations
@@ -71,7 +76,6 @@ def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int]:
 
 def measure(rounds: int = 7, calls: int = 300) -> tuple[float, float, int]:
     """(forward, backward) units per checkpointed call on this machine, and the unit (ns)."""
-    import tempfile
     import time
 
     import torch
@@ -101,6 +105,16 @@ def measure(rounds: int = 7, calls: int = 300) -> tuple[float, float, int]:
     forward = statistics.median(forward_ns(True) - forward_ns(False) for _ in range(rounds))
     backward = statistics.median(backward_ns(True) - backward_ns(False) for _ in range(rounds))
     recompute = statistics.median(forward_ns(False) for _ in range(rounds))
+    unit = unit_ns()
+    return forward / unit, (backward - recompute) / unit, unit
+
+
+def unit_ns() -> int:
+    """This machine's host unit (HostCosts.unit_ns) from a profile of cheap ops, as daydream trace records them."""
+    import tempfile
+
+    import torch
+
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "unit.json"
         with torch.profiler.profile(record_shapes=True) as profile:  # as daydream trace records
@@ -110,8 +124,47 @@ def measure(rounds: int = 7, calls: int = 300) -> tuple[float, float, int]:
                 a.as_strided((2,), (1,))
                 torch.empty_strided((2,), (1,))
         profile.export_chrome_trace(str(path))
-        unit = HostCosts.of(open_trace(discover(path)[0], cache=False)).unit_ns
-    return forward / unit, (backward - recompute) / unit, unit
+        return HostCosts.of(open_trace(discover(path)[0], cache=False)).unit_ns
+
+
+def measure_loader(rounds: int = 5, batches: int = 40, counts: tuple[int, ...] = (1, 2, 4, 8)) -> tuple[float, float, int]:
+    """(per batch, per tensor) units the training thread spends receiving a ready batch from a DataLoader worker on
+    this machine, and the unit (ns): `next()` on a loader of one worker that is given time to have the batch ready
+    (a pause between batches), batches of 1, 2, 4 and 8 small tensors, a line fitted through the medians."""
+    import time
+
+    import torch
+    import torch.utils.data
+
+    torch.set_num_threads(1)
+
+    class Ready(torch.utils.data.Dataset):
+        def __init__(self, tensors: int) -> None:
+            self.sample = tuple(torch.randn(3, 32, 32) for _ in range(tensors))
+
+        def __len__(self) -> int:
+            return 1 << 30
+
+        def __getitem__(self, index: int) -> tuple:
+            return self.sample
+
+    def received_ns(tensors: int) -> float:
+        loader = torch.utils.data.DataLoader(Ready(tensors), batch_size=16, num_workers=1, persistent_workers=True)
+        batches_of = iter(loader)
+        next(batches_of)
+        spent = []
+        for _ in range(batches):
+            time.sleep(0.02)  # the worker has the next batch (and the one after) ready
+            start = time.perf_counter_ns()
+            next(batches_of)
+            spent.append(time.perf_counter_ns() - start)
+        del batches_of, loader
+        return statistics.median(spent)
+
+    medians = {count: statistics.median(received_ns(count) for _ in range(rounds)) for count in counts}
+    per_tensor, per_batch = np.polyfit(list(medians), list(medians.values()), 1)
+    unit = unit_ns()
+    return max(per_batch, 0.0) / unit, max(per_tensor, 0.0) / unit, unit
 
 
 def main() -> int:
@@ -119,7 +172,13 @@ def main() -> int:
     parser.add_argument("folder", type=Path, nargs="?")
     parser.add_argument("--examples", default="mlp,cnn,transformer")
     parser.add_argument("--measure", action="store_true", help="time the wrapper on this machine's CPU instead")
+    parser.add_argument("--loader", action="store_true",
+                        help="time receiving a batch from a DataLoader worker on this machine's CPU")
     options = parser.parse_args()
+    if options.loader:
+        batch, tensor, unit = measure_loader()
+        print(f"this host: a DataLoader batch received in {batch:.1f} units + {tensor:.1f} units per tensor (unit {unit} ns)")
+        return 0
     if options.measure:
         forward, backward, unit = measure()
         print(f"this host: forward {forward:.1f}, backward {backward:.1f} units per call (unit {unit} ns)")

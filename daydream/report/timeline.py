@@ -4,9 +4,12 @@ Events keep the input's categories (`cuda_runtime`, `cpu_op`, `kernel`,
 `gpu_memcpy`, `gpu_memset`) and its process/thread ids, so that the recorded
 and the simulated trace can be opened side by side; negative thread ids (Kineto
 writes a pthread id that overflowed int32) are written as the unsigned id they
-stand for. Every process and thread is named (host pid, GPU, stream, thread) by
-metadata events. Iterations appear as `ProfilerStep#N`-style `user_annotation`
-spans at their simulated times.
+stand for. Every process and thread is named (host pid, GPU, stream; the main,
+autograd and other threads, and threads a what-if adds such as data-loader workers)
+by metadata events. Each event's args carry its layer and phase where known; each
+launch is a flow (`ac2g`, as Kineto writes them) from the call to the GPU work it
+launched. Iterations appear as `ProfilerStep#N`-style `user_annotation` spans at
+their simulated times.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import numpy as np
 
 from daydream._files import write_atomically
 from daydream.errors import InputError
-from daydream.graph import Graph, TaskKind
-from daydream.graph.model import HOST_WORK, ResourceKind
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import HOST_WORK, Resource, ResourceKind
+from daydream.mapping import PHASES
 from daydream.simulate.engine import Timeline
 from daydream.trace import Trace
 
@@ -43,12 +47,12 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
     tasks = graph.tasks
     events: list[dict[str, Any]] = []
     completion_of_call = completions_of_calls(graph)
+    host_pid, host_tid = _main_thread(trace, graph)
     for task in range(graph.task_count):
         kind = TaskKind(int(tasks["kind"][task]))
         if kind in (TaskKind.COMPLETION, TaskKind.MARKER):
             continue
-        resource = graph.resources[int(tasks["resource"][task])]
-        track = trace.tracks[resource.track]
+        pid, tid = _place(trace, graph.resources[int(tasks["resource"][task])], host_pid)
         start = int(timeline.start_ns[task])
         end = int(timeline.end_ns[task])
         if task in completion_of_call:  # a blocking call lasts until its completion, as in the input
@@ -57,23 +61,42 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
         row = int(tasks["event"][task])
         if row >= 0 and trace.correlation[row] != -1:
             args["correlation"] = int(trace.correlation[row])
-        events.append(
-            {
-                "ph": "X",
-                "cat": _CATEGORY[kind],
-                "name": graph.task_name(task),
-                "pid": _id(track.pid),
-                "tid": _id(track.tid),
-                "ts": start / 1000.0,
-                "dur": (end - start) / 1000.0,
-                "args": args,
-            }
-        )
-    host_pid, host_tid = _main_thread(trace, graph)
+        layer, phase = int(tasks["layer"][task]), int(tasks["phase"][task])
+        if 0 <= layer < len(graph.layers):
+            args["layer"] = graph.layers[layer]
+        if 0 <= phase < len(PHASES):
+            args["phase"] = PHASES[phase]
+        events.append({"ph": "X", "cat": _CATEGORY[kind], "name": graph.task_name(task), "pid": pid, "tid": tid,
+                       "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": args})
     for name, start, end in iterations:
         events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": _id(host_pid), "tid": _id(host_tid),
                        "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": {}})
-    return _names(trace, graph) + events
+    return _names(trace, graph) + events + _launch_flows(trace, graph, timeline, host_pid)
+
+
+def _launch_flows(trace: Trace, graph: Graph, timeline: Timeline, host_pid: Any) -> list[dict[str, Any]]:
+    """A flow from each launch call to the GPU work it launched (Kineto's `ac2g` start and end events), so that a
+    viewer draws the arrow."""
+    launches = graph.edges_of_kind(DepKind.LAUNCH)
+    flows: list[dict[str, Any]] = []
+    for number, edge in enumerate(launches.tolist(), start=1):
+        for phase, task in (("s", int(graph.edges["src"][edge])), ("f", int(graph.edges["dst"][edge]))):
+            pid, tid = _place(trace, graph.resources[int(graph.tasks["resource"][task])], host_pid)
+            flow = {"ph": phase, "id": number, "cat": "ac2g", "name": "launch", "pid": pid, "tid": tid,
+                    "ts": int(timeline.start_ns[task]) / 1000.0}
+            if phase == "f":
+                flow["bp"] = "e"
+            flows.append(flow)
+    return flows
+
+
+def _place(trace: Trace, resource: Resource, host_pid: Any) -> tuple[Any, Any]:
+    """(pid, tid) of a resource: its trace track's, or for one a what-if added (a data-loader worker, a
+    communication channel), the training process and the resource's label."""
+    if resource.track < 0:
+        return _id(host_pid), resource.label
+    track = trace.tracks[resource.track]
+    return _id(track.pid), _id(track.tid)
 
 
 def _id(value: Any) -> Any:
@@ -87,13 +110,16 @@ def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
     gpu_names = {g.device: g.name for g in trace.meta.gpus}
+    host_pid, host_tid = _main_thread(trace, graph)
     for index in used:
         resource = graph.resources[index]
-        track = trace.tracks[resource.track]
-        pid, tid = _id(track.pid), _id(track.tid)
-        if resource.kind is ResourceKind.HOST_THREAD:
+        pid, tid = _place(trace, resource, host_pid)
+        if resource.track < 0:
             processes.setdefault(pid, f"host (pid {pid})")
-            threads[(pid, tid)] = f"thread {tid}"
+            threads[(pid, tid)] = resource.label
+        elif resource.kind is ResourceKind.HOST_THREAD:
+            processes.setdefault(pid, f"host (pid {pid})")
+            threads[(pid, tid)] = _thread_name(graph, index, (pid, tid) == (_id(host_pid), _id(host_tid)), tid)
         else:
             gpu = gpu_names.get(resource.device)
             processes.setdefault(pid, f"GPU {resource.device}" + (f" ({gpu})" if gpu else ""))
@@ -103,6 +129,15 @@ def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:
     events += [{"ph": "M", "cat": "__metadata", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
                for (pid, tid), name in threads.items()]
     return events
+
+
+def _thread_name(graph: Graph, resource: int, main: bool, tid: Any) -> str:
+    """"main thread", "autograd thread" (most of its work is backward) or "thread", with its id."""
+    if main:
+        return f"main thread ({tid})"
+    phases = graph.tasks["phase"][graph.tasks["resource"] == resource]
+    backward = int(np.count_nonzero(phases == PHASES.index("backward")))
+    return f"autograd thread ({tid})" if phases.size and backward * 2 > phases.size else f"thread {tid}"
 
 
 def completions_of_calls(graph: Graph) -> dict[int, int]:

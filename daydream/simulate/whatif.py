@@ -35,6 +35,7 @@ from daydream.simulate.windows import iteration_windows
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
+from daydream.transforms.loading import loader_ranges_of
 
 
 @dataclass(slots=True)
@@ -145,6 +146,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "update_loop": update_loop,
                               "batch_ops": lambda: functools.cache(lambda batch: batch_ops_of(trace, attribution(), update_loop(), batch)),
                               "launching_op": lambda: link(trace).op,
+                              "loader_ranges": lambda: loader_ranges_of(trace),
                               "backward_memory_ops": lambda: backward_memory_ops_of(trace, attribution()),
                               "elementwise_gpu": lambda: speed(True), "elementwise_cpu": lambda: speed(False)})
     notes: list[str] = []

@@ -9,6 +9,7 @@ from daydream.transforms import (
     amp,  # noqa: F401  (registers amp)
     batch,  # noqa: F401  (registers batch-size)
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
+    loading,  # noqa: F401  (registers overlap-data-loading)
     model_size,  # noqa: F401  (registers depth)
     target,  # noqa: F401  (registers gpu)
 )

@@ -133,6 +133,11 @@ class Context:
         return self._fact("update_loop")
 
     @property
+    def loader_ranges(self) -> Any:
+        """The trace's DataLoader `__next__` ranges (transforms/loading.LoaderRanges); None where not derived."""
+        return self._fact("loader_ranges")
+
+    @property
     def gpu_contention(self) -> tuple[float, int] | None:
         """(factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence)."""
         return self._fact("gpu_contention")

@@ -100,3 +100,27 @@ def test_replay_of_an_archive_needs_a_rank_placeholder(corpus: Path, tmp_path: P
     assert "{rank}" in capsys.readouterr().err
     assert main(["replay", "--json", "--timeline", str(tmp_path / "sim-{rank}.json"), str(path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"sim-{r}.json" for r in range(8)]
+
+
+def test_timeline_export_draws_launches_and_names_threads_phases_and_layers(tmp_path: Path) -> None:
+    from tests.conftest import REPO
+
+    path = REPO / "examples" / "traces" / "cnn_v100.json.gz"
+    out = tmp_path / "sim.json"
+    assert main(["replay", "--timeline", str(out), str(path)]) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    raw = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    # Launches: GPU work whose correlation a runtime call of the file carries, counted from the file.
+    calls = {e["args"]["correlation"] for e in raw if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    launched = sum(1 for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                   and e.get("args", {}).get("correlation") in calls)
+    starts = [e for e in events if e.get("ph") == "s"]
+    ends = [e for e in events if e.get("ph") == "f"]
+    assert launched > 0 and len(starts) == len(ends) == launched
+    assert sorted(e["id"] for e in starts) == sorted(e["id"] for e in ends)
+    assert all(e["cat"] == "ac2g" and e.get("bp") == "e" for e in ends)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert all(e["args"].get("phase") in ("forward", "backward", "optimizer", "other") for e in kernels)
+    assert any("layer" in e["args"] for e in kernels)
+    names = [e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"]
+    assert sum(name.startswith("main thread") for name in names) == 1

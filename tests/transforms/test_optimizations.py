@@ -194,11 +194,16 @@ def test_yaml_pipeline(tmp_path: Path) -> None:
             load_pipeline(bad)
 
 
-def test_shipped_yaml_examples_load() -> None:
+def test_shipped_yaml_examples_run_on_a_real_trace() -> None:
     from tests.conftest import REPO
 
-    for path in (REPO / "examples" / "optimizations").glob("*.yaml"):
+    trace = open_job(REPO / "examples" / "traces" / "cnn_v100.json.gz").traces[0]
+    shipped = sorted((REPO / "examples" / "optimizations").glob("*.yaml"))
+    assert shipped
+    for path in shipped:
         assert load_pipeline(path).steps
+        prediction = predict(trace, [str(path)])
+        assert prediction.predicted_ns != prediction.simulated_ns, path.name  # it selected something and moved
 
 
 @pytest.mark.parametrize("spec", ["amp", "fused-optimizer", "cuda-graphs", "fuse-elementwise", "batch-size:factor=2",
