@@ -246,11 +246,14 @@ def _nearest_memory(row: Device, memory_bytes: int | None) -> Device:
 
 
 def find_device(name: str | None, *, arch: str | None = None, compute_capability: str | None = None,
-                memory_bytes: int | None = None, sm_count: int | None = None) -> Device | None:
+                memory_bytes: int | None = None, sm_count: int | None = None, vendor: str | None = None) -> Device | None:
     """The table row for a GPU name as traces spell it ("Tesla V100-SXM2-32GB", "AMD Instinct MI300X VF"), a row's
-    name ("H100 SXM") or a short name ("H100"); None when the table does not know it."""
-    if not name:
-        return None
+    name ("H100 SXM") or a short name ("H100"); None when the table does not know it. A GPU a ROCm trace leaves
+    unnamed (`vendor` "AMD ROCm", or a gfx architecture) is told by its architecture, memory and CU count."""
+    if not name or not name.strip():
+        rocm = vendor == "AMD ROCm" or (arch or "").lower().startswith("gfx")
+        row = _by_architecture(arch, compute_capability, memory_bytes, sm_count) if rocm else None
+        return DEVICES[row] if row else None
     if name in DEVICES:
         return DEVICES[name]
     if name in SHORT_NAMES:

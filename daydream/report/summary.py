@@ -46,7 +46,7 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "format": meta.format,
         "features": meta.features,
         "runtime": meta.runtime,
-        "gpu": trace.gpu_names,
+        "gpu": gpu_labels(trace),
         "devices": [
             {
                 "device": g.device,
@@ -169,3 +169,23 @@ def _linking(trace: Trace) -> dict[str, Any]:
         "orphans": int(np.count_nonzero(orphans)),
         "unlinked": int(np.count_nonzero(~launched & ~orphans)),
     }
+
+
+def gpu_labels(trace: Trace) -> list[str]:
+    """The GPUs' names as recorded; a GPU the trace leaves unnamed (some ROCm traces) as the device table tells it
+    from its architecture, memory and CU count, or said to be unnamed."""
+    from daydream.simulate.whatif import recorded_device
+
+    labels = []
+    for name in trace.gpu_names:
+        if name.strip():
+            labels.append(name)
+            continue
+        row, _ = recorded_device(trace)
+        gpu = trace.meta.gpus[0] if trace.meta.gpus else None
+        facts = ", ".join(fact for fact in (
+            f"{gpu.total_memory_bytes / 2**30:.0f} GiB" if gpu and gpu.total_memory_bytes else "",
+            (gpu.arch or "").split(":")[0] if gpu else "", f"{gpu.sm_count} CUs" if gpu and gpu.sm_count else "") if fact)
+        labels.append(f"{row.name} (unnamed in the trace; told by {facts})" if row else
+                      "unnamed in the trace (give --device NAME where a what-if needs it)")
+    return labels

@@ -32,7 +32,7 @@ from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
 from daydream.simulate.windows import iteration_windows
-from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
+from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
 from daydream.transforms.loading import loader_ranges_of
@@ -68,9 +68,19 @@ def recorded_device(trace: Trace) -> tuple[Device | None, str | None]:
     if trace.meta.gpus:
         gpu = trace.meta.gpus[0]
         return find_device(gpu.name, arch=gpu.arch, compute_capability=gpu.compute_capability,
-                           memory_bytes=gpu.total_memory_bytes, sm_count=gpu.sm_count), gpu.name
+                           memory_bytes=gpu.total_memory_bytes, sm_count=gpu.sm_count, vendor=vendor_of(trace)), gpu.name
     name = trace.gpu_names[0] if trace.gpu_names else None
     return find_device(name), name
+
+
+def vendor_of(trace: Trace) -> str | None:
+    """"AMD ROCm" or "NVIDIA CUDA" as the envelope's runtime fields say, else from the runtime calls the trace holds
+    (hipLaunchKernel, cudaLaunchKernel); None for neither."""
+    recorded = trace.meta.runtime.get("vendor")
+    if isinstance(recorded, str):
+        return recorded
+    calls = {trace.strings[i][:3] for i in np.unique(trace.name[trace.indices(*API_KINDS)]).tolist()}
+    return "AMD ROCm" if "hip" in calls else "NVIDIA CUDA" if "cud" in calls or "cuL" in calls else None
 
 
 def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:

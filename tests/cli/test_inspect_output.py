@@ -68,3 +68,28 @@ def test_gemm_flops_from_recorded_shapes(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["inspect", "--json", str(path)]) == 0
     (iteration,) = json.loads(capsys.readouterr().out)["ranks"][0]["iterations"]
     assert iteration["utilization"]["gemm_flop_per_s"] == pytest.approx(700 / 1e-3)
+
+
+@pytest.mark.parametrize(("runtime_call", "envelope", "expected"), [
+    # ROCm leaves the name empty; 192 GiB and gfx942 (or compute capability 9.4) are an MI300X in the device table.
+    ("hipLaunchKernel", {"hip_runtime_version": 60443483}, "AMD Instinct MI300X (unnamed in the trace"),
+    ("hipLaunchKernel", {}, "AMD Instinct MI300X (unnamed in the trace"),
+    # The same facts from a CUDA trace say nothing: compute capability 9.x is a Hopper there.
+    ("cudaLaunchKernel", {}, "unnamed in the trace (give --device NAME"),
+])
+def test_an_unnamed_gpu_is_told_by_its_facts_on_rocm_only(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           runtime_call: str, envelope: dict, expected: str) -> None:
+    unnamed = {"id": 0, "name": "", "totalGlobalMem": 192 * 2**30, "computeMajor": 9, "computeMinor": 4, "numSms": 304}
+    if runtime_call.startswith("hip"):
+        unnamed["gcnArchName"] = "gfx942:sramecc+:xnack-"
+    events = [annotation("ProfilerStep#7", 0, 1000), op("aten::mm", 10, 50, ext=1),
+              runtime(runtime_call, 20, 5, correlation=7, ext=1),
+              kernel("Cijk_Alik_Bljk_SB_MT128x128x16", 30, 400, correlation=7, ext=1)]
+    path = write_trace(tmp_path, events, deviceProperties=[unnamed], **envelope)
+    assert main(["inspect", "--json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"][0]["gpu"][0].startswith(expected)
+    assert main(["whatif", "--json", str(path), "--opt", "amp"]) == 0
+    notes = " ".join(json.loads(capsys.readouterr().out)["ranks"][0].get("notes", []))
+    # amp's factor comes from the device table's MI300X row where the GPU is told, from Daydream's constant where not.
+    assert ("(from the device table (AMD Instinct MI300X))" in notes) == runtime_call.startswith("hip")
+    assert ("GPU not in the device table" in notes) == runtime_call.startswith("cuda")
