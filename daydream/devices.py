@@ -17,8 +17,12 @@ import difflib
 import re
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from daydream.errors import InputError
+
+if TYPE_CHECKING:
+    from daydream.trace import Trace
 
 
 @dataclass(slots=True, frozen=True)
@@ -294,3 +298,26 @@ def markdown_table() -> str:
                      f"{number(d.memory_gib)} | {number(d.memory_bandwidth_gbs)} | {number(d.sm_count)} | "
                      f"{number(d.boost_mhz)} | {number(d.interconnect_gbs)} {d.interconnect} | {efficiency(d)} | {d.source} |")
     return "\n".join(lines) + "\n"
+
+
+def recorded_device(trace: Trace) -> tuple[Device | None, str | None]:
+    """The device-table row of the GPU the trace says it ran on (None if it does not say or the table does not
+    know it), and the name as recorded."""
+    if trace.meta.gpus:
+        gpu = trace.meta.gpus[0]
+        return find_device(gpu.name, arch=gpu.arch, compute_capability=gpu.compute_capability,
+                           memory_bytes=gpu.total_memory_bytes, sm_count=gpu.sm_count, vendor=vendor_of(trace)), gpu.name
+    name = trace.gpu_names[0] if trace.gpu_names else None
+    return find_device(name), name
+
+
+def vendor_of(trace: Trace) -> str | None:
+    """"AMD ROCm" or "NVIDIA CUDA" as the envelope's runtime fields say, else from the runtime calls the trace holds
+    (hipLaunchKernel, cudaLaunchKernel); None for neither."""
+    recorded = trace.meta.runtime.get("vendor")
+    if isinstance(recorded, str):
+        return recorded
+    from daydream.trace import API_KINDS
+
+    calls = {trace.strings[i][:3] for i in set(trace.name[trace.indices(*API_KINDS)].tolist())}
+    return "AMD ROCm" if "hip" in calls else "NVIDIA CUDA" if "cud" in calls or "cuL" in calls else None

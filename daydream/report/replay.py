@@ -15,7 +15,7 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream.graph import DepKind
-from daydream.graph.model import ResourceKind
+from daydream.graph.model import HOST_WORK, ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
 from daydream.report.table import Table
 from daydream.report.throughput import batch_size, samples_per_s
@@ -91,6 +91,8 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
         "source": trace.meta.source,
         # "cpu": the trace holds no GPU work (a CPU-only run): its tables speak of the host only
         "device": "gpu" if any(r.kind is ResourceKind.GPU_STREAM for r in graph.resources) else "cpu",
+        # False: the trace holds GPU work and no host work (a GPU-only capture): nothing says why the GPU idled
+        "host_recorded": bool(np.isin(graph.tasks["kind"], [int(k) for k in HOST_WORK]).any()),
         "iterations": iterations,
         "batch_size": samples,
         "samples_per_s": {key: samples_per_s(samples, float(np.mean([it[f"{key}_ns"] for it in iterations])) if iterations else None)
@@ -141,7 +143,7 @@ def _rank_detail(rank: dict[str, Any]) -> Panel:
     parts: list[Any] = []
     cpu_only = rank.get("device") == "cpu"
     if rank["iterations"]:
-        parts.append(_breakdown_table(rank["iterations"], cpu_only))
+        parts.append(_breakdown_table(rank["iterations"], cpu_only, rank.get("host_recorded", True)))
         path = rank["iterations"][-1].get("critical_path")
         if path:
             parts.append(_critical_path_table(rank["iterations"][-1]["name"], path))
@@ -169,7 +171,7 @@ def _rank_detail(rank: dict[str, Any]) -> Panel:
     return Panel(Group(*parts), title=Text(title), title_align="left")
 
 
-def _breakdown_table(iterations: list[dict[str, Any]], cpu_only: bool = False) -> Table:
+def _breakdown_table(iterations: list[dict[str, Any]], cpu_only: bool = False, host_recorded: bool = True) -> Table:
     table = Table(title="where the time went (mean per iteration: measured → simulated)", title_justify="left")
     table.add_column("")
     table.add_column("measured", justify="right")
@@ -177,7 +179,8 @@ def _breakdown_table(iterations: list[dict[str, Any]], cpu_only: bool = False) -
     rows: tuple[tuple[str, str], ...] = (
         ("iteration", "window_ns"),
         ("GPU busy", "gpu_busy_ns"),
-        ("GPU idle (waiting on the host)", "gpu_idle_ns"),
+        ("GPU idle (waiting on the host)" if host_recorded else "GPU idle (no host work recorded to explain it)",
+         "gpu_idle_ns"),
         ("host waiting on the GPU", "host_waiting_on_gpu_ns"),
         ("communication", "communication_ns"),
     )

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from daydream import __version__
+from daydream.devices import recorded_device
 from daydream.mapping import attribute, find_iterations, link, phase_layer_times
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP, completed
 from daydream.report.throughput import Utilization, batch_size, samples_per_s
@@ -174,8 +175,6 @@ def _linking(trace: Trace) -> dict[str, Any]:
 def gpu_labels(trace: Trace) -> list[str]:
     """The GPUs' names as recorded; a GPU the trace leaves unnamed (some ROCm traces) as the device table tells it
     from its architecture, memory and CU count, or said to be unnamed."""
-    from daydream.simulate.whatif import recorded_device
-
     labels = []
     for name in trace.gpu_names:
         if name.strip():

@@ -18,7 +18,7 @@ import numpy as np
 from daydream.cost import CostModel, CostOptions
 from daydream.cost.elementwise import elementwise_speed
 from daydream.cost.measure import measuring_enabled
-from daydream.devices import Device, device, find_device
+from daydream.devices import Device, device, recorded_device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
@@ -31,8 +31,8 @@ from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
-from daydream.simulate.windows import iteration_windows
-from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, EventKind, Trace
+from daydream.simulate.windows import Window, iteration_windows
+from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
 from daydream.transforms.loading import loader_ranges_of
@@ -60,27 +60,6 @@ class Prediction:
     @property
     def speedup(self) -> float:
         return self.simulated_ns / self.predicted_ns if self.predicted_ns else float("inf")
-
-
-def recorded_device(trace: Trace) -> tuple[Device | None, str | None]:
-    """The device-table row of the GPU the trace says it ran on (None if it does not say or the table does not
-    know it), and the name as recorded."""
-    if trace.meta.gpus:
-        gpu = trace.meta.gpus[0]
-        return find_device(gpu.name, arch=gpu.arch, compute_capability=gpu.compute_capability,
-                           memory_bytes=gpu.total_memory_bytes, sm_count=gpu.sm_count, vendor=vendor_of(trace)), gpu.name
-    name = trace.gpu_names[0] if trace.gpu_names else None
-    return find_device(name), name
-
-
-def vendor_of(trace: Trace) -> str | None:
-    """"AMD ROCm" or "NVIDIA CUDA" as the envelope's runtime fields say, else from the runtime calls the trace holds
-    (hipLaunchKernel, cudaLaunchKernel); None for neither."""
-    recorded = trace.meta.runtime.get("vendor")
-    if isinstance(recorded, str):
-        return recorded
-    calls = {trace.strings[i][:3] for i in np.unique(trace.name[trace.indices(*API_KINDS)]).tolist()}
-    return "AMD ROCm" if "hip" in calls else "NVIDIA CUDA" if "cud" in calls or "cuL" in calls else None
 
 
 def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:
@@ -346,7 +325,7 @@ def buffer_bytes_of(trace: Trace) -> dict[str, int]:
 def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, timeline: Timeline,
                 notes: list[str]) -> Prediction:
     per_iteration: list[dict[str, Any]] = []
-    windows = iteration_windows(graph, timeline)
+    windows = iteration_windows(graph, timeline) or _whole_run(baseline, graph, timeline)
     for replayed, window in zip(baseline.iterations, windows):
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
                               "simulated_ns": replayed.simulated_ns, "predicted_ns": window.duration_ns})
@@ -355,7 +334,9 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
     for entry, bound in zip(per_iteration, bounds):
         entry["bound_by"] = bound.as_dict()
     predicted_bound = merge(bounds) if bounds else None
-    baseline_bound = merge(iteration_bounds(baseline.graph, baseline.timeline)) if bounds else None
+    baseline_windows = iteration_windows(baseline.graph, baseline.timeline) \
+        or _whole_run(baseline, baseline.graph, baseline.timeline)
+    baseline_bound = merge(iteration_bounds(baseline.graph, baseline.timeline, baseline_windows)) if bounds else None
 
     measured = [int(it["measured_ns"]) for it in per_iteration]
     chosen = steady(measured)
@@ -380,8 +361,26 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         bound=predicted_bound,
         baseline_bound=baseline_bound,
         warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs)
-        + ([outliers] if outliers else []),
+        + ([outliers] if outliers else []) + _no_host(graph),
     )
+
+
+def _no_host(graph: Graph) -> list[str]:
+    """What a trace of GPU work alone cannot say."""
+    if not graph.has_device_work() or np.isin(graph.tasks["kind"], [int(k) for k in HOST_WORK]).any():
+        return []
+    return ["the trace holds GPU work and no host work (no CPU ops or runtime calls): the GPU's idle time between "
+            "its kernels is kept as recorded, as waiting the trace cannot explain, and host what-ifs change nothing; "
+            "record the host too (torch.profiler with ProfilerActivity.CPU, or daydream trace) to derive it"]
+
+
+def _whole_run(baseline: Replay, graph: Graph, timeline: Timeline) -> list[Window]:
+    """A graph with no iteration markers (a trace with no host thread to carry them: GPU work alone) whose replay is
+    one iteration, the whole trace: that iteration's window is the whole predicted run, first start to last end."""
+    if len(baseline.iterations) != 1 or graph.task_count == 0 or graph.iteration_markers:
+        return []
+    first, last = int(np.argmin(timeline.start_ns)), int(np.argmax(timeline.end_ns))
+    return [Window(int(timeline.start_ns[first]), int(timeline.end_ns[last]), first, last)]
 
 
 #: A prediction within this of the baseline did not move.

@@ -121,6 +121,11 @@ def test_timeline_export_draws_launches_and_names_threads_phases_and_layers(tmp_
     assert all(e["cat"] == "ac2g" and e.get("bp") == "e" for e in ends)
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert all(e["args"].get("phase") in ("forward", "backward", "optimizer", "other") for e in kernels)
-    assert any("layer" in e["args"] for e in kernels)
     names = [e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"]
     assert sum(name.startswith("main thread") for name in names) == 1
+    # A recording with layers (daydream trace, CPU): each op inside a module's range carries that module's path.
+    recorded = REPO / "examples" / "loading" / "round-1" / "cnn-workers-0.json.gz"
+    assert main(["replay", "--timeline", str(out), str(recorded)]) == 0
+    ops = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "cpu_op"]
+    convolutions = [e for e in ops if e["name"] == "aten::conv2d"]
+    assert convolutions and all(e["args"].get("layer", "").endswith(".conv") for e in convolutions)
