@@ -147,6 +147,8 @@ def _overview(rank: dict[str, Any]) -> Table:
             f"{linking['unlinked']:,} unlinked; convention: {linking['convention']}",
         ),
     ]
+    if rank.get("capture"):
+        lines.append(("capture  ", rank["capture"]))
     if events["skipped_malformed"]:
         reasons = ", ".join(f"{why}: {n}" for why, n in events["skipped_reasons"].items())
         lines.append(("skipped  ", f"{events['skipped_malformed']:,} malformed events ({reasons})"))

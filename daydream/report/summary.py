@@ -15,6 +15,7 @@ import numpy as np
 from daydream import __version__
 from daydream.devices import recorded_device
 from daydream.mapping import attribute, find_iterations, link, phase_layer_times
+from daydream.mapping.capture import captures
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP, completed
 from daydream.report.throughput import Utilization, batch_size, samples_per_s
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
@@ -83,7 +84,19 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "threads": _threads(trace),
         "top_kernels": _top_kernels(trace, top),
         "linking": _linking(trace),
+        "capture": _capture(trace),
     }
+
+
+def _capture(trace: Trace) -> str | None:
+    """What the trace's CUDA-graph capture ranges hold, in words; None without any."""
+    found = captures(trace)
+    if not found.ranges:
+        return None
+    if found.capture_only:
+        return (f"{found.describe()}; the trace records the capture and no execution of it, so what-ifs refuse it: "
+                "profile the steps that replay the graph")
+    return found.describe()
 
 
 def _throughput(trace: Trace, iterations: list) -> dict[str, Any]:  # type: ignore[type-arg]

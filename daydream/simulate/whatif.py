@@ -24,6 +24,7 @@ from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
 from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES, Attribution, Iteration, attribute, find_iterations
+from daydream.mapping.capture import captures
 from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.contention import with_contention
@@ -86,6 +87,12 @@ def predict_traces(traces: list[Trace], specs: list[str], device_name: str | Non
                    graphs: list[Graph] | None = None, cost_options: CostOptions | None = None) -> list[Prediction]:
     """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job). `graphs`: the
     ranks' graphs, already built (daydream.ranks); `cost_options`: whether the cost stage may measure (daydream/cost)."""
+    for trace in traces:
+        found = captures(trace)
+        if found.capture_only:
+            raise InputError(f"{trace.meta.source}: this trace records a CUDA-graph capture and no execution of it: "
+                             f"{found.describe()}; there is no run to replay or speed up — profile the steps that "
+                             "replay the graph (cudaGraphLaunch), not its capture")
     baseline_graphs, _ = build_job_graphs(traces, graphs)
     baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs, warmup=True))]
     graphs, notes = [], []
