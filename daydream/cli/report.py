@@ -7,6 +7,7 @@ import time
 import click
 
 from daydream.api import predict_job, replay_job
+from daydream.cli._complete import complete_device, complete_opt
 from daydream.cli._progress import err, progress_bar
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.errors import InputError
@@ -18,10 +19,11 @@ from daydream.report.console import format_bytes
 @rank_options
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The HTML file to write (self-contained: open it anywhere, offline).")
-@click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
+@click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml", shell_complete=complete_opt,
               help="An optimization to predict (repeat to combine, in order; see daydream whatif --list). "
                    "Without it the predicted timeline is the simulated replay.")
-@click.option("--device", "device_name", default=None, help="The GPU the trace ran on, if the trace does not say (device table name).")
+@click.option("--device", "device_name", default=None, shell_complete=complete_device,
+              help="The GPU the trace ran on, if the trace does not say (device table name).")
 @click.option("--iteration", "iteration", default=None, metavar="N|NAME",
               help="The iteration to draw: its position (0 for the first) or its name. "
                    "Default: the whole iteration of median measured time (the first is often a warm-up).")

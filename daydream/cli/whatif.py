@@ -7,6 +7,7 @@ import json
 import click
 
 from daydream.api import open_job, predict_job, predict_memory_for
+from daydream.cli._complete import complete_device, complete_opt, complete_sweep
 from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.cost import CostOptions
@@ -18,17 +19,18 @@ from daydream.report.table import Table
 @click.command("whatif")
 @trace_argument
 @rank_options
-@click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
+@click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml", shell_complete=complete_opt,
               help="An optimization to apply (repeat to combine, in order). See --list.")
 @click.option("--list", "show_list", is_flag=True, help="List every optimization with its model, and exit.")
-@click.option("--device", "device_name", default=None, help="The GPU the trace ran on, if the trace does not say (device table name).")
+@click.option("--device", "device_name", default=None, shell_complete=complete_device,
+              help="The GPU the trace ran on, if the trace does not say (device table name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (a stable contract).")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the predicted timeline as a Chrome trace (.gz compresses; {rank} for several ranks).")
 @click.option("--memory", "with_memory", is_flag=True,
               help="Also predict the peak memory per device, whether it fits (--device or the trace's GPU) "
                    "and the largest batch that does.")
-@click.option("--sweep", default=None, metavar="KEY=V1,V2,...",
+@click.option("--sweep", default=None, metavar="KEY=V1,V2,...", shell_complete=complete_sweep,
               help="Predict once per value of parameter KEY of the --opt optimizations that have it "
                    "(e.g. --opt ddp --sweep world=1,2,4,8): a scaling table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
