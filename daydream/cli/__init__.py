@@ -18,6 +18,7 @@ import os
 import pkgutil
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import click
@@ -120,7 +121,10 @@ def _main(args: list[str]) -> int:
                 # numpy's overflow/invalid-value warnings raised inside daydream are not for the user to read
                 # (the script's own warnings under `daydream trace` still show).
                 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"daydream\.")
-            returned = cli.main(args=args, prog_name="daydream", standalone_mode=False)
+            from daydream.cli._config import default_map
+
+            defaults = default_map(cli, args[0], Path.cwd()) if args and not args[0].startswith("-") else None
+            returned = cli.main(args=args, prog_name="daydream", standalone_mode=False, default_map=defaults)
     except DaydreamError as exc:
         return _fail(str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:

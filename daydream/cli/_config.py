@@ -1,0 +1,93 @@
+"""Defaults for command-line options from a project's own file, so a team writes its GPU or worker count once.
+
+daydream reads, in the folder it runs in, `daydream.toml` (its top level), else the `[tool.daydream]` table of
+`pyproject.toml`. Keys are option names as typed without their dashes; a key at the top applies to every command
+that has that option, a key in a `[COMMAND]` table (`[tool.daydream.whatif]`) to that command only, and overrides
+the top. An option given on the command line wins over both.
+
+    [tool.daydream]
+    device = "H100 SXM"      # --device, for every command that has it
+    workers = 4              # --workers
+    no-cache = true          # --no-cache
+
+    [tool.daydream.whatif]
+    measure-budget = 20      # --measure-budget, whatif only
+
+A key no option of the command has, in its command's table, or a table named after no command, is an input error
+that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from daydream.errors import InputError
+
+FILES = ("daydream.toml", "pyproject.toml")
+
+
+def find_config(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    """(file, the daydream table) of the first of FILES in `folder` that has one; None without any."""
+    for name in FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except (tomllib.TOMLDecodeError, OSError) as exc:
+            raise InputError(f"{path}: not valid TOML ({exc}) — fix it or remove it") from None
+        table = document if name == "daydream.toml" else document.get("tool", {}).get("daydream")
+        if isinstance(table, dict):
+            return path, table
+    return None
+
+
+def default_map(group: click.Group, command_name: str, folder: Path) -> dict[str, dict[str, Any]] | None:
+    """Click's default_map for running `command_name`, from the project file in `folder`; None without one."""
+    found = find_config(folder)
+    if found is None:
+        return None
+    path, table = found
+    commands = group.list_commands(click.Context(group))
+    for key, value in table.items():
+        if isinstance(value, dict) and key not in commands:
+            raise InputError(f"{path}: [{_prefix(path)}{key}] names no daydream command — known: {', '.join(commands)}")
+    command = group.get_command(click.Context(group), command_name) if command_name in commands else None
+    if command is None:
+        return None
+    names = _option_names(command)
+    chosen: dict[str, Any] = {}
+    for key, value in table.items():
+        if not isinstance(value, dict) and key.replace("_", "-") in names:
+            chosen[names[key.replace("_", "-")]] = value
+    for key, value in (table.get(command_name) or {}).items():
+        option = names.get(key.replace("_", "-"))
+        if option is None:
+            raise InputError(f"{path}: [{_prefix(path)}{command_name}] {key}: 'daydream {command_name}' has no option "
+                             f"--{key} — see 'daydream {command_name} --help'")
+        chosen[option] = value
+    return {command_name: chosen} if chosen else None
+
+
+def _option_names(command: click.Command) -> dict[str, str]:
+    """Option name as typed, without dashes ("no-cache", "device") -> the parameter it sets."""
+    names = {}
+    for parameter in command.params:
+        if isinstance(parameter, click.Option):
+            for flag in parameter.opts:
+                if flag.startswith("--"):
+                    names[flag[2:]] = parameter.name or ""
+    return names
+
+
+def _prefix(path: Path) -> str:
+    return "tool.daydream." if path.name == "pyproject.toml" else ""
