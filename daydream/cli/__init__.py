@@ -55,8 +55,16 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
 
 @click.group(cls=_CommandModules, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="daydream")
-def cli() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Results only: no status lines or progress on stderr (errors still).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also say each stage as it starts, with the time so far, wherever stderr goes (a CI log).")
+def cli(quiet: bool, verbose: bool) -> None:
     """daydream: predict how a training step would change, from one trace of it."""
+    if quiet and verbose:
+        raise click.UsageError("-q and -v say opposite things: give one")
+    from daydream.cli._progress import set_verbosity
+
+    set_verbosity(-1 if quiet else 1 if verbose else 0)
 
 
 def _tolerate_narrow_encodings() -> None:
@@ -96,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = _terminate_cleanly()
     watching = None
     try:
-        if args[0] != "trace":  # `trace` runs the user's script in this process: its memory is the script's own
+        if "trace" not in args[:3]:  # `trace` runs the user's script in this process: its memory is the script's own
             from daydream import _memory
 
             _memory.note_stage(f"running daydream {args[0][:40]}")
@@ -123,7 +131,8 @@ def _main(args: list[str]) -> int:
                 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"daydream\.")
             from daydream.cli._config import default_map
 
-            defaults = default_map(cli, args[0], Path.cwd()) if args and not args[0].startswith("-") else None
+            command = next((arg for arg in args if not arg.startswith("-")), "")
+            defaults = default_map(cli, command, Path.cwd()) if command else None
             returned = cli.main(args=args, prog_name="daydream", standalone_mode=False, default_map=defaults)
     except DaydreamError as exc:
         return _fail(str(exc), exc.exit_code)

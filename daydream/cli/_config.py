@@ -9,6 +9,7 @@ the top. An option given on the command line wins over both.
     device = "H100 SXM"      # --device, for every command that has it
     workers = 4              # --workers
     no-cache = true          # --no-cache
+    quiet = true             # daydream -q: results only
 
     [tool.daydream.whatif]
     measure-budget = 20      # --measure-budget, whatif only
@@ -66,6 +67,10 @@ def default_map(group: click.Group, command_name: str, folder: Path) -> dict[str
         return None
     names = _option_names(command)
     chosen: dict[str, Any] = {}
+    overall = {names_key: name for names_key, name in _option_names(group).items()
+               if names_key not in ("help", "version")}
+    top = {overall[key.replace("_", "-")]: value for key, value in table.items()
+           if not isinstance(value, dict) and key.replace("_", "-") in overall}
     for key, value in table.items():
         if not isinstance(value, dict) and key.replace("_", "-") in names:
             chosen[names[key.replace("_", "-")]] = value
@@ -75,7 +80,7 @@ def default_map(group: click.Group, command_name: str, folder: Path) -> dict[str
             raise InputError(f"{path}: [{_prefix(path)}{command_name}] {key}: 'daydream {command_name}' has no option "
                              f"--{key} — see 'daydream {command_name} --help'")
         chosen[option] = value
-    return {command_name: chosen} if chosen else None
+    return {**top, command_name: chosen} if chosen or top else None
 
 
 def _option_names(command: click.Command) -> dict[str, str]:

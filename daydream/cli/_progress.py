@@ -7,6 +7,7 @@ Styles are applied with `rich.text.Text`, never with markup in strings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -17,6 +18,15 @@ from daydream._memory import note_stage
 
 Callback = Callable[[str, int, int], None]
 
+#: How much daydream says on stderr besides errors: -1 nothing (-q), 0 status lines and a progress bar on a terminal,
+#: 1 also each stage as a line with the time so far, wherever stderr goes (-v). Set once per command (cli.cli).
+VERBOSITY = 0
+
+
+def set_verbosity(level: int) -> None:
+    global VERBOSITY
+    VERBOSITY = level
+
 
 def out() -> Console:
     """The console for results (stdout)."""
@@ -24,8 +34,8 @@ def out() -> Console:
 
 
 def err() -> Console:
-    """The console for status lines and progress (stderr)."""
-    return Console(stderr=True, markup=False, soft_wrap=True)
+    """The console for status lines and progress (stderr); silent under -q."""
+    return Console(stderr=True, markup=False, soft_wrap=True, quiet=VERBOSITY < 0)
 
 
 @contextmanager
@@ -41,9 +51,13 @@ def progress_bar(console: Console) -> Iterator[Callback]:
         disable=not console.is_terminal,
     )
     task = bar.add_task("reading", total=None, detail="")
+    began, said = time.monotonic(), [""]
 
     def update(stage: str, done: int, total: int) -> None:
         note_stage(stage)
+        if VERBOSITY > 0 and stage != said[0]:
+            said[0] = stage
+            console.print(f"daydream: {stage} ({time.monotonic() - began:.1f} s)", highlight=False)
         if stage in ("decompressing", "reading") and total:
             detail = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
             bar.update(task, description=stage, completed=done, total=total, detail=detail)

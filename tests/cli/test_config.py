@@ -51,3 +51,16 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "daydream.toml").write_text(text)
     code, out, err = _run(tmp_path, monkeypatch, capsys, "whatif", EXAMPLE, "--opt", "amp")
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_quiet_and_verbose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "predicted.json"
+    code, stdout, stderr = _run(tmp_path, monkeypatch, capsys, "-q", "whatif", EXAMPLE, "--opt", "amp", "--timeline", str(out))
+    assert code == 0 and "amp" in stdout and stderr == "" and out.is_file()
+    code, _, stderr = _run(tmp_path, monkeypatch, capsys, "-v", "whatif", EXAMPLE, "--opt", "amp", "--no-cache")
+    assert code == 0 and "daydream: decompressing (" in stderr and "daydream: predicting (" in stderr
+    code, _, stderr = _run(tmp_path, monkeypatch, capsys, "-q", "-v", "inspect", EXAMPLE)
+    assert code == 2 and "opposite" in stderr
+    (tmp_path / "daydream.toml").write_text("quiet = true\n")  # the group's own options from the file's top level
+    code, _, stderr = _run(tmp_path, monkeypatch, capsys, "whatif", EXAMPLE, "--opt", "amp", "--timeline", str(out))
+    assert code == 0 and stderr == ""
