@@ -144,3 +144,24 @@ def test_page_has_every_section(tmp_path: Path) -> None:
         assert section in page
     assert document["iteration"]["name"] == "ProfilerStep#2"
     assert [view["title"] for view in document["timeline"]["views"]] == ["measured", "simulated (no --opt)"]
+
+
+def test_each_whatif_row_carries_its_predicted_memory() -> None:
+    import gzip
+    import json
+
+    from daydream.api import predict_job
+    from tests.conftest import REPO
+
+    path = REPO / "examples" / "loading" / "round-1" / "cnn-workers-0.json.gz"
+    raw = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    peak = max(e["args"]["Total Allocated"] for e in raw if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
+    rows = [(["amp"], predict_job(path, ["amp"])), (["batch-size:factor=2"], predict_job(path, ["batch-size:factor=2"]))]
+    document = build_report(str(path), replay_job(path), rows)
+    memory = {tuple(row["optimizations"]): row["memory"] for row in document["whatif"]}
+    doubled = memory[("batch-size:factor=2",)]
+    assert [entry["device"] for entry in doubled] == ["cpu"]
+    assert doubled[0]["measured_peak_bytes"] == pytest.approx(peak, rel=0.1)  # the file's largest Total Allocated
+    assert doubled[0]["predicted_peak_bytes"] > 1.5 * doubled[0]["measured_peak_bytes"]  # twice the activations
+    page = render_page(document)
+    assert "peak memory (measured → predicted)" in page and page.count("cpu: ") >= 2

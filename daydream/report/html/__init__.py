@@ -109,7 +109,20 @@ def write_report(path: str | os.PathLike[str], document: dict[str, Any]) -> int:
 
 def _whatif_row(source: str, specs: list[str], predictions: list[Prediction], rank_index: int) -> dict[str, Any]:
     summary = summarize_predictions(source, specs, predictions)
-    return {"label": " + ".join(specs), "notes": summary["ranks"][rank_index]["notes"], **summary}
+    return {"label": " + ".join(specs), "notes": summary["ranks"][rank_index]["notes"], **summary,
+            "memory": _predicted_memory(predictions[rank_index], specs)}
+
+
+def _predicted_memory(prediction: Prediction, specs: list[str]) -> list[dict[str, Any]]:
+    """The drawn rank's predicted peak per device under `specs` (daydream whatif --memory); empty where the trace
+    records no allocations or the memory model cannot take the specs (said in the whatif command, not here)."""
+    from daydream.api import predict_memory_for
+
+    try:
+        return [{key: entry[key] for key in ("device", "measured_peak_bytes", "predicted_peak_bytes", "capacity_bytes",
+                                             "fits")} for entry in predict_memory_for([prediction.trace], specs)]
+    except (InputError, ValueError):
+        return []
 
 
 def _replay_row(replays: list[Replay]) -> dict[str, Any]:

@@ -157,15 +157,25 @@ def _whatif_section(document: dict[str, Any]) -> str:
         throughput = (entry.get("samples_per_s") or {}).get("predicted")
         rows.append([entry["label"], format_ns(times["measured"]), format_ns(times["simulated"]), format_ns(times["predicted"]),
                      _speedup(entry["speedup"]), f"{throughput:,.0f}" if throughput else "—",
-                     bound_line(bound, top=3) if bound else ""])
+                     _memory_cell(entry.get("memory") or []), bound_line(bound, top=3) if bound else ""])
         notes += [note for note in entry["notes"] if note not in notes]  # a combined row repeats its parts' notes
         warnings += [f"{entry['label']}: {w}" for w in entry.get("warnings", [])]
     table = _table(["optimization", "measured", "simulated baseline", "predicted", "speed-up", "samples/s (predicted)",
-                    "critical path"], rows, "whatif")
+                    "peak memory (measured → predicted)", "critical path"], rows, "whatif")
     model = f'<ul class="notes">{"".join(f"<li>{_escape(note)}</li>" for note in notes)}</ul>' if notes else ""
     model = "".join(f'<p class="warning">{_escape(w)}</p>' for w in warnings) + model
     return (f'<section id="whatif"><h2>What if</h2><p class="hint">Mean iteration time; the speed-up compares the prediction with '
             f"the simulated baseline (like with like). With several ranks the slowest rank sets each time.</p>{table}{model}</section>")
+
+
+def _memory_cell(devices: list[dict[str, Any]]) -> str:
+    """Per device: measured → predicted peak, and whether it fits the device where its capacity is known."""
+    cells = []
+    for entry in devices:
+        verdict = "" if entry.get("fits") is None else " (fits)" if entry["fits"] else " (does not fit)"
+        cells.append(f"{entry['device']}: {format_bytes(entry['measured_peak_bytes'])} → "
+                     f"{format_bytes(entry['predicted_peak_bytes'])}{verdict}")
+    return "; ".join(cells) or "—"
 
 
 def _iterations_section(document: dict[str, Any]) -> str:
