@@ -597,3 +597,48 @@ def test_a_script_that_never_steps_is_told_what_ends_an_iteration(capsys: pytest
     time.sleep(0.3)
     assert capsys.readouterr().err == ""
     silent.cancel()
+
+
+def test_the_notice_says_what_the_script_has_done(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from daydream.trace.collect.hooks import NO_STEP_NOTICE_S, _NoStepNotice
+
+    assert NO_STEP_NOTICE_S <= 10
+    seen = {"forward": 3, "backward": 3, "optimizer": 0}
+    notice = _NoStepNotice(None, after_s=0.05, seen=seen)
+    time.sleep(0.3)
+    said = capsys.readouterr().err
+    assert "3 forward passes, 3 backward passes, 0 optimizer steps" in said
+    assert "backward passes without optimizer.step()" in said and said.count("\n") == 1
+    notice.cancel()
+
+
+@pytest.mark.parametrize(("durations", "warned"), [([225.0, 82.0, 1_670_000.0], True), ([100.0, 120.0, 900.0], False)])
+def test_iterations_that_differ_tenfold_are_said(durations: list[float], warned: bool) -> None:
+    from daydream.trace.collect import CaptureOptions, uneven_iterations
+
+    document = {"traceEvents": [{"ph": "X", "name": f"ProfilerStep#{n}", "ts": 0, "dur": d}
+                                for n, d in enumerate(durations)]}
+    said = uneven_iterations(document, CaptureOptions(script="train.py", step_fn="repackage_hidden"))
+    assert (said is not None) == warned
+    if said:
+        assert "82 µs to 1.67 s" in said and "--step-fn repackage_hidden" in said
+
+
+def test_a_loop_without_optimizer_steps_is_counted_by_the_hooks() -> None:
+    torch = pytest.importorskip("torch")
+    from daydream.trace.collect.hooks import install
+
+    hooks = install(lambda: None)
+    try:
+        model = torch.nn.Linear(4, 2)
+        for _ in range(3):
+            loss = model(torch.randn(5, 4)).sum()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+    finally:
+        hooks.remove()
+    assert hooks.seen == {"forward": 3, "backward": 3, "optimizer": 0}

@@ -169,7 +169,30 @@ def capture(options: CaptureOptions, status: Status | None = None) -> CaptureRes
                            exit_code=1 if outcome.error is not None else 2)
     out, rank_notice = output_path(options)
     write_trace_document(out, document)
-    return CaptureResult(out, backend, recorded, outcome, [n for n in (notice, rank_notice) if n])
+    notices = [notice, rank_notice, uneven_iterations(document, options)]
+    return CaptureResult(out, backend, recorded, outcome, [n for n in notices if n])
+
+
+#: Recorded iterations whose longest is more than this many times the shortest are said to differ.
+UNEVEN = 10.0
+
+
+def uneven_iterations(document: dict[str, Any], options: CaptureOptions) -> str | None:
+    """A notice when the recorded iterations (ProfilerStep#N ranges) differ by more than UNEVEN times: the boundaries
+    are not one training step each (a --step-fn that is not the step, an evaluation pass inside the window)."""
+    events = document.get("traceEvents") if isinstance(document, dict) else None
+    durations = [float(e["dur"]) for e in events or () if isinstance(e, dict) and e.get("ph") == "X"
+                 and str(e.get("name", "")).startswith("ProfilerStep#") and isinstance(e.get("dur"), (int, float))]
+    if len(durations) < 2 or min(durations) <= 0 or max(durations) <= UNEVEN * min(durations):
+        return None
+    ends = f"--step-fn {options.step_fn}" if options.step_fn else "optimizer.step()"
+    return (f"the {len(durations)} recorded iterations differ by more than {UNEVEN:.0f}x ({_us(min(durations))} to "
+            f"{_us(max(durations))}): each should be one training step, and they end at {ends} — check that it "
+            "runs once per step (daydream inspect shows each iteration)")
+
+
+def _us(value: float) -> str:
+    return f"{value / 1e6:.3g} s" if value >= 1e6 else f"{value / 1e3:.3g} ms" if value >= 1e3 else f"{value:.3g} µs"
 
 
 def _short_capture_message(options: CaptureOptions, recorded: int, outcome: ScriptOutcome) -> str:

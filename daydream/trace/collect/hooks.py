@@ -57,6 +57,8 @@ class Hooks:
     _open: list[Any] = field(default_factory=list)
     _depth: int = 0
     _in_backward: int = 0  # > 0 while torch.autograd.backward runs (recomputation is backward work)
+    #: what the script has done so far: top-level forward passes, backward passes and optimizer steps
+    seen: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0, "optimizer": 0})
     _primary_optimizer: int | None = None
     _roots: dict[str, int] = field(default_factory=dict)
     #: the leading dimension of the first tensor a top-level module's forward received, once seen
@@ -117,13 +119,14 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
         open_range = torch_range
     record_function: Callable[[str], RangeScope] = open_range
-    watch = _NoStepNotice(step_fn)
+    seen = {"forward": 0, "backward": 0, "optimizer": 0}
+    watch = _NoStepNotice(step_fn, seen=seen)
 
     def stepped() -> None:
         watch.cancel()
         on_step()
 
-    hooks = Hooks(on_step=stepped)
+    hooks = Hooks(on_step=stepped, seen=seen)
     hooks._restore.append(watch.cancel)
     hooks._names = weakref.WeakKeyDictionary()
     hooks._models, hooks._optimizers = weakref.WeakSet(), weakref.WeakSet()
@@ -158,6 +161,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
             return
         scopes = []
         if hooks._depth == 0 and not hooks._in_backward:
+            hooks.seen["forward"] += 1
             scopes.append(record_function(PHASE_PREFIX + "forward"))
             hooks._models.add(module)
             if hooks.leading_size is None:
@@ -183,6 +187,7 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     optimizer_scope: list[Any] = []
 
     def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        hooks.seen["optimizer"] += 1
         hooks._optimizers.add(optimizer)
         scope = record_function(PHASE_PREFIX + "optimizer")
         scope.__enter__()
@@ -203,6 +208,8 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
     def backward(*args: Any, **kwargs: Any) -> Any:
         hooks._in_backward += 1
+        if hooks._in_backward == 1:  # a backward inside a backward (double backward, recomputation) is the same pass
+            hooks.seen["backward"] += 1
         try:
             with record_function(PHASE_PREFIX + "backward"):
                 return original_backward(*args, **kwargs)
@@ -294,27 +301,34 @@ def _leading_dimension(args: Any) -> int | None:
 
 
 #: Seconds without any iteration ending before `daydream trace` says why it may never end.
-NO_STEP_NOTICE_S = 60.0
+NO_STEP_NOTICE_S = 10.0
 
 
 class _NoStepNotice:
     """Once, if no iteration has ended `NO_STEP_NOTICE_S` after the hooks went in: a line on stderr saying what ends
     one, so that a script that never calls optimizer.step() (weights updated by hand) is not a silent wait."""
 
-    def __init__(self, step_fn: str | None, after_s: float | None = None) -> None:
+    def __init__(self, step_fn: str | None, after_s: float | None = None, seen: dict[str, int] | None = None) -> None:
         import threading
 
         self.step_fn = step_fn
+        self.seen = seen if seen is not None else {}
         self.timer = threading.Timer(NO_STEP_NOTICE_S if after_s is None else after_s, self.say)
         self.timer.daemon = True
         self.timer.start()
 
     def message(self) -> str:
         waited = f"{self.timer.interval:.0f} s"
+        counts = ", ".join(f"{self.seen.get(what, 0):,} {label}" for what, label in
+                           (("forward", "forward passes"), ("backward", "backward passes"), ("optimizer", "optimizer steps")))
+        seen = f" (seen so far: {counts})" if self.seen else ""
         if self.step_fn:
-            return f"daydream: no iteration has ended in {waited}: --step-fn {self.step_fn} has not returned yet"
-        return (f"daydream: no iteration has ended in {waited}: iterations end at optimizer.step(), and none has run — "
+            return f"daydream: no iteration has ended in {waited}{seen}: --step-fn {self.step_fn} has not returned yet"
+        hint = ("the script runs backward passes without optimizer.step(): if it updates its weights by hand, name the "
+                "function that runs one step with --step-fn FUNCTION" if self.seen.get("backward") else
                 "if the script updates its weights by hand, name its step function with --step-fn FUNCTION")
+        return (f"daydream: no iteration has ended in {waited}{seen}: iterations end at optimizer.step(), and none has "
+                f"run — {hint}")
 
     def say(self) -> None:
         import sys
