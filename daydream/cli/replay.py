@@ -17,7 +17,7 @@ from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (a stable contract) instead of tables.")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the simulated timeline as a Chrome trace (Perfetto, chrome://tracing); .gz compresses it. "
-                   "With several ranks, {rank} in the name is replaced by the rank.")
+                   "With several ranks, one file per rank where the name holds {rank}, else one file of them all.")
 @click.option("--critical-path", is_flag=True, help="Show the tasks that bound each simulated iteration.")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, critical_path: bool, no_cache: bool) -> None:

@@ -26,7 +26,8 @@ from daydream.report.table import Table
               help="The GPU the trace ran on, if the trace does not say (device table name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON (a stable contract).")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write the predicted timeline as a Chrome trace (.gz compresses; {rank} for several ranks).")
+              help="Write the predicted timeline as a Chrome trace (.gz compresses; several ranks: a file per rank "
+                   "where the name holds {rank}, else one file of them all).")
 @click.option("--memory", "with_memory", is_flag=True,
               help="Also predict the peak memory per device, whether it fits (--device or the trace's GPU) "
                    "and the largest batch that does.")

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from daydream._files import write_atomically
-from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import HOST_WORK, Resource, ResourceKind
 from daydream.mapping import PHASES
@@ -169,13 +168,20 @@ def write_chrome_trace(path: str | os.PathLike[str], events: list[dict[str, Any]
 
 def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]],
                     description: str) -> list[str]:
-    """One Chrome trace per rank: `pattern` with {rank} replaced (required when there are several ranks).
+    """One Chrome trace per rank: `pattern` with {rank} replaced; or, for a job of several ranks and a name without
+    {rank}, one file holding every rank (each rank's processes named "rank R: ..." and numbered apart).
 
     Each run is (trace, graph, timeline, iterations as (name, start ns, end ns)). Returns the paths written.
     """
-    written = []
     if len(runs) > 1 and "{rank}" not in pattern:
-        raise InputError("--timeline: this trace has several ranks; put {rank} in the file name")
+        events: list[dict[str, Any]] = []
+        for position, (trace, graph, timeline, iterations) in enumerate(runs):
+            rank = trace.meta.rank if trace.meta.rank is not None else position
+            events += _as_rank(timeline_events(trace, graph, timeline, iterations), rank, position)
+        metadata = {"schemaVersion": 1, "displayTimeUnit": "ms", "daydream": f"{description}, {len(runs)} ranks merged"}
+        write_chrome_trace(pattern, events, metadata)
+        return [pattern]
+    written = []
     for trace, graph, timeline, iterations in runs:
         metadata: dict[str, Any] = {"schemaVersion": 1, "displayTimeUnit": "ms", "daydream": description,
                                     "distributedInfo": trace.meta.distributed or {"rank": trace.meta.rank}}
@@ -186,3 +192,20 @@ def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[
         write_chrome_trace(path, events, metadata)
         written.append(path)
     return written
+
+
+#: A merged file numbers each rank's processes from rank position x RANK_PIDS, and its flows from x RANK_FLOWS.
+RANK_PIDS, RANK_FLOWS = 1_000, 1_000_000_000
+
+
+def _as_rank(events: list[dict[str, Any]], rank: int, position: int) -> list[dict[str, Any]]:
+    """One rank's events for a merged file: its processes renumbered apart from the other ranks' and named after the
+    rank, its flow ids offset so that no two ranks share one."""
+    pids: dict[Any, int] = {}
+    for event in events:
+        event["pid"] = pids.setdefault(event["pid"], position * RANK_PIDS + len(pids))
+        if event["ph"] in ("s", "f"):
+            event["id"] = position * RANK_FLOWS + int(event["id"])
+        if event["ph"] == "M" and event["name"] == "process_name":
+            event["args"] = {"name": f"rank {rank}: {event['args']['name']}"}
+    return events

@@ -94,12 +94,25 @@ def test_replay_cli_json_and_timeline(corpus: Path, tmp_path: Path, capsys: pyte
         assert abs(step["dur"] * 1000 - it["simulated_ns"]) <= 1
 
 
-def test_replay_of_an_archive_needs_a_rank_placeholder(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_of_an_archive_writes_a_file_per_rank_or_one_of_all(corpus: Path, tmp_path: Path) -> None:
     path = corpus / "param/et_replay_inputs/dlrm_kineto.tar.gz"
-    assert main(["replay", "--timeline", str(tmp_path / "sim.json"), str(path)]) == 2
-    assert "{rank}" in capsys.readouterr().err
     assert main(["replay", "--json", "--timeline", str(tmp_path / "sim-{rank}.json"), str(path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"sim-{r}.json" for r in range(8)]
+    per_rank = [json.loads((tmp_path / f"sim-{r}.json").read_text())["traceEvents"] for r in range(8)]
+    merged_path = tmp_path / "merged" / "sim.json"
+    merged_path.parent.mkdir()
+    assert main(["replay", "--json", "--timeline", str(merged_path), str(path)]) == 0
+    merged = json.loads(merged_path.read_text())["traceEvents"]
+    # Every rank's events, once each; each rank's processes apart from the others' and named after it.
+    assert len(merged) == sum(len(events) for events in per_rank)
+    for kind in ("kernel", "cpu_op", "cuda_runtime"):
+        assert sum(e.get("cat") == kind for e in merged) == sum(e.get("cat") == kind for ev in per_rank for e in ev)
+    names = [e["args"]["name"] for e in merged if e.get("ph") == "M" and e["name"] == "process_name"]
+    assert {name.split(":")[0] for name in names} == {f"rank {r}" for r in range(8)}
+    pids = {e["pid"]: e["args"]["name"].split(":")[0] for e in merged if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert len(pids) == len(names)  # no two ranks share a process id
+    flows = [e["id"] for e in merged if e.get("ph") == "s"]
+    assert len(flows) == len(set(flows))
 
 
 def test_timeline_export_draws_launches_and_names_threads_phases_and_layers(tmp_path: Path) -> None:
