@@ -178,8 +178,8 @@ def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[
         for position, (trace, graph, timeline, iterations) in enumerate(runs):
             rank = trace.meta.rank if trace.meta.rank is not None else position
             events += _as_rank(timeline_events(trace, graph, timeline, iterations), rank, position)
-        metadata = {"schemaVersion": 1, "displayTimeUnit": "ms", "daydream": f"{description}, {len(runs)} ranks merged"}
-        write_chrome_trace(pattern, events, metadata)
+        write_chrome_trace(pattern, events, {"schemaVersion": 1, "displayTimeUnit": "ms",
+                                             "daydream": f"{description}, {len(runs)} ranks merged"})
         return [pattern]
     written = []
     for trace, graph, timeline, iterations in runs:
