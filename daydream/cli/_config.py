@@ -34,14 +34,19 @@ else:  # pragma: no cover - Python 3.10
 from daydream.errors import InputError
 
 FILES = ("daydream.toml", "pyproject.toml")
+#: The largest project file read (as for YAML inputs): settings are a few lines.
+MAX_BYTES = 1 << 20
 
 
 def find_config(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     """(file, the daydream table) of the first of FILES in `folder` that has one; None without any."""
     for name in FILES:
         path = folder / name
-        if not path.is_file():
+        if not path.is_file():  # a device, pipe or folder of that name is not a project file
             continue
+        if path.stat().st_size > MAX_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size:,} bytes, more than a project file holds "
+                             f"({MAX_BYTES:,} at most) — move daydream's settings to a daydream.toml of their own")
         try:
             document = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
         except (tomllib.TOMLDecodeError, OSError) as exc:

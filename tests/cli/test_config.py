@@ -64,3 +64,16 @@ def test_quiet_and_verbose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     (tmp_path / "daydream.toml").write_text("quiet = true\n")  # the group's own options from the file's top level
     code, _, stderr = _run(tmp_path, monkeypatch, capsys, "whatif", EXAMPLE, "--opt", "amp", "--timeline", str(out))
     assert code == 0 and stderr == ""
+
+
+def test_a_project_file_that_is_not_a_regular_small_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "daydream.toml")  # a pipe is no project file: skipped, never opened (it would hang)
+    code, out, _ = _run(tmp_path, monkeypatch, capsys, "whatif", EXAMPLE, "--opt", "amp", "--json")
+    assert code == 0 and json.loads(out)["optimizations"] == ["amp"]
+    (tmp_path / "daydream.toml").unlink()
+    (tmp_path / "daydream.toml").write_text("# padding\n" * 200_000)
+    code, out, err = _run(tmp_path, monkeypatch, capsys, "whatif", EXAMPLE, "--opt", "amp")
+    assert code == 2 and "more than a project file holds" in err
