@@ -43,6 +43,7 @@ class Case:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     allowed: tuple[int, ...] = ALLOWED_CODES
+    cwd: str | None = None  # the folder to run in (one holding a project file), else the campaign's
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ def run(case: Case, timeout_s: float, cwd: Path) -> Outcome:
         code = 99
         try:
             os.setsid()
-            os.chdir(cwd)
+            os.chdir(case.cwd or cwd)
             os.environ.update(case.env)
             sink = os.open(os.devnull, os.O_WRONLY)
             err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -356,6 +357,7 @@ def cases(seeds: Seeds, rng: random.Random, count: int, folder: Path) -> list[Ca
     made += _file_cases(seeds, rng, folder)
     made += _yaml_cases(seeds, rng, folder)
     made += _cache_cases(seeds, rng, folder)
+    made += _project_file_cases(seeds, folder)
     valid = folder / "valid.json.gz"
     bait = copy.deepcopy(seeds.documents[0])
     for event, name in zip(_pick_events(bait, random.Random(0), len(_BACKTRACKING_BAIT)), _BACKTRACKING_BAIT):
@@ -532,6 +534,34 @@ def _yaml_cases(seeds: Seeds, rng: random.Random, folder: Path) -> list[Case]:
     evil = folder / "pipeline-regex.yaml"
     evil.write_text("name: evil\nsteps:\n  - select: {name: '(a+)+$'}\n    scale: {factor: 2}\n")
     made.append(Case("hostile regex in a pipeline", ["whatif", str(trace), "--opt", str(evil)]))
+    return made
+
+
+def _project_file_cases(seeds: Seeds, folder: Path) -> list[Case]:
+    """Hostile project files (daydream.toml, pyproject.toml's [tool.daydream]) in the folder daydream runs in."""
+    trace = folder / "project-trace.json"
+    trace.write_text(json.dumps(seeds.documents[0]))
+    files = {
+        "deep nesting": ("daydream.toml", "x = " + "[" * 100_000 + "]" * 100_000 + "\n"),
+        "huge integer": ("daydream.toml", "workers = " + "9" * 5000 + "\n"),
+        "table in a list": ("daydream.toml", "[whatif]\njson = [1, {a = 2}]\n"),
+        "unknown key": ("pyproject.toml", "[tool.daydream.whatif]\nfrobnicate = 1\n"),
+        "unknown command": ("pyproject.toml", "[tool.daydream.whatiff]\njson = true\n"),
+        "out of range": ("daydream.toml", "workers = -3\n[whatif]\nmeasure-budget = 1e999\n"),
+        "not TOML": ("daydream.toml", "\x00\xff[[[\n"),
+        "2 MiB": ("daydream.toml", "# x\n" * 600_000),
+        "many keys": ("daydream.toml", "".join(f"k{i} = {i}\n" for i in range(50_000))),
+    }
+    made = []
+    for label, (name, text) in files.items():
+        home = folder / f"project-{label.replace(' ', '-')}"
+        home.mkdir(exist_ok=True)
+        (home / name).write_text(text, errors="surrogateescape")
+        made.append(Case(f"project file: {label}", ["whatif", str(trace), "--opt", "amp"], cwd=str(home)))
+    fifo_home = folder / "project-fifo"
+    fifo_home.mkdir(exist_ok=True)
+    os.mkfifo(fifo_home / "daydream.toml")
+    made.append(Case("project file: a FIFO", ["whatif", str(trace), "--opt", "amp"], cwd=str(fifo_home)))
     return made
 
 

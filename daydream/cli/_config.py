@@ -49,8 +49,10 @@ def find_config(folder: Path) -> tuple[Path, dict[str, Any]] | None:
                              f"({MAX_BYTES:,} at most) — move daydream's settings to a daydream.toml of their own")
         try:
             document = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
-        except (tomllib.TOMLDecodeError, OSError) as exc:
-            raise InputError(f"{path}: not valid TOML ({exc}) — fix it or remove it") from None
+        except (tomllib.TOMLDecodeError, OSError, ValueError) as exc:  # ValueError: an integer of thousands of digits
+            raise InputError(f"{path}: not valid TOML ({str(exc)[:200]}) — fix it or remove it") from None
+        except RecursionError:
+            raise InputError(f"{path}: nested too deeply to read — fix it or remove it") from None
         table = document if name == "daydream.toml" else document.get("tool", {}).get("daydream")
         if isinstance(table, dict):
             return path, table
@@ -71,31 +73,46 @@ def default_map(group: click.Group, command_name: str, folder: Path) -> dict[str
     if command is None:
         return None
     names = _option_names(command)
+    overall = {typed: parameter for typed, parameter in _option_names(group).items() if typed not in ("help", "version")}
+    top = {parameter.name or "": _checked(path, key, value, parameter, group) for key, value in table.items()
+           if not isinstance(value, dict) and (parameter := overall.get(key.replace("_", "-"))) is not None}
     chosen: dict[str, Any] = {}
-    overall = {names_key: name for names_key, name in _option_names(group).items()
-               if names_key not in ("help", "version")}
-    top = {overall[key.replace("_", "-")]: value for key, value in table.items()
-           if not isinstance(value, dict) and key.replace("_", "-") in overall}
     for key, value in table.items():
-        if not isinstance(value, dict) and key.replace("_", "-") in names:
-            chosen[names[key.replace("_", "-")]] = value
+        if not isinstance(value, dict) and (parameter := names.get(key.replace("_", "-"))) is not None:
+            chosen[parameter.name or ""] = _checked(path, key, value, parameter, command)
     for key, value in (table.get(command_name) or {}).items():
-        option = names.get(key.replace("_", "-"))
-        if option is None:
+        parameter = names.get(key.replace("_", "-"))
+        if parameter is None:
             raise InputError(f"{path}: [{_prefix(path)}{command_name}] {key}: 'daydream {command_name}' has no option "
                              f"--{key} — see 'daydream {command_name} --help'")
-        chosen[option] = value
+        chosen[parameter.name or ""] = _checked(path, f"[{_prefix(path)}{command_name}] {key}", value, parameter, command)
     return {**top, command_name: chosen} if chosen or top else None
 
 
-def _option_names(command: click.Command) -> dict[str, str]:
-    """Option name as typed, without dashes ("no-cache", "device") -> the parameter it sets."""
+def _checked(path: Path, key: str, value: Any, parameter: click.Option, command: click.Command) -> Any:
+    """`value` as the option takes it (a list for an option given several times), or an input error naming the file
+    and the key: what the command line would refuse, the file refuses too."""
+    plain = (str, int, float, bool)
+    if not (isinstance(value, plain) or (isinstance(value, list) and all(isinstance(v, plain) for v in value))):
+        raise InputError(f"{path}: {key}: a {type(value).__name__} where --{key.split()[-1]} takes a value "
+                         f"{'or a list of values' if parameter.multiple else ''}".rstrip())
+    if parameter.multiple and not isinstance(value, list):
+        value = [value]
+    try:
+        parameter.type_cast_value(click.Context(command), value)
+    except click.ClickException as exc:
+        raise InputError(f"{path}: {key} = {str(value)[:80]}: {exc.format_message()}") from None
+    return value
+
+
+def _option_names(command: click.Command) -> dict[str, click.Option]:
+    """Option name as typed, without dashes ("no-cache", "device") -> the option."""
     names = {}
     for parameter in command.params:
         if isinstance(parameter, click.Option):
             for flag in parameter.opts:
                 if flag.startswith("--"):
-                    names[flag[2:]] = parameter.name or ""
+                    names[flag[2:]] = parameter
     return names
 
 

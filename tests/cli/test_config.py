@@ -45,6 +45,11 @@ def test_top_level_keys_apply_to_every_command_that_has_the_option(tmp_path: Pat
     ("[whatif]\nfoo = 1\n", "daydream.toml: [whatif] foo: 'daydream whatif' has no option --foo"),
     ("[whatiff]\njson = true\n", "daydream.toml: [whatiff] names no daydream command"),
     ("json = \n", "daydream.toml: not valid TOML"),
+    ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "daydream.toml: nested too deeply"),
+    ("workers = " + "9" * 5000 + "\n", "daydream.toml: not valid TOML"),
+    ("[whatif]\njson = [1, {a = 2}]\n", "daydream.toml: [whatif] json: a list where --json takes a value"),
+    ("[whatif]\nmeasure-budget = -1\n", "daydream.toml: [whatif] measure-budget = -1: Invalid value for '--measure-budget'"),
+    ("json = 'maybe'\n", "daydream.toml: json = maybe: Invalid value for '--json'"),
 ])
 def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
