@@ -25,6 +25,7 @@ import numpy as np
 from daydream.intervals import Coverage, Overlaps
 from daydream.mapping.classes import CLASSES, PRECISIONS, classes_of, precisions_of
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, EventKind, Trace, TrackKind
+from daydream.trace.model import unsigned
 
 _TENSOR_CORE_CLASSES = [CLASSES.index(c) for c in ("gemm", "convolution", "attention")]
 _TENSOR_CORE_PRECISIONS = [PRECISIONS.index(p) for p in ("tf32", "bf16", "fp16", "fp8", "int8")]
@@ -62,7 +63,7 @@ class Utilization:
             info = trace.tracks[track]
             if info.kind is TrackKind.HOST:
                 mine = work[trace.track[work] == track]
-                self.threads.append((f"thread {info.tid}", Overlaps(ts[mine], finish[mine]), Coverage(ts[mine], finish[mine])))
+                self.threads.append((f"thread {unsigned(info.tid)}", Overlaps(ts[mine], finish[mine]), Coverage(ts[mine], finish[mine])))
         flops = trace.tables.get("flops")
         self.flops = None
         if flops is not None and flops["event"].size:

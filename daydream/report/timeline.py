@@ -28,6 +28,7 @@ from daydream.graph.model import HOST_WORK, Resource, ResourceKind
 from daydream.mapping import PHASES
 from daydream.simulate.engine import Timeline
 from daydream.trace import Trace
+from daydream.trace.model import unsigned
 
 _CATEGORY = {
     TaskKind.HOST_CALL: "cuda_runtime",
@@ -100,7 +101,7 @@ def _place(trace: Trace, resource: Resource, host_pid: Any) -> tuple[Any, Any]:
 
 def _id(value: Any) -> Any:
     """A pid or tid as a viewer shows it: a negative int is the int32 overflow of an unsigned id."""
-    return value & 0xFFFFFFFF if isinstance(value, int) and value < 0 else value
+    return unsigned(value)
 
 
 def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:

@@ -76,6 +76,11 @@ class TrackKind(enum.IntEnum):
     OTHER = 2
 
 
+def unsigned(value: int | str) -> int | str:
+    """A thread or process id as the system numbers it: Kineto writes a pthread id past 2^31 as a negative int32."""
+    return value & 0xFFFFFFFF if isinstance(value, int) and value < 0 else value
+
+
 @dataclass(slots=True, frozen=True)
 class Track:
     """Where an event ran: a host thread or a GPU stream."""
@@ -90,7 +95,7 @@ class Track:
     def label(self) -> str:
         if self.kind is TrackKind.GPU:
             return f"cuda:{self.device} stream {self.stream}"
-        return f"thread {self.tid} (pid {self.pid})"
+        return f"thread {unsigned(self.tid)} (pid {unsigned(self.pid)})"
 
 
 @dataclass(slots=True, frozen=True)

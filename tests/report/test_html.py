@@ -165,3 +165,16 @@ def test_each_whatif_row_carries_its_predicted_memory() -> None:
     assert doubled[0]["predicted_peak_bytes"] > 1.5 * doubled[0]["measured_peak_bytes"]  # twice the activations
     page = render_page(document)
     assert "peak memory (measured → predicted)" in page and page.count("cpu: ") >= 2
+
+
+def test_a_pthread_id_past_int32_is_shown_unsigned(tmp_path: Path) -> None:
+    # Kineto writes a pthread id of 4,047,503,360 as the int32 -247,463,936.
+    events = json.loads(tiny_trace(tmp_path).read_text())
+    for event in events["traceEvents"]:
+        if event.get("tid") == 1:
+            event["tid"] = -247463936
+    path = tmp_path / "negative.json"
+    path.write_text(json.dumps(events))
+    document = build_report("negative", replay_job(path), [])
+    labels = [track["label"] for track in document["timeline"]["tracks"]]
+    assert "thread 4047503360 (pid 1)" in labels and not any("-247463936" in label for label in labels)
