@@ -642,3 +642,55 @@ def test_a_loop_without_optimizer_steps_is_counted_by_the_hooks() -> None:
     finally:
         hooks.remove()
     assert hooks.seen == {"forward": 3, "backward": 3, "optimizer": 0}
+
+
+BY_HAND = """
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    for step in range(8):
+        model.zero_grad()
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        for p in model.parameters():  # the PyTorch word_language_model's update
+            p.data.add_(p.grad, alpha=-0.01)
+"""
+
+ACCUMULATING = """
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(5):
+        for micro in range(4):  # gradients of four micro-batches, then one step: no weight written between them
+            model(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def _forward_phases_per_iteration(out: Path) -> list[int]:
+    trace = read_job(out, cache=False).traces[0]
+    rows = trace.indices(EventKind.ANNOTATION)
+    forwards = [trace.ts_ns[r] for r in rows if trace.name_of(r) == "daydream.phase::forward"]
+    return [sum(it.start_ns <= ts < it.end_ns for ts in forwards) for it in find_iterations(trace)]
+
+
+def test_weights_updated_by_hand_end_iterations_at_the_next_forward(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "by_hand.py"
+    script.write_text(textwrap.dedent(BY_HAND))
+    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "3")
+    assert code == 0
+    assert _forward_phases_per_iteration(out) == [1, 1, 1]
+    assert "updates its weights by hand" in capsys.readouterr().err
+
+
+def test_gradient_accumulation_is_one_iteration_per_optimizer_step(tmp_path: Path) -> None:
+    script = tmp_path / "accumulating.py"
+    script.write_text(textwrap.dedent(ACCUMULATING))
+    code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "2")
+    assert code == 0
+    assert _forward_phases_per_iteration(out) == [4, 4]

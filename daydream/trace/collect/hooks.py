@@ -59,6 +59,10 @@ class Hooks:
     _in_backward: int = 0  # > 0 while torch.autograd.backward runs (recomputation is backward work)
     #: what the script has done so far: top-level forward passes, backward passes and optimizer steps
     seen: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0, "optimizer": 0})
+    #: the models' weight and gradient versions (in-place writes) when the last backward pass ended; None before one
+    _versions_after_backward: tuple[int, int, int] | None = None
+    #: said once on stderr when iterations end at hand-written weight updates (see `_updated_by_hand`)
+    said_by_hand: bool = False
     _primary_optimizer: int | None = None
     _roots: dict[str, int] = field(default_factory=dict)
     #: the leading dimension of the first tensor a top-level module's forward received, once seen
@@ -161,6 +165,8 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
             return
         scopes = []
         if hooks._depth == 0 and not hooks._in_backward:
+            if step_fn is None and _updated_by_hand(hooks):
+                hooks.on_step()
             hooks.seen["forward"] += 1
             scopes.append(record_function(PHASE_PREFIX + "forward"))
             hooks._models.add(module)
@@ -215,12 +221,48 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
                 return original_backward(*args, **kwargs)
         finally:
             hooks._in_backward -= 1
+            if not hooks._in_backward and step_fn is None and not hooks.seen["optimizer"]:
+                hooks._versions_after_backward = _parameter_versions(hooks)
 
     torch.autograd.backward = backward
     hooks._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
     if step_fn is not None and ":" in step_fn:
         _wrap_step_fn(step_fn, hooks, search_path)
     return hooks
+
+
+def _parameter_versions(hooks: Hooks) -> tuple[int, int, int]:
+    """What in-place writes to the models' weights and gradients change: the weights' versions, the gradients'
+    versions and how many gradients are None (`p -= lr * p.grad` moves the first; `p.data.add_(...)`, which bypasses
+    the version counter, comes with a zero_grad() that moves the others)."""
+    weights = gradients = missing = 0
+    for model in list(hooks._models or ()):
+        for p in model.parameters():
+            weights += p._version
+            if p.grad is None:
+                missing += 1
+            else:
+                gradients += p.grad._version
+    return weights, gradients, missing
+
+
+def _updated_by_hand(hooks: Hooks) -> bool:
+    """Whether a training step without optimizer.step() just ended: no optimizer has stepped, a backward pass ended
+    and the models' weights or gradients were written since (`p -= lr * p.grad` under no_grad, `p.data.add_(...)`
+    and zero_grad()), now that the next forward begins. Gradient accumulation writes neither between its backward
+    passes."""
+    if hooks.seen["optimizer"] or hooks._versions_after_backward is None:
+        return False
+    updated = _parameter_versions(hooks) != hooks._versions_after_backward
+    hooks._versions_after_backward = None  # one boundary per backward pass
+    if updated and not hooks.said_by_hand:
+        import sys
+
+        hooks.said_by_hand = True
+        sys.stderr.write("daydream: the script updates its weights by hand (no optimizer.step()): each iteration ends "
+                         "where the next forward pass begins after an update (--step-fn FUNCTION to choose otherwise)\n")
+        sys.stderr.flush()
+    return updated
 
 
 def watch_script_function(name: str, script: str, hooks: Hooks) -> None:
