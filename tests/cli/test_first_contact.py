@@ -10,6 +10,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -274,3 +275,47 @@ def test_two_captures_of_one_process_are_not_a_job(tmp_path: Path, capsys: pytes
     assert main(["replay", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "two captures of one process" in err[0] and "pass one of the files" in err[0]
+
+
+def _figures(command: list[str], document: dict[str, Any]) -> list[str]:
+    """The figures a command's default output must show whole, taken from its --json output."""
+    from daydream.report.console import format_bytes, format_ns
+
+    if command[0] == "whatif" and "points" in document:
+        return [format_ns(point["predicted_ns"]) for point in document["points"]]
+    if command[0] == "whatif":
+        return [format_ns(document["iteration_ns"]["predicted"]), f"{document['speedup']:.2f}x"]
+    if command[0] == "inspect":
+        return [format_ns(it["measured_ns"]) for it in document["ranks"][0]["iterations"]]
+    if command[0] == "memory":
+        return [format_bytes(device["peak_allocated_bytes"]) for device in document["devices"]]
+    if command[0] == "replay":
+        return [format_ns(it["measured_ns"]) for rank in document["ranks"] for it in rank["iterations"]]
+    return []
+
+
+@pytest.mark.parametrize("command", [
+    ["whatif", "examples/traces/cnn_v100.json.gz", "--opt", "amp"],
+    ["whatif", "examples/traces/cnn_v100.json.gz", "--opt", "gpu", "--sweep", "target=A100,H100"],
+    ["inspect", "examples/traces/cnn_v100.json.gz"],
+    ["memory", "examples/loading/round-1/cnn-workers-0.json.gz"],
+    ["replay", "CORPUS/param/et_replay_inputs/dlrm_kineto.tar.gz"],
+    ["diff", "examples/h200/mlp-baseline.json.gz", "examples/h200/mlp-amp.json.gz"],
+])
+def test_at_80_columns_every_command_keeps_its_figures_whole(command: list[str], corpus: Path,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    command = [part.replace("CORPUS", str(corpus)) if part.startswith("CORPUS") else
+               str(REPO / part) if part.startswith("examples/") else part for part in command]
+    if command[0] != "diff":
+        assert main([*command, "--json"]) == 0
+        figures = _figures(command, json.loads(capsys.readouterr().out))
+        assert figures
+    else:
+        figures = []
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(command) == 0  # stdout is captured: not a terminal, as in a CI log or a pipe
+    shown = capsys.readouterr().out
+    assert shown and max(len(line) for line in shown.splitlines()) <= 80
+    for figure in figures:
+        assert figure in shown, figure
