@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -53,11 +54,24 @@ def report_command(trace: str | None, output_path: str, specs: tuple[str, ...], 
                    for row in _rows(list(specs))]
     rank_index = _rank_index([r.trace.meta.rank for r in replays], rank)
     chosen = choose_iteration(replays[rank_index], iteration)
-    document = build_report(trace, replays, whatifs, rank_index, chosen)
+    memory = [_predicted_memory(predictions[rank_index].trace, row, device_name) for row, predictions in whatifs]
+    document = build_report(trace, replays, whatifs, rank_index, chosen, memory)
     size = write_report(output_path, document)
     seconds = time.perf_counter() - began
     status.print(f"daydream: wrote {output_path} ({format_bytes(size)}, {document['iteration']['name']}) in {seconds:.1f} s",
                  highlight=False)
+
+
+def _predicted_memory(trace: Any, specs: list[str], device_name: str | None) -> list[dict[str, Any]]:
+    """The peak per device under `specs`, as whatif --memory predicts it; none where the trace records no allocations
+    or the memory model cannot take the specs (whatif --memory says why)."""
+    from daydream.api import predict_memory_for
+    from daydream.errors import InputError
+
+    try:
+        return predict_memory_for([trace], specs, device_name)
+    except (InputError, ValueError):
+        return []
 
 
 def _rows(specs: list[str]) -> list[list[str]]:

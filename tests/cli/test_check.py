@@ -341,3 +341,25 @@ def test_a_relative_bound_needs_a_stored_value(tmp_path: Path, reference: dict[s
     assert main(["check", str(path), "--update"]) == 0
     assert path.read_text() == original + f"    stored:\n      speedup: 1.0\n      iteration_ns: {reference['simulated_ns']}\n"
     assert main(["check", str(path)]) == 0
+
+
+def test_at_80_columns_the_broken_bound_keeps_its_figures_whole(tmp_path: Path, reference: dict[str, Any],
+                                                               capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    speedup = reference["speedup"]
+    limit = speedup * 1.001
+    path = _expectations(tmp_path, f"""\
+        version: 1
+        checks:
+          amp:
+            trace: TRACE
+            whatif: [amp]
+            expect:
+              speedup_at_least: {limit}
+        """)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["check", str(path)]) == 1  # stdout captured: not a terminal, as in a CI log
+    shown = capsys.readouterr().out
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    for figure in (f"{speedup:.3f}x", f"{limit:.3f}x", f"{limit - speedup:.3f}x"):
+        assert figure in shown, figure

@@ -156,8 +156,11 @@ def test_each_whatif_row_carries_its_predicted_memory() -> None:
     path = REPO / "examples" / "loading" / "round-1" / "cnn-workers-0.json.gz"
     raw = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     peak = max(e["args"]["Total Allocated"] for e in raw if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
+    from daydream.api import predict_memory_for
+
     rows = [(["amp"], predict_job(path, ["amp"])), (["batch-size:factor=2"], predict_job(path, ["batch-size:factor=2"]))]
-    document = build_report(str(path), replay_job(path), rows)
+    memory = [predict_memory_for([predictions[0].trace], specs) for specs, predictions in rows]
+    document = build_report(str(path), replay_job(path), rows, memory=memory)
     memory = {tuple(row["optimizations"]): row["memory"] for row in document["whatif"]}
     doubled = memory[("batch-size:factor=2",)]
     assert [entry["device"] for entry in doubled] == ["cpu"]
@@ -178,3 +181,14 @@ def test_a_pthread_id_past_int32_is_shown_unsigned(tmp_path: Path) -> None:
     document = build_report("negative", replay_job(path), [])
     labels = [track["label"] for track in document["timeline"]["tracks"]]
     assert "thread 4047503360 (pid 1)" in labels and not any("-247463936" in label for label in labels)
+
+
+def test_the_report_command_fills_the_memory_column(tmp_path: Path) -> None:
+    from tests.conftest import REPO
+
+    path = REPO / "examples" / "loading" / "round-1" / "cnn-workers-0.json.gz"
+    out = tmp_path / "report.html"
+    assert main(["report", str(path), "--opt", "batch-size:factor=2", "-o", str(out)]) == 0
+    rows = embedded_document(out.read_text())["whatif"]
+    assert rows[0]["memory"][0]["device"] == "cpu"
+    assert rows[0]["memory"][0]["predicted_peak_bytes"] > rows[0]["memory"][0]["measured_peak_bytes"]

@@ -44,13 +44,14 @@ __all__ = ["build_report", "choose_iteration", "json_for_script", "render_page",
 
 
 def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[str], list[Prediction]]], rank_index: int = 0,
-                 iteration: int | None = None) -> dict[str, Any]:
+                 iteration: int | None = None, memory: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The report document of one job.
 
     `replays` has one replay per rank; `whatifs` one (specs, predictions per rank) per
     row of the what-if table, the last row being the one whose predicted timeline is
     drawn; with no rows the simulated replay is drawn instead. `rank_index` picks the
-    rank drawn and broken down; `iteration` the iteration (default: the whole one of median time).
+    rank drawn and broken down; `iteration` the iteration (default: the whole one of median time); `memory`, per
+    row, the drawn rank's predicted peak per device (`daydream.api.predict_memory_for`; none where not given).
     """
     replay = replays[rank_index]
     trace = replay.trace
@@ -58,7 +59,9 @@ def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[st
         raise InputError(f"{source}: no iterations and no work found — is this a training trace?")
     index = typical_iteration(trace, find_iterations(trace)) if iteration is None else iteration
     specs = whatifs[-1][0] if whatifs else []
-    rows = [_whatif_row(source, row_specs, predictions, rank_index) for row_specs, predictions in whatifs] or [_replay_row(replays)]
+    memory = memory or [[] for _ in whatifs]
+    rows = [_whatif_row(source, row_specs, predictions, rank_index, row_memory)
+            for (row_specs, predictions), row_memory in zip(whatifs, memory)] or [_replay_row(replays)]
     if whatifs:
         prediction = whatifs[-1][1][rank_index]
         assert prediction.graph is not None and prediction.timeline is not None
@@ -107,22 +110,14 @@ def write_report(path: str | os.PathLike[str], document: dict[str, Any]) -> int:
     return len(data)
 
 
-def _whatif_row(source: str, specs: list[str], predictions: list[Prediction], rank_index: int) -> dict[str, Any]:
+def _whatif_row(source: str, specs: list[str], predictions: list[Prediction], rank_index: int,
+                memory: list[dict[str, Any]]) -> dict[str, Any]:
     summary = summarize_predictions(source, specs, predictions)
     return {"label": " + ".join(specs), "notes": summary["ranks"][rank_index]["notes"], **summary,
-            "memory": _predicted_memory(predictions[rank_index], specs)}
+            "memory": [{key: entry.get(key) for key in ("device", "measured_peak_bytes", "predicted_peak_bytes",
+                                                        "capacity_bytes", "fits")} for entry in memory]}
 
 
-def _predicted_memory(prediction: Prediction, specs: list[str]) -> list[dict[str, Any]]:
-    """The drawn rank's predicted peak per device under `specs` (daydream whatif --memory); empty where the trace
-    records no allocations or the memory model cannot take the specs (said in the whatif command, not here)."""
-    from daydream.api import predict_memory_for
-
-    try:
-        return [{key: entry[key] for key in ("device", "measured_peak_bytes", "predicted_peak_bytes", "capacity_bytes",
-                                             "fits")} for entry in predict_memory_for([prediction.trace], specs)]
-    except (InputError, ValueError):
-        return []
 
 
 def _replay_row(replays: list[Replay]) -> dict[str, Any]:
