@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from daydream import trace as trace_stage
 from daydream._heap import give_back
+from daydream._notices import NOTICES
 from daydream.errors import InputError
 from daydream.mapping import link
 from daydream.trace import Job, Trace
@@ -53,10 +54,15 @@ def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
 
     sources = trace_stage.discover(path)
     traces, graphs = load_ranks(sources, cache, progress, build)
-    trace_stage.check_ranks(path, traces)
+    kept, notes, runs = trace_stage.check_ranks(path, traces)
+    if runs:  # captures of one process: one of them, with its graph
+        graphs = [graphs[traces.index(kept[0])]] if graphs is not None else None
+        traces = kept
+    for note in notes:
+        NOTICES.append(note)
     order = trace_stage.rank_order(traces)
     return Job(source=str(path), traces=[traces[i] for i in order],
-               graphs=[graphs[i] for i in order] if graphs is not None else None)
+               graphs=[graphs[i] for i in order] if graphs is not None else None, notes=notes, runs=runs)
 
 
 def replay_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> list[Replay]:

@@ -133,7 +133,11 @@ def _main(args: list[str]) -> int:
 
             command = next((arg for arg in args if not arg.startswith("-")), "")
             defaults = default_map(cli, command, Path.cwd()) if command else None
+            from daydream._notices import NOTICES
+
+            NOTICES.clear()
             returned = cli.main(args=args, prog_name="daydream", standalone_mode=False, default_map=defaults)
+            _say(NOTICES)
     except DaydreamError as exc:
         return _fail(str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:
@@ -159,6 +163,15 @@ def _main(args: list[str]) -> int:
         return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
     # Without standalone mode, click hands back the code of a command that exited early.
     return returned if isinstance(returned, int) else 0
+
+
+def _say(notices: list[str]) -> None:
+    """What reading decided that the person should know, once each, on stderr (silent under -q)."""
+    from daydream.cli._progress import err
+
+    for notice in dict.fromkeys(notices):
+        err().print(f"daydream: {notice}", highlight=False)
+    notices.clear()
 
 
 _MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM}

@@ -63,8 +63,19 @@ def _set_ray(_context: click.Context, _parameter: click.Parameter, value: str | 
     SETTINGS.ray = value
 
 
+def _set_run(_context: click.Context, _parameter: click.Parameter, value: int | None) -> None:
+    from daydream.trace import RUN
+
+    RUN.run = value
+
+
 def rank_options(function: F) -> F:
-    """--workers and --ray: how the ranks of a multi-rank job are read (daydream.ranks)."""
+    """--workers and --ray: how the ranks of a multi-rank job are read (daydream.ranks); --run: which of several
+    captures of one process."""
+    function = click.option("--run", type=click.IntRange(min=0), default=None, metavar="N", expose_value=False,
+                            callback=_set_run,
+                            help="Where the files are several captures of one process (not ranks): read run N, "
+                                 "oldest first from 0 (default: the newest).")(function)
     function = click.option("--ray", default=None, metavar="ADDRESS", expose_value=False, callback=_set_ray,
                             help="Read and build each rank as a Ray task: a cluster address, 'auto', or 'local' "
                                  "(also DAYDREAM_RAY_ADDRESS; needs Ray: pip install 'ray>=2.40').")(function)

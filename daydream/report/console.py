@@ -67,8 +67,18 @@ def short_kernel_name(name: str, width: int = 60) -> str:
 
 
 def render_job_summary(summary: dict[str, Any], console: Console, detail_rank: int | None = None) -> None:
-    """Draw a job summary: a table of ranks when there are several, then one rank in detail."""
+    """Draw a job summary: the captures of one process when it holds several, a table of ranks when there are
+    several, then one rank in detail."""
     ranks = summary["ranks"]
+    if summary.get("runs"):
+        read = ranks[0]["source"] if ranks else ""
+        table = Table(title="captures of one process (runs, oldest first; --run N reads another)", title_justify="left")
+        table.add_column("run", justify="right")
+        table.add_column("file")
+        table.add_column("read")
+        for number, source in enumerate(summary["runs"]):
+            table.add_row(str(number), source, "yes" if source == read else "")
+        console.print(table)
     if len(ranks) > 1:
         console.print(_ranks_table(summary))
     chosen = _choose_rank(ranks, detail_rank)

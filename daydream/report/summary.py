@@ -31,6 +31,8 @@ def summarize_job(job: Job, iteration_marker: str | None = None, top: int = TOP_
         "daydream_version": __version__,
         "source": job.source,
         "world_size": job.world_size,
+        # several captures of one process, not ranks: every capture's file, oldest first (the one read is in ranks)
+        "runs": list(job.runs),
         "ranks": [summarize_trace(t, iteration_marker, top) for t in job.traces],
     }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,58 @@ def rank_order(traces: list[Trace]) -> list[int]:
     return sorted(range(len(traces)), key=lambda i: (traces[i].meta.rank is None, traces[i].meta.rank or 0))
 
 
-def check_ranks(path: str | os.PathLike[str], traces: list[Trace]) -> None:
-    """Refuse traces that are not ranks of one job: two or more that record no rank and come from the same host
-    process (a TensorBoard log folder holding two captures of one run, made at different times)."""
+@dataclass(slots=True)
+class RunChoice:
+    """Which capture a command reads when the files it is given are several captures of one process (`--run N`:
+    the N-th by start, from 0; None: the newest). Set once per command by the CLI."""
+
+    run: int | None = None
+
+
+RUN = RunChoice()
+
+
+def runs_of_one_process(traces: list[Trace]) -> bool:
+    """Whether `traces` are several captures of one process rather than ranks of a job: none records a rank and two
+    come from the same host process (a TensorBoard log folder holding captures of one run made at different times)."""
     if len(traces) < 2 or any(t.meta.rank is not None for t in traces):
-        return
+        return False
     owners: dict[int | str, str] = {}
     for trace in traces:
         for pid in {t.pid for t in trace.tracks if t.kind is TrackKind.HOST and t.pid}:
             if pid in owners and owners[pid] != trace.meta.source:
-                raise InputError(f"{path}: {Path(owners[pid]).name} and {Path(trace.meta.source).name} are two captures of "
-                                 f"one process (pid {pid}), not ranks of a job: pass one of the files")
+                return True
             owners[pid] = trace.meta.source
+    return False
+
+
+def capture_start_ns(trace: Trace) -> int:
+    """When a capture began, as far as its file says: its base time plus its first event."""
+    return trace.meta.base_time_ns + trace.span_ns()[0]
+
+
+def choose_run(path: str | os.PathLike[str], traces: list[Trace], wanted: int | None = None) -> tuple[int, list[int], str]:
+    """(the position in `traces` of the capture to read, every position in start order, the line that says so) for
+    captures of one process: run `wanted` (from 0, by start), else the newest."""
+    order = sorted(range(len(traces)), key=lambda i: (capture_start_ns(traces[i]), traces[i].meta.source))
+    if wanted is not None and not 0 <= wanted < len(order):
+        raise InputError(f"{path}: --run {wanted}: it holds {len(order)} captures of one process (runs 0 to "
+                         f"{len(order) - 1}, oldest first) — daydream inspect {path} lists them")
+    chosen = order[-1] if wanted is None else order[wanted]
+    which = "the newest" if wanted is None else f"run {wanted}"
+    said = (f"{path} holds {len(order)} captures of one process, not ranks of a job: reading {which}, "
+            f"{Path(traces[chosen].meta.source).name} (run {order.index(chosen)} of 0-{len(order) - 1}, oldest first; "
+            "--run N for another)")
+    return chosen, order, said
+
+
+def check_ranks(path: str | os.PathLike[str], traces: list[Trace]) -> tuple[list[Trace], list[str], list[str]]:
+    """(the traces to read as the job, what to say about them, every capture's file in start order where they are
+    several captures of one process: one of them, said; else all of them, nothing said, no runs)."""
+    if not runs_of_one_process(traces):
+        return traces, [], []
+    chosen, order, said = choose_run(path, traces, RUN.run)
+    return [traces[chosen]], [said], [traces[i].meta.source for i in order]
 
 
 def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
@@ -105,9 +146,8 @@ def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
             read[index] = trace
     finally:
         close_archives()
-    traces = [read[index] for index in range(len(sources))]
-    check_ranks(path, traces)
-    return Job(source=str(path), traces=order_by_rank(traces))
+    traces, notes, runs = check_ranks(path, [read[index] for index in range(len(sources))])
+    return Job(source=str(path), traces=order_by_rank(traces), notes=notes, runs=runs)
 
 
 __all__ = [

@@ -335,6 +335,10 @@ class Job:
     traces: list[Trace]
     #: Each rank's graph, built with the traces (daydream.ranks) for the commands that simulate; None otherwise.
     graphs: list[Any] | None = None
+    #: What reading the job decided that a person should know (which of several captures of one process it took).
+    notes: list[str] = field(default_factory=list)
+    #: Where the files were several captures of one process, not ranks: every capture's file, oldest first.
+    runs: list[str] = field(default_factory=list)
 
     @property
     def world_size(self) -> int | None:

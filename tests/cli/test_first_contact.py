@@ -266,15 +266,28 @@ def test_data_parallel_throughput_is_the_jobs(capsys: pytest.CaptureFixture[str]
     assert summary["samples_per_s"]["predicted"] == pytest.approx(8 * 2048 * 1e9 / summary["iteration_ns"]["predicted"])
 
 
-def test_two_captures_of_one_process_are_not_a_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_captures_of_one_process_are_runs_not_a_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "logs"
     folder.mkdir()
     source = REPO / "examples" / "h200" / "mlp-baseline.json.gz"  # records no rank
-    shutil.copy(source, folder / "host_1234.1.pt.trace.json.gz")
-    shutil.copy(source, folder / "host_1234.2.pt.trace.json.gz")
-    assert main(["replay", str(folder)]) == 2
+    document = json.loads(gzip.decompress(source.read_bytes()))
+    (folder / "host_1234.1.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(document).encode()))
+    document["baseTimeNanoseconds"] += 3_600 * 10**9  # the same process, captured an hour later
+    (folder / "host_1234.2.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(document).encode()))
+    assert main(["replay", str(folder), "--json"]) == 0
+    captured = capsys.readouterr()
+    ranks = json.loads(captured.out)["ranks"]
+    assert len(ranks) == 1 and ranks[0]["source"].endswith("host_1234.2.pt.trace.json.gz")  # the newest
+    said = captured.err.strip().splitlines()
+    assert len(said) == 1 and "2 captures of one process" in said[0] and "reading the newest" in said[0]
+    assert main(["replay", str(folder), "--json", "--run", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"][0]["source"].endswith("host_1234.1.pt.trace.json.gz")
+    assert main(["inspect", str(folder), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [Path(run).name for run in runs] == ["host_1234.1.pt.trace.json.gz", "host_1234.2.pt.trace.json.gz"]
+    assert main(["whatif", str(folder), "--opt", "amp", "--run", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "two captures of one process" in err[0] and "pass one of the files" in err[0]
+    assert len(err) == 1 and "--run 2" in err[0] and "runs 0 to 1" in err[0]
 
 
 def _figures(command: list[str], document: dict[str, Any]) -> list[str]:
