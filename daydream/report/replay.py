@@ -93,6 +93,8 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
         "device": "gpu" if any(r.kind is ResourceKind.GPU_STREAM for r in graph.resources) else "cpu",
         # False: the trace holds GPU work and no host work (a GPU-only capture): nothing says why the GPU idled
         "host_recorded": bool(np.isin(graph.tasks["kind"], [int(k) for k in HOST_WORK]).any()),
+        # the GPU a trace without GPU work still names (a range-profiler capture, a host-only one of a GPU run)
+        "gpu_named": ", ".join(name for name in trace.gpu_names if name.strip()),
         "iterations": iterations,
         "batch_size": samples,
         "samples_per_s": {key: samples_per_s(samples, float(np.mean([it[f"{key}_ns"] for it in iterations])) if iterations else None)
@@ -154,7 +156,10 @@ def _rank_detail(rank: dict[str, Any]) -> Panel:
     graph = rank["graph"]
     model.add_row("graph", f"{graph['tasks']:,} tasks, {graph['edges']:,} edges, "
                            f"{graph['pinned_tasks']:,} with waits the trace cannot explain")
-    if cpu_only:
+    if cpu_only and rank.get("gpu_named"):
+        model.add_row("device", f"a GPU trace without GPU activity: it names {rank['gpu_named']} but records no kernel, "
+                                "copy or memset (a range-profiler or host-only capture), so every task is host work")
+    elif cpu_only:
         model.add_row("device", "CPU only: the trace holds no GPU work, so every task is host work (CPU ops and their gaps)")
     else:
         depth = calibration.get("queue_depth")

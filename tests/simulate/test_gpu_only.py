@@ -42,3 +42,20 @@ def test_the_output_says_the_host_is_not_recorded(tmp_path: Path, capsys: pytest
     assert "no host work" in warnings and "gpu-bound" in warnings and "host-bound" not in warnings
     assert main(["replay", str(path)]) == 0
     assert "no host work recorded to explain it" in capsys.readouterr().out
+
+
+def test_a_trace_that_names_a_gpu_but_records_no_gpu_work_is_said_so(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.builders import annotation, op
+
+    monkeypatch.setenv("COLUMNS", "200")
+    events = [annotation(f"ProfilerStep#{n}", n * 1000.0, 900.0) for n in range(3)]
+    events += [op("aten::mm", n * 1000.0 + 10, 800.0, ext=n + 1) for n in range(3)]
+    named = write_trace(tmp_path, events, name="named.json", deviceProperties=[{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}])
+    assert main(["replay", str(named)]) == 0
+    out = capsys.readouterr().out
+    assert "a GPU trace without GPU activity: it names NVIDIA A100-SXM4-80GB" in out and "CPU only" not in out
+    plain = write_trace(tmp_path, events, name="plain.json")
+    assert main(["replay", str(plain)]) == 0
+    assert "CPU only" in capsys.readouterr().out
