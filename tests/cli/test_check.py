@@ -348,15 +348,8 @@ def test_at_80_columns_the_broken_bound_keeps_its_figures_whole(tmp_path: Path, 
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     speedup = reference["speedup"]
     limit = speedup * 1.001
-    path = _expectations(tmp_path, f"""\
-        version: 1
-        checks:
-          amp:
-            trace: TRACE
-            whatif: [amp]
-            expect:
-              speedup_at_least: {limit}
-        """)
+    path = _expectations(tmp_path, f"version: 1\nchecks: {{amp: {{trace: TRACE, whatif: [amp], "
+                                   f"expect: {{speedup_at_least: {limit}}}}}}}\n")
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["check", str(path)]) == 1  # stdout captured: not a terminal, as in a CI log
     shown = capsys.readouterr().out
