@@ -99,20 +99,14 @@ def _overlap_data_loading(graph: Graph, params: dict[str, Any], context: Context
     tasks = graph.tasks
     on_host = np.isin(tasks["kind"], [int(k) for k in HOST_TASKS])
     host_work = np.flatnonzero(on_host & np.isin(tasks["kind"], [int(TaskKind.HOST_CALL), int(TaskKind.HOST_OP)]))
-    track_of = np.array([r.track for r in graph.resources], dtype=np.int64)
+    threads = _HostThreads(graph, on_host)
     receive_ns, receive_from = _receive_cost(ranges, context)
     batches: list[tuple[int, int, int]] = []  # (receiver task, batch ns, the receiver's iteration)
     emptied = []
     for track, start, end in zip(ranges.track.tolist(), ranges.start_ns.tolist(), ranges.end_ns.tolist()):
-        mine = np.flatnonzero(on_host & (track_of[tasks["resource"]] == track))
-        begins = tasks["measured_start_ns"][mine]
-        inside = mine[(begins >= start) & (begins < end)]
-        after = mine[begins >= end]
-        before = mine[tasks["measured_end_ns"][mine] <= start]
-        if after.size == 0:
+        inside, receiver, previous_end = threads.around(track, start, end)
+        if receiver < 0:
             continue  # the trace ends inside this batch: nothing waits for it
-        receiver = int(after[np.argmin(tasks["measured_start_ns"][after])])
-        previous_end = int(tasks["measured_end_ns"][before].max()) if before.size else int(start)
         inside = np.intersect1d(inside, host_work)
         emptied.append(inside)
         # The training thread keeps its host time outside the range, and receives the batch.
@@ -136,6 +130,31 @@ def _overlap_data_loading(graph: Graph, params: dict[str, Any], context: Context
             f"worker, a batch every {made * stretch / workers / 1e6:.3g} ms at most, each in its recorded time{slower} "
             f"({cores_note}); the training thread waits only where the workers fall behind, and receives each batch "
             f"in {receive_ns / 1e3:.0f} µs ({receive_from}); pinning and the workers' start-up are not modelled"]
+
+
+class _HostThreads:
+    """The host tasks of each trace track in recorded order, for asking about a range of time on one of them without
+    a pass over every task."""
+
+    def __init__(self, graph: Graph, on_host: np.ndarray) -> None:
+        tasks = graph.tasks
+        track_of = np.array([r.track for r in graph.resources], dtype=np.int64)[tasks["resource"]]
+        host = np.flatnonzero(on_host)
+        self.tasks = tasks
+        self.by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for track in np.unique(track_of[host]).tolist():
+            mine = host[track_of[host] == track]
+            ordered = mine[np.lexsort((mine, tasks["measured_start_ns"][mine]))]  # by start, then by task id
+            self.by_track[track] = (ordered, tasks["measured_start_ns"][ordered], np.sort(tasks["measured_end_ns"][mine]))
+
+    def around(self, track: int, start: int, end: int) -> tuple[np.ndarray, int, int]:
+        """(the tasks on `track` that begin in [start, end), the first that begins at or after `end` (-1: none), the
+        latest end at or before `start` (`start` where none ends before it))."""
+        ordered, begins, ends = self.by_track.get(track, (np.zeros(0, dtype=np.int64),) * 3)
+        low, high = np.searchsorted(begins, [start, end], side="left")
+        receiver = int(ordered[high]) if high < ordered.size else -1
+        ended = int(np.searchsorted(ends, start, side="right"))
+        return ordered[low:high], receiver, int(ends[ended - 1]) if ended else int(start)
 
 
 def _receive_cost(ranges: LoaderRanges, context: Context) -> tuple[int, str]:
