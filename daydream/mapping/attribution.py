@@ -114,13 +114,16 @@ def _phases_from_nodes(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, 
     recorded a node to the next until backward work starts, the backward from one node to the next until forward
     work starts (a gradient summed between two nodes on the autograd thread is backward work)."""
     recorded = phase_code[trace.name[phase_rows]]
-    loose = (phase[work] == OTHER) & (enclosing_phase < 0)
+    forward_recorded, backward_recorded = bool(np.any(recorded == FORWARD)), bool(np.any(recorded == BACKWARD))
+    if forward_recorded and backward_recorded:  # a daydream recording, or one with ## forward ## / ## backward ##
+        return
     forward_ops = _forward_ops(trace, work, engine_rows)
     if forward_ops.size == 0:
         return
-    if not np.any(recorded == FORWARD):
+    loose = (phase[work] == OTHER) & (enclosing_phase < 0)
+    if not forward_recorded:
         phase[work[loose & _runs(trace, work, forward_ops, engine_rows)]] = FORWARD
-    if not np.any(recorded == BACKWARD):
+    if not backward_recorded:
         loose &= phase[work] == OTHER
         phase[work[loose & _runs(trace, work, engine_rows, np.union1d(forward_ops, phase_rows))]] = BACKWARD
 
@@ -130,10 +133,11 @@ def _engine_rows(trace: Trace) -> np.ndarray:
     them (2021 and before), the nodes themselves."""
     names = trace.strings
     ops = trace.indices(EventKind.CPU_OP)
-    engine = np.array([s.startswith(AUTOGRAD_ENGINE_PREFIX) for s in names], dtype=bool)
-    node = np.array([_AUTOGRAD_NODE.fullmatch(s[:MAX_NAME_CHARS]) is not None for s in names], dtype=bool)
-    engine_rows = ops[engine[trace.name[ops]]]
-    node_rows = ops[node[trace.name[ops]]]
+    op_names = np.unique(trace.name[ops]).tolist()  # not the kernels' names, which can be many more
+    engine = [i for i in op_names if names[i].startswith(AUTOGRAD_ENGINE_PREFIX)]
+    node = [i for i in op_names if _AUTOGRAD_NODE.fullmatch(names[i][:MAX_NAME_CHARS]) is not None]
+    engine_rows = ops[np.isin(trace.name[ops], engine)]
+    node_rows = ops[np.isin(trace.name[ops], node)]
     node_rows = node_rows[innermost_enclosing(trace, engine_rows, node_rows) < 0]
     node_rows = node_rows[innermost_enclosing(trace, node_rows, node_rows) < 0]
     return np.union1d(engine_rows, node_rows)
