@@ -58,8 +58,7 @@ def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progres
     if runs:  # captures of one process: one of them, with its graph
         graphs = [graphs[traces.index(kept[0])]] if graphs is not None else None
         traces = kept
-    for note in notes:
-        NOTICES.append(note)
+    NOTICES.extend(notes)
     order = trace_stage.rank_order(traces)
     return Job(source=str(path), traces=[traces[i] for i in order],
                graphs=[graphs[i] for i in order] if graphs is not None else None, notes=notes, runs=runs)

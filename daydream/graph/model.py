@@ -229,6 +229,10 @@ class Graph:
         """Whether this is a GPU graph (kernels, copies or memsets), as opposed to a CPU-only one."""
         return bool(np.isin(self.tasks["kind"], [int(k) for k in DEVICE_WORK]).any())
 
+    def has_host_work(self) -> bool:
+        """Whether any host thread does work (API calls or CPU ops): not so in a trace of GPU activity alone."""
+        return bool(np.isin(self.tasks["kind"], [int(k) for k in HOST_WORK]).any())
+
     def task_name(self, task: int) -> str:
         return self.strings[int(self.tasks["name"][task])]
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream.graph import DepKind
-from daydream.graph.model import HOST_WORK, ResourceKind
+from daydream.graph.model import ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
 from daydream.report.table import Table
 from daydream.report.throughput import batch_size, samples_per_s
@@ -92,7 +92,7 @@ def summarize_replay(replay: Replay, with_critical_path: bool = False) -> dict[s
         # "cpu": the trace holds no GPU work (a CPU-only run): its tables speak of the host only
         "device": "gpu" if any(r.kind is ResourceKind.GPU_STREAM for r in graph.resources) else "cpu",
         # False: the trace holds GPU work and no host work (a GPU-only capture): nothing says why the GPU idled
-        "host_recorded": bool(np.isin(graph.tasks["kind"], [int(k) for k in HOST_WORK]).any()),
+        "host_recorded": graph.has_host_work(),
         # the GPU a trace without GPU work still names (a range-profiler capture, a host-only one of a GPU run)
         "gpu_named": ", ".join(name for name in trace.gpu_names if name.strip()),
         "iterations": iterations,

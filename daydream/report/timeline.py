@@ -69,9 +69,9 @@ def timeline_events(trace: Trace, graph: Graph, timeline: Timeline, iterations: 
         events.append({"ph": "X", "cat": _CATEGORY[kind], "name": graph.task_name(task), "pid": pid, "tid": tid,
                        "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": args})
     for name, start, end in iterations:
-        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": _id(host_pid), "tid": _id(host_tid),
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": unsigned(host_pid), "tid": unsigned(host_tid),
                        "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": {}})
-    return _names(trace, graph) + events + _launch_flows(trace, graph, timeline, host_pid)
+    return _names(trace, graph, (host_pid, host_tid)) + events + _launch_flows(trace, graph, timeline, host_pid)
 
 
 def _launch_flows(trace: Trace, graph: Graph, timeline: Timeline, host_pid: Any) -> list[dict[str, Any]]:
@@ -94,23 +94,18 @@ def _place(trace: Trace, resource: Resource, host_pid: Any) -> tuple[Any, Any]:
     """(pid, tid) of a resource: its trace track's, or for one a what-if added (a data-loader worker, a
     communication channel), the training process and the resource's label."""
     if resource.track < 0:
-        return _id(host_pid), resource.label
+        return unsigned(host_pid), resource.label
     track = trace.tracks[resource.track]
-    return _id(track.pid), _id(track.tid)
+    return unsigned(track.pid), unsigned(track.tid)
 
 
-def _id(value: Any) -> Any:
-    """A pid or tid as a viewer shows it: a negative int is the int32 overflow of an unsigned id."""
-    return unsigned(value)
-
-
-def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:
+def _names(trace: Trace, graph: Graph, main: tuple[Any, Any]) -> list[dict[str, Any]]:
     """process_name / thread_name metadata events for every process and thread that has a task."""
     used = sorted(set(graph.tasks["resource"].tolist()))
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
     gpu_names = {g.device: g.name for g in trace.meta.gpus}
-    host_pid, host_tid = _main_thread(trace, graph)
+    host_pid, host_tid = main
     for index in used:
         resource = graph.resources[index]
         pid, tid = _place(trace, resource, host_pid)
@@ -119,7 +114,7 @@ def _names(trace: Trace, graph: Graph) -> list[dict[str, Any]]:
             threads[(pid, tid)] = resource.label
         elif resource.kind is ResourceKind.HOST_THREAD:
             processes.setdefault(pid, f"host (pid {pid})")
-            threads[(pid, tid)] = _thread_name(graph, index, (pid, tid) == (_id(host_pid), _id(host_tid)), tid)
+            threads[(pid, tid)] = _thread_name(graph, index, (pid, tid) == (unsigned(host_pid), unsigned(host_tid)), tid)
         else:
             gpu = gpu_names.get(resource.device)
             processes.setdefault(pid, f"GPU {resource.device}" + (f" ({gpu})" if gpu else ""))

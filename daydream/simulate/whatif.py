@@ -374,7 +374,7 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
 
 def _no_host(graph: Graph) -> list[str]:
     """What a trace of GPU work alone cannot say."""
-    if not graph.has_device_work() or np.isin(graph.tasks["kind"], [int(k) for k in HOST_WORK]).any():
+    if not graph.has_device_work() or graph.has_host_work():
         return []
     return ["the trace holds GPU work and no host work (no CPU ops or runtime calls): the GPU's idle time between "
             "its kernels is kept as recorded, as waiting the trace cannot explain, and host what-ifs change nothing; "

@@ -118,8 +118,6 @@ def _whatif_row(source: str, specs: list[str], predictions: list[Prediction], ra
                                                         "capacity_bytes", "fits")} for entry in memory]}
 
 
-
-
 def _replay_row(replays: list[Replay]) -> dict[str, Any]:
     """The table row without optimizations: the simulated replay is the prediction."""
     def mean(replay: Replay, key: str) -> int:
