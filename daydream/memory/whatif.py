@@ -76,11 +76,13 @@ class Allocations:
 @dataclass(slots=True, frozen=True)
 class ModelFacts:
     """What a memory model may consult besides the allocations: the layer names the allocations' `layer` indexes,
-    the optimizer the trace ran, and each layer's own parameter bytes (where the trace records them)."""
+    the optimizer the trace ran, each layer's own parameter bytes (where the trace records them), and the memory's
+    device ("cuda:0", "cpu")."""
 
     layers: list[str]
     current_optimizer: str | None
     layer_bytes: dict[str, int]
+    device: str = ""
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
@@ -90,7 +92,7 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
     from daydream.transforms import OPTIMIZATIONS  # the one registry; transforms imports this module's models
 
     allocations = _from(memory)
-    model = ModelFacts(layers, current_optimizer, layer_bytes or {})
+    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device)
     notes: list[str] = []
     for name, params in specs:
         optimization = OPTIMIZATIONS.get(name)
@@ -156,11 +158,13 @@ def _reserved(allocations: Allocations) -> int | None:
         from daydream.memory.allocator import replay_events
     except ImportError:  # pragma: no cover - the allocator model ships with daydream
         return None
-    # In time order; at the same instant frees first, as the allocator would have seen them.
-    allocs = [(int(t), 1, i) for i, t in enumerate(allocations.start.tolist())]
-    frees = [(int(t), 0, i) for i, t in enumerate(allocations.end.tolist()) if t != NEVER]
+    # In time order; at the same instant frees first, as the allocator would have seen them, except the free of an
+    # allocation made at that same instant (a what-if that ends an allocation where it starts), which follows it.
+    starts = allocations.start.tolist()
+    allocs = [(int(t), 1, i) for i, t in enumerate(starts)]
+    frees = [(int(t), 2 if t <= starts[i] else 0, i) for i, t in enumerate(allocations.end.tolist()) if t != NEVER]
     sizes = allocations.size.tolist()
-    stream = ((handle, int(sizes[handle]) if kind else -1) for _, kind, handle in sorted(allocs + frees))
+    stream = ((handle, int(sizes[handle]) if kind == 1 else -1) for _, kind, handle in sorted(allocs + frees))
     peaks = replay_events((handle, size) for handle, size in stream if size != 0)
     baseline = int(allocations.baseline_bytes.max()) if allocations.baseline_bytes.size else 0
     return int(peaks.peak_reserved_bytes) + baseline
@@ -194,31 +198,72 @@ def amp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str
 
 def checkpoint_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """the matching layers' activations freed when the layer's forward ends, allocated again before its backward"""
-    targets, member = layer_owners(model.layers, str(params["layers"]))
+    targets, moved = _park(a, model, str(params["layers"]))
+    return (f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward "
+            "and recomputed before their backward")
+
+
+def offload_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the matching layers' activations leave the device when the layer's forward ends and return before its backward
+    (prefetch=1: when the backward of the matching layer before it in backward order begins); host memory not counted"""
+    if model.device == "cpu":
+        return "offload: the memory is host memory already (a CPU trace); allocations unchanged"
+    targets, moved = _park(a, model, str(params["layers"]), early=bool(int(params.get("prefetch", 1))))
+    return (f"offload: {moved} activation allocations of {len(targets)} layer(s) in host memory between their "
+            "forward and their backward (pinned host memory is not device memory: not counted)")
+
+
+def gist_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the matching layers' activations, between the layer's forward and its backward, kept encoded: × 1/32 (binarize,
+    fp32), (1 - sparsity) × 5/4 (csr, fp32), × 1/4 (fp8, fp32); decoded to full size again before its backward"""
+    format_name, sparsity = str(params.get("format", "binarize")), float(params.get("sparsity", 0.5))
+    ratio = {"binarize": 1 / 32, "csr": (1 - sparsity) * 5 / 4, "fp8": 1 / 4}.get(format_name)
+    if ratio is None:
+        raise InputError(f"--opt gist:format={format_name}: the formats are binarize, csr, fp8")
+    targets, moved = _park(a, model, str(params["layers"]), kept=ratio)
+    return (f"gist: {moved} activation allocations of {len(targets)} layer(s) kept {format_name}-encoded "
+            f"(×{ratio:.3g}) between their forward and their backward")
+
+
+def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, early: bool = False) -> tuple[list[int], int]:
+    """The matching layers' activations leave the device when the layer's forward ends (a `kept` share of each stays:
+    an encoded copy) and come back, full size, when its backward begins until each one's original free; `early`:
+    when the backward of the matching layer whose forward came next begins (one layer ahead). Returns (the matching
+    layers, the allocations moved)."""
+    targets, member = layer_owners(model.layers, pattern)
     owner = member[a.layer]
-    moved = 0
-    # Chosen before any recomputed allocation is appended.
+    # Chosen before any returned allocation is appended.
     selections = [(np.flatnonzero((owner == target) & (a.category == ACT)),
                    np.flatnonzero((owner == target) & (a.phase == BACKWARD))) for target in targets]
+    parked = []  # (iteration, forward end, backward start, the allocations), layer by layer
     for chosen, backward_allocations in selections:
         for iteration in np.unique(a.iteration[chosen]).tolist():
             mine = chosen[a.iteration[chosen] == iteration]
             freed = mine[a.end[mine] != NEVER]
             if freed.size == 0:
                 continue
-            # The layer's activations die when its forward ends; recomputation brings them back when
-            # the layer's backward begins (its first backward allocation, else its first free of them)
-            # until each one's original free.
-            forward_end = int(a.start[mine].max())
+            # The layer's activations die when its forward ends; they come back when the layer's backward begins
+            # (its first backward allocation, else its first free of them) until each one's original free.
             backward_mine = backward_allocations[a.iteration[backward_allocations] == iteration]
             backward_start = int(min(a.end[freed].min(), a.start[backward_mine].min() if backward_mine.size else NEVER))
-            sizes, ends = a.size[freed].copy(), a.end[freed].copy()
-            a.end[freed] = np.maximum(forward_end, a.start[freed])
-            for size, finish in zip(sizes.tolist(), ends.tolist()):
-                _add(a, size, backward_start, int(finish), ACT)
-            moved += freed.size
-    return (f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward "
-            "and recomputed before their backward")
+            parked.append((iteration, int(a.start[mine].max()), backward_start, freed))
+    returns = [backward_start for _, _, backward_start, _ in parked]
+    if early:  # the backward of the layer whose forward came next in the same iteration runs right before this one's
+        for position, (iteration, forward_end, backward_start, _) in enumerate(parked):
+            following = [other for other in parked if other[0] == iteration and other[1] > forward_end]
+            if following:
+                nearest = min(following, key=lambda other: other[1])
+                returns[position] = max(forward_end, min(nearest[2], backward_start))
+    moved = 0
+    for (_, forward_end, _, freed), back in zip(parked, returns):
+        sizes, ends = a.size[freed].copy(), a.end[freed].copy()
+        a.end[freed] = np.maximum(forward_end, a.start[freed])
+        for size, finish in zip(sizes.tolist(), ends.tolist()):
+            if kept:
+                _add(a, size * kept, forward_end, back, ACT)
+            _add(a, size, back, int(finish), ACT)
+        moved += freed.size
+    return targets, moved
 
 
 def optimizer_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:

@@ -6,6 +6,7 @@ with a `describe()` that states its model; custom ones come from YAML files.
 """
 
 from daydream.transforms import (
+    activations,  # noqa: F401  (registers offload, gist)
     amp,  # noqa: F401  (registers amp)
     batch,  # noqa: F401  (registers batch-size)
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
