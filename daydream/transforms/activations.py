@@ -110,7 +110,7 @@ def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray, names: frozens
 @dataclass(slots=True)
 class LayerWork:
     """One layer's work in one iteration: the last host task and GPU task of its forward, the first of its backward
-    (-1 where none), and when its forward began (recorded)."""
+    (-1 where none), and when the last host task of its forward began (recorded: the layers' forward order)."""
 
     forward_host: int = -1
     forward_gpu: int = -1
@@ -134,7 +134,7 @@ def layer_work(graph: Graph, layer_of_task: np.ndarray) -> dict[tuple[int, int],
             for task in mine.tolist():
                 work = found.setdefault((int(tasks["iteration"][task]), int(layer_of_task[task])), LayerWork())
                 setattr(work, attribute, task)
-    for (iteration, layer), work in found.items():
+    for work in found.values():
         if work.forward_host >= 0:
             work.forward_start_ns = int(tasks["measured_start_ns"][work.forward_host])
     return found
@@ -327,8 +327,9 @@ def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     work = layer_work(graph, graph.tasks["layer"])
     iteration_of = {op.row: iteration for iteration, ops in facts.items() for op in ops}
     spans = context.forward_ops[1]
-    encoded = [(item, work.get((iteration_of[item.row], item.layer))) for item in found]
-    encoded = [(item, w) for item, w in encoded if w is not None and w.backward_host >= 0]
+    empty = LayerWork()
+    encoded = [(item, work.get((iteration_of[item.row], item.layer), empty)) for item in found]
+    encoded = [(item, w) for item, w in encoded if w.backward_host >= 0]
     if not encoded:
         return [f"gist: no ReLU of the layers matching {pattern!r} saves an activation that its backward reads; "
                 "nothing changed"]

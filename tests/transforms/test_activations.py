@@ -1,0 +1,153 @@
+"""offload and gist: hand-built graphs and allocations with times and peaks computed by hand, and a real trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import predict_job
+from daydream.cost import CostModel, HostCosts
+from daydream.cost.elementwise import CopySpeed
+from daydream.errors import InputError
+from daydream.graph import DepKind
+from daydream.memory.timeline import CATEGORIES, NEVER
+from daydream.memory.whatif import Allocations, ModelFacts, checkpoint_memory, gist_memory, offload_memory, peak_bytes
+from daydream.simulate import simulate
+from daydream.transforms import Context, apply_spec, parse_spec
+from daydream.transforms.activations import COPY_SETUP_NS, encoded_ratio
+from daydream.transforms.autocast import ForwardOp
+from tests.transforms.graphs import call, graph, kernel, launch_chain, op
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = ["blocks.0", "blocks.1"]
+KERNEL_NS = 10_000
+
+
+def _gpu_step():  # type: ignore[no-untyped-def]
+    """blocks.0 then blocks.1 forward, their backward in reverse: one 10 µs kernel each, launched 4 ns after its call;
+    each block's forward op saves a 1000-element fp32 activation (4000 bytes)."""
+    tasks, edges = launch_chain(
+        [call(phase=p, layer=layer) for p, layer in (("forward", "blocks.0"), ("forward", "blocks.1"),
+                                                     ("backward", "blocks.1"), ("backward", "blocks.0"))],
+        [kernel("k", KERNEL_NS, phase=p, layer=layer) for p, layer in (("forward", "blocks.0"), ("forward", "blocks.1"),
+                                                                       ("backward", "blocks.1"), ("backward", "blocks.0"))])
+    g = graph(tasks, edges, layers=LAYERS)
+    g.tasks["event"][:] = np.arange(g.task_count)  # read from a trace
+    ops = [ForwardOp(100 + i, "aten::linear", i, [((1000,), "float"), ((1000, 1000), "float")]) for i in range(2)]
+    costs = CostModel(host=HostCosts(unit_ns=0, launch_ns=0), on_gpu=True)
+    context = Context(derive={"costs": lambda: costs, "forward_ops": lambda: ({0: ops}, {})})
+    return g, context
+
+
+def test_offload_on_copy_streams_stalls_only_where_the_copies_cannot_overlap() -> None:
+    g, context = _gpu_step()
+    # k0 4..10004, k1 10005..20005, k2 20006..30006, k3 30007..40007
+    assert simulate(g).end_ns.max() == 40_007
+    apply_spec(g, parse_spec("offload:link=4GB/s"), context)  # 4000 bytes at 4 bytes/ns: 1000 ns, plus the set-up
+    copy = COPY_SETUP_NS + 1000
+    assert g.validate() == []
+    # blocks.1's copy out starts when k1 ends (20005) and its copy back follows at once; k2 waits for it: 20005 + 2 copies.
+    # blocks.0's copy back is prefetched while k2 runs (k2 takes longer than a copy), so k3 follows k2 by its gap.
+    assert simulate(g).end_ns.max() == 20_005 + 2 * copy + KERNEL_NS + 1 + KERNEL_NS
+
+
+def test_offload_on_the_compute_stream_adds_every_copy() -> None:
+    g, context = _gpu_step()
+    apply_spec(g, parse_spec("offload:link=4GB/s,stream=compute"), context)
+    assert g.validate() == []
+    assert simulate(g).end_ns.max() == 40_007 + 4 * (COPY_SETUP_NS + 1000)
+
+
+def test_offload_a_slower_link_costs_more_and_a_cpu_trace_is_left_alone() -> None:
+    times = {}
+    for link in ("pcie3", "pcie5"):
+        g, context = _gpu_step()
+        apply_spec(g, parse_spec(f"offload:link={link}"), context)
+        times[link] = int(simulate(g).end_ns.max())
+    assert times["pcie3"] > times["pcie5"] > 40_007
+    cpu = graph([op("fwd", 10, phase="forward", layer="blocks.0"), op("bwd", 10, phase="backward", layer="blocks.0")],
+                [], layers=LAYERS)
+    assert "nothing changed" in apply_spec(cpu, parse_spec("offload"), Context())[0]
+    for bad, message in (("offload:stream=side", "stream=copy"), ("offload:link=warp", "not a host link"),
+                         ("offload:layers=nothing", "no layer matches")):
+        g, context = _gpu_step()
+        with pytest.raises(InputError, match=message):
+            apply_spec(g, parse_spec(bad), context)
+
+
+def test_gist_encodes_after_the_relu_and_decodes_before_its_backward() -> None:
+    g = graph([op("aten::relu", 100, phase="forward", layer="blocks.0.relu"),
+               op("aten::linear", 100, phase="forward", layer="blocks.0.fc"),
+               op("ReluBackward0", 50, phase="backward", layer="blocks.0.relu")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False)],
+              layers=["blocks.0.relu", "blocks.0.fc"])
+    g.tasks["event"][:] = np.arange(g.task_count)
+    relu = ForwardOp(0, "aten::relu", 0, [((1000,), "float")])
+    linear = ForwardOp(1, "aten::linear", 1, [((1000,), "float"), ((10, 1000), "float")])
+    costs = CostModel(host=HostCosts(unit_ns=0), on_gpu=False, elementwise=CopySpeed(10.0, 4.0, "by hand"))
+    spans = {0: (0, 1, -1), 1: (10, 11, -1)}
+    context = Context(derive={"costs": lambda: costs, "forward_ops": lambda: ({0: [relu, linear]}, spans)})
+    assert simulate(g).end_ns.max() == 250
+    apply_spec(g, parse_spec("gist"), context)
+    # Each pass reads or writes the 4000-byte activation and its 1-bit form (125 bytes): 10 + 4125 / 4 = 1041 ns.
+    assert sorted(g.task_name(t) for t in range(3, g.task_count)) == ["gist: decode", "gist: encode"]
+    assert simulate(g).end_ns.max() == 250 + 2 * 1041
+    assert encoded_ratio("fp8", 4, 0.5) == 0.25 and encoded_ratio("csr", 4, 0.5) == pytest.approx(0.625)
+    with pytest.raises(InputError, match="formats"):
+        apply_spec(g, parse_spec("gist:format=zip"), context)
+
+
+def _allocations() -> tuple[Allocations, ModelFacts]:
+    """blocks.0's activation (100 bytes) made at 0, blocks.1's (200) at 10; blocks.1's backward allocates at 60 (1
+    byte, freed at 61) and frees its activation at 80; blocks.0's backward allocates at 90 (1 byte) and frees its
+    activation at 100. Peak as recorded: 100 + 200 + 1 = 301 at 60."""
+    act, tmp = CATEGORIES.index("activations"), CATEGORIES.index("temporaries")
+    forward, backward = 0, 1
+    a = Allocations(size=np.array([100.0, 200.0, 1.0, 1.0]), start=np.array([0, 10, 60, 90]),
+                    end=np.array([100, 80, 61, 91]), category=np.array([act, act, tmp, tmp], dtype=np.int8),
+                    layer=np.array([0, 1, 1, 0]), phase=np.array([forward, forward, backward, backward]),
+                    iteration=np.zeros(4, dtype=np.int64), baseline_times=np.zeros(1, dtype=np.int64),
+                    baseline_bytes=np.zeros(1))
+    assert NEVER not in a.end.tolist()
+    return a, ModelFacts(LAYERS, None, {}, "cuda:0")
+
+
+def test_parked_activations_at_the_peak() -> None:
+    a, facts = _allocations()
+    assert peak_bytes(a) == 301
+    # Freed after their forward, back when their backward begins: at 60 only blocks.1's 200 and the 1-byte temporary.
+    a, facts = _allocations()
+    checkpoint_memory(a, {"layers": r"blocks\.\d+$"}, facts)
+    assert peak_bytes(a) == 201
+    a, facts = _allocations()
+    offload_memory(a, {"layers": r"blocks\.\d+$", "prefetch": 0}, facts)
+    assert peak_bytes(a) == 201
+    # Prefetched one layer ahead: blocks.0's 100 bytes are back when blocks.1's backward begins, at 60.
+    a, facts = _allocations()
+    offload_memory(a, {"layers": r"blocks\.\d+$", "prefetch": 1}, facts)
+    assert peak_bytes(a) == 301
+    # Binarized: blocks.0's stash of 100 / 32 bytes is still held at 60, beside blocks.1's 200 and the temporary.
+    a, facts = _allocations()
+    gist_memory(a, {"layers": r"blocks\.\d+$", "format": "binarize", "sparsity": 0.5}, facts)
+    assert peak_bytes(a) == int(200 + 1 + 100 / 32)
+    a, _ = _allocations()
+    assert "unchanged" in offload_memory(a, {"layers": r"blocks\.\d+$"}, ModelFacts(LAYERS, None, {}, "cpu"))
+    assert peak_bytes(a) == 301
+
+
+def test_offload_on_a_real_gpu_trace() -> None:
+    # examples/cnn.py at batch 256 on 32x32 images: three blocks of conv, bn, relu, pool, each op saving its input.
+    # Block 0: the image (3 channels, 32x32) and three 16-channel 32x32 maps; block 1: 16 then three 32-channel 16x16;
+    # block 2: 32 then three 64-channel 8x8; fp32.
+    path = REPO / "examples" / "h200" / "cnn-baseline.json.gz"
+    image = 256 * 4
+    saved = image * (3 * 32 * 32 + 3 * 16 * 32 * 32 + 16 * 16 * 16 + 3 * 32 * 16 * 16 + 32 * 8 * 8 + 3 * 64 * 8 * 8)
+    fast, slow = (predict_job(path, [f"offload:link={link}"], cache=False)[0] for link in ("pcie5", "pcie3"))
+    note = next(n for n in fast.notes if n.startswith("offload:"))
+    assert f"12 saved activations ({saved / 2**20:.1f} MiB)" in note
+    assert fast.simulated_ns < fast.predicted_ns < slow.predicted_ns
+
+
+
