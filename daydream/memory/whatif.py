@@ -165,7 +165,7 @@ def _reserved(allocations: Allocations) -> int | None:
     frees = [(int(t), 2 if t <= starts[i] else 0, i) for i, t in enumerate(allocations.end.tolist()) if t != NEVER]
     sizes = allocations.size.tolist()
     stream = ((handle, int(sizes[handle]) if kind == 1 else -1) for _, kind, handle in sorted(allocs + frees))
-    peaks = replay_events((handle, size) for handle, size in stream if size != 0)
+    peaks = replay_events((handle, size) for handle, size in stream if int(sizes[handle]) != 0)  # none made: none freed
     baseline = int(allocations.baseline_bytes.max()) if allocations.baseline_bytes.size else 0
     return int(peaks.peak_reserved_bytes) + baseline
 
@@ -264,6 +264,22 @@ def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, ea
             _add(a, size, back, int(finish), ACT)
         moved += freed.size
     return targets, moved
+
+
+def bn_restructure_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the matching (BatchNorm) layers' forward allocations that are freed before the backward begins (the normalized
+    output only the ReLU after it reads) are never made: normalization and ReLU write one output"""
+    targets, member = layer_owners(model.layers, str(params["layers"]))
+    owner = member[a.layer]
+    removed = 0
+    for iteration in np.unique(a.iteration[a.iteration >= 0]).tolist():
+        backward = (a.iteration == iteration) & (a.phase == BACKWARD)
+        backward_start = int(a.start[backward].min()) if backward.any() else NEVER
+        chosen = ((owner >= 0) & (a.iteration == iteration) & (a.phase == FORWARD) & (a.end != NEVER)
+                  & (a.end <= backward_start) & np.isin(a.category, [ACT, TMP, OTHER]))
+        a.size[chosen] = 0
+        removed += int(chosen.sum())
+    return f"bn-restructure: {removed} forward-only allocations of {len(targets)} BatchNorm layer(s) never made"
 
 
 def optimizer_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:

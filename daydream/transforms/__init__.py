@@ -9,6 +9,7 @@ from daydream.transforms import (
     activations,  # noqa: F401  (registers offload, gist)
     amp,  # noqa: F401  (registers amp)
     batch,  # noqa: F401  (registers batch-size)
+    batchnorm,  # noqa: F401  (registers bn-restructure)
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
     loading,  # noqa: F401  (registers overlap-data-loading)
     model_size,  # noqa: F401  (registers depth)

@@ -13,7 +13,15 @@ from daydream.cost.elementwise import CopySpeed
 from daydream.errors import InputError
 from daydream.graph import DepKind
 from daydream.memory.timeline import CATEGORIES, NEVER
-from daydream.memory.whatif import Allocations, ModelFacts, checkpoint_memory, gist_memory, offload_memory, peak_bytes
+from daydream.memory.whatif import (
+    Allocations,
+    ModelFacts,
+    bn_restructure_memory,
+    checkpoint_memory,
+    gist_memory,
+    offload_memory,
+    peak_bytes,
+)
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.activations import COPY_SETUP_NS, encoded_ratio
@@ -151,3 +159,46 @@ def test_offload_on_a_real_gpu_trace() -> None:
 
 
 
+
+
+def test_bn_restructure_on_a_conv_bn_relu_chain() -> None:
+    names = [("aten::conv2d", "forward", "b.conv", 1000), ("aten::batch_norm", "forward", "b.bn", 500),
+             ("aten::relu", "forward", "b.relu", 300), ("ReluBackward0", "backward", "b.relu", 200),
+             ("NativeBatchNormBackward0", "backward", "b.bn", 600), ("ConvolutionBackward0", "backward", "b.conv", 1500)]
+    g = graph([op(name, ns, phase=phase, layer=layer) for name, phase, layer, ns in names],
+              [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(5)], layers=["b.conv", "b.bn", "b.relu"])
+    g.tasks["event"][:] = np.arange(g.task_count)
+    activation = ((1000,), "float")  # 4000 bytes
+    ops = [ForwardOp(0, "aten::conv2d", 0, [activation, ((8, 8), "float")]),
+           ForwardOp(1, "aten::batch_norm", 1, [activation, ((8,), "float")]), ForwardOp(2, "aten::relu", 2, [activation])]
+    costs = CostModel(host=HostCosts(unit_ns=0), on_gpu=False, elementwise=CopySpeed(10.0, 80.0, "by hand"))
+    context = Context(derive={"costs": lambda: costs, "forward_ops": lambda: ({0: ops}, {})})
+    assert simulate(g).end_ns.max() == 4100
+    apply_spec(g, parse_spec("bn-restructure"), context)
+    # BatchNorm forward: 10 + 2 x 4000 / 80 = 110 ns; backward: 10 + 3 x 4000 / 80 = 160 ns; ReLU gone both ways.
+    assert g.validate() == []
+    assert simulate(g).end_ns.max() == 1000 + 110 + 160 + 1500
+    unmatched = graph([op("aten::relu", 5, phase="forward", layer="b.relu")], [], layers=["b.relu"])
+    assert "nothing changed" in apply_spec(unmatched, parse_spec("bn-restructure"), context)[0]
+
+
+def test_bn_restructure_memory_drops_the_normalized_output() -> None:
+    act, other = CATEGORIES.index("activations"), CATEGORIES.index("other")
+    # b.conv's output (100) saved until backward; b.bn's output (100, read only by the ReLU) freed at 20, in forward;
+    # b.relu's output (100) saved; the backward allocates 1 byte at 50. Peak 300 at 15..20, without bn's output 200.
+    a = Allocations(size=np.array([100.0, 100.0, 100.0, 1.0]), start=np.array([0, 10, 15, 50]),
+                    end=np.array([90, 20, 80, 51]), category=np.array([act, other, act, other], dtype=np.int8),
+                    layer=np.array([0, 1, 2, 1]), phase=np.array([0, 0, 0, 1]), iteration=np.zeros(4, dtype=np.int64),
+                    baseline_times=np.zeros(1, dtype=np.int64), baseline_bytes=np.zeros(1))
+    assert peak_bytes(a) == 300
+    note = bn_restructure_memory(a, {"layers": r"bn\d*$"}, ModelFacts(["b.conv", "b.bn", "b.relu"], None, {}, "cuda:0"))
+    assert peak_bytes(a) == 201 and note.startswith("bn-restructure: 1 ")
+
+
+def test_bn_restructure_on_a_real_gpu_trace() -> None:
+    # examples/cnn.py: three blocks of conv, BatchNorm, ReLU, pool.
+    path = REPO / "examples" / "h200" / "cnn-baseline.json.gz"
+    (prediction,) = predict_job(path, ["bn-restructure"], cache=False)
+    note = next(n for n in prediction.notes if n.startswith("bn-restructure:"))
+    assert note.startswith("bn-restructure: 3 BatchNorms per iteration (3 with the ReLU after them fused in)")
+    assert prediction.predicted_ns < prediction.simulated_ns

@@ -1,0 +1,188 @@
+"""`bn-restructure`: BatchNorm's passes over memory fused with its neighbours (Jung et al., "Restructuring Batch
+Normalization to Accelerate CNN Training", SysML 2019; modelled by the Daydream paper, ATC 2020).
+
+A training BatchNorm reads its input twice in forward (the batch statistics, then the normalization) and writes its
+output once; the ReLU after it reads that output and writes its own. Restructured, the statistics are gathered
+while the convolution before it writes its output, and normalization and ReLU are one pass: the forward keeps one
+pass that reads the input and writes the output. In backward, ReLU's mask is applied inside BatchNorm's backward,
+which keeps one pass that reads the gradient and the input and writes the input's gradient.
+
+The model, per BatchNorm op (`aten::batch_norm`) of the matching layers with its recorded input shape:
+
+- forward: its work (the CPU op on a CPU trace; its normalization kernels on a GPU one) becomes one streaming pass of
+  2 x its input's bytes at this trace's own elementwise speed (the cost stage); the ReLU right after it (the next
+  forward op, on the same shape) and its kernels and launches are removed;
+- backward: its backward (the `...BatchNormBackward` node, or its layer's normalization kernels) becomes one pass of
+  3 x the bytes; the ReLU's backward is removed (on a GPU trace only where the ReLU is a layer of its own, so that its
+  kernels can be told apart).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from daydream.cost import Tier
+from daydream.cost.shapes import ITEM_BYTES, elements
+from daydream.graph import DepKind, Graph
+from daydream.graph.model import GPU_WORK, HOST_WORK, KERNELS
+from daydream.mapping import PHASES
+from daydream.mapping.attribution import layer_owners
+from daydream.mapping.classes import CLASSES
+from daydream.memory.whatif import bn_restructure_memory
+from daydream.transforms.activations import RELU_OPS
+from daydream.transforms.autocast import ForwardOp
+from daydream.transforms.optimizations import Context, Optimization, Parameter, _launchers, kernel_classes, register
+from daydream.transforms.primitives import HostSpans, Spans, remove, task_of_event
+
+FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
+BATCH_NORM = "aten::batch_norm"
+BN_BACKWARD = re.compile(r"BatchNormBackward")
+RELU_BACKWARD = re.compile(r"ReluBackward|ThresholdBackward")
+#: Passes over the input's bytes that stay: forward (read the input, write the output), backward (read the gradient
+#: and the input, write the input's gradient).
+FORWARD_PASSES, BACKWARD_PASSES = 2, 3
+
+
+def pairs(facts: dict[int, list[ForwardOp]], owner: np.ndarray) -> list[tuple[int, ForwardOp, ForwardOp | None]]:
+    """(iteration, BatchNorm op, the ReLU right after it on the same shape or None) of the matching layers."""
+    found = []
+    for iteration, ops in facts.items():
+        for position, op in enumerate(ops):
+            if op.name != BATCH_NORM or op.layer < 0 or owner[op.layer] < 0 or not op.inputs or op.inputs[0] is None:
+                continue
+            after = ops[position + 1] if position + 1 < len(ops) else None
+            relu = after if (after is not None and after.name in RELU_OPS and after.inputs
+                             and after.inputs[0] is not None and after.inputs[0][0] == op.inputs[0][0]) else None
+            found.append((iteration, op, relu))
+    return found
+
+
+def _input_bytes(op: ForwardOp) -> int:
+    tensor = op.inputs[0] if op.inputs else None
+    return elements(tensor[0]) * ITEM_BYTES.get(tensor[1], 4) if tensor is not None else 0
+
+
+def _bn_restructure(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    pattern = str(params["layers"])
+    targets, owner = layer_owners(graph.layers, pattern)
+    recorded = context.forward_ops
+    costs = context.costs
+    facts, spans = recorded if recorded is not None else ({}, {})
+    found = pairs(facts, owner) if targets else []
+    if not found or costs is None:
+        return [f"bn-restructure: no BatchNorm (aten::batch_norm) with recorded shapes in the layers matching "
+                f"{pattern!r}; nothing changed"]
+    gpu = graph.has_device_work()
+    sizes = [_input_bytes(bn) for _, bn, _ in found]
+    forward_ns = [costs.stream_ns(FORWARD_PASSES * size) for size in sizes]
+    backward_ns = [costs.stream_ns(BACKWARD_PASSES * size) for size in sizes]
+    costs.count(Tier.MODELLED, 2 * len(found))
+    before = int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"], [int(k) for k in (KERNELS if gpu else HOST_WORK)])].sum())
+    gone = (_gpu_forward if gpu else _cpu_forward)(graph, found, spans, forward_ns)
+    gone = np.concatenate([gone, _backward(graph, found, backward_ns, gpu)])
+    relus = sum(1 for *_, relu in found if relu is not None)
+    remove(graph, np.unique(gone))
+    after = int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"], [int(k) for k in (KERNELS if gpu else HOST_WORK)])].sum())
+    iterations = max(1, len({iteration for iteration, *_ in found}))
+    work = "kernels" if gpu else "CPU ops"
+    return [f"bn-restructure: {len(found) // iterations} BatchNorms per iteration ({relus // iterations} with the ReLU "
+            f"after them fused in) each one streaming pass forward (2 x its input's bytes) and one backward (3 x), at "
+            f"this trace's elementwise speed; {work} time per iteration {before / iterations / 1e3:.1f} -> "
+            f"{after / iterations / 1e3:.1f} µs"]
+
+
+def _cpu_forward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | None]], spans: Spans,
+                 forward_ns: list[int]) -> np.ndarray:
+    of_event = task_of_event(graph)
+    gone = []
+    for (_, bn, relu), duration in zip(found, forward_ns):
+        task = of_event.get(bn.row, -1)
+        if task < 0:
+            continue
+        graph.tasks["duration_ns"][task] = duration
+        if relu is not None and relu.row in of_event:
+            gone.append(of_event[relu.row])
+    return np.array(gone, dtype=np.int64)
+
+
+def _gpu_forward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | None]], spans: Spans,
+                 forward_ns: list[int]) -> np.ndarray:
+    """The BatchNorm's normalization kernels become one; the ReLU's kernels and launches go."""
+    holding = HostSpans(graph)
+    launched = _launched_by(graph)
+    normalization = CLASSES.index("normalization")
+    gone: list[int] = []
+    for (_, bn, relu), duration in zip(found, forward_ns):
+        kernels = _kernels_within(holding, launched, spans.get(bn.row))
+        kernels = kernels[kernel_classes(graph, kernels) == normalization] if kernels.size else kernels
+        if kernels.size == 0:
+            continue
+        graph.tasks["duration_ns"][kernels[0]] = duration
+        gone += kernels[1:].tolist()
+        if relu is not None:
+            relu_kernels = _kernels_within(holding, launched, spans.get(relu.row))
+            gone += relu_kernels.tolist() + _launchers(graph, relu_kernels).tolist()
+    gone_array = np.array(gone, dtype=np.int64)
+    return np.concatenate([gone_array, _launchers(graph, gone_array)])
+
+
+def _launched_by(graph: Graph) -> dict[int, list[int]]:
+    edges = graph.edges
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    found: dict[int, list[int]] = {}
+    for src, dst in zip(edges["src"][launch].tolist(), edges["dst"][launch].tolist()):
+        found.setdefault(src, []).append(dst)
+    return found
+
+
+def _kernels_within(holding: HostSpans, launched: dict[int, list[int]], span: tuple[int, int, int] | None) -> np.ndarray:
+    """The GPU work launched by the host tasks read from the trace within `span`, in launch order."""
+    if span is None or span[2] not in holding.by_track:
+        return np.zeros(0, dtype=np.int64)
+    tasks, starts, _ = holding.by_track[span[2]]
+    inside = tasks[(starts >= span[0]) & (starts < span[1])]
+    return np.array([k for task in inside.tolist() for k in launched.get(task, [])], dtype=np.int64)
+
+
+def _backward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | None]], backward_ns: list[int],
+              gpu: bool) -> np.ndarray:
+    """Each BatchNorm's backward becomes one pass; its ReLU's backward goes (with its launches)."""
+    tasks = graph.tasks
+    kinds = [int(k) for k in (GPU_WORK if gpu else HOST_WORK)]
+    chosen = np.flatnonzero(np.isin(tasks["kind"], kinds) & (tasks["phase"] == BACKWARD) & (tasks["event"] >= 0))
+    chosen = chosen[np.argsort(tasks["measured_start_ns"][chosen], kind="stable")]
+    if gpu:
+        classes = kernel_classes(graph, chosen)
+        is_bn = classes == CLASSES.index("normalization")
+        is_relu = classes == CLASSES.index("elementwise")
+    else:
+        names = np.array([graph.strings[int(n)] for n in tasks["name"][chosen]], dtype=object)
+        is_bn = np.array([bool(BN_BACKWARD.search(n)) for n in names], dtype=bool)
+        is_relu = np.array([bool(RELU_BACKWARD.search(n)) for n in names], dtype=bool)
+    key = tasks["iteration"][chosen].astype(np.int64) * (len(graph.layers) + 1) + tasks["layer"][chosen]
+    gone: list[int] = []
+    for (iteration, bn, relu), duration in zip(found, backward_ns):
+        mine = chosen[(key == iteration * (len(graph.layers) + 1) + bn.layer) & is_bn]
+        if mine.size == 0:
+            continue
+        tasks["duration_ns"][mine[0]] = duration
+        gone += mine[1:].tolist()
+        if relu is not None and (not gpu or relu.layer != bn.layer):
+            gone += chosen[(key == iteration * (len(graph.layers) + 1) + relu.layer) & is_relu].tolist()
+    gone_array = np.array(gone, dtype=np.int64)
+    return np.concatenate([gone_array, _launchers(graph, gone_array)]) if gpu else gone_array
+
+
+register(Optimization(
+    "bn-restructure", "BatchNorm restructured: statistics fused into the convolution, normalization with the ReLU",
+    "each BatchNorm (aten::batch_norm with recorded shapes) of the matching layers: its forward work (the CPU op, or "
+    "its normalization kernels) one streaming pass of 2 x its input's bytes and its backward one of 3 x, at this "
+    "trace's elementwise speed (cost stage); the ReLU right after it (same shape) removed in forward and backward "
+    "with its kernels and launches (Jung et al., SysML 2019, as the Daydream paper models it)",
+    _bn_restructure,
+    {"layers": Parameter(str, r"bn\d*$|norm\d*$", "regular expression over layer paths (the BatchNorm layers)")},
+    memory=bn_restructure_memory,
+))
