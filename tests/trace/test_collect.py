@@ -694,3 +694,31 @@ def test_gradient_accumulation_is_one_iteration_per_optimizer_step(tmp_path: Pat
     code, out = _trace(tmp_path, script, "--warmup", "1", "--iterations", "2")
     assert code == 0
     assert _forward_phases_per_iteration(out) == [4, 4]
+
+
+def test_gist_example_keeps_a_bit_per_relu_output_and_its_memory_is_predicted(
+        example_traces: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+
+    sys.path.insert(0, str(REPO / "examples"))
+    import cnn  # the example's Gist ReLU-pool, held to torch's own ReLU and pool
+
+    x = torch.randn(4, 16, 8, 8, dtype=torch.double, requires_grad=True)
+    reference = torch.nn.functional.max_pool2d(torch.relu(x), 2)
+    encoded = cnn.GistReLUPool.apply(x)
+    gradient = torch.randn_like(reference)
+    assert torch.equal(encoded, reference)
+    bits, argmax = encoded.grad_fn.saved_tensors
+    assert bits.numel() == x.numel() // 8 and bits.dtype == torch.uint8 and argmax.shape == reference.shape
+    assert torch.allclose(torch.autograd.grad(encoded, x, gradient)[0], torch.autograd.grad(reference, x, gradient)[0])
+
+    from daydream.api import predict_memory_for
+    from daydream.memory import analyze_memory
+
+    code, real = _trace(tmp_path, REPO / "examples" / "cnn.py", "--warmup", "2", "--iterations", "5",
+                        script_args=("--steps", "10", "--gist"))
+    assert code == 0
+    measured = analyze_memory(read_job(real, cache=False).traces[0])[0].peak_allocated_bytes
+    baseline = read_job(example_traces["cnn"], cache=False).traces
+    (predicted,) = predict_memory_for(baseline, ["gist"])
+    assert abs(int(predicted["predicted_peak_bytes"]) - measured) / measured < 0.05  # type: ignore[call-overload]
