@@ -4,6 +4,8 @@
     --optim loop|foreach|fused  the optimizer's implementation (default: torch's choice)
     --cuda-graphs              capture the whole step (forward, backward, optimizer) once, replay it
     --compile                  torch.compile the model (inductor; forward and backward)
+    --offload                  each block's saved activations kept in pinned host memory between forward and
+                               backward (torch.autograd.graph.save_on_cpu around every module named blocks.N)
     --loader-workers N         batches made by a torch DataLoader with N worker processes (0: in the training
                                process), each sample prepared on the CPU as an image pipeline would (crop, flip,
                                normalize); without it, batches are made directly on the device
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +47,8 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
                         help="mixed precision with autocast: bf16 (default) or fp16 with a GradScaler (GPU only)")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture the whole training step in a CUDA graph")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
+    parser.add_argument("--offload", action="store_true",
+                        help="keep each block's saved activations in pinned host memory (save_on_cpu)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
     parser.add_argument("--find-unused", action="store_true", help="with --ddp: DistributedDataParallel's find_unused_parameters")
@@ -87,10 +92,35 @@ def join_process_group(device: str) -> int:
     return torch.distributed.get_rank()
 
 
+#: The modules --offload wraps: each block of a stack (what `daydream whatif --opt offload` matches by default).
+BLOCK = re.compile(r"(^|\.)blocks\.\d+$")
+
+
 def wrap(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+    if getattr(args, "offload", False):
+        offload_blocks(model)
     if args.ddp:
         model = DistributedDataParallel(model, find_unused_parameters=args.find_unused, gradient_as_bucket_view=args.bucket_view)
     return torch.compile(model) if args.compile else model
+
+
+def offload_blocks(model: nn.Module) -> int:
+    """Run each block's forward under torch.autograd.graph.save_on_cpu(pin_memory=True): what it saves for backward
+    is copied to pinned host memory and back when backward needs it. Returns how many blocks."""
+    blocks = [module for name, module in model.named_modules() if BLOCK.search(name)]
+    for block in blocks:
+        context: list[Any] = []
+
+        def enter(module: nn.Module, inputs: Any, context: list[Any] = context) -> None:
+            context.append(torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available()))
+            context[-1].__enter__()
+
+        def leave(module: nn.Module, inputs: Any, output: Any, context: list[Any] = context) -> None:
+            context.pop().__exit__(None, None, None)
+
+        block.register_forward_pre_hook(enter)
+        block.register_forward_hook(leave)
+    return len(blocks)
 
 
 def optimizer(kind: type[torch.optim.Optimizer], model: nn.Module, args: argparse.Namespace, **settings: Any) -> torch.optim.Optimizer:

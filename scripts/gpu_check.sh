@@ -5,9 +5,10 @@
 #   2. the what-ifs against real runs (scripts/whatif_truth.py --sizes realistic) on GPU-bound models of
 #      realistic size: the cnn example (batch 256), a transformer of BERT-base size (12 blocks, width 768,
 #      sequence 512, batch 8) and ResNet-50 on 224x224 images (batch 64); per model the fp32 baseline is
-#      traced, amp, fused-optimizer, cuda-graphs, batch-size:factor=2, checkpoint and fuse-elementwise
-#      predicted, and each variant (bf16 autocast, fused AdamW/SGD, CUDA graphs, twice the batch,
-#      checkpointing, torch.compile) run for real and compared (at most 90 s a trace or prediction).
+#      traced, amp, fused-optimizer, cuda-graphs, batch-size:factor=2, checkpoint, fuse-elementwise and
+#      offload predicted, and each variant (bf16 autocast, fused AdamW/SGD, CUDA graphs, twice the batch,
+#      checkpointing, torch.compile, save_on_cpu around each block) run for real and compared (at most
+#      90 s a trace or prediction).
 # It writes docs/gpu-validation.md (and $OUT/gpu-validation.md when $OUT is set) with both
 # tables, keeping what it has when a part fails. Under 8 minutes in all: the what-if part gets what
 # the collectors left of GPU_CHECK_DEADLINE (450 s from the start), a row that did not fit says so.

@@ -81,6 +81,10 @@ def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> 
         Variant(checkpoint, ["--checkpoint"], "checkpoint", untouched="optimizer"),
         # torch.compile (inductor) against the what-if of what it does to chains of pointwise work
         Variant("fuse-elementwise", ["--compile"], "compile", untouched="optimizer"),
+        # each block's saved activations in pinned host memory (save_on_cpu: copies on the compute stream, fetched
+        # when backward needs them)
+        Variant(f"offload:layers={checkpoint.partition('layers=')[2]},prefetch=0,stream=compute", ["--offload"],
+                "offload", needs_gpu=True, untouched="optimizer"),
     ]
 
 

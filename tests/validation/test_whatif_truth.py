@@ -97,20 +97,21 @@ def test_a_variant_replaces_the_baselines_flag() -> None:
 def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     options = argparse.Namespace(device="cpu", backend="torch", warmup=1, iterations=3, budget=180.0)
     rows = whatif_truth.compare("mlp", options, tmp_path)
+    offload = f"offload:layers={whatif_truth.CHECKPOINT.partition('layers=')[2]},prefetch=0,stream=compute"
     assert [row.whatif for row in rows] == ["amp", "fused-optimizer", "cuda-graphs", "batch-size:factor=2",
-                                            whatif_truth.CHECKPOINT, "fuse-elementwise"]
+                                            whatif_truth.CHECKPOINT, "fuse-elementwise", offload]
     # The baseline's measured time is the median of its recorded ProfilerSteps, read from the file itself.
     steps = [e for e in load_raw(tmp_path / "mlp-baseline.json.gz")["traceEvents"]
              if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
     assert len(steps) == 3
     assert rows[0].baseline_ns == pytest.approx(statistics.median(ns(e["dur"]) for e in steps), abs=1)
     for row in rows:
-        if row.whatif == "cuda-graphs":
+        if row.whatif in ("cuda-graphs", offload):
             assert row.problem == "needs a CUDA device" and row.error is None
         else:
             assert not row.problem, row.problem
             assert row.predicted_ns and row.measured_ns and row.error is not None
-    assert whatif_truth.table(rows).count("\n| mlp |") == 6
+    assert whatif_truth.table(rows).count("\n| mlp |") == 7
 
 
 def test_gpu_check_without_a_gpu_exits_2_with_one_line() -> None:
