@@ -7,6 +7,7 @@ them in this order, each a method with explicit inputs and outputs:
 |---|---|---|---|
 | `_tasks` | host calls (or top-level CPU ops), GPU work, iteration markers | the linked trace | tasks |
 | `_link_gpu_work` | 3. launch: each GPU task's launching call | tasks | `launch_task` |
+| `_early_starts` | 2. work that began before its stream's earlier work ended runs after it | tasks | trimmed durations |
 | `_blocking_calls` | 4. a blocking call = call + completion, waiting for its GPU work | launches | completions, unexplained completions |
 | `_host_order` | 1. program order on host threads, after completions | completions | edges |
 | `_event_waits` | 5. cross-stream event waits | launches | edges, unexplained held-back work |
@@ -56,6 +57,9 @@ UNSET = np.iinfo(np.int64).min
 #: A blocking call that returned this long before the work it would wait for finished did not wait for it
 #: (host and GPU clocks of one trace agree far better than this).
 RETURNED_EARLY_NS = 1_000
+#: A graph's node that began this long past its stream's previous work (beyond the kernel gap) waited for the graph
+#: launch to submit it.
+PACED_NS = 1_000
 #: The roles of calls that wait for GPU work whatever they launched.
 _WAITING_ROLES = (CallRole.DEVICE_SYNC, CallRole.STREAM_SYNC, CallRole.EVENT_SYNC, CallRole.BLOCKING_COPY)
 #: An autograd backward function, as 2021-format traces name the autograd thread's ops (AddmmBackward, ReluBackward1).
@@ -113,6 +117,7 @@ class _Builder:
             raise TraceFormatError(self.trace.meta.source, f"nothing to simulate: no CPU op, runtime call or GPU work (found: {found})",
                                    "record with torch.profiler's CPU and CUDA activities")
         self._link_gpu_work()
+        self._early_starts()
         completion, unknown_syncs = self._blocking_calls()
         self._host_order(completion)
         held_back = self._event_waits()
@@ -233,6 +238,35 @@ class _Builder:
         launch_rows = self.links.launch[rows]
         self.launch_task = np.where(launch_rows >= 0, self.task_of_event[np.maximum(launch_rows, 0)], -1)
         self.stream_previous = self._previous_on_resource(self.gpu_tasks)
+        graph_launches = [i for i, name in enumerate(self.names) if self._roles[name] is CallRole.GRAPH_LAUNCH]
+        self.graph_launched = (self.launch_task >= 0) & np.isin(tasks["name"][np.maximum(self.launch_task, 0)], graph_launches)
+
+    def _early_starts(self) -> None:
+        """GPU work that began before the work before it on its stream had ended (a kernel launched early, as
+        programmatic dependent launch lets it, or a graph's nodes that the trace puts on one stream) did its own work
+        after that: its duration is trimmed to the time past the stream's latest end so far, and the stream stays
+        serial, so that its busy time is the union of what it ran, as recorded; launched already, it follows that work
+        without the stream's gap between kernels."""
+        tasks = self.graph.tasks
+        gpu = self.gpu_tasks
+        order = gpu[np.lexsort((tasks["measured_start_ns"][gpu], tasks["resource"][gpu]))]
+        ends = tasks["measured_end_ns"][order]
+        resource = tasks["resource"][order]
+        trimmed = 0
+        self.early = np.zeros(self.graph.task_count, dtype=bool)
+        for stream in np.unique(resource).tolist():
+            mine = np.flatnonzero(resource == stream)
+            if mine.size < 2:
+                continue
+            before = np.maximum.accumulate(ends[mine])[:-1]  # the stream's latest end before each task
+            tasks_after = order[mine[1:]]
+            early = tasks["measured_start_ns"][tasks_after] < before
+            if early.any():
+                chosen = tasks_after[early]
+                tasks["duration_ns"][chosen] = np.maximum(tasks["measured_end_ns"][chosen] - before[early], 0)
+                self.early[chosen] = True
+                trimmed += int(early.sum())
+        self.calibration.early_starts = trimmed
 
     def _calibrate_gpu(self, unexplained: np.ndarray) -> None:
         """Launch latency and inter-kernel gap, from GPU work nothing else held back (no event wait, no pin)."""
@@ -524,13 +558,48 @@ class _Builder:
 
     def _stream_order(self) -> None:
         has = self.stream_previous >= 0
-        self.graph.add_edges(self.stream_previous[has], self.gpu_tasks[has], DepKind.STREAM_ORDER, latency_ns=self.kernel_gap)
+        gap = np.where(self.early[self.gpu_tasks[has]], 0, self.kernel_gap)
+        self.graph.add_edges(self.stream_previous[has], self.gpu_tasks[has], DepKind.STREAM_ORDER, latency_ns=gap)
 
     def _launches(self) -> None:
-        launched = self.launch_task >= 0
+        """Each piece of GPU work a launch latency after its call begins; a graph launch's work as it started relative
+        to the call (`_graph_launches`)."""
+        launched = (self.launch_task >= 0) & ~self.graph_launched
         self.graph.add_edges(
             self.launch_task[launched], self.gpu_tasks[launched], DepKind.LAUNCH, latency_ns=self.launch_latency, from_start=True
         )
+        if self.graph_launched.any():
+            self._graph_launches()
+
+    def _graph_launches(self) -> None:
+        """A graph launch (cudaGraphLaunch, hipGraphLaunch) submits its nodes while the call runs. Work that began after
+        the call returned follows the call's end (by as long as its first piece did, at most a launch latency: the
+        call's time is the launch's host work); work that began during the call, after the GPU had sat idle for it,
+        began when the call had submitted it: that long after the call began; other work of the call no earlier than
+        its first piece did."""
+        tasks = self.graph.tasks
+        chosen = np.flatnonzero(self.graph_launched)
+        calls, work = self.launch_task[chosen], self.gpu_tasks[chosen]
+        start = tasks["measured_start_ns"][work]
+        call_start, call_end = tasks["measured_start_ns"][calls], tasks["measured_end_ns"][calls]
+        previous = self.stream_previous[chosen]
+        idle = start - np.where(previous >= 0, tasks["measured_end_ns"][np.maximum(previous, 0)], UNSET // 2)
+        after = start >= call_end
+        first_during: dict[int, int] = {}
+        first_after: dict[int, int] = {}
+        for call, begins, late in zip(calls.tolist(), start.tolist(), after.tolist()):
+            found = first_after if late else first_during
+            found[call] = min(found.get(call, begins), begins)
+        paced = ~after & (idle > self.kernel_gap + PACED_NS)
+        during = np.array([first_during.get(c, 0) for c in calls.tolist()], dtype=np.int64)
+        following = np.array([first_after.get(c, 0) for c in calls.tolist()], dtype=np.int64)
+        # Past the call's end, at most a launch latency: later than that, the stream or an event held it, not the call.
+        latency = np.where(after, np.minimum(following - call_end, self.launch_latency),
+                           np.where(paced, start, during) - call_start)
+        for from_start, mine in ((False, after), (True, ~after)):
+            if mine.any():
+                self.graph.add_edges(calls[mine], work[mine], DepKind.LAUNCH, latency_ns=np.maximum(latency[mine], 0),
+                                     from_start=from_start)
 
     def _launch_queue(self) -> None:
         """A launch waits until the work `depth + 1` launches back (on its device) has finished.

@@ -150,6 +150,7 @@ class Calibration:
     pinned_orphans: int = 0
     pinned_collectives: int = 0
     pinned_unlinked: int = 0
+    early_starts: int = 0  # GPU work that began before its stream's earlier work ended (trimmed to run after it)
 
     def as_dict(self) -> dict[str, int]:
         """The fields that are known, by name."""

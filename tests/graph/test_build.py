@@ -109,3 +109,59 @@ def test_outstanding_launches_match_a_count_by_hand() -> None:
         plain = _outstanding.py_func(np.searchsorted(ordered, gpu_end), launches,
                                      np.searchsorted(ordered, call_end[launches], side="right"), n)
         assert plain.tolist() == expected
+
+
+def _graph_of(tmp_path: Path, events: list[dict]) -> tuple:  # type: ignore[type-arg]
+    trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
+    graph = build_graph(trace)
+    names = [graph.task_name(t) for t in range(graph.task_count)]
+    return graph, {name: names.index(name) for name in names}
+
+
+def test_work_that_began_before_its_stream_was_done_runs_after_it(tmp_path: Path) -> None:
+    # k2 starts at 195 µs, 5 µs before k1 ends (launched early): it did its own work from 200 to 260.
+    graph, at = _graph_of(tmp_path, [
+        annotation("ProfilerStep#1", 0, 400),
+        runtime("cudaLaunchKernel", 10, 5, correlation=1, ext=1), kernel("k1", 100, 100, correlation=1, ext=1),
+        runtime("cudaLaunchKernel", 20, 5, correlation=2, ext=2), kernel("k2", 195, 65, correlation=2, ext=2)])
+    assert graph.calibration.early_starts == 1
+    assert graph.tasks["duration_ns"][at["k2"]] == 60_000
+    order = np.flatnonzero((graph.edges["kind"] == DepKind.STREAM_ORDER) & (graph.edges["dst"] == at["k2"]))
+    assert graph.edges["src"][order].tolist() == [at["k1"]] and graph.edges["latency_ns"][order].tolist() == [0]
+    timeline = simulate(graph)
+    assert timeline.end_ns[at["k2"]] - timeline.end_ns[at["k1"]] == 60_000
+
+
+def test_a_graph_launch_whose_kernels_began_after_it_returned(tmp_path: Path) -> None:
+    from daydream.transforms import Context, apply_spec, parse_spec
+
+    # The call takes 980 µs (its host work); the graph's kernels begin 1 µs after it returns.
+    events = [annotation("ProfilerStep#1", 0, 2000), runtime("cudaGraphLaunch", 10, 980, correlation=1, ext=1),
+              kernel("g1", 991, 50, correlation=1, ext=1), kernel("g2", 1041, 50, correlation=1, ext=1)]
+    graph, at = _graph_of(tmp_path, events)
+    launch = np.flatnonzero(graph.edges["kind"] == DepKind.LAUNCH)
+    assert not graph.edges["from_start"][launch].any() and set(graph.edges["latency_ns"][launch].tolist()) == {1_000}
+    assert simulate(graph).start_ns[at["g1"]] - simulate(graph).start_ns[at["cudaGraphLaunch"]] == 981_000
+    apply_spec(graph, parse_spec("faster-host:factor=2"), Context())  # the call's own time halves: 490 µs
+    timeline = simulate(graph)
+    assert timeline.start_ns[at["g1"]] - timeline.start_ns[at["cudaGraphLaunch"]] == 491_000
+
+
+def test_a_graph_launch_that_submits_its_kernels_while_it_runs(tmp_path: Path) -> None:
+    from daydream.transforms import Context, apply_spec, parse_spec
+
+    # hipGraphLaunch runs 850 µs; h1 begins 12 µs in, h2 at 90 µs after the stream sat idle (submitted then), h3
+    # right behind h2.
+    events = [annotation("ProfilerStep#1", 0, 2000), runtime("hipGraphLaunch", 10, 850, correlation=1, ext=1),
+              kernel("h1", 22, 5, correlation=1, ext=1), kernel("h2", 100, 5, correlation=1, ext=1),
+              kernel("h3", 105.5, 5, correlation=1, ext=1)]
+    graph, at = _graph_of(tmp_path, events)
+    launch = np.flatnonzero(graph.edges["kind"] == DepKind.LAUNCH)
+    latency = dict(zip(graph.edges["dst"][launch].tolist(), graph.edges["latency_ns"][launch].tolist()))
+    assert graph.edges["from_start"][launch].all()
+    assert (latency[at["h1"]], latency[at["h2"]], latency[at["h3"]]) == (12_000, 90_000, 12_000)
+    apply_spec(graph, parse_spec("faster-gpu:factor=2"), Context())
+    timeline = simulate(graph)
+    # h2 waits for the call to submit it, however fast the GPU; h3 follows h2.
+    assert timeline.start_ns[at["h2"]] - timeline.start_ns[at["hipGraphLaunch"]] == 90_000
+    assert timeline.start_ns[at["h3"]] >= timeline.end_ns[at["h2"]]
