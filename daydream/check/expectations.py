@@ -44,6 +44,7 @@ class Values:
     iteration_ns: int | None = None            # predicted mean iteration time, ns
     peak_memory_bytes: int | None = None       # predicted peak allocated memory, bytes
     replay_error_percent: float | None = None  # worst |simulated - measured| / measured of the untouched trace, %
+    speedup_low: float | None = None           # the low end of the speed-up's interval (simulate/interval.py)
 
     def get(self, quantity: str) -> float | None:
         value: float | None = getattr(self, quantity)
@@ -177,6 +178,7 @@ BOUNDS: dict[str, BoundKind] = {
     "iteration_time_vs_stored_at_most": BoundKind("iteration_ns", True, True, parse_percent, "ns", "+10%"),
     "peak_memory_at_most": BoundKind("peak_memory_bytes", True, False, parse_size, "bytes", "12 GiB"),
     "replay_error_at_most": BoundKind("replay_error_percent", True, False, parse_error_percent, "%", "2%"),
+    "speedup_low_at_least": BoundKind("speedup_low", False, False, parse_ratio, "x", "1.2"),
 }
 
 
@@ -220,7 +222,7 @@ def _check(path: Path, folder: Path, name: str, body: Any) -> Check:
     trace = _trace(where, folder, body.get("trace"), command)
     bounds = _bounds(where, body.get("expect"))
     whatif = _whatif(where, folder, body.get("whatif"))
-    if not whatif and any(b.kind.quantity == "speedup" for b in bounds):
+    if not whatif and any(b.kind.quantity in ("speedup", "speedup_low") for b in bounds):
         raise InputError(f"{where}: whatif: a speed-up bound needs what-ifs to run — add e.g. whatif: [amp]")
     device = body.get("device")
     if device is not None:

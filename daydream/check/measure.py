@@ -65,6 +65,8 @@ def _measure(run: _Run, check: Check) -> Values:
                                   check)
         if "replay_error_percent" in quantities:
             values = _with_replay_error(run, values, check)
+        if "speedup_low" in quantities:
+            values = replace(values, speedup_low=_speedup_low(predictions))
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     return values
@@ -75,6 +77,13 @@ def _speedup(predictions: list[Prediction]) -> float:
     baseline = max(p.simulated_ns for p in predictions)
     predicted = max(p.predicted_ns for p in predictions)
     return baseline / predicted if predicted else 1.0
+
+
+def _speedup_low(predictions: list[Prediction]) -> float:
+    """The low end of the speed-up's interval: the simulated baseline over the highest end of the ranks' intervals."""
+    baseline = max(p.simulated_ns for p in predictions)
+    high = max(p.interval.high_ns if p.interval else p.predicted_ns for p in predictions)
+    return baseline / high if high else 1.0
 
 
 def _run_command(run: _Run, check: Check, command: str, where: str) -> None:

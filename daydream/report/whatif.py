@@ -2,7 +2,9 @@
 
 The JSON contract: `{"iteration_ns": {"measured", "simulated", "predicted"}, "speedup",
 "optimizations": [...]}` is guaranteed (for several ranks, the slowest rank sets the
-iteration); keys are added, never renamed. `bound_by` splits the predicted critical path
+iteration); keys are added, never renamed. `interval` gives where the iteration time may really be
+(`iteration_ns`: [low, high]), the speed-up's with it, and what widened it
+(daydream/simulate/interval.py). `bound_by` splits the predicted critical path
 of the mean iteration into host, gpu, communication, latency, unexplained and pinned
 (daydream.simulate.bound); `pinned_on_critical_path` is the share the trace cannot
 explain, and `warnings` says when it is above 5% or when the prediction did not move.
@@ -55,6 +57,8 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
         "bound_by": bound,
         "pinned_on_critical_path": slowest.bound.unexplained_share if slowest.bound else 0.0,
         "warnings": slowest.warnings,
+        # where the iteration time may really be, and the speed-up with it (simulate/interval.py)
+        "interval": slowest.interval.as_dict(baseline.simulated_ns) if slowest.interval else None,
         "ranks": [
             {
                 "rank": p.trace.meta.rank,
@@ -68,6 +72,7 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
                 "baseline_bound_by": p.baseline_bound.as_dict() if p.baseline_bound else None,
                 "pinned_on_critical_path": p.bound.unexplained_share if p.bound else 0.0,
                 "warnings": p.warnings,
+                "interval": p.interval.as_dict(p.simulated_ns) if p.interval else None,
             }
             for p in predictions
         ],
@@ -85,7 +90,7 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
     speedup = summary["speedup"]
     style = "bold green" if speedup and speedup > 1.01 else "bold red" if speedup and speedup < 0.99 else "bold"
     table.add_row(Text("predicted", style="bold"), Text(format_ns(times["predicted"]), style="bold"),
-                  Text(f"{speedup:.2f}x" if speedup else "—", style=style))
+                  Text(f"{speedup:.2f}x" if speedup else "—", style=style) + _interval(summary.get("interval")))
     throughput = summary.get("samples_per_s") or {}
     if throughput.get("predicted"):
         ranks = summary.get("job_ranks") or {"baseline": 1, "predicted": 1}
@@ -109,6 +114,14 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
         notes.add_row("model", note)
     parts.append(notes)
     console.print(Panel(Group(*parts), title=Text(str(summary["source"])), title_align="left"))
+
+
+def _interval(interval: dict[str, Any] | None) -> Text:
+    """' (1.31–1.55)': the speed-up's interval, where there is one."""
+    if not interval:
+        return Text("")
+    low, high = interval["speedup"]
+    return Text(f" ({low:.2f}–{high:.2f})", style="dim")
 
 
 def _error(times: dict[str, int]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.contention import with_contention
 from daydream.simulate.engine import Timeline
+from daydream.simulate.interval import Interval, interval_of
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
@@ -57,6 +59,7 @@ class Prediction:
     bound: Bound | None = None  # the predicted critical path of the mean iteration, by category
     baseline_bound: Bound | None = None
     warnings: list[str] = field(default_factory=list)
+    interval: Interval | None = None  # where the iteration time may really be (simulate/interval.py)
 
     @property
     def speedup(self) -> float:
@@ -369,7 +372,14 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         baseline_bound=baseline_bound,
         warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs)
         + ([outliers] if outliers else []) + _no_host(graph),
+        interval=interval_of(mean("predicted_ns"), per_iteration, _names(specs), graph.has_device_work(),
+                             predicted_bound.unexplained_share if predicted_bound else 0.0),
     )
+
+
+def _names(specs: list[str]) -> list[str]:
+    """The optimizations' names (a YAML pipeline by its file name)."""
+    return [Path(spec).name if is_pipeline_file(spec) else parse_spec(spec)[0] for spec in specs]
 
 
 def _no_host(graph: Graph) -> list[str]:

@@ -35,7 +35,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         whatif = _json_of(["whatif", str(EXAMPLE), "--opt", "amp", "--json"])
         replay = _json_of(["replay", str(EXAMPLE), "--json"])
     return {"speedup": whatif["speedup"], "predicted_ns": whatif["iteration_ns"]["predicted"],
-            "simulated_ns": whatif["iteration_ns"]["simulated"],
+            "simulated_ns": whatif["iteration_ns"]["simulated"], "speedup_low": whatif["interval"]["speedup"][0],
             "replay_error_percent": replay["max_error"] * 100}
 
 
@@ -101,6 +101,24 @@ def test_a_broken_bound_exits_1_with_a_table(tmp_path: Path, reference: dict[str
     assert first["beyond"] == pytest.approx((limit - speedup) / limit)
     assert second["value"] == pytest.approx(reference["replay_error_percent"]) and second["passed"] is True
     assert document["passed"] is False and document["broken"] == 1 and document["bounds"] == 2
+
+
+def test_the_low_end_of_the_speedups_interval(tmp_path: Path, reference: dict[str, Any]) -> None:
+    low = reference["speedup_low"]
+    assert low < reference["speedup"]
+    for limit, code in ((low * 0.99, 0), (low * 1.01, 1)):
+        path = _expectations(tmp_path, f"""\
+            version: 1
+            checks:
+              amp:
+                trace: TRACE
+                whatif: [amp]
+                expect:
+                  speedup_low_at_least: {limit}
+            """)
+        document = _json_of_exit(["check", str(path), "--json"], code)
+        (bound,) = document["checks"][0]["bounds"]
+        assert bound["value"] == pytest.approx(low, rel=1e-12)
 
 
 def _json_of_exit(argv: list[str], code: int) -> Any:

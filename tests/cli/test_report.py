@@ -32,7 +32,10 @@ def test_whatif_rows_match_daydream_whatif(tmp_path: Path, capsys: pytest.Captur
         expected = json.loads(capsys.readouterr().out)
         assert row["iteration_ns"] == expected["iteration_ns"]
         assert row["speedup"] == pytest.approx(expected["speedup"])
+        assert row["interval"] == expected["interval"]
     assert document["timeline"]["views"][1]["title"] == f"predicted: {' + '.join(SPECS)}"
+    low, high = rows[-1]["interval"]["speedup"]
+    assert f"interval {low:.2f}–{high:.2f}×" in (tmp_path / "r.html").read_text()  # on the speed-up's card
 
 
 def test_rank_and_iteration_options(tmp_path: Path) -> None:

@@ -95,6 +95,14 @@ def _speedup(value: float | None) -> Markup:
     return Markup(f'<span class="{css}">{value:.2f}×</span>')
 
 
+def _interval(interval: dict[str, Any] | None) -> str:
+    """'; interval 0.82–1.05×' (daydream/simulate/interval.py), where the prediction has one."""
+    if not interval:
+        return ""
+    low, high = interval["speedup"]
+    return f"; interval {low:.2f}–{high:.2f}×"
+
+
 # ---------------------------------------------------------------- sections
 
 
@@ -122,7 +130,7 @@ def _cards(document: dict[str, Any]) -> str:
         ("measured", format_ns(times["measured"]), "mean iteration, as recorded"),
         ("simulated baseline", format_ns(times["simulated"]), f"replay error {error:+.2f}%"),
         ("predicted", format_ns(times["predicted"]), combined["label"]),
-        ("speed-up", _speedup(combined["speedup"]), "simulated baseline ÷ predicted"),
+        ("speed-up", _speedup(combined["speedup"]), "simulated baseline ÷ predicted" + _interval(combined.get("interval"))),
     ]
     items = "".join(f'<div class="card"><div class="card-label">{_escape(label)}</div><div class="card-value">{_escape(value)}</div>'
                     f'<div class="card-note">{_escape(note)}</div></div>' for label, value, note in cards)
