@@ -39,6 +39,14 @@ def scratch_cache() -> Iterator[Path]:
         yield Path(folder)
 
 
+def write_or_print(text: str, out: str) -> None:
+    """Write `text` to the file `out`, or to stdout for '-'."""
+    if out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(out).write_text(text)
+
+
 def publish(text: str, out: str) -> None:
     """Print the page and write it to `out` (unless '-')."""
     print(text)

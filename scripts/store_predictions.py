@@ -24,6 +24,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _generated import write_or_print  # noqa: E402
+
 from daydream.cost import CostOptions  # noqa: E402
 from daydream.errors import DaydreamError  # noqa: E402
 from daydream.simulate.whatif import predict_traces  # noqa: E402
@@ -100,10 +102,7 @@ def main() -> int:
         print("\n".join(changed) if changed else f"all {len(now)} traces' predictions as stored")
         return 1 if changed else 0
     text = json.dumps(now, indent=1, sort_keys=True) + "\n"
-    if options.out == "-":
-        sys.stdout.write(text)
-    else:
-        Path(options.out).write_text(text)
+    write_or_print(text, options.out)
     return 0
 
 

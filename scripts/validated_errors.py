@@ -25,6 +25,10 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _generated import write_or_print  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "daydream" / "data" / "validated_errors.json"
 #: page -> the kind of trace its rows come from
@@ -107,10 +111,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(OUT), help="where to write (- for stdout)")
     options = parser.parse_args()
     text = json.dumps(collect(), indent=1, sort_keys=True) + "\n"
-    if options.out == "-":
-        sys.stdout.write(text)
-    else:
-        Path(options.out).write_text(text)
+    write_or_print(text, options.out)
     return 0
 
 
