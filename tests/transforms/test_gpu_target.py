@@ -35,11 +35,12 @@ ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor
 
 def _one_step(tmp_path: Path, kernels: list[tuple[str, float]]) -> Path:
     events = [annotation("ProfilerStep#1", 0.0, 1000.0)]
-    at = 10.0
+    at, free = 10.0, 0.0
     for index, (name, duration) in enumerate(kernels):
         events.append(runtime("cudaLaunchKernel", at, 5.0, 100 + index, index))
-        events.append(kernel(name, at + 10.0, duration, 100 + index, index))
-        at += 5.0
+        start = max(at + 10.0, free + 1.0)  # one stream: each kernel after the one before it
+        events.append(kernel(name, start, duration, 100 + index, index))
+        at, free = at + 5.0, start + duration
     return write_trace(tmp_path, events, "step.json")
 
 
