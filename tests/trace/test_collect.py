@@ -562,8 +562,9 @@ def test_a_memory_snapshot_counts_each_storage_once() -> None:
 def test_on_the_cpu_ddps_buffer_broadcasts_compete_with_rank_0s_forward(example_traces: dict[str, Path]) -> None:
     # The CNN's BatchNorm buffers are broadcast before each forward. On the CPU rank 0 sends them and runs its forward,
     # so with contention 2 each broadcast takes between its own time (nothing beside it) and twice it (rank 0's
-    # forward beside it throughout); without contention, its own time. Every iteration's forward is longer than
-    # its two broadcasts here, so each overlaps some compute and grows.
+    # forward beside it throughout); without contention, its own time. How much of each overlaps compute depends on
+    # the recorded times (a loaded machine records a first iteration whose forward starts late), so: none shrinks, none
+    # more than doubles, and some grow.
     from daydream.simulate.whatif import predict
 
     trace = read_job(example_traces["cnn"], cache=False).traces[0]
@@ -580,7 +581,8 @@ def test_on_the_cpu_ddps_buffer_broadcasts_compete_with_rank_0s_forward(example_
     if on_gpu:  # (recorded where CUDA is available) every rank's compute stream waits for the broadcast: no stretch
         assert (durations[2] == durations[1]).all()
         return
-    assert (durations[2] > durations[1]).all() and (durations[2] <= 2 * durations[1] + 1).all()
+    assert (durations[2] >= durations[1]).all() and (durations[2] <= 2 * durations[1] + 1).all()
+    assert (durations[2] > durations[1]).any()
 
 
 def test_a_script_that_never_steps_is_told_what_ends_an_iteration(capsys: pytest.CaptureFixture[str]) -> None:
