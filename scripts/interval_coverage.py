@@ -29,8 +29,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _generated import CORPUS, page_options, publish  # noqa: E402
+from validate_data_loading import measured_ns  # noqa: E402  (the median recorded iteration)
 
-from daydream.api import open_job, predict_job, replay_job  # noqa: E402
+from daydream.api import open_job, predict_job  # noqa: E402
 from daydream.cost import CostOptions  # noqa: E402
 from daydream.simulate.whatif import Prediction, predict_traces  # noqa: E402
 
@@ -42,10 +43,6 @@ H200_VARIANTS = {"amp": "amp", "fused-optimizer": "fused-optimizer", "cuda-graph
 NO_MEASURING = CostOptions(measure=False)
 
 Row = tuple[str, str, int, int, int, int]  # (where, what, predicted, low, high, measured), ns
-
-
-def _median_measured(path: Path) -> int:
-    return int(statistics.median(it.measured_ns for it in replay_job(path)[0].iterations))
 
 
 def _row(where: str, what: str, prediction: Prediction, measured: int) -> Row:
@@ -61,7 +58,7 @@ def h200_rows() -> list[Row]:
             variant = H200 / f"{example}-{slug}.json.gz"
             if variant.exists():
                 (prediction,) = predict_job(base, [spec], cost_options=NO_MEASURING)
-                rows.append(_row(f"examples/h200 {example}", spec, prediction, _median_measured(variant)))
+                rows.append(_row(f"examples/h200 {example}", spec, prediction, int(measured_ns(variant))))
     return rows
 
 
@@ -74,7 +71,7 @@ def loading_rows() -> list[Row]:
                 workers = variant.name.removesuffix(".json.gz").rpartition("-")[2]
                 spec = f"overlap-data-loading:workers={workers}"
                 (prediction,) = predict_job(base, [spec], cost_options=NO_MEASURING)
-                rows.append(_row(f"examples/loading/{folder.name} {example}", spec, prediction, _median_measured(variant)))
+                rows.append(_row(f"examples/loading/{folder.name} {example}", spec, prediction, int(measured_ns(variant))))
     return rows
 
 

@@ -585,14 +585,12 @@ class _Builder:
         previous = self.stream_previous[chosen]
         idle = start - np.where(previous >= 0, tasks["measured_end_ns"][np.maximum(previous, 0)], UNSET // 2)
         after = start >= call_end
-        first_during: dict[int, int] = {}
-        first_after: dict[int, int] = {}
-        for call, begins, late in zip(calls.tolist(), start.tolist(), after.tolist()):
-            found = first_after if late else first_during
-            found[call] = min(found.get(call, begins), begins)
+        # Per call, the first start of its work during the call and after it.
+        _, call_index = np.unique(calls, return_inverse=True)
+        first = np.full((2, call_index.max() + 1), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, (after.astype(np.int64), call_index), start)
+        during, following = first[0][call_index], first[1][call_index]
         paced = ~after & (idle > self.kernel_gap + PACED_NS)
-        during = np.array([first_during.get(c, 0) for c in calls.tolist()], dtype=np.int64)
-        following = np.array([first_after.get(c, 0) for c in calls.tolist()], dtype=np.int64)
         # Past the call's end, at most a launch latency: later than that, the stream or an event held it, not the call.
         latency = np.where(after, np.minimum(following - call_end, self.launch_latency),
                            np.where(paced, start, during) - call_start)

@@ -217,12 +217,26 @@ def gist_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     """the matching layers' activations, between the layer's forward and its backward, kept encoded: × 1/32 (binarize,
     fp32), (1 - sparsity) × 5/4 (csr, fp32), × 1/4 (fp8, fp32); decoded to full size again before its backward"""
     format_name, sparsity = str(params.get("format", "binarize")), float(params.get("sparsity", 0.5))
-    ratio = {"binarize": 1 / 32, "csr": (1 - sparsity) * 5 / 4, "fp8": 1 / 4}.get(format_name)
-    if ratio is None:
-        raise InputError(f"--opt gist:format={format_name}: the formats are binarize, csr, fp8")
+    ratio = encoded_ratio(format_name, 4, sparsity)
     targets, moved = _park(a, model, str(params["layers"]), kept=ratio)
     return (f"gist: {moved} activation allocations of {len(targets)} layer(s) kept {format_name}-encoded "
             f"(×{ratio:.3g}) between their forward and their backward")
+
+
+#: Gist's encodings: one bit per element; the non-zeros with a one-byte index each; one byte per element.
+GIST_FORMATS = ("binarize", "csr", "fp8")
+
+
+def encoded_ratio(format_name: str, item_bytes: int, sparsity: float) -> float:
+    """Bytes of a Gist-encoded activation per byte of the activation (elements of `item_bytes`; `sparsity`: the share
+    of zeros, for csr)."""
+    if format_name == "binarize":
+        return 1.0 / (8 * item_bytes)
+    if format_name == "csr":
+        return (1.0 - sparsity) * (item_bytes + 1) / item_bytes
+    if format_name == "fp8":
+        return min(1.0, 1.0 / item_bytes)
+    raise InputError(f"--opt gist:format={format_name}: the formats are {', '.join(GIST_FORMATS)}")
 
 
 def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, early: bool = False) -> tuple[list[int], int]:

@@ -31,14 +31,11 @@ from daydream.cost.shapes import FLOATING, ITEM_BYTES, Tensor, elements
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_WORK, Resource, ResourceKind
-from daydream.mapping import PHASES
-from daydream.mapping.attribution import layer_owners
-from daydream.memory.whatif import gist_memory, offload_memory
+from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
+from daydream.memory.whatif import encoded_ratio, gist_memory, offload_memory
 from daydream.transforms.autocast import ForwardOp
 from daydream.transforms.optimizations import Context, Optimization, Parameter, bandwidth, register
-from daydream.transforms.primitives import HostSpans, Spans, splice
-
-FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
+from daydream.transforms.primitives import HostSpans, Spans, launched_by, splice
 
 #: Ops autograd saves no activation for: views and reshapes, additions and subtractions, copies, concatenation.
 SAVES_NOTHING = frozenset({
@@ -299,24 +296,9 @@ register(Optimization(
 
 # --------------------------------------------------------------------------- gist
 
-#: Encoded bytes per byte of the activation, by format and element size: one bit per element; the non-zeros with a
-#: one-byte index each (the share of zeros: `sparsity`); one byte per element.
-FORMATS = ("binarize", "csr", "fp8")
-
-
-def encoded_ratio(format_name: str, item_bytes: int, sparsity: float) -> float:
-    """Bytes of the encoded activation per byte of the activation."""
-    if format_name == "binarize":
-        return 1.0 / (8 * item_bytes)
-    if format_name == "csr":
-        return (1.0 - sparsity) * (item_bytes + 1) / item_bytes
-    return min(1.0, 1.0 / item_bytes)
-
-
 def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     pattern, format_name, sparsity = str(params["layers"]), str(params["format"]), float(params["sparsity"])
-    if format_name not in FORMATS:
-        raise InputError(f"--opt gist:format={format_name}: the formats are {', '.join(FORMATS)}")
+    encoded_ratio(format_name, 4, sparsity)  # an unknown format is refused before anything changes
     targets, owner = _owner(graph, pattern, "gist")
     facts = _recorded(context)
     costs = context.costs
@@ -351,15 +333,16 @@ def _add_passes(graph: Graph, rows: list[int], work: list[LayerWork], spans: Spa
     """An encode pass after each op (trace row) and a decode pass before its layer's backward: on a CPU graph host ops,
     on a GPU graph kernels on the op's stream with their launches. Returns the tasks added."""
     holding = HostSpans(graph)
-    after_host = np.array([_last_host_within(holding, spans[row]) for row in rows], dtype=np.int64)
+    within = [holding.within(spans[row]) for row in rows]
+    after_host = np.array([tasks[-1] if tasks.size else -1 for tasks in within], dtype=np.int64)
     usable = after_host >= 0
     before_host = np.array([w.backward_host for w in work], dtype=np.int64)
     if not graph.has_device_work():
         encode = splice(graph, after_host[usable], durations[usable], "gist: encode", after=True)
         decode = splice(graph, before_host[usable], durations[usable], "gist: decode", after=False)
         return int(encode.size + decode.size)
-    launched = _last_launched(graph)
-    after_gpu = np.array([launched.get(int(task), -1) for task in after_host], dtype=np.int64)
+    launched = launched_by(graph)
+    after_gpu = np.array([launched[task][-1] if task in launched else -1 for task in after_host.tolist()], dtype=np.int64)
     before_gpu = np.array([w.backward_gpu for w in work], dtype=np.int64)
     usable &= (after_gpu >= 0) & (before_gpu >= 0)
     calls = splice(graph, np.concatenate([after_host[usable], before_host[usable]]), launch_ns, "gist: launch (host)",
@@ -369,28 +352,6 @@ def _add_passes(graph: Graph, rows: list[int], work: list[LayerWork], spans: Spa
     graph.add_edges(calls, np.concatenate([encode, decode]), DepKind.LAUNCH,
                     latency_ns=graph.calibration.launch_latency_ns, from_start=True)
     return int(calls.size + encode.size + decode.size)
-
-
-def _last_host_within(holding: HostSpans, span: tuple[int, int, int]) -> int:
-    """The last host task read from the trace that starts within `span` on its thread, or -1."""
-    start, end, track = span
-    if track not in holding.by_track:
-        return -1
-    tasks, starts, _ = holding.by_track[track]
-    at = int(np.searchsorted(starts, end)) - 1
-    return int(tasks[at]) if at >= 0 and starts[at] >= start else -1
-
-
-def _last_launched(graph: Graph) -> dict[int, int]:
-    """Per host task that launched GPU work, the last of that work by recorded start."""
-    edges = graph.edges
-    launch = graph.edges_of_kind(DepKind.LAUNCH)
-    found: dict[int, int] = {}
-    starts = graph.tasks["measured_start_ns"]
-    for src, dst in zip(edges["src"][launch].tolist(), edges["dst"][launch].tolist()):
-        if src not in found or starts[dst] > starts[found[src]]:
-            found[src] = dst
-    return found
 
 
 register(Optimization(

@@ -29,18 +29,16 @@ import numpy as np
 
 from daydream.cost import Tier
 from daydream.cost.shapes import ITEM_BYTES, elements
-from daydream.graph import DepKind, Graph
+from daydream.graph import Graph
 from daydream.graph.model import GPU_WORK, HOST_WORK, KERNELS
-from daydream.mapping import PHASES
-from daydream.mapping.attribution import layer_owners
+from daydream.mapping.attribution import BACKWARD, layer_owners
 from daydream.mapping.classes import CLASSES
 from daydream.memory.whatif import bn_restructure_memory
 from daydream.transforms.activations import RELU_OPS
 from daydream.transforms.autocast import ForwardOp
 from daydream.transforms.optimizations import Context, Optimization, Parameter, _launchers, kernel_classes, register
-from daydream.transforms.primitives import HostSpans, Spans, remove, task_of_event
+from daydream.transforms.primitives import HostSpans, Spans, launched_by, remove, task_of_event
 
-FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 BATCH_NORM = "aten::batch_norm"
 BN_BACKWARD = re.compile(r"BatchNormBackward")
 RELU_BACKWARD = re.compile(r"ReluBackward|ThresholdBackward")
@@ -64,6 +62,11 @@ def pairs(facts: dict[int, list[ForwardOp]], owner: np.ndarray) -> list[tuple[in
     return found
 
 
+def _work_ns(graph: Graph, gpu: bool) -> int:
+    """The time of the graph's kernels (of its CPU ops on a CPU trace), ns."""
+    return int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"], [int(k) for k in (KERNELS if gpu else HOST_WORK)])].sum())
+
+
 def _input_bytes(op: ForwardOp) -> int:
     tensor = op.inputs[0] if op.inputs else None
     return elements(tensor[0]) * ITEM_BYTES.get(tensor[1], 4) if tensor is not None else 0
@@ -83,12 +86,12 @@ def _bn_restructure(graph: Graph, params: dict[str, Any], context: Context) -> l
     sizes = [_input_bytes(bn) for _, bn, _ in found]
     if costs is not None:
         costs.count(Tier.MODELLED, 2 * len(found))
-    before = int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"], [int(k) for k in (KERNELS if gpu else HOST_WORK)])].sum())
+    before = _work_ns(graph, gpu)
     gone = (_gpu_forward if gpu else _cpu_forward)(graph, found, spans)
     gone = np.concatenate([gone, _backward(graph, found, gpu)])
     relus = sum(1 for *_, relu in found if relu is not None)
     remove(graph, np.unique(gone))
-    after = int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"], [int(k) for k in (KERNELS if gpu else HOST_WORK)])].sum())
+    after = _work_ns(graph, gpu)
     iterations = max(1, len({iteration for iteration, *_ in found}))
     work = "kernels" if gpu else "CPU ops"
     return [f"bn-restructure: {len(found) // iterations} BatchNorms per iteration ({relus // iterations} with the ReLU "
@@ -118,39 +121,27 @@ def _cpu_forward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | Non
 def _gpu_forward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | None]], spans: Spans) -> np.ndarray:
     """The BatchNorm's normalization kernels become one; the ReLU's kernels and launches go."""
     holding = HostSpans(graph)
-    launched = _launched_by(graph)
+    launched = launched_by(graph)
     normalization = CLASSES.index("normalization")
     gone: list[int] = []
     for _, bn, relu in found:
-        kernels = _kernels_within(holding, launched, spans.get(bn.row))
+        kernels = _launched_within(holding, launched, spans.get(bn.row))
         kernels = kernels[kernel_classes(graph, kernels) == normalization] if kernels.size else kernels
         if kernels.size == 0:
             continue
         graph.tasks["duration_ns"][kernels[0]] = _kept(graph.tasks["duration_ns"][kernels], FORWARD_PASSES)
         gone += kernels[1:].tolist()
         if relu is not None:
-            relu_kernels = _kernels_within(holding, launched, spans.get(relu.row))
+            relu_kernels = _launched_within(holding, launched, spans.get(relu.row))
             gone += relu_kernels.tolist() + _launchers(graph, relu_kernels).tolist()
     gone_array = np.array(gone, dtype=np.int64)
     return np.concatenate([gone_array, _launchers(graph, gone_array)])
 
 
-def _launched_by(graph: Graph) -> dict[int, list[int]]:
-    edges = graph.edges
-    launch = graph.edges_of_kind(DepKind.LAUNCH)
-    found: dict[int, list[int]] = {}
-    for src, dst in zip(edges["src"][launch].tolist(), edges["dst"][launch].tolist()):
-        found.setdefault(src, []).append(dst)
-    return found
-
-
-def _kernels_within(holding: HostSpans, launched: dict[int, list[int]], span: tuple[int, int, int] | None) -> np.ndarray:
-    """The GPU work launched by the host tasks read from the trace within `span`, in launch order."""
-    if span is None or span[2] not in holding.by_track:
-        return np.zeros(0, dtype=np.int64)
-    tasks, starts, _ = holding.by_track[span[2]]
-    inside = tasks[(starts >= span[0]) & (starts < span[1])]
-    return np.array([k for task in inside.tolist() for k in launched.get(task, [])], dtype=np.int64)
+def _launched_within(holding: HostSpans, launched: dict[int, list[int]], span: tuple[int, int, int] | None
+                     ) -> np.ndarray:
+    """The GPU work launched by the host tasks within an op's span, in launch order."""
+    return np.array([k for task in holding.within(span).tolist() for k in launched.get(task, [])], dtype=np.int64)
 
 
 def _backward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | None]], gpu: bool) -> np.ndarray:

@@ -337,6 +337,13 @@ class HostSpans:
                     found[row] = int(tasks[at])
         return found
 
+    def within(self, span: tuple[int, int, int] | None) -> np.ndarray:
+        """The tasks that start within an op's recorded span (start, end, track) on its thread, in order."""
+        if span is None or span[2] not in self.by_track:
+            return np.zeros(0, dtype=np.int64)
+        tasks, starts, _ = self.by_track[span[2]]
+        return tasks[int(np.searchsorted(starts, span[0])):int(np.searchsorted(starts, span[1]))]
+
     def holding(self, start: int, track: int) -> int:
         """The task on `track` whose recorded span holds `start`, or -1."""
         if track not in self.by_track:
@@ -344,3 +351,14 @@ class HostSpans:
         tasks, starts, ends = self.by_track[track]
         at = int(np.searchsorted(starts, start, side="right")) - 1
         return int(tasks[at]) if at >= 0 and ends[at] > start else -1
+
+
+def launched_by(graph: Graph) -> dict[int, list[int]]:
+    """Per host task that launched GPU work, that work by recorded start."""
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    sources, work = graph.edges["src"][launch], graph.edges["dst"][launch]
+    order = np.lexsort((graph.tasks["measured_start_ns"][work], sources))
+    found: dict[int, list[int]] = {}
+    for src, dst in zip(sources[order].tolist(), work[order].tolist()):
+        found.setdefault(src, []).append(dst)
+    return found

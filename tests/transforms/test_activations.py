@@ -18,13 +18,14 @@ from daydream.memory.whatif import (
     ModelFacts,
     bn_restructure_memory,
     checkpoint_memory,
+    encoded_ratio,
     gist_memory,
     offload_memory,
     peak_bytes,
 )
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
-from daydream.transforms.activations import COPY_SETUP_NS, encoded_ratio
+from daydream.transforms.activations import COPY_SETUP_NS
 from daydream.transforms.autocast import ForwardOp
 from tests.transforms.graphs import call, graph, kernel, launch_chain, op
 
