@@ -11,6 +11,8 @@ The rows (no run, no GPU: every prediction made again from recorded traces with 
   against the variant's recorded run, the median of its iterations to their completion (scripts/whatif_truth.py);
 - the data-loading rounds of `examples/loading` (docs/validation-data-loading.md): each round's loader without
   workers predicting `overlap-data-loading:workers=N` against that round's run with N workers;
+- the other-GPU pairs of the corpus (docs/validation-cross-gpu.md): each trace predicted on the other's GPU with
+  `gpu:target=` against the other's measured iteration;
 - the replay of every trace of the corpus (`../shared/traces`): each rank's replayed headline against its measured
   one.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,11 +32,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _generated import CORPUS, page_options, publish  # noqa: E402
+from validate_cross_gpu import PAIRS, corpus_archived_pairs  # noqa: E402
 from validate_data_loading import measured_ns  # noqa: E402  (the median recorded iteration)
 
 from daydream.api import open_job, predict_job  # noqa: E402
 from daydream.cost import CostOptions  # noqa: E402
-from daydream.simulate.whatif import Prediction, predict_traces  # noqa: E402
+from daydream.simulate.whatif import Prediction, predict_traces, recorded_device  # noqa: E402
 
 H200 = REPO / "examples" / "h200"
 LOADING = REPO / "examples" / "loading"
@@ -75,6 +79,22 @@ def loading_rows() -> list[Row]:
     return rows
 
 
+def cross_gpu_rows(corpus: Path) -> list[Row]:
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        pairs = [(corpus / a, corpus / b) for a, b in PAIRS]
+        pairs += corpus_archived_pairs(corpus, Path(scratch))
+        for a, b in pairs:
+            for source, other in ((a, b), (b, a)):
+                target, _ = recorded_device(open_job(other).traces[0])
+                assert target is not None, other
+                spec = f"gpu:target={target.key}"
+                (prediction,) = predict_job(source, [spec], cost_options=NO_MEASURING)
+                (measured,) = predict_job(other, [], cost_options=NO_MEASURING)
+                rows.append(_row(f"{source.parent.name}/{source.name}", spec, prediction, measured.measured_ns))
+    return rows
+
+
 def replay_rows(corpus: Path) -> list[Row]:
     rows = []
     for path in sorted(corpus.glob("**/*.gz")):
@@ -83,6 +103,12 @@ def replay_rows(corpus: Path) -> list[Row]:
             rank = "" if trace.meta.rank is None else f" rank {trace.meta.rank}"
             rows.append(_row(f"{path.relative_to(corpus)}{rank}", "replay", prediction, prediction.measured_ns))
     return rows
+
+
+def all_groups(corpus: Path) -> dict[str, list[Row]]:
+    """Every row of the page, by group."""
+    return {"H200 what-ifs": h200_rows(), "data-loading rounds": loading_rows(), "other-GPU pairs": cross_gpu_rows(corpus),
+            "corpus replays": replay_rows(corpus)}
 
 
 def page(groups: dict[str, list[Row]]) -> str:
@@ -107,7 +133,7 @@ def page(groups: dict[str, list[Row]]) -> str:
               "noisy runs gets a wide interval, and a replay of an untouched trace a narrow one.",
               "", "## The what-if rows", "", "| trace | what-if | predicted | interval | measured | inside |",
               "|---|---|---:|---:|---:|---|"]
-    for name in ("H200 what-ifs", "data-loading rounds"):
+    for name in ("H200 what-ifs", "data-loading rounds", "other-GPU pairs"):
         for where, what, predicted, low, high, measured in groups.get(name, []):
             lines.append(f"| {where} | `{what}` | {predicted / 1e6:.2f} ms | {low / 1e6:.2f}–{high / 1e6:.2f} ms | "
                          f"{measured / 1e6:.2f} ms | {'yes' if low <= measured <= high else '**no**'} |")
@@ -117,8 +143,7 @@ def page(groups: dict[str, list[Row]]) -> str:
 def main() -> int:
     options = page_options(__doc__.splitlines()[0], "intervals.md").parse_args()
     corpus = getattr(options, "corpus", CORPUS)
-    groups = {"H200 what-ifs": h200_rows(), "data-loading rounds": loading_rows(), "corpus replays": replay_rows(corpus)}
-    publish(page(groups), options.out)
+    publish(page(all_groups(corpus)), options.out)
     return 0
 
 

@@ -181,6 +181,47 @@ def precisions_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
     return _per_distinct_name(names, strings, lambda name: PRECISIONS.index(precision_of(name)))
 
 
+#: Where GEMM kernel names carry their output tile (rows x columns of C one thread block computes), first match wins:
+#: Tensile/hipBLASLt `MT64x16x256`, CUTLASS/TensorRT-LLM `_t128x8x128`, cuBLAS sm90 `tilesize128x128x64`, nvjet
+#: `nvjet_sm90_tst_64x16_...`, Composable Kernel's MPerBlock and NPerBlock after the block size
+#: (`GemmSpecialization)0, 256, 32, 64, ...`), cuBLAS/CUTLASS `..gemm.._128x64_`.
+_TILES = tuple(re.compile(pattern, re.IGNORECASE) for pattern in (
+    r"_MT(\d+)x(\d+)x\d+",
+    r"_t(\d+)x(\d+)x\d+",
+    r"tilesize(\d+)x(\d+)x\d+",
+    r"^nvjet_(?:sm\d+[a-z]?_)?[a-z]+_(\d+)x(\d+)_",
+    r"GemmSpecialization\)\d+, \d+, (\d+), (\d+),",
+    r"gemm[a-z0-9_]*?_(\d+)x(\d+)(?:_|$)",
+))
+#: GEMM-class kernels that stream their operands by construction: matrix-vector products and split-K reductions.
+STREAMING_GEMM = re.compile(r"gemv|splitkreduce", re.IGNORECASE)
+
+
+def gemm_tile(name: str) -> tuple[int, int] | None:
+    """The output tile (rows, columns) a thread block of the GEMM kernel `name` computes, where the name says;
+    `gemm_tile("volta_sgemm_128x64_nn")` is (128, 64), `gemm_tile("Cijk_..._MT64x16x256_MI16x16x1_...")` (64, 16)."""
+    head = name[:MAX_NAME_CHARS]
+    for pattern in _TILES:
+        found = pattern.search(head)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def tiles_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
+    """Per name id in `names`: (rows, columns) of its output tile, (0, 0) where the name does not say; shape (n, 2)."""
+    unique, inverse = np.unique(np.asarray(names), return_inverse=True)
+    if unique.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    tiles = np.array([gemm_tile(strings[int(n)]) or (0, 0) for n in unique], dtype=np.int64).reshape(-1, 2)
+    return tiles[inverse.reshape(-1)]
+
+
+def streaming_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
+    """Per name id in `names`: whether it names a matrix-vector product or a split-K reduction (STREAMING_GEMM)."""
+    return _per_distinct_name(names, strings, lambda name: int(bool(STREAMING_GEMM.search(name[:MAX_NAME_CHARS])))) == 1
+
+
 def _per_distinct_name(names: np.ndarray, strings: Sequence[str], label: Callable[[str], int]) -> np.ndarray:
     unique, inverse = np.unique(np.asarray(names), return_inverse=True)
     if unique.size == 0:

@@ -11,6 +11,10 @@ deviceProperties, or --device where the trace does not say) to the target's row:
   reaches on that device as measured (maximum-achievable matmul FLOPS, docs/devices.md: about 80%
   on an H100, 51% on an MI300X; a row nobody measured takes its vendor's median). `peaks=1` uses
   the datasheet peaks alone;
+- GEMMs whose op recorded no shapes but whose launch bounds their arithmetic intensity below
+  both devices' ridge points by the memory-bandwidth ratio (`bandwidth_bound`): a tile side of
+  at most 16 (a decode step's few tokens, an expert's share of a batch), a grid of fewer blocks
+  than the source has SMs or CUs, matrix-vector products and split-K reductions;
 - memory-bound work (normalization, elementwise, reduction, copies on the device, sets,
   embeddings, the optimizer, the rest) by the ratio of memory bandwidths;
 - collectives by the ratio of GPU-to-GPU link bandwidths; host-to-device copies unchanged
@@ -24,7 +28,9 @@ deviceProperties, or --device where the trace does not say) to the target's row:
   not scale, so a 3 µs elementwise kernel does not become 1 µs on a GPU with three times the
   bandwidth;
 - host work unchanged, or ÷`host` for a host CPU that is that many times faster. Launch
-  latency and kernel gaps stay as the trace calibrated them: no vendor publishes them.
+  latency and kernel gaps stay as the trace calibrated them: no vendor publishes them. Where
+  the GPU is busy less than half of the recorded iterations the note says the step is bound
+  by a host whose speed on the other machine the trace cannot say.
 
 The note says which model each class got and how much GPU time each class moved.
 """
@@ -38,7 +44,7 @@ import numpy as np
 from daydream.devices import Device, device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
-from daydream.mapping.classes import CLASSES, PRECISIONS
+from daydream.mapping.classes import CLASSES, PRECISIONS, streaming_of, tiles_of
 from daydream.memory.whatif import gpu_memory
 from daydream.transforms.optimizations import (
     FACTOR_RANGE,
@@ -52,6 +58,8 @@ from daydream.transforms.optimizations import (
 from daydream.transforms.primitives import HOST_WORK, scale, select
 
 COMPUTE_CLASSES = ("gemm", "convolution", "attention")
+#: How the note names the GEMMs its launch bounds below both ridge points (`bandwidth_bound`).
+BANDWIDTH_GEMM = "gemm, bandwidth-bound"
 
 
 def ratios(source: Device, target: Device, classes: np.ndarray, precisions: np.ndarray,
@@ -94,6 +102,37 @@ def roofline_ns(device: Device, precision: str, flops: np.ndarray, elements: np.
     return np.maximum(flops / peak * 1e-3, elements * ELEMENT_BYTES[precision] / device.memory_bandwidth_gbs)
 
 
+#: A tile no wider than this many rows or columns is chosen for a matrix that narrow (a decode step's tokens, one
+#: expert's share of a batch): below one tensor-core instruction's N (8 or 16), nothing larger would be tiled so.
+SKINNY_TILE = 16
+
+
+def bandwidth_bound(tiles: np.ndarray, blocks: np.ndarray, streaming: np.ndarray, precisions: np.ndarray,
+                    devices: tuple[Device, Device], achievable: bool = True) -> np.ndarray:
+    """Per GEMM kernel: whether its operands, not its arithmetic, set its time on both `devices`, from what its launch
+    says without the op's shapes. A GEMM of C = A (m x k) B (k x n) in e-byte elements does 2mnk FLOPs and moves at
+    least e(mk + kn) bytes, so its intensity is at most 2mn / (e(m + n)) <= min(m, n) * 2 / e and <= sqrt(mn) / e.
+    It is bandwidth-bound where that bound is under both devices' ridge points (achievable matrix FLOPs per byte of
+    bandwidth) and the launch bounds min(m, n) or mn: a tile side of at most SKINNY_TILE (min(m, n) <= the side), or
+    a grid of fewer thread blocks than the source has SMs or CUs, one tile each (mn <= blocks x tile; a persistent
+    kernel launches at least one block per unit). Matrix-vector products and split-K reductions (`streaming`) are."""
+    result = streaming.copy()
+    source, target = devices
+    for index, precision in enumerate(PRECISIONS):
+        chosen = (precisions == index) & (tiles[:, 0] > 0)
+        if not chosen.any():
+            continue
+        element = ELEMENT_BYTES[precision]
+        ridge = min((d.achievable_matrix_tflops(precision) if achievable else d.matrix_tflops(precision)) * 1000
+                    / d.memory_bandwidth_gbs for d in devices)
+        side = tiles[:, :2].min(axis=1).astype(np.float64)
+        skinny = (side <= SKINNY_TILE) & (side * 2 / element < ridge)
+        area = np.maximum(blocks, 0).astype(np.float64) * tiles[:, 0] * tiles[:, 1]
+        small_grid = (blocks > 0) & (blocks < (source.sm_count or 0)) & (np.sqrt(area) / element < ridge)
+        result |= chosen & (skinny | small_grid)
+    return result
+
+
 def wave_utilization(blocks: np.ndarray, units: int) -> np.ndarray:
     """The share of a device's `units` (SMs or CUs) a kernel of `blocks` thread blocks keeps busy over its waves,
     one block resident per unit (large GEMM/attention tiles): 132 blocks on 132 SMs 1.0, 133 blocks 0.5."""
@@ -103,11 +142,13 @@ def wave_utilization(blocks: np.ndarray, units: int) -> np.ndarray:
 
 def retime(graph: Graph, source: Device, target: Device, fixed_ns: int,
            launch_blocks: np.ndarray | None = None, achievable: bool = True,
-           gemm_shapes: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, tuple[int, int, float]]:
+           gemm_shapes: tuple[np.ndarray, np.ndarray] | None = None,
+           grids: np.ndarray | None = None) -> dict[str, tuple[int, int, float]]:
     """Re-time every GPU task of `graph` from `source` to `target` in place; per class: (tasks, ns moved, ratio).
     `launch_blocks` (per trace row, -1 unknown) adds wave quantization to compute-bound kernels; `gemm_shapes` (per
     trace row, FLOPs and elements of the launching matrix multiply, NaN unknown) puts those kernels on each device's
-    roofline instead of the ratio of peaks."""
+    roofline instead of the ratio of peaks; GEMMs without them move by bandwidth where their names and `grids`
+    (thread blocks per trace row, -1 unknown) bound them below both ridge points (`bandwidth_bound`)."""
     tasks = graph.tasks
     work = select(graph, kind=(TaskKind.KERNEL, TaskKind.MEMSET, TaskKind.COLLECTIVE))
     device_copies = select(graph, kind=(TaskKind.MEMCPY,), name=r"(?i)DtoD|Device.?to.?Device")
@@ -123,6 +164,7 @@ def retime(graph: Graph, source: Device, target: Device, fixed_ns: int,
     factor = ratios(source, target, classes, precisions, achievable)
     compute = np.isin(classes, [CLASSES.index(c) for c in COMPUTE_CLASSES])
     events = tasks["event"][work]
+    shaped = np.zeros(work.size, dtype=bool)
     if gemm_shapes is not None:
         flops = np.where(events >= 0, gemm_shapes[0][np.maximum(events, 0)], np.nan)
         elements = np.where(events >= 0, gemm_shapes[1][np.maximum(events, 0)], np.nan)
@@ -132,23 +174,49 @@ def retime(graph: Graph, source: Device, target: Device, fixed_ns: int,
             if chosen.any():
                 factor[chosen] = (roofline_ns(source, precision, flops[chosen], elements[chosen], achievable)
                                   / roofline_ns(target, precision, flops[chosen], elements[chosen], achievable))
+    gemms = np.flatnonzero((classes == CLASSES.index("gemm")) & ~shaped)
+    names = tasks["name"][work[gemms]]
+    grid = np.full(gemms.size, -1, dtype=np.int64)
+    if grids is not None:
+        grid = np.where(events[gemms] >= 0, grids[np.maximum(events[gemms], 0)], -1)
+    streamed = np.zeros(work.size, dtype=bool)
+    streamed[gemms] = bandwidth_bound(tiles_of(names, graph.strings), grid, streaming_of(names, graph.strings),
+                                      precisions[gemms], (source, target), achievable)
+    factor[streamed] = target.memory_bandwidth_gbs / source.memory_bandwidth_gbs
     if launch_blocks is not None and source.sm_count and target.sm_count:
         blocks = np.where(events >= 0, launch_blocks[np.maximum(events, 0)], -1)
-        waved = (blocks > 0) & compute
+        waved = (blocks > 0) & compute & ~streamed
         factor[waved] *= (wave_utilization(blocks[waved], target.sm_count)
                           / wave_utilization(blocks[waved], source.sm_count))
     before = tasks["duration_ns"][work].copy()
     fixed = np.minimum(before, fixed_ns)
     tasks["duration_ns"][work] = np.rint(fixed + (before - fixed) / factor).astype(np.int64)
     moved: dict[str, tuple[int, int, float]] = {}
-    for index, name in enumerate(CLASSES):
-        mine = classes == index
+    labels = [(name, (classes == index) & ~streamed) for index, name in enumerate(CLASSES)]
+    for name, mine in labels + [(BANDWIDTH_GEMM, streamed)]:
         if mine.any():
             change = int((tasks["duration_ns"][work[mine]] - before[mine]).sum())
             weights = (before - fixed)[mine]
             mean_ratio = float(np.average(factor[mine], weights=weights)) if weights.sum() > 0 else float(factor[mine].mean())
             moved[name] = (int(mine.sum()), change, mean_ratio)
     return moved
+
+
+#: Below this share of GPU-busy time in the recorded iterations, a step on another GPU is set by its host.
+HOST_BOUND_SHARE = 0.5
+
+
+def gpu_busy_share(graph: Graph) -> float | None:
+    """GPU work's share of the recorded iterations' time (summed over streams, so overlap can pass 1); None without
+    iterations."""
+    if not graph.iteration_markers:
+        return None
+    tasks = graph.tasks
+    markers = np.array(graph.iteration_markers, dtype=np.int64)
+    span = int((tasks["measured_start_ns"][markers[:, 1]] - tasks["measured_start_ns"][markers[:, 0]]).sum())
+    work = select(graph, kind=(TaskKind.KERNEL, TaskKind.MEMSET, TaskKind.MEMCPY, TaskKind.COLLECTIVE))
+    work = work[tasks["iteration"][work] >= 0]
+    return float(tasks["duration_ns"][work].sum()) / span if span > 0 else None
 
 
 def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -164,10 +232,11 @@ def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         recorded = context.device_name or "not recorded"
         raise InputError(f"--opt gpu:target={name}: the trace's GPU ({recorded}) is not in the device table, so there "
                          "is nothing to scale from — name the row it ran on with --device (docs/devices.md)")
+    busy = gpu_busy_share(graph)
     blocks = context.launch_blocks if params["waves"] else None
     achievable = not params["peaks"]
     moved = retime(graph, source, target, int(round(float(params["fixed"]) * 1000)), blocks, achievable,
-                   context.gemm_shapes)
+                   context.gemm_shapes, context.launch_blocks)
     host = float(params["host"])
     host_note = "host unchanged"
     if host != 1.0:
@@ -186,6 +255,9 @@ def _gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         events = graph.tasks["event"][kernels]
         shaped = int(np.isfinite(context.gemm_shapes[0][events[events >= 0]]).sum())
         shares += f"; {shaped} GEMM kernels on each device's roofline from their op's recorded shapes"
+    if busy is not None and busy < HOST_BOUND_SHARE and host == 1.0:
+        host_note += (f"; the GPU is busy {busy:.0%} of the recorded iterations, so the step is bound by the host, "
+                      f"whose speed on the {target.key}'s machine the trace cannot say (host=F gives it)")
     return [f"gpu: {source.key} → {target.key}: " + "; ".join(parts),
             f"gpu: {shares}",
             f"gpu: {params['fixed']:g} µs of every kernel kept; launch latency and kernel gaps as calibrated on the "
@@ -197,7 +269,8 @@ register(Optimization(
     "every GPU task re-timed from the trace's GPU to the target's device-table row: GEMM, convolution and attention "
     "kernels by the ratio of achievable matrix throughput at the kernel's precision (dense peak on tensor/matrix "
     "cores, fp32 where a device has no tensor path, × the measured matmul efficiency; on each device's roofline where "
-    "the op recorded its shapes), all other kernels, sets and on-device copies by the memory-bandwidth ratio, collectives by the "
+    "the op recorded its shapes; by bandwidth where the kernel's tile or grid bounds it below both ridge points), "
+    "all other kernels, sets and on-device copies by the memory-bandwidth ratio, collectives by the "
     "link-bandwidth ratio; `fixed` µs of each kernel does not scale; host work unchanged unless `host`",
     _gpu,
     {"target": Parameter(str, "", "the GPU to predict: a row of docs/devices.md (H100 SXM, MI300X, L4, ...)"),

@@ -156,3 +156,23 @@ def test_a_name_is_read_up_to_its_first_max_name_chars() -> None:
     assert classify("void sgemm_kernel_" + padding * 256) == "gemm" and precision_of("sgemm_" + padding * 256) == "fp32"
     assert classify(padding + "gemm") == "other" and precision_of(padding + "bf16") == "unknown"
     assert classify("void f(" * (2**20 // 7)) == classify("void f(")  # a megabyte of open parentheses
+
+
+@pytest.mark.parametrize(("name", "tile"), [
+    # Kernel names as the corpus records them (set 1 and set 2), the tile read by hand from each library's naming.
+    ("volta_sgemm_128x64_nn", (128, 64)),
+    ("ampere_sgemm_32x32_sliced1x4_tn", (32, 32)),
+    ("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x128_32x3_nn_align8", (256, 128)),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel", (128, 128)),
+    ("nvjet_sm103_tst_384x16_64x4_4x1_v_bz_TNT", (384, 16)),
+    ("bmm_Bfloat16_Bfloat16Bfloat16_Fp32_t128x8x128u2_s6_et128x8_m128x8x16_c1x1x1_16dp256b_rM_BN", (128, 8)),
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT32x16x256_MI16x16x1_SN_LDSB1", (32, 16)),
+    ("void ck::kernel_moe_gemm<ck::GridwiseMoeGemm<ck::tensor_layout::gemm::RowMajor, unsigned short, "
+     "(ck::tensor_operation::device::GemmSpecialization)0, 256, 32, 64, 64, 8, 8, 16, 16, 2, 1>", (32, 64)),
+    ("void gemvNSP_kernel<float, float, float, float, 1, 32, 4, 1024>(int)", None),
+    ("void magma_sgemmEx_kernel<float, float, float, true, false, 6, 4, 6, 3, 4>(int)", None),
+])
+def test_gemm_tiles_from_names(name: str, tile: tuple[int, int] | None) -> None:
+    from daydream.mapping.classes import gemm_tile
+
+    assert gemm_tile(name) == tile

@@ -44,8 +44,7 @@ def test_the_validated_errors_are_the_pages(tmp_path: Path) -> None:
 
 
 def test_the_coverage_page_is_its_script(corpus: Path) -> None:
-    groups = {"H200 what-ifs": interval_coverage.h200_rows(), "data-loading rounds": interval_coverage.loading_rows(),
-              "corpus replays": interval_coverage.replay_rows(corpus)}
+    groups = interval_coverage.all_groups(corpus)
     assert (REPO / "docs" / "intervals.md").read_text() == interval_coverage.page(groups)
     rows = [row for found in groups.values() for row in found]
     assert all(low <= predicted <= high for _, _, predicted, low, high, _ in rows)

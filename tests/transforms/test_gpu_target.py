@@ -211,6 +211,29 @@ def test_wave_quantization_by_hand(tmp_path: Path) -> None:
     assert graph.tasks["duration_ns"][gemm] == 100_000
 
 
+def test_a_gemm_its_launch_bounds_below_the_ridge_moves_by_bandwidth(tmp_path: Path) -> None:
+    from daydream.devices import VENDOR_MATMUL_EFFICIENCY
+    # The hand-made rows' ridge points: 100 TFLOPS x the vendor's achievable share per 1000 GB/s, 400 x it per 3000.
+    share = VENDOR_MATMUL_EFFICIENCY["nvidia"]
+    ridge = min(100 * share * 1000 / 1000, 400 * share * 1000 / 3000)  # FLOPs per byte
+    skinny = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x256_MI16x16x1_SN_LDSB1"  # bf16, 64 x 16 tiles
+    narrow = "nvjet_sm90_tst_64x64_64x16_4x1_v_bz_TNT"  # 64 x 64 tiles, its precision from the trace's majority
+    gemv = "void gemvNSP_kernel<__nv_bfloat16, __nv_bfloat16, float, float, 1, 32, 4, 1024>(int)"
+    # bf16 (2 bytes): a 16-wide tile bounds the intensity by 16 * 2 / 2 = 16 FLOPs/byte; 4 blocks of 64 x 64 by
+    # sqrt(4 * 64 * 64) / 2 = 64; 200 blocks on a 100-SM source say nothing (a persistent kernel could loop).
+    assert 16 < ridge and 64 < ridge
+    path = _one_step(tmp_path, [(skinny, 100.0), (narrow, 100.0), (narrow, 100.0), (BF16_GEMM, 100.0), (gemv, 100.0)])
+    graph = build_graph(open_job(path, cache=False).traces[0])
+    kernels = np.flatnonzero(graph.tasks["kind"] == TaskKind.KERNEL)
+    grids = np.full(int(graph.tasks["event"].max()) + 1, -1, dtype=np.int64)
+    grids[graph.tasks["event"][kernels[1]]], grids[graph.tasks["event"][kernels[2]]] = 4, 200
+    moved = retime(graph, dataclasses.replace(SOURCE, sm_count=100), TARGET, fixed_ns=2_000, grids=grids)
+    by_bandwidth, by_compute = round(2_000 + 98_000 / 3), round(2_000 + 98_000 / 4)
+    assert graph.tasks["duration_ns"][kernels].tolist() == [by_bandwidth, by_bandwidth, by_compute, by_compute,
+                                                           by_bandwidth]
+    assert moved["gemm, bandwidth-bound"][0] == 3 and moved["gemm"][0] == 2
+
+
 def test_a_sweep_of_named_gpus_draws_one_bar_each(tmp_path: Path) -> None:
     from daydream.report.sweep import plot_sweep
 
@@ -223,3 +246,17 @@ def test_a_sweep_of_named_gpus_draws_one_bar_each(tmp_path: Path) -> None:
     from matplotlib import pyplot
 
     assert not pyplot.get_fignums()  # closed after writing
+
+
+def test_the_cross_gpu_page_is_its_script(corpus: Path, tmp_path: Path) -> None:
+    import re
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import validate_cross_gpu
+
+    text = (REPO / "docs" / "validation-cross-gpu.md").read_text()
+    day = re.search(r"on (\d{4}-\d\d-\d\d)\.", text)
+    assert day is not None
+    pairs = [(corpus / a, corpus / b) for a, b in validate_cross_gpu.PAIRS]
+    pairs += validate_cross_gpu.corpus_archived_pairs(corpus, tmp_path)
+    assert validate_cross_gpu.page(pairs, day.group(1)) == text
