@@ -16,6 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+from daydream._environment import environment_size
+
 VARIABLE = "DAYDREAM_MAX_MEMORY"
 #: Of the memory this machine (or its container) has, the share a command may hold by default.
 DEFAULT_SHARE = 0.8
@@ -37,8 +39,6 @@ def note_stage(stage: str) -> None:
 def limit_bytes() -> int | None:
     """DAYDREAM_MAX_MEMORY in bytes (None: off), else DEFAULT_SHARE of the machine's or container's memory (None
     where neither can be read)."""
-    from daydream.trace.sources import environment_size
-
     text = os.environ.get(VARIABLE, "").strip().lower()
     if text in ("off", "none", "0"):
         return None

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from daydream import trace as trace_stage
-from daydream._heap import give_back
 from daydream._notices import NOTICES
 from daydream.errors import InputError
-from daydream.mapping import link
-from daydream.trace import Job, Trace
-from daydream.trace.sources import Source
+from daydream.mapping.opening import open_trace
+from daydream.memory.job import predict_memory_for
+from daydream.trace import Job
 
 if TYPE_CHECKING:  # the simulator (numba) is imported only by the calls that simulate: inspect starts fast
     from daydream.cost import CostOptions
@@ -28,22 +27,6 @@ if TYPE_CHECKING:  # the simulator (numba) is imported only by the calls that si
     from daydream.simulate.whatif import Prediction
 
 Progress = Callable[[str, int, int], None]
-
-
-def open_trace(source: Source, cache: bool = True, progress: Progress | None = None) -> Trace:
-    """One rank's trace, normalized and linked; cached after the first read."""
-    trace = trace_stage.load_cached(source) if cache else None
-    fresh = trace is None
-    if trace is None:
-        trace = trace_stage.read_source(source, progress)
-    had_links = "mapping.launch" in trace.derived
-    if progress:
-        progress("linking", 0, 1)
-    link(trace)
-    give_back()  # what reading and linking freed
-    if cache and (fresh or not had_links):
-        trace_stage.write_cache(source, trace)
-    return trace
 
 
 def open_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None,
@@ -110,40 +93,14 @@ def _ranks(ranks: list[int | None]) -> str:
     return f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''} ({', '.join('?' if r is None else str(r) for r in ranks)})"
 
 
-def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[dict[str, object]]:
-    """Predicted peak memory per device of each trace (rank) under `specs`, with a fits verdict."""
-    from daydream.mapping import attribute
-    from daydream.memory import analyze_memory
-    from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
-    from daydream.simulate.whatif import gradient_bytes_of, resolve_device
-    from daydream.transforms import is_pipeline_file, parse_spec
+def list_optimizations() -> list[dict[str, str]]:
+    """Every registered optimization: its name, summary, time model, memory model and parameters (`whatif --list`)."""
+    from daydream.memory.whatif import memory_model_words
+    from daydream.transforms import OPTIMIZATIONS
 
-    parsed = [parse_spec(spec) for spec in specs if not is_pipeline_file(spec)]
-    results: list[dict[str, object]] = []
-    for trace in traces:
-        layers = attribute(trace).layers
-        layer_bytes = gradient_bytes_of(trace)
-        current = current_optimizer_of(trace.strings)
-        device, _ = resolve_device(trace, device_name)
-        targets = [params["target"] for name, params in parsed if name == "gpu" and params.get("target")]
-        if targets:  # gpu:target=NAME: the memory must fit the target's
-            from daydream.devices import device as table_device
-            device = table_device(str(targets[-1]))
-        for memory in analyze_memory(trace):
-            target = device if memory.device.startswith("cuda") else None
-            prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes)
-            entry: dict[str, object] = {
-                "rank": trace.meta.rank,
-                "device": memory.device,
-                "measured_peak_bytes": prediction.measured_peak_bytes,
-                "predicted_peak_bytes": prediction.predicted_peak_bytes,
-                "predicted_reserved_bytes": prediction.predicted_reserved_bytes,
-                "capacity_bytes": prediction.capacity_bytes,
-                "fits": prediction.fits,
-                "headroom_bytes": prediction.headroom_bytes,
-                "notes": prediction.notes,
-            }
-            if target is not None:
-                entry["largest_batch_factor"] = largest_batch_factor(memory, parsed, layers, current, target, layer_bytes)
-            results.append(entry)
-    return results
+    return [{"name": o.name, "summary": o.summary, "model": o.model, "memory": memory_model_words(o.name),
+             "parameters": ", ".join(f"{k}={p.default!r}" for k, p in o.parameters.items())} for o in OPTIMIZATIONS.values()]
+
+
+__all__ = ["diff_jobs", "list_optimizations", "open_job", "open_trace", "predict_job", "predict_memory_for",
+           "replay_job"]

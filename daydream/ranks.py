@@ -102,7 +102,7 @@ def worker_count(sources: list[Source]) -> int:
 
 def read_rank(source: Source, cache: bool, build: bool, progress: Progress | None = None) -> tuple[Trace, Graph | None]:
     """One rank: its trace (read, linked, cached) and, with `build`, its graph (collectives not yet tied)."""
-    from daydream.api import open_trace
+    from daydream.mapping.opening import open_trace
 
     trace = open_trace(source, cache, progress)
     if not build:
@@ -163,7 +163,7 @@ def sweep_points(traces: list[Trace], points: list[list[str]], device_name: str 
 def predict_point(traces: list[Trace], specs: list[str], device_name: str | None,
                   with_memory: bool) -> tuple[list[Any], list[dict[str, object]] | None]:
     """One sweep point: the job's predictions under `specs`, and its memory predictions with `with_memory`."""
-    from daydream.api import predict_memory_for
+    from daydream.memory.job import predict_memory_for
     from daydream.simulate.whatif import predict_traces
 
     predictions = predict_traces(traces, specs, device_name)

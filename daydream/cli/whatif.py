@@ -6,7 +6,7 @@ import json
 
 import click
 
-from daydream.api import open_job, predict_job, predict_memory_for
+from daydream.api import list_optimizations, open_job, predict_job, predict_memory_for
 from daydream.cli._complete import complete_device, complete_opt, complete_sweep
 from daydream.cli._progress import err, out, progress_bar
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
@@ -64,9 +64,9 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     """
     # The simulator and its compiled code are imported here, not with the module: `daydream --help` lists this
     # command without paying for them.
+    from daydream.graph.windows import iteration_windows
     from daydream.report.timeline import write_timelines
     from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
-    from daydream.simulate.windows import iteration_windows
 
     if show_list:
         _print_list(as_json)
@@ -160,8 +160,6 @@ def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_
 
 
 def _print_list(as_json: bool) -> None:
-    from daydream.simulate.whatif import list_optimizations
-
     entries = list_optimizations()
     if as_json:
         click.echo(json.dumps(entries, indent=2))

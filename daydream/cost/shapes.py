@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from daydream.errors import InputError
 from daydream.trace import Trace
 
 #: Bytes per element of the tensor types torch.profiler names ("Input type").
@@ -250,3 +251,19 @@ def top_level_ops(trace: Trace, rows: np.ndarray) -> np.ndarray:
     from daydream.trace import EventKind
 
     return rows[innermost_enclosing(trace, trace.indices(EventKind.CPU_OP), rows) < 0]
+
+
+#: Gist's encodings: one bit per element; the non-zeros with a one-byte index each; one byte per element.
+GIST_FORMATS = ("binarize", "csr", "fp8")
+
+
+def encoded_ratio(format_name: str, item_bytes: int, sparsity: float) -> float:
+    """Bytes of a Gist-encoded activation per byte of the activation (elements of `item_bytes`; `sparsity`: the share
+    of zeros, for csr)."""
+    if format_name == "binarize":
+        return 1.0 / (8 * item_bytes)
+    if format_name == "csr":
+        return (1.0 - sparsity) * (item_bytes + 1) / item_bytes
+    if format_name == "fp8":
+        return min(1.0, 1.0 / item_bytes)
+    raise InputError(f"--opt gist:format={format_name}: the formats are {', '.join(GIST_FORMATS)}")

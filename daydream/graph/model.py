@@ -312,3 +312,17 @@ class Graph:
                 shown = " -> ".join(f"{t} ({self.task_name(t)})" for t in cycle[:6])
                 problems.append(f"dependency cycle of {len(cycle)} tasks: {shown}{' -> ...' if len(cycle) > 6 else ''}")
         return problems
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Simulated start and end (ns) of every task of a graph; `previous_end_ns`: where the graph was simulated behind a
+    warm-up iteration (simulate.warmup), when that iteration ended (the first iteration's window starts no earlier)."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    previous_end_ns: int | None = None
+
+    @property
+    def makespan_ns(self) -> int:
+        return int(self.end_ns.max() - self.start_ns.min()) if self.start_ns.size else 0

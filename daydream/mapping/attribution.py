@@ -383,3 +383,15 @@ def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray
             if owner[i] < 0 and (name == prefix or name.startswith(prefix + ".")):
                 owner[i] = target
     return targets, owner
+
+
+def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: float) -> float | None:
+    """(all parameter bytes + (factor - 1) x the matching layers' own and their children's) / all; None if unknown.
+    The time models of depth and width (transforms.model_size) grow the optimizer's work by it too."""
+    total = sum(layer_bytes.values())
+    if total <= 0:
+        return None
+    prefixes = [layers[t] for t in targets]
+    matched = sum(size for path, size in layer_bytes.items()
+                  if any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes))
+    return (total + (factor - 1) * matched) / total

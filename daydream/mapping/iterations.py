@@ -121,7 +121,7 @@ def settle(starts: list[int], ends: list[int], gpu_ends: list[int | None],
 def completed(trace: Trace, iterations: list[Iteration], launch: np.ndarray) -> list[Iteration]:
     """`iterations`, each to its completion: its end marker passed and the GPU work launched inside it
     finished (`launch`: per row, the row of the call that launched it, -1 for none; mapping.link).
-    See daydream.simulate.windows for why; the graph's windows follow the same rule."""
+    See daydream.graph.windows for why; the graph's windows follow the same rule."""
     if not iterations:
         return iterations
     starts = np.array([it.start_ns for it in iterations], dtype=np.int64)

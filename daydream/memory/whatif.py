@@ -4,9 +4,9 @@ The allocations of the trace (sizes, lifetimes, categories, layers) are rewritte
 way the optimization changes them, the peak is recomputed by a sweep over the new
 lifetimes, and the caching-allocator model turns the allocations into reserved memory.
 
-Each optimization's memory model is one of the `*_memory` functions here, attached to its entry in
-`daydream.transforms.OPTIMIZATIONS` (the one registry `whatif --list` and `whatif --memory` both read);
-its docstring is the model as `whatif --list` shows it.
+Each optimization's memory model is one of the `*_memory` functions here, listed by the optimization's
+name in `MEMORY_MODELS` (the one table `whatif --list` and `whatif --memory` both read); its docstring is
+the model as `whatif --list` shows it.
 
 Memory the trace shows only as a recorded total (allocated before the window) is kept
 as it is, except where an optimization says otherwise about weights.
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from daydream.cost.shapes import encoded_ratio
 from daydream.devices import Device
 from daydream.errors import InputError
-from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
+from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners, parameter_ratio
 from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 #: An optimization's memory model: rewrites the allocations in place, returns its note.
@@ -89,17 +90,15 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
                    current_optimizer: str | None, device: Device | None,
                    layer_bytes: dict[str, int] | None = None) -> MemoryPrediction:
     """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale)."""
-    from daydream.transforms import OPTIMIZATIONS  # the one registry; transforms imports this module's models
-
     allocations = _from(memory)
     model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device)
     notes: list[str] = []
     for name, params in specs:
-        optimization = OPTIMIZATIONS.get(name)
-        if optimization is None or optimization.memory is None:
+        memory_model = MEMORY_MODELS.get(name)
+        if memory_model is None:
             notes.append(f"{name}: no memory model; allocations unchanged")
             continue
-        notes.append(optimization.memory(allocations, params, model))
+        notes.append(memory_model(allocations, params, model))
     peak = peak_bytes(allocations)
     reserved = _reserved(allocations) if memory.peak_reserved_bytes else None
     capacity = int(device.memory_gib * 2**30) if device is not None else None
@@ -221,22 +220,6 @@ def gist_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     targets, moved = _park(a, model, str(params["layers"]), kept=ratio)
     return (f"gist: {moved} activation allocations of {len(targets)} layer(s) kept {format_name}-encoded "
             f"(×{ratio:.3g}) between their forward and their backward")
-
-
-#: Gist's encodings: one bit per element; the non-zeros with a one-byte index each; one byte per element.
-GIST_FORMATS = ("binarize", "csr", "fp8")
-
-
-def encoded_ratio(format_name: str, item_bytes: int, sparsity: float) -> float:
-    """Bytes of a Gist-encoded activation per byte of the activation (elements of `item_bytes`; `sparsity`: the share
-    of zeros, for csr)."""
-    if format_name == "binarize":
-        return 1.0 / (8 * item_bytes)
-    if format_name == "csr":
-        return (1.0 - sparsity) * (item_bytes + 1) / item_bytes
-    if format_name == "fp8":
-        return min(1.0, 1.0 / item_bytes)
-    raise InputError(f"--opt gist:format={format_name}: the formats are {', '.join(GIST_FORMATS)}")
 
 
 def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, early: bool = False) -> tuple[list[int], int]:
@@ -399,19 +382,32 @@ def _grow_parameters(a: Allocations, model: ModelFacts, targets: list[int], fact
     return f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
-def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: float) -> float | None:
-    """(all parameter bytes + (factor - 1) x the matching layers' own and their children's) / all; None if unknown.
-    The time models of depth and width (transforms.model_size) grow the optimizer's work by it too."""
-    total = sum(layer_bytes.values())
-    if total <= 0:
-        return None
-    prefixes = [layers[t] for t in targets]
-    matched = sum(size for path, size in layer_bytes.items()
-                  if any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes))
-    return (total + (factor - 1) * matched) / total
-
-
 def gpu_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """the same allocations, checked against the target's capacity"""
     return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
 
+
+#: The memory model of each optimization that changes memory, by its name in the registry
+#: (daydream.transforms.OPTIMIZATIONS); the others leave the allocations as they are.
+MEMORY_MODELS: dict[str, MemoryModel] = {
+    "amp": amp_memory,
+    "batch-size": batch_size_memory,
+    "bn-restructure": bn_restructure_memory,
+    "checkpoint": checkpoint_memory,
+    "ddp": ddp_memory,
+    "depth": depth_memory,
+    "gist": gist_memory,
+    "gpu": gpu_memory,
+    "offload": offload_memory,
+    "optimizer": optimizer_memory,
+    "width": width_memory,
+    "zero": zero_memory,
+}
+
+
+def memory_model_words(name: str) -> str:
+    """The memory model of optimization `name` in words (its function's docstring)."""
+    found = MEMORY_MODELS.get(name)
+    if found is None:
+        return "none: allocations unchanged"
+    return " ".join((found.__doc__ or "modelled").split())

@@ -18,10 +18,11 @@ from daydream.graph import DepKind
 from daydream.graph.model import ResourceKind
 from daydream.report.console import format_ns, short_kernel_name
 from daydream.report.table import Table
-from daydream.report.throughput import batch_size, samples_per_s
+from daydream.report.throughput import samples_per_s
 from daydream.simulate import Replay
 from daydream.simulate.analysis import Breakdowns, critical_path, recorded_timeline
 from daydream.simulate.bound import UNEXPLAINED_WARNING_SHARE, bound_line, iteration_bounds
+from daydream.trace.model import batch_size
 
 SCHEMA_VERSION = 1
 

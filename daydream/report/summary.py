@@ -17,8 +17,9 @@ from daydream.devices import recorded_device
 from daydream.mapping import attribute, find_iterations, link, phase_layer_times
 from daydream.mapping.capture import captures
 from daydream.mapping.iterations import SOURCE_PROFILER_STEP, completed
-from daydream.report.throughput import Utilization, batch_size, samples_per_s
+from daydream.report.throughput import Utilization, samples_per_s
 from daydream.trace import GPU_ACTIVITY_KINDS, KERNEL_KINDS, Job, Trace, TrackKind
+from daydream.trace.model import batch_size
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 10

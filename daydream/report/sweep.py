@@ -20,8 +20,9 @@ from daydream._files import atomic_output
 from daydream.report import plotting
 from daydream.report.console import format_bytes, format_ns
 from daydream.report.table import Table
-from daydream.report.throughput import batch_size, samples_per_s
+from daydream.report.throughput import samples_per_s
 from daydream.simulate.whatif import Prediction
+from daydream.trace.model import batch_size
 from daydream.transforms.optimizations import job_ranks, samples_factor, with_value
 
 SCHEMA_VERSION = 1

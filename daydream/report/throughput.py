@@ -31,12 +31,6 @@ _TENSOR_CORE_CLASSES = [CLASSES.index(c) for c in ("gemm", "convolution", "atten
 _TENSOR_CORE_PRECISIONS = [PRECISIONS.index(p) for p in ("tf32", "bf16", "fp16", "fp8", "int8")]
 
 
-def batch_size(trace: Trace) -> int | None:
-    """Samples per iteration, as `daydream trace` recorded it; None when the trace does not say."""
-    value = trace.meta.collector.get("batch_size") if isinstance(trace.meta.collector, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def samples_per_s(samples: float | None, iteration_ns: float | None) -> float | None:
     return samples * 1e9 / iteration_ns if samples and iteration_ns else None
 

@@ -24,9 +24,8 @@ import numpy as np
 
 from daydream._files import write_atomically
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import HOST_WORK, Resource, ResourceKind
+from daydream.graph.model import HOST_WORK, Resource, ResourceKind, Timeline
 from daydream.mapping import PHASES
-from daydream.simulate.engine import Timeline
 from daydream.trace import Trace
 from daydream.trace.model import unsigned
 

@@ -21,9 +21,10 @@ from rich.text import Text
 from daydream import __version__
 from daydream.report.console import format_bytes, format_ns
 from daydream.report.table import Table
-from daydream.report.throughput import batch_size, samples_per_s
+from daydream.report.throughput import samples_per_s
 from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
+from daydream.trace.model import batch_size
 from daydream.transforms.optimizations import job_ranks, samples_factor
 
 SCHEMA_VERSION = 1

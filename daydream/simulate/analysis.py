@@ -11,10 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import GPU_WORK
+from daydream.graph.model import GPU_WORK, Timeline
 from daydream.intervals import Coverage
 from daydream.simulate.bound import binding_edges
-from daydream.simulate.engine import Timeline
 
 
 def recorded_timeline(graph: Graph) -> Timeline:

@@ -28,9 +28,9 @@ import numpy as np
 
 from daydream._jit import jit
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import Timeline
 from daydream.graph.timing import host_edge_mask, in_edges
-from daydream.simulate.engine import Timeline
-from daydream.simulate.windows import Window, iteration_windows
+from daydream.graph.windows import Window, iteration_windows
 
 CATEGORIES = ("host", "host gap", "gpu", "communication", "latency", "unexplained", "pinned")
 #: Above this share of the critical path, a prediction says it is bound by what the trace cannot explain.

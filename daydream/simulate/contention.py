@@ -25,9 +25,8 @@ from collections.abc import Callable
 import numpy as np
 
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import HOST_WORK, KERNELS
+from daydream.graph.model import HOST_WORK, KERNELS, Timeline
 from daydream.intervals import Coverage
-from daydream.simulate.engine import Timeline
 from daydream.transforms.distributed.stragglers import add_spread, contention_spread_ns
 
 ROUNDS = 8

@@ -19,30 +19,15 @@ deterministic. A task with no predecessors starts at its recorded start.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from daydream.graph.model import DepKind, Graph, ResourceKind
+from daydream.graph.model import DepKind, Graph, ResourceKind, Timeline
 from daydream.graph.order import topological_order
 from daydream.graph.timing import delay_plain, forward_times, host_edge_mask
 
 UNSET = np.iinfo(np.int64).min
-
-
-@dataclass(slots=True)
-class Timeline:
-    """Simulated start and end (ns) of every task of a graph; `previous_end_ns`: where the graph was simulated behind a
-    warm-up iteration (simulate.warmup), when that iteration ended (the first iteration's window starts no earlier)."""
-
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    previous_end_ns: int | None = None
-
-    @property
-    def makespan_ns(self) -> int:
-        return int(self.end_ns.max() - self.start_ns.min()) if self.start_ns.size else 0
 
 
 def simulation_order(graph: Graph) -> np.ndarray:

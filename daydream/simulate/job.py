@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from daydream.graph.model import EDGE_COLUMNS, DepKind, Graph, Resource, ResourceKind, TaskKind
-from daydream.simulate.engine import Timeline, simulate, simulate_event_driven
+from daydream.graph.model import EDGE_COLUMNS, DepKind, Graph, Resource, ResourceKind, TaskKind, Timeline
+from daydream.simulate.engine import simulate, simulate_event_driven
 from daydream.simulate.warmup import extend, truncate
 
 

@@ -16,11 +16,10 @@ import numpy as np
 
 from daydream.graph import Graph, TaskKind, build_graph
 from daydream.graph.job import build_job_graphs
-from daydream.graph.model import HOST_TASKS
+from daydream.graph.model import HOST_TASKS, Timeline
+from daydream.graph.windows import iteration_windows, measured_windows
 from daydream.mapping import Iteration, find_iterations
-from daydream.simulate.engine import Timeline
 from daydream.simulate.job import simulate_job
-from daydream.simulate.windows import iteration_windows, measured_windows
 from daydream.trace import Trace
 
 

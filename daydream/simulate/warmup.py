@@ -25,9 +25,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from daydream.graph.model import EDGE_COLUMNS, GPU_WORK, DepKind, Graph, ResourceKind
+from daydream.graph.model import EDGE_COLUMNS, GPU_WORK, DepKind, Graph, ResourceKind, Timeline
 from daydream.graph.timing import host_edge_mask
-from daydream.simulate.engine import Timeline
 
 #: Priority the copy's tasks are ahead of the first iteration's on a priority queue (lower runs first).
 _EARLIER = 2**40

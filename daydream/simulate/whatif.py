@@ -23,20 +23,19 @@ from daydream.devices import Device, device, recorded_device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.job import build_job_graphs
-from daydream.graph.model import GPU_WORK, HOST_WORK
+from daydream.graph.model import GPU_WORK, HOST_WORK, Timeline
+from daydream.graph.windows import Window, iteration_windows
 from daydream.mapping import PHASES, Attribution, Iteration, attribute, find_iterations
 from daydream.mapping.capture import captures
 from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.contention import with_contention
-from daydream.simulate.engine import Timeline
 from daydream.simulate.interval import Interval, interval_of
 from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
-from daydream.simulate.windows import Window, iteration_windows
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
-from daydream.transforms import OPTIMIZATIONS, Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
+from daydream.transforms import Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
 from daydream.transforms.distributed.contention import gpu_slowdown
 from daydream.transforms.loading import loader_ranges_of
 
@@ -447,8 +446,3 @@ def _layers(before: Graph, after: Graph, top: int = 10) -> list[dict[str, Any]]:
     moved = _work_by(before, after, "layer", before.layers)
     ranked = sorted(moved.items(), key=lambda item: -abs(item[1]["baseline_ns"] - item[1]["predicted_ns"]))
     return [{"name": name, **values} for name, values in ranked[:top] if values["baseline_ns"] != values["predicted_ns"]]
-
-
-def list_optimizations() -> list[dict[str, str]]:
-    return [{"name": o.name, "summary": o.summary, "model": o.model, "memory": o.memory_model,
-             "parameters": ", ".join(f"{k}={p.default!r}" for k, p in o.parameters.items())} for o in OPTIMIZATIONS.values()]

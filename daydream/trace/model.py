@@ -344,3 +344,9 @@ class Job:
     def world_size(self) -> int | None:
         sizes = {t.meta.world_size for t in self.traces if t.meta.world_size is not None}
         return max(sizes) if sizes else None
+
+
+def batch_size(trace: Trace) -> int | None:
+    """Samples per iteration, as `daydream trace` recorded it; None when the trace does not say."""
+    value = trace.meta.collector.get("batch_size") if isinstance(trace.meta.collector, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -7,9 +7,7 @@ identity of a source (path, member, size, mtime) is what the cache is keyed on.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import stat
 import tarfile
 import zlib
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from daydream._environment import environment_size
 from daydream.errors import InputError, TraceFormatError
 
 Progress = Callable[[str, int, int], None]
@@ -40,26 +39,6 @@ BOMB_FLOOR = 256 * 2**20
 def max_bytes() -> int:
     """The most decompressed bytes daydream reads from one document: DAYDREAM_MAX_BYTES, else DEFAULT_MAX_BYTES."""
     return environment_size("DAYDREAM_MAX_BYTES", DEFAULT_MAX_BYTES)
-
-
-def environment_size(variable: str, default: int) -> int:
-    """A size in bytes from environment `variable` ("64GB", "500MiB", "1e9"), else `default`; InputError for
-    anything else."""
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    found = re.match(r"^([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?$", text, re.IGNORECASE)
-    if not found:
-        raise InputError(f"{variable}={text!r} is not a size — write e.g. 64GB or 500MB")
-    base = 1024 if found.group(3) else 1000
-    try:
-        value = float(found.group(1)) * base ** " kmgt".index(found.group(2).lower() or " ")
-    except ValueError:  # "1.2.3"
-        value = float("nan")
-    if not math.isfinite(value) or value < 1:
-        raise InputError(f"{variable}={text!r} is not a size from 1 byte to a finite number — write e.g. 64GB "
-                         "or 500MB")
-    return int(value)
 
 
 @dataclass(slots=True, frozen=True)

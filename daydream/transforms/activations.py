@@ -27,12 +27,11 @@ import numpy as np
 
 from daydream.cost import Tier
 from daydream.cost.model import CAST_CHAIN_UNITS
-from daydream.cost.shapes import FLOATING, ITEM_BYTES, Tensor, elements
+from daydream.cost.shapes import FLOATING, ITEM_BYTES, Tensor, elements, encoded_ratio
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_WORK, Resource, ResourceKind
 from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
-from daydream.memory.whatif import encoded_ratio, gist_memory, offload_memory
 from daydream.transforms.autocast import ForwardOp
 from daydream.transforms.optimizations import Context, Optimization, Parameter, bandwidth, register
 from daydream.transforms.primitives import HostSpans, Spans, launched_by, splice
@@ -290,7 +289,6 @@ register(Optimization(
      "prefetch": Parameter(int, 1, "1: copy back one matching layer ahead; 0: when the layer's backward begins", 0, 1),
      "stream": Parameter(str, "copy", "copy: copy streams beside the compute; compute: the compute stream"),
      "link": Parameter(str, "", "pcie3, pcie4, pcie5, pcie6 or a bandwidth (25GB/s); empty: the GPU's own")},
-    memory=offload_memory,
 ))
 
 
@@ -365,5 +363,4 @@ register(Optimization(
     {"layers": Parameter(str, "relu", "regular expression over layer paths (match the ReLU modules)"),
      "format": Parameter(str, "binarize", "binarize, csr or fp8"),
      "sparsity": Parameter(float, 0.5, "share of zeros in the ReLU outputs (csr)", 0.0, 1.0)},
-    memory=gist_memory,
 ))

@@ -27,7 +27,6 @@ from daydream.graph import DepKind, Graph
 from daydream.graph.model import HOST_WORK, KERNELS
 from daydream.mapping import PHASES
 from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classify
-from daydream.memory.whatif import amp_memory
 from daydream.trace import EventKind, Trace
 from daydream.transforms.autocast import REDUCED_NAME, Cast, ForwardOp, decides, plan
 from daydream.transforms.optimizations import (
@@ -390,5 +389,4 @@ register(Optimization(
     {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)", 0.0, 1e3),
      "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)", 0.0, 1e3),
      "dtype": Parameter(str, "bf16", "the reduced type: bf16 or fp16")},
-    memory=amp_memory,
 ))

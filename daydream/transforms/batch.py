@@ -49,8 +49,8 @@ from daydream.graph import Graph, TaskKind
 from daydream.graph.model import GPU_WORK
 from daydream.mapping import PHASES
 from daydream.mapping.linking import innermost_enclosing, link
-from daydream.memory.whatif import batch_size_memory
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
+from daydream.trace.model import batch_size
 from daydream.transforms.optimizations import (
     NOT_BATCH_PROPORTIONAL,
     Context,
@@ -221,8 +221,6 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     """The trace's batch and the CPU ops of forward, backward and data work that carry it (ops in `excluded`, a
     hand-written update loop, and those inside per-parameter scopes left out). The batch size is `batch` where given,
     else the one `daydream trace` recorded, else the size most of the forward's data inputs lead with."""
-    from daydream.report.throughput import batch_size
-
     shapes = OpShapes(trace)
     found = BatchOps()
     if not len(shapes):
@@ -541,5 +539,4 @@ register(Optimization(
                         "the forward's inputs)", 0, 2**31),
      "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost where shapes "
                                    "are not recorded", 0.0, 100.0)},
-    memory=batch_size_memory,
 ))

@@ -33,7 +33,6 @@ from daydream.graph import Graph
 from daydream.graph.model import GPU_WORK, HOST_WORK, KERNELS
 from daydream.mapping.attribution import BACKWARD, layer_owners
 from daydream.mapping.classes import CLASSES
-from daydream.memory.whatif import bn_restructure_memory
 from daydream.transforms.activations import RELU_OPS
 from daydream.transforms.autocast import ForwardOp
 from daydream.transforms.optimizations import Context, Optimization, Parameter, _launchers, kernel_classes, register
@@ -180,5 +179,4 @@ register(Optimization(
     "backward with its kernels and launches (Jung et al., SysML 2019, as the Daydream paper models it)",
     _bn_restructure,
     {"layers": Parameter(str, r"bn\d*$|norm\d*$", "regular expression over layer paths (the BatchNorm layers)")},
-    memory=bn_restructure_memory,
 ))

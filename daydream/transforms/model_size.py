@@ -28,9 +28,8 @@ import numpy as np
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
-from daydream.mapping.attribution import layer_owners
+from daydream.mapping.attribution import layer_owners, parameter_ratio
 from daydream.mapping.classes import CLASSES
-from daydream.memory.whatif import depth_memory, parameter_ratio, width_memory
 from daydream.transforms.optimizations import (
     FACTOR_RANGE,
     Context,
@@ -117,7 +116,6 @@ register(Optimization(
     _depth,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the repeated blocks"),
      "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
-    memory=depth_memory,
 ))
 
 
@@ -147,5 +145,4 @@ register(Optimization(
     _width,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the layers made wider"),
      "factor": Parameter(float, 2.0, "how many times wider", **FACTOR_RANGE)},
-    memory=width_memory,
 ))

@@ -27,18 +27,12 @@ from daydream.graph.model import GPU_WORK, HOST_TASKS, HOST_WORK, KERNELS
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
 from daydream.mapping.classes import CLASSES, classes_of, precisions_of
-from daydream.memory.whatif import (
-    MemoryModel,
-    checkpoint_memory,
-    optimizer_memory,
-)
 from daydream.trace import runtime_api
 from daydream.transforms.pipeline import is_pipeline_file
 from daydream.transforms.primitives import remove, scale, select, splice, unpin
 
 MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
-
 
 
 @dataclass(slots=True, frozen=True)
@@ -182,26 +176,18 @@ def bandwidth(text: str) -> float:
 
 @dataclass(slots=True, frozen=True)
 class Optimization:
-    """One what-if: its parameters, its time model (`apply`, a graph rewrite), its memory model (`memory`, a rewrite
-    of the allocations; None: allocations unchanged) and both models in words."""
+    """One what-if: its parameters and its time model (`apply`, a graph rewrite, and `model`, in words). Its memory
+    model, where it has one, is in daydream.memory.whatif.MEMORY_MODELS under the same name."""
 
     name: str
     summary: str
     model: str  # the time model, in words: which tasks, what factor, where the factor comes from
     apply: Apply
     parameters: dict[str, Parameter] = field(default_factory=dict)
-    memory: MemoryModel | None = None
-
-    @property
-    def memory_model(self) -> str:
-        """The memory model in words (its function's docstring)."""
-        if self.memory is None:
-            return "none: allocations unchanged"
-        return " ".join((self.memory.__doc__ or "modelled").split())
 
     def describe(self) -> str:
         params = ", ".join(f"{k}={p.default!r} ({p.help})" for k, p in self.parameters.items())
-        return (f"{self.name}: {self.summary}\n  time: {self.model}\n  memory: {self.memory_model}"
+        return (f"{self.name}: {self.summary}\n  time: {self.model}"
                 + (f"\n  parameters: {params}" if params else ""))
 
 
@@ -625,7 +611,6 @@ register(Optimization(
     "host unit; everything else unchanged (the memory it saves is reported by the memory what-if)",
     _checkpoint,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},
-    memory=checkpoint_memory,
 ))
 
 
@@ -702,5 +687,4 @@ register(Optimization(
     "unchanged in this version: another optimizer's step time is not modelled (its memory is)",
     _memory_only("optimizer"),
     {"name": Parameter(str, "adam", "sgd, sgd-momentum, adam, adamw, adagrad or rmsprop")},
-    memory=optimizer_memory,
 ))

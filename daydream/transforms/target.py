@@ -45,7 +45,6 @@ from daydream.devices import Device, device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.mapping.classes import CLASSES, PRECISIONS, streaming_of, tiles_of
-from daydream.memory.whatif import gpu_memory
 from daydream.transforms.optimizations import (
     FACTOR_RANGE,
     Context,
@@ -279,5 +278,4 @@ register(Optimization(
      "waves": Parameter(int, 0, "1: wave quantization of GEMM/conv/attention kernels by SM/CU count (grid sizes)", 0, 1),
      "peaks": Parameter(int, 0, "1: compare compute by datasheet peaks, not by the measured achievable share of them",
                         0, 1)},
-    memory=gpu_memory,
 ))

@@ -185,9 +185,9 @@ def test_the_allocators_summary_keeps_only_what_it_reports() -> None:
     assert allocator_summary({}) == {}
 
 
-def test_whatif_memory_reads_the_optimizations_own_memory_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dataclasses import replace
-
+def test_whatif_memory_reads_the_one_table_of_memory_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from daydream.api import list_optimizations
+    from daydream.memory.whatif import MEMORY_MODELS
     from daydream.transforms import OPTIMIZATIONS
 
     trace = _trace(tmp_path)
@@ -201,12 +201,16 @@ def test_whatif_memory_reads_the_optimizations_own_memory_model(tmp_path: Path, 
     # An optimization without a memory model says so and leaves the peak alone.
     note, peak = note_and_peak("fused-optimizer")
     assert note == "fused-optimizer: no memory model; allocations unchanged" and peak == 16_400
-    # Swapping the registry entry's memory model swaps what whatif --memory does: there is no second registry.
+    # Adding a model to the table changes what whatif --memory does and what whatif --list says: one table for both.
     def everything_doubled(a, params, model):  # type: ignore[no-untyped-def]
+        """every allocation doubled"""
         a.size *= 2
         return "doubled"
 
-    monkeypatch.setitem(OPTIMIZATIONS, "fused-optimizer", replace(OPTIMIZATIONS["fused-optimizer"], memory=everything_doubled))
+    monkeypatch.setitem(MEMORY_MODELS, "fused-optimizer", everything_doubled)
     note, peak = note_and_peak("fused-optimizer")
     assert note == "doubled" and peak == 10_000 + 2 * (5000 + 1000 + 400)
-    assert "memory: " in OPTIMIZATIONS["batch-size"].describe() and OPTIMIZATIONS["batch-size"].memory is not None
+    listed = {entry["name"]: entry["memory"] for entry in list_optimizations()}
+    assert listed["fused-optimizer"] == "every allocation doubled"
+    # Every model in the table belongs to a registered optimization.
+    assert set(MEMORY_MODELS) <= set(OPTIMIZATIONS)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from daydream.errors import InputError
+from daydream.graph.windows import iteration_windows
 from daydream.simulate.whatif import Prediction, predict_traces
-from daydream.simulate.windows import iteration_windows
 from daydream.trace import Trace, read_job
 from tests.conftest import CORPUS, REPO
 from tests.generator import Program, generate

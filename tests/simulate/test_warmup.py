@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.windows import iteration_windows
 from daydream.simulate.job import simulate_job
 from daydream.simulate.warmup import extend
-from daydream.simulate.windows import iteration_windows
 from tests.transforms.graphs import call, graph, kernel, op
 
 

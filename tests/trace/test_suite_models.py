@@ -13,9 +13,9 @@ import pytest
 
 from daydream.cli import main
 from daydream.mapping import PHASES, attribute, find_iterations
-from daydream.report.throughput import batch_size
 from daydream.simulate import replay_trace
 from daydream.trace import EventKind, read_job
+from daydream.trace.model import batch_size
 from tests.builders import load_raw
 from tests.conftest import REPO
 

@@ -11,9 +11,9 @@ import pytest
 
 from daydream.api import open_job
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
+from daydream.graph.model import Timeline
 from daydream.simulate import simulate
 from daydream.simulate.contention import with_contention
-from daydream.simulate.engine import Timeline
 from daydream.transforms.distributed.contention import calibrate, gpu_slowdown
 from daydream.transforms.optimizations import Context
 from tests.builders import kernel as trace_kernel

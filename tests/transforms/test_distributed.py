@@ -307,7 +307,7 @@ def _three_steps() -> object:
 
 
 def test_the_first_iteration_carries_its_own_all_reduce() -> None:
-    from daydream.simulate.windows import iteration_windows
+    from daydream.graph.windows import iteration_windows
 
     g = _three_steps()
     apply_spec(g, parse_spec("ddp:world=2,bandwidth=1000,latency=0"), CONTEXT)

@@ -16,13 +16,12 @@ from typing import Any
 import numpy as np
 
 from daydream.graph import Graph, Resource, ResourceKind, TaskKind
-from daydream.graph.model import GPU_WORK, HOST_WORK
+from daydream.graph.model import GPU_WORK, HOST_WORK, Timeline
+from daydream.graph.windows import iteration_windows
 from daydream.mapping import PHASES, Iteration, link
 from daydream.memory import CATEGORIES, DeviceMemory
 from daydream.report.timeline import completions_of_calls
 from daydream.simulate import Replay
-from daydream.simulate.engine import Timeline
-from daydream.simulate.windows import iteration_windows
 from daydream.trace import GPU_ACTIVITY_KINDS, Trace
 
 TIMELINE_COLUMNS = 16384  # merge resolution: about 12 screen widths of detail before boxes merge

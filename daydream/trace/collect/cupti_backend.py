@@ -87,10 +87,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from daydream.trace.collect import hooks as hook_module
+from daydream.trace.collect.common import CaptureError, daydream_metadata
 from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
 
 if TYPE_CHECKING:
-    from daydream.trace.collect import CaptureOptions, Status
+    from daydream.trace.collect.common import CaptureOptions, Status
 
 INSTALL_HINT = "cupti-python is not installed (pip install cupti-python: 13.x for CUDA 13, 12.8.0 for CUDA 12)"
 NO_DRIVER = "no CUDA driver found"
@@ -239,8 +240,6 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     """(trace document or None, iterations recorded, how the script ended); the contract of torch_backend.record."""
     import torch
     from cupti import cupti
-
-    from daydream.trace.collect import CaptureError, daydream_metadata
 
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=lambda: bool(torch.autograd._profiler_enabled()))

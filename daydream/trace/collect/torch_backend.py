@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from daydream.trace.collect import hooks as hook_module
+from daydream.trace.collect.common import daydream_metadata
 from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
 
 if TYPE_CHECKING:
-    from daydream.trace.collect import CaptureOptions, Status
+    from daydream.trace.collect.common import CaptureOptions, Status
 
 
 @contextmanager
@@ -38,8 +39,6 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
-
-    from daydream.trace.collect import daydream_metadata
 
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():

@@ -13,7 +13,6 @@ from typing import Any
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
 from daydream.interconnect import collective_steps
-from daydream.memory.whatif import ddp_memory
 from daydream.transforms.distributed.buckets import (
     FORWARD,
     buckets,
@@ -109,7 +108,7 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     bucket copies on the rank's compute (transforms/distributed/copies.py): "in and back", "in" (gradients as bucket
     views: nothing to copy back) or "" (none); `used_map`: (bytes, how counted) of
     find_unused_parameters' used-parameter map, all-reduced once the last bucket is ready, before the optimizer."""
-    from daydream.simulate.windows import measured_windows  # (the simulate package imports the transforms)
+    from daydream.graph.windows import measured_windows
 
     no_existing_collectives(graph, name)
     world = int(params["world"])
@@ -222,6 +221,5 @@ register(Optimization(
                                       "so nothing is copied back before the optimizer; 0: copied back", 0, 1),
      "copies": Parameter(int, 1, "1: each gradient is scaled into its bucket as it becomes ready and the buckets are copied "
                                  "back before the optimizer, on the rank's compute, as DDP does; 0: not", 0, 1)},
-    memory=ddp_memory,
 ))
 

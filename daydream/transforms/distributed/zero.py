@@ -9,7 +9,6 @@ import numpy as np
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import DEVICE_WORK
-from daydream.memory.whatif import zero_memory
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
@@ -93,6 +92,5 @@ register(Optimization(
     _zero,
     {"stage": Parameter(int, 2, "1, 2 or 3", 1, 3), "world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD),
      **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"}},
-    memory=zero_memory,
 ))
 

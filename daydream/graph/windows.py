@@ -23,10 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daydream.graph import Graph
-from daydream.graph.model import GPU_WORK
+from daydream.graph.model import GPU_WORK, Graph, Timeline
 from daydream.mapping.iterations import settle
-from daydream.simulate.engine import Timeline
 
 #: Work whose completion ends an iteration (what its host launched).
 _GPU_WORK = np.array([int(k) for k in GPU_WORK])
