@@ -94,12 +94,13 @@ def _ranks(ranks: list[int | None]) -> str:
 
 
 def list_optimizations() -> list[dict[str, str]]:
-    """Every registered optimization: its name, summary, time model, memory model and parameters (`whatif --list`)."""
+    """Every registered optimization by name: its summary, time model, memory model and parameters (`whatif --list`)."""
     from daydream.memory.whatif import memory_model_words
     from daydream.transforms import OPTIMIZATIONS
 
     return [{"name": o.name, "summary": o.summary, "model": o.model, "memory": memory_model_words(o.name),
-             "parameters": ", ".join(f"{k}={p.default!r}" for k, p in o.parameters.items())} for o in OPTIMIZATIONS.values()]
+             "parameters": ", ".join(f"{k}={p.default!r}" for k, p in o.parameters.items())}
+            for _, o in sorted(OPTIMIZATIONS.items())]
 
 
 __all__ = ["diff_jobs", "list_optimizations", "open_job", "open_trace", "predict_job", "predict_memory_for",

@@ -24,7 +24,7 @@ from daydream.graph import Graph, build_graph
 from daydream.graph.model import GPU_WORK
 from daydream.mapping.classes import CLASSES
 from daydream.simulate.whatif import recorded_device
-from daydream.transforms.optimizations import kernel_classes
+from daydream.transforms.kernels import kernel_classes
 
 #: The same model and script recorded on two GPUs (set 2, ../shared/traces/SOURCES.md).
 PAIRS = [

@@ -129,7 +129,7 @@ def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_
     from daydream.ranks import sweep_points
     from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
     from daydream.transforms import is_pipeline_file, parse_spec
-    from daydream.transforms.optimizations import parse_sweep, with_value
+    from daydream.transforms.specs import parse_sweep, with_value
 
     key, values = parse_sweep(sweep)
     if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):

@@ -23,7 +23,7 @@ from daydream.report.table import Table
 from daydream.report.throughput import samples_per_s
 from daydream.simulate.whatif import Prediction
 from daydream.trace.model import batch_size
-from daydream.transforms.optimizations import job_ranks, samples_factor, with_value
+from daydream.transforms.specs import job_ranks, samples_factor, with_value
 
 SCHEMA_VERSION = 1
 

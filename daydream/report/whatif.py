@@ -25,7 +25,7 @@ from daydream.report.throughput import samples_per_s
 from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
 from daydream.trace.model import batch_size
-from daydream.transforms.optimizations import job_ranks, samples_factor
+from daydream.transforms.specs import job_ranks, samples_factor
 
 SCHEMA_VERSION = 1
 

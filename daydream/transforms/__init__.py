@@ -10,14 +10,18 @@ from daydream.transforms import (
     amp,  # noqa: F401  (registers amp)
     batch,  # noqa: F401  (registers batch-size)
     batchnorm,  # noqa: F401  (registers bn-restructure)
+    checkpoint,  # noqa: F401  (registers checkpoint)
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
+    fusion,  # noqa: F401  (registers fused-optimizer, cuda-graphs, fuse-elementwise)
     loading,  # noqa: F401  (registers overlap-data-loading)
-    model_size,  # noqa: F401  (registers depth)
+    model_size,  # noqa: F401  (registers depth, width)
+    speed,  # noqa: F401  (registers faster-host, no-host-overhead, faster-gpu, optimizer)
     target,  # noqa: F401  (registers gpu)
 )
-from daydream.transforms.optimizations import ALIASES, OPTIMIZATIONS, Context, Optimization, apply_spec, parse_spec
 from daydream.transforms.pipeline import Pipeline, apply_pipeline, is_pipeline_file, load_pipeline
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, PRIMITIVES, insert, remove, reschedule, scale, select, unpin
+from daydream.transforms.registry import ALIASES, OPTIMIZATIONS, Context, Optimization
+from daydream.transforms.specs import apply_spec, parse_spec
 
 __all__ = [
     "ALIASES",

@@ -33,8 +33,8 @@ from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_WORK, Resource, ResourceKind
 from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
 from daydream.transforms.autocast import ForwardOp
-from daydream.transforms.optimizations import Context, Optimization, Parameter, bandwidth, register
 from daydream.transforms.primitives import HostSpans, Spans, launched_by, splice
+from daydream.transforms.registry import Context, Optimization, Parameter, bandwidth, register
 
 #: Ops autograd saves no activation for: views and reshapes, additions and subtractions, copies, concatenation.
 SAVES_NOTHING = frozenset({

@@ -29,17 +29,9 @@ from daydream.mapping import PHASES
 from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classify
 from daydream.trace import EventKind, Trace
 from daydream.transforms.autocast import REDUCED_NAME, Cast, ForwardOp, decides, plan
-from daydream.transforms.optimizations import (
-    Context,
-    Optimization,
-    Parameter,
-    _launchers,
-    _of,
-    kernel_classes,
-    kernel_precisions,
-    register,
-)
+from daydream.transforms.kernels import kernel_classes, kernel_precisions, launchers, of_labels
 from daydream.transforms.primitives import HostSpans, Spans, scale, select, splice, task_of_event
+from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 
@@ -237,8 +229,8 @@ def _ratio_casts(graph: Graph, costs: CostModel, cast_ns: int) -> str:
     kernels = select(graph, kind=KERNELS)
     classes = kernel_classes(graph, kernels)
     forward = graph.tasks["phase"][kernels] == FORWARD
-    compute = kernels[forward & _of(classes, CLASSES, ("gemm", "convolution"))]
-    calls = _launchers(graph, compute)
+    compute = kernels[forward & of_labels(classes, CLASSES, ("gemm", "convolution"))]
+    calls = launchers(graph, compute)
     graph.tasks["duration_ns"][compute] += cast_ns
     graph.tasks["gap_ns"][calls] += costs.host.launch_ns
     costs.count(Tier.RATIO, int(compute.size))
@@ -320,17 +312,17 @@ def _retime_kernels(graph: Graph, params: dict[str, Any], context: Context) -> s
     kernels = kernels[graph.tasks["phase"][kernels] != PHASES.index("optimizer")]
     classes, precisions = kernel_classes(graph, kernels), kernel_precisions(graph, kernels)
     durations = graph.tasks["duration_ns"][kernels]
-    reduced = _of(precisions, PRECISIONS, REDUCED_PRECISION)
-    full = _of(precisions, PRECISIONS, FULL_PRECISION)
+    reduced = of_labels(precisions, PRECISIONS, REDUCED_PRECISION)
+    full = of_labels(precisions, PRECISIONS, FULL_PRECISION)
     known_ns = int(durations[reduced | full].sum())
     reduced_share = float(durations[reduced].sum()) / known_ns if known_ns else 0.0
     unknown = precisions == PRECISIONS.index("unknown")
     convertible = full | (unknown & (reduced_share < 0.5))
     kernels, classes, precisions = kernels[convertible], classes[convertible], precisions[convertible]
-    is_compute = _of(classes, CLASSES, ("gemm", "convolution"))
+    is_compute = of_labels(classes, CLASSES, ("gemm", "convolution"))
     tensor_core = kernels[is_compute & (precisions == PRECISIONS.index("tf32"))]
     simt = np.setdiff1d(kernels[is_compute], tensor_core)
-    memory = kernels[~is_compute & ~_of(classes, CLASSES, ("communication",))]
+    memory = kernels[~is_compute & ~of_labels(classes, CLASSES, ("communication",))]
     device = context.device
     if params["compute"] > 0:
         simt_factor = core_factor = float(params["compute"])

@@ -51,16 +51,9 @@ from daydream.mapping import PHASES
 from daydream.mapping.linking import innermost_enclosing, link
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.trace.model import batch_size
-from daydream.transforms.optimizations import (
-    NOT_BATCH_PROPORTIONAL,
-    Context,
-    Optimization,
-    Parameter,
-    _low_percentile,
-    _matching,
-    register,
-)
+from daydream.transforms.kernels import low_percentile, matching
 from daydream.transforms.primitives import HostSpans, select, task_of_event
+from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 SCALED_PHASES = tuple(PHASES.index(p) for p in ("forward", "backward", "other"))
 #: Ops that make a tensor from a size list: with the batch size in that list, they make the batch.
@@ -212,6 +205,8 @@ def _makes_batch(name: str, arguments: list[Argument] | None, batch: int) -> boo
 
 #: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is the engine's, the
 #: ops they run do the work (in examples/mlp.py at twice the batch, AddmmBackward0 took the same time).
+#: Per-parameter and bookkeeping ops whose time does not follow the batch.
+NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
 AUTOGRAD_NODE = re.compile(r"^autograd::|^torch::autograd::|^[A-Za-z0-9_]+Backward\d*$")
 #: Autograd's and the optimizers' per-parameter scopes: nothing inside them grows with the batch.
 PER_PARAMETER = ("AccumulateGrad", "Optimizer.", "optimizer_step", "zero_grad")
@@ -462,7 +457,7 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
         grown += 1
     by_ratio = np.array(unknown, dtype=np.int64)
     if by_ratio.size:
-        by_ratio = np.setdiff1d(by_ratio, _matching(graph, by_ratio, NOT_BATCH_PROPORTIONAL))
+        by_ratio = np.setdiff1d(by_ratio, matching(graph, by_ratio, NOT_BATCH_PROPORTIONAL))
         _grow(graph, by_ratio, factor, float(params["fixed_percentile"]))
         costs.count(Tier.RATIO, int(by_ratio.size))
     host = [o for o in found.ops if not o.launched]
@@ -501,7 +496,7 @@ def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostMode
 def _grow(graph: Graph, tasks: np.ndarray, factor: float, percentile: float) -> int:
     """fixed + (t - fixed) × factor, the fixed cost the `percentile`th duration of `tasks`; returns it."""
     durations = graph.tasks["duration_ns"][tasks]
-    fixed = _low_percentile(durations, percentile)
+    fixed = low_percentile(durations, percentile)
     part = np.minimum(durations, fixed)
     graph.tasks["duration_ns"][tasks] = np.rint(part + (durations - part) * factor).astype(np.int64)
     return fixed
@@ -513,7 +508,7 @@ def _by_ratio(graph: Graph, params: dict[str, Any], context: Context, why: str) 
     gpu = graph.has_device_work()
     kinds = GPU_WORK if gpu else (TaskKind.HOST_OP,)
     work = select(graph, kind=kinds, phase=["forward", "backward", "other"])
-    work = np.setdiff1d(work, _matching(graph, work, NOT_BATCH_PROPORTIONAL))
+    work = np.setdiff1d(work, matching(graph, work, NOT_BATCH_PROPORTIONAL))
     work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]  # gradients do not grow with the batch
     fixed = _grow(graph, work, factor, float(params["fixed_percentile"]))
     if context.costs is not None:

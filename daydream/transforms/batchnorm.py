@@ -35,8 +35,9 @@ from daydream.mapping.attribution import BACKWARD, layer_owners
 from daydream.mapping.classes import CLASSES
 from daydream.transforms.activations import RELU_OPS
 from daydream.transforms.autocast import ForwardOp
-from daydream.transforms.optimizations import Context, Optimization, Parameter, _launchers, kernel_classes, register
+from daydream.transforms.kernels import kernel_classes, launchers
 from daydream.transforms.primitives import HostSpans, Spans, launched_by, remove, task_of_event
+from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 BATCH_NORM = "aten::batch_norm"
 BN_BACKWARD = re.compile(r"BatchNormBackward")
@@ -132,9 +133,9 @@ def _gpu_forward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | Non
         gone += kernels[1:].tolist()
         if relu is not None:
             relu_kernels = _launched_within(holding, launched, spans.get(relu.row))
-            gone += relu_kernels.tolist() + _launchers(graph, relu_kernels).tolist()
+            gone += relu_kernels.tolist() + launchers(graph, relu_kernels).tolist()
     gone_array = np.array(gone, dtype=np.int64)
-    return np.concatenate([gone_array, _launchers(graph, gone_array)])
+    return np.concatenate([gone_array, launchers(graph, gone_array)])
 
 
 def _launched_within(holding: HostSpans, launched: dict[int, list[int]], span: tuple[int, int, int] | None
@@ -168,7 +169,7 @@ def _backward(graph: Graph, found: list[tuple[int, ForwardOp, ForwardOp | None]]
         if relu is not None and (not gpu or relu.layer != bn.layer):
             gone += chosen[(key == iteration * (len(graph.layers) + 1) + relu.layer) & is_relu].tolist()
     gone_array = np.array(gone, dtype=np.int64)
-    return np.concatenate([gone_array, _launchers(graph, gone_array)]) if gpu else gone_array
+    return np.concatenate([gone_array, launchers(graph, gone_array)]) if gpu else gone_array
 
 
 register(Optimization(

@@ -35,7 +35,7 @@ from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import HOST_TASKS, Resource, ResourceKind
 from daydream.mapping import PHASES
 from daydream.trace import EventKind, Trace
-from daydream.transforms.optimizations import Context, Optimization, Parameter, register
+from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 #: The range torch.utils.data puts around each batch it hands out (a user annotation; an op in 2021 traces).
 LOADER_RANGE = re.compile(r"^enumerate\(DataLoader\)#(_\w+DataLoaderIter)\.__next__$")

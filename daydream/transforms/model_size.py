@@ -30,16 +30,10 @@ from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners, parameter_ratio
 from daydream.mapping.classes import CLASSES
-from daydream.transforms.optimizations import (
-    FACTOR_RANGE,
-    Context,
-    Optimization,
-    Parameter,
-    copy_launched_work,
-    kernel_classes,
-    register,
-)
+from daydream.transforms.checkpoint import copy_launched_work
+from daydream.transforms.kernels import kernel_classes
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, unpin
+from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
 
 
 def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str, whose: str) -> str:

@@ -45,16 +45,9 @@ from daydream.devices import Device, device
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.mapping.classes import CLASSES, PRECISIONS, streaming_of, tiles_of
-from daydream.transforms.optimizations import (
-    FACTOR_RANGE,
-    Context,
-    Optimization,
-    Parameter,
-    kernel_classes,
-    kernel_precisions,
-    register,
-)
+from daydream.transforms.kernels import kernel_classes, kernel_precisions
 from daydream.transforms.primitives import HOST_WORK, scale, select
+from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
 
 COMPUTE_CLASSES = ("gemm", "convolution", "attention")
 #: How the note names the GEMMs its launch bounds below both ridge points (`bandwidth_bound`).

@@ -15,7 +15,7 @@ from daydream.graph.model import Timeline
 from daydream.simulate import simulate
 from daydream.simulate.contention import with_contention
 from daydream.transforms.distributed.contention import calibrate, gpu_slowdown
-from daydream.transforms.optimizations import Context
+from daydream.transforms.registry import Context
 from tests.builders import kernel as trace_kernel
 from tests.builders import runtime, write_trace
 from tests.transforms.graphs import graph, op

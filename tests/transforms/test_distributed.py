@@ -11,7 +11,7 @@ from daydream.simulate import simulate
 from daydream.simulate.job import simulate_job
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.distributed import buckets, parse_bytes
-from daydream.transforms.optimizations import parse_sweep, with_value
+from daydream.transforms.specs import parse_sweep, with_value
 from tests.transforms.graphs import call, graph, kernel, launch_chain, op
 
 MiB = 2**20

@@ -138,7 +138,7 @@ def test_checkpoint_recomputes_the_layer_forward_before_its_backward() -> None:
 def test_a_layer_called_twice_an_iteration_is_two_checkpointed_calls() -> None:
     # blocks.0 runs twice in the forward (a policy in two steps of a rollout), net.head between: both calls are
     # recomputed before the backward, and each pays the checkpoint wrapper (7 ns forward, 3 ns backward here).
-    from daydream.transforms.optimizations import _previous_host_task, _recompute_before
+    from daydream.transforms.checkpoint import _previous_host_task, _recompute_before
 
     g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("other", 5, phase="forward", layer="net.head"),
                op("fwd", 10, phase="forward", layer="net.blocks.0"), op("bwd", 20, phase="backward", layer="net.blocks.0")],

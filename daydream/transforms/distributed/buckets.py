@@ -17,7 +17,7 @@ from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
 from daydream.transforms.distributed.fabric import parse_bytes
-from daydream.transforms.optimizations import Context
+from daydream.transforms.registry import Context
 
 BACKWARD, OPTIMIZER, FORWARD = PHASES.index("backward"), PHASES.index("optimizer"), PHASES.index("forward")
 FIRST_BUCKET_BYTES = 2**20  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES

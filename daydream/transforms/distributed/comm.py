@@ -12,8 +12,8 @@ from daydream.graph import Graph
 from daydream.interconnect import normalize_operation
 from daydream.transforms.distributed.buckets import collectives, iterations_of
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
-from daydream.transforms.optimizations import FACTOR_RANGE, MAX_WORLD, Context, Optimization, Parameter, register
 from daydream.transforms.primitives import remove
+from daydream.transforms.registry import FACTOR_RANGE, MAX_WORLD, Context, Optimization, Parameter, register
 
 
 def _no_comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

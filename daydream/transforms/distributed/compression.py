@@ -9,7 +9,7 @@ from daydream.graph import Graph
 from daydream.transforms.distributed.buckets import collectives
 from daydream.transforms.distributed.comm import is_allreduce
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
-from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, bandwidth, register
+from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, bandwidth, register
 
 
 def _grad_compression(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

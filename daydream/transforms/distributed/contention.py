@@ -25,7 +25,7 @@ from daydream.errors import InputError
 from daydream.graph import Graph
 from daydream.intervals import Coverage
 from daydream.trace import EventKind, Trace
-from daydream.transforms.optimizations import Context, Parameter
+from daydream.transforms.registry import Context, Parameter
 
 CONTENTION_PARAMETER = Parameter(
     str, "auto", "auto: calibrated from the trace (GPU: kernels with and without a recorded collective beside them; "

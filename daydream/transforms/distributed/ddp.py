@@ -29,7 +29,7 @@ from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, cal
 from daydream.transforms.distributed.copies import CopySpeed, copy_back, copy_speed, scale_into_buckets
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, Fabric, fabric, parse_bytes
 from daydream.transforms.distributed.stragglers import STRAGGLERS_PARAMETER, straggler_wait
-from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
+from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
      "bucket": Parameter(str, "25MiB", "bucket size"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from daydream.errors import InputError
 from daydream.interconnect import Interconnect, collective_time_ns, interconnect, interconnect_of_device, normalize_operation
-from daydream.transforms.optimizations import Context, Parameter, bandwidth
+from daydream.transforms.registry import Context, Parameter, bandwidth
 
 GPUS_PER_NODE = 8
 TOPOLOGIES = ("flat", "hierarchical")

@@ -24,7 +24,7 @@ from daydream.transforms.distributed.buckets import (
 )
 from daydream.transforms.distributed.ddp import DATA_PARALLEL_PARAMETERS
 from daydream.transforms.distributed.fabric import fabric, parse_bytes
-from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
+from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 
 def _p3(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daydream.transforms.optimizations import Parameter
+from daydream.transforms.registry import Parameter
 
 #: Fewer recorded iterations than this give no estimate of their spread.
 MIN_ITERATIONS = 3

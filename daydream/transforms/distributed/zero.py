@@ -23,7 +23,7 @@ from daydream.transforms.distributed.buckets import (
 )
 from daydream.transforms.distributed.ddp import DATA_PARALLEL_PARAMETERS, data_parallel
 from daydream.transforms.distributed.fabric import Fabric, fabric
-from daydream.transforms.optimizations import MAX_WORLD, Context, Optimization, Parameter, register
+from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 
 def _scale_optimizer(graph: Graph, iteration: int, world: int) -> int:
