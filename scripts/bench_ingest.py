@@ -40,6 +40,25 @@ total = time.perf_counter() - start
 print(json.dumps({"seconds": read, "with_summary": total, "events": sum(t.meta.events_in_file for t in job.traces)}))
 """
 
+_DAYDREAM_COLD_ZLIB = "import zlib\nfrom daydream.trace import sources\n" \
+    "sources.inflater = lambda: zlib.decompressobj(wbits=31)\n" + _DAYDREAM_COLD
+
+#: The floor: the same bytes gunzipped (as daydream does: python-isal where installed) and decoded by msgspec into
+#: daydream's own typed structs, nothing else.
+_BARE_DECODE = """
+import json, sys, time
+import msgspec
+from daydream.trace.kineto import _Envelope, _Event
+from daydream.trace.sources import inflater
+start = time.perf_counter()
+data = open(sys.argv[1], "rb").read()
+text = inflater().decompress(data) if data[:2] == b"\\x1f\\x8b" else data
+class Typed(_Envelope, kw_only=True):
+    traceEvents: list[_Event]
+document = msgspec.json.decode(text, type=Typed)
+print(json.dumps({"seconds": time.perf_counter() - start}))
+"""
+
 _DAYDREAM_CACHED = """
 import json, sys, time
 from daydream.api import open_job
@@ -103,7 +122,11 @@ def main() -> int:
     cache = Path(tempfile.mkdtemp(prefix="daydream-bench-"))
     env = {**os.environ, "DAYDREAM_CACHE_DIR": str(cache)}
     try:
-        cold = [run_child(sys.executable, _DAYDREAM_COLD, str(trace), env) for _ in range(options.repeat)]
+        cold, bare, cold_zlib = [], [], []
+        for _ in range(options.repeat):  # interleaved, so that a change in the machine's load hits all three
+            cold.append(run_child(sys.executable, _DAYDREAM_COLD, str(trace), env))
+            bare.append(run_child(sys.executable, _BARE_DECODE, str(trace), env))
+            cold_zlib.append(run_child(sys.executable, _DAYDREAM_COLD_ZLIB, str(trace), env))
         cold_peak = peak_rss_mib(sys.executable, _DAYDREAM_COLD, str(trace), env)
         run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env)  # first cached open writes the cache
         warm = [run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env) for _ in range(options.repeat)]
@@ -117,12 +140,17 @@ def main() -> int:
 
     events = int(cold[0]["events"])
     cold_s = statistics.median(r["seconds"] for r in cold)
+    bare_s = statistics.median(r["seconds"] for r in bare)
+    zlib_s = statistics.median(r["seconds"] for r in cold_zlib)
     cold_summary_s = statistics.median(r["with_summary"] for r in cold)
     warm_s = statistics.median(r["seconds"] for r in warm)
     warm_summary_s = statistics.median(r["with_summary"] for r in warm)
     rows = [
         ("trace", f"{trace} ({trace.stat().st_size / 2**20:.1f} MiB, {events:,} events)"),
         ("daydream cold read+link", f"{cold_s:.3f} s  ({events / cold_s:,.0f} events/s), peak {cold_peak:.0f} MiB"),
+        ("bare typed decode (floor)", f"{bare_s:.3f} s: gunzip + msgspec into daydream's structs; daydream cold is "
+                                      f"{cold_s / bare_s:.2f}x it"),
+        ("daydream cold, zlib gunzip", f"{zlib_s:.3f} s (without python-isal)"),
         ("daydream cold + summary", f"{cold_summary_s:.3f} s"),
         ("daydream cached open", f"{warm_s:.4f} s  ({cold_s / warm_s:.0f}x faster than cold)"),
         ("daydream cached + summary", f"{warm_summary_s:.4f} s  ({cold_summary_s / warm_summary_s:.0f}x faster than cold + summary)"),

@@ -114,12 +114,21 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(str(exc), exc.exit_code)
         return _main(args)
     finally:
+        _forget_settings()
         if watching is not None:
             watching.set()
         if previous is not None:
             import signal
 
             signal.signal(signal.SIGTERM, previous)
+
+
+def _forget_settings() -> None:
+    """A command's --workers and --ray end with it (a later call of the API in this process reads the defaults)."""
+    ranks = sys.modules.get("daydream.ranks")
+    if ranks is not None:
+        ranks.SETTINGS.workers = None
+        ranks.SETTINGS.ray = None
 
 
 def _main(args: list[str]) -> int:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from daydream._environment import environment_size
 from daydream.errors import InputError, TraceFormatError
@@ -208,37 +208,53 @@ def _archive_sources(root: Path) -> list[Source]:
 def _blocks(handle: IO[bytes], label: str, size: int, limit: int, progress: Progress | None) -> Iterator[bytes]:
     """The document's bytes, decompressed when gzip, a block (at most BLOCK bytes) at a time."""
     head = handle.read(2)
-    if head != _GZIP_MAGIC:
-        if size > limit:
-            raise _too_large(label, size, limit)
-        produced = len(head)
-        yield head
-        while chunk := handle.read(BLOCK):
-            produced += len(chunk)
-            if produced > limit:
-                raise _too_large(label, produced, limit)
-            yield chunk
-        if progress:
-            progress("reading", produced, produced)
-        return
-    inflater = zlib.decompressobj(wbits=31)
-    data = head
+    if head == _GZIP_MAGIC:
+        yield from _gunzipped_blocks(handle, head, label, size, limit, progress)
+    else:
+        yield from _plain_blocks(handle, head, label, size, limit, progress)
+
+
+def _plain_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: int,
+                  progress: Progress | None) -> Iterator[bytes]:
+    if size > limit:
+        raise _too_large(label, size, limit)
+    produced = len(head)
+    yield head
+    while chunk := handle.read(BLOCK):
+        produced += len(chunk)
+        if produced > limit:
+            raise _too_large(label, produced, limit)
+        yield chunk
+    if progress:
+        progress("reading", produced, produced)
+
+
+def inflater() -> Any:
+    """A gzip decompressor with zlib's interface (bounded output, `unconsumed_tail`, `unused_data`, `eof`): python-isal's
+    where it is installed (about twice zlib's speed), else zlib's."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib.decompressobj(wbits=31)
+    return isal_zlib.decompressobj(wbits=31)
+
+
+def _gunzipped_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: int,
+                      progress: Progress | None) -> Iterator[bytes]:
+    """Each gzip member in turn (a file may hold several back to back), BLOCK bytes at most at a time, refusing
+    output past `limit` or growing like a bomb."""
+    stream, data = inflater(), head
     consumed = produced = 0
     try:
         while True:
-            block = inflater.decompress(data, BLOCK)
+            block = stream.decompress(data, BLOCK)
             while True:
                 produced += len(block)
                 _check_growth(label, produced, consumed, limit)
                 if block:
                     yield block
-                if inflater.unconsumed_tail:
-                    block = inflater.decompress(inflater.unconsumed_tail, BLOCK)
-                elif inflater.eof and inflater.unused_data:  # a gzip file may hold several members back to back
-                    rest = inflater.unused_data
-                    inflater = zlib.decompressobj(wbits=31)
-                    block = inflater.decompress(rest, BLOCK)
-                else:
+                block, stream = _next_block(stream)
+                if block is None:
                     break
             data = handle.read(_CHUNK)
             consumed += len(data)
@@ -246,10 +262,32 @@ def _blocks(handle: IO[bytes], label: str, size: int, limit: int, progress: Prog
                 progress("decompressing", min(consumed, size), size)
             if not data:
                 break
-    except zlib.error as exc:
+    except (zlib.error, _isal_error()) as exc:
         raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})", "re-copy the file; it is damaged") from None
-    if not inflater.eof:
+    if not stream.eof:
         raise TraceFormatError(label, "gzip stream is truncated", "the file was cut short; re-copy or re-record it")
+
+
+def _next_block(stream: Any) -> tuple[bytes | None, Any]:
+    """The next block of what `stream` holds already, and the stream that holds the rest (a new one for a next
+    member); None when it needs more input."""
+    if stream.eof:  # first: past a member's end zlib keeps its input in `unconsumed_tail` too
+        if not stream.unused_data:
+            return None, stream
+        rest, stream = stream.unused_data, inflater()
+        return stream.decompress(rest, BLOCK), stream
+    if stream.unconsumed_tail:
+        return stream.decompress(stream.unconsumed_tail, BLOCK), stream
+    return None, stream
+
+
+def _isal_error() -> type[Exception]:
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib.error
+    error: type[Exception] = getattr(isal_zlib, "error")  # noqa: B009  (its stub types the class as an instance)
+    return error
 
 
 def _check_growth(label: str, produced: int, consumed: int, limit: int) -> None:

@@ -1,0 +1,63 @@
+"""Reading a document's bytes: gzip through python-isal where installed and zlib otherwise, the same bytes either way."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import pytest
+
+from daydream.errors import DaydreamError
+from daydream.trace import sources
+from daydream.trace.sources import Source
+
+#: Text that compresses well, long enough for several blocks of output.
+TEXT = b"".join(b'{"ph": "X", "name": "aten::add", "ts": %d, "dur": 3},\n' % i for i in range(200_000))
+
+
+@pytest.fixture(params=["as installed", "zlib"])
+def decompressor(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "zlib":
+        monkeypatch.setattr(sources, "inflater", lambda: zlib.decompressobj(wbits=31))
+    return str(request.param)
+
+
+def _read(path: Path, limit: int = 1 << 40) -> bytes:
+    source = Source(path, None, path.stat().st_size, path.stat().st_mtime_ns)
+    with open(path, "rb") as handle:
+        return b"".join(sources._blocks(handle, str(path), source.size, limit, None))
+
+
+def test_gzip_members_back_to_back_read_whole(tmp_path: Path, decompressor: str) -> None:
+    # Two gzip members concatenated are one file to gunzip (`cat a.gz b.gz`); each block at most BLOCK bytes.
+    path = tmp_path / "two.json.gz"
+    path.write_bytes(gzip.compress(TEXT[:5_000_000]) + gzip.compress(TEXT[5_000_000:]))
+    with open(path, "rb") as handle:
+        blocks = list(sources._blocks(handle, str(path), path.stat().st_size, 1 << 40, None))
+    assert b"".join(blocks) == TEXT and max(len(b) for b in blocks) <= sources.BLOCK
+
+
+def test_plain_text_passes_through(tmp_path: Path, decompressor: str) -> None:
+    path = tmp_path / "plain.json"
+    path.write_bytes(TEXT)
+    assert _read(path) == TEXT
+
+
+def test_damaged_gzip_is_one_error_naming_the_file(tmp_path: Path, decompressor: str) -> None:
+    packed = bytearray(gzip.compress(TEXT))
+    truncated, corrupt = tmp_path / "cut.json.gz", tmp_path / "bad.json.gz"
+    truncated.write_bytes(bytes(packed[: len(packed) // 2]))
+    packed[20:60] = b"\xff" * 40
+    corrupt.write_bytes(bytes(packed))
+    with pytest.raises(DaydreamError, match="truncated"):
+        _read(truncated)
+    with pytest.raises(DaydreamError, match=r"bad\.json\.gz"):
+        _read(corrupt)
+
+
+def test_output_past_the_limit_is_refused(tmp_path: Path, decompressor: str) -> None:
+    path = tmp_path / "big.json.gz"
+    path.write_bytes(gzip.compress(TEXT))
+    with pytest.raises(DaydreamError, match="DAYDREAM_MAX_BYTES"):
+        _read(path, limit=len(TEXT) // 2)
