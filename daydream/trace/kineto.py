@@ -230,60 +230,89 @@ _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 _CUT_ATTEMPTS = 8
 
 
+class _Window:
+    """The document's text from where reading has got to: a growing buffer of its blocks."""
+
+    def __init__(self, document: Readable, progress: Progress | None) -> None:
+        self.blocks = iter(document.blocks(progress))
+        self.buffer = bytearray()
+        self.at_end = False
+
+    def more(self) -> bool:
+        """Append the next block; False (and `at_end`) when there is none."""
+        block = next(self.blocks, None)
+        if block is None:
+            self.at_end = True
+            return False
+        self.buffer.extend(block)
+        return True
+
+    def fill(self, size: int) -> None:
+        """Read on until the buffer holds `size` bytes or the text ends."""
+        while not self.at_end and len(self.buffer) < size:
+            self.more()
+
+
 def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], progress: Progress | None) -> Any:
     """Read `document`'s events into `columns` a window at a time; its envelope (None for a bare list of events), or
     _NOT_STREAMED when the text cannot be cut with certainty (`columns` is then partly filled: discard it)."""
-    blocks = iter(document.blocks(progress))
-    buffer = bytearray()
-    at_end = False
+    window = _Window(document, progress)
+    window.fill(4096)
+    opened = _open_events(window)
+    if opened is _NOT_STREAMED:
+        return _NOT_STREAMED
+    prefix_envelope, start = opened
+    window.buffer[:start] = b"["  # from here on the buffer reads as the start of a list of events
+    if not _cut_windows(window, columns, skipped):
+        return _NOT_STREAMED
+    return _last_events(window.buffer, prefix_envelope, columns, skipped, document.label)
 
-    def more() -> bool:
-        nonlocal at_end
-        block = next(blocks, None)
-        if block is None:
-            at_end = True
-            return False
-        buffer.extend(block)
-        return True
 
-    while len(buffer) < 4096 and more():
-        pass
+def _open_events(window: _Window) -> Any:
+    """(the envelope before the events, or None for a bare list; where the first event starts), or _NOT_STREAMED."""
+    buffer = window.buffer
     first = _first_byte(buffer)
     if first == b"[":
-        prefix_envelope, start = None, buffer.index(b"[") + 1
-    elif first == b"{":
-        found = _EVENTS_KEY.search(buffer)
-        while found is None and len(buffer) < 64 * WINDOW and more():
-            found = _EVENTS_KEY.search(buffer)
-        if found is None:
-            return _NOT_STREAMED
-        try:  # the key is the document's own, not text inside another value, when what precedes it closes as a document
-            prefix_envelope = msgspec.json.decode(bytes(buffer[:found.start()]) + b'"traceEvents":[]}', type=_RawFile)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            return _NOT_STREAMED
-        start = found.end()
-    else:
+        return None, buffer.index(b"[") + 1
+    if first != b"{":
         return _NOT_STREAMED
-    buffer[:start] = b"["  # from here on the buffer reads as the start of a list of events
+    found = _EVENTS_KEY.search(buffer)
+    while found is None and len(buffer) < 64 * WINDOW and window.more():
+        found = _EVENTS_KEY.search(buffer)
+    if found is None:
+        return _NOT_STREAMED
+    try:  # the key is the document's own, not text inside another value, when what precedes it closes as a document
+        envelope = msgspec.json.decode(bytes(buffer[:found.start()]) + b'"traceEvents":[]}', type=_RawFile)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _NOT_STREAMED
+    return envelope, found.end()
+
+
+def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) -> bool:
+    """Decode the events a window at a time, up to the text's end; False when the text cannot be cut with certainty."""
+    buffer = window.buffer
     while True:
-        while not at_end and len(buffer) < WINDOW:
-            more()
+        window.fill(WINDOW)
         try:
-            cut = _cut(buffer, columns, skipped) if not at_end else None
+            cut = _cut(buffer, columns, skipped) if not window.at_end else None
         except RecursionError:  # an event nested deeper than the decoder goes: the whole-document path says so
-            return _NOT_STREAMED
+            return False
         if cut is None:
-            if at_end:
-                break
+            if window.at_end:
+                return True
             if len(buffer) > 8 * WINDOW:  # no event ends in this much text: not a layout the stream can cut
-                return _NOT_STREAMED
-            more()
+                return False
+            window.more()
             continue
         try:
             del buffer[1:cut]
         except BufferError:  # something decoded still views the old text: start a new buffer
             buffer[:] = b"[" + bytes(buffer[cut:])
-    # The rest: the last events, the array's end and the keys after it.
+
+
+def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns, skipped: dict[str, int],
+                 label: str) -> Any:
+    """The rest: the last events, the array's end and the keys after it; the whole envelope, or _NOT_STREAMED."""
     try:
         if prefix_envelope is None:
             tail_events = msgspec.json.decode(bytes(buffer), type=list[msgspec.Raw])
@@ -295,7 +324,7 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _NOT_STREAMED
     buffer.clear()
-    for chunk in _decoded_chunks(tail_events, skipped, document.label):
+    for chunk in _decoded_chunks(tail_events, skipped, label):
         columns.add(chunk, skipped)
     if columns.decoded == 0:
         return _NOT_STREAMED  # no event read: the whole-document path says why

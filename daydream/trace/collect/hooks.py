@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -115,14 +115,11 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     torch's `record_function` (what torch.profiler records as a user annotation).
     """
     import torch
-    from torch.nn.modules import module as module_hooks
-    from torch.optim import optimizer as optimizer_hooks
 
     if open_range is None:
         from torch.autograd.profiler import record_function as torch_range
 
         open_range = torch_range
-    record_function: Callable[[str], RangeScope] = open_range
     seen = {"forward": 0, "backward": 0, "optimizer": 0}
     watch = _NoStepNotice(step_fn, seen=seen)
 
@@ -134,28 +131,42 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     hooks._restore.append(watch.cancel)
     hooks._names = weakref.WeakKeyDictionary()
     hooks._models, hooks._optimizers = weakref.WeakSet(), weakref.WeakSet()
+    _hook_modules(hooks, open_range, step_fn, _is_compiling(torch))
+    _hook_optimizers(hooks, open_range, step_fn)
+    _hook_backward(hooks, open_range, step_fn)
+    if step_fn is not None and ":" in step_fn:
+        _wrap_step_fn(step_fn, hooks, search_path)
+    return hooks
 
-    def name_of(module: Any) -> str:
-        known = hooks._names.get(module)
-        if known is not None:
-            return known
-        root = type(module).__name__
-        count = hooks._roots.get(root, 0) + 1
-        hooks._roots[root] = count
-        root_name = root if count == 1 else f"{root}#{count}"
-        for path, child in module.named_modules():
-            if child in hooks._names:
-                continue
-            full = f"{root_name}.{path}" if path else root_name
-            hooks._names[child] = full
-            gradient_bytes, gradient_tensors = _own_gradients(child)
-            buffers = _own_buffer_bytes(child)
-            hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
-                                           gradient_bytes=gradient_bytes, gradient_tensors=gradient_tensors,
-                                           buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
-        return hooks._names[module]
 
-    compiling = _is_compiling(torch)
+def _layer_name(hooks: Hooks, module: Any) -> str:
+    """The layer path of `module` (its model's class, numbered from the second model of a class, then the path);
+    the first time a model is seen, every module in it is named and its LayerInfo recorded."""
+    known = hooks._names.get(module)
+    if known is not None:
+        return known
+    root = type(module).__name__
+    count = hooks._roots.get(root, 0) + 1
+    hooks._roots[root] = count
+    root_name = root if count == 1 else f"{root}#{count}"
+    for path, child in module.named_modules():
+        if child in hooks._names:
+            continue
+        full = f"{root_name}.{path}" if path else root_name
+        hooks._names[child] = full
+        gradient_bytes, gradient_tensors = _own_gradients(child)
+        buffers = _own_buffer_bytes(child)
+        hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
+                                       gradient_bytes=gradient_bytes, gradient_tensors=gradient_tensors,
+                                       buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
+    return hooks._names[module]
+
+
+def _hook_modules(hooks: Hooks, record_function: Callable[[str], RangeScope], step_fn: str | None,
+                  compiling: Callable[[], bool]) -> None:
+    """Every module's forward marked as its layer, the outermost one also as the forward phase."""
+    from torch.nn.modules import module as module_hooks
+
     # torch.compile warns that global module hooks fire once more for its wrapper: these are daydream's, not the
     # script's, and the wrapper's extra call is a layer like any other.
     warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
@@ -163,18 +174,10 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     def before_forward(module: Any, args: Any) -> None:
         if compiling():  # inside torch.compile's tracing: a marker there would break the compile (and never run)
             return
-        scopes = []
-        if hooks._depth == 0 and not hooks._in_backward:
-            if step_fn is None and _updated_by_hand(hooks):
-                hooks.on_step()
-            hooks.seen["forward"] += 1
-            scopes.append(record_function(PHASE_PREFIX + "forward"))
-            hooks._models.add(module)
-            if hooks.leading_size is None:
-                hooks.leading_size = _leading_dimension(args)
+        scopes = _forward_phase(hooks, module, args, record_function, step_fn)
         if hooks.sequence_first is None and getattr(module, "batch_first", True) is False:
             hooks.sequence_first = _sequence_and_batch(args)
-        scopes.append(record_function(LAYER_PREFIX + name_of(module)))
+        scopes.append(record_function(LAYER_PREFIX + _layer_name(hooks, module)))
         for scope in scopes:
             scope.__enter__()
         hooks._open.append(scopes)
@@ -189,6 +192,26 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
     hooks._handles.append(module_hooks.register_module_forward_pre_hook(before_forward))
     hooks._handles.append(module_hooks.register_module_forward_hook(after_forward, always_call=True))
+
+
+def _forward_phase(hooks: Hooks, module: Any, args: Any, record_function: Callable[[str], RangeScope],
+                   step_fn: str | None) -> list[RangeScope]:
+    """The forward phase's scope when `module` is an outermost forward (none otherwise); a hand-written update before
+    it ends the iteration, and the first one's inputs give the batch's leading size."""
+    if hooks._depth or hooks._in_backward:
+        return []
+    if step_fn is None and _updated_by_hand(hooks):
+        hooks.on_step()
+    hooks.seen["forward"] += 1
+    hooks._models.add(module)
+    if hooks.leading_size is None:
+        hooks.leading_size = _leading_dimension(args)
+    return [record_function(PHASE_PREFIX + "forward")]
+
+
+def _hook_optimizers(hooks: Hooks, record_function: Callable[[str], RangeScope], step_fn: str | None) -> None:
+    """Every optimizer step marked as the optimizer phase; the first optimizer's step ends an iteration."""
+    from torch.optim import optimizer as optimizer_hooks
 
     optimizer_scope: list[Any] = []
 
@@ -210,6 +233,11 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
     hooks._handles.append(optimizer_hooks.register_optimizer_step_pre_hook(before_step))
     hooks._handles.append(optimizer_hooks.register_optimizer_step_post_hook(after_step))
 
+
+def _hook_backward(hooks: Hooks, record_function: Callable[[str], RangeScope], step_fn: str | None) -> None:
+    """torch.autograd.backward wrapped to mark the backward phase (restored by Hooks.remove)."""
+    import torch
+
     original_backward = torch.autograd.backward
 
     def backward(*args: Any, **kwargs: Any) -> Any:
@@ -226,9 +254,6 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
     torch.autograd.backward = backward
     hooks._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
-    if step_fn is not None and ":" in step_fn:
-        _wrap_step_fn(step_fn, hooks, search_path)
-    return hooks
 
 
 def _parameter_versions(hooks: Hooks) -> tuple[int, int, int]:
@@ -420,6 +445,30 @@ def _own_buffer_bytes(module: Any) -> dict[str, int]:
 SNAPSHOT_CATEGORIES = ("weights", "gradients", "optimizer state", "other tensors")
 
 
+def _held_tensors(models: list[Any], optimizers: list[Any]) -> Iterator[tuple[Any, str]]:
+    """(tensor or None, category) of what the models and optimizers hold, in the order that decides a shared
+    tensor's category (parameters and buffers as weights first), then every other tensor Python holds."""
+    import gc
+
+    import torch
+
+    groups = [group.get("params", []) for optimizer in optimizers for group in getattr(optimizer, "param_groups", [])]
+    parameters = [p for model in models for p in model.parameters()] + [p for group in groups for p in group]
+    yield from ((parameter, "weights") for parameter in parameters)
+    yield from ((buffer, "weights") for model in models for buffer in model.buffers())
+    yield from ((getattr(parameter, "grad", None), "gradients") for parameter in parameters)
+    for optimizer in optimizers:
+        for state in getattr(optimizer, "state", {}).values():
+            yield from ((value, "optimizer state") for value in (state.values() if isinstance(state, dict) else ()))
+    # Every other tensor alive: what the trace will call "before the trace". type(), not isinstance(): some
+    # objects (deprecated module proxies) warn when asked for their __class__.
+    tensor_type, parameter_type = torch.Tensor, torch.nn.Parameter
+    for candidate in gc.get_objects():
+        kind = type(candidate)
+        if issubclass(kind, tensor_type) and not issubclass(kind, parameter_type):
+            yield candidate, "other tensors"
+
+
 class MemorySnapshot:
     """The tensors the models, optimizers and script hold at one moment, by device and category, each storage once.
 
@@ -436,57 +485,39 @@ class MemorySnapshot:
     def take(cls, models: list[Any], optimizers: list[Any]) -> MemorySnapshot:
         """See Hooks.memory_snapshot. A tensor shared by a model and an optimizer (its parameters) counts once, as
         weights; "other tensors" are the rest of the tensors Python holds (a dataset in memory, say)."""
-        import gc
-
         import torch
 
         snapshot = cls()
         seen: set[tuple[str, int]] = set()
-
-        def add(tensor: Any, category: str) -> None:
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" or type(tensor).__name__ == "FakeTensor":
-                return  # FakeTensor: torch.compile's stand-in while tracing, holding no memory
-            try:
-                storage = tensor.untyped_storage()
-                key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
-            except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, wrapped): its elements
-                key, size = (str(tensor.device), id(tensor)), int(tensor.numel()) * int(tensor.element_size())
-            if key in seen or size <= 0:
-                return
-            seen.add(key)
-            label = "cpu" if tensor.device.type == "cpu" else f"{tensor.device.type}:{tensor.device.index or 0}"
-            try:
-                reference: Any = weakref.ref(tensor)
-            except TypeError:
-                reference = lambda: tensor  # noqa: E731  (cannot be watched: taken as surviving)
-            snapshot.entries.append((reference, label, category, size))
-
-        groups = [group.get("params", []) for optimizer in optimizers for group in getattr(optimizer, "param_groups", [])]
-        parameters = [p for model in models for p in model.parameters()] + [p for group in groups for p in group]
-        for parameter in parameters:
-            add(parameter, "weights")
-        for model in models:
-            for buffer in model.buffers():
-                add(buffer, "weights")
-        for parameter in parameters:
-            add(getattr(parameter, "grad", None), "gradients")
-        for optimizer in optimizers:
-            for state in getattr(optimizer, "state", {}).values():
-                for value in state.values() if isinstance(state, dict) else ():
-                    add(value, "optimizer state")
-        # Every other tensor alive: what the trace will call "before the trace". type(), not isinstance(): some
-        # objects (deprecated module proxies) warn when asked for their __class__.
-        tensor_type, parameter_type = torch.Tensor, torch.nn.Parameter
-        for candidate in gc.get_objects():
-            kind = type(candidate)
-            if issubclass(kind, tensor_type) and not issubclass(kind, parameter_type):
-                add(candidate, "other tensors")
+        for tensor, category in _held_tensors(models, optimizers):
+            snapshot._add(tensor, category, seen)
         if torch.cuda.is_available():
             for index in range(torch.cuda.device_count()):
                 snapshot.gpu[f"cuda:{index}"] = {"allocated": int(torch.cuda.memory_allocated(index)),
                                                  "reserved": int(torch.cuda.memory_reserved(index)),
                                                  **allocator_summary(torch.cuda.memory_stats(index))}
         return snapshot
+
+    def _add(self, tensor: Any, category: str, seen: set[tuple[str, int]]) -> None:
+        """`tensor`'s storage under `category`, unless a storage already counted or no real memory."""
+        import torch
+
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" or type(tensor).__name__ == "FakeTensor":
+            return  # FakeTensor: torch.compile's stand-in while tracing, holding no memory
+        try:
+            storage = tensor.untyped_storage()
+            key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, wrapped): its elements
+            key, size = (str(tensor.device), id(tensor)), int(tensor.numel()) * int(tensor.element_size())
+        if key in seen or size <= 0:
+            return
+        seen.add(key)
+        label = "cpu" if tensor.device.type == "cpu" else f"{tensor.device.type}:{tensor.device.index or 0}"
+        try:
+            reference: Any = weakref.ref(tensor)
+        except TypeError:
+            reference = lambda: tensor  # noqa: E731  (cannot be watched: taken as surviving)
+        self.entries.append((reference, label, category, size))
 
     def counts(self, surviving_only: bool) -> dict[str, dict[str, int]]:
         """Per device, bytes per category (of the tensors still alive, with `surviving_only`)."""

@@ -37,76 +37,92 @@ def _quiet_stderr() -> Iterator[None]:
 def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
     """(trace document or None, iterations recorded, how the script ended)."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
-    warmup, active = options.warmup, options.iterations
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")  # no profiler warmup with --warmup 0: asked for
-        plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
-    exported: dict[str, str] = {}
     scratch = tempfile.mkdtemp(prefix="daydream-capture-")
-
-    def ready(profiler: Any) -> None:
-        path = os.path.join(scratch, "trace.json")
-        profiler.export_chrome_trace(path)
-        exported["path"] = path
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
-        profiler = profile(activities=activities, schedule=plan, on_trace_ready=ready, record_shapes=True,
-                           profile_memory=options.memory, with_stack=False)
-    steps = 0
-    wanted = warmup + active
-    before = hook_module.MemoryBeforeTrace(warmup)
-
-    def on_step() -> None:
-        nonlocal steps
-        steps += 1
-        before.before_step(steps, installed)
-        with _quiet_stderr():
-            profiler.step()
-        before.after_step(steps)
-        if status:
-            if steps < warmup:
-                status(f"warming up: iteration {steps + 1} of {warmup}")
-            elif steps < wanted:
-                status(f"recording iteration {steps - warmup + 1} of {active}")
-        if steps >= wanted and "path" in exported and not options.finish:
-            raise CaptureComplete
-
-    installed = hook_module.install(on_step, options.step_fn, search_path=options.search_path)
-    if options.step_fn and ":" not in options.step_fn:
-        hook_module.watch_script_function(options.step_fn, options.path, installed)
-    if status:
-        status("warming up" if warmup else f"recording iteration 1 of {active}")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
-        with _quiet_stderr():
-            profiler.start()
-        try:
-            outcome = run_script(options.script, options.args, module=options.module)
-        finally:
-            installed.remove()
-            if "path" not in exported:
-                exported["incomplete"] = "1"
-            with _quiet_stderr():
-                try:
-                    profiler.stop()
-                except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
-                    pass
-    outcome.steps = steps
-    recorded = max(0, min(steps - warmup, active))
+    capture = _Capture(options, status, scratch)
+    outcome = capture.run()
+    recorded = max(0, min(capture.steps - options.warmup, options.iterations))
     try:
-        if "incomplete" in exported or recorded < active:
+        if "incomplete" in capture.exported or recorded < options.iterations:
             return None, recorded, outcome
-        with open(exported["path"], encoding="utf-8") as handle:
+        with open(capture.exported["path"], encoding="utf-8") as handle:
             document = json.load(handle)
     finally:  # the scratch folder goes, whether the recording ended early or not
         shutil.rmtree(scratch, ignore_errors=True)
-    layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = daydream_metadata(options, "torch", layers, installed.batch_size, before.recorded())
+    layers = {path: info.as_metadata() for path, info in capture.installed.layers.items()}
+    document["daydream"] = daydream_metadata(options, "torch", layers, capture.installed.batch_size,
+                                             capture.before.recorded())
     return document, recorded, outcome
+
+
+class _Capture:
+    """One torch.profiler recording of the script: the profiler stepped at each iteration boundary the hooks see,
+    its trace exported into `scratch` when the schedule's active iterations end."""
+
+    def __init__(self, options: CaptureOptions, status: Status | None, scratch: str) -> None:
+        self.options, self.status, self.scratch = options, status, scratch
+        self.steps = 0
+        self.exported: dict[str, str] = {}
+        self.before = hook_module.MemoryBeforeTrace(options.warmup)
+        self.profiler = self._profiler()
+        self.installed = hook_module.install(self.on_step, options.step_fn, search_path=options.search_path)
+        if options.step_fn and ":" not in options.step_fn:
+            hook_module.watch_script_function(options.step_fn, options.path, self.installed)
+
+    def _profiler(self) -> Any:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        warmup, active = self.options.warmup, self.options.iterations
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")  # no profiler warmup with --warmup 0: asked for
+            plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
+            return profile(activities=activities, schedule=plan, on_trace_ready=self.ready, record_shapes=True,
+                           profile_memory=self.options.memory, with_stack=False)
+
+    def ready(self, profiler: Any) -> None:
+        path = os.path.join(self.scratch, "trace.json")
+        profiler.export_chrome_trace(path)
+        self.exported["path"] = path
+
+    def on_step(self) -> None:
+        self.steps += 1
+        self.before.before_step(self.steps, self.installed)
+        with _quiet_stderr():
+            self.profiler.step()
+        self.before.after_step(self.steps)
+        self._say_where()
+        wanted = self.options.warmup + self.options.iterations
+        if self.steps >= wanted and "path" in self.exported and not self.options.finish:
+            raise CaptureComplete
+
+    def _say_where(self) -> None:
+        warmup, active = self.options.warmup, self.options.iterations
+        if self.status is None:
+            return
+        if self.steps < warmup:
+            self.status(f"warming up: iteration {self.steps + 1} of {warmup}")
+        elif self.steps < warmup + active:
+            self.status(f"recording iteration {self.steps - warmup + 1} of {active}")
+
+    def run(self) -> ScriptOutcome:
+        """Run the script under the profiler; the hooks come off and the profiler stops however it ends."""
+        if self.status:
+            self.status("warming up" if self.options.warmup else f"recording iteration 1 of {self.options.iterations}")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
+            with _quiet_stderr():
+                self.profiler.start()
+            try:
+                outcome = run_script(self.options.script, self.options.args, module=self.options.module)
+            finally:
+                self.installed.remove()
+                if "path" not in self.exported:
+                    self.exported["incomplete"] = "1"
+                with _quiet_stderr():
+                    try:
+                        self.profiler.stop()
+                    except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
+                        pass
+        outcome.steps = self.steps
+        return outcome
