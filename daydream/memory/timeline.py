@@ -108,24 +108,50 @@ def analyze_memory(trace: Trace) -> list[DeviceMemory]:
     return results
 
 
+@dataclass(slots=True)
+class _Allocations:
+    """A device's allocations paired from its [memory] events (columns, one row per allocation)."""
+
+    size: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    category: np.ndarray
+    layer: np.ndarray
+    phase: np.ndarray
+
+    def extend(self, size: np.ndarray, start: np.ndarray, category: np.ndarray) -> None:
+        """Allocations alive to the end, of no layer or phase."""
+        count = size.size
+        self.size, self.start = np.concatenate([self.size, size]), np.concatenate([self.start, start])
+        self.end = np.concatenate([self.end, np.full(count, NEVER, dtype=np.int64)])
+        self.category = np.concatenate([self.category, category])
+        self.layer = np.concatenate([self.layer, np.full(count, NO_VALUE, dtype=self.layer.dtype)])
+        self.phase = np.concatenate([self.phase, np.full(count, NO_VALUE, dtype=self.phase.dtype)])
+
+
+def _paired(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray, phase: np.ndarray, layer: np.ndarray,
+            bounds: np.ndarray, owner_end: np.ndarray) -> tuple[_Allocations, np.ndarray]:
+    """The allocations of one device's events (per event: time, signed size, address, phase, layer, the end of the op
+    that owns it as workspace), classified; and per allocation the event that frees it (-1: never)."""
+    alloc_index, free_index = _pair(times, sizes, addresses)
+    start = times[alloc_index]
+    end = np.where(free_index >= 0, times[np.maximum(free_index, 0)], NEVER)
+    category = _classify(start, end, phase[alloc_index],
+                         np.where(free_index >= 0, phase[np.maximum(free_index, 0)], NO_VALUE), bounds)
+    workspace_until = owner_end[alloc_index]
+    category[(workspace_until != NO_VALUE) & (end <= workspace_until) & (category == CATEGORIES.index("temporaries"))] = \
+        CATEGORIES.index("workspace")
+    allocations = _Allocations(sizes[alloc_index], start, end, category, layer[alloc_index],
+                               phase[alloc_index].astype(np.int64))
+    return allocations, free_index
+
+
 def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase: np.ndarray, layer: np.ndarray,
             bounds: np.ndarray, layer_names: list[str], device_type: int, device_id: int,
             owner_end: np.ndarray) -> DeviceMemory:
     rows = table["event"][mine]
-    times = trace.ts_ns[rows]
-    sizes = trace.bytes[rows]
-    addresses = table["addr"][mine]
-    recorded = table["total_allocated"][mine]
-    allocs = _pair(times, sizes, addresses)
-    alloc_index, free_index = allocs
-    start = times[alloc_index]
-    end = np.where(free_index >= 0, times[np.maximum(free_index, 0)], NEVER)
-    size = sizes[alloc_index]
-    category = _classify(start, end, phase[mine][alloc_index],
-                         np.where(free_index >= 0, phase[mine][np.maximum(free_index, 0)], NO_VALUE), bounds)
-    workspace_until = owner_end[mine][alloc_index]
-    category[(workspace_until != NO_VALUE) & (end <= workspace_until) & (category == CATEGORIES.index("temporaries"))] = \
-        CATEGORIES.index("workspace")
+    times, sizes, addresses, recorded = trace.ts_ns[rows], trace.bytes[rows], table["addr"][mine], table["total_allocated"][mine]
+    allocations, free_index = _paired(times, sizes, addresses, phase[mine], layer[mine], bounds, owner_end[mine])
     has_total = bool((recorded >= 0).any())
     running = np.cumsum(sizes)
     total = recorded if has_total else running - min(0, int(running.min()))
@@ -135,65 +161,28 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
     if known is not None and label == "cpu" and has_total:
         total = total - _earlier_frees(sizes, addresses, free_index)
     peak_at = int(np.argmax(total))
-    peak_time = int(times[peak_at])
-    live = (start <= peak_time) & (end > peak_time)
-    peak = int(total[peak_at])
-    if (addresses >= 0).any():
-        categories = {name: int(size[live & (category == i)].sum()) for i, name in enumerate(CATEGORIES)}
-        categories["before the trace"] = max(0, peak - int(size[live].sum()))
-    else:  # no addresses (2021 traces): nothing can be paired, so nothing classified
-        categories = {name: 0 for name in CATEGORIES}
-        categories["other"] = peak
-        live[:] = False
-    reserved = table["total_reserved"][mine]
-    activations = live & (category == CATEGORIES.index("activations"))
-    alloc_layer = layer[mine][alloc_index]
-    per_layer = np.bincount(np.maximum(alloc_layer[activations], 0), weights=size[activations],
-                            minlength=len(layer_names)) if layer_names else np.zeros(0)
-    layers = sorted(({"name": name, "activation_bytes": int(per_layer[i])} for i, name in enumerate(layer_names) if per_layer[i]),
-                    key=lambda entry: -int(entry["activation_bytes"]))  # type: ignore[call-overload]
-    timeline_times, by_category = _stacked(times, start, end, size, category, total)
-    extra_phase = np.zeros(0, dtype=np.int64)
+    peak_time, peak = int(times[peak_at]), int(total[peak_at])
+    categories, live = _at_peak(allocations, peak_time, peak, bool((addresses >= 0).any()))
+    layers = _activation_layers(allocations, live, layer_names)
+    timeline_times, by_category = _stacked(times, allocations.start, allocations.end, allocations.size,
+                                           allocations.category, total)
     if known is not None and (addresses >= 0).any():
-        if label == "cpu":
-            # The CPU's totals count only what was allocated while memory was profiled (in this process, also by
-            # earlier sessions): what they held before the first event is replaced by what the recording found.
-            offset = before_first
-            base = sum(known.values())
-            peak += base - offset
-            categories["before the trace"] = max(0, categories["before the trace"] - offset)
-            by_category["before the trace"] = np.maximum(by_category["before the trace"] - offset, 0)
-            for name, value in known.items():
-                categories[name] += value
-                by_category[name] = by_category[name] + value
-        else:  # a GPU allocator's totals include it: name the part of "before the trace" the recording knows
-            for name, value in known.items():
-                if name == "before the trace":
-                    continue
-                taken = min(value, categories["before the trace"])
-                categories[name] += taken
-                categories["before the trace"] -= taken
-                moved = np.minimum(by_category["before the trace"], value)
-                by_category[name] = by_category[name] + moved
-                by_category["before the trace"] = by_category["before the trace"] - moved
+        peak += _known_into(known, label, before_first, categories, by_category)
+        named = [(CATEGORIES.index(name), value) for name, value in known.items() if value and name != "before the trace"]
         # As allocations alive from before the first event, so that what-ifs (zero, optimizer) act on them too.
         # ("before the trace" itself is the what-ifs' baseline series already.)
-        named = [(CATEGORIES.index(name), value) for name, value in known.items() if value and name != "before the trace"]
-        pre_trace = {"size": np.array([v for _, v in named], dtype=size.dtype),
-                     "start": np.full(len(named), int(times[0]) - 1, dtype=np.int64),
-                     "end": np.full(len(named), NEVER, dtype=np.int64),
-                     "category": np.array([c for c, _ in named], dtype=category.dtype)}
-        size, start, end, category = (np.concatenate([column, pre_trace[key]]) for column, key in
-                                      ((size, "size"), (start, "start"), (end, "end"), (category, "category")))
-        alloc_layer = np.concatenate([alloc_layer, np.full(len(named), NO_VALUE, dtype=alloc_layer.dtype)])
-        extra_phase = np.full(len(named), NO_VALUE, dtype=np.int64)
-        before_trace = "weights, gradients and optimizer state recorded by daydream trace at the first traced iteration"
-        before_trace += _allocator_before(trace, label)
+        allocations.extend(np.array([v for _, v in named], dtype=allocations.size.dtype),
+                           np.full(len(named), int(times[0]) - 1, dtype=np.int64),
+                           np.array([c for c, _ in named], dtype=allocations.category.dtype))
+        before_trace = ("weights, gradients and optimizer state recorded by daydream trace at the first traced "
+                        "iteration" + _allocator_before(trace, label))
     elif has_total and int(recorded[0]) - int(sizes[0]) > 0:
         before_trace = "allocated before the trace, from Total Allocated at the first event (not split into categories)"
     else:
         before_trace = ("missing: this trace's totals start at its first event, so what existed before it (weights, "
                         "optimizer state, data) is not counted; a trace of daydream trace with --warmup 1 or more carries it")
+    reserved = table["total_reserved"][mine]
+    a = allocations
     return DeviceMemory(
         device=label,
         peak_allocated_bytes=peak,
@@ -207,10 +196,64 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         iteration_bounds_ns=bounds,
         times_ns=timeline_times,
         by_category=by_category,
-        allocations={"size": size, "start": start, "end": end, "category": category, "layer": alloc_layer,
-                     "phase": np.concatenate([phase[mine][alloc_index], extra_phase]),
-                     "iteration": np.searchsorted(bounds, start, side="right") - 1 if bounds.size else np.zeros(size.size, dtype=np.int64)},
+        allocations={"size": a.size, "start": a.start, "end": a.end, "category": a.category, "layer": a.layer,
+                     "phase": a.phase, "iteration": _iterations(bounds, a.start)},
     )
+
+
+def _iterations(bounds: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The iteration each allocation starts in (by the iterations' start times `bounds`; 0 without any)."""
+    return np.searchsorted(bounds, start, side="right") - 1 if bounds.size else np.zeros(start.size, dtype=np.int64)
+
+
+def _at_peak(allocations: _Allocations, peak_time: int, peak: int, addressed: bool) -> tuple[dict[str, int], np.ndarray]:
+    """(bytes per category alive at the peak, which allocations are alive then); without addresses (2021 traces)
+    nothing can be paired, so everything is "other"."""
+    a = allocations
+    live = (a.start <= peak_time) & (a.end > peak_time)
+    if not addressed:
+        live[:] = False
+        return {**{name: 0 for name in CATEGORIES}, "other": peak}, live
+    categories = {name: int(a.size[live & (a.category == i)].sum()) for i, name in enumerate(CATEGORIES)}
+    categories["before the trace"] = max(0, peak - int(a.size[live].sum()))
+    return categories, live
+
+
+def _activation_layers(allocations: _Allocations, live: np.ndarray, layer_names: list[str]) -> list[dict[str, object]]:
+    """Per layer, the bytes of its activations alive at the peak, largest first (layers holding none left out)."""
+    a = allocations
+    if not layer_names:
+        return []
+    activations = live & (a.category == CATEGORIES.index("activations"))
+    per_layer = np.bincount(np.maximum(a.layer[activations], 0), weights=a.size[activations], minlength=len(layer_names))
+    entries = [{"name": name, "activation_bytes": int(per_layer[i])} for i, name in enumerate(layer_names) if per_layer[i]]
+    return sorted(entries, key=lambda entry: -int(entry["activation_bytes"]))  # type: ignore[call-overload]
+
+
+def _known_into(known: dict[str, int], label: str, before_first: int, categories: dict[str, int],
+                by_category: dict[str, np.ndarray]) -> int:
+    """What daydream trace recorded before the first event, put into the categories; how much it adds to the peak.
+
+    The CPU's totals count only what was allocated while memory was profiled (in this process, also by earlier
+    sessions): what they held before the first event is replaced by what the recording found. A GPU allocator's
+    totals include it: the recording names the part of "before the trace" it knows."""
+    if label == "cpu":
+        categories["before the trace"] = max(0, categories["before the trace"] - before_first)
+        by_category["before the trace"] = np.maximum(by_category["before the trace"] - before_first, 0)
+        for name, value in known.items():
+            categories[name] += value
+            by_category[name] = by_category[name] + value
+        return sum(known.values()) - before_first
+    for name, value in known.items():
+        if name == "before the trace":
+            continue
+        taken = min(value, categories["before the trace"])
+        categories[name] += taken
+        categories["before the trace"] -= taken
+        moved = np.minimum(by_category["before the trace"], value)
+        by_category[name] = by_category[name] + moved
+        by_category["before the trace"] = by_category["before the trace"] - moved
+    return 0
 
 
 def _recorded_before(trace: Trace, label: str) -> dict[str, object] | None:

@@ -7,7 +7,7 @@ stream of its own, overlapping the rest of backward, and the optimizer waits for
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from daydream.errors import InputError
@@ -100,6 +100,62 @@ def broadcast_buffers(graph: Graph, context: Context, net: Fabric, resource: int
                                          if on_cpu and graph.data_parallel.contention > 1.0 else ""))
 
 
+@dataclass(slots=True)
+class _Sync:
+    """What one data-parallel what-if inserts into each iteration, and what it has inserted so far."""
+
+    name: str
+    operation: str
+    net: Fabric
+    resource: int
+    cap: int
+    total: int | None
+    speed: CopySpeed | None
+    copies: str
+    used_map: tuple[int, str] | None
+    straggler: Any
+    inserted: int = 0
+    volume: int = 0
+    copied_in: int = 0
+    copied_out: int = 0
+    synchronized: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def iteration(self, graph: Graph, iteration: int, context: Context) -> None:
+        """The iteration's gradients in buckets, a collective per bucket, the optimizer after the last."""
+        events = gradient_events(graph, iteration, context, self.total)
+        if not events:
+            return
+        self.synchronized += 1
+        if self.speed is not None:
+            events = scale_into_buckets(graph, events, self.speed)
+            self.copied_in += sum(int(graph.tasks["duration_ns"][task]) for task, _ in events)
+        plan = [(task, nbytes, f"{self.name} {self.operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
+                 self.net.time_ns(self.operation, nbytes)) for index, (task, nbytes) in enumerate(buckets(events, self.cap))]
+        self.volume = sum(p[1] for p in plan)
+        self.inserted += len(plan)
+        if self.used_map is not None:  # launched once the last bucket is ready; finalize_backward waits for it
+            plan.append((plan[-1][0], self.used_map[0],
+                         f"{self.name} all-reduce of the used-parameter map ({self.used_map[0]} B)",
+                         self.net.time_ns("allreduce", self.used_map[0])))
+        last_bucket = len(plan) - 1 - (self.used_map is not None)
+        ids = insert_collectives(graph, self.resource, iteration, plan)
+        if self.straggler.wait_ns or self.straggler.from_trace:  # the last bucket meets the slowest rank
+            graph.add_edges([plan[last_bucket][0]], [int(ids[last_bucket])], DepKind.SLOWEST_RANK,
+                            latency_ns=self.straggler.wait_ns)
+        self._optimizer_after(graph, iteration, plan[-1][0], int(ids[-1]), len(events))
+
+    def _optimizer_after(self, graph: Graph, iteration: int, last_ready: int, last_collective: int, count: int) -> None:
+        target, problem = optimizer_step(graph, iteration, last_ready)
+        if target is not None:
+            if self.speed is not None and problem is None and self.copies == "in and back":
+                target = copy_back(graph, target, self.volume, count, self.speed)
+                self.copied_out += int(graph.tasks["duration_ns"][target])
+            graph.add_edges([last_collective], [target], DepKind.COMMUNICATION)
+        if problem and problem not in self.problems:
+            self.problems.append(problem)
+
+
 def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: str, operation: str,
                   link: tuple[Fabric, int] | None = None, copies: str = "",
                   used_map: tuple[int, str] | None = None) -> list[str]:
@@ -114,74 +170,51 @@ def data_parallel(graph: Graph, params: dict[str, Any], context: Context, name: 
     world = int(params["world"])
     recorded = [window.duration_ns for window in measured_windows(graph)] if world > 1 else []
     net, resource = link if link is not None else (fabric(params, context, world), comm_resource(graph, f"{name} communication"))
-    cap = parse_bytes(params.get("bucket", "25MiB"), "bucket")
-    total = gradient_volume(graph, params)
     speed = copy_speed(graph, context.elementwise_speed(graph.has_device_work()), context.device) if copies and world > 1 else None
-    notes: list[str] = []
-    inserted = volume = copied_in = copied_out = synchronized = 0
     accumulate = int(params.get("accumulate", 1))
-    straggler = straggler_wait(name, params.get("stragglers", "auto"), recorded, world, accumulate, context.simulated_ranks)
+    sync = _Sync(name, operation, net, resource, parse_bytes(params.get("bucket", "25MiB"), "bucket"),
+                 gradient_volume(graph, params), speed, copies, used_map,
+                 straggler_wait(name, params.get("stragglers", "auto"), recorded, world, accumulate, context.simulated_ranks))
     for position, iteration in enumerate(iterations_of(graph)):
-        if (position + 1) % accumulate:  # under no_sync: gradients accumulate locally, nothing is sent
-            continue
-        events = gradient_events(graph, iteration, context, total)
-        if not events:
-            continue
-        synchronized += 1
-        if speed is not None:
-            events = scale_into_buckets(graph, events, speed)
-            copied_in += sum(int(graph.tasks["duration_ns"][task]) for task, _ in events)
-        plan = []
-        for index, (task, nbytes) in enumerate(buckets(events, cap)):
-            plan.append((task, nbytes, f"{name} {operation} (bucket {index}, {nbytes / 2**20:.1f} MiB)",
-                         net.time_ns(operation, nbytes)))
-        volume = sum(p[1] for p in plan)
-        inserted += len(plan)
-        if used_map is not None:  # launched once the last bucket is ready; finalize_backward waits for it
-            plan.append((plan[-1][0], used_map[0], f"{name} all-reduce of the used-parameter map ({used_map[0]} B)",
-                         net.time_ns("allreduce", used_map[0])))
-        last_bucket = len(plan) - 1 - (used_map is not None)
-        ids = insert_collectives(graph, resource, iteration, plan)
-        if straggler.wait_ns or straggler.from_trace:  # the last bucket meets the slowest rank after its gradients are ready
-            graph.add_edges([plan[last_bucket][0]], [int(ids[last_bucket])], DepKind.SLOWEST_RANK,
-                            latency_ns=straggler.wait_ns)
-        target, problem = optimizer_step(graph, iteration, plan[-1][0])
-        if target is not None:
-            if speed is not None and problem is None and copies == "in and back":
-                target = copy_back(graph, target, volume, len(events), speed)
-                copied_out += int(graph.tasks["duration_ns"][target])
-            graph.add_edges([int(ids[-1])], [target], DepKind.COMMUNICATION)
-        if problem and problem not in notes:
-            notes.append(problem)
-    if not inserted:
+        if (position + 1) % accumulate == 0:  # otherwise under no_sync: gradients accumulate locally, nothing is sent
+            sync.iteration(graph, iteration, context)
+    if not sync.inserted:
         raise InputError(f"{name}: no gradient sizes — the trace has no backward work with known layers; record it with "
                          "daydream trace, or give params=BYTES (the model's trainable parameters, e.g. params=97MB)")
     factor, source = calibrate(graph, params, context, min(world, net.per_node))
+    straggler = sync.straggler
     graph.data_parallel = replace(
         graph.data_parallel, world=world, link=net.network if net.hierarchical else net.link, contention=factor,
         contention_source=source, host_ranks=min(world, net.per_node),
         slowest_rank=(straggler.spread_ns, straggler.multiplier) if straggler.from_trace and straggler.multiplier > 0 else None,
         collective_steps=collective_steps(operation, world, "tree" if net.algorithm == "tree" else "ring"))
-    per_iteration = inserted / max(synchronized, 1)
-    shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(operation, operation)
-    notes.insert(0, f"{name}: world={world}, {per_iteration:.0f} {shown} of {volume / 2**20:.1f} MiB per iteration over "
-                    f"{net.describe()}; the optimizer waits for the last bucket")
+    return _data_parallel_notes(graph, sync, world, accumulate, (factor, source))
+
+
+def _data_parallel_notes(graph: Graph, sync: _Sync, world: int, accumulate: int,
+                         contention: tuple[float, str]) -> list[str]:
+    name, (factor, source) = sync.name, contention
+    per_iteration = sync.inserted / max(sync.synchronized, 1)
+    shown = {"allreduce": "all-reduces", "reducescatter": "reduce-scatters"}.get(sync.operation, sync.operation)
+    notes = [f"{name}: world={world}, {per_iteration:.0f} {shown} of {sync.volume / 2**20:.1f} MiB per iteration over "
+             f"{sync.net.describe()}; the optimizer waits for the last bucket", *sync.problems]
     if factor > 1.0:
         notes.append(f"{name}: contention ×{factor:.2f} where the all-reduces overlap compute ({source})")
     elif world > 1:
         notes.append(f"{name}: no contention modelled ({source})")
-    if copies and world > 1:
-        notes.append(_copies_note(name, speed, copied_in, copied_out if copies == "in and back" else None, synchronized))
-    if used_map is not None:
+    if sync.copies and world > 1:
+        notes.append(_copies_note(name, sync.speed, sync.copied_in, sync.copied_out if sync.copies == "in and back" else None,
+                                  sync.synchronized))
+    if sync.used_map is not None:
         notes.append(f"{name}: find_unused_parameters: one more all-reduce per iteration, of the used-parameter map "
-                     f"({used_map[0]} B: {used_map[1]}), once the last bucket is ready; the optimizer waits for it. "
-                     "The search of the autograd graph after each forward is not modelled (a trace without it has no "
+                     f"({sync.used_map[0]} B: {sync.used_map[1]}), once the last bucket is ready; the optimizer waits for "
+                     "it. The search of the autograd graph after each forward is not modelled (a trace without it has no "
                      "cost for it)")
-    if straggler.note:
-        notes.append(straggler.note)
+    if sync.straggler.note:
+        notes.append(sync.straggler.note)
     if accumulate > 1:
-        notes.append(f"{name}: accumulate={accumulate}: {synchronized} of {len(iterations_of(graph))} iterations all-reduce "
-                     "(the others run under no_sync); every iteration keeps its optimizer work as recorded")
+        notes.append(f"{name}: accumulate={accumulate}: {sync.synchronized} of {len(iterations_of(graph))} iterations "
+                     "all-reduce (the others run under no_sync); every iteration keeps its optimizer work as recorded")
     return notes
 
 
