@@ -133,45 +133,58 @@ def _forget_settings() -> None:
 
 def _main(args: list[str]) -> int:
     try:
-        with warnings.catch_warnings():
-            if not os.environ.get("DAYDREAM_DEBUG"):
-                # numpy's overflow/invalid-value warnings raised inside daydream are not for the user to read
-                # (the script's own warnings under `daydream trace` still show).
-                warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"daydream\.")
-            from daydream.cli._config import default_map
-
-            command = next((arg for arg in args if not arg.startswith("-")), "")
-            defaults = default_map(cli, command, Path.cwd()) if command else None
-            from daydream._notices import NOTICES
-
-            NOTICES.clear()
-            returned = cli.main(args=args, prog_name="daydream", standalone_mode=False, default_map=defaults)
-            _say(NOTICES)
-    except DaydreamError as exc:
-        return _fail(str(exc), exc.exit_code)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx else "daydream"
-        return _fail(f"{exc.format_message()} — see '{command} --help'", 2)
-    except click.Abort:
-        return _fail("aborted", 130)
-    except KeyboardInterrupt:
-        return _fail("interrupted", 130)
-    except MemoryError:
-        return _fail("out of memory — try a smaller trace or a machine with more RAM", 1)
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        if exc.errno in _MACHINE_ERRNOS:  # the machine failed (disk full, I/O error), not the input
-            return _fail(f"{where}{exc.strerror or exc}", 1)
-        # a path the user gave that cannot be read or written: bad input
-        return _fail(f"{where}{exc.strerror or exc} — check the path and its permissions", 2)
-    except Exception as exc:  # an internal bug: one line unless asked for the traceback
-        if os.environ.get("DAYDREAM_DEBUG"):
-            raise
-        return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
+        returned = _run(args)
+    except (Exception, KeyboardInterrupt) as exc:
+        return _failure(exc)
     # Without standalone mode, click hands back the code of a command that exited early.
     return returned if isinstance(returned, int) else 0
+
+
+def _run(args: list[str]) -> Any:
+    """The command, its config file's defaults applied; what reading decided the person should know said after it."""
+    with warnings.catch_warnings():
+        if not os.environ.get("DAYDREAM_DEBUG"):
+            # numpy's overflow/invalid-value warnings raised inside daydream are not for the user to read
+            # (the script's own warnings under `daydream trace` still show).
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"daydream\.")
+        from daydream._notices import NOTICES
+        from daydream.cli._config import default_map
+
+        command = next((arg for arg in args if not arg.startswith("-")), "")
+        defaults = default_map(cli, command, Path.cwd()) if command else None
+        NOTICES.clear()
+        returned = cli.main(args=args, prog_name="daydream", standalone_mode=False, default_map=defaults)
+        _say(NOTICES)
+        return returned
+
+
+def _failure(exc: BaseException) -> int:
+    """The one line and exit code for what ended a command: bad input 2, a failed machine or internal error 1,
+    an interruption 130. An internal error raises again under DAYDREAM_DEBUG=1, for its traceback."""
+    if isinstance(exc, DaydreamError):
+        return _fail(str(exc), exc.exit_code)
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if isinstance(exc, click.UsageError):
+        command = exc.ctx.command_path if exc.ctx else "daydream"
+        return _fail(f"{exc.format_message()} — see '{command} --help'", 2)
+    if isinstance(exc, click.Abort | KeyboardInterrupt):
+        return _fail("aborted" if isinstance(exc, click.Abort) else "interrupted", 130)
+    if isinstance(exc, MemoryError):
+        return _fail("out of memory — try a smaller trace or a machine with more RAM", 1)
+    if isinstance(exc, OSError):
+        return _os_failure(exc)
+    if os.environ.get("DAYDREAM_DEBUG"):  # an internal bug: one line unless asked for the traceback
+        raise exc
+    return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
+
+
+def _os_failure(exc: OSError) -> int:
+    where = f"{exc.filename}: " if exc.filename else ""
+    if exc.errno in _MACHINE_ERRNOS:  # the machine failed (disk full, I/O error), not the input
+        return _fail(f"{where}{exc.strerror or exc}", 1)
+    # a path the user gave that cannot be read or written: bad input
+    return _fail(f"{where}{exc.strerror or exc} — check the path and its permissions", 2)
 
 
 def _say(notices: list[str]) -> None:

@@ -9,7 +9,7 @@ import click
 from daydream.cli import did_you_mean
 from daydream.cli._progress import err
 from daydream.errors import InputError
-from daydream.trace.collect import BACKENDS, CaptureError, CaptureOptions, capture
+from daydream.trace.collect import BACKENDS, CaptureError, CaptureOptions, CaptureResult, capture
 
 #: daydream trace's own options, to recognise them when they are written after SCRIPT: these few a training
 #: script hardly has, so one after SCRIPT is refused; the others (-o, -n, --batch-size, ...) scripts often take
@@ -52,18 +52,7 @@ def trace_command(script: str | None, script_args: tuple[str, ...], module: str 
     Layers (module paths), phases (forward, backward, optimizer) and iterations are
     marked by global hooks: the script needs no profiler code.
     """
-    arguments = list(script_args)
-    if module is not None:
-        if script is not None:
-            arguments = [script, *arguments]
-        target = module
-    elif script is None:
-        raise click.UsageError("name the training script to run (daydream trace train.py) or a module (-m package.train)")
-    else:
-        target = script
-    if target.startswith("-"):
-        names = [name for name in _OWN_OPTIONS if name.startswith("--")]
-        raise click.UsageError(f"no option {target!r}{did_you_mean(target, names)}")
+    target, arguments = _target_and_arguments(script, list(script_args), module)
     status = err()
     if arguments[:1] == ["--"]:
         arguments = arguments[1:]
@@ -79,13 +68,32 @@ def trace_command(script: str | None, script_args: tuple[str, ...], module: str 
         if exc.script_error:
             status.print(exc.script_error.rstrip(), highlight=False)
         raise
+    _report(result, status.print)
+
+
+def _target_and_arguments(script: str | None, arguments: list[str], module: str | None) -> tuple[str, list[str]]:
+    """(the script or module to run, the arguments it gets): under -m, SCRIPT is the module's first argument."""
+    if module is not None:
+        target, arguments = module, ([script, *arguments] if script is not None else arguments)
+    elif script is None:
+        raise click.UsageError("name the training script to run (daydream trace train.py) or a module (-m package.train)")
+    else:
+        target = script
+    if target.startswith("-"):
+        names = [name for name in _OWN_OPTIONS if name.startswith("--")]
+        raise click.UsageError(f"no option {target!r}{did_you_mean(target, names)}")
+    return target, arguments
+
+
+def _report(result: CaptureResult, say: Callable[..., None]) -> None:
+    """What the capture wrote and what to run next; exit 1 when the script failed after the capture."""
     for notice in result.notices:
-        status.print(f"daydream: {notice}")
+        say(f"daydream: {notice}")
     if result.outcome.error is not None:
-        status.print(result.outcome.formatted_error.rstrip(), highlight=False)
-        status.print("daydream: the script failed after the capture; the trace was saved")
-    status.print(f"daydream: wrote {result.path} ({result.iterations} iterations, {result.backend} backend)")
-    status.print(f"daydream: next: daydream inspect {result.path}", highlight=False)
+        say(result.outcome.formatted_error.rstrip(), highlight=False)
+        say("daydream: the script failed after the capture; the trace was saved")
+    say(f"daydream: wrote {result.path} ({result.iterations} iterations, {result.backend} backend)")
+    say(f"daydream: next: daydream inspect {result.path}", highlight=False)
     if result.outcome.error is not None:
         raise click.exceptions.Exit(1)
 

@@ -62,27 +62,21 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
       daydream whatif example:cnn_v100 --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
       daydream whatif --list
     """
-    # The simulator and its compiled code are imported here, not with the module: `daydream --help` lists this
-    # command without paying for them.
-    from daydream.graph.windows import iteration_windows
-    from daydream.report.timeline import write_timelines
-    from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
-
     if show_list:
         _print_list(as_json)
         return
-    if not specs:
-        raise click.UsageError("name at least one optimization with --opt (see --list)")
+    _check_options(specs, sweep, plot_path, prices)
     path = chosen_trace(trace, err().print)
-    if plot_path and not sweep:
-        raise click.UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,...")
-    if prices and not sweep:
-        raise click.UsageError("--price prices the values of a sweep: give --sweep KEY=V1,V2,...")
     if plot_path:
         plotting.require()
     if sweep:
         _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache, with_memory, _prices(prices))
         return
+    # The simulator and its compiled code are imported here, not with the module: `daydream --help` lists this
+    # command without paying for them.
+    from daydream.report.timeline import prediction_runs, write_timelines
+    from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
+
     with progress_bar(err()) as progress:
         predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress,
                                   cost_options=CostOptions(measure, measure_budget))
@@ -90,13 +84,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     if with_memory:
         summary["memory"] = predict_memory_for([p.trace for p in predictions], list(specs), device_name)
     if timeline_path:
-        runs = []
-        for p in predictions:
-            assert p.graph is not None and p.timeline is not None
-            windows = iteration_windows(p.graph, p.timeline)
-            iterations = [(it["name"], w.start_ns, w.end_ns) for it, w in zip(p.per_iteration, windows)]
-            runs.append((p.trace, p.graph, p.timeline, iterations))
-        for written in write_timelines(timeline_path, runs, f"predicted timeline: {' + '.join(specs)}"):
+        for written in write_timelines(timeline_path, prediction_runs(predictions), f"predicted timeline: {' + '.join(specs)}"):
             err().print(f"daydream: wrote {written}", highlight=False)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -105,6 +93,16 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     render_predictions(summary, console)
     if with_memory:
         render_memory_predictions(summary["memory"], console)
+
+
+def _check_options(specs: tuple[str, ...], sweep: str | None, plot_path: str | None, prices: str | None) -> None:
+    """The options that only mean something with others: one usage error naming what is missing."""
+    if not specs:
+        raise click.UsageError("name at least one optimization with --opt (see --list)")
+    if plot_path and not sweep:
+        raise click.UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,...")
+    if prices and not sweep:
+        raise click.UsageError("--price prices the values of a sweep: give --sweep KEY=V1,V2,...")
 
 
 def _prices(text: str | None) -> dict[str, float]:

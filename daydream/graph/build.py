@@ -654,18 +654,11 @@ class _Builder:
 
     def _event_waits(self) -> np.ndarray:
         """GPU -> GPU edges for stream waits; returns the held-back work whose wait the trace does not name."""
-        tasks = self.graph.tasks
-        host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
-        names = tasks["name"][host]
-        wait_name = np.array([self._roles[s] is CallRole.STREAM_WAIT for s in self.names], dtype=bool)
-        waits = host[wait_name[names]]
+        waits = self._stream_wait_calls()
         if waits.size == 0:
             return np.zeros(0, dtype=np.int64)
-        streams_per_device: dict[int, set[int]] = {}
-        for stream_resource in self.resources:
-            if stream_resource.kind is ResourceKind.GPU_STREAM:
-                streams_per_device.setdefault(stream_resource.device, set()).add(stream_resource.stream)
-        single_stream = all(len(s) <= 1 for s in streams_per_device.values())
+        tasks = self.graph.tasks
+        single_stream = self._single_stream_devices()
         history = self._launch_history
         sync_records = self._sync_records()
         sources, targets, unexplained = [], [], []
@@ -675,24 +668,20 @@ class _Builder:
             held_back = self._held_back(history.get(resource), start)
             if held_back is None:
                 continue
-            if single_stream:
-                self.calibration.event_waits_trivial += 1
-                continue
-            source = self._recorded_side(wait, resource, history, sync_records)
+            source = -2 if single_stream else self._recorded_side(wait, resource, history, sync_records)
             if source == -2:
                 self.calibration.event_waits_trivial += 1
-            elif source is None:
+                continue
+            if source is None:
                 # The recorded side is unknown: keep the order of the other streams' preceding work, not its time.
                 unexplained.append(held_back)
                 self.calibration.event_waits_pinned += 1
-                ordered_after = self._last_finished_elsewhere(held_back, start)
-                if ordered_after is not None:
-                    sources.append(ordered_after)
-                    targets.append(held_back)
+                source = self._last_finished_elsewhere(held_back, start)
             else:
+                self.calibration.event_waits_derived += 1
+            if source is not None:
                 sources.append(source)
                 targets.append(held_back)
-                self.calibration.event_waits_derived += 1
         self.graph.add_edges(sources, targets, DepKind.EVENT_WAIT)  # latency set once the gap is calibrated
         if self.calibration.event_waits_pinned:
             self.notes.append(
@@ -701,6 +690,21 @@ class _Builder:
                 "and the rest of its recorded wait is an unexplained delay"
             )
         return np.array(unexplained, dtype=np.int64)
+
+    def _stream_wait_calls(self) -> np.ndarray:
+        """The host calls that make a stream wait for an event (cudaStreamWaitEvent, hipStreamWaitEvent)."""
+        tasks = self.graph.tasks
+        host = self.host_tasks[tasks["kind"][self.host_tasks] == TaskKind.HOST_CALL]
+        wait_name = np.array([self._roles[s] is CallRole.STREAM_WAIT for s in self.names], dtype=bool)
+        return host[wait_name[tasks["name"][host]]]
+
+    def _single_stream_devices(self) -> bool:
+        """Whether every device ran its work on one stream (a stream wait then orders nothing)."""
+        streams_per_device: dict[int, set[int]] = {}
+        for stream_resource in self.resources:
+            if stream_resource.kind is ResourceKind.GPU_STREAM:
+                streams_per_device.setdefault(stream_resource.device, set()).add(stream_resource.stream)
+        return all(len(s) <= 1 for s in streams_per_device.values())
 
     def _last_finished_elsewhere(self, held_back: int, wait_start: int) -> int | None:
         """The GPU work launched on another stream of the device before the wait that finished last before

@@ -57,7 +57,7 @@ def forward_times(graph: Graph, order: np.ndarray, pins: np.ndarray | None = Non
 
 
 @jit
-def _forward_pass(
+def _forward_pass(  # noqa: C901  (the compiled hot loop, kept whole beside its plain-Python reference)
     order: np.ndarray,
     offsets: np.ndarray,
     in_edges: np.ndarray,

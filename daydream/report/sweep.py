@@ -83,43 +83,45 @@ def _number(value: str) -> float:
 
 
 def render_sweep(summary: dict[str, Any], console: Console) -> None:
-    parameter = summary["parameter"]
+    parameter, points = summary["parameter"], summary["points"]
     table = Table(title=f"what if: {' + '.join(summary['optimizations'])}, sweeping {parameter} "
                         f"(baseline {format_ns(summary['baseline_ns'])})", title_justify="left")
-    table.add_column(parameter, justify="right")
-    table.add_column("iteration", justify="right")
-    table.add_column("throughput" if parameter == "world" else "speed-up", justify="right")
-    if parameter == "world":
-        table.add_column("scaling efficiency", justify="right")
-    with_samples = any(point.get("samples_per_s") for point in summary["points"])
-    if with_samples:
-        table.add_column("samples/s", justify="right")
-    with_memory = any("fits" in point for point in summary["points"])
-    if with_memory:
-        for header in ("peak memory", "fits", "largest batch ×"):
-            table.add_column(header, justify="right")
-    with_cost = any("cost_per_1000_steps" in point for point in summary["points"])
-    if with_cost:
-        table.add_column("$ / 1,000 steps", justify="right")
-    for point in summary["points"]:
-        efficiency = point["scaling_efficiency"]
-        style = "green" if efficiency and efficiency >= 0.9 else "yellow" if efficiency and efficiency >= 0.7 else "red"
-        throughput = point["relative_throughput"]
-        cells: list[Any] = [str(point["value"]), format_ns(point["predicted_ns"]), f"{throughput:.2f}x" if throughput else "—"]
-        if parameter == "world":
-            cells.append(Text(f"{efficiency:.0%}", style=style) if efficiency else "—")
-        if with_samples:
-            cells.append(f"{point['samples_per_s']:,.0f}" if point.get("samples_per_s") else "—")
-        if with_memory:
-            peak, fits, factor = point.get("predicted_peak_bytes"), point.get("fits"), point.get("largest_batch_factor")
-            cells += [format_bytes(peak) if peak is not None else "—",
-                      Text("yes", style="green") if fits else Text("no", style="red") if fits is False else "—",
-                      f"{factor:.2f}" if factor is not None else "—"]
-        if with_cost:
-            cost = point.get("cost_per_1000_steps")
-            cells.append(f"{cost:.3f}" if cost is not None else "—")
-        table.add_row(*cells)
+    columns = _sweep_columns(parameter, points)
+    for header in columns:
+        table.add_column(header, justify="right")
+    for point in points:
+        table.add_row(*_sweep_row(point, parameter, columns))
     console.print(table)
+
+
+def _sweep_columns(parameter: str, points: list[dict[str, Any]]) -> list[str]:
+    """The sweep table's headers: the value, its time and speed-up, and what the points carry (samples, memory,
+    cost)."""
+    columns = [parameter, "iteration", "throughput" if parameter == "world" else "speed-up"]
+    columns += ["scaling efficiency"] if parameter == "world" else []
+    columns += ["samples/s"] if any(point.get("samples_per_s") for point in points) else []
+    columns += ["peak memory", "fits", "largest batch ×"] if any("fits" in point for point in points) else []
+    columns += ["$ / 1,000 steps"] if any("cost_per_1000_steps" in point for point in points) else []
+    return columns
+
+
+def _sweep_row(point: dict[str, Any], parameter: str, columns: list[str]) -> list[Any]:
+    efficiency, throughput = point["scaling_efficiency"], point["relative_throughput"]
+    style = "green" if efficiency and efficiency >= 0.9 else "yellow" if efficiency and efficiency >= 0.7 else "red"
+    peak, fits, factor = point.get("predicted_peak_bytes"), point.get("fits"), point.get("largest_batch_factor")
+    cost, samples = point.get("cost_per_1000_steps"), point.get("samples_per_s")
+    cells: dict[str, Any] = {
+        parameter: str(point["value"]),
+        "iteration": format_ns(point["predicted_ns"]),
+        columns[2]: f"{throughput:.2f}x" if throughput else "—",
+        "scaling efficiency": Text(f"{efficiency:.0%}", style=style) if efficiency else "—",
+        "samples/s": f"{samples:,.0f}" if samples else "—",
+        "peak memory": format_bytes(peak) if peak is not None else "—",
+        "fits": Text("yes", style="green") if fits else Text("no", style="red") if fits is False else "—",
+        "largest batch ×": f"{factor:.2f}" if factor is not None else "—",
+        "$ / 1,000 steps": f"{cost:.3f}" if cost is not None else "—",
+    }
+    return [cells[column] for column in columns]
 
 
 def plot_sweep(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:

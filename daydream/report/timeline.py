@@ -161,6 +161,21 @@ def write_chrome_trace(path: str | os.PathLike[str], events: list[dict[str, Any]
     write_atomically(target, data)
 
 
+def prediction_runs(predictions: list[Any]) -> list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]]:
+    """What write_timelines draws of each prediction (simulate.whatif.Prediction): its trace, predicted graph and
+    timeline, and its iterations' predicted windows."""
+    from daydream.graph.windows import iteration_windows
+
+    runs = []
+    for p in predictions:
+        if p.graph is None or p.timeline is None:
+            raise ValueError("a prediction without its graph and timeline has no timeline to draw")
+        windows = iteration_windows(p.graph, p.timeline)
+        iterations = [(it["name"], w.start_ns, w.end_ns) for it, w in zip(p.per_iteration, windows)]
+        runs.append((p.trace, p.graph, p.timeline, iterations))
+    return runs
+
+
 def write_timelines(pattern: str, runs: list[tuple[Trace, Graph, Timeline, list[tuple[str, int, int]]]],
                     description: str) -> list[str]:
     """One Chrome trace per rank: `pattern` with {rank} replaced; or, for a job of several ranks and a name without

@@ -89,8 +89,11 @@ def _check_step(source: str, number: int, step: Any) -> None:
         raise InputError(f"{where}: unknown key {unknown[0]!r} (expected select and one of {', '.join(_ACTIONS)})")
     if len(actions) != 1:
         raise InputError(f"{where}: needs exactly one action of {', '.join(_ACTIONS)}")
-    action = actions[0]
-    arguments = step[action] if step[action] is not None else {}
+    _check_action(where, actions[0], step[actions[0]] if step[actions[0]] is not None else {})
+    _check_selector(where, step.get("select") or {})
+
+
+def _check_action(where: str, action: str, arguments: Any) -> None:
     if not isinstance(arguments, dict):
         raise InputError(f"{where}: {action} takes a mapping of {', '.join(_ARGUMENTS[action]) or 'nothing'}, "
                          f"e.g. {action}: {{}}")
@@ -103,7 +106,9 @@ def _check_step(source: str, number: int, step: Any) -> None:
             raise InputError(f"{where}: {action} {key} must be {what}, not {str(value)[:40]!r}")
     if action == "scale" and "factor" not in arguments:
         raise InputError(f"{where}: scale needs a factor, e.g. scale: {{factor: 0.667}}")
-    selector = step.get("select") or {}
+
+
+def _check_selector(where: str, selector: Any) -> None:
     if not isinstance(selector, dict) or any(key not in _SELECT_KEYS for key in selector):
         raise InputError(f"{where}: 'select' takes {', '.join(_SELECT_KEYS)}")
     kind = selector.get("kind")

@@ -197,27 +197,8 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
     removed[selection] = True
     edges = graph.edges
     touching = removed[edges["src"]] | removed[edges["dst"]]
-    incoming: dict[int, set[int]] = {}
-    outgoing: dict[int, list[tuple[int, int, int]]] = {}
-    for s, d, k, lat in zip(*(edges[c][touching].tolist() for c in ("src", "dst", "kind", "latency_ns"))):
-        if removed[d] and not removed[s] and k in _TRANSFERABLE:
-            incoming.setdefault(d, set()).add(s)
-        if removed[s]:
-            outgoing.setdefault(s, []).append((d, k, lat))
-    gap = graph.tasks["gap_ns"]
-    new_edges: set[tuple[int, int, int, int]] = set()
-    order = topological_order(graph.task_count, edges["src"], edges["dst"])
-    latest = _LatestPerResource(graph, order)
-    for v in order[removed[order]].tolist():
-        predecessors = latest.of(incoming.pop(v, set()))
-        for w, kind, latency in outgoing.get(v, []):
-            if keep_gaps and DepKind(kind).is_host:
-                gap[w] += gap[v]
-            if removed[w]:
-                if kind in _TRANSFERABLE:
-                    incoming.setdefault(w, set()).update(predecessors)
-            else:
-                new_edges.update((u, w, kind, latency) for u in predecessors)
+    incoming, outgoing = _edges_at_removed(edges, touching, removed)
+    new_edges = _bridges(graph, removed, incoming, outgoing, keep_gaps)
     graph.edges = {c: edges[c][~touching] for c in EDGE_COLUMNS}
     if new_edges:
         table = np.array(sorted(new_edges), dtype=np.int64)
@@ -226,6 +207,40 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
             graph.add_edges(mine[:, 0], mine[:, 1], DepKind(edge_kind), latency_ns=mine[:, 3])
     _drop_tasks(graph, removed)
     return graph
+
+
+def _edges_at_removed(edges: dict[str, np.ndarray], touching: np.ndarray, removed: np.ndarray
+                      ) -> tuple[dict[int, set[int]], dict[int, list[tuple[int, int, int]]]]:
+    """(per removed task, its kept predecessors over transferable edges; per removed task, its out-edges as
+    (successor, kind, latency))."""
+    incoming: dict[int, set[int]] = {}
+    outgoing: dict[int, list[tuple[int, int, int]]] = {}
+    for s, d, k, lat in zip(*(edges[c][touching].tolist() for c in ("src", "dst", "kind", "latency_ns"))):
+        if removed[d] and not removed[s] and k in _TRANSFERABLE:
+            incoming.setdefault(d, set()).add(s)
+        if removed[s]:
+            outgoing.setdefault(s, []).append((d, k, lat))
+    return incoming, outgoing
+
+
+def _bridges(graph: Graph, removed: np.ndarray, incoming: dict[int, set[int]],
+             outgoing: dict[int, list[tuple[int, int, int]]], keep_gaps: bool) -> set[tuple[int, int, int, int]]:
+    """The edges (src, dst, kind, latency) from each removed task's predecessors to its successors, handed on
+    through chains of removed tasks in topological order; with `keep_gaps`, host gaps handed on too."""
+    gap = graph.tasks["gap_ns"]
+    new_edges: set[tuple[int, int, int, int]] = set()
+    order = topological_order(graph.task_count, graph.edges["src"], graph.edges["dst"])
+    latest = _LatestPerResource(graph, order)
+    for v in order[removed[order]].tolist():
+        predecessors = latest.of(incoming.pop(v, set()))
+        for w, kind, latency in outgoing.get(v, []):
+            if keep_gaps and DepKind(kind).is_host:
+                gap[w] += gap[v]
+            if not removed[w]:
+                new_edges.update((u, w, kind, latency) for u in predecessors)
+            elif kind in _TRANSFERABLE:
+                incoming.setdefault(w, set()).update(predecessors)
+    return new_edges
 
 
 class _LatestPerResource:
