@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
 def jit(function: F) -> F:
     if numba is None:
-        function.py_func = function  # type: ignore[attr-defined]
+        function.py_func = function  # type: ignore[attr-defined]  # as numba's compiled functions carry it
         return function
     try:
         compiled: F = numba.njit(cache=True, nogil=True)(function)

@@ -11,7 +11,7 @@ uses them is refused with a message that says so.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 import re2
 
@@ -29,12 +29,12 @@ class _Linear:
 
     __slots__ = ("_compiled", "pattern")
 
-    def __init__(self, pattern: str, compiled: object) -> None:
+    def __init__(self, pattern: str, compiled: Any) -> None:  # an RE2 or a re pattern: both search
         self.pattern = pattern
         self._compiled = compiled
 
     def search(self, text: str) -> object | None:
-        return self._compiled.search(text)  # type: ignore[attr-defined]
+        return self._compiled.search(text)
 
 
 def user_regex(pattern: str, what: str, example: str = "") -> Pattern:

@@ -38,30 +38,30 @@ class _StrictLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
-                event = self.peek_event()
+                event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
                 raise yaml.composer.ComposerError(None, None, f"more than {MAX_ALIASES} aliases (*name)", event.start_mark)
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        return super().compose_node(parent, index)
 
     def get_single_node(self) -> yaml.Node | None:
         node = super().get_single_node()
         if node is not None and _expanded_size(node) > MAX_NODES:
             raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
                                               "expanded", node.start_mark)
-        return node  # type: ignore[no-any-return]
+        return node
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         value = super().construct_yaml_int(node)
         if abs(value) > MAX_INTEGER:
             raise yaml.constructor.ConstructorError(None, None, f"{node.value[:40]} is out of range (at most "
                                                     f"{MAX_INTEGER:,})", node.start_mark)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
             raise yaml.constructor.ConstructorError(None, None, f"{node.value[:40]} is not a finite number",
                                                     node.start_mark)
-        return value  # type: ignore[no-any-return]
+        return value
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()

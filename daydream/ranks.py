@@ -75,7 +75,7 @@ def load_ranks(sources: list[Source], cache: bool, progress: Progress | None,
     results = [back[i] for i in range(len(sources))]
     traces = [trace for trace, _ in results]
     graphs = [graph for _, graph in results] if build else None
-    return traces, graphs  # type: ignore[return-value]
+    return traces, graphs  # type: ignore[return-value]  # graphs hold no None when `build`: each rank built one
 
 
 def worker_count(sources: list[Source]) -> int:
@@ -122,7 +122,7 @@ def _with_processes(workers: int, sources: list[Source], cache: bool, build: boo
             results[futures[future]] = future.result()
             if progress:
                 progress(f"reading ranks ({workers} processes)", done, len(sources))
-    return results  # type: ignore[return-value]
+    return results  # type: ignore[return-value]  # every slot filled: one result per source
 
 
 def _with_ray(address: str, sources: list[Source], cache: bool, build: bool,

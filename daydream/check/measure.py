@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 from daydream.api import predict_job, predict_memory_for, replay_job
 from daydream.check.expectations import Check, Expectations, Values
@@ -149,7 +150,7 @@ def _with_memory(values: Values, entries: list[dict[str, object]], check: Check)
         raise InputError(f"{check.trace}: peak_memory_at_most: the trace has no [memory] events "
                          "— record it with profile_memory=True (daydream trace does)")
     gpus = [e for e in entries if str(e["device"]).startswith("cuda")]
-    peaks = [int(e["predicted_peak_bytes"]) for e in gpus or entries]  # type: ignore[call-overload]
+    peaks = [cast(int, e["predicted_peak_bytes"]) for e in gpus or entries]
     return replace(values, peak_memory_bytes=max(peaks))
 
 

@@ -26,7 +26,9 @@ delay after the task's readiness, never as a timestamp (graph.model).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -638,7 +640,8 @@ class _Builder:
         held_calls = launches[held]
         tasks["duration_ns"][held_calls] = np.minimum(tasks["duration_ns"][held_calls], usual[held])
 
-    def _per_name(self, calls: np.ndarray, names: np.ndarray, statistic, among: np.ndarray | None = None,  # type: ignore[no-untyped-def]
+    def _per_name(self, calls: np.ndarray, names: np.ndarray, statistic: Callable[[np.ndarray], Any],
+                  among: np.ndarray | None = None,
                   fallback: np.ndarray | None = None) -> np.ndarray:
         """`statistic` of the recorded durations of calls with the same name (optionally only `among` them)."""
         durations = self.graph.tasks["duration_ns"][calls]

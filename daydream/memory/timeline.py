@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -226,8 +227,9 @@ def _activation_layers(allocations: _Allocations, live: np.ndarray, layer_names:
         return []
     activations = live & (a.category == CATEGORIES.index("activations"))
     per_layer = np.bincount(np.maximum(a.layer[activations], 0), weights=a.size[activations], minlength=len(layer_names))
-    entries = [{"name": name, "activation_bytes": int(per_layer[i])} for i, name in enumerate(layer_names) if per_layer[i]]
-    return sorted(entries, key=lambda entry: -int(entry["activation_bytes"]))  # type: ignore[call-overload]
+    entries: list[dict[str, Any]] = [{"name": name, "activation_bytes": int(per_layer[i])}
+                                     for i, name in enumerate(layer_names) if per_layer[i]]
+    return sorted(entries, key=lambda entry: -int(entry["activation_bytes"]))
 
 
 def _known_into(known: dict[str, int], label: str, before_first: int, categories: dict[str, int],

@@ -71,7 +71,7 @@ class Allocations:
     baseline_bytes: np.ndarray
 
     def copy(self) -> Allocations:
-        return Allocations(*(getattr(self, name).copy() for name in self.__slots__))  # type: ignore[attr-defined]
+        return Allocations(*(getattr(self, name).copy() for name in self.__slots__))
 
 
 @dataclass(slots=True, frozen=True)
@@ -348,7 +348,7 @@ def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
         return "depth: no matching layer or factor 1; allocations unchanged"
     copies = np.flatnonzero(_in_layers(a, owner, model) & (a.category == ACT))
     for _ in range(factor - 1):
-        for name in a.__slots__:  # type: ignore[attr-defined]
+        for name in a.__slots__:
             if name in ("baseline_times", "baseline_bytes"):
                 continue
             column = getattr(a, name)

@@ -102,13 +102,13 @@ def _capture(trace: Trace) -> str | None:
     return found.describe()
 
 
-def _throughput(trace: Trace, iterations: list) -> dict[str, Any]:  # type: ignore[type-arg]
+def _throughput(trace: Trace, iterations: list[Any]) -> dict[str, Any]:
     samples = batch_size(trace)
     mean_ns = sum(it.measured_ns for it in iterations) / len(iterations) if iterations else None
     return {"batch_size": samples, "samples_per_s": samples_per_s(samples, mean_ns)}
 
 
-def _phases_and_layers(trace: Trace, iterations: list) -> dict[str, Any]:  # type: ignore[type-arg]
+def _phases_and_layers(trace: Trace, iterations: list[Any]) -> dict[str, Any]:
     attribution = attribute(trace)
     times = phase_layer_times(trace, attribution, [(it.start_ns, it.end_ns) for it in iterations])
     return {

@@ -5,12 +5,12 @@
     replay = replay_trace(trace)        # measured vs simulated, per iteration
 """
 
+from daydream.graph.model import Timeline
 from daydream.simulate.engine import (
     EARLIEST_READY,
     FIFO,
     POLICIES,
     PRIORITY,
-    Timeline,
     simulate,
     simulate_event_driven,
     simulate_reference,

@@ -23,6 +23,7 @@ and the edge it waited on (a host gap, or a latency), so the parts add up to the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -196,7 +197,8 @@ def binding_edges(graph: Graph, timeline: Timeline) -> Binding:
 
 def bound_line(bound: dict[str, object], top: int = 6) -> str:
     """"host 62% · gpu 31% · latency 7%": the largest categories of a bound's `as_dict()`."""
-    shares = sorted(bound["shares"].items(), key=lambda item: -item[1])  # type: ignore[attr-defined]
+    recorded = cast(dict[str, float], bound["shares"])
+    shares = sorted(recorded.items(), key=lambda item: -item[1])
     return " · ".join(f"{category} {share:.0%}" for category, share in shares[:top] if share >= 0.005)
 
 

@@ -142,7 +142,7 @@ class _EventState:
     def earliest_start(self, v: int) -> int:
         candidates = []
         if self.host_ready[v] is not None:
-            candidates.append(self.host_ready[v] + self.gap[v])  # type: ignore[operator]
+            candidates.append(self.host_ready[v] + self.gap[v])
         if self.other_ready[v] is not None:
             candidates.append(self.other_ready[v])
         ready = max(candidates) if candidates else self.measured[v]
@@ -183,9 +183,9 @@ class _EventState:
             if self.is_anchor[e]:
                 self.anchor[w] = self.end[v]
             if self.is_host[e]:
-                self.host_ready[w] = ready if self.host_ready[w] is None else max(self.host_ready[w], ready)  # type: ignore[type-var]
+                self.host_ready[w] = ready if self.host_ready[w] is None else max(self.host_ready[w], ready)
             else:
-                self.other_ready[w] = ready if self.other_ready[w] is None else max(self.other_ready[w], ready)  # type: ignore[type-var]
+                self.other_ready[w] = ready if self.other_ready[w] is None else max(self.other_ready[w], ready)
             self.waiting[w] -= 1
             if self.waiting[w] == 0:
                 self.push_event(max(time, self.earliest_start(w)), 1, w)

@@ -68,7 +68,7 @@ def save(trace: Trace, path: Path, stamp: dict[str, Any]) -> None:
     for key, column in trace.derived.items():
         arrays[f"der.{key}"] = column
     with atomic_output(path, cache=True) as out:
-        np.savez(out, **arrays)  # type: ignore[arg-type]
+        np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stubs omit the binary file object it takes
     remove_stale_temporaries(path.parent)
 
 

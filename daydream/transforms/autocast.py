@@ -112,19 +112,19 @@ def plan(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> tuple
         rule = decides(op.name, device_type)
         tensors = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
         floats = tensors
-        if floats and all(op.inputs[i][1] == low for i in floats) and op.name not in PROMOTING:  # type: ignore[index]
+        if floats and all(op.inputs[i][1] == low for i in floats) and op.name not in PROMOTING:  # type: ignore[index]  # a recorded input: None ones filtered out
             activation = low  # recorded in the reduced type already (a bf16 model): nothing for autocast to cast
             types[op.row] = low
             first = False
             continue
-        floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]
+        floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]  # a recorded input: None ones filtered out
         if rule == "lower":
             casts += _lower_casts(op, floats, activation, low, cached, first)
             activation = low
         elif rule == "fp32":
             if floats and activation == low:
                 index = floats[0]
-                casts.append(Cast(op.row, index, op.inputs[index][0], low, FULL, weight=False, backward=True))  # type: ignore[index]
+                casts.append(Cast(op.row, index, op.inputs[index][0], low, FULL, weight=False, backward=True))  # type: ignore[index]  # a recorded input: None ones filtered out
             activation = FULL
         elif op.name in PROMOTING and len(tensors) >= 2:
             activation = FULL if FULL in (activation, entry_type[op.layer]) else low
@@ -140,7 +140,7 @@ def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,
     parameters = PARAMETER_INPUTS.get(op.name, ())
     casts = []
     for index in floats:
-        shape = op.inputs[index][0]  # type: ignore[index]
+        shape = op.inputs[index][0]  # type: ignore[index]  # a recorded input: None ones filtered out
         if index in parameters:
             key = (op.layer, index, shape)
             if key not in cached:

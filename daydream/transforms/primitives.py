@@ -85,7 +85,7 @@ def scale(graph: Graph, selection: np.ndarray, factor: float | None = None,
     if (factor is None) == (function is None):
         raise ValueError("scale needs exactly one of factor= or function=")
     selection = np.asarray(selection, dtype=np.int64)
-    factors = np.full(selection.size, factor, dtype=np.float64) if factor is not None else np.asarray(function(graph, selection))  # type: ignore[misc]
+    factors = np.full(selection.size, factor, dtype=np.float64) if factor is not None else np.asarray(function(graph, selection))  # type: ignore[misc]  # not None: one of the two, checked above
     if not np.all(np.isfinite(factors)) or np.any(factors < 0) or np.any(np.signbit(factors)):
         raise ValueError("scale factors must be finite numbers of 0 or more (not NaN, infinite, negative or -0.0)")
     tasks = graph.tasks

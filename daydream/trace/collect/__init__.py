@@ -26,6 +26,8 @@ from daydream.errors import InputError
 from daydream.trace.collect.common import CaptureError, CaptureOptions, Status
 from daydream.trace.collect.runner import ScriptOutcome
 
+__all__ = ["BACKENDS", "CaptureError", "CaptureOptions", "CaptureResult", "Status", "capture"]
+
 BACKENDS = ("auto", "torch", "cupti")
 
 

@@ -236,13 +236,19 @@ def _driver_works(cupti: Any) -> bool:
 # --------------------------------------------------------------------------- recording
 
 
+def _profiler_enabled(torch: Any) -> Callable[[], bool]:
+    """Whether torch's own profiler records now (the C binding torch.autograd does not re-export)."""
+    enabled = torch.autograd._profiler_enabled
+    return lambda: bool(enabled())
+
+
 def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
     """(trace document or None, iterations recorded, how the script ended); the contract of torch_backend.record."""
     import torch
     from cupti import cupti
 
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
-                        profiler_running=lambda: bool(torch.autograd._profiler_enabled()))
+                        profiler_running=_profiler_enabled(torch))
     before = hook_module.MemoryBeforeTrace(options.warmup)
 
     def on_step() -> None:
