@@ -48,7 +48,7 @@ _DAYDREAM_COLD_ZLIB = "import zlib\nfrom daydream.trace import sources\n" \
 _BARE_DECODE = """
 import json, sys, time
 import msgspec
-from daydream.trace.kineto import _Envelope, _Event
+from daydream.trace.kineto.schema import _Envelope, _Event
 from daydream.trace.sources import inflater
 start = time.perf_counter()
 data = open(sys.argv[1], "rb").read()

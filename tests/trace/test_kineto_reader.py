@@ -205,9 +205,9 @@ def test_a_streamed_read_cuts_only_between_events(tmp_path: Path, monkeypatch: p
     events = _hard_to_cut(200)
     path = write_trace(tmp_path, events, "t.json.gz", deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
     text = gzip.decompress(path.read_bytes())
-    monkeypatch.setattr(kineto, "WINDOW", 300)
-    whole = kineto._split_checked
-    monkeypatch.setattr(kineto, "_split_checked", None)  # the whole-document path is not taken
+    monkeypatch.setattr(kineto.stream, "WINDOW", 300)
+    whole = kineto.document._split_checked
+    monkeypatch.setattr(kineto.document, "_split_checked", None)  # the whole-document path is not taken
     streamed = _read(path)
     assert len(streamed) == 400 and streamed.meta.events_in_file == 400
     names = sorted(streamed.strings[n] for n in streamed.name[streamed.kind == EventKind.KERNEL])
@@ -218,7 +218,7 @@ def test_a_streamed_read_cuts_only_between_events(tmp_path: Path, monkeypatch: p
     after = tmp_path / "after.json"
     after.write_text(json.dumps({"traceEvents": document["traceEvents"], "deviceProperties": document["deviceProperties"]}))
     moved = _read(after)
-    monkeypatch.setattr(kineto, "_split_checked", whole)
+    monkeypatch.setattr(kineto.document, "_split_checked", whole)
     assert [gpu.name for gpu in moved.meta.gpus] == ["NVIDIA H100 80GB HBM3"]
     assert np.array_equal(moved.ts_ns, streamed.ts_ns) and moved.strings == streamed.strings
     # And as a bare list of events.
@@ -232,10 +232,11 @@ def test_a_document_the_stream_cannot_cut_is_read_whole(tmp_path: Path, monkeypa
     # the document's own key, the same events.
     from daydream.trace import kineto
 
-    monkeypatch.setattr(kineto, "WINDOW", 300)
-    whole = kineto._split_checked
+    monkeypatch.setattr(kineto.stream, "WINDOW", 300)
+    whole = kineto.document._split_checked
     wholes: list[str] = []
-    monkeypatch.setattr(kineto, "_split_checked", lambda raw, source, progress: wholes.append(source) or whole(raw, source, progress))
+    monkeypatch.setattr(kineto.document, "_split_checked",
+                        lambda raw, source, progress: wholes.append(source) or whole(raw, source, progress))
     decoy = tmp_path / "decoy.json"
     decoy.write_text(json.dumps({"meta": {"traceEvents": [1]}, "traceEvents": _hard_to_cut(20)}))
     assert len(_read(decoy)) == 40 and wholes == [str(decoy)]
@@ -252,7 +253,7 @@ def test_an_event_nested_deeper_than_the_decoder_goes_is_one_error_in_the_stream
     # whole-document path names the problem, as for a small file.
     from daydream.trace import kineto
 
-    monkeypatch.setattr(kineto, "WINDOW", 300)
+    monkeypatch.setattr(kineto.stream, "WINDOW", 300)
     depth = 100_000
     deep = '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1, "args": ' \
         + '{"a": ' * depth + "1" + "}" * depth + "}"
@@ -269,7 +270,7 @@ def test_names_that_are_not_utf8_are_kept_with_replacement_characters(tmp_path: 
     # The bytes of a lone surrogate (UTF-8 cannot hold one) and a Latin-1 byte, raw in two op names.
     from daydream.trace import kineto
 
-    monkeypatch.setattr(kineto, "WINDOW", window)
+    monkeypatch.setattr(kineto.stream, "WINDOW", window)
     events = [json.dumps(e) for e in _hard_to_cut(20)]
     named = [json.dumps(op(f"NAME{i}", 5000.0 + i, 1.0, ext=900 + i)).encode() for i in range(2)]
     bad = [named[0].replace(b"NAME0", b"aten::\xed\xa0\x80mm"), named[1].replace(b"NAME1", b"caf\xe9")]

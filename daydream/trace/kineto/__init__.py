@@ -1,0 +1,23 @@
+"""Reader for PyTorch profiler (Kineto) Chrome-trace JSON of every vintage.
+
+Handles the 2021 legacy categories (`Operator`/`Runtime`/`Kernel`/`Memcpy`/
+`Memset`, flows `async`, lowercase `external id`, `"stream 7"` GPU tids,
+cat-less `[memory]` events) through 2025 files (`cuda_driver`, `overhead`,
+`cuda_sync`, `baseTimeNanoseconds`-relative `ts`).
+
+Speed and memory: the decompressed text is streamed a window at a time and cut
+where two events meet (a cut msgspec cannot decode, "},{" inside a string or a
+nested list, is refused and an earlier one tried); each window is decoded by
+msgspec straight into slotted structs that carry only the fields daydream uses
+(everything else, e.g. call stacks, is skipped without being materialized), and
+turned into numpy column pieces before the next window is read. When the typed
+decode rejects a window because some events are malformed, its events are
+decoded one by one and the bad ones are skipped and counted by reason.
+"""
+
+from daydream.trace.kineto.document import decode
+from daydream.trace.kineto.schema import MODULE_SPAN_PREFIX
+from daydream.trace.kineto.shapes import ELEMENTWISE_OPS
+from daydream.trace.kineto.stream import Readable, read
+
+__all__ = ["ELEMENTWISE_OPS", "MODULE_SPAN_PREFIX", "Readable", "decode", "read"]

@@ -1,0 +1,408 @@
+"""Decoded events into the columns and side tables of a `Trace`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import attrgetter, is_not
+from typing import Any
+
+import numpy as np
+
+from daydream.errors import TraceFormatError
+from daydream.trace.kineto.metadata import _meta
+from daydream.trace.kineto.schema import (
+    _CATEGORY_KIND,
+    _COLLECTIVE_KERNEL,
+    _EMPTY_ARGS,
+    _GLOO_PREFIX,
+    _GPU_KINDS,
+    _INSTANT_KINDS,
+    _INT32_MAX,
+    _STREAM_TID,
+    DURATION_LIMIT_US,
+    MODULE_SPAN_PREFIX,
+    SPAN_LIMIT_NS,
+    TIME_LIMIT_US,
+    _Args,
+    _as_int,
+    _Event,
+    _get_bytes,
+    _get_cat,
+    _get_collective,
+    _get_correlation,
+    _get_dims,
+    _get_dur,
+    _get_grid,
+    _get_name,
+    _get_pid,
+    _get_sequence,
+    _get_tid,
+    _get_ts,
+    _Interner,
+    _ints,
+    _table,
+)
+from daydream.trace.kineto.shapes import _elementwise_bytes, _gemm_flops
+from daydream.trace.model import NO_VALUE, SIDE_TABLES, EventKind, Trace, Track, TrackKind, empty_table
+
+#: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish` turns the values
+#: into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str" columns into string ids).
+_SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
+    "memory": [(column, attrgetter(column)) for column in
+               ("addr", "total_allocated", "total_reserved", "device_type", "device_id")],
+    "collective": [("collective_str", attrgetter("collective")), ("in_nelems", attrgetter("in_nelems")),
+                   ("out_nelems", attrgetter("out_nelems")), ("group_size", attrgetter("group_size")),
+                   ("dtype_str", lambda a: str(a.dtype)), ("group_name_str", lambda a: str(a.group_name)),
+                   ("group_ranks_str", lambda a: str(a.group_ranks))],
+    "launch_config": [(column, attrgetter(column)) for column in ("grid", "block", "registers", "shared_memory")],
+    "shapes": [("dims_str", lambda a: bytes(a.input_dims).decode("utf-8", "replace")),
+               ("types_str", lambda a: bytes(a.input_types).decode("utf-8", "replace")),
+               ("concrete_str", lambda a: bytes(a.concrete_inputs).decode("utf-8", "replace")),
+               ("strides_str", lambda a: bytes(a.input_strides).decode("utf-8", "replace"))],
+    "sync": [("sync_kind_str", attrgetter("sync_kind"))] + [(column, attrgetter(column)) for column in
+             ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
+}
+
+
+class _Columns:
+    """The trace's columns, built a chunk of decoded events at a time.
+
+    Names, pids and tids get provisional ids as chunks arrive; `finish` renumbers them in the
+    order a whole-file build gives (names sorted, "" first; tracks by pid and tid), and interns
+    the side tables' strings after the names, so the result does not depend on the chunk size.
+    """
+
+    def __init__(self) -> None:
+        self.decoded = 0  # events decoded, kept or not
+        self.classified = 0  # events of a kind daydream keeps, before the malformed ones are dropped
+        self.cats: dict[Any, int] = {}  # category -> provisional id
+        self.cat_counts = np.zeros(0, dtype=np.int64)
+        self.names = _Interner()
+        self.pids: dict[Any, int] = {}
+        self.tids: dict[Any, int] = {}
+        self.track_args: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # first (device, stream) per track
+        self.pieces: defaultdict[str, list[np.ndarray]] = defaultdict(list)
+        self.side: defaultdict[str, defaultdict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+        self.flows: defaultdict[str, list[Any]] = defaultdict(list)
+        self.rows = 0
+
+    def add(self, events: list[_Event], skipped: dict[str, int]) -> None:
+        self.decoded += len(events)
+        cats = _codes(self.cats, list(map(_get_cat, events)))
+        counts = np.bincount(cats, minlength=len(self.cats))
+        counts[:self.cat_counts.size] += self.cat_counts
+        self.cat_counts = counts
+        if "fwdbwd" in self.cats:
+            self._add_flows(events, np.flatnonzero(cats == self.cats["fwdbwd"]))
+        kinds = _classify(events, cats, self.cats)
+        keep = np.flatnonzero(kinds >= 0)
+        self.classified += keep.size
+        if keep.size == 0:
+            return
+        kept = [events[i] for i in keep.tolist()]
+        kind = kinds[keep]
+        ts_ns, dur_ns, valid = _times(kept, kind, skipped)
+        if not valid.all():
+            select = np.flatnonzero(valid)
+            kept = [kept[i] for i in select.tolist()]
+            kind, ts_ns, dur_ns = kind[select], ts_ns[select], dur_ns[select]
+            if not kept:
+                return
+        args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
+        names = self.names.many(list(map(_get_name, kept)))
+        is_gpu = np.isin(kind, [int(k) for k in _GPU_KINDS])
+        pids = _codes(self.pids, list(map(_get_pid, kept)))
+        tids = _codes(self.tids, list(map(_get_tid, kept)))
+        combined = (is_gpu.astype(np.int64) << 62) | (pids << 31) | tids
+        _, first = np.unique(combined, return_index=True)
+        for row in first.tolist():
+            track = (int(is_gpu[row]), int(pids[row]), int(tids[row]))
+            if track not in self.track_args:
+                self.track_args[track] = (args[row].device, args[row].stream)
+        bytes_column = _ints(list(map(_get_bytes, args)))
+        collective_arg = np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))
+        self._add_side_rows(kind, args, names, bytes_column, collective_arg)
+        for key, values in (
+            ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns), ("is_gpu", is_gpu),
+            ("pid", pids), ("tid", tids),
+            ("correlation", _ints(list(map(_get_correlation, args)))),
+            ("external_id", _ints([a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args])),
+            ("sequence", _ints(list(map(_get_sequence, args)))),
+            ("bytes", bytes_column),
+            ("collective_arg", collective_arg),
+        ):
+            self.pieces[key].append(values)
+        self.rows += len(kept)
+
+    def _add_flows(self, events: list[_Event], rows: np.ndarray) -> None:
+        for e in map(events.__getitem__, rows.tolist()):
+            if e.ph in ("s", "f") and isinstance(e.id, int):
+                self.flows["flow_id"].append(e.id)
+                self.flows["ts"].append(e.ts if math.isfinite(e.ts) else 0.0)
+                self.flows["host"].append((e.pid, e.tid))
+                self.flows["is_start"].append(e.ph == "s")
+
+    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray, bytes_column: np.ndarray,
+                       collective_arg: np.ndarray) -> None:
+        """This chunk's rows of the side tables, as the file writes them (`finish` makes the columns)."""
+        memory = np.flatnonzero(kind == EventKind.MEMORY)
+        if memory.size:
+            bytes_column[memory] = _ints([args[i].memory_bytes for i in memory.tolist()])
+        chosen = {
+            "memory": memory,
+            "collective": np.flatnonzero(collective_arg),
+            "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool,
+                                                        count=len(args))),
+            "sync": np.flatnonzero(kind == EventKind.SYNC),
+            "shapes": np.flatnonzero((kind == EventKind.CPU_OP) & np.fromiter(map(len, map(_get_dims, args)), dtype=bool,
+                                                                              count=len(args))),
+        }
+        for name, rows in chosen.items():
+            if rows.size:
+                table = self.side[name]
+                table["event"].extend((rows + self.rows).tolist())
+                picked = [args[i] for i in rows.tolist()]
+                for column, field in _SIDE_FIELDS[name]:
+                    table[column].extend(map(field, picked))
+        flops = _gemm_flops(kind, args, self.names, names)
+        if flops["event"].size:
+            table = self.side["flops"]
+            table["event"].extend((flops["event"] + self.rows).tolist())
+            table["flops"].extend(flops["flops"].tolist())
+            table["elements"].extend(flops["elements"].tolist())
+        moved = _elementwise_bytes(kind, args, self.names, names)
+        if moved["event"].size:
+            table = self.side["elementwise"]
+            table["event"].extend((moved["event"] + self.rows).tolist())
+            table["bytes"].extend(moved["bytes"].tolist())
+
+    def finish(self, envelope: Any, source: str, skipped: dict[str, int]) -> Trace:
+        categories = _count_categories(dict(zip(self.cats, self.cat_counts.tolist())))
+        if self.classified == 0:
+            found = ", ".join(f"{cat} {n}" for cat, n in list(categories.items())[:6])
+            raise TraceFormatError(
+                source,
+                f"none of its {self.decoded} events is a profiler event daydream reads (found: {found})",
+                "expected cpu_op / cuda_runtime / kernel events from torch.profiler",
+            )
+        if self.rows == 0:
+            reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
+            raise TraceFormatError(source, f"every profiler event is malformed ({reasons})")
+        column = {key: np.concatenate(self.pieces.pop(key)) for key in list(self.pieces)}  # one column's copy at a time
+        ts_ns, dur_ns = column["ts_ns"], column["dur_ns"]
+        span = int((ts_ns + dur_ns).max()) - int(ts_ns.min())
+        if span + int(dur_ns.sum()) > SPAN_LIMIT_NS:
+            raise TraceFormatError(source, f"its events span {span / 1e9 / 86400:.0f} days",
+                                   "timestamps are damaged (a profiler trace covers seconds to hours)")
+        strings = _Interner()
+        strings("")
+        names = strings.many(self.names.strings)[column["name"]].astype(np.int32)
+        kind = _refine_kinds(column["kind"], column["collective_arg"], names, strings)
+        tracks, track_ids = self._tracks(column["is_gpu"], column["pid"], column["tid"])
+        columns = {
+            "kind": kind.astype(np.int8),
+            "name": names,
+            "track": track_ids,
+            "ts_ns": ts_ns,
+            "dur_ns": dur_ns,
+            "correlation": column["correlation"],
+            "external_id": column["external_id"],
+            "sequence": column["sequence"],
+            "bytes": column["bytes"],
+        }
+        tables = self._side_tables(strings)
+        tables["flow"] = self._flow_table(tracks)
+        meta = _meta(envelope, source, self.decoded, categories, skipped)
+        trace = Trace(meta=meta, strings=strings.strings, tracks=tracks, columns=columns, tables=tables)
+        _sort_by_time(trace)
+        return trace
+
+    def _tracks(self, is_gpu: np.ndarray, pids: np.ndarray, tids: np.ndarray) -> tuple[list[Track], np.ndarray]:
+        """One track per (host or GPU, pid, tid), ordered host first, then by pid and tid as written (numbers before
+        names); each row's track id."""
+        pid_values, tid_values = list(self.pids), list(self.tids)
+        combined = (is_gpu.astype(np.int64) << 62) | (_ranks(pid_values)[pids] << 31) | _ranks(tid_values)[tids]
+        _, first_row, ids = np.unique(combined, return_index=True, return_inverse=True)
+        tracks = []
+        for row in first_row.tolist():
+            key = (int(is_gpu[row]), int(pids[row]), int(tids[row]))
+            tracks.append(_make_track(bool(is_gpu[row]), pid_values[pids[row]], tid_values[tids[row]], *self.track_args[key]))
+        return tracks, ids.astype(np.int32).reshape(-1)
+
+    def _side_tables(self, strings: _Interner) -> dict[str, dict[str, np.ndarray]]:
+        tables: dict[str, dict[str, Any]] = {name: dict(empty_table(name)) for name in SIDE_TABLES}
+        for name, rows in self.side.items():
+            columns: dict[str, Any] = dict(rows)
+            if name == "launch_config":
+                grid, block = _dims(columns.pop("grid")), _dims(columns.pop("block"))
+                columns.update(grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
+                               block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2])
+            tables[name] = columns
+        # Interned after the names, column by column, in the order a whole-file build interns them.
+        for name in ("collective", "sync", "shapes"):
+            for key in [k for k in SIDE_TABLES[name] if k.endswith("_str")]:
+                if key in tables[name] and isinstance(tables[name][key], list):
+                    tables[name][key] = list(map(strings, tables[name][key]))
+        return {name: _table(name, **columns) if isinstance(columns.get("event"), list) else columns
+                for name, columns in tables.items()}
+
+    def _flow_table(self, tracks: list[Track]) -> dict[str, np.ndarray]:
+        if not self.flows:
+            return empty_table("flow")
+        host_track = {(t.pid, t.tid): i for i, t in enumerate(tracks) if t.kind is TrackKind.HOST}
+        return _table(
+            "flow",
+            flow_id=self.flows["flow_id"],
+            ts_ns=_us_to_ns(np.array(self.flows["ts"], dtype=np.float64)),
+            track=[host_track.get(key, NO_VALUE) for key in self.flows["host"]],
+            is_start=self.flows["is_start"],
+        )
+
+
+def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
+    """Provisional ids of `values` (categories, pids or tids as written), new ones numbered as they come."""
+    try:
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    except KeyError:  # values not seen before (most chunks after the first have none)
+        for value in set(values).difference(index):
+            index[value] = len(index)
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _ranks(values: list[Any]) -> np.ndarray:
+    """Each value's position among `values` sorted numbers first, then names."""
+    order = sorted(range(len(values)), key=lambda i: (isinstance(values[i], str),
+                                                      values[i] if isinstance(values[i], str) else int(values[i])))
+    ranks = np.empty(len(values), dtype=np.int64)
+    ranks[order] = np.arange(len(values))
+    return ranks
+
+
+def _count_categories(counts: dict[str, int]) -> dict[str, int]:
+    counts = dict(counts)
+    if "" in counts:
+        counts["<none>"] = counts.pop("")
+    return dict(sorted(counts.items()))
+
+
+_KIND_OF_CATEGORY = {c: int(k) for c, k in _CATEGORY_KIND.items()}
+
+
+def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray:
+    """Kind per event from its category (`cats`: ids into `ids`); -1 for events daydream does not keep."""
+    kind_of_id = np.full(len(ids), -1, dtype=np.int16)
+    for cat, index in ids.items():
+        kind_of_id[index] = _KIND_OF_CATEGORY.get(cat, -1)
+    kinds = kind_of_id[cats]
+    # [memory] instant events: cat cpu_instant_event, or no cat at all in 2021 files.
+    instant = [ids[cat] for cat in ("cpu_instant_event", "") if cat in ids]
+    if instant:
+        rows = np.flatnonzero(np.isin(cats, instant)).tolist()
+        memory = [i for i in rows if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
+        kinds[memory] = int(EventKind.MEMORY)
+    # Module spans recorded with with_stack=True: the only python_function events kept (layer attribution).
+    if "python_function" in ids:
+        rows = np.flatnonzero(cats == ids["python_function"]).tolist()
+        modules = [i for i in rows if events[i].name.startswith(MODULE_SPAN_PREFIX) and events[i].ph == "X"]
+        kinds[modules] = int(EventKind.ANNOTATION)
+    return kinds
+
+
+def _refine_kinds(kind: np.ndarray, collective_arg: np.ndarray, names: np.ndarray, strings: _Interner) -> np.ndarray:
+    kind = kind.copy()
+    # Collective kernels are communication tasks (still kernels, as the file lists them).
+    kernel_rows = np.flatnonzero(kind == EventKind.KERNEL)
+    table = strings.strings
+    collective_names = np.array([bool(_COLLECTIVE_KERNEL.match(text)) for text in table], dtype=bool)
+    is_collective = collective_names[names[kernel_rows]] | collective_arg[kernel_rows]
+    kind[kernel_rows[is_collective]] = EventKind.COMMUNICATION
+    # gloo runs a CPU collective on its own worker threads, under a `gloo:<op>` annotation.
+    gloo_names = np.array([text.startswith(_GLOO_PREFIX) for text in table], dtype=bool)
+    kind[(kind == EventKind.ANNOTATION) & gloo_names[names]] = EventKind.HOST_COMMUNICATION
+    # The 2021 format files ProfilerStep#N under Operator.
+    step_names = np.array([text.startswith("ProfilerStep#") for text in table], dtype=bool)
+    kind[(kind == EventKind.CPU_OP) & step_names[names]] = EventKind.ANNOTATION
+    return kind
+
+
+def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Integer ns from fractional µs, exact to the precision the file's doubles carry."""
+    ts_us = np.fromiter(map(_get_ts, kept), dtype=np.float64, count=len(kept))
+    dur_us = np.fromiter(map(_get_dur, kept), dtype=np.float64, count=len(kept))
+    instant = np.isin(kind, [int(k) for k in _INSTANT_KINDS])
+    dur_us[instant & np.isnan(dur_us)] = 0.0
+    bad_ts = ~np.isfinite(ts_us)
+    bad_dur = ~bad_ts & ~np.isfinite(dur_us)
+    with np.errstate(invalid="ignore"):
+        negative = ~bad_ts & ~bad_dur & (dur_us < 0)
+        far_ts = ~bad_ts & (np.abs(ts_us) > TIME_LIMIT_US)
+        long_dur = ~bad_ts & ~bad_dur & ~far_ts & (dur_us > DURATION_LIMIT_US)
+    for reason, mask in (("missing ts", bad_ts), ("missing dur", bad_dur), ("negative dur", negative),
+                         ("ts out of range", far_ts), ("dur over a day", long_dur)):
+        count = int(np.count_nonzero(mask))
+        if count:
+            skipped[reason] = skipped.get(reason, 0) + count
+    valid = ~(bad_ts | bad_dur | negative | far_ts | long_dur)
+    ts_us = np.where(valid, ts_us, 0.0)
+    dur_us = np.where(valid, dur_us, 0.0)
+    return _us_to_ns(ts_us), _us_to_ns(dur_us), valid
+
+
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    # Split off the whole µs first: 1.7e18 ns does not fit a double exactly.
+    us = np.clip(us, -TIME_LIMIT_US, TIME_LIMIT_US)  # callers skip events beyond it; this keeps the rest exact
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+
+
+def _make_track(is_gpu: bool, pid: Any, tid: Any, device: Any, stream: Any) -> Track:
+    """A track from its first event: a host thread, or a GPU stream (device and stream from its args, else from the
+    pid and tid as older files write them)."""
+    if not is_gpu:
+        return Track(TrackKind.HOST, pid, tid)
+    device = _as_int(device) if device != NO_VALUE else (_as_int(pid) if isinstance(pid, int) else NO_VALUE)
+    stream = _as_int(stream)
+    if stream == NO_VALUE:
+        if isinstance(tid, int):
+            stream = _as_int(tid)
+        else:
+            match = _STREAM_TID.search(str(tid)[:64])
+            stream = _as_int(match.group(1)) if match else NO_VALUE
+    return Track(TrackKind.GPU, pid, tid, device=device, stream=stream)
+
+
+def _dims(values: Iterable[list[int] | None]) -> np.ndarray:
+    """An (n, 3) int32 array of CUDA dim3 values; short or missing ones padded with -1."""
+    listed = list(values)
+    try:
+        dims = np.array(listed, dtype=np.int32)
+        if dims.ndim == 2 and dims.shape[1] == 3:
+            return dims
+    except (ValueError, TypeError, OverflowError):
+        pass
+    return np.array([_dim3(v) for v in listed], dtype=np.int32).reshape(-1, 3)
+
+
+def _dim3(value: list[int] | None) -> list[int]:
+    dims = [d if 0 <= d <= _INT32_MAX else NO_VALUE for d in map(_as_int, list(value or [])[:3])]
+    return dims + [NO_VALUE] * (3 - len(dims))
+
+
+def _sort_by_time(trace: Trace) -> None:
+    """Order rows by start time, enclosing spans before the spans they enclose."""
+    order = np.lexsort((-trace.dur_ns, trace.ts_ns))
+    if np.array_equal(order, np.arange(order.size)):
+        return
+    for key, column in trace.columns.items():
+        trace.columns[key] = column[order]
+    new_row = np.empty_like(order)
+    new_row[order] = np.arange(order.size)
+    for name, table in trace.tables.items():
+        if "event" in table and table["event"].size:
+            moved = np.argsort(new_row[table["event"]], kind="stable")
+            trace.tables[name] = {col: values[moved] for col, values in table.items()}
+            trace.tables[name]["event"] = new_row[table["event"]][moved]
