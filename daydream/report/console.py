@@ -13,7 +13,14 @@ from rich.panel import Panel
 from rich.text import Text
 
 from daydream.mapping.attribution import layer_label
-from daydream.report.table import Table
+from daydream.report.table import Table, labelled, named_table
+
+
+def relative_change(before: int, after: int) -> str:
+    """`after` against `before` as a signed percentage; "new" where there was nothing before."""
+    if not before:
+        return "new" if after else ""
+    return f"{(after - before) / before * 100:+.0f}%"
 
 
 def format_ns(ns: float | int | None) -> str:
@@ -162,12 +169,7 @@ def _overview(rank: dict[str, Any]) -> Table:
     if events["skipped_malformed"]:
         reasons = ", ".join(f"{why}: {n}" for why, n in events["skipped_reasons"].items())
         lines.append(("skipped  ", f"{events['skipped_malformed']:,} malformed events ({reasons})"))
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for label, value in lines:
-        grid.add_row(label.strip(), value)
-    return grid
+    return labelled((label.strip(), value) for label, value in lines)
 
 
 def _iterations_table(rank: dict[str, Any]) -> Table | Text:
@@ -210,29 +212,22 @@ def _streams_table(rank: dict[str, Any]) -> Table:
 def _phases_line(rank: dict[str, Any]) -> Table:
     phases, attribution = rank["phases"], rank["attribution"]
     total = sum(phases.values()) or 1
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
     basis = "GPU time" if attribution["basis"] == "gpu" else "CPU op time"
-    grid.add_row("phases", "  ".join(f"{name} {format_ns(ns)} ({ns / total:.0%})" for name, ns in phases.items())
-                 + f"  — {basis} per iteration")
-    grid.add_row("layers", f"from {attribution['source']}: {attribution['forward_layer_share']:.0%} of forward time on a layer "
-                 f"({attribution['forward_leaf_share']:.0%} on a leaf module), {attribution['backward_layer_share']:.0%} of backward")
-    return grid
+    return labelled([
+        ("phases", "  ".join(f"{name} {format_ns(ns)} ({ns / total:.0%})" for name, ns in phases.items())
+         + f"  — {basis} per iteration"),
+        ("layers", f"from {attribution['source']}: {attribution['forward_layer_share']:.0%} of forward time on a layer "
+         f"({attribution['forward_leaf_share']:.0%} on a leaf module), {attribution['backward_layer_share']:.0%} of backward"),
+    ])
 
 
 def _layers_table(rank: dict[str, Any], top: int = 15) -> Table:
     layers = sorted(rank["layers"], key=lambda layer: -(layer["forward_ns"] + layer["backward_ns"]))
     shown = [layer for layer in layers if layer["forward_ns"] or layer["backward_ns"]][:top]
     total = sum(layer["forward_ns"] + layer["backward_ns"] for layer in layers) or 1
-    table = Table(title=f"layers by time per iteration (exclusive; top {len(shown)})", title_justify="left", expand=True)
-    table.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
-    for header in ("forward", "backward", "share"):
-        table.add_column(header, justify="right", no_wrap=True)
-    for layer in shown:
-        both = layer["forward_ns"] + layer["backward_ns"]
-        table.add_row(layer_label(layer), format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]), f"{both / total:.1%}")
-    return table
+    return named_table(f"layers by time per iteration (exclusive; top {len(shown)})", ("layer", "forward", "backward", "share"),
+                       [(layer_label(layer), format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]),
+                         f"{(layer['forward_ns'] + layer['backward_ns']) / total:.1%}") for layer in shown])
 
 
 def _kernels_table(rank: dict[str, Any]) -> Table:

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from daydream import __version__
 from daydream.report.console import format_ns
-from daydream.report.table import Table
+from daydream.report.table import Table, labelled, named_table
 from daydream.simulate.diff import Change, Comparison
 
 SCHEMA_VERSION = 1
@@ -125,26 +125,16 @@ def _row(change: dict[str, Any]) -> tuple[str | Text, ...]:
 
 
 def _layers_table(layers: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"layers that changed most (top {len(layers)}, exclusive work per iteration)", title_justify="left",
-                  expand=True)
-    table.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
-    for header in ("A", "B", "change", ""):
-        table.add_column(header, justify="right", no_wrap=True)
-    for layer in layers:
-        table.add_row(layer["name"], format_ns(layer["a_ns"]), format_ns(layer["b_ns"]),
-                      Text(_signed(layer["change_ns"]), style=_style(layer["change_ns"])), _percent(layer["a_ns"], layer["b_ns"]))
-    return table
+    return named_table(f"layers that changed most (top {len(layers)}, exclusive work per iteration)",
+                       ("layer", "A", "B", "change", ""),
+                       [(layer["name"], format_ns(layer["a_ns"]), format_ns(layer["b_ns"]),
+                         Text(_signed(layer["change_ns"]), style=_style(layer["change_ns"])),
+                         _percent(layer["a_ns"], layer["b_ns"])) for layer in layers])
 
 
 def _notes(rank: dict[str, Any], several: bool) -> Table:
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for note in rank["notes"]:
-        grid.add_row("note", note)
-    if several:
-        grid.add_row("ranks", "the first rank is shown; --json has every rank")
-    return grid
+    rows = [("note", note) for note in rank["notes"]]
+    return labelled(rows + ([("ranks", "the first rank is shown; --json has every rank")] if several else []))
 
 
 def _signed(ns: int) -> str:

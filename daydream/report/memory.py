@@ -14,12 +14,11 @@ from rich.panel import Panel
 from rich.text import Text
 
 from daydream import __version__
-from daydream._files import atomic_output
 from daydream.errors import InputError
 from daydream.memory import CATEGORIES, DeviceMemory
 from daydream.report import plotting
 from daydream.report.console import format_bytes
-from daydream.report.table import Table
+from daydream.report.table import Table, named_table
 
 SCHEMA_VERSION = 1
 _COLORS = {"weights": "#4c72b0", "activations": "#dd8452", "gradients": "#55a868", "optimizer state": "#c44e52",
@@ -69,12 +68,9 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
             table.caption_justify = "left"
         parts: list[Any] = [table]
         if device["top_layers_by_activation_bytes"]:
-            layers = Table(title="layers by activation memory at the peak", title_justify="left", expand=True)
-            layers.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
-            layers.add_column("activations", justify="right", no_wrap=True)
-            for entry in device["top_layers_by_activation_bytes"]:
-                layers.add_row(entry["name"], format_bytes(entry["activation_bytes"]))
-            parts.append(layers)
+            parts.append(named_table("layers by activation memory at the peak", ("layer", "activations"),
+                                     [(entry["name"], format_bytes(entry["activation_bytes"]))
+                                      for entry in device["top_layers_by_activation_bytes"]]))
         rank = f"rank {device['rank']} " if device["rank"] is not None else ""
         console.print(Panel(Group(*parts), title=Text(f"{rank}{device['device']}"), title_align="left"))
 
@@ -105,9 +101,4 @@ def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title:
         axis.set_ylabel(f"allocated ({unit})")
         if names:
             axis.legend(loc="upper left", fontsize=7, ncol=4)
-    figure.tight_layout()
-    try:
-        with atomic_output(path) as out:
-            figure.savefig(out, dpi=110, format="png")
-    finally:
-        plt.close(figure)
+    plotting.save_png(figure, path)

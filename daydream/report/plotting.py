@@ -8,8 +8,10 @@ backend selected.
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
+from daydream._files import atomic_output
 from daydream.errors import InputError
 
 INSTALL = "--plot needs matplotlib — pip install matplotlib"
@@ -29,3 +31,13 @@ def pyplot() -> Any:
     except ImportError:
         raise InputError(INSTALL) from None
     return plt
+
+
+def save_png(figure: Any, path: str | os.PathLike[str]) -> None:
+    """`figure` laid out and written to `path` as a PNG (atomically), then closed, whether the write worked or not."""
+    try:
+        figure.tight_layout()
+        with atomic_output(path) as out:
+            figure.savefig(out, dpi=110, format="png")
+    finally:
+        pyplot().close(figure)

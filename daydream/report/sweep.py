@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.text import Text
 
 from daydream import __version__
-from daydream._files import atomic_output
 from daydream.report import plotting
 from daydream.report.console import format_bytes, format_ns
 from daydream.report.table import Table
@@ -152,8 +151,5 @@ def plot_sweep(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
             right.set_ylim(0, 105)
         left.set_title(f"{' + '.join(summary['optimizations'])} — {os.path.basename(summary['source'])}", fontsize=10)
         figure.legend(loc="lower left", bbox_to_anchor=(0, 0), bbox_transform=left.transAxes, fontsize=8, framealpha=0.8)
-        figure.tight_layout()
-        with atomic_output(path) as out:
-            figure.savefig(out, dpi=110, format="png")
     finally:
-        plt.close(figure)
+        plotting.save_png(figure, path)

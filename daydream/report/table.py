@@ -7,6 +7,7 @@ the text columns beside it (names, critical-path summaries) wrap instead.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -51,3 +52,24 @@ def _plain(cell: Any) -> str:
     if isinstance(cell, str):
         return Text.from_markup(cell).plain if "[" in cell else cell
     return ""
+
+
+def labelled(rows: Iterable[tuple[str, Any]]) -> Table:
+    """A grid of (label, text) rows: the label bold, the text folded to the width (notes, facts)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, text in rows:
+        grid.add_row(label, text)
+    return grid
+
+
+def named_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A table of named rows (layers, kernels) across the width: the name cut with an ellipsis, figures right."""
+    table = Table(title=title, title_justify="left", expand=True)
+    table.add_column(headers[0], ratio=1, overflow="ellipsis", no_wrap=True)
+    for header in headers[1:]:
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table

@@ -19,8 +19,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from daydream import __version__
-from daydream.report.console import format_bytes, format_ns
-from daydream.report.table import Table
+from daydream.report.console import format_bytes, format_ns, relative_change
+from daydream.report.table import Table, labelled, named_table
 from daydream.report.throughput import samples_per_s
 from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
@@ -108,12 +108,7 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
     parts.append(_phases_table(rank))
     if rank["layers"]:
         parts.append(_layers_table(rank))
-    notes = Table.grid(padding=(0, 1))
-    notes.add_column(style="bold", no_wrap=True)
-    notes.add_column(overflow="fold")
-    for note in rank["notes"]:
-        notes.add_row("model", note)
-    parts.append(notes)
+    parts.append(labelled(("model", note) for note in rank["notes"]))
     console.print(Panel(Group(*parts), title=Text(str(summary["source"])), title_align="left"))
 
 
@@ -138,25 +133,14 @@ def _phases_table(rank: dict[str, Any]) -> Table:
     for phase, values in rank["phases"].items():
         before, after = values["baseline_ns"], values["predicted_ns"]
         if before or after:
-            table.add_row(phase, format_ns(before), format_ns(after), _change(before, after))
+            table.add_row(phase, format_ns(before), format_ns(after), relative_change(before, after))
     return table
 
 
 def _layers_table(rank: dict[str, Any]) -> Table:
-    table = Table(title="layers that moved most (work per iteration)", title_justify="left", expand=True)
-    table.add_column("layer", ratio=1, overflow="ellipsis", no_wrap=True)
-    for header in ("baseline", "predicted", "change"):
-        table.add_column(header, justify="right", no_wrap=True)
-    for layer in rank["layers"]:
-        table.add_row(layer["name"], format_ns(layer["baseline_ns"]), format_ns(layer["predicted_ns"]),
-                      _change(layer["baseline_ns"], layer["predicted_ns"]))
-    return table
-
-
-def _change(before: int, after: int) -> str:
-    if not before:
-        return "new" if after else ""
-    return f"{(after - before) / before * 100:+.0f}%"
+    return named_table("layers that moved most (work per iteration)", ("layer", "baseline", "predicted", "change"),
+                       [(layer["name"], format_ns(layer["baseline_ns"]), format_ns(layer["predicted_ns"]),
+                         relative_change(layer["baseline_ns"], layer["predicted_ns"])) for layer in rank["layers"]])
 
 
 def render_memory_predictions(entries: list[dict[str, Any]], console: Console) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from daydream.mapping.attribution import layer_label
 from daydream.memory import CATEGORIES
-from daydream.report.console import format_bytes, format_ns, short_kernel_name
+from daydream.report.console import format_bytes, format_ns, relative_change, short_kernel_name
 from daydream.simulate.bound import bound_line
 
 
@@ -80,12 +80,6 @@ def _table(headers: list[str], rows: list[list[Any]], css: str = "", row_classes
 def _named(name: str, width: int = 90) -> Markup:
     """A long (kernel, layer) name shortened for the table, the whole name on hover."""
     return Markup(f'<span class="name" title="{html.escape(name)}">{html.escape(short_kernel_name(name, width))}</span>')
-
-
-def _change(before: int, after: int) -> str:
-    if not before:
-        return "new" if after else ""
-    return f"{(after - before) / before * 100:+.0f}%"
 
 
 def _speedup(value: float | None) -> Markup:
@@ -234,13 +228,13 @@ def _layers_table(inspect: dict[str, Any]) -> str:
 
 
 def _moved_tables(rank: dict[str, Any], label: str) -> str:
-    phase_rows = [[phase, format_ns(v["baseline_ns"]), format_ns(v["predicted_ns"]), _change(v["baseline_ns"], v["predicted_ns"])]
+    phase_rows = [[phase, format_ns(v["baseline_ns"]), format_ns(v["predicted_ns"]), relative_change(v["baseline_ns"], v["predicted_ns"])]
                   for phase, v in rank["phases"].items() if v["baseline_ns"] or v["predicted_ns"]]
     html_parts = [f"<h3>Work per phase under {_escape(label)} (per iteration)</h3>",
                   _table(["phase", "baseline", "predicted", "change"], phase_rows, "phases")]
     if rank["layers"]:
         layer_rows = [[_named(layer["name"], 70), format_ns(layer["baseline_ns"]), format_ns(layer["predicted_ns"]),
-                       _change(layer["baseline_ns"], layer["predicted_ns"])] for layer in rank["layers"]]
+                       relative_change(layer["baseline_ns"], layer["predicted_ns"])] for layer in rank["layers"]]
         html_parts += ["<h3>Layers that moved most</h3>", _table(["layer", "baseline", "predicted", "change"], layer_rows, "layers")]
     return '<div class="moved">' + "".join(html_parts) + "</div>"
 
