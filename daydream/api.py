@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daydream import trace as trace_stage
@@ -93,6 +94,48 @@ def _ranks(ranks: list[int | None]) -> str:
     return f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''} ({', '.join('?' if r is None else str(r) for r in ranks)})"
 
 
+@dataclass(slots=True, frozen=True)
+class Sweep:
+    """A job predicted at every value of one parameter: `runs` is (value, predictions) per value, `memories` each
+    value's memory predictions (empty without them)."""
+
+    key: str
+    values: list[str]
+    runs: list[tuple[str, list[Prediction]]]
+    memories: list[list[dict[str, object]]]
+
+
+def sweep_values(sweep: str) -> tuple[str, list[str]]:
+    """'world=1,2,4' -> ('world', ['1', '2', '4']): the parameter a --sweep names and its values."""
+    from daydream.transforms.specs import parse_sweep
+
+    return parse_sweep(sweep)
+
+
+def sweep_job(path: str | os.PathLike[str], specs: list[str], sweep: str, device_name: str | None = None,
+              cache: bool = True, with_memory: bool = False, progress: Progress | None = None) -> Sweep:
+    """Every rank at `path` under `specs` at each value of `sweep` ('KEY=V1,V2,...': a parameter of one of them),
+    the values' predictions made in worker processes or Ray tasks where configured (daydream.ranks)."""
+    from daydream.ranks import sweep_points
+    from daydream.transforms import is_pipeline_file, parse_spec
+    from daydream.transforms.specs import with_value
+
+    key, values = sweep_values(sweep)
+    if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):
+        raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
+    job = open_job(path, cache, progress)
+    if progress:
+        progress(f"predicting {len(values)} values of {key}", 0, len(values))
+    points = [[with_value(spec, key, value) for spec in specs] for value in values]
+    try:
+        results = sweep_points(job.traces, points, device_name, with_memory)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    runs = [(value, predictions) for value, (predictions, _) in zip(values, results)]
+    memories = [memory or [] for _, memory in results] if with_memory else []
+    return Sweep(key, values, runs, memories)
+
+
 def list_optimizations() -> list[dict[str, str]]:
     """Every registered optimization by name: its summary, time model, memory model and parameters (`whatif --list`)."""
     from daydream.memory.whatif import memory_model_words
@@ -103,5 +146,5 @@ def list_optimizations() -> list[dict[str, str]]:
             for _, o in sorted(OPTIMIZATIONS.items())]
 
 
-__all__ = ["diff_jobs", "list_optimizations", "open_job", "open_trace", "predict_job", "predict_memory_for",
-           "replay_job"]
+__all__ = ["Sweep", "diff_jobs", "list_optimizations", "open_job", "open_trace", "predict_job", "predict_memory_for",
+           "replay_job", "sweep_job", "sweep_values"]

@@ -7,16 +7,20 @@ Styles are applied with `rich.text.Text`, never with markup in strings.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
+import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from daydream._memory import note_stage
 
 Callback = Callable[[str, int, int], None]
+T = TypeVar("T")
 
 #: How much daydream says on stderr besides errors: -1 nothing (-q), 0 status lines and a progress bar on a terminal,
 #: 1 also each stage as a line with the time so far, wherever stderr goes (-v). Set once per command (cli.cli).
@@ -66,3 +70,17 @@ def progress_bar(console: Console) -> Iterator[Callback]:
 
     with bar:
         yield update
+
+
+def with_progress(call: Callable[[Callback], T], console: Console | None = None) -> T:
+    """`call(progress)` under a progress bar on `console` (stderr by default): an API call that reads or simulates."""
+    with progress_bar(console or err()) as progress:
+        return call(progress)
+
+
+def emit(summary: Any, as_json: bool, render: Callable[[Any, Console], None]) -> None:
+    """A command's result: `summary` as indented JSON on stdout with --json, else rendered for people."""
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        render(summary, out())

@@ -5,13 +5,12 @@ Exit codes: 0 every bound holds (or --update), 1 a bound is broken, 2 bad input.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import click
 from rich.console import Console
 
-from daydream.cli._progress import err, out
+from daydream.cli._progress import emit, err
 from daydream.errors import InputError
 from daydream.report.check import render_check, write_junit
 
@@ -51,10 +50,7 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     summary = summarize_check(expectations, measurements, updated=update)
     if junit_path:
         write_junit(junit_path, summary)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        render_check(summary, out())
+    emit(summary, as_json, render_check)
     return 0 if update or summary["passed"] else 1
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from daydream.api import diff_jobs
-from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._progress import emit, with_progress
 
 TOP_LAYERS = 10  # layers listed by default (`--top`)
 
@@ -35,10 +33,5 @@ def diff_command(a: str, b: str, as_json: bool, top: int, no_cache: bool) -> Non
     # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
     from daydream.report.diff import render_comparisons, summarize_comparisons
 
-    with progress_bar(err()) as progress:
-        comparisons = diff_jobs(a, b, cache=not no_cache, progress=progress)
-    summary = summarize_comparisons(a, b, comparisons, top)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    render_comparisons(summary, out())
+    comparisons = with_progress(lambda progress: diff_jobs(a, b, cache=not no_cache, progress=progress))
+    emit(summarize_comparisons(a, b, comparisons, top), as_json, render_comparisons)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from daydream.api import open_job
-from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._progress import emit, err, with_progress
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.report.console import render_job_summary
 from daydream.report.summary import summarize_job
@@ -37,10 +35,6 @@ def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None, i
     """
     status = err()
     trace = chosen_trace(trace, status.print)
-    with progress_bar(status) as progress:
-        job = open_job(trace, cache=not no_cache, progress=progress)
+    job = with_progress(lambda progress: open_job(trace, cache=not no_cache, progress=progress), status)
     summary = summarize_job(job, iteration_marker=iteration_marker, top=top)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    render_job_summary(summary, out(), detail_rank)
+    emit(summary, as_json, lambda found, console: render_job_summary(found, console, detail_rank))

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from daydream.api import open_job
-from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._progress import emit, err, with_progress
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.memory import analyze_memory
 from daydream.report import plotting
@@ -35,14 +33,9 @@ def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_c
         plotting.require()
     status = err()
     trace = chosen_trace(trace, status.print)
-    with progress_bar(status) as progress:
-        job = open_job(trace, cache=not no_cache, progress=progress)
+    job = with_progress(lambda progress: open_job(trace, cache=not no_cache, progress=progress), status)
     ranks = [(t.meta.rank, analyze_memory(t)) for t in job.traces]
     if plot_path:
         plot_memory(plot_path, [device for _, memory in ranks for device in memory], trace)
         status.print(f"daydream: wrote {plot_path}", highlight=False)
-    summary = summarize_memory(trace, ranks)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    render_memory(summary, out())
+    emit(summarize_memory(trace, ranks), as_json, render_memory)

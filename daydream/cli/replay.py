@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from daydream.api import replay_job
-from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._progress import emit, err, with_progress
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 
 
@@ -42,15 +40,11 @@ def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, 
 
     status = err()
     trace = chosen_trace(trace, status.print)
-    with progress_bar(status) as progress:
-        replays = replay_job(trace, cache=not no_cache, progress=progress)
+    replays = with_progress(lambda progress: replay_job(trace, cache=not no_cache, progress=progress), status)
     summary = summarize_replays(trace, replays, with_critical_path=critical_path)
     if timeline_path:
         runs = [(r.trace, r.graph, r.timeline, [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in r.iterations])
                 for r in replays]
         for written in write_timelines(timeline_path, runs, "simulated timeline"):
             status.print(f"daydream: wrote {written}", highlight=False)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    render_replays(summary, out())
+    emit(summary, as_json, render_replays)

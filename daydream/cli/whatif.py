@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import click
+from rich.console import Console
 
-from daydream.api import list_optimizations, open_job, predict_job, predict_memory_for
+from daydream.api import list_optimizations, predict_job, predict_memory_for, sweep_job, sweep_values
 from daydream.cli._complete import complete_device, complete_opt, complete_sweep
-from daydream.cli._progress import err, out, progress_bar
+from daydream.cli._progress import emit, err, with_progress
 from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 from daydream.cost import CostOptions
-from daydream.errors import InputError
 from daydream.report import plotting
 from daydream.report.table import Table
 
@@ -77,22 +77,22 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     from daydream.report.timeline import prediction_runs, write_timelines
     from daydream.report.whatif import render_memory_predictions, render_predictions, summarize_predictions
 
-    with progress_bar(err()) as progress:
-        predictions = predict_job(path, list(specs), device_name, cache=not no_cache, progress=progress,
-                                  cost_options=CostOptions(measure, measure_budget))
+    predictions = with_progress(lambda progress: predict_job(path, list(specs), device_name, cache=not no_cache,
+                                                             progress=progress,
+                                                             cost_options=CostOptions(measure, measure_budget)))
     summary = summarize_predictions(path, list(specs), predictions)
     if with_memory:
         summary["memory"] = predict_memory_for([p.trace for p in predictions], list(specs), device_name)
     if timeline_path:
         for written in write_timelines(timeline_path, prediction_runs(predictions), f"predicted timeline: {' + '.join(specs)}"):
             err().print(f"daydream: wrote {written}", highlight=False)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    console = out()
-    render_predictions(summary, console)
-    if with_memory:
-        render_memory_predictions(summary["memory"], console)
+
+    def render(found: dict[str, Any], console: Console) -> None:
+        render_predictions(found, console)
+        if with_memory:
+            render_memory_predictions(found["memory"], console)
+
+    emit(summary, as_json, render)
 
 
 def _check_options(specs: tuple[str, ...], sweep: str | None, plot_path: str | None, prices: str | None) -> None:
@@ -124,48 +124,28 @@ def _prices(text: str | None) -> dict[str, float]:
 
 def _sweep(path: str, specs: list[str], sweep: str, device_name: str | None, as_json: bool, plot_path: str | None,
            cache: bool, with_memory: bool = False, prices: dict[str, float] | None = None) -> None:
-    from daydream.ranks import sweep_points
     from daydream.report.sweep import plot_sweep, render_sweep, summarize_sweep
-    from daydream.transforms import is_pipeline_file, parse_spec
-    from daydream.transforms.specs import parse_sweep, with_value
 
-    key, values = parse_sweep(sweep)
-    if not any(key in parse_spec(spec)[1] for spec in specs if not is_pipeline_file(spec)):
-        raise InputError(f"--sweep {sweep}: none of the optimizations {', '.join(specs)} has a parameter {key!r}")
-    unknown = sorted(set(prices or {}) - set(values))
-    if unknown:
+    unknown = sorted(set(prices or {}) - set(sweep_values(sweep)[1]))
+    if unknown:  # before any work: a price for a value the sweep does not have
         raise click.UsageError(f"--price {unknown[0]}: not a value of --sweep {sweep}")
-    memories: list[list[dict[str, object]]] = []
-    with progress_bar(err()) as progress:
-        job = open_job(path, cache, progress)
-        progress(f"predicting {len(values)} values of {key}", 0, len(values))
-        points = [[with_value(spec, key, value) for spec in specs] for value in values]
-        try:
-            results = sweep_points(job.traces, points, device_name, with_memory)
-        except ValueError as exc:
-            raise InputError(f"{path}: {exc}") from None
-        runs = [(value, predictions) for value, (predictions, _) in zip(values, results)]
-        if with_memory:
-            memories = [memory or [] for _, memory in results]
-    summary = summarize_sweep(path, specs, key, runs, memories or None, prices or None)
+    found = with_progress(lambda progress: sweep_job(path, specs, sweep, device_name, cache, with_memory, progress))
+    summary = summarize_sweep(path, specs, found.key, found.runs, found.memories or None, prices or None)
     if plot_path:
         plot_sweep(plot_path, summary)
         err().print(f"daydream: wrote {plot_path}", highlight=False)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    render_sweep(summary, out())
+    emit(summary, as_json, render_sweep)
 
 
 def _print_list(as_json: bool) -> None:
-    entries = list_optimizations()
-    if as_json:
-        click.echo(json.dumps(entries, indent=2))
-        return
+    emit(list_optimizations(), as_json, _render_list)
+
+
+def _render_list(entries: list[dict[str, str]], console: Console) -> None:
     table = Table(title="optimizations (--opt NAME[:k=v,...]; a .yaml file for your own)", title_justify="left", show_lines=True)
     table.add_column("name", no_wrap=True, style="bold")
     table.add_column("model", overflow="fold")
     table.add_column("parameters", overflow="fold")
     for entry in entries:
         table.add_row(entry["name"], f"{entry['summary']}. time: {entry['model']}. memory: {entry['memory']}", entry["parameters"])
-    out().print(table)
+    console.print(table)
