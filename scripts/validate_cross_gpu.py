@@ -25,6 +25,7 @@ from daydream.graph.model import GPU_WORK
 from daydream.mapping.classes import CLASSES
 from daydream.simulate.whatif import recorded_device
 from daydream.transforms.kernels import kernel_classes
+from daydream.transforms.target import HOST_BOUND_SHARE, gpu_busy_share
 
 #: The same model and script recorded on two GPUs (set 2, ../shared/traces/SOURCES.md).
 PAIRS = [
@@ -63,9 +64,9 @@ def model_name(path: Path) -> str:
 
 def direction(source: Path, other: Path) -> tuple[list[str], list[str]]:
     """(the summary row, the per-class rows) of predicting `other` from `source`."""
-    target_trace = open_job(other).traces[0]
-    target, target_name = recorded_device(target_trace)
-    origin, origin_name = recorded_device(open_job(source).traces[0])
+    source_trace = open_job(source).traces[0]
+    target, target_name = recorded_device(open_job(other).traces[0])
+    origin, origin_name = recorded_device(source_trace)
     if target is None or origin is None:
         return [f"| {source.name} | {origin_name} | {target_name} | — | — | — | — | a GPU not in the device table | — |"], []
     [prediction] = predict_job(source, [f"gpu:target={target.key}"])
@@ -76,8 +77,9 @@ def direction(source: Path, other: Path) -> tuple[list[str], list[str]]:
     assert prediction.graph is not None and measured.graph is not None
     predicted_classes = per_class(prediction.graph, len(prediction.per_iteration))
     measured_classes = per_class(measured.graph, len(measured.per_iteration))
-    source_classes = per_class(build_graph(open_job(source).traces[0]), len(prediction.per_iteration))
-    busy = sum(source_classes.values()) / prediction.measured_ns
+    source_graph = build_graph(source_trace)
+    source_classes = per_class(source_graph, len(prediction.per_iteration))
+    busy = gpu_busy_share(source_graph) or 0.0  # what the prediction's note judges a host-bound step by
     summary = (f"| {source.parent.name}/{source.name} | {origin.key} | {target.key} | {prediction.measured_ns / 1e6:.2f} ms | "
                f"{busy:.0%} | {prediction.predicted_ns / 1e6:.2f} ms | {measured.measured_ns / 1e6:.2f} ms | "
                f"{error * 100:+.1f}% | {peaks_error * 100:+.1f}% |")
@@ -107,7 +109,7 @@ def page(pairs: list[tuple[Path, Path]], day: str | None = None) -> str:
             classes += per
     rows = [row.split("|") for row in summary if row.rstrip().endswith("% |")]
     errors = [float(cells[-3].strip().rstrip("%")) for cells in rows]
-    bound = [error for error, cells in zip(errors, rows) if float(cells[5].strip().rstrip("%")) >= 50]
+    bound = [error for error, cells in zip(errors, rows) if float(cells[5].strip().rstrip("%")) >= 100 * HOST_BOUND_SHARE]
     text = "\n".join([
         "# Another GPU: predicted against measured",
         "",
@@ -118,9 +120,9 @@ def page(pairs: list[tuple[Path, Path]], day: str | None = None) -> str:
         "kernels move by each GPU's achievable matrix throughput (dense peak × measured matmul efficiency,",
         "docs/devices.md); GEMMs whose tile or grid bounds them below both GPUs' ridge points move by bandwidth",
         "(`bandwidth_bound` in `daydream/transforms/target.py`); the last column is the same prediction by the",
-        "datasheet peaks alone (`peaks=1`). *GPU busy* is the source trace's GPU work per iteration over its step: where",
-        "it is low the step is bound by the host, and the other machine's host speed is not in the trace (the",
-        "prediction's note says so; `host=F` sets it).",
+        "datasheet peaks alone (`peaks=1`). *GPU busy* is the source trace's GPU work over its recorded iterations",
+        "(`gpu_busy_share`): under half, the step is bound by the host, and the other machine's host speed is not in",
+        "the trace (the prediction's note says so; `host=F` sets it).",
         f"**Mean |error| {np.mean(np.abs(errors)):.1f}%, worst {max(np.abs(errors)):.1f}%;** on the {len(bound)} rows whose "
         f"GPU is busy at least half the step: mean {np.mean(np.abs(bound)):.1f}%, worst {max(np.abs(bound)):.1f}%."
         if errors and bound else "",

@@ -229,14 +229,19 @@ def _plain_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: 
         progress("reading", produced, produced)
 
 
-def inflater() -> Any:
-    """A gzip decompressor with zlib's interface (bounded output, `unconsumed_tail`, `unused_data`, `eof`): python-isal's
-    where it is installed (about twice zlib's speed), else zlib's."""
+def _isal_zlib() -> Any:
+    """python-isal's zlib-compatible module where it is installed, else None."""
     try:
         from isal import isal_zlib
     except ImportError:
-        return zlib.decompressobj(wbits=31)
-    return isal_zlib.decompressobj(wbits=31)
+        return None
+    return isal_zlib
+
+
+def inflater() -> Any:
+    """A gzip decompressor with zlib's interface (bounded output, `unconsumed_tail`, `unused_data`, `eof`): python-isal's
+    where it is installed (about twice zlib's speed), else zlib's."""
+    return (_isal_zlib() or zlib).decompressobj(wbits=31)
 
 
 def _gunzipped_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: int,
@@ -282,11 +287,9 @@ def _next_block(stream: Any) -> tuple[bytes | None, Any]:
 
 
 def _isal_error() -> type[Exception]:
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return zlib.error
-    error: type[Exception] = getattr(isal_zlib, "error")  # noqa: B009  (its stub types the class as an instance)
+    """The error python-isal raises for damaged data (zlib's where it is not installed)."""
+    module = _isal_zlib()
+    error: type[Exception] = module.error if module is not None else zlib.error
     return error
 
 

@@ -109,7 +109,9 @@ def bandwidth_bound(tiles: np.ndarray, blocks: np.ndarray, streaming: np.ndarray
     a grid of fewer thread blocks than the source has SMs or CUs, one tile each (mn <= blocks x tile; a persistent
     kernel launches at least one block per unit). Matrix-vector products and split-K reductions (`streaming`) are."""
     result = streaming.copy()
-    source, target = devices
+    side = tiles.min(axis=1).astype(np.float64)
+    root_area = np.sqrt(np.maximum(blocks, 0).astype(np.float64) * tiles[:, 0] * tiles[:, 1])
+    below_one_wave = (blocks > 0) & (blocks < (devices[0].sm_count or 0))
     for index, precision in enumerate(PRECISIONS):
         chosen = (precisions == index) & (tiles[:, 0] > 0)
         if not chosen.any():
@@ -117,10 +119,8 @@ def bandwidth_bound(tiles: np.ndarray, blocks: np.ndarray, streaming: np.ndarray
         element = ELEMENT_BYTES[precision]
         ridge = min((d.achievable_matrix_tflops(precision) if achievable else d.matrix_tflops(precision)) * 1000
                     / d.memory_bandwidth_gbs for d in devices)
-        side = tiles[:, :2].min(axis=1).astype(np.float64)
         skinny = (side <= SKINNY_TILE) & (side * 2 / element < ridge)
-        area = np.maximum(blocks, 0).astype(np.float64) * tiles[:, 0] * tiles[:, 1]
-        small_grid = (blocks > 0) & (blocks < (source.sm_count or 0)) & (np.sqrt(area) / element < ridge)
+        small_grid = below_one_wave & (root_area / element < ridge)
         result |= chosen & (skinny | small_grid)
     return result
 

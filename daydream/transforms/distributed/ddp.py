@@ -28,7 +28,7 @@ from daydream.transforms.distributed.buckets import (
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_back, copy_speed, scale_into_buckets
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, LINK_PARAMETERS, Fabric, fabric, parse_bytes
-from daydream.transforms.distributed.stragglers import STRAGGLERS_PARAMETER, straggler_wait
+from daydream.transforms.distributed.stragglers import STRAGGLERS_PARAMETER, StragglerWait, straggler_wait
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 DATA_PARALLEL_PARAMETERS: dict[str, Parameter] = {"world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD), **LINK_PARAMETERS,
@@ -113,7 +113,7 @@ class _Sync:
     speed: CopySpeed | None
     copies: str
     used_map: tuple[int, str] | None
-    straggler: Any
+    straggler: StragglerWait
     inserted: int = 0
     volume: int = 0
     copied_in: int = 0
