@@ -70,7 +70,16 @@ class Variant:
     untouched: str | None = None  # a phase the variant leaves alone: how much the host itself drifted between runs
 
 
+#: The what-ifs to compare (--whatifs: their first words, e.g. "compile,amp"); empty: all of them.
+CHOSEN: set[str] = set()
+
+
 def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> list[Variant]:
+    every = _variants(device, baseline, checkpoint)
+    return [v for v in every if not CHOSEN or v.whatif.split(":")[0] in CHOSEN]
+
+
+def _variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> list[Variant]:
     batch = int(baseline[baseline.index("--batch-size") + 1])
     return [
         Variant("amp", ["--amp", "bf16"], "amp", untouched="optimizer"),
@@ -79,8 +88,9 @@ def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> 
         Variant("cuda-graphs", ["--cuda-graphs"], "cuda-graphs", needs_gpu=True, step_fn=STEP_FUNCTION),
         Variant("batch-size:factor=2", ["--batch-size", str(2 * batch)], "batch-x2", untouched="optimizer"),
         Variant(checkpoint, ["--checkpoint"], "checkpoint", untouched="optimizer"),
-        # torch.compile (inductor) against the what-if of what it does to chains of pointwise work
-        Variant("fuse-elementwise", ["--compile"], "compile", untouched="optimizer"),
+        # torch.compile (inductor): on a CPU trace the compile what-if, on a GPU one what it does to chains of pointwise
+        # kernels
+        Variant("compile" if device == "cpu" else "fuse-elementwise", ["--compile"], "compile", untouched="optimizer"),
         # each block's saved activations in pinned host memory (save_on_cpu: copies on the compute stream, fetched
         # when backward needs them)
         Variant(f"offload:layers={checkpoint.partition('layers=')[2]},prefetch=0,stream=compute", ["--offload"],
@@ -347,6 +357,8 @@ def _ms(ns: float | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--whatifs", default="", help="comma-separated what-ifs to compare (amp, compile, ...; "
+                                                       "default: all)")
     parser.add_argument("--examples", default="mlp,cnn,transformer",
                         help="comma-separated: mlp, cnn, transformer, the suite's models (resnet, ...), suite, all")
     parser.add_argument("--backend", default="torch", choices=("torch", "cupti", "auto"))
@@ -363,6 +375,7 @@ def main() -> int:
                         help="compare the traces kept earlier in DIR (e.g. examples/h200; its round-N folders combined "
                              "as rounds) instead of running anything")
     options = parser.parse_args()
+    CHOSEN.update(w for w in options.whatifs.split(",") if w)
     rows: list[Row] = []
     if options.recorded:
         examples = chosen_examples(options.examples, options.device)

@@ -140,6 +140,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                       derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
                               "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
                               "forward_ops": lambda: forward_ops_of(trace, attribution(), iterations()),
+                              "compiler_view": lambda: compiler_view_of(trace, attribution()),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
                               "batch_ops": lambda: functools.cache(lambda batch: batch_ops_of(trace, attribution(), update_loop(), batch)),
@@ -179,6 +180,16 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None, iterati
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
     return forward_ops(trace, attribution.layer, attribution.phase, iteration)
+
+
+def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:
+    """The top-level CPU ops of forward and backward as torch.compile sees them (cost/compiled.py)."""
+    from daydream.cost.compiled import compiler_view
+    from daydream.cost.shapes import top_level_ops
+
+    rows = trace.indices(EventKind.CPU_OP)
+    rows = rows[np.isin(attribution.phase[rows], [PHASES.index("forward"), PHASES.index("backward")])]
+    return compiler_view(trace, top_level_ops(trace, rows))
 
 
 def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray, batch: int = 0) -> Any:

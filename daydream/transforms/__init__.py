@@ -11,6 +11,7 @@ from daydream.transforms import (
     batch,  # noqa: F401  (registers batch-size)
     batchnorm,  # noqa: F401  (registers bn-restructure)
     checkpoint,  # noqa: F401  (registers checkpoint)
+    compiler,  # noqa: F401  (registers compile)
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
     fusion,  # noqa: F401  (registers fused-optimizer, cuda-graphs, fuse-elementwise)
     loading,  # noqa: F401  (registers overlap-data-loading)

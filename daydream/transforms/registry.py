@@ -78,6 +78,11 @@ class Context:
         return self._fact("costs")
 
     @property
+    def compiler_view(self) -> Any:
+        """The forward's and backward's top-level CPU ops as torch.compile sees them (cost/compiled.CompilerView)."""
+        return self._fact("compiler_view")
+
+    @property
     def forward_ops(self) -> Any:
         """Per iteration, the recorded forward's top-level ops with their inputs, and their spans (transforms/amp.py)."""
         return self._fact("forward_ops")

@@ -1,0 +1,212 @@
+"""`compile`: torch.compile (inductor) of the model's modules, on a CPU trace.
+
+What changes inside each call of a compiled module, forward and backward (cost/compiled.py reads the recorded ops the
+way the compiler sees them):
+
+- the host work between its ops (Python, module calls, hooks, autograd's per-node overhead) is gone: the compiled
+  graph runs as one call, whose own wrapper (guards, runtime wrappers) costs what real runs recorded, in host units
+  (cost/host.py `compile.forward.cpu`, `compile.backward.cpu`);
+- extern ops (matrix multiplies, convolutions, CPU attention) run as recorded, except that a convolution runs
+  channels-last, as inductor lays it out: the measured tier times each recorded convolution both ways here;
+- every other op between two externs becomes part of one fused loop: the runs of them take `FUSED_SHARE` of their
+  recorded time (cost/compiled.py).
+
+The loss and the optimizer step stay as recorded unless `modules` names them. What the trace cannot show is said in the
+note: graph breaks and recompilation, and how fast inductor's own loops are on a given op.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daydream.cost import CostModel, Tier
+from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fused_runs
+from daydream.errors import InputError
+from daydream.graph import Graph
+from daydream.graph.model import HOST_WORK
+from daydream.mapping import PHASES
+from daydream.transforms.primitives import remove, select
+from daydream.transforms.registry import Context, Optimization, Parameter, register
+
+FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
+#: Module paths of loss functions: not part of the model a script compiles, by default.
+LOSS = re.compile(r"Loss$")
+
+
+@dataclass(slots=True)
+class Region:
+    """One call of the compiled modules, in one phase: its host tasks in program order."""
+
+    phase: int
+    tasks: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Tally:
+    calls: dict[int, int] = field(default_factory=lambda: {FORWARD: 0, BACKWARD: 0})
+    removed: int = 0
+    saved_gap_ns: int = 0
+    convolutions: int = 0
+    convolution_change_ns: int = 0
+    unmeasured: int = 0
+    laid_out: int = 0  # convolutions recorded channels-last already, or without the arguments to re-run them
+    fused_runs: int = 0
+    fused_before_ns: int = 0
+
+
+def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    if graph.has_device_work():
+        return ["compile: on a GPU trace, what torch.compile does on the host is not modelled yet; for its kernels see "
+                "fuse-elementwise (chains of elementwise kernels fused) and for its launches cuda-graphs: nothing "
+                "changed, so this prediction is the baseline"]
+    roots = compiled_roots(graph, params["modules"])
+    if not roots:
+        raise InputError(f"--opt compile:modules={params['modules']}: no outermost module of the trace matches; see "
+                         "the layers in daydream inspect")
+    view: CompilerView | None = context.compiler_view
+    costs = context.costs
+    calls = regions(graph, roots)
+    if view is None or costs is None or not calls:
+        return ["compile: no forward or backward work of the compiled modules in the trace; nothing changed"]
+    tally = _Tally()
+    wrapper = {FORWARD: costs.host.recorded_ns("compile.forward.cpu"),
+               BACKWARD: costs.host.recorded_ns("compile.backward.cpu")}
+    gone: list[int] = []
+    # the merged task is the call of the whole module: its time is the module's, not its first layer's
+    root_layer = {name: index for index, name in enumerate(graph.layers) if name in roots}
+    for region in calls:
+        tasks = region.tasks
+        units = [u for task in tasks for u in view.units.get(int(graph.tasks["event"][task]), [])]
+        compiled_ns = _externs_ns(units, view, costs, tally) + _fused_ns(units, tally) + wrapper[region.phase]
+        tally.calls[region.phase] += 1
+        tally.saved_gap_ns += int(graph.tasks["gap_ns"][tasks[1:]].sum())
+        graph.tasks["duration_ns"][tasks[0]] = compiled_ns
+        graph.tasks["layer"][tasks[0]] = root_layer.get(_root(graph, tasks[0]), graph.tasks["layer"][tasks[0]])
+        gone.extend(tasks[1:])
+    tally.removed = len(gone)
+    remove(graph, np.array(gone, dtype=np.int64))
+    costs.count(Tier.MODELLED, tally.calls[FORWARD] + tally.calls[BACKWARD])
+    costs.count(Tier.RATIO, tally.fused_runs)
+    costs.count(Tier.MEASURED, tally.convolutions)
+    if costs.measurer is not None:
+        costs.measurer.save()
+    return _notes(roots, tally, wrapper, costs)
+
+
+def _root(graph: Graph, task: int) -> str:
+    layer = int(graph.tasks["layer"][task])
+    return graph.layers[layer].split(".", 1)[0] if layer >= 0 else ""
+
+
+def compiled_roots(graph: Graph, pattern: str) -> set[str]:
+    """The outermost modules compiled: those `pattern` matches (a regex on the module's class name), or, by default,
+    every outermost module that is not a loss function."""
+    roots = {layer.split(".", 1)[0] for layer in graph.layers}
+    if pattern:
+        chosen = re.compile(pattern)
+        return {root for root in roots if chosen.search(root)}
+    return {root for root in roots if not LOSS.search(root)}
+
+
+def regions(graph: Graph, roots: set[str]) -> list[Region]:
+    """The calls of the compiled modules: per thread and iteration, each run of consecutive forward (or backward) host
+    tasks of their layers; any other host task ends a run, except that in backward a task of no layer (AccumulateGrad)
+    does not: the compiled backward is one autograd node, and the gradients it returns are accumulated after it."""
+    tasks = graph.tasks
+    host = select(graph, kind=HOST_WORK)
+    host = host[(tasks["iteration"][host] >= 0) & (tasks["event"][host] >= 0)]
+    host = host[np.lexsort((tasks["measured_start_ns"][host], tasks["resource"][host]))]
+    compiled_layer = np.array([layer.split(".", 1)[0] in roots for layer in graph.layers] + [False], dtype=bool)
+    phase = tasks["phase"][host]
+    inside = compiled_layer[tasks["layer"][host]] & np.isin(phase, [FORWARD, BACKWARD])  # -1 reads the trailing False
+    transparent = (phase == BACKWARD) & (tasks["layer"][host] < 0)
+    found: list[Region] = []
+    current: Region | None = None
+    previous: tuple[int, int, int] | None = None
+    for task, compiled, passes in zip(host.tolist(), inside.tolist(), transparent.tolist()):
+        key = (int(tasks["resource"][task]), int(tasks["iteration"][task]), int(tasks["phase"][task]))
+        if key != previous and not (passes and current is not None and current.phase == BACKWARD):
+            current = None
+        elif not (compiled or passes):
+            current = None
+        previous = key
+        if compiled:
+            if current is None:
+                current = Region(key[2])
+                found.append(current)
+            current.tasks.append(task)
+    return found
+
+
+def _externs_ns(units: list[Unit], view: CompilerView, costs: CostModel, tally: _Tally) -> int:
+    """The extern ops' time in the compiled call: as recorded, a convolution channels-last where measured."""
+    total = 0
+    for unit in units:
+        if not unit.extern:
+            continue
+        ns = unit.ns
+        arguments = view.shapes.arguments(unit.row) if unit.convolution else None
+        laid_out = channels_last(arguments) if arguments is not None else None
+        tally.laid_out += unit.convolution and laid_out is None
+        if laid_out is not None and arguments is not None:
+            ratio = costs.measurer.call_ratio(view.name(unit.row), laid_out, arguments) if costs.measurer else None
+            if ratio is None:
+                tally.unmeasured += 1
+            else:
+                tally.convolutions += 1
+                tally.convolution_change_ns += int(round(ns * ratio)) - ns
+                ns = int(round(ns * ratio))
+        total += ns
+    return total
+
+
+def _fused_ns(units: list[Unit], tally: _Tally) -> int:
+    """The fusible ops' time in the compiled call: each run between externs, one fused loop, FUSED_SHARE of its
+    recorded time."""
+    total = 0
+    for run in fused_runs(units):
+        recorded = sum(unit.ns for unit in run)
+        tally.fused_runs += 1
+        tally.fused_before_ns += recorded
+        total += int(round(FUSED_SHARE * recorded))
+    return total
+
+
+def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostModel) -> list[str]:
+    calls = tally.calls
+    unit = costs.host.unit_ns
+    convolutions = (f"; {tally.convolutions} convolutions re-timed channels-last by the measured tier "
+                    f"({tally.convolution_change_ns / 1e3:+.0f} µs in all)" if tally.convolutions else "")
+    unmeasured = (f"; {tally.unmeasured} convolutions could not be measured channels-last here and keep their time"
+                  if tally.unmeasured else "")
+    if tally.laid_out:
+        unmeasured += (f"; {tally.laid_out} convolutions keep their time (recorded channels-last already, or without "
+                       "the arguments to run them again)")
+    return [
+        f"compile: {', '.join(sorted(roots))} compiled; {calls[FORWARD]} forward and {calls[BACKWARD]} backward calls, "
+        f"each one compiled graph: {tally.removed} host tasks merged into them and the host work between them gone "
+        f"({tally.saved_gap_ns / 1e3:.0f} µs in all); the compiled wrapper's own work per call "
+        f"{wrapper[FORWARD] / 1e3:.0f} µs forward, {wrapper[BACKWARD] / 1e3:.0f} µs backward (host units of "
+        f"{unit} ns, recorded from real runs)"
+        f"{convolutions}{unmeasured}; {tally.fused_runs} runs of other ops between externs fused, at {FUSED_SHARE:.2f} "
+        f"of their recorded {tally.fused_before_ns / 1e3:.0f} µs (by ratio, from real runs)",
+        "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation (each break is one more "
+        "compiled call), the first iterations' compilation, and how fast inductor's own loops are on a given op",
+    ]
+
+
+register(Optimization(
+    "compile", "torch.compile (inductor) the model's modules, on a CPU trace",
+    "per call of a compiled module, forward and backward: its host tasks merged into one, the host work between "
+    "them gone, plus the compiled wrapper's own work (host units recorded from real runs); extern ops (matrix "
+    "multiplies, convolutions, attention) as recorded, convolutions channels-last where the measured tier times them; "
+    "the other ops between two externs fused at a share of their recorded time (from real runs); the loss, the "
+    "optimizer and everything outside the modules unchanged",
+    _compile,
+    {"modules": Parameter(str, "", "regex on the outermost modules' class names that are compiled (default: every "
+                                   "outermost module but loss functions)")},
+))

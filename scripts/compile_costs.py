@@ -1,0 +1,140 @@
+"""The recorded constants of the compile what-if, from pairs of real CPU traces: eager and torch.compile'd.
+
+    python scripts/compile_costs.py examples/compile        # EXAMPLE-baseline / EXAMPLE-compile, per round-N folder
+
+Per pair (examples/training.py, then the same with --compile, both under daydream trace):
+
+- the compiled wrapper per call, in the compiled trace's own host units (cost/host.py): forward, each call of the
+  compiled module less the compiled graphs inside it (`## Call CompiledFxGraph`): dynamo's cache lookup and
+  AOTAutograd's runtime wrappers; backward, each CompiledFunctionBackward node less its graph;
+- the fused share (cost/compiled.py `FUSED_SHARE`): per phase, the time inside the compiled graphs that is not an
+  extern op, over the recorded time of the eager trace's fusible ops (cost/compiled.compiler_view) in the same calls.
+
+The medians over pairs and calls are what `RECORDED_HOST_UNITS` ("compile.forward.cpu", "compile.backward.cpu") and
+`FUSED_SHARE` hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from daydream.api import open_job  # noqa: E402
+from daydream.cost.compiled import EXTERN_OPS, compiler_view  # noqa: E402
+from daydream.cost.host import HostCosts  # noqa: E402
+from daydream.graph import Graph  # noqa: E402
+from daydream.mapping import PHASES  # noqa: E402
+from daydream.trace import EventKind, Trace  # noqa: E402
+from daydream.transforms.compiler import compiled_roots, regions  # noqa: E402
+
+FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
+GRAPH = "## Call CompiledFxGraph"
+BACKWARD_NODE = "CompiledFunctionBackward"
+
+
+def _read(path: Path) -> tuple[Trace, Graph]:
+    job = open_job(path, build=True)
+    assert job.graphs is not None
+    return job.traces[0], job.graphs[0]
+
+
+def _inside(trace: Trace, rows: np.ndarray, start: int, end: int, track: int) -> np.ndarray:
+    keep = (trace.ts_ns[rows] >= start) & (trace.end_ns[rows] <= end) & (trace.track[rows] == track)
+    return rows[keep]
+
+
+def compiled_calls(path: Path) -> tuple[list[float], list[float], dict[int, float]]:
+    """(forward wrapper units per call, backward wrapper units per call, phase -> ns inside the graphs that is not an
+    extern op) of a compiled trace."""
+    trace, graph = _read(path)
+    unit = HostCosts.of(trace).unit_ns
+    annotations = trace.indices(EventKind.ANNOTATION)
+    graphs = annotations[[trace.name_of(r).startswith(GRAPH) for r in annotations.tolist()]]
+    ops = trace.indices(EventKind.CPU_OP)
+    externs = ops[np.isin(trace.name[ops], [trace.string_index(n) for n in EXTERN_OPS])]
+    forward, backward, fused = [], [], {FORWARD: 0.0, BACKWARD: 0.0}
+    tasks = graph.tasks
+    for region in regions(graph, compiled_roots(graph, "")):
+        first, last = region.tasks[0], region.tasks[-1]
+        track = int(trace.track[tasks["event"][first]])
+        start, end = int(tasks["measured_start_ns"][first]), int(tasks["measured_end_ns"][last])
+        inside = _inside(trace, graphs, start, end, track)
+        in_graphs = float(trace.dur_ns[inside].sum())
+        for g in inside.tolist():
+            mine = _inside(trace, externs, int(trace.ts_ns[g]), int(trace.end_ns[g]), track)
+            outermost = mine[~np.isin(mine, _nested(trace, mine))]
+            fused[region.phase] += float(trace.dur_ns[g]) - float(trace.dur_ns[outermost].sum())
+        if region.phase == FORWARD and inside.size:
+            spent = float(tasks["duration_ns"][region.tasks].sum() + tasks["gap_ns"][region.tasks[1:]].sum())
+            forward.append((spent - in_graphs) / unit)
+        elif region.phase == BACKWARD:
+            for task in region.tasks:
+                if BACKWARD_NODE in graph.strings[tasks["name"][task]]:
+                    node_graphs = _inside(trace, graphs, int(tasks["measured_start_ns"][task]),
+                                          int(tasks["measured_end_ns"][task]), track)
+                    backward.append((float(tasks["duration_ns"][task]) - float(trace.dur_ns[node_graphs].sum())) / unit)
+    return forward, backward, fused
+
+
+def _nested(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Of `rows`, those inside another of them."""
+    from daydream.mapping.linking import innermost_enclosing
+
+    return rows[innermost_enclosing(trace, rows, rows) >= 0]
+
+
+def eager_fusible(path: Path) -> dict[int, float]:
+    """Phase -> recorded ns of the fusible ops in the calls of the (to be) compiled modules of an eager trace."""
+    trace, graph = _read(path)
+    tasks = graph.tasks
+    found = regions(graph, compiled_roots(graph, ""))
+    rows = np.array([tasks["event"][t] for region in found for t in region.tasks], dtype=np.int64)
+    view = compiler_view(trace, rows)
+    total = {FORWARD: 0.0, BACKWARD: 0.0}
+    for region in found:
+        for task in region.tasks:
+            total[region.phase] += sum(u.ns for u in view.units.get(int(tasks["event"][task]), []) if not u.extern)
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="round-N folders (or one folder) of EXAMPLE-{baseline,compile} traces")
+    options = parser.parse_args()
+    folders = sorted(options.folder.glob("round-*")) or [options.folder]
+    forward, backward, shares = [], [], []
+    print("| round | example | forward wrapper (units per call) | backward wrapper | fused share forward | backward |")
+    print("|---|---|---:|---:|---:|---:|")
+    for folder in folders:
+        for compiled in sorted(folder.glob("*-compile.json.gz")):
+            example = compiled.name.removesuffix("-compile.json.gz")
+            baseline = folder / f"{example}-baseline.json.gz"
+            if not baseline.exists():
+                continue
+            f, b, fused = compiled_calls(compiled)
+            eager = eager_fusible(baseline)
+            share = {p: fused[p] / eager[p] if eager[p] else float("nan") for p in (FORWARD, BACKWARD)}
+            forward.append(statistics.median(f) if f else float("nan"))
+            backward.append(statistics.median(b) if b else float("nan"))
+            shares += [s for s in share.values() if s == s]
+            print(f"| {folder.name} | {example} | {_median(f)} | {_median(b)} | {share[FORWARD]:.2f} | "
+                  f"{share[BACKWARD]:.2f} |")
+    print(f"\nmedian over pairs: forward {_median(forward)}, backward {_median(backward)} units per call; "
+          f"fused share {statistics.median(shares):.2f} (over {len(shares)} phases)")
+    return 0
+
+
+def _median(values: list[float]) -> str:
+    known = [v for v in values if v == v]
+    return f"{statistics.median(known):.0f}" if known else "—"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The compile what-if on CPU traces of examples/training.py, eager and compiled (examples/compile, torch 2.13 CPU),
+checked against what the recorded runs themselves show."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job
+from daydream.cost import CostOptions
+from daydream.cost.compiled import EXTERN_OPS, FUSED_SHARE, channels_last
+from daydream.cost.host import HostCosts
+from daydream.mapping.linking import innermost_enclosing
+from daydream.simulate.whatif import predict
+from daydream.trace import EventKind, Trace
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = REPO / "examples" / "compile"
+ROUNDS = sorted(RUNS.glob("round-*"))
+GRAPH = "## Call CompiledFxGraph"
+
+
+def _trace(path: Path) -> Trace:
+    return open_job(path).traces[0]
+
+
+def _rows(trace: Trace, name: str) -> np.ndarray:
+    rows = np.flatnonzero(trace.name == trace.string_index(name)) if trace.string_index(name) >= 0 else np.zeros(0, int)
+    return rows[np.argsort(trace.ts_ns[rows])]
+
+
+def _steps(trace: Trace) -> list[tuple[int, int]]:
+    annotations = trace.indices(EventKind.ANNOTATION)
+    steps = [r for r in annotations.tolist() if trace.name_of(r).startswith("ProfilerStep#")]
+    return sorted((int(trace.ts_ns[r]), int(trace.end_ns[r])) for r in steps)
+
+
+@pytest.mark.parametrize("example", ["mlp", "cnn"])
+def test_a_compiled_graph_calls_only_extern_ops(example: str) -> None:
+    trace = _trace(ROUNDS[0] / f"{example}-compile.json.gz")
+    annotations = trace.indices(EventKind.ANNOTATION)
+    graphs = annotations[[trace.name_of(r).startswith(GRAPH) for r in annotations.tolist()]]
+    ops = trace.indices(EventKind.CPU_OP)
+    parent = innermost_enclosing(trace, np.concatenate([ops, graphs]), ops)
+    called = {trace.name_of(r) for r, p in zip(ops.tolist(), parent.tolist()) if p in set(graphs.tolist())}
+    assert graphs.size and called and called <= EXTERN_OPS
+
+
+def test_a_compiled_run_lays_its_convolutions_out_channels_last() -> None:
+    from daydream.cost.shapes import OpShapes
+
+    for kind, expected in (("compile", (0, 2, 3, 1)), ("baseline", None)):
+        trace = _trace(ROUNDS[0] / f"cnn-{kind}.json.gz")
+        shapes = OpShapes(trace)
+        rows = _rows(trace, "aten::convolution")
+        orders = {a[3] for r in rows.tolist() for a in shapes.arguments(r) or [] if a[0] == "tensor" and len(a[1]) == 4}
+        assert rows.size and orders == {expected}
+
+
+def test_channels_last_lays_out_the_images_only() -> None:
+    image, weight, bias = ("tensor", (8, 3, 32, 32), "float", None), ("tensor", (16, 3, 3, 3), "float"), ("tensor", (16,), "float")
+    volume = ("tensor", (2, 4, 8, 8, 8), "float", None)
+    laid = channels_last([image, weight, bias, ("value", [1, 1])])
+    assert laid == [("tensor", (8, 3, 32, 32), "float", (0, 2, 3, 1)), ("tensor", (16, 3, 3, 3), "float", (0, 2, 3, 1)),
+                    bias, ("value", [1, 1])]
+    assert channels_last([volume])[0][3] == (0, 2, 3, 4, 1)
+    assert channels_last([("tensor", (8, 3, 32, 32), "float", (0, 2, 3, 1))]) is None  # recorded channels-last already
+    assert channels_last([bias, ("value", 1)]) is None  # no image
+    assert channels_last(None) is None
+
+
+def _predicted(path: Path, spec: str = "compile", measure: bool = False):  # type: ignore[no-untyped-def]
+    return predict(_trace(path), [spec], cost_options=CostOptions(measure=measure))
+
+
+def test_each_call_of_the_model_becomes_one_task_and_the_rest_stays() -> None:
+    path = ROUNDS[0] / "mlp-baseline.json.gz"
+    trace = _trace(path)
+    prediction = _predicted(path)
+    graph = prediction.graph
+    assert graph is not None
+    calls = sum(1 for start, end in _steps(trace) for r in _rows(trace, "daydream.layer::MLP").tolist()
+                if start <= trace.ts_ns[r] < end)
+    iterations = len(np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0]))
+    assert calls == iterations  # examples/training.py calls the model once per step
+    tasks = graph.tasks
+    in_model = np.array([layer >= 0 and graph.layers[layer].split(".")[0] == "MLP" for layer in tasks["layer"].tolist()])
+    for phase in (0, 1):  # forward, backward: one task per call
+        assert np.count_nonzero(in_model & (tasks["phase"] == phase) & (tasks["iteration"] >= 0)) == calls
+    # the loss and the optimizer keep every op: as many as the trace records
+    loss = np.array([layer >= 0 and graph.layers[layer] == "CrossEntropyLoss" for layer in tasks["layer"].tolist()])
+    within = [(s, e) for s, e in _steps(trace)][-iterations:]
+    recorded_loss = sum(1 for s, e in within for r in _rows(trace, "aten::cross_entropy_loss").tolist() if s <= trace.ts_ns[r] < e)
+    assert np.count_nonzero(loss & (tasks["phase"] == 0) & (tasks["iteration"] >= 0)) == recorded_loss
+    assert prediction.predicted_ns < prediction.simulated_ns
+    assert any("compile: MLP compiled" in n for n in prediction.notes)
+
+
+def test_a_forward_call_is_its_multiplies_the_rest_at_the_fused_share_and_the_wrapper() -> None:
+    """By hand from the trace: in examples/mlp.py a block is linear (a free transpose and an addmm: extern), layer_norm
+    and relu (fusible, whole); the compiled forward call is the addmms as recorded, FUSED_SHARE of layer_norm and relu,
+    and the wrapper's host units."""
+    path = ROUNDS[0] / "mlp-baseline.json.gz"
+    trace = _trace(path)
+    prediction = _predicted(path)
+    graph = prediction.graph
+    assert graph is not None
+    unit = HostCosts.of(trace).unit_ns
+    from daydream.cost.host import RECORDED_HOST_UNITS
+
+    wrapper = round(RECORDED_HOST_UNITS["compile.forward.cpu"] * unit)
+    forward = [r for r in trace.indices(EventKind.ANNOTATION).tolist() if trace.name_of(r) == "daydream.layer::MLP"]
+    tasks = graph.tasks
+    model = graph.layers.index("MLP")
+    merged = np.flatnonzero((tasks["layer"] == model) & (tasks["phase"] == 0))
+    merged = merged[np.argsort(tasks["measured_start_ns"][merged])]
+    checked = 0
+    for task in merged.tolist():
+        call = [r for r in forward if trace.ts_ns[r] <= tasks["measured_start_ns"][task] <= trace.end_ns[r]]
+        assert len(call) == 1
+        start, end = int(trace.ts_ns[call[0]]), int(trace.end_ns[call[0]])
+
+        def total(name: str, start: int = start, end: int = end) -> int:
+            return int(sum(trace.dur_ns[r] for r in _rows(trace, name).tolist() if start <= trace.ts_ns[r] <= end))
+
+        fusible = total("aten::layer_norm") + total("aten::relu")
+        expected = total("aten::addmm") + round(FUSED_SHARE * fusible) + wrapper
+        assert abs(int(tasks["duration_ns"][task]) - expected) <= 2  # rounding per fused run
+        checked += 1
+    assert checked == len(merged) > 0
+
+
+def test_the_measured_tier_runs_each_convolution_channels_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("DAYDREAM_MEASURE", "1")
+    path = ROUNDS[0] / "cnn-baseline.json.gz"
+    prediction = _predicted(path, measure=True)
+    notes = " ".join(prediction.notes)
+    found = re.search(r"(\d+) convolutions re-timed channels-last", notes)
+    trace = _trace(path)
+    outermost = _rows(trace, "aten::convolution").size + _rows(trace, "aten::convolution_backward").size
+    iterations = len(np.unique(prediction.graph.tasks["iteration"][prediction.graph.tasks["iteration"] >= 0]))
+    assert found and int(found.group(1)) == outermost * iterations // len(_steps(trace))
+    cached = [json.loads(p.read_text()) for p in Path(os.environ["DAYDREAM_CACHE_DIR"]).rglob("*.json")]
+    keys = [k for c in cached for k in c.get("ns", {}) if k.startswith("ratio|aten::convolution")]
+    # each ratio is the channels-last call over the call as recorded, both run here
+    assert keys and all("[0, 2, 3, 1]" in k.split("|call|")[1] for k in keys)
+
+
+def test_a_gpu_trace_is_left_as_recorded() -> None:
+    path = REPO / "examples" / "traces" / "cnn_v100.json.gz"
+    prediction = _predicted(path)
+    assert prediction.predicted_ns == prediction.simulated_ns
+    assert any("not modelled yet" in n for n in prediction.notes)
+
+
+def test_modules_that_match_nothing_are_one_line_naming_the_choice() -> None:
+    done = subprocess.run([sys.executable, "-m", "daydream", "whatif", str(ROUNDS[0] / "mlp-baseline.json.gz"), "--opt",
+                           "compile:modules=Nothing"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "compile:modules=Nothing" in lines[0] and "inspect" in lines[0]
