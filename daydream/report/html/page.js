@@ -88,6 +88,9 @@
     this.root = root;
     this.timeline = timeline;
     this.width = timeline.fields.length;
+    /* where each field of a box sits in the flat list (data.py BOX_FIELDS), by name */
+    this.field = {};
+    for (var f = 0; f < timeline.fields.length; f++) { this.field[timeline.fields[f]] = f; }
     this.start = 0;
     this.end = timeline.axis_ns;
     this.tracks = [];
@@ -204,9 +207,10 @@
   Timeline.prototype.lastStartingBy = function (boxes, time) {
     var low = 0;
     var high = boxes.length / this.width;
+    var start = this.field.start_ns;
     while (low < high) {
       var middle = (low + high) >> 1;
-      if (boxes[middle * this.width] <= time) { low = middle + 1; } else { high = middle; }
+      if (boxes[middle * this.width + start] <= time) { low = middle + 1; } else { high = middle; }
     }
     return low - 1;
   };
@@ -214,14 +218,15 @@
   Timeline.prototype.hover = function (entry, event) {
     var boxes = entry.boxes;
     var width = this.width;
+    var F = this.field;
     var time = this.timeAt(entry.canvas, event.clientX);
     var tolerance = 3 / entry.canvas.clientWidth * (this.end - this.start);
     var found = -1;
     var best = Infinity;
     var last = this.lastStartingBy(boxes, time + tolerance);
     for (var i = Math.max(last - 2, 0); i <= last; i++) {
-      var start = boxes[i * width];
-      var end = start + boxes[i * width + 1];
+      var start = boxes[i * width + F.start_ns];
+      var end = start + boxes[i * width + F.duration_ns];
       var distance = time < start ? start - time : time > end ? time - end : 0;
       if (distance <= tolerance && distance <= best) { best = distance; found = i; }
     }
@@ -229,11 +234,11 @@
     var at = found * width;
     var timeline = this.timeline;
     var meta = [
-      timeline.kinds[boxes[at + 4]] + " · " + timeline.phases[boxes[at + 3]] + " · " + entry.track.label,
-      "starts at +" + formatNs(boxes[at]) + " · lasts " + formatNs(boxes[at + 1])
+      timeline.kinds[boxes[at + F.kind]] + " · " + timeline.phases[boxes[at + F.phase]] + " · " + entry.track.label,
+      "starts at +" + formatNs(boxes[at + F.start_ns]) + " · lasts " + formatNs(boxes[at + F.duration_ns])
     ];
-    if (boxes[at + 5] > 1) { meta.push(boxes[at + 5] + " short tasks drawn as one box; the longest is named"); }
-    showTip(event, timeline.names[boxes[at + 2]], meta);
+    if (boxes[at + F.count] > 1) { meta.push(boxes[at + F.count] + " short tasks drawn as one box; the longest is named"); }
+    showTip(event, timeline.names[boxes[at + F.name]], meta);
   };
 
   Timeline.prototype.render = function () {
@@ -259,6 +264,7 @@
     }
     var boxes = entry.boxes;
     var fields = this.width;
+    var F = this.field;
     var phases = this.timeline.phases;
     var count = boxes.length / fields;
     var top = entry.track.kind === "gpu" ? 2 : 5;
@@ -266,13 +272,13 @@
     var lastColor = "";
     for (var i = Math.max(this.lastStartingBy(boxes, this.start), 0); i < count; i++) {
       var at = i * fields;
-      var start = boxes[at];
+      var start = boxes[at + F.start_ns];
       if (start > this.end) { break; }
       var left = (start - this.start) * scale;
-      var right = left + boxes[at + 1] * scale;
+      var right = left + boxes[at + F.duration_ns] * scale;
       if (right < 0) { continue; }
-      var color = PHASE_COLORS[phases[boxes[at + 3]]] || PHASE_COLORS.none;
-      context.globalAlpha = boxes[at + 5] > 1 ? 0.7 : 1;
+      var color = PHASE_COLORS[phases[boxes[at + F.phase]]] || PHASE_COLORS.none;
+      context.globalAlpha = boxes[at + F.count] > 1 ? 0.7 : 1;
       context.fillStyle = color;
       if (right - left < 1) {  /* sub-pixel: one pixel column per colour is enough */
         var pixel = Math.floor(left);
