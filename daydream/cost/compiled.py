@@ -46,6 +46,8 @@ FREE_OPS = frozenset({
 #: The fused loops' time over the recorded time of the ops they replace, the median over the forward and backward
 #: calls of the compiled models in `python scripts/host_costs.py --compile DIR` (torch 2.13 CPU runs, one thread).
 FUSED_SHARE = 0.93
+#: Recurrent layers: torch.compile decomposes them into per-step cell ops, whose time an eager trace does not show.
+RECURRENT = frozenset({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"})
 #: Extern ops inductor runs with their images channels-last (its layout optimization, on for graphs with convolutions).
 CONVOLUTIONS = frozenset({"aten::convolution", "aten::_convolution", "aten::mkldnn_convolution",
                           "aten::convolution_backward"})
@@ -59,6 +61,7 @@ class Unit:
     extern: bool
     ns: int  # its recorded time
     convolution: bool = False
+    recurrent: bool = False  # inside a recurrent layer (RECURRENT): kept as recorded
 
 
 @dataclass(slots=True)
@@ -117,7 +120,9 @@ class _Walk:
 
     def into(self, row: int, units: list[Unit]) -> None:
         name = self.trace.strings[int(self.trace.name[row])]
-        if self.is_extern[row]:
+        if name in RECURRENT:
+            units.append(Unit(row, True, int(self.trace.dur_ns[row]), recurrent=True))
+        elif self.is_extern[row]:
             units.append(Unit(row, True, int(self.trace.dur_ns[row]), name in CONVOLUTIONS))
         elif row in self.holds_extern:
             for child in self.children.get(row, []):

@@ -54,6 +54,7 @@ class _Tally:
     convolution_change_ns: int = 0
     unmeasured: int = 0
     laid_out: int = 0  # convolutions recorded channels-last already, or without the arguments to re-run them
+    recurrent: int = 0  # recurrent layers (LSTM, GRU) kept as recorded
     fused_runs: int = 0
     fused_before_ns: int = 0
 
@@ -148,6 +149,7 @@ def _externs_ns(units: list[Unit], view: CompilerView, costs: CostModel, tally: 
     for unit in units:
         if not unit.extern:
             continue
+        tally.recurrent += unit.recurrent
         ns = unit.ns
         arguments = view.shapes.arguments(unit.row) if unit.convolution else None
         laid_out = channels_last(arguments) if arguments is not None else None
@@ -195,7 +197,9 @@ def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostM
         f"{convolutions}{unmeasured}; {tally.fused_runs} runs of other ops between externs fused, at {FUSED_SHARE:.2f} "
         f"of their recorded {tally.fused_before_ns / 1e3:.0f} µs (by ratio, from real runs)",
         "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation (each break is one more "
-        "compiled call), the first iterations' compilation, and how fast inductor's own loops are on a given op",
+        "compiled call), the first iterations' compilation, and how fast inductor's own loops are on a given op"
+        + (f"; {tally.recurrent} recurrent layers (LSTM, GRU) are kept as recorded, though torch.compile decomposes "
+           "them into per-step ops whose time is not modelled" if tally.recurrent else ""),
     ]
 
 
