@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from daydream._regex import user_regex
 from daydream.cost import CostModel, Tier
 from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fused_runs
 from daydream.errors import InputError
@@ -60,14 +61,10 @@ class _Tally:
 
 
 def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    if graph.has_device_work():
-        return ["compile: on a GPU trace, what torch.compile does on the host is not modelled yet; for its kernels see "
-                "fuse-elementwise (chains of elementwise kernels fused) and for its launches cuda-graphs: nothing "
-                "changed, so this prediction is the baseline"]
+    unchanged = _why_unchanged(graph, str(params["modules"]))
+    if unchanged:
+        return [f"compile: {unchanged}: nothing changed, so this prediction is the baseline"]
     roots = compiled_roots(graph, params["modules"])
-    if not roots:
-        raise InputError(f"--opt compile:modules={params['modules']}: no outermost module of the trace matches; see "
-                         "the layers in daydream inspect")
     view: CompilerView | None = context.compiler_view
     costs = context.costs
     calls = regions(graph, roots)
@@ -76,6 +73,36 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     tally = _Tally()
     wrapper = {FORWARD: costs.host.recorded_ns("compile.forward.cpu"),
                BACKWARD: costs.host.recorded_ns("compile.backward.cpu")}
+    _merge_calls(graph, calls, roots, view, costs, wrapper, tally)
+    costs.count(Tier.MODELLED, tally.calls[FORWARD] + tally.calls[BACKWARD])
+    costs.count(Tier.RATIO, tally.fused_runs)
+    costs.count(Tier.MEASURED, tally.convolutions)
+    if costs.measurer is not None:
+        costs.measurer.save()
+    return _notes(roots, tally, wrapper, costs)
+
+
+def _why_unchanged(graph: Graph, pattern: str) -> str:
+    """Why compile cannot apply to `graph` ("" where it can); InputError for modules that match nothing."""
+    if graph.has_device_work():
+        return ("on a GPU trace, what torch.compile does on the host is not modelled yet; for its kernels see "
+                "fuse-elementwise (chains of elementwise kernels fused) and for its launches cuda-graphs")
+    if not graph.layers:
+        return ("the trace records no module structure (record it with daydream trace, or torch.profiler's "
+                "with_modules), so which ops a compiled module would hold is unknown")
+    if compiled_roots(graph, pattern):
+        return ""
+    if not pattern:
+        return (f"the trace's outermost modules are all loss functions ({', '.join(sorted(_all_roots(graph)))}); "
+                "name the compiled ones with compile:modules=REGEX")
+    raise InputError(f"--opt compile:modules={pattern}: no outermost module of the trace matches; see the layers in "
+                     "daydream inspect")
+
+
+def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: CompilerView, costs: CostModel,
+                 wrapper: dict[int, int], tally: _Tally) -> None:
+    """Each call becomes its first task, lasting what the compiled call takes; its other tasks and the host work
+    between them go."""
     gone: list[int] = []
     # the merged task is the call of the whole module: its time is the module's, not its first layer's
     root_layer = {name: index for index, name in enumerate(graph.layers) if name in roots}
@@ -90,12 +117,6 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
         gone.extend(tasks[1:])
     tally.removed = len(gone)
     remove(graph, np.array(gone, dtype=np.int64))
-    costs.count(Tier.MODELLED, tally.calls[FORWARD] + tally.calls[BACKWARD])
-    costs.count(Tier.RATIO, tally.fused_runs)
-    costs.count(Tier.MEASURED, tally.convolutions)
-    if costs.measurer is not None:
-        costs.measurer.save()
-    return _notes(roots, tally, wrapper, costs)
 
 
 def _root(graph: Graph, task: int) -> str:
@@ -103,12 +124,16 @@ def _root(graph: Graph, task: int) -> str:
     return graph.layers[layer].split(".", 1)[0] if layer >= 0 else ""
 
 
+def _all_roots(graph: Graph) -> set[str]:
+    return {layer.split(".", 1)[0] for layer in graph.layers}
+
+
 def compiled_roots(graph: Graph, pattern: str) -> set[str]:
     """The outermost modules compiled: those `pattern` matches (a regex on the module's class name), or, by default,
     every outermost module that is not a loss function."""
-    roots = {layer.split(".", 1)[0] for layer in graph.layers}
+    roots = _all_roots(graph)
     if pattern:
-        chosen = re.compile(pattern)
+        chosen = user_regex(pattern, "--opt compile:modules", example="'Transformer|Encoder'")
         return {root for root in roots if chosen.search(root)}
     return {root for root in roots if not LOSS.search(root)}
 

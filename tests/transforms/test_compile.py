@@ -167,3 +167,22 @@ def test_modules_that_match_nothing_are_one_line_naming_the_choice() -> None:
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "compile:modules=Nothing" in lines[0] and "inspect" in lines[0]
+
+
+def test_a_trace_without_modules_is_left_as_recorded(tmp_path: Path) -> None:
+    import gzip
+
+    document = json.loads(gzip.decompress((ROUNDS[0] / "mlp-baseline.json.gz").read_bytes()))
+    document["traceEvents"] = [e for e in document["traceEvents"] if not str(e.get("name", "")).startswith("daydream.layer::")]
+    stripped = tmp_path / "no-modules.json"
+    stripped.write_text(json.dumps(document))
+    prediction = _predicted(stripped)
+    assert prediction.predicted_ns == prediction.simulated_ns
+    assert any("no module structure" in n for n in prediction.notes)
+
+
+def test_a_modules_pattern_that_is_not_a_regex_is_one_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "daydream", "whatif", str(ROUNDS[0] / "mlp-baseline.json.gz"), "--opt",
+                           "compile:modules=(MLP"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1
+    assert "compile:modules" in done.stderr and "not a regular expression" in done.stderr
