@@ -104,18 +104,18 @@ def eager_fusible(path: Path) -> dict[int, float]:
     return total
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="round-N folders (or one folder) of EXAMPLE-{baseline,compile} traces")
-    options = parser.parse_args()
-    folders = sorted(options.folder.glob("round-*")) or [options.folder]
-    forward, backward, shares = [], [], []
-    print("| round | example | forward wrapper (units per call) | backward wrapper | fused share forward | backward |")
-    print("|---|---|---:|---:|---:|---:|")
-    for folder in folders:
-        for compiled in sorted(folder.glob("*-compile.json.gz")):
+def report(folder: Path) -> str:
+    """The table of every pair under `folder` (its round-N folders, or itself) and the medians, as markdown."""
+    folders = sorted(folder.glob("round-*")) or [folder]
+    forward: list[float] = []
+    backward: list[float] = []
+    shares: list[float] = []
+    lines = ["| round | example | forward wrapper (units per call) | backward wrapper | fused share forward | backward |",
+             "|---|---|---:|---:|---:|---:|"]
+    for each in folders:
+        for compiled in sorted(each.glob("*-compile.json.gz")):
             example = compiled.name.removesuffix("-compile.json.gz")
-            baseline = folder / f"{example}-baseline.json.gz"
+            baseline = each / f"{example}-baseline.json.gz"
             if not baseline.exists():
                 continue
             f, b, fused = compiled_calls(compiled)
@@ -124,10 +124,17 @@ def main() -> int:
             forward.append(statistics.median(f) if f else float("nan"))
             backward.append(statistics.median(b) if b else float("nan"))
             shares += [s for s in share.values() if s == s]
-            print(f"| {folder.name} | {example} | {_median(f)} | {_median(b)} | {share[FORWARD]:.2f} | "
-                  f"{share[BACKWARD]:.2f} |")
-    print(f"\nmedian over pairs: forward {_median(forward)}, backward {_median(backward)} units per call; "
-          f"fused share {statistics.median(shares):.2f} (over {len(shares)} phases)")
+            lines.append(f"| {each.name} | {example} | {_median(f)} | {_median(b)} | {share[FORWARD]:.2f} | "
+                         f"{share[BACKWARD]:.2f} |")
+    lines += ["", f"median over pairs: forward {_median(forward)}, backward {_median(backward)} units per call; "
+                  f"fused share {statistics.median(shares):.2f} (over {len(shares)} phases)"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="round-N folders (or one folder) of EXAMPLE-{baseline,compile} traces")
+    print(report(parser.parse_args().folder), end="")
     return 0
 
 

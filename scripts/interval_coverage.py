@@ -11,6 +11,8 @@ The rows (no run, no GPU: every prediction made again from recorded traces with 
   against the variant's recorded run, the median of its iterations to their completion (scripts/whatif_truth.py);
 - the data-loading rounds of `examples/loading` (docs/validation-data-loading.md): each round's loader without
   workers predicting `overlap-data-loading:workers=N` against that round's run with N workers;
+- the compile calibration rounds of `examples/compile` (docs/validation-compile-cpu.md): each round's eager trace
+  predicting `compile` against that round's torch.compile'd run (the measured tier off, as everywhere here);
 - the other-GPU pairs of the corpus (docs/validation-cross-gpu.md): each trace predicted on the other's GPU with
   `gpu:target=` against the other's measured iteration;
 - the replay of every trace of the corpus (`../shared/traces`): each rank's replayed headline against its measured
@@ -41,6 +43,7 @@ from daydream.simulate.whatif import Prediction, predict_traces, recorded_device
 
 H200 = REPO / "examples" / "h200"
 LOADING = REPO / "examples" / "loading"
+COMPILED = REPO / "examples" / "compile"
 #: variant trace name -> the what-if predicted from the baseline (scripts/whatif_truth.py's variants on the GPU)
 H200_VARIANTS = {"amp": "amp", "fused-optimizer": "fused-optimizer", "cuda-graphs": "cuda-graphs",
                  "batch-x2": "batch-size:factor=2", "checkpoint": r"checkpoint:layers=blocks\.\d+$"}
@@ -79,6 +82,19 @@ def loading_rows() -> list[Row]:
     return rows
 
 
+def compile_rows() -> list[Row]:
+    rows = []
+    for folder in sorted(COMPILED.glob("round-*")):
+        for base in sorted(folder.glob("*-baseline.json.gz")):
+            example = base.name.removesuffix("-baseline.json.gz")
+            variant = folder / f"{example}-compile.json.gz"
+            if variant.exists():
+                (prediction,) = predict_job(base, ["compile"], cost_options=NO_MEASURING)
+                rows.append(_row(f"examples/compile/{folder.name} {example}", "compile", prediction,
+                                 int(measured_ns(variant))))
+    return rows
+
+
 def cross_gpu_rows(corpus: Path) -> list[Row]:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -107,8 +123,8 @@ def replay_rows(corpus: Path) -> list[Row]:
 
 def all_groups(corpus: Path) -> dict[str, list[Row]]:
     """Every row of the page, by group."""
-    return {"H200 what-ifs": h200_rows(), "data-loading rounds": loading_rows(), "other-GPU pairs": cross_gpu_rows(corpus),
-            "corpus replays": replay_rows(corpus)}
+    return {"H200 what-ifs": h200_rows(), "data-loading rounds": loading_rows(), "compile rounds": compile_rows(),
+            "other-GPU pairs": cross_gpu_rows(corpus), "corpus replays": replay_rows(corpus)}
 
 
 def page(groups: dict[str, list[Row]]) -> str:
@@ -133,7 +149,7 @@ def page(groups: dict[str, list[Row]]) -> str:
               "noisy runs gets a wide interval, and a replay of an untouched trace a narrow one.",
               "", "## The what-if rows", "", "| trace | what-if | predicted | interval | measured | inside |",
               "|---|---|---:|---:|---:|---|"]
-    for name in ("H200 what-ifs", "data-loading rounds", "other-GPU pairs"):
+    for name in ("H200 what-ifs", "data-loading rounds", "compile rounds", "other-GPU pairs"):
         for where, what, predicted, low, high, measured in groups.get(name, []):
             lines.append(f"| {where} | `{what}` | {predicted / 1e6:.2f} ms | {low / 1e6:.2f}–{high / 1e6:.2f} ms | "
                          f"{measured / 1e6:.2f} ms | {'yes' if low <= measured <= high else '**no**'} |")

@@ -8,7 +8,8 @@ Each page's tables give, per row, a what-if and its error against a real run, (p
 a row lists each round's error, each round is a comparison of its own):
 
 - docs/gpu-validation.md: what-ifs against real runs on an H200 (GPU traces);
-- docs/validation-whatif-cpu.md and docs/validation-data-loading.md: against real runs on the CPU (CPU traces);
+- docs/validation-whatif-cpu.md, docs/validation-compile-cpu.md and docs/validation-data-loading.md: against real
+  runs on the CPU (CPU traces);
 - docs/validation-cross-gpu.md: `gpu:target=` against the same model traced on the other GPU (GPU traces);
 - docs/accuracy.md: the replay of untouched traces, per iteration (no what-if: "replay").
 
@@ -32,7 +33,7 @@ from _generated import write_or_print  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "daydream" / "data" / "validated_errors.json"
 #: page -> the kind of trace its rows come from
-PAGES = {"docs/gpu-validation.md": "gpu", "docs/validation-whatif-cpu.md": "cpu",
+PAGES = {"docs/gpu-validation.md": "gpu", "docs/validation-whatif-cpu.md": "cpu", "docs/validation-compile-cpu.md": "cpu",
          "docs/validation-data-loading.md": "cpu", "docs/validation-cross-gpu.md": "gpu", "docs/accuracy.md": "any"}
 _PERCENT = re.compile(r"^([+-]?\d+(?:\.\d+)?)%$")
 

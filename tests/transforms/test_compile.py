@@ -188,3 +188,13 @@ def test_a_trace_without_modules_is_left_as_recorded(tmp_path: Path) -> None:
     assert prediction.predicted_ns == prediction.simulated_ns
     assert any("no module structure" in n for n in prediction.notes)
 
+
+
+def test_the_pages_calibration_rows_of_the_kept_pairs_are_what_the_script_gives() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    import compile_costs
+
+    rows = [line for line in compile_costs.report(RUNS).splitlines() if line.startswith("| round-")]
+    page = (REPO / "docs" / "validation-compile-cpu.md").read_text()
+    assert len(rows) == 2 * len(ROUNDS)  # mlp and cnn in each kept round
+    assert all(row in page for row in rows)
