@@ -99,7 +99,7 @@ def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     rows = whatif_truth.compare("mlp", options, tmp_path)
     offload = f"offload:layers={whatif_truth.CHECKPOINT.partition('layers=')[2]},prefetch=0,stream=compute"
     assert [row.whatif for row in rows] == ["amp", "fused-optimizer", "cuda-graphs", "batch-size:factor=2",
-                                            whatif_truth.CHECKPOINT, "fuse-elementwise", offload]
+                                            whatif_truth.CHECKPOINT, "compile", offload]
     # The baseline's measured time is the median of its recorded ProfilerSteps, read from the file itself.
     steps = [e for e in load_raw(tmp_path / "mlp-baseline.json.gz")["traceEvents"]
              if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
