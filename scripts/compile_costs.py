@@ -10,8 +10,8 @@ Per pair (examples/training.py, then the same with --compile, both under daydrea
 - the fused share (cost/compiled.py `FUSED_SHARE`): per phase, the time inside the compiled graphs that is not an
   extern op, over the recorded time of the eager trace's fusible ops (cost/compiled.compiler_view) in the same calls.
 
-The medians over pairs and calls are what `RECORDED_HOST_UNITS` ("compile.forward.cpu", "compile.backward.cpu") and
-`FUSED_SHARE` hold.
+The medians over pairs (each pair's own median over its calls) are what `RECORDED_HOST_UNITS`
+("compile.forward.cpu", "compile.backward.cpu") and `FUSED_SHARE` hold.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from daydream.cost.compiled import EXTERN_OPS, compiler_view  # noqa: E402
 from daydream.cost.host import HostCosts  # noqa: E402
 from daydream.graph import Graph  # noqa: E402
 from daydream.mapping import PHASES  # noqa: E402
+from daydream.mapping.linking import innermost_enclosing  # noqa: E402
 from daydream.trace import EventKind, Trace  # noqa: E402
 from daydream.transforms.compiler import compiled_roots, regions  # noqa: E402
 
@@ -85,8 +86,6 @@ def compiled_calls(path: Path) -> tuple[list[float], list[float], dict[int, floa
 
 def _nested(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """Of `rows`, those inside another of them."""
-    from daydream.mapping.linking import innermost_enclosing
-
     return rows[innermost_enclosing(trace, rows, rows) >= 0]
 
 

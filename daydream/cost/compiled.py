@@ -44,7 +44,8 @@ FREE_OPS = frozenset({
     "detach", "detach_", "aten::detach_",
 })
 #: The fused loops' time over the recorded time of the ops they replace, the median over the forward and backward
-#: calls of the compiled models in `python scripts/host_costs.py --compile DIR` (torch 2.13 CPU runs, one thread).
+#: phases of the compiled models in `python scripts/compile_costs.py DIR` (torch 2.13 CPU runs, one thread; the
+#: calibration rounds of docs/validation-compile-cpu.md).
 FUSED_SHARE = 0.94
 #: Recurrent layers: torch.compile decomposes them into per-step cell ops, whose time an eager trace does not show.
 RECURRENT = frozenset({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"})

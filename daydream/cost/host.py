@@ -49,13 +49,14 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     # 2026-12-02; the median of five runs: 1353-2570 units per batch and 444-925 per tensor, units of 701-1319 ns, in
     # time 1.74-1.88 ms per batch and 0.57-0.65 ms per tensor). No GPU measurement yet: a GPU trace uses the same.
     "dataloader.receive.batch": 1573.0,
+    "dataloader.receive.tensor": 477.0,
     # The wrapper of one call of a torch.compile'd module (transforms/compiler.py), beyond its compiled graph: forward,
     # dynamo's cache lookup (guards) and AOTAutograd's runtime wrappers; backward, the CompiledFunctionBackward node
-    # around its graph. cpu: `python scripts/host_costs.py --compile DIR` (torch 2.13 CPU, the 2-core development host,
-    # 2026-12-02, traces of examples/training.py --compile).
+    # around its graph. cpu: `python scripts/compile_costs.py DIR` (torch 2.13 CPU, the 2-core development host,
+    # 2026-12-02, traces of examples/training.py --compile; the median over the calibration pairs of
+    # docs/validation-compile-cpu.md).
     "compile.forward.cpu": 671.0,
     "compile.backward.cpu": 246.0,
-    "dataloader.receive.tensor": 477.0,
 }
 
 

@@ -11,7 +11,7 @@ way the compiler sees them):
 - every other op between two externs becomes part of one fused loop: the runs of them take `FUSED_SHARE` of their
   recorded time (cost/compiled.py).
 
-The loss and the optimizer step stay as recorded unless `modules` names them. What the trace cannot show is said in the
+The loss stays as recorded unless `modules` names it, and the optimizer step always does. What the trace cannot show is said in the
 note: graph breaks and recompilation, and how fast inductor's own loops are on a given op.
 """
 
@@ -155,9 +155,7 @@ def regions(graph: Graph, roots: set[str]) -> list[Region]:
     previous: tuple[int, int, int] | None = None
     for task, compiled, passes in zip(host.tolist(), inside.tolist(), transparent.tolist()):
         key = (int(tasks["resource"][task]), int(tasks["iteration"][task]), int(tasks["phase"][task]))
-        if key != previous and not (passes and current is not None and current.phase == BACKWARD):
-            current = None
-        elif not (compiled or passes):
+        if key != previous or not (compiled or passes):
             current = None
         previous = key
         if compiled:
