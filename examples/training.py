@@ -9,7 +9,7 @@
     --loader-workers N         batches made by a torch DataLoader with N worker processes (0: in the training
                                process), each sample prepared on the CPU as an image pipeline would (crop, flip,
                                normalize); without it, batches are made directly on the device
-    --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp (under torchrun), --threads N
+    --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp or --fsdp [--no-reshard] (under torchrun), --threads N
 
 The scripts stay plain PyTorch: no profiler code. With --cuda-graphs no optimizer.step() runs
 after the capture, so a trace marks iterations by the step function instead:
@@ -51,6 +51,12 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
                         help="keep each block's saved activations in pinned host memory (save_on_cpu)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--ddp", action="store_true", help="one rank of DistributedDataParallel (launch with torchrun)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help="one rank of FSDP2 (fully_shard on each block of a stack, then on the whole model; launch "
+                             "with torchrun)")
+    parser.add_argument("--no-reshard", action="store_true",
+                        help="with --fsdp: keep each unit's gathered parameters from forward to backward "
+                             "(fully_shard's reshard_after_forward=False)")
     parser.add_argument("--find-unused", action="store_true", help="with --ddp: DistributedDataParallel's find_unused_parameters")
     parser.add_argument("--bucket-view", action="store_true", help="with --ddp: DistributedDataParallel's gradient_as_bucket_view")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
@@ -68,15 +74,18 @@ def setup(args: argparse.Namespace) -> tuple[str, int]:
         raise SystemExit("--device cuda: no CUDA device is visible to torch")
     if args.cuda_graphs and device != "cuda":
         raise SystemExit("--cuda-graphs needs a CUDA device")
-    if args.cuda_graphs and (args.ddp or args.amp == "fp16"):
+    if args.ddp and args.fsdp:
+        raise SystemExit("--ddp and --fsdp are two ways to run data parallel: give one")
+    if args.cuda_graphs and (args.ddp or args.fsdp or args.amp == "fp16"):
         raise SystemExit("--cuda-graphs runs without --ddp and without fp16's GradScaler here (use --amp bf16)")
     if args.amp == "fp16" and device != "cuda":
         raise SystemExit("--amp fp16 needs a CUDA device; on the CPU use --amp (bf16)")
     if args.optim == "fused" and device != "cuda":
         raise SystemExit("--optim fused needs a CUDA device")
-    if args.ddp and device == "cuda":
+    distributed = args.ddp or args.fsdp
+    if distributed and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-    rank = join_process_group(device) if args.ddp else 0
+    rank = join_process_group(device) if distributed else 0
     torch.manual_seed(rank)  # each rank its own data; DDP copies rank 0's initial weights to all
     return device, rank
 
@@ -85,7 +94,7 @@ def join_process_group(device: str) -> int:
     """Join the process group torch.distributed's environment variables describe; returns this process's rank."""
     missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if missing:
-        raise SystemExit(f"--ddp: {', '.join(missing)} not set — launch with torchrun --nproc-per-node N ... --ddp")
+        raise SystemExit(f"--ddp/--fsdp: {', '.join(missing)} not set — launch with torchrun --nproc-per-node N ... --ddp")
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
@@ -101,7 +110,21 @@ def wrap(model: nn.Module, args: argparse.Namespace) -> nn.Module:
         offload_blocks(model)
     if args.ddp:
         model = DistributedDataParallel(model, find_unused_parameters=args.find_unused, gradient_as_bucket_view=args.bucket_view)
+    if getattr(args, "fsdp", False):
+        fully_shard_blocks(model, reshard=not args.no_reshard)
     return torch.compile(model) if args.compile else model
+
+
+def fully_shard_blocks(model: nn.Module, reshard: bool) -> int:
+    """FSDP2 as its documentation applies it: fully_shard on each block of a stack (the modules named blocks.N), then
+    on the whole model, whose own parameters (embeddings, head) form the last unit. Returns how many blocks."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = [module for name, module in model.named_modules() if BLOCK.search(name)]
+    for block in blocks:
+        fully_shard(block, reshard_after_forward=reshard)
+    fully_shard(model, reshard_after_forward=reshard)
+    return len(blocks)
 
 
 def offload_blocks(model: nn.Module) -> int:
@@ -161,7 +184,7 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
             opt.step()
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}")
-    if args.ddp:
+    if args.ddp or getattr(args, "fsdp", False):
         torch.distributed.destroy_process_group()
 
 

@@ -57,6 +57,16 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     # docs/validation-compile-cpu.md).
     "compile.forward.cpu": 671.0,
     "compile.backward.cpu": 246.0,
+    # FSDP2's own host work per unit (transforms/distributed/fsdp.py), beyond the copies and collectives it times
+    # itself: the pre-/post-forward and pre-/post-backward hooks, one collective call's return, and DTensor's dispatch
+    # per optimizer op. cpu: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, gloo, the 2-core development host).
+    # No GPU measurement yet: a GPU trace uses the same.
+    "fsdp.pre_forward": 804.0,
+    "fsdp.post_forward": 76.0,
+    "fsdp.pre_backward": 600.0,
+    "fsdp.post_backward": 607.0,
+    "fsdp.collective": 93.0,
+    "fsdp.optimizer_op": 21.0,
 }
 
 

@@ -1,0 +1,422 @@
+"""`fsdp`: fully sharded data parallelism over WORLD ranks (PyTorch FSDP2, `fully_shard`) from one rank's trace.
+
+FSDP2 shards each *unit* (a module `fully_shard` was applied to, and the root for the parameters no unit holds)
+across the ranks. Per iteration and unit, as torch.distributed.fsdp runs it:
+
+- **forward**: before the unit's first op, its pre-forward hook copies this rank's shard into the all-gather buffer
+  (copy-in), all-gathers the unit's parameters, and copies them out into the parameters (copy-out); after its last
+  op, the post-forward hook frees them again (reshard=1, the default);
+- **backward**: the same all-gather before the unit's first backward op (unless reshard=0 kept the parameters);
+  with prefetch=1 (FSDP2's default) the unit's pre-backward hook issues the *next* unit's all-gather, so it
+  overlaps this unit's backward; after the unit's last backward op its gradients are concatenated (chunk_cat) and
+  reduce-scattered, each rank keeping its shard;
+- **optimizer**: each rank updates its 1/world shard, on DTensors: each op's device work ÷ world, and each op pays
+  DTensor's dispatch on the host.
+
+On a GPU the collectives run on streams of their own: the all-gathers on one, the reduce-scatters on another, and
+the compute waits for an all-gather only where it needs the parameters. On a CPU (gloo) FSDP2 issues every collective
+synchronously, so the host waits for each where it issues it; and gloo reduce-scatters a tensor by all-reducing the
+whole of it (ProcessGroupGloo has no reduce-scatter of its own), so it is timed as that all-reduce.
+
+Units: `units=REGEX` over layer paths; by default the repeated blocks: the outermost numbered modules (`blocks.3`,
+`layers.11`, `h.0`) whose list holds at least two of them with parameters. The root holds the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from daydream.errors import InputError
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.graph.model import DEVICE_WORK
+from daydream.interconnect import collective_steps
+from daydream.mapping.attribution import layer_owners
+from daydream.transforms.distributed.buckets import (
+    BACKWARD,
+    FORWARD,
+    OPTIMIZER,
+    comm_resource,
+    iterations_of,
+    no_existing_collectives,
+    optimizer_step,
+    phase_work,
+)
+from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
+from daydream.transforms.distributed.copies import CopySpeed, copy_speed
+from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
+from daydream.transforms.primitives import splice
+from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
+
+#: A numbered module in a list of them: `blocks.3`, `layers.11`, `h.0`.
+_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
+ROOT = "(root)"
+#: On a CPU the collectives' buffers are fresh allocations each time (no caching allocator): a copy into or out of one
+#: takes this many times what the trace's own elementwise speed gives for its bytes (the pages' first touch).
+#: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, the 2-core development host): the median over its traces.
+FRESH_COPY_SLOWDOWN = 4.14
+
+
+@dataclass(slots=True)
+class Unit:
+    """One fully_shard'ed module: its path (ROOT for the root), its parameter bytes and tensors, and per iteration
+    the first and last of its forward and backward work."""
+
+    name: str
+    layers: frozenset[int]
+    bytes: int
+    tensors: int
+    forward: dict[int, tuple[int, int]] = field(default_factory=dict)
+    backward: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def repeated_blocks(sizes: dict[str, int]) -> list[str]:
+    """The outermost numbered modules (path `parent.N`) with parameters whose parent holds at least two of them."""
+    holders: dict[str, set[str]] = {}
+    for path, size in sizes.items():
+        if size <= 0:
+            continue
+        parts = path.split(".")
+        for end in range(1, len(parts)):
+            match = _NUMBERED.match(".".join(parts[:end + 1]))
+            if match and parts[end].isdigit():
+                holders.setdefault(match.group(1), set()).add(".".join(parts[:end + 1]))
+                break
+    found = sorted(block for members in holders.values() if len(members) >= 2 for block in members)
+    return [b for b in found if not any(b.startswith(other + ".") for other in found if other != b)]
+
+
+def fsdp_units(layers: list[str], sizes: dict[str, int], tensors: int, pattern: str) -> list[Unit]:
+    """The units (the root last) with their layers and parameters; `pattern` "" takes the repeated blocks."""
+    if pattern:
+        targets, _ = layer_owners(layers, pattern)
+        if not targets:
+            raise InputError(f"fsdp: units={pattern!r} matches no layer of the trace — layers with parameters are e.g. "
+                             f"{', '.join(sorted(sizes)[:4]) or '(none recorded)'}")
+        names = [layers[t] for t in targets]
+        names = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n)]
+    else:
+        names = repeated_blocks(sizes)
+    index = {name: k for k, name in enumerate(layers)}
+    total_tensors = max(tensors, 2 * sum(1 for s in sizes.values() if s > 0))
+    layers_with_bytes = max(1, sum(1 for s in sizes.values() if s > 0))
+    units, claimed = [], set()
+    for name in names:
+        inside = [path for path in sizes if path == name or path.startswith(name + ".")]
+        owned = frozenset(k for k, path in enumerate(layers) if path == name or path.startswith(name + "."))
+        claimed.update(inside)
+        size = sum(sizes[p] for p in inside)
+        if size > 0 and name in index:
+            units.append(Unit(name, owned, size, max(1, round(total_tensors * len(inside) / layers_with_bytes))))
+    rest = [path for path, size in sizes.items() if path not in claimed and size > 0]
+    if rest:
+        owned = frozenset(k for k in range(len(layers)) if not any(k in u.layers for u in units))
+        units.append(Unit(ROOT, owned, sum(sizes[p] for p in rest),
+                          max(1, round(total_tensors * len(rest) / layers_with_bytes))))
+    return units
+
+
+@dataclass(slots=True)
+class _Costs:
+    """What FSDP2's hooks, copies and collective calls cost where they run (ns)."""
+
+    copies: CopySpeed | None
+    slowdown: float
+    pre_forward_ns: int
+    post_forward_ns: int
+    pre_backward_ns: int
+    post_backward_ns: int
+    issue_ns: int
+    optimizer_op_ns: int
+
+    def copy_ns(self, nbytes: float, tensors: int) -> int:
+        """One copy of `nbytes` of `tensors` tensors into or out of a flat buffer (one foreach op)."""
+        del tensors  # one op per unit, however many tensors it holds (a foreach copy, split_with_sizes_copy, chunk_cat)
+        return int(round(self.copies.time_ns(nbytes, 1) * self.slowdown)) if self.copies is not None else 0
+
+
+def _spans(graph: Graph, units: list[Unit], iteration: int) -> None:
+    """Each unit's first and last work of `iteration`'s forward and backward (the root's: the phase's first and last)."""
+    layer_unit = np.full(len(graph.layers) + 1, -1, dtype=np.int64)
+    for k, unit in enumerate(units):
+        if unit.name != ROOT:
+            layer_unit[list(unit.layers)] = k
+    for phase, store in ((FORWARD, "forward"), (BACKWARD, "backward")):
+        work = phase_work(graph, iteration, phase)
+        if work.size == 0:
+            continue
+        owner = layer_unit[graph.tasks["layer"][work]]
+        for k, unit in enumerate(units):
+            mine = work if unit.name == ROOT else work[owner == k]
+            if mine.size:
+                getattr(unit, store)[iteration] = (int(mine[0]), int(mine[-1]))
+
+
+class _Builder:
+    """Inserts one iteration's FSDP2 work into the graph."""
+
+    def __init__(self, graph: Graph, net: Fabric, costs: _Costs, world: int, reshard: bool, prefetch: bool,
+                 forward_prefetch: bool) -> None:
+        self.graph, self.net, self.costs, self.world = graph, net, costs, world
+        self.reshard, self.prefetch, self.forward_prefetch = reshard, prefetch, forward_prefetch
+        self.on_gpu = graph.has_device_work()
+        self.gather = comm_resource(graph, "fsdp all-gather")
+        self.reduce = comm_resource(graph, "fsdp reduce-scatter")
+        self.last_on: dict[int, int] = {}
+        self.launcher = self._launchers() if self.on_gpu else None
+        self.gathers = self.reduces = 0
+        self.gathered_bytes = self.reduced_bytes = 0
+
+    def _launchers(self) -> dict[int, int]:
+        launch = self.graph.edges_of_kind(DepKind.LAUNCH)
+        return dict(zip(self.graph.edges["dst"][launch].tolist(), self.graph.edges["src"][launch].tolist()))
+
+    def host_of(self, task: int) -> int:
+        """The host task that runs `task` (itself on a CPU graph; its launch call on a GPU one)."""
+        if self.launcher is None:
+            return task
+        return self.launcher.get(task, task)
+
+    # -- inserting ---------------------------------------------------------------------------------------------
+
+    def _before(self, anchor: int, duration_ns: int, name: str) -> int:
+        return int(splice(self.graph, [anchor], [max(duration_ns, 0)], name, after=False)[0])
+
+    def _after(self, anchor: int, duration_ns: int, name: str) -> int:
+        return int(splice(self.graph, [anchor], [max(duration_ns, 0)], name, after=True)[0])
+
+    def _collective(self, resource: int, after: int, nbytes: int, name: str, duration_ns: int) -> int:
+        graph = self.graph
+        [task] = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=resource, name=[graph.string_id(name)],
+                                 duration_ns=[duration_ns], bytes=[nbytes], iteration=int(graph.tasks["iteration"][after]),
+                                 phase=[int(graph.tasks["phase"][after])],
+                                 measured_start_ns=[int(graph.tasks["measured_end_ns"][after])],
+                                 measured_end_ns=[int(graph.tasks["measured_end_ns"][after])])
+        graph.add_edges([after], [int(task)], DepKind.COMMUNICATION)
+        if resource in self.last_on:  # one at a time on its stream, in the order they were issued
+            graph.add_edges([self.last_on[resource]], [int(task)], DepKind.STREAM_ORDER)
+        self.last_on[resource] = int(task)
+        return int(task)
+
+    def _issue_gather(self, at: int, unit: Unit, label: str) -> int:
+        """At host task position before `at`: copy-in, the all-gather, and (on a CPU) the host's wait for it. Returns
+        the all-gather."""
+        graph, costs = self.graph, self.costs
+        shard = unit.bytes / self.world
+        if self.on_gpu:  # copy-in runs on the all-gather's stream: part of its time
+            issue = self._before(at, costs.issue_ns, f"fsdp: all-gather issue ({unit.name})")
+            duration = self.net.time_ns("allgather", unit.bytes) + costs.copy_ns(shard, unit.tensors)
+            collective = self._collective(self.gather, issue, unit.bytes, f"fsdp all-gather ({label}, {unit.name}, "
+                                          f"{unit.bytes / 2**20:.1f} MiB)", duration)
+        else:
+            copy_in = self._before(at, costs.copy_ns(shard, unit.tensors), f"fsdp: all-gather copy-in ({unit.name})")
+            collective = self._collective(self.gather, copy_in, unit.bytes, f"fsdp all-gather ({label}, {unit.name}, "
+                                          f"{unit.bytes / 2**20:.1f} MiB)", self.net.time_ns("allgather", unit.bytes))
+            returned = self._before(at, costs.issue_ns, f"fsdp: all-gather call ({unit.name})")
+            graph.add_edges([collective], [returned], DepKind.COMMUNICATION)
+        self.gathers += 1
+        self.gathered_bytes += unit.bytes
+        return collective
+
+    def _copy_out(self, first_work: int, host_at: int, unit: Unit, collective: int) -> None:
+        """The gathered parameters copied out before the unit's first work, after its all-gather."""
+        duration = self.costs.copy_ns(unit.bytes, unit.tensors)
+        name = f"fsdp: all-gather copy-out ({unit.name})"
+        copy = self._before(first_work if self.on_gpu else host_at, duration, name)
+        self.graph.add_edges([collective], [copy], DepKind.COMMUNICATION)
+
+    # -- the passes --------------------------------------------------------------------------------------------
+
+    def gather_pass(self, units: list[Unit], spans: list[tuple[int, int]], label: str, prefetch: bool,
+                    hook_ns: int, post_ns: int) -> None:
+        """Per unit in order: its pre-hook, its all-gather (issued in the previous unit's hook under `prefetch`), its
+        copy-out; after its last work, its post-hook."""
+        issued: int | None = None
+        for k, (unit, (first, last)) in enumerate(zip(units, spans)):
+            host_first = self.host_of(first)
+            self._before(host_first, hook_ns, f"fsdp: pre-{label} hook ({unit.name})")
+            collective = issued if issued is not None else self._issue_gather(host_first, unit, label)
+            self._copy_out(first, host_first, unit, collective)
+            issued = None
+            if prefetch and k + 1 < len(units):
+                issued = self._issue_gather(host_first, units[k + 1], label)
+            if post_ns:
+                self._after(self.host_of(last), post_ns, f"fsdp: post-{label} hook ({unit.name})")
+
+    def hook_pass(self, units: list[Unit], spans: list[tuple[int, int]], label: str, hook_ns: int) -> None:
+        for unit, (first, _) in zip(units, spans):
+            self._before(self.host_of(first), hook_ns, f"fsdp: pre-{label} hook ({unit.name})")
+
+    def reduce_pass(self, units: list[Unit], spans: list[tuple[int, int]]) -> int | None:
+        """After each unit's last backward work: its post-backward hook, chunk_cat, and the reduce-scatter (on a CPU,
+        waited for where issued). Returns the last reduce-scatter."""
+        graph, costs = self.graph, self.costs
+        last_collective = None
+        operation = "reducescatter" if self.on_gpu else "allreduce"
+        for unit, (_, last) in zip(units, spans):
+            host_last = self.host_of(last)
+            hook = self._after(host_last, costs.post_backward_ns, f"fsdp: post-backward hook ({unit.name})")
+            name = f"fsdp reduce-scatter ({unit.name}, {unit.bytes / 2**20:.1f} MiB)"
+            duration = self.net.time_ns(operation, unit.bytes)
+            if self.on_gpu:  # chunk_cat runs on the reduce-scatter's stream, after the gradients' last kernel
+                collective = self._collective(self.reduce, hook, unit.bytes, name,
+                                              duration + costs.copy_ns(unit.bytes, unit.tensors))
+                graph.add_edges([last], [collective], DepKind.COMMUNICATION)
+            else:
+                cat = self._after(hook, costs.copy_ns(unit.bytes, unit.tensors), f"fsdp: chunk_cat ({unit.name})")
+                collective = self._collective(self.reduce, cat, unit.bytes, name, duration)
+                returned = self._after(cat, costs.issue_ns, f"fsdp: reduce-scatter call ({unit.name})")
+                graph.add_edges([collective], [returned], DepKind.COMMUNICATION)
+            self.reduces += 1
+            self.reduced_bytes += unit.bytes
+            last_collective = collective
+        return last_collective
+
+
+def _ordered(units: list[Unit], iteration: int, store: str, reverse: bool = False) -> tuple[list[Unit], list[tuple[int, int]]]:
+    """The units with work in `store` ("forward"/"backward") of `iteration`, in the order their first work ran (the
+    root first: its hooks run before its children's), and their spans."""
+    found = [(unit, getattr(unit, store)[iteration]) for unit in units if iteration in getattr(unit, store)]
+    found.sort(key=lambda item: (item[0].name != ROOT, item[1][0]))
+    if reverse:  # backward: the root's pre-hook first, then the blocks in the order their backward ran
+        found = [found[0], *sorted(found[1:], key=lambda item: item[1][0])] if found and found[0][0].name == ROOT else found
+    return [u for u, _ in found], [s for _, s in found]
+
+
+def _scale_optimizer(graph: Graph, iteration: int, world: int, op_ns: int) -> int:
+    """Each rank updates its shard: the optimizer's device work ÷ world; each of its host ops pays DTensor's dispatch."""
+    tasks = graph.tasks
+    on_gpu = graph.has_device_work()
+    if on_gpu:
+        work = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER)
+                              & np.isin(tasks["kind"], [int(k) for k in DEVICE_WORK]))
+        tasks["duration_ns"][work] = np.round(tasks["duration_ns"][work] / world).astype(np.int64)
+        launch = graph.edges_of_kind(DepKind.LAUNCH)
+        hosts = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], work)])
+        tasks["duration_ns"][hosts] += op_ns
+        return int(hosts.size)
+    ops = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER)
+                         & (tasks["kind"] == int(TaskKind.HOST_OP)) & (tasks["event"] >= 0))
+    tasks["duration_ns"][ops] = np.round(tasks["duration_ns"][ops] / world).astype(np.int64) + op_ns
+    return int(ops.size)
+
+
+def _costs(graph: Graph, context: Context) -> _Costs:
+    speed = copy_speed(graph, context.elementwise_speed(graph.has_device_work()), context.device)
+    host = context.costs.host if context.costs is not None else None
+
+    def units(what: str) -> int:
+        return host.recorded_ns(f"fsdp.{what}") if host is not None else 0
+
+    return _Costs(speed, 1.0 if graph.has_device_work() else FRESH_COPY_SLOWDOWN, units("pre_forward"),
+                  units("post_forward"), units("pre_backward"), units("post_backward"),
+                  units("collective"), units("optimizer_op"))
+
+
+def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    world = int(params["world"])
+    no_existing_collectives(graph, "fsdp")
+    if not context.gradient_bytes:
+        raise InputError("fsdp: the trace lists no per-layer parameters, so its units cannot be sized — record it with "
+                         "daydream trace")
+    units = fsdp_units(graph.layers, context.gradient_bytes, context.gradient_tensors, str(params["units"]))
+    if world == 1:
+        return ["fsdp: world=1 shards nothing; the step is unchanged"]
+    net = fabric(params, context, world)
+    costs = _costs(graph, context)
+    reshard, prefetch = bool(int(params["reshard"])), bool(int(params["prefetch"]))
+    builder = _Builder(graph, net, costs, world, reshard, prefetch, bool(int(params["forward_prefetch"])))
+    iterations = iterations_of(graph)
+    for iteration in iterations:
+        _spans(graph, units, iteration)
+    problems: list[str] = []
+    optimizer_ops = 0
+    for iteration in iterations:
+        forward_units, forward_spans = _ordered(units, iteration, "forward")
+        backward_units, backward_spans = _ordered(units, iteration, "backward", reverse=True)
+        if not forward_units:
+            continue
+        builder.gather_pass(forward_units, forward_spans, "forward", builder.forward_prefetch, costs.pre_forward_ns,
+                            costs.post_forward_ns)
+        if reshard:
+            builder.gather_pass(backward_units, backward_spans, "backward", prefetch, costs.pre_backward_ns, 0)
+        else:
+            builder.hook_pass(backward_units, backward_spans, "backward", costs.pre_backward_ns)
+        rooted = bool(backward_units) and backward_units[0].name == ROOT  # the root reduces last, in its callback
+        last = builder.reduce_pass(backward_units[1:] + backward_units[:1] if rooted else backward_units,
+                                   backward_spans[1:] + backward_spans[:1] if rooted else backward_spans)
+        if last is not None and builder.on_gpu:
+            ready = backward_spans[0][1] if backward_spans else last
+            target, problem = optimizer_step(graph, iteration, ready)
+            if target is not None:
+                graph.add_edges([last], [target], DepKind.COMMUNICATION)
+            if problem and problem not in problems:
+                problems.append(problem)
+        optimizer_ops += _scale_optimizer(graph, iteration, world, costs.optimizer_op_ns)
+    factor, source = calibrate(graph, params, context, min(world, net.per_node))
+    graph.data_parallel = replace(graph.data_parallel, world=world, link=net.link, contention=factor,
+                                  contention_source=source, host_ranks=min(world, net.per_node),
+                                  collective_steps=collective_steps("allgather", world, "ring"))
+    return _notes(units, builder, len(iterations), optimizer_ops, (factor, source), problems)
+
+
+def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops: int, contention: tuple[float, str],
+           problems: list[str]) -> list[str]:
+    each = max(iterations, 1)
+    blocks = [u for u in units if u.name != ROOT]
+    shown = ", ".join(u.name for u in blocks[:3]) + (f", … ({len(blocks)} in all)" if len(blocks) > 3 else "")
+    root = next((u for u in units if u.name == ROOT), None)
+    world = builder.world
+    notes = [f"fsdp: world={world}, {len(units)} units ({shown or 'none but the root'}"
+             + (f"; the root holds {root.bytes / 2**20:.1f} MiB" if root else "") + f") over {builder.net.describe()}",
+             f"fsdp: per iteration {builder.gathers // each} all-gathers ({builder.gathered_bytes / each / 2**20:.1f} MiB) "
+             f"and {builder.reduces // each} reduce-scatters ({builder.reduced_bytes / each / 2**20:.1f} MiB)"
+             + ("" if builder.reshard else "; reshard=0: parameters kept from forward to backward")
+             + ("; the next unit's all-gather issued in each pre-backward hook (prefetch)" if builder.prefetch else "")]
+    if not builder.on_gpu:
+        notes.append("fsdp: on a CPU (gloo) each collective is waited for where it is issued, and a reduce-scatter is "
+                     "an all-reduce of the unit's whole gradients (gloo has no reduce-scatter of its own)")
+    costs = builder.costs
+    if costs.copies is None:
+        notes.append("fsdp: the trace has no elementwise ops with recorded shapes, so the copies in and out of the "
+                     "collectives' buffers are not timed")
+    else:
+        notes.append(f"fsdp: copies into and out of the collectives' buffers at {costs.copies.bytes_per_ns:.1f} GB/s + "
+                     f"{costs.copies.overhead_ns / 1e3:.1f} µs per op ({costs.copies.source}); hooks "
+                     f"{costs.pre_forward_ns / 1e3:.0f}/{costs.post_forward_ns / 1e3:.0f} µs (pre/post forward), "
+                     f"{costs.pre_backward_ns / 1e3:.0f}/{costs.post_backward_ns / 1e3:.0f} µs (pre/post backward) per "
+                     "unit, from host units measured on FSDP2 runs (cost/host.py)")
+    notes.append(f"fsdp: the optimizer's device work ÷{world}; {optimizer_ops // each} of its host ops per iteration "
+                 f"each +{costs.optimizer_op_ns / 1e3:.0f} µs of DTensor dispatch")
+    factor, source = contention
+    notes.append(f"fsdp: contention ×{factor:.2f} where collectives overlap compute ({source})" if factor > 1.0
+                 else f"fsdp: no contention modelled ({source})")
+    return notes + problems
+
+
+register(Optimization(
+    "fsdp", "fully sharded data parallelism (PyTorch FSDP2, fully_shard) over WORLD ranks, from a one-rank trace",
+    "per unit (units=REGEX, default the repeated blocks; the root holds the rest): before its forward and (reshard=1) "
+    "its backward, a copy-in, an all-gather of its parameters and a copy-out; prefetch=1 issues the next unit's "
+    "all-gather in each pre-backward hook (forward_prefetch=1 in each pre-forward hook too); after its backward, a "
+    "chunk_cat and a reduce-scatter of its gradients; the optimizer's device work ÷world, each of its host ops plus "
+    "DTensor's dispatch; the hooks' host time from host units measured on FSDP2 runs. GPU: collectives on an "
+    "all-gather and a reduce-scatter stream, the compute waits where it needs them; CPU (gloo): each collective "
+    "waited for where issued, a reduce-scatter timed as gloo's all-reduce of the whole buffer",
+    _fsdp,
+    {"world": Parameter(int, 8, "data-parallel ranks the model is sharded over", 1, MAX_WORLD), **LINK_PARAMETERS,
+     "units": Parameter(str, "", "regular expression over layer paths: the modules fully_shard wraps (default: the "
+                                 "repeated blocks)"),
+     "reshard": Parameter(int, 1, "1: parameters freed after each unit's forward and gathered again for its backward "
+                                  "(reshard_after_forward=True); 0: kept", 0, 1),
+     "prefetch": Parameter(int, 1, "1: each unit's pre-backward hook issues the next unit's all-gather (FSDP2's "
+                                   "default); 0: each unit gathers its own", 0, 1),
+     "forward_prefetch": Parameter(int, 0, "1: each pre-forward hook issues the next unit's all-gather too "
+                                           "(set_modules_to_forward_prefetch); 0: not (the default)", 0, 1),
+     "contention": CONTENTION_PARAMETER},
+))
+
+__all__ = ["ROOT", "Unit", "fsdp_units", "repeated_blocks"]

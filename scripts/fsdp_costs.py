@@ -1,0 +1,178 @@
+"""The recorded constants of the fsdp what-if, from pairs of real CPU traces: one process, and a rank of FSDP2.
+
+    python scripts/fsdp_costs.py DIR       # DIR/round-N/EXAMPLE-baseline.json.gz and EXAMPLE-fsdp-rankR.json.gz
+
+Per FSDP2 rank trace (examples/training.py --fsdp under torchrun, gloo, traced by daydream trace), per iteration:
+
+- the hooks' own host time per unit, in host units (cost/host.py) of the one-process trace of the pair (the one a
+  what-if starts from; the ranks' traces run slower dispatch, DTensor's and the other rank's share of the CPUs):
+  each top-level `FSDP::` range on the training thread less the CPU ops nested in it and the time a gloo collective
+  ran meanwhile (what the hook waited for): pre-forward (with the root's), post-forward, pre-backward, post-backward
+  (accumulate, reshard, reduce and the root's callback);
+- a collective call's own host time (each `c10d::` op less the gloo collective beside it), in host units;
+- the copies into and out of the collectives' buffers (`fsdp::all_gather_copy_in`, `fsdp::split_with_sizes_copy`,
+  `fsdp::chunk_cat`): their time over what the baseline's own elementwise speed gives for their bytes (copy-in a
+  shard, copy-out the whole unit, chunk_cat the whole unit's gradients): the fresh buffers' first touch on a CPU;
+- the optimizer's DTensor dispatch: per optimizer op, the FSDP trace's op time less the baseline's ÷ world, in host
+  units.
+
+The medians over traces are what `RECORDED_HOST_UNITS` ("fsdp.*") and fsdp.py's `FRESH_COPY_SLOWDOWN` hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from daydream.api import open_job  # noqa: E402
+from daydream.cost.elementwise import elementwise_speed  # noqa: E402
+from daydream.cost.host import HostCosts  # noqa: E402
+from daydream.intervals import Coverage  # noqa: E402
+from daydream.simulate.whatif import gradient_bytes_of  # noqa: E402
+from daydream.trace import EventKind, Trace  # noqa: E402
+
+HOOKS = {"FSDP::pre_forward": "pre_forward", "FSDP::root_pre_forward": "pre_forward",
+         "FSDP::post_forward": "post_forward", "FSDP::pre_backward": "pre_backward",
+         "FSDP::post_backward_accumulate": "post_backward", "FSDP::post_backward_reshard": "post_backward",
+         "FSDP::post_backward_reduce": "post_backward", "FSDP::post_backward_rs_wait": "post_backward",
+         "FSDP::root_post_backward_callback": "post_backward"}
+COPIES = ("fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat")
+OPTIMIZER = "Optimizer.step#"
+
+
+@dataclass(slots=True)
+class Costs:
+    """One FSDP2 trace's constants: host units per unit and iteration, the copies' slowdown, DTensor units per op."""
+
+    hooks: dict[str, float]
+    collective: float
+    copy_slowdown: float
+    optimizer_op: float
+
+
+def _read(path: Path) -> Trace:
+    return open_job(path).traces[0]
+
+
+def _steps(trace: Trace) -> list[tuple[int, int]]:
+    rows = trace.indices(EventKind.ANNOTATION)
+    return sorted((int(trace.ts_ns[r]), int(trace.end_ns[r])) for r in rows.tolist()
+                  if trace.name_of(r).startswith("ProfilerStep#"))
+
+
+def _top(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Those of `rows` not nested in another of them on the same thread."""
+    order = rows[np.lexsort((-trace.end_ns[rows], trace.ts_ns[rows]))]
+    kept, end = [], -1
+    for row in order.tolist():
+        if trace.ts_ns[row] >= end:
+            kept.append(row)
+            end = int(trace.end_ns[row])
+    return np.asarray(kept, dtype=np.int64)
+
+
+def _optimizer_ops(trace: Trace, step: tuple[int, int], ops: np.ndarray) -> np.ndarray:
+    names = [trace.name_of(r) for r in trace.indices(EventKind.ANNOTATION).tolist()]
+    annotations = trace.indices(EventKind.ANNOTATION)
+    steps = [r for r, n in zip(annotations.tolist(), names) if n.startswith(OPTIMIZER)
+             and step[0] <= trace.ts_ns[r] < step[1]]
+    if not steps:
+        return np.zeros(0, dtype=np.int64)
+    start, end = int(trace.ts_ns[steps[0]]), int(trace.end_ns[steps[0]])
+    inside = ops[(trace.ts_ns[ops] > start) & (trace.end_ns[ops] < end)]
+    return _top(trace, inside)
+
+
+def measure(baseline: Path, ranked: Path, world: int) -> Costs:
+    base, trace = _read(baseline), _read(ranked)
+    unit = HostCosts.of(base).unit_ns  # the unit the what-if converts with: the one-process trace's
+    speed = elementwise_speed(base, on_gpu=False)
+    if speed is None:
+        raise SystemExit(f"{baseline}: no elementwise ops with recorded shapes to time copies by")
+    ops = trace.indices(EventKind.CPU_OP)
+    annotations = trace.indices(EventKind.ANNOTATION)
+    names = np.array([trace.name_of(r) for r in annotations.tolist()], dtype=object)
+    op_names = np.array([trace.name_of(r) for r in ops.tolist()], dtype=object)
+    gloo = trace.indices(EventKind.HOST_COMMUNICATION)
+    waits = Coverage(trace.ts_ns[gloo], trace.end_ns[gloo])
+    main = int(trace.track[annotations[[n.startswith("ProfilerStep#") for n in names]][0]])
+    hooks_rows = annotations[[n.split(" ")[0] in HOOKS for n in names] & (trace.track[annotations] == main)]
+    per_iteration: dict[str, list[float]] = {k: [] for k in set(HOOKS.values())}
+    collective, copies, measured_copies, optimizer = [], [], [], []
+    base_steps = _steps(base)
+    base_ops = base.indices(EventKind.CPU_OP)
+    base_optimizer = [float(base.dur_ns[_optimizer_ops(base, s, base_ops)].sum()) for s in base_steps]
+    for step in _steps(trace):
+        totals = dict.fromkeys(per_iteration, 0.0)
+        mine = hooks_rows[(trace.ts_ns[hooks_rows] >= step[0]) & (trace.ts_ns[hooks_rows] < step[1])]
+        for row in _top(trace, mine).tolist():
+            start, end = int(trace.ts_ns[row]), int(trace.end_ns[row])
+            nested = ops[(trace.ts_ns[ops] >= start) & (trace.end_ns[ops] <= end) & (trace.track[ops] == main)]
+            busy = Coverage(np.r_[trace.ts_ns[nested], trace.ts_ns[gloo]], np.r_[trace.end_ns[nested], trace.end_ns[gloo]])
+            own = (end - start) - busy.share_of_each(np.array([start]), np.array([end]))[0] * (end - start)
+            totals[HOOKS[trace.name_of(row).split(" ")[0]]] += own
+        calls = ops[[n.startswith("c10d::") for n in op_names] & (trace.ts_ns[ops] >= step[0]) & (trace.ts_ns[ops] < step[1])]
+        for row in calls.tolist():
+            start, end = int(trace.ts_ns[row]), int(trace.end_ns[row])
+            collective.append((end - start) * (1 - waits.share_of_each(np.array([start]), np.array([end]))[0]) / unit)
+        copy_rows = ops[np.isin(op_names, COPIES) & (trace.ts_ns[ops] >= step[0]) & (trace.ts_ns[ops] < step[1])]
+        measured_copies.append(float(trace.dur_ns[copy_rows].sum()))
+        optimizer_rows = _optimizer_ops(trace, step, ops)
+        optimizer.append(float(trace.dur_ns[optimizer_rows].sum()))
+        units = max(1, sum(trace.name_of(r) == "fsdp::chunk_cat" for r in copy_rows.tolist()))  # one per unit
+        for key, value in totals.items():
+            per_iteration[key].append(value / units / unit)
+        copies.append(optimizer_rows.size)
+    gathered = sum(gradient_bytes_of(base).values())  # per pass: copy-in a shard, copy-out the whole unit
+    expected = 2 * (speed.time_ns(gathered / world) + speed.time_ns(gathered)) + speed.time_ns(gathered)
+    op_count = statistics.median(copies) or 1
+    base_median = statistics.median(base_optimizer) if base_optimizer else 0.0
+    return Costs({k: statistics.median(v) for k, v in per_iteration.items()}, statistics.median(collective),
+                 statistics.median(measured_copies) / expected,
+                 (statistics.median(optimizer) - base_median / world) / op_count / unit)
+
+
+def report(folder: Path, world: int = 2) -> str:
+    rows = []
+    found: list[Costs] = []
+    for baseline in sorted(folder.glob("round-*/*-baseline.json.gz")):
+        example = baseline.name.removesuffix("-baseline.json.gz")
+        for ranked in sorted(baseline.parent.glob(f"{example}-fsdp-rank*.json.gz")):
+            costs = measure(baseline, ranked, world)
+            found.append(costs)
+            rows.append(f"| {baseline.parent.name} | {example} | {ranked.name.removesuffix('.json.gz').rsplit('-', 1)[1]} | "
+                        + " | ".join(f"{costs.hooks[k]:.0f}" for k in ("pre_forward", "post_forward", "pre_backward",
+                                                                         "post_backward"))
+                        + f" | {costs.collective:.0f} | {costs.copy_slowdown:.2f} | {costs.optimizer_op:.0f} |")
+    if not found:
+        raise SystemExit(f"{folder}: no round-*/EXAMPLE-baseline.json.gz with EXAMPLE-fsdp-rankR.json.gz beside it")
+    median = Costs({k: statistics.median(c.hooks[k] for c in found) for k in found[0].hooks},
+                   statistics.median(c.collective for c in found), statistics.median(c.copy_slowdown for c in found),
+                   statistics.median(c.optimizer_op for c in found))
+    head = ["| round | example | rank | pre-forward | post-forward | pre-backward | post-backward | collective call | "
+            "copy slowdown | DTensor per optimizer op |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    tail = ["| **median** | | | " + " | ".join(f"**{median.hooks[k]:.0f}**" for k in ("pre_forward", "post_forward",
+                                                                                    "pre_backward", "post_backward"))
+            + f" | **{median.collective:.0f}** | **{median.copy_slowdown:.2f}** | **{median.optimizer_op:.0f}** |"]
+    return "\n".join(head + rows + tail)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--world", type=int, default=2)
+    args = parser.parse_args()
+    print(report(args.folder, args.world))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
