@@ -313,6 +313,66 @@ def zero_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     return f"zero: stage {stage} over {world} ranks shards {', '.join(CATEGORIES[c] for c in shard)} (÷{world})"
 
 
+def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """weights, gradients and optimizer state ÷ world (each rank's shards); per unit, its gathered parameters (the whole
+    unit) while its forward runs and again while its backward runs (reshard=0: from its forward to its backward's end;
+    prefetch=1: from when the backward of the unit before it in backward order begins), and its unsharded gradients
+    from its backward's first allocation until its reduce-scatter at its backward's end"""
+    from daydream.transforms.distributed.fsdp import ROOT, fsdp_units
+
+    world = int(params["world"])
+    if world <= 1:
+        return "fsdp: world=1 shards nothing; allocations unchanged"
+    if not model.layer_bytes:
+        return "fsdp: the trace records no parameter sizes, so the units' gathered parameters are not counted"
+    units = fsdp_units(model.layers, model.layer_bytes, 0, str(params.get("units", "")))
+    a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] /= world
+    reshard, prefetch = bool(int(params.get("reshard", 1))), bool(int(params.get("prefetch", 1)))
+    unit_of = np.full(len(model.layers) + 1, -1, dtype=np.int64)
+    for k, unit in enumerate(units):
+        if unit.name != ROOT:
+            unit_of[sorted(unit.layers)] = k
+    owner = unit_of[np.where(a.layer >= 0, a.layer, len(model.layers))]
+    root = next((k for k, u in enumerate(units) if u.name == ROOT), None)
+    added = 0
+    every = [_unit_spans(a, owner, i, len(units), root) for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
+    for spans in every:  # the spans of every iteration taken before any allocation is added
+        backward_order = sorted((span[1][0], k) for k, span in enumerate(spans) if span[1] is not None)
+        for position, (start, k) in enumerate(backward_order):
+            forward, backward = spans[k]
+            assert backward is not None
+            size = float(units[k].bytes)
+            gathered_from = backward_order[position - 1][0] if prefetch and position > 0 else start
+            if forward is not None and not reshard:
+                _add(a, size, forward[0], backward[1], WEIGHTS)
+            else:
+                if forward is not None:
+                    _add(a, size, forward[0], forward[1], WEIGHTS)
+                _add(a, size, gathered_from, backward[1], WEIGHTS)
+            _add(a, size * (1 - 1 / world), start, backward[1], GRAD)
+            added += 1
+    return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered parameters "
+            f"({sum(u.bytes for u in units) / 2**20:.1f} MiB in all, the largest {max(u.bytes for u in units) / 2**20:.1f} MiB) "
+            f"while each runs" + ("" if reshard else " (reshard=0: from forward to backward)")
+            + f", and each unit's unsharded gradients until its reduce-scatter ({added} unit passes)")
+
+
+def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, root: int | None
+                ) -> list[tuple[tuple[int, int] | None, tuple[int, int] | None]]:
+    """Per unit, the (first, last) allocation start of its forward and of its backward in `iteration` (the root's: the
+    whole phase's)."""
+    found: list[tuple[tuple[int, int] | None, tuple[int, int] | None]] = []
+    mine = a.iteration == iteration
+    for k in range(count):
+        spans: list[tuple[int, int] | None] = []
+        for phase in (FORWARD, BACKWARD):
+            chosen = mine & (a.phase == phase) & ((owner == k) if k != root else True)
+            starts = a.start[chosen]
+            spans.append((int(starts.min()), int(starts.max())) if starts.size else None)
+        found.append((spans[0], spans[1]))
+    return found
+
+
 def ddp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """one more copy of the gradients for the whole run: DDP's flat bucket buffers (bucket_view=1: the gradients are
     views of the buckets, which hold them for the whole run)"""
@@ -395,6 +455,7 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
     "bn-restructure": bn_restructure_memory,
     "checkpoint": checkpoint_memory,
     "ddp": ddp_memory,
+    "fsdp": fsdp_memory,
     "depth": depth_memory,
     "gist": gist_memory,
     "gpu": gpu_memory,

@@ -504,6 +504,9 @@ class MemorySnapshot:
 
         if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" or type(tensor).__name__ == "FakeTensor":
             return  # FakeTensor: torch.compile's stand-in while tracing, holding no memory
+        local = getattr(tensor, "_local_tensor", None)  # a DTensor (FSDP2, tensor parallel): this rank's shard is its memory
+        if isinstance(local, torch.Tensor):
+            tensor = local
         try:
             storage = tensor.untyped_storage()
             key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
