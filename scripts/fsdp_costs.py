@@ -33,17 +33,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daydream.api import open_job  # noqa: E402
-from daydream.cost.elementwise import elementwise_speed  # noqa: E402
+from daydream.cost.elementwise import CopySpeed, elementwise_speed  # noqa: E402
 from daydream.cost.host import HostCosts  # noqa: E402
 from daydream.intervals import Coverage  # noqa: E402
 from daydream.simulate.whatif import gradient_bytes_of  # noqa: E402
 from daydream.trace import EventKind, Trace  # noqa: E402
+from daydream.transforms.distributed.fsdp import ROOT, fsdp_units  # noqa: E402
 
 HOOKS = {"FSDP::pre_forward": "pre_forward", "FSDP::root_pre_forward": "pre_forward",
          "FSDP::post_forward": "post_forward", "FSDP::pre_backward": "pre_backward",
          "FSDP::post_backward_accumulate": "post_backward", "FSDP::post_backward_reshard": "post_backward",
-         "FSDP::post_backward_reduce": "post_backward", "FSDP::post_backward_rs_wait": "post_backward",
-         "FSDP::root_post_backward_callback": "post_backward"}
+         "FSDP::post_backward_reduce": "reduce", "FSDP::post_backward_rs_wait": "reduce",
+         "FSDP::root_post_backward_callback": "reduce"}
+KINDS = ("pre_forward", "post_forward", "pre_backward", "post_backward", "reduce")
+#: What each kind's own time is divided by: the calls it ran for (a hook per call, a reduce per unit).
+COUNTED = {"pre_forward": "FSDP::pre_forward", "post_forward": "FSDP::post_forward", "pre_backward": "FSDP::pre_backward",
+           "post_backward": "FSDP::post_backward_reshard", "reduce": "FSDP::post_backward_reduce"}
 COPIES = ("fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat")
 OPTIMIZER = "Optimizer.step#"
 
@@ -54,7 +59,7 @@ class Costs:
 
     hooks: dict[str, float]
     collective: float
-    copy_slowdown: float
+    copies: list[tuple[float, float]]  # per copy op: (host units it took, host units the baseline's speed gives its bytes)
     optimizer_op: float
 
 
@@ -107,6 +112,8 @@ def measure(baseline: Path, ranked: Path, world: int) -> Costs:
     hooks_rows = annotations[[n.split(" ")[0] in HOOKS for n in names] & (trace.track[annotations] == main)]
     per_iteration: dict[str, list[float]] = {k: [] for k in set(HOOKS.values())}
     collective, copies, measured_copies, optimizer = [], [], [], []
+    copies_seen: list[tuple[float, float]] = []
+    sizes = _unit_bytes(base)
     base_steps = _steps(base)
     base_ops = base.indices(EventKind.CPU_OP)
     base_optimizer = [float(base.dur_ns[_optimizer_ops(base, s, base_ops)].sum()) for s in base_steps]
@@ -127,17 +134,59 @@ def measure(baseline: Path, ranked: Path, world: int) -> Costs:
         measured_copies.append(float(trace.dur_ns[copy_rows].sum()))
         optimizer_rows = _optimizer_ops(trace, step, ops)
         optimizer.append(float(trace.dur_ns[optimizer_rows].sum()))
-        units = max(1, sum(trace.name_of(r) == "fsdp::chunk_cat" for r in copy_rows.tolist()))  # one per unit
+        in_step = annotations[(trace.ts_ns[annotations] >= step[0]) & (trace.ts_ns[annotations] < step[1])
+                              & (trace.track[annotations] == main)]
+        step_names = [trace.name_of(r) for r in in_step.tolist()]
         for key, value in totals.items():
-            per_iteration[key].append(value / units / unit)
+            count = sum(name.split(" ")[0] == COUNTED[key] for name in step_names)
+            per_iteration[key].append(value / max(count, 1) / unit)
+        copies_seen += _copies(trace, copy_rows, in_step, sizes, speed, world, unit)
         copies.append(optimizer_rows.size)
-    gathered = sum(gradient_bytes_of(base).values())  # per pass: copy-in a shard, copy-out the whole unit
-    expected = 2 * (speed.time_ns(gathered / world) + speed.time_ns(gathered)) + speed.time_ns(gathered)
     op_count = statistics.median(copies) or 1
     base_median = statistics.median(base_optimizer) if base_optimizer else 0.0
     return Costs({k: statistics.median(v) for k, v in per_iteration.items()}, statistics.median(collective),
-                 statistics.median(measured_copies) / expected,
+                 copies_seen,
                  (statistics.median(optimizer) - base_median / world) / op_count / unit)
+
+
+def _unit_bytes(base: Trace) -> dict[str, int]:
+    """Parameter bytes of each FSDP2 unit as its ranges name it ("blocks.0"; "" for the root), from the one-process
+    trace's layers: the repeated blocks the examples shard, the root the rest."""
+    layers = gradient_bytes_of(base)
+    modules = sorted({".".join(path.split(".")[:end]) for path in layers for end in range(1, path.count(".") + 2)})
+    units = fsdp_units(modules, layers, 0, "")
+    return {("" if u.name == ROOT else u.name.split(".", 1)[1]): u.bytes for u in units}
+
+
+def _copies(trace: Trace, rows: np.ndarray, ranges: np.ndarray, sizes: dict[str, int], speed: CopySpeed, world: int,
+            unit: int) -> list[tuple[float, float]]:
+    """Per copy op: (its time, what the baseline's elementwise speed gives its bytes without the per-op overhead), in
+    host units. Its bytes: its unit's (named by the FSDP range around it): a shard copied in, the whole unit copied out
+    or concatenated."""
+    found = []
+    for row in rows.tolist():
+        start, end = int(trace.ts_ns[row]), int(trace.end_ns[row])
+        around = [r for r in ranges.tolist() if trace.ts_ns[r] <= start and trace.end_ns[r] >= end
+                  and trace.name_of(r).split(" ")[0] in ("FSDP::all_gather", "FSDP::all_gather_copy_out",
+                                                           "FSDP::post_backward_reduce")]
+        if not around:
+            continue
+        name = trace.name_of(max(around, key=lambda r: int(trace.ts_ns[r])))
+        unit_name = name.partition(" ")[2].strip("()")
+        if unit_name not in sizes:
+            continue
+        size = sizes[unit_name] / (world if trace.name_of(row) == "fsdp::all_gather_copy_in" else 1)
+        found.append((float(trace.dur_ns[row]) / unit, 2.0 * size / speed.bytes_per_ns / unit))
+    return found
+
+
+def fit_copies(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    """(host units per copy op, times the baseline's per-byte time) fitted to (took, per-byte) samples, least squares
+    in relative error."""
+    took = np.array([t for t, _ in samples])
+    design = np.column_stack([np.ones(took.size), np.array([b for _, b in samples])]) / took[:, None]
+    (fixed, slowdown), *_ = np.linalg.lstsq(design, np.ones(took.size), rcond=None)
+    return float(fixed), float(slowdown)
 
 
 def report(folder: Path, world: int = 2) -> str:
@@ -148,20 +197,21 @@ def report(folder: Path, world: int = 2) -> str:
         for ranked in sorted(baseline.parent.glob(f"{example}-fsdp-rank*.json.gz")):
             costs = measure(baseline, ranked, world)
             found.append(costs)
+            fixed, slowdown = fit_copies(costs.copies)
             rows.append(f"| {baseline.parent.name} | {example} | {ranked.name.removesuffix('.json.gz').rsplit('-', 1)[1]} | "
-                        + " | ".join(f"{costs.hooks[k]:.0f}" for k in ("pre_forward", "post_forward", "pre_backward",
-                                                                         "post_backward"))
-                        + f" | {costs.collective:.0f} | {costs.copy_slowdown:.2f} | {costs.optimizer_op:.0f} |")
+                        + " | ".join(f"{costs.hooks[k]:.0f}" for k in KINDS)
+                        + f" | {costs.collective:.0f} | {fixed:.0f} | {slowdown:.2f} | {costs.optimizer_op:.0f} |")
     if not found:
         raise SystemExit(f"{folder}: no round-*/EXAMPLE-baseline.json.gz with EXAMPLE-fsdp-rankR.json.gz beside it")
     median = Costs({k: statistics.median(c.hooks[k] for c in found) for k in found[0].hooks},
-                   statistics.median(c.collective for c in found), statistics.median(c.copy_slowdown for c in found),
+                   statistics.median(c.collective for c in found), [s for c in found for s in c.copies],
                    statistics.median(c.optimizer_op for c in found))
-    head = ["| round | example | rank | pre-forward | post-forward | pre-backward | post-backward | collective call | "
-            "copy slowdown | DTensor per optimizer op |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    tail = ["| **median** | | | " + " | ".join(f"**{median.hooks[k]:.0f}**" for k in ("pre_forward", "post_forward",
-                                                                                    "pre_backward", "post_backward"))
-            + f" | **{median.collective:.0f}** | **{median.copy_slowdown:.2f}** | **{median.optimizer_op:.0f}** |"]
+    fixed, slowdown = fit_copies(median.copies)
+    head = ["| round | example | rank | pre-forward | post-forward | pre-backward | post-backward | reduce | "
+            "collective call | copy op | copy slowdown | DTensor per optimizer op |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    tail = ["| **median** | | | " + " | ".join(f"**{median.hooks[k]:.0f}**" for k in KINDS)
+            + f" | **{median.collective:.0f}** | **{fixed:.0f}** | **{slowdown:.2f}** | **{median.optimizer_op:.0f}** |"]
     return "\n".join(head + rows + tail)
 
 

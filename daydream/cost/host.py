@@ -57,16 +57,20 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     # docs/validation-compile-cpu.md).
     "compile.forward.cpu": 671.0,
     "compile.backward.cpu": 246.0,
-    # FSDP2's own host work per unit (transforms/distributed/fsdp.py), beyond the copies and collectives it times
-    # itself: the pre-/post-forward and pre-/post-backward hooks, one collective call's return, and DTensor's dispatch
-    # per optimizer op. cpu: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, gloo, the 2-core development host).
+    # FSDP2's own host work (transforms/distributed/fsdp.py), beyond the copies and collectives it times itself: per
+    # call of a unit, its pre-/post-forward and pre-/post-backward hooks; per unit and iteration, its reduce (the
+    # post-backward reduce and its share of the root's callback); per collective, the call's own work; per copy into or
+    # out of a collective's buffer (on a CPU), the op's own work; per optimizer op, DTensor's dispatch.
+    # cpu: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, gloo, the 2-core development host).
     # No GPU measurement yet: a GPU trace uses the same.
-    "fsdp.pre_forward": 804.0,
-    "fsdp.post_forward": 76.0,
-    "fsdp.pre_backward": 600.0,
-    "fsdp.post_backward": 607.0,
-    "fsdp.collective": 93.0,
-    "fsdp.optimizer_op": 21.0,
+    "fsdp.pre_forward": 690.0,
+    "fsdp.post_forward": 50.0,
+    "fsdp.pre_backward": 559.0,
+    "fsdp.post_backward": 56.0,
+    "fsdp.reduce": 580.0,
+    "fsdp.copy": 58.0,
+    "fsdp.collective": 74.0,
+    "fsdp.optimizer_op": 28.0,
 }
 
 

@@ -25,7 +25,7 @@ Units: `units=REGEX` over layer paths; by default the repeated blocks: the outer
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -55,22 +55,29 @@ from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Param
 _NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 ROOT = "(root)"
 #: On a CPU the collectives' buffers are fresh allocations each time (no caching allocator): a copy into or out of one
-#: takes this many times what the trace's own elementwise speed gives for its bytes (the pages' first touch).
-#: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, the 2-core development host): the median over its traces.
-FRESH_COPY_SLOWDOWN = 4.14
+#: moves its bytes this many times slower than the trace's own elementwise speed (the pages' first touch), besides
+#: its op's own host work ("fsdp.copy" host units). `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, the 2-core
+#: development host): fitted over every copy op of its traces.
+FRESH_COPY_SLOWDOWN = 1.55
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Unit:
-    """One fully_shard'ed module: its path (ROOT for the root), its parameter bytes and tensors, and per iteration
-    the first and last of its forward and backward work."""
+    """One fully_shard'ed module: its path (ROOT for the root), its layers, its parameter bytes and tensors."""
 
     name: str
     layers: frozenset[int]
     bytes: int
     tensors: int
-    forward: dict[int, tuple[int, int]] = field(default_factory=dict)
-    backward: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class Run:
+    """One call of a unit in one phase: its first and last work task (the root's backward: the whole phase)."""
+
+    unit: Unit
+    first: int
+    last: int
 
 
 def repeated_blocks(sizes: dict[str, int]) -> list[str]:
@@ -124,50 +131,76 @@ class _Costs:
     """What FSDP2's hooks, copies and collective calls cost where they run (ns)."""
 
     copies: CopySpeed | None
-    slowdown: float
+    slowdown: float  # per byte, times the trace's elementwise speed
+    copy_op_ns: int  # per copy op, its own host work (a CPU's; a GPU's copies are kernels)
     pre_forward_ns: int
     post_forward_ns: int
     pre_backward_ns: int
     post_backward_ns: int
+    reduce_ns: int
     issue_ns: int
     optimizer_op_ns: int
 
     def copy_ns(self, nbytes: float, tensors: int) -> int:
         """One copy of `nbytes` of `tensors` tensors into or out of a flat buffer (one foreach op)."""
         del tensors  # one op per unit, however many tensors it holds (a foreach copy, split_with_sizes_copy, chunk_cat)
-        return int(round(self.copies.time_ns(nbytes, 1) * self.slowdown)) if self.copies is not None else 0
+        if self.copies is None:
+            return 0
+        if self.copy_op_ns:
+            return int(round(self.copy_op_ns + self.slowdown * 2.0 * nbytes / self.copies.bytes_per_ns))
+        return self.copies.time_ns(nbytes, 1)
 
 
-def _spans(graph: Graph, units: list[Unit], iteration: int) -> None:
-    """Each unit's first and last work of `iteration`'s forward and backward (the root's: the phase's first and last)."""
-    layer_unit = np.full(len(graph.layers) + 1, -1, dtype=np.int64)
+def unit_runs(graph: Graph, units: list[Unit], iteration: int, phase: int) -> list[Run]:
+    """The calls of each unit in `iteration`'s `phase`, in the order they began (the root's before its children's).
+    Forward: the maximal runs of consecutive work of the unit's layers, the root's the runs of work inside the model
+    at all (forward work outside every layer is outside the model: the loss, a rollout's environment). Backward:
+    a unit's calls end only at work of another unit's or the root's layers (much of backward's work, autograd's own,
+    is attributed to no layer), and the root's is one call over the whole phase (FSDP2 gathers it once for backward)."""
+    work = phase_work(graph, iteration, phase)
+    if work.size == 0:
+        return []
+    owner = np.full(len(graph.layers) + 1, -1, dtype=np.int64)
+    for k, unit in enumerate(units):
+        if unit.name == ROOT:
+            owner[sorted(unit.layers)] = k
     for k, unit in enumerate(units):
         if unit.name != ROOT:
-            layer_unit[list(unit.layers)] = k
-    for phase, store in ((FORWARD, "forward"), (BACKWARD, "backward")):
-        work = phase_work(graph, iteration, phase)
-        if work.size == 0:
+            owner[sorted(unit.layers)] = k
+    of_task = owner[graph.tasks["layer"][work]]
+    position = {int(task): at for at, task in enumerate(work.tolist())}
+    attributed = np.flatnonzero(of_task >= 0) if phase != FORWARD else np.arange(work.size)
+    seen = of_task[attributed]
+    runs: list[Run] = []
+    for k, unit in enumerate(units):
+        if unit.name == ROOT and phase != FORWARD:
+            runs.append(Run(unit, int(work[0]), int(work[-1])))
             continue
-        owner = layer_unit[graph.tasks["layer"][work]]
-        for k, unit in enumerate(units):
-            mine = work if unit.name == ROOT else work[owner == k]
-            if mine.size:
-                getattr(unit, store)[iteration] = (int(mine[0]), int(mine[-1]))
+        member = (seen >= 0) if unit.name == ROOT else (seen == k)
+        runs += [Run(unit, int(work[attributed[a]]), int(work[attributed[b]])) for a, b in _runs(member)]
+    return sorted(runs, key=lambda r: (position[r.first], r.unit.name != ROOT))
+
+
+def _runs(member: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) index of each maximal run of True in `member`."""
+    padded = np.r_[False, member, False].astype(np.int8)
+    edges = np.diff(padded)
+    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()))
 
 
 class _Builder:
     """Inserts one iteration's FSDP2 work into the graph."""
 
     def __init__(self, graph: Graph, net: Fabric, costs: _Costs, world: int, reshard: bool, prefetch: bool,
-                 forward_prefetch: bool) -> None:
-        self.graph, self.net, self.costs, self.world = graph, net, costs, world
+                 forward_prefetch: bool, stretch: float) -> None:
+        self.graph, self.net, self.costs, self.world, self.stretch = graph, net, costs, world, stretch
         self.reshard, self.prefetch, self.forward_prefetch = reshard, prefetch, forward_prefetch
         self.on_gpu = graph.has_device_work()
         self.gather = comm_resource(graph, "fsdp all-gather")
         self.reduce = comm_resource(graph, "fsdp reduce-scatter")
         self.last_on: dict[int, int] = {}
         self.launcher = self._launchers() if self.on_gpu else None
-        self.gathers = self.reduces = 0
+        self.gathers = self.reduces = self.calls = 0
         self.gathered_bytes = self.reduced_bytes = 0
 
     def _launchers(self) -> dict[int, int]:
@@ -190,6 +223,7 @@ class _Builder:
 
     def _collective(self, resource: int, after: int, nbytes: int, name: str, duration_ns: int) -> int:
         graph = self.graph
+        duration_ns = int(round(duration_ns * self.stretch))
         [task] = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=resource, name=[graph.string_id(name)],
                                  duration_ns=[duration_ns], bytes=[nbytes], iteration=int(graph.tasks["iteration"][after]),
                                  phase=[int(graph.tasks["phase"][after])],
@@ -230,41 +264,47 @@ class _Builder:
 
     # -- the passes --------------------------------------------------------------------------------------------
 
-    def gather_pass(self, units: list[Unit], spans: list[tuple[int, int]], label: str, prefetch: bool,
-                    hook_ns: int, post_ns: int) -> None:
-        """Per unit in order: its pre-hook, its all-gather (issued in the previous unit's hook under `prefetch`), its
-        copy-out; after its last work, its post-hook."""
-        issued: int | None = None
-        for k, (unit, (first, last)) in enumerate(zip(units, spans)):
-            host_first = self.host_of(first)
+    def gather_pass(self, runs: list[Run], label: str, prefetch: bool, hook_ns: int, post_ns: int,
+                    sharded: dict[str, bool], reshard_after: bool) -> None:
+        """Per call in order: its pre-hook; if its unit is sharded, its all-gather (issued in the previous call's hook
+        under `prefetch`) and its copy-out; after its last work, its post-hook, which reshards the unit when
+        `reshard_after`. `sharded`: each unit's state, carried from call to call."""
+        issued: dict[int, int] = {}
+        for k, run in enumerate(runs):
+            host_first = self.host_of(run.first)
+            unit = run.unit
             self._before(host_first, hook_ns, f"fsdp: pre-{label} hook ({unit.name})")
-            collective = issued if issued is not None else self._issue_gather(host_first, unit, label)
-            self._copy_out(first, host_first, unit, collective)
-            issued = None
-            if prefetch and k + 1 < len(units):
-                issued = self._issue_gather(host_first, units[k + 1], label)
+            if sharded.get(unit.name, True):
+                collective = issued.pop(k) if k in issued else self._issue_gather(host_first, unit, label)
+                self._copy_out(run.first, host_first, unit, collective)
+                sharded[unit.name] = False
+            if prefetch and k + 1 < len(runs) and sharded.get(runs[k + 1].unit.name, True) \
+                    and runs[k + 1].unit.name != unit.name:
+                issued[k + 1] = self._issue_gather(host_first, runs[k + 1].unit, label)
             if post_ns:
-                self._after(self.host_of(last), post_ns, f"fsdp: post-{label} hook ({unit.name})")
+                self._after(self.host_of(run.last), post_ns, f"fsdp: post-{label} hook ({unit.name})")
+            if reshard_after:
+                sharded[unit.name] = True
 
-    def hook_pass(self, units: list[Unit], spans: list[tuple[int, int]], label: str, hook_ns: int) -> None:
-        for unit, (first, _) in zip(units, spans):
-            self._before(self.host_of(first), hook_ns, f"fsdp: pre-{label} hook ({unit.name})")
-
-    def reduce_pass(self, units: list[Unit], spans: list[tuple[int, int]]) -> int | None:
-        """After each unit's last backward work: its post-backward hook, chunk_cat, and the reduce-scatter (on a CPU,
-        waited for where issued). Returns the last reduce-scatter."""
+    def reduce_pass(self, runs: list[Run]) -> int | None:
+        """After each unit's last backward call: its reduce hook, chunk_cat, and the reduce-scatter (on a CPU, waited
+        for where issued); the root's last. Returns the last reduce-scatter."""
         graph, costs = self.graph, self.costs
+        last_of: dict[str, Run] = {}
+        for run in runs:
+            last_of[run.unit.name] = run
+        order = sorted(last_of.values(), key=lambda r: r.unit.name == ROOT)
         last_collective = None
         operation = "reducescatter" if self.on_gpu else "allreduce"
-        for unit, (_, last) in zip(units, spans):
-            host_last = self.host_of(last)
-            hook = self._after(host_last, costs.post_backward_ns, f"fsdp: post-backward hook ({unit.name})")
+        for run in order:
+            unit = run.unit
+            hook = self._after(self.host_of(run.last), costs.reduce_ns, f"fsdp: post-backward reduce ({unit.name})")
             name = f"fsdp reduce-scatter ({unit.name}, {unit.bytes / 2**20:.1f} MiB)"
             duration = self.net.time_ns(operation, unit.bytes)
             if self.on_gpu:  # chunk_cat runs on the reduce-scatter's stream, after the gradients' last kernel
                 collective = self._collective(self.reduce, hook, unit.bytes, name,
                                               duration + costs.copy_ns(unit.bytes, unit.tensors))
-                graph.add_edges([last], [collective], DepKind.COMMUNICATION)
+                graph.add_edges([run.last], [collective], DepKind.COMMUNICATION)
             else:
                 cat = self._after(hook, costs.copy_ns(unit.bytes, unit.tensors), f"fsdp: chunk_cat ({unit.name})")
                 collective = self._collective(self.reduce, cat, unit.bytes, name, duration)
@@ -274,16 +314,6 @@ class _Builder:
             self.reduced_bytes += unit.bytes
             last_collective = collective
         return last_collective
-
-
-def _ordered(units: list[Unit], iteration: int, store: str, reverse: bool = False) -> tuple[list[Unit], list[tuple[int, int]]]:
-    """The units with work in `store` ("forward"/"backward") of `iteration`, in the order their first work ran (the
-    root first: its hooks run before its children's), and their spans."""
-    found = [(unit, getattr(unit, store)[iteration]) for unit in units if iteration in getattr(unit, store)]
-    found.sort(key=lambda item: (item[0].name != ROOT, item[1][0]))
-    if reverse:  # backward: the root's pre-hook first, then the blocks in the order their backward ran
-        found = [found[0], *sorted(found[1:], key=lambda item: item[1][0])] if found and found[0][0].name == ROOT else found
-    return [u for u, _ in found], [s for _, s in found]
 
 
 def _scale_optimizer(graph: Graph, iteration: int, world: int, op_ns: int) -> int:
@@ -311,8 +341,9 @@ def _costs(graph: Graph, context: Context) -> _Costs:
     def units(what: str) -> int:
         return host.recorded_ns(f"fsdp.{what}") if host is not None else 0
 
-    return _Costs(speed, 1.0 if graph.has_device_work() else FRESH_COPY_SLOWDOWN, units("pre_forward"),
-                  units("post_forward"), units("pre_backward"), units("post_backward"),
+    on_gpu = graph.has_device_work()
+    return _Costs(speed, 1.0 if on_gpu else FRESH_COPY_SLOWDOWN, 0 if on_gpu else units("copy"), units("pre_forward"),
+                  units("post_forward"), units("pre_backward"), units("post_backward"), units("reduce"),
                   units("collective"), units("optimizer_op"))
 
 
@@ -328,35 +359,35 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     net = fabric(params, context, world)
     costs = _costs(graph, context)
     reshard, prefetch = bool(int(params["reshard"])), bool(int(params["prefetch"]))
-    builder = _Builder(graph, net, costs, world, reshard, prefetch, bool(int(params["forward_prefetch"])))
+    factor, source = calibrate(graph, params, context, min(world, net.per_node))
+    # On a CPU host each rank blocks in its collectives while the other ranks on the host, which reach them at other
+    # moments, compute: where they share the CPUs a blocking collective is stretched as an overlapped one would be.
+    stretch = factor if not graph.has_device_work() else 1.0
+    builder = _Builder(graph, net, costs, world, reshard, prefetch, bool(int(params["forward_prefetch"])), stretch)
     iterations = iterations_of(graph)
-    for iteration in iterations:
-        _spans(graph, units, iteration)
     problems: list[str] = []
     optimizer_ops = 0
-    for iteration in iterations:
-        forward_units, forward_spans = _ordered(units, iteration, "forward")
-        backward_units, backward_spans = _ordered(units, iteration, "backward", reverse=True)
-        if not forward_units:
+    for iteration in iterations:  # every iteration's calls found before anything is inserted
+        forward = unit_runs(graph, units, iteration, FORWARD)
+        backward = unit_runs(graph, units, iteration, BACKWARD)
+        if not forward:
             continue
-        builder.gather_pass(forward_units, forward_spans, "forward", builder.forward_prefetch, costs.pre_forward_ns,
-                            costs.post_forward_ns)
-        if reshard:
-            builder.gather_pass(backward_units, backward_spans, "backward", prefetch, costs.pre_backward_ns, 0)
-        else:
-            builder.hook_pass(backward_units, backward_spans, "backward", costs.pre_backward_ns)
-        rooted = bool(backward_units) and backward_units[0].name == ROOT  # the root reduces last, in its callback
-        last = builder.reduce_pass(backward_units[1:] + backward_units[:1] if rooted else backward_units,
-                                   backward_spans[1:] + backward_spans[:1] if rooted else backward_spans)
+        builder.calls += len(forward) + len(backward)
+        # each unit gathered where it is sharded: every forward call under reshard=1, else its first; after each
+        # backward call a block reshards (the root once backward has ended)
+        sharded: dict[str, bool] = {}
+        builder.gather_pass(forward, "forward", builder.forward_prefetch, costs.pre_forward_ns, costs.post_forward_ns,
+                            sharded, reshard)
+        builder.gather_pass(backward, "backward", prefetch, costs.pre_backward_ns, costs.post_backward_ns, sharded,
+                            True)
+        last = builder.reduce_pass(backward)
         if last is not None and builder.on_gpu:
-            ready = backward_spans[0][1] if backward_spans else last
-            target, problem = optimizer_step(graph, iteration, ready)
+            target, problem = optimizer_step(graph, iteration, backward[-1].last)
             if target is not None:
                 graph.add_edges([last], [target], DepKind.COMMUNICATION)
             if problem and problem not in problems:
                 problems.append(problem)
         optimizer_ops += _scale_optimizer(graph, iteration, world, costs.optimizer_op_ns)
-    factor, source = calibrate(graph, params, context, min(world, net.per_node))
     graph.data_parallel = replace(graph.data_parallel, world=world, link=net.link, contention=factor,
                                   contention_source=source, host_ranks=min(world, net.per_node),
                                   collective_steps=collective_steps("allgather", world, "ring"))
@@ -372,13 +403,16 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
     world = builder.world
     notes = [f"fsdp: world={world}, {len(units)} units ({shown or 'none but the root'}"
              + (f"; the root holds {root.bytes / 2**20:.1f} MiB" if root else "") + f") over {builder.net.describe()}",
-             f"fsdp: per iteration {builder.gathers // each} all-gathers ({builder.gathered_bytes / each / 2**20:.1f} MiB) "
+             f"fsdp: per iteration {builder.calls // each} calls of the units, forward and backward, "
+             f"{builder.gathers // each} all-gathers ({builder.gathered_bytes / each / 2**20:.1f} MiB) "
              f"and {builder.reduces // each} reduce-scatters ({builder.reduced_bytes / each / 2**20:.1f} MiB)"
              + ("" if builder.reshard else "; reshard=0: parameters kept from forward to backward")
              + ("; the next unit's all-gather issued in each pre-backward hook (prefetch)" if builder.prefetch else "")]
     if not builder.on_gpu:
         notes.append("fsdp: on a CPU (gloo) each collective is waited for where it is issued, and a reduce-scatter is "
-                     "an all-reduce of the unit's whole gradients (gloo has no reduce-scatter of its own)")
+                     "an all-reduce of the unit's whole gradients (gloo has no reduce-scatter of its own)"
+                     + (f"; each collective ×{builder.stretch:.2f}: the other ranks sharing the host's CPUs compute "
+                        "while this one waits in it" if builder.stretch > 1.0 else ""))
     costs = builder.costs
     if costs.copies is None:
         notes.append("fsdp: the trace has no elementwise ops with recorded shapes, so the copies in and out of the "
@@ -388,7 +422,8 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
                      f"{costs.copies.overhead_ns / 1e3:.1f} µs per op ({costs.copies.source}); hooks "
                      f"{costs.pre_forward_ns / 1e3:.0f}/{costs.post_forward_ns / 1e3:.0f} µs (pre/post forward), "
                      f"{costs.pre_backward_ns / 1e3:.0f}/{costs.post_backward_ns / 1e3:.0f} µs (pre/post backward) per "
-                     "unit, from host units measured on FSDP2 runs (cost/host.py)")
+                     f"call, {costs.reduce_ns / 1e3:.0f} µs per reduce, from host units measured on FSDP2 runs "
+                     "(cost/host.py)")
     notes.append(f"fsdp: the optimizer's device work ÷{world}; {optimizer_ops // each} of its host ops per iteration "
                  f"each +{costs.optimizer_op_ns / 1e3:.0f} µs of DTensor dispatch")
     factor, source = contention
@@ -399,10 +434,10 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
 
 register(Optimization(
     "fsdp", "fully sharded data parallelism (PyTorch FSDP2, fully_shard) over WORLD ranks, from a one-rank trace",
-    "per unit (units=REGEX, default the repeated blocks; the root holds the rest): before its forward and (reshard=1) "
-    "its backward, a copy-in, an all-gather of its parameters and a copy-out; prefetch=1 issues the next unit's "
-    "all-gather in each pre-backward hook (forward_prefetch=1 in each pre-forward hook too); after its backward, a "
-    "chunk_cat and a reduce-scatter of its gradients; the optimizer's device work ÷world, each of its host ops plus "
+    "per call of a unit (units=REGEX, default the repeated blocks; the root holds the rest), before its forward and "
+    "(reshard=1) its backward: a copy-in, an all-gather of its parameters and a copy-out; prefetch=1 issues the next unit's "
+    "all-gather in each pre-backward hook (forward_prefetch=1 in each pre-forward hook too); after its last backward "
+    "call, a chunk_cat and a reduce-scatter of its gradients; the optimizer's device work ÷world, each of its host ops plus "
     "DTensor's dispatch; the hooks' host time from host units measured on FSDP2 runs. GPU: collectives on an "
     "all-gather and a reduce-scatter stream, the compute waits where it needs them; CPU (gloo): each collective "
     "waited for where issued, a reduce-scatter timed as gloo's all-reduce of the whole buffer",

@@ -1,0 +1,349 @@
+"""Sharded layouts against real runs on this machine: the `fsdp` what-if, predicted from a one-process trace, against
+real 2-process FSDP2 (`fully_shard`) runs over gloo.
+
+    python scripts/validate_parallel.py                    # writes docs/validation-parallel.md
+    python scripts/validate_parallel.py --rounds 2 --out - --keep /tmp/parallel
+
+Each round, in rotating order: a gloo benchmark of the two collectives FSDP2 calls (all_gather_into_tensor and
+reduce_scatter_tensor, sizes interleaved, the caller waiting after a barrier); the example traced alone (the trace the
+what-if starts from); and for each configuration (FSDP2 as examples/training.py --fsdp applies it, and with
+--no-reshard) the two ranks traced by `daydream trace` at once (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT on loopback).
+Every run: `--threads 1`, OMP_NUM_THREADS=1, the same warm-up and iterations.
+
+The link: daydream's ring model for 2 ranks, fitted in relative error to the round's benchmark means of both
+collectives, as the what-if times them on a CPU: an all-gather (n−1)/n·S/B + (n−1)·latency, a reduce-scatter as gloo
+runs it (an all-reduce of the whole buffer) 2(n−1)/n·S/B + 2(n−1)·latency. The prediction: `daydream whatif BASELINE
+--opt fsdp:world=2,bandwidth=B,latency=L[,reshard=0] --memory --json`; the measured step: the median of each rank's
+recorded iterations; memory: each rank's peak as `daydream memory --json` reads it from the rank's trace.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from _generated import page_options, publish, scratch_cache  # noqa: E402
+from validate_ddp_cpu import ITERATIONS, STEPS, TRACE_TIMEOUT_S, WARMUP, free_port, rank_environment, run_times  # noqa: E402
+
+from daydream.interconnect import Interconnect, collective_time_ns  # noqa: E402
+
+WORLD = 2
+EXAMPLES = {"transformer": "examples/transformer.py", "a2c": "examples/suite/a2c.py"}
+CONFIGURATIONS = {"fsdp": ((), ""), "fsdp, reshard=0": (("--no-reshard",), ",reshard=0")}
+MESSAGE_BYTES = [2**16, 2**18, 2**20, 2**22, 2**24]
+REPEATS = 20
+
+
+@dataclass(slots=True, frozen=True)
+class Link:
+    bandwidth_gbs: float
+    latency_us: float
+
+    def time_ns(self, operation: str, message_bytes: int) -> int:
+        return collective_time_ns(operation, message_bytes, WORLD, Interconnect("fitted", self.bandwidth_gbs,
+                                                                               self.latency_us), "ring")
+
+
+@dataclass(slots=True)
+class Run:
+    """One configuration of one round: each rank's median iteration and peak memory, and the predictions from the
+    one-process trace and from the two-process one."""
+
+    rank_ns: list[int]
+    rank_peak: list[int]
+    predicted_ns: int = 0
+    predicted_peak: int = 0
+    from_twins_ns: int = 0
+
+
+@dataclass(slots=True)
+class Round:
+    link: Link
+    seconds: dict[str, dict[int, float]]
+    baseline_ns: int
+    baseline_peak: int
+    baseline: Path
+    twins_ns: int
+    runs: dict[str, Run] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ the collectives FSDP2 calls, on loopback
+
+
+def _worker(rank: int, port: int, sizes: list[int], results: Any) -> None:
+    os.environ.update(rank_environment(rank, port, 1))
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    times: dict[str, dict[int, list[float]]] = {"allgather": {s: [] for s in sizes}, "reducescatter": {s: [] for s in sizes}}
+    for repeat in range(3 + REPEATS):
+        for size in sizes:
+            whole = torch.ones(size // 4)
+            shard = torch.ones(size // 4 // WORLD)
+            for operation in times:
+                dist.barrier()
+                start = time.perf_counter()
+                if operation == "allgather":
+                    dist.all_gather_into_tensor(whole, shard)
+                else:
+                    dist.reduce_scatter_tensor(shard, whole)
+                if repeat >= 3:
+                    times[operation][size].append(time.perf_counter() - start)
+    dist.destroy_process_group()
+    if rank == 0:
+        results.put({op: {s: statistics.fmean(v) for s, v in by.items()} for op, by in times.items()})
+
+
+def benchmark() -> dict[str, dict[int, float]]:
+    """Mean seconds of one all-gather (of a whole buffer of each size) and one reduce-scatter, between WORLD processes."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    workers = [context.Process(target=_worker, args=(rank, port, MESSAGE_BYTES, results)) for rank in range(WORLD)]
+    for worker in workers:
+        worker.start()
+    found: dict[str, dict[int, float]] = results.get(timeout=TRACE_TIMEOUT_S)
+    for worker in workers:
+        worker.join(timeout=60)
+    return found
+
+
+def fit(seconds: dict[str, dict[int, float]]) -> Link:
+    """Least squares in relative error of both collectives' times under the ring model (see the module's docstring)."""
+    rows, targets = [], []
+    for operation, (steps, share) in (("allgather", (WORLD - 1, (WORLD - 1) / WORLD)),
+                                      ("reducescatter", (2 * (WORLD - 1), 2 * (WORLD - 1) / WORLD))):
+        for size, value in seconds[operation].items():
+            rows.append(np.array([steps, share * size]) / value)
+            targets.append(1.0)
+    (latency_s, inverse), *_ = np.linalg.lstsq(np.array(rows), np.array(targets), rcond=None)
+    if latency_s < 0:
+        design = np.array(rows)[:, 1]
+        latency_s, inverse = 0.0, float(np.sum(design) / np.sum(design**2))
+    return Link(1 / inverse / 1e9, latency_s * 1e6)
+
+
+# ------------------------------------------------------------------ traced runs
+
+
+def trace_command(script: str, out: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "daydream", "trace", "--backend", "torch", "--warmup", str(WARMUP), "--iterations",
+            str(ITERATIONS), "-o", str(out), str(REPO / script), "--", "--steps", str(STEPS), "--threads", "1", *flags]
+
+
+def run(commands: list[tuple[list[str], dict[str, str]]]) -> None:
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for command, env in commands]
+    try:
+        finished = [process.communicate(timeout=TRACE_TIMEOUT_S) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    for (command, _), process, (_, stderr) in zip(commands, processes, finished):
+        if process.returncode != 0:
+            raise RuntimeError(f"{' '.join(command[-8:])} failed: {stderr.strip().splitlines()[-3:]}")
+
+
+def trace_alone(script: str, out: Path) -> Path:
+    run([(trace_command(script, out), {**os.environ, "OMP_NUM_THREADS": "1"})])
+    return out
+
+
+def trace_twins(script: str, folder: Path, example: str) -> Path:
+    """Two independent copies of the example at once, no communication: a rank's compute when another shares the CPUs."""
+    outs = [folder / f"{example}-twin{k}.json.gz" for k in range(WORLD)]
+    run([(trace_command(script, out), {**os.environ, "OMP_NUM_THREADS": "1"}) for out in outs])
+    return outs[0]
+
+
+def trace_ranks(script: str, folder: Path, name: str, flags: tuple[str, ...]) -> list[Path]:
+    port = free_port()
+    target = folder / f"{name}-rank{{rank}}.json.gz"
+    run([(trace_command(script, target, "--fsdp", *flags), rank_environment(rank, port, 1)) for rank in range(WORLD)])
+    return [folder / f"{name}-rank{rank}.json.gz" for rank in range(WORLD)]
+
+
+def daydream(*arguments: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "daydream", *arguments], capture_output=True, text=True,
+                          timeout=TRACE_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"daydream {' '.join(arguments)}: {done.stderr.strip().splitlines()[-2:]}")
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def iteration_ns(trace: Path) -> int:
+    """The median of the trace's recorded iterations (its ProfilerStep spans)."""
+    return run_times(trace).iteration_ns
+
+
+def peak_bytes(trace: Path) -> int:
+    return int(daydream("memory", "--json", str(trace))["devices"][0]["peak_allocated_bytes"])
+
+
+def predict(baseline: Path, link: Link, extra: str) -> tuple[int, int]:
+    spec = f"fsdp:world={WORLD},bandwidth={link.bandwidth_gbs:.4g},latency={link.latency_us:.4g}{extra}"
+    report = daydream("whatif", str(baseline), "--opt", spec, "--memory", "--json")
+    return int(report["iteration_ns"]["predicted"]), int(report["memory"][0]["predicted_peak_bytes"])
+
+
+def run_round(example: str, index: int, folder: Path) -> Round:
+    script = EXAMPLES[example]
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = ["benchmark", "baseline", "twins", *CONFIGURATIONS]
+    jobs = jobs[index % len(jobs):] + jobs[:index % len(jobs)]  # rotating order: no job always first
+    seconds: dict[str, dict[int, float]] = {}
+    baseline = folder / f"{example}-baseline.json.gz"
+    traced: dict[str, list[Path]] = {}
+    twins = folder / f"{example}-twin0.json.gz"
+    for job in jobs:
+        if job == "benchmark":
+            seconds = benchmark()
+        elif job == "baseline":
+            trace_alone(script, baseline)
+        elif job == "twins":
+            twins = trace_twins(script, folder, example)
+        else:
+            name = f"{example}-{job.replace(', ', '-').replace('=', '')}"
+            traced[job] = trace_ranks(script, folder, name, CONFIGURATIONS[job][0])
+    link = fit(seconds)
+    result = Round(link, seconds, iteration_ns(baseline), peak_bytes(baseline), baseline, iteration_ns(twins))
+    for job, paths in traced.items():
+        ran = Run([iteration_ns(p) for p in paths], [peak_bytes(p) for p in paths])
+        ran.predicted_ns, ran.predicted_peak = predict(baseline, link, CONFIGURATIONS[job][1])
+        ran.from_twins_ns = predict(twins, link, CONFIGURATIONS[job][1])[0]
+        result.runs[job] = ran
+    return result
+
+
+# ------------------------------------------------------------------ the page
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _mib(size: float) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _error(predicted: float, measured: float) -> str:
+    return f"{(predicted / measured - 1) * 100:+.1f}%"
+
+
+def summary(results: dict[str, list[Round]]) -> list[str]:
+    lines = ["| example | layout | baseline | predicted | measured (rank 0 / rank 1) | error | from 2 processes | error | "
+             "predicted peak | measured peak (rank 0 / rank 1) | error |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for example, rounds in results.items():
+        for job in CONFIGURATIONS:
+            base = statistics.median(r.baseline_ns for r in rounds)
+            predicted = statistics.median(r.runs[job].predicted_ns for r in rounds)
+            ranks = [statistics.median(r.runs[job].rank_ns[k] for r in rounds) for k in range(WORLD)]
+            measured = statistics.median(ranks)
+            peak = statistics.median(r.runs[job].predicted_peak for r in rounds)
+            peaks = [statistics.median(r.runs[job].rank_peak[k] for r in rounds) for k in range(WORLD)]
+            worst = max(peaks, key=lambda p: abs(peak / p - 1))
+            twins = statistics.median(r.runs[job].from_twins_ns for r in rounds)
+            lines.append(f"| {example} | {job} | {_ms(base)} | {_ms(predicted)} | {_ms(ranks[0])} / {_ms(ranks[1])} | "
+                         f"{_error(predicted, measured)} | {_ms(twins)} | {_error(twins, measured)} | {_mib(peak)} | "
+                         f"{_mib(peaks[0])} / {_mib(peaks[1])} | {_error(peak, worst)} |")
+    return lines
+
+
+def rounds_table(example: str, rounds: list[Round]) -> list[str]:
+    lines = [f"### {example}, round by round", "",
+             "| round | link fitted | 1 process | 2 processes | " + " | ".join(f"{job}: predicted / measured"
+                                                                        for job in CONFIGURATIONS)
+             + " |", "|---:|---|---:|---:|" + "---:|" * len(CONFIGURATIONS)]
+    for k, r in enumerate(rounds, start=1):
+        cells = [f"{_ms(r.runs[j].predicted_ns)} / {_ms(statistics.median(r.runs[j].rank_ns))} "
+                 f"({_error(r.runs[j].predicted_ns, statistics.median(r.runs[j].rank_ns))})" for j in CONFIGURATIONS]
+        lines.append(f"| {k} | {r.link.bandwidth_gbs:.2f} GB/s, {r.link.latency_us:.0f} µs | {_ms(r.baseline_ns)} | "
+                     f"{_ms(r.twins_ns)} | "
+                     + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def link_table(rounds: list[Round]) -> list[str]:
+    lines = ["| message | all-gather measured | model | reduce-scatter measured | model |", "|---:|---:|---:|---:|---:|"]
+    for size in MESSAGE_BYTES:
+        gather = statistics.median(r.seconds["allgather"][size] for r in rounds) * 1e9
+        scatter = statistics.median(r.seconds["reducescatter"][size] for r in rounds) * 1e9
+        model_gather = statistics.median(r.link.time_ns("allgather", size) for r in rounds)
+        model_scatter = statistics.median(r.link.time_ns("allreduce", size) for r in rounds)
+        lines.append(f"| {size // 1024:,} KiB | {gather / 1e3:,.0f} µs | {model_gather / 1e3:,.0f} µs | "
+                     f"{scatter / 1e3:,.0f} µs | {model_scatter / 1e3:,.0f} µs |")
+    return lines
+
+
+def markdown(results: dict[str, list[Round]], calibration: str) -> str:
+    count = len(next(iter(results.values())))
+    every = [r for rounds in results.values() for r in rounds]
+    lines = ["# Sharded layouts on the CPU (gloo)", "",
+             f"Generated by `python scripts/validate_parallel.py` on {date.today().isoformat()}: the `fsdp` what-if, "
+             "predicted from a one-process trace, against real 2-process FSDP2 runs (`fully_shard` on each block, then "
+             f"on the model, as `examples/training.py --fsdp` applies it) over gloo on this shared 2-core machine. {count} "
+             "rounds, each in rotating order: the collectives' benchmark, the one-process trace, the FSDP2 runs (both "
+             f"ranks traced by `daydream trace`, `--warmup {WARMUP} --iterations {ITERATIONS}`, script flags `--steps "
+             f"{STEPS} --threads 1`). Each round's baseline predicts that round's runs over that round's fitted link; "
+             "the summary takes the median of the rounds.", "",
+             "## Predicted vs measured", "", *summary(results), "",
+             "Error: the prediction against the median of the two ranks' steps; memory against the rank the prediction "
+             "is further from. From 2 processes: the same what-if from the trace of one of two independent copies of "
+             "the example run at once (no communication), whose compute already shares the CPUs with another process "
+             "as a rank's does.", "",
+             *[line for example, rounds in results.items() for line in rounds_table(example, rounds)],
+             "## The link", "",
+             "Gloo's two collectives as FSDP2 calls them, between two processes on loopback (means over "
+             f"{REPEATS} per size per round; the medians of the rounds), against the ring model over each round's fitted "
+             "link (the medians of the rounds). A reduce-scatter on gloo is an all-reduce of the whole buffer "
+             "(ProcessGroupGloo has none of its own), so the model times it as one.", "", *link_table(every), "",
+             "## The constants", "",
+             "The hooks' host units, the collective call, the copies' slowdown and DTensor's dispatch per optimizer op "
+             "(`RECORDED_HOST_UNITS` \"fsdp.*\" in daydream/cost/host.py, `FRESH_COPY_SLOWDOWN` in "
+             "daydream/transforms/distributed/fsdp.py), measured by `python scripts/fsdp_costs.py DIR` on these rounds' "
+             "traces (host units of each round's one-process trace):", "", calibration, ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = page_options(__doc__.splitlines()[0], "validation-parallel.md", corpus=False)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--examples", default=",".join(EXAMPLES))
+    parser.add_argument("--keep", type=Path, default=None, help="keep the traces in this folder (round-N/...)")
+    args = parser.parse_args()
+    from fsdp_costs import report
+
+    with scratch_cache() as scratch:
+        folder = args.keep or scratch / "traces"
+        results: dict[str, list[Round]] = {}
+        for index in range(args.rounds):
+            for example in args.examples.split(","):
+                print(f"round {index + 1}: {example}", file=sys.stderr, flush=True)
+                results.setdefault(example, []).append(run_round(example, index, folder / f"round-{index + 1}"))
+        calibration = report(folder)
+        page = markdown(results, calibration)
+    publish(page, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
