@@ -98,6 +98,7 @@ def _optimizer_ops(trace: Trace, step: tuple[int, int], ops: np.ndarray) -> np.n
 
 def measure(baseline: Path, ranked: Path, world: int) -> Costs:
     base, trace = _read(baseline), _read(ranked)
+    ts, te = trace.ts_ns, trace.end_ns  # computed columns: taken once
     unit = HostCosts.of(base).unit_ns  # the unit the what-if converts with: the one-process trace's
     speed = elementwise_speed(base, on_gpu=False)
     if speed is None:
@@ -107,7 +108,7 @@ def measure(baseline: Path, ranked: Path, world: int) -> Costs:
     names = np.array([trace.name_of(r) for r in annotations.tolist()], dtype=object)
     op_names = np.array([trace.name_of(r) for r in ops.tolist()], dtype=object)
     gloo = trace.indices(EventKind.HOST_COMMUNICATION)
-    waits = Coverage(trace.ts_ns[gloo], trace.end_ns[gloo])
+    waits = Coverage(ts[gloo], te[gloo])
     main = int(trace.track[annotations[[n.startswith("ProfilerStep#") for n in names]][0]])
     hooks_rows = annotations[[n.split(" ")[0] in HOOKS for n in names] & (trace.track[annotations] == main)]
     per_iteration: dict[str, list[float]] = {k: [] for k in set(HOOKS.values())}
@@ -119,22 +120,22 @@ def measure(baseline: Path, ranked: Path, world: int) -> Costs:
     base_optimizer = [float(base.dur_ns[_optimizer_ops(base, s, base_ops)].sum()) for s in base_steps]
     for step in _steps(trace):
         totals = dict.fromkeys(per_iteration, 0.0)
-        mine = hooks_rows[(trace.ts_ns[hooks_rows] >= step[0]) & (trace.ts_ns[hooks_rows] < step[1])]
+        mine = hooks_rows[(ts[hooks_rows] >= step[0]) & (ts[hooks_rows] < step[1])]
         for row in _top(trace, mine).tolist():
-            start, end = int(trace.ts_ns[row]), int(trace.end_ns[row])
-            nested = ops[(trace.ts_ns[ops] >= start) & (trace.end_ns[ops] <= end) & (trace.track[ops] == main)]
-            busy = Coverage(np.r_[trace.ts_ns[nested], trace.ts_ns[gloo]], np.r_[trace.end_ns[nested], trace.end_ns[gloo]])
+            start, end = int(ts[row]), int(te[row])
+            nested = ops[(ts[ops] >= start) & (te[ops] <= end) & (trace.track[ops] == main)]
+            busy = Coverage(np.r_[ts[nested], ts[gloo]], np.r_[te[nested], te[gloo]])
             own = (end - start) - busy.share_of_each(np.array([start]), np.array([end]))[0] * (end - start)
             totals[HOOKS[trace.name_of(row).split(" ")[0]]] += own
-        calls = ops[[n.startswith("c10d::") for n in op_names] & (trace.ts_ns[ops] >= step[0]) & (trace.ts_ns[ops] < step[1])]
+        calls = ops[[n.startswith("c10d::") for n in op_names] & (ts[ops] >= step[0]) & (ts[ops] < step[1])]
         for row in calls.tolist():
-            start, end = int(trace.ts_ns[row]), int(trace.end_ns[row])
+            start, end = int(ts[row]), int(te[row])
             collective.append((end - start) * (1 - waits.share_of_each(np.array([start]), np.array([end]))[0]) / unit)
-        copy_rows = ops[np.isin(op_names, COPIES) & (trace.ts_ns[ops] >= step[0]) & (trace.ts_ns[ops] < step[1])]
+        copy_rows = ops[np.isin(op_names, COPIES) & (ts[ops] >= step[0]) & (ts[ops] < step[1])]
         measured_copies.append(float(trace.dur_ns[copy_rows].sum()))
         optimizer_rows = _optimizer_ops(trace, step, ops)
         optimizer.append(float(trace.dur_ns[optimizer_rows].sum()))
-        in_step = annotations[(trace.ts_ns[annotations] >= step[0]) & (trace.ts_ns[annotations] < step[1])
+        in_step = annotations[(ts[annotations] >= step[0]) & (ts[annotations] < step[1])
                               & (trace.track[annotations] == main)]
         step_names = [trace.name_of(r) for r in in_step.tolist()]
         for key, value in totals.items():
@@ -164,14 +165,15 @@ def _copies(trace: Trace, rows: np.ndarray, ranges: np.ndarray, sizes: dict[str,
     host units. Its bytes: its unit's (named by the FSDP range around it): a shard copied in, the whole unit copied out
     or concatenated."""
     found = []
+    starts, ends = trace.ts_ns, trace.end_ns  # each a computed column: taken once
+    kinds = ("FSDP::all_gather", "FSDP::all_gather_copy_out", "FSDP::post_backward_reduce")
+    ranges = np.array([r for r in ranges.tolist() if trace.name_of(r).split(" ")[0] in kinds], dtype=np.int64)
     for row in rows.tolist():
-        start, end = int(trace.ts_ns[row]), int(trace.end_ns[row])
-        around = [r for r in ranges.tolist() if trace.ts_ns[r] <= start and trace.end_ns[r] >= end
-                  and trace.name_of(r).split(" ")[0] in ("FSDP::all_gather", "FSDP::all_gather_copy_out",
-                                                           "FSDP::post_backward_reduce")]
-        if not around:
+        start, end = int(starts[row]), int(ends[row])
+        around = ranges[(starts[ranges] <= start) & (ends[ranges] >= end)]
+        if around.size == 0:
             continue
-        name = trace.name_of(max(around, key=lambda r: int(trace.ts_ns[r])))
+        name = trace.name_of(int(around[np.argmax(starts[around])]))
         unit_name = name.partition(" ")[2].strip("()")
         if unit_name not in sizes:
             continue

@@ -4,15 +4,16 @@ real 2-process FSDP2 (`fully_shard`) runs over gloo.
     python scripts/validate_parallel.py                    # writes docs/validation-parallel.md
     python scripts/validate_parallel.py --rounds 2 --out - --keep /tmp/parallel
 
-Each round, in rotating order: a gloo benchmark of the two collectives FSDP2 calls (all_gather_into_tensor and
-reduce_scatter_tensor, sizes interleaved, the caller waiting after a barrier); the example traced alone (the trace the
+Each round, in rotating order: a gloo benchmark of the two collectives gloo runs for FSDP2 (all_gather_into_tensor, and
+the all-reduce of the whole buffer it runs for reduce_scatter_tensor; sizes interleaved, the caller waiting after a
+barrier); the example traced alone (the trace the
 what-if starts from); and for each configuration (FSDP2 as examples/training.py --fsdp applies it, and with
 --no-reshard) the two ranks traced by `daydream trace` at once (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT on loopback).
 Every run: `--threads 1`, OMP_NUM_THREADS=1, the same warm-up and iterations.
 
 The link: daydream's ring model for 2 ranks, fitted in relative error to the round's benchmark means of both
-collectives, as the what-if times them on a CPU: an all-gather (n−1)/n·S/B + (n−1)·latency, a reduce-scatter as gloo
-runs it (an all-reduce of the whole buffer) 2(n−1)/n·S/B + 2(n−1)·latency. The prediction: `daydream whatif BASELINE
+collectives, as the what-if times them on a CPU: an all-gather (n−1)/n·S/B + (n−1)·latency, an all-reduce (a
+reduce-scatter as gloo runs it) 2(n−1)/n·S/B + 2(n−1)·latency. The prediction: `daydream whatif BASELINE
 --opt fsdp:world=2,bandwidth=B,latency=L[,reshard=0] --memory --json`; the measured step: the median of each rank's
 recorded iterations; memory: each rank's peak as `daydream memory --json` reads it from the rank's trace.
 """
@@ -92,7 +93,7 @@ def _worker(rank: int, port: int, sizes: list[int], results: Any) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    times: dict[str, dict[int, list[float]]] = {"allgather": {s: [] for s in sizes}, "reducescatter": {s: [] for s in sizes}}
+    times: dict[str, dict[int, list[float]]] = {"allgather": {s: [] for s in sizes}, "allreduce": {s: [] for s in sizes}}
     for repeat in range(3 + REPEATS):
         for size in sizes:
             whole = torch.ones(size // 4)
@@ -102,8 +103,8 @@ def _worker(rank: int, port: int, sizes: list[int], results: Any) -> None:
                 start = time.perf_counter()
                 if operation == "allgather":
                     dist.all_gather_into_tensor(whole, shard)
-                else:
-                    dist.reduce_scatter_tensor(shard, whole)
+                else:  # what gloo runs for FSDP2's reduce_scatter_tensor: an all-reduce of the whole buffer
+                    dist.all_reduce(whole)
                 if repeat >= 3:
                     times[operation][size].append(time.perf_counter() - start)
     dist.destroy_process_group()
@@ -112,7 +113,7 @@ def _worker(rank: int, port: int, sizes: list[int], results: Any) -> None:
 
 
 def benchmark() -> dict[str, dict[int, float]]:
-    """Mean seconds of one all-gather (of a whole buffer of each size) and one reduce-scatter, between WORLD processes."""
+    """Mean seconds of one all-gather (of a whole buffer of each size) and one all-reduce, between WORLD processes."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
@@ -129,7 +130,7 @@ def fit(seconds: dict[str, dict[int, float]]) -> Link:
     """Least squares in relative error of both collectives' times under the ring model (see the module's docstring)."""
     rows, targets = [], []
     for operation, (steps, share) in (("allgather", (WORLD - 1, (WORLD - 1) / WORLD)),
-                                      ("reducescatter", (2 * (WORLD - 1), 2 * (WORLD - 1) / WORLD))):
+                                      ("allreduce", (2 * (WORLD - 1), 2 * (WORLD - 1) / WORLD))):
         for size, value in seconds[operation].items():
             rows.append(np.array([steps, share * size]) / value)
             targets.append(1.0)
@@ -283,10 +284,10 @@ def rounds_table(example: str, rounds: list[Round]) -> list[str]:
 
 
 def link_table(rounds: list[Round]) -> list[str]:
-    lines = ["| message | all-gather measured | model | reduce-scatter measured | model |", "|---:|---:|---:|---:|---:|"]
+    lines = ["| message | all-gather measured | model | all-reduce measured | model |", "|---:|---:|---:|---:|---:|"]
     for size in MESSAGE_BYTES:
         gather = statistics.median(r.seconds["allgather"][size] for r in rounds) * 1e9
-        scatter = statistics.median(r.seconds["reducescatter"][size] for r in rounds) * 1e9
+        scatter = statistics.median(r.seconds["allreduce"][size] for r in rounds) * 1e9
         model_gather = statistics.median(r.link.time_ns("allgather", size) for r in rounds)
         model_scatter = statistics.median(r.link.time_ns("allreduce", size) for r in rounds)
         lines.append(f"| {size // 1024:,} KiB | {gather / 1e3:,.0f} µs | {model_gather / 1e3:,.0f} µs | "
@@ -312,15 +313,18 @@ def markdown(results: dict[str, list[Round]], calibration: str) -> str:
              "as a rank's does.", "",
              *[line for example, rounds in results.items() for line in rounds_table(example, rounds)],
              "## The link", "",
-             "Gloo's two collectives as FSDP2 calls them, between two processes on loopback (means over "
+             "The two collectives gloo runs for FSDP2, between two processes on loopback (means over "
              f"{REPEATS} per size per round; the medians of the rounds), against the ring model over each round's fitted "
-             "link (the medians of the rounds). A reduce-scatter on gloo is an all-reduce of the whole buffer "
-             "(ProcessGroupGloo has none of its own), so the model times it as one.", "", *link_table(every), "",
+             "link (the medians of the rounds). FSDP2's reduce-scatter runs on gloo as an all-reduce of the whole "
+             "buffer (the trace of each rank shows `gloo:all_reduce` under `c10d::_reduce_scatter_base_`), so the "
+             "link is fitted to all-reduces and the model times the reduce-scatter as one.", "", *link_table(every), "",
              "## The constants", "",
              "The hooks' host units, the collective call, the copies' slowdown and DTensor's dispatch per optimizer op "
              "(`RECORDED_HOST_UNITS` \"fsdp.*\" in daydream/cost/host.py, `FRESH_COPY_SLOWDOWN` in "
-             "daydream/transforms/distributed/fsdp.py), measured by `python scripts/fsdp_costs.py DIR` on these rounds' "
-             "traces (host units of each round's one-process trace):", "", calibration, ""]
+             "daydream/transforms/distributed/fsdp.py), measured by `python scripts/fsdp_costs.py DIR` on calibration "
+             "rounds run before these, with the same script and flags (host units of each round's one-process "
+             "trace; the copies fitted over every copy op of all of them). `examples/fsdp` keeps one calibration "
+             "round of the transformer; a test holds its rows here to the script.", "", calibration, ""]
     return "\n".join(lines)
 
 
@@ -329,6 +333,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--examples", default=",".join(EXAMPLES))
     parser.add_argument("--keep", type=Path, default=None, help="keep the traces in this folder (round-N/...)")
+    parser.add_argument("--calibration", type=Path, default=REPO / "examples" / "fsdp",
+                        help="the calibration rounds the constants were measured on (round-N/EXAMPLE-baseline.json.gz "
+                             "and EXAMPLE-fsdp-rankR.json.gz), for the page's table of constants")
     args = parser.parse_args()
     from fsdp_costs import report
 
@@ -339,7 +346,7 @@ def main() -> int:
             for example in args.examples.split(","):
                 print(f"round {index + 1}: {example}", file=sys.stderr, flush=True)
                 results.setdefault(example, []).append(run_round(example, index, folder / f"round-{index + 1}"))
-        calibration = report(folder)
+        calibration = report(args.calibration)
         page = markdown(results, calibration)
     publish(page, args.out)
     return 0

@@ -63,14 +63,14 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     # out of a collective's buffer (on a CPU), the op's own work; per optimizer op, DTensor's dispatch.
     # cpu: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, gloo, the 2-core development host).
     # No GPU measurement yet: a GPU trace uses the same.
-    "fsdp.pre_forward": 690.0,
-    "fsdp.post_forward": 50.0,
-    "fsdp.pre_backward": 559.0,
-    "fsdp.post_backward": 56.0,
-    "fsdp.reduce": 580.0,
-    "fsdp.copy": 58.0,
-    "fsdp.collective": 74.0,
-    "fsdp.optimizer_op": 28.0,
+    "fsdp.pre_forward": 464.0,
+    "fsdp.post_forward": 42.0,
+    "fsdp.pre_backward": 393.0,
+    "fsdp.post_backward": 50.0,
+    "fsdp.reduce": 360.0,
+    "fsdp.copy": 50.0,
+    "fsdp.collective": 61.0,
+    "fsdp.optimizer_op": 20.0,
 }
 
 

@@ -359,8 +359,8 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
 
 def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, root: int | None
                 ) -> list[tuple[tuple[int, int] | None, tuple[int, int] | None]]:
-    """Per unit, the (first, last) allocation start of its forward and of its backward in `iteration` (the root's: the
-    whole phase's)."""
+    """Per unit, its forward's and its backward's span in `iteration` (the root's: the whole phase's): from its first
+    allocation's start to just after its last's (what it holds then is held at that allocation)."""
     found: list[tuple[tuple[int, int] | None, tuple[int, int] | None]] = []
     mine = a.iteration == iteration
     for k in range(count):
@@ -368,7 +368,7 @@ def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, r
         for phase in (FORWARD, BACKWARD):
             chosen = mine & (a.phase == phase) & ((owner == k) if k != root else True)
             starts = a.start[chosen]
-            spans.append((int(starts.min()), int(starts.max())) if starts.size else None)
+            spans.append((int(starts.min()), int(starts.max()) + 1) if starts.size else None)
         found.append((spans[0], spans[1]))
     return found
 

@@ -58,7 +58,7 @@ ROOT = "(root)"
 #: moves its bytes this many times slower than the trace's own elementwise speed (the pages' first touch), besides
 #: its op's own host work ("fsdp.copy" host units). `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, the 2-core
 #: development host): fitted over every copy op of its traces.
-FRESH_COPY_SLOWDOWN = 1.55
+FRESH_COPY_SLOWDOWN = 1.41
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,0 +1,172 @@
+"""fsdp (FSDP2) on hand-built graphs and allocations, where every time and byte can be worked out on paper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daydream.errors import InputError
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.memory.timeline import CATEGORIES
+from daydream.memory.whatif import Allocations, ModelFacts, fsdp_memory, peak_bytes
+from daydream.simulate import simulate
+from daydream.transforms import Context, apply_spec, parse_spec
+from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, repeated_blocks
+from tests.transforms.graphs import call, graph, kernel, op
+
+MiB = 2**20
+#: Two blocks of 1 MiB each, nothing else: two units, no root. Over 1000 GB/s (1000 bytes/ns) without latency, among
+#: 2 ranks, an all-gather of 1 MiB takes (n-1)/n · S/B = 524 ns; an all-reduce twice that, 1049 ns.
+CONTEXT = Context(gradient_bytes={"blocks.0": MiB, "blocks.1": MiB})
+LINK = "bandwidth=1000,latency=0"
+
+
+def _collectives(g: Graph, word: str) -> list[int]:
+    return [t for t in np.flatnonzero(g.tasks["kind"] == TaskKind.COLLECTIVE).tolist() if word in g.task_name(t)]
+
+
+def _gpu_step() -> Graph:
+    """Host calls 5 ns each, each launching one kernel (latency 4): fwd blocks.0, fwd blocks.1, bwd blocks.1 (1000 ns
+    each), then a synchronize that waits for bwd blocks.1's kernel, then bwd blocks.0 (1000) and sgd (500). The host
+    runs ahead of the GPU until the synchronize; after it, it is behind: bwd blocks.0 is launched only once bwd
+    blocks.1 has ended.
+
+    Without FSDP: fwd 4-1004, fwd 1005-2005, bwd blocks.1 2006-3006; the synchronize ends at 3006, bwd blocks.0's
+    call runs 3006-3011 and its kernel 3010-4010, sgd 4011-4511."""
+    calls = [call(), call(), call(), call("cudaStreamSynchronize"), call(), call()]
+    kernels = [kernel("fwd", 1000, phase="forward", layer="blocks.0"), kernel("fwd", 1000, phase="forward", layer="blocks.1"),
+               kernel("bwd", 1000, phase="backward", layer="blocks.1"), kernel("bwd", 1000, phase="backward", layer="blocks.0"),
+               kernel("sgd", 500, phase="optimizer")]
+    launching = [0, 1, 2, 4, 5]
+    edges = [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(5)]
+    edges += [(c, 6 + k, DepKind.LAUNCH, 4, True) for k, c in enumerate(launching)]
+    edges += [(6 + k, 7 + k, DepKind.STREAM_ORDER, 1, False) for k in range(4)]
+    edges.append((8, 3, DepKind.SYNC, 0, False))  # the synchronize completes when bwd blocks.1 has
+    return graph([*calls, *kernels], edges, layers=["blocks.0", "blocks.1"])
+
+
+def test_the_unsharded_step_is_as_the_docstring_says() -> None:
+    timeline = simulate(_gpu_step())
+    assert timeline.start_ns[6:].tolist() == [4, 1005, 2006, 3010, 4011]
+    assert timeline.end_ns[6:].tolist() == [1004, 2005, 3006, 4010, 4511]
+
+
+def test_prefetch_overlaps_the_next_units_all_gather_with_this_units_backward() -> None:
+    # Forward: both all-gathers are issued while the host runs ahead (at 0 and 5): 0-524 and 524-1048 on the all-gather
+    # stream; fwd blocks.0 waits for the first (524-1524), fwd blocks.1 follows (1525-2525).
+    # Backward under prefetch=1: blocks.1's pre-backward hook (its call at 10) issues blocks.1's all-gather and then
+    # blocks.0's: 1048-1572 and 1572-2096, both hidden behind the forward; bwd blocks.1 2526-3526. After the
+    # synchronize (3526) bwd blocks.0's call is at 3526-3531 and its kernel at 3530: its parameters are there already.
+    g = _gpu_step()
+    apply_spec(g, parse_spec(f"fsdp:world=2,{LINK}"), CONTEXT)
+    timeline = simulate(g)
+    gathers = _collectives(g, "all-gather")
+    assert len(gathers) == 4
+    assert timeline.start_ns[gathers].tolist() == [0, 524, 1048, 1572]
+    assert timeline.end_ns[gathers].tolist() == [524, 1048, 1572, 2096]
+    backward_b0 = 9
+    assert int(timeline.start_ns[backward_b0]) == 3530
+    # Reduce-scatters after each unit's last backward kernel (1 MiB among 2: 524 ns), the optimizer after the last.
+    scatters = _collectives(g, "reduce-scatter")
+    assert timeline.start_ns[scatters].tolist() == [3526, 4530]
+    assert int(timeline.start_ns[10]) == 4530 + 524
+
+
+def test_without_prefetch_the_unit_gathers_only_once_its_own_backward_is_launched() -> None:
+    # prefetch=0: blocks.0's backward all-gather is issued by its own pre-backward hook, on the host after the
+    # synchronize (3526): 3526-4050 on the all-gather stream, so bwd blocks.0 waits for it: 4050-5050.
+    g = _gpu_step()
+    apply_spec(g, parse_spec(f"fsdp:world=2,prefetch=0,{LINK}"), CONTEXT)
+    timeline = simulate(g)
+    gathers = _collectives(g, "all-gather")
+    assert (int(timeline.start_ns[gathers[-1]]), int(timeline.end_ns[gathers[-1]])) == (3526, 4050)
+    assert int(timeline.start_ns[9]) == 4050
+
+
+def test_reshard_0_keeps_the_parameters_from_forward_to_backward() -> None:
+    # No backward all-gathers: bwd blocks.0 runs right after the synchronize, as without FSDP but later by the forward's
+    # wait for the first all-gather (524 ns): 3530.
+    g = _gpu_step()
+    apply_spec(g, parse_spec(f"fsdp:world=2,reshard=0,{LINK}"), CONTEXT)
+    timeline = simulate(g)
+    assert len(_collectives(g, "all-gather")) == 2
+    assert int(timeline.start_ns[9]) == 3530
+
+
+def _cpu_step() -> Graph:
+    """CPU ops 1000 ns each: fwd blocks.0, fwd blocks.1, bwd blocks.1, bwd blocks.0, then sgd 500; 0-4500 unsharded."""
+    ops = [op("fwd", 1000, phase="forward", layer="blocks.0"), op("fwd", 1000, phase="forward", layer="blocks.1"),
+           op("bwd", 1000, phase="backward", layer="blocks.1"), op("bwd", 1000, phase="backward", layer="blocks.0"),
+           op("sgd", 500, phase="optimizer")]
+    return graph(ops, [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(4)], layers=["blocks.0", "blocks.1"])
+
+
+def test_on_a_cpu_each_collective_blocks_the_host_and_a_reduce_scatter_is_an_all_reduce() -> None:
+    # Over gloo the host waits for each collective where it issues it: 4 all-gathers of 524 ns, and 2 reduce-scatters
+    # timed as all-reduces of the whole unit (1049 ns): the step grows from 4500 by 4·524 + 2·1049 = 4194 ns, and the
+    # optimizer's work halves (500 -> 250): 8444 ns.
+    g = _cpu_step()
+    apply_spec(g, parse_spec(f"fsdp:world=2,{LINK}"), CONTEXT)
+    timeline = simulate(g)
+    assert [int(g.tasks["duration_ns"][t]) for t in _collectives(g, "reduce-scatter")] == [1049, 1049]
+    assert int(timeline.end_ns.max()) == 4500 + 4 * 524 + 2 * 1049 - 250
+    # With 2 ranks of 1 compute thread on 2 CPUs (contention ×2): every blocking collective takes twice as long.
+    contended = _cpu_step()
+    notes = apply_spec(contended, parse_spec(f"fsdp:world=2,{LINK}"),
+                       Context(gradient_bytes=CONTEXT.gradient_bytes, host={"cpus": 2, "intra_op_threads": 1}))
+    assert int(simulate(contended).end_ns.max()) == 4500 + 2 * (4 * 524 + 2 * 1049) - 250
+    assert any("×2.00" in note and "waits in it" in note for note in notes)
+
+
+def test_world_1_changes_nothing() -> None:
+    g = _cpu_step()
+    assert "shards nothing" in apply_spec(g, parse_spec("fsdp:world=1"), CONTEXT)[0]
+    assert not _collectives(g, "")
+
+
+def test_units_are_the_outermost_repeated_blocks_and_the_root_holds_the_rest() -> None:
+    sizes = {"m.embed": 10, "m.layers.0.attn.q": 4, "m.layers.0.attn.heads.0.w": 1, "m.layers.0.attn.heads.1.w": 1,
+             "m.layers.1.attn.q": 4, "m.stage.0.w": 3, "m.head": 7}
+    assert repeated_blocks(sizes) == ["m.layers.0", "m.layers.1"]  # m.stage holds one: not repeated
+    layers = sorted({".".join(p.split(".")[:n]) for p in sizes for n in range(1, p.count(".") + 2)})
+    units = fsdp_units(layers, sizes, 0, "")
+    assert [(u.name, u.bytes) for u in units] == [("m.layers.0", 6), ("m.layers.1", 4), (ROOT, 20)]
+    chosen = fsdp_units(layers, sizes, 0, r"attn\.heads\.\d+$")
+    assert [(u.name, u.bytes) for u in chosen] == [("m.layers.0.attn.heads.0", 1), ("m.layers.0.attn.heads.1", 1),
+                                                   (ROOT, 28)]
+
+
+def test_a_units_regex_that_matches_nothing_says_what_would() -> None:
+    with pytest.raises(InputError, match=r"units='decoder' matches no layer .* e\.g\. blocks\.0, blocks\.1"):
+        apply_spec(_cpu_step(), parse_spec("fsdp:world=2,units=decoder"), CONTEXT)
+    with pytest.raises(InputError, match="no per-layer parameters"):
+        apply_spec(_cpu_step(), parse_spec("fsdp:world=2"), Context())
+
+
+def _allocations() -> tuple[Allocations, ModelFacts]:
+    """Weights 8, optimizer state 16 (from before the window); blocks.0's activation (100) made at 0 in forward,
+    blocks.1's (200) at 10; blocks.1's backward allocates its gradient (4 bytes) at 60, blocks.0's at 90; the
+    activations freed at 80 and 100. Recorded peak: 8 + 16 + 100 + 200 + 4 = 328 at 60."""
+    act, grad, weights, state = (CATEGORIES.index(c) for c in ("activations", "gradients", "weights", "optimizer state"))
+    never = np.iinfo(np.int64).max
+    a = Allocations(size=np.array([8.0, 16.0, 100.0, 200.0, 4.0, 4.0]), start=np.array([-1, -1, 0, 10, 60, 90]),
+                    end=np.array([never, never, 100, 80, never, never]),
+                    category=np.array([weights, state, act, act, grad, grad], dtype=np.int8),
+                    layer=np.array([-1, -1, 0, 1, 1, 0]), phase=np.array([-1, -1, 0, 0, 1, 1]),
+                    iteration=np.array([-1, -1, 0, 0, 0, 0]), baseline_times=np.zeros(1, dtype=np.int64),
+                    baseline_bytes=np.zeros(1))
+    return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, "cpu")
+
+
+def test_memory_per_rank_is_the_shards_plus_the_gathered_units_in_flight() -> None:
+    a, facts = _allocations()
+    assert peak_bytes(a) == 328
+    # ÷2: weights 4, state 8, gradients 2 each. At 60 (blocks.1's backward begins): the activations (300), blocks.1's
+    # gradient shard (2) and its unsharded rest (2), blocks.1 gathered (4) and, prefetched, blocks.0 (4): 12+300+12.
+    fsdp_memory(a, {"world": 2}, facts)
+    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4
+    # Without prefetch blocks.0 is gathered only when its own backward begins, at 90, after blocks.1's activation is
+    # freed: the peak is at 60 without it.
+    a, facts = _allocations()
+    fsdp_memory(a, {"world": 2, "prefetch": 0}, facts)
+    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4
