@@ -315,9 +315,10 @@ def zero_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
 
 def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """weights, gradients and optimizer state ÷ world (each rank's shards); per unit, its gathered parameters (the whole
-    unit) while its forward runs and again while its backward runs (reshard=0: from its forward to its backward's end;
-    prefetch=1: from when the backward of the unit before it in backward order begins), and its unsharded gradients
-    from its backward's first allocation until its reduce-scatter at its backward's end"""
+    unit) while its forward runs and again while its backward runs (reshard=0: from its forward to its backward's end),
+    each gather's output from the all-gather's issue to the copy-out (prefetch=1: from when the backward of the unit
+    before it in backward order begins), and its unsharded gradients from its backward's first allocation until its
+    reduce-scatter at its backward's end"""
     from daydream.transforms.distributed.fsdp import ROOT, fsdp_units
 
     world = int(params["world"])
@@ -342,13 +343,15 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
             forward, backward = spans[k]
             assert backward is not None
             size = float(units[k].bytes)
-            gathered_from = backward_order[position - 1][0] if prefetch and position > 0 else start
-            if forward is not None and not reshard:
-                _add(a, size, forward[0], backward[1], WEIGHTS)
-            else:
-                if forward is not None:
-                    _add(a, size, forward[0], forward[1], WEIGHTS)
-                _add(a, size, gathered_from, backward[1], WEIGHTS)
+            issued = backward_order[position - 1][0] if prefetch and position > 0 else start
+            # Each gather: its output from the all-gather's issue to the copy-out (both there at that moment), then
+            # the parameters while the unit runs.
+            if forward is not None:
+                _add(a, size, forward[0], forward[0] + 1, TMP)
+                _add(a, size, forward[0], forward[1] if reshard else backward[1], WEIGHTS)
+            if reshard or forward is None:
+                _add(a, size, issued, start + 1, TMP)
+                _add(a, size, start, backward[1], WEIGHTS)
             _add(a, size * (1 - 1 / world), start, backward[1], GRAD)
             added += 1
     return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered parameters "

@@ -31,8 +31,8 @@ def _gpu_step() -> Graph:
     runs ahead of the GPU until the synchronize; after it, it is behind: bwd blocks.0 is launched only once bwd
     blocks.1 has ended.
 
-    Without FSDP: fwd 4-1004, fwd 1005-2005, bwd blocks.1 2006-3006; the synchronize ends at 3006, bwd blocks.0's
-    call runs 3006-3011 and its kernel 3010-4010, sgd 4011-4511."""
+    Without FSDP: fwd 4-1004, fwd 1005-2005, bwd blocks.1 2006-3006; the synchronize returns its 5 ns after the
+    kernel it waits for (3011), bwd blocks.0's call runs 3011-3016 and its kernel 3015-4015, sgd 4016-4516."""
     calls = [call(), call(), call(), call("cudaStreamSynchronize"), call(), call()]
     kernels = [kernel("fwd", 1000, phase="forward", layer="blocks.0"), kernel("fwd", 1000, phase="forward", layer="blocks.1"),
                kernel("bwd", 1000, phase="backward", layer="blocks.1"), kernel("bwd", 1000, phase="backward", layer="blocks.0"),
@@ -47,8 +47,8 @@ def _gpu_step() -> Graph:
 
 def test_the_unsharded_step_is_as_the_docstring_says() -> None:
     timeline = simulate(_gpu_step())
-    assert timeline.start_ns[6:].tolist() == [4, 1005, 2006, 3010, 4011]
-    assert timeline.end_ns[6:].tolist() == [1004, 2005, 3006, 4010, 4511]
+    assert timeline.start_ns[6:].tolist() == [4, 1005, 2006, 3015, 4016]
+    assert timeline.end_ns[6:].tolist() == [1004, 2005, 3006, 4015, 4516]
 
 
 def test_prefetch_overlaps_the_next_units_all_gather_with_this_units_backward() -> None:
@@ -65,32 +65,33 @@ def test_prefetch_overlaps_the_next_units_all_gather_with_this_units_backward() 
     assert timeline.start_ns[gathers].tolist() == [0, 524, 1048, 1572]
     assert timeline.end_ns[gathers].tolist() == [524, 1048, 1572, 2096]
     backward_b0 = 9
-    assert int(timeline.start_ns[backward_b0]) == 3530
-    # Reduce-scatters after each unit's last backward kernel (1 MiB among 2: 524 ns), the optimizer after the last.
+    assert int(timeline.start_ns[backward_b0]) == 3535
+    # Reduce-scatters after each unit's last backward kernel (3526 and 4535; 1 MiB among 2: 524 ns), the optimizer
+    # after the last.
     scatters = _collectives(g, "reduce-scatter")
-    assert timeline.start_ns[scatters].tolist() == [3526, 4530]
-    assert int(timeline.start_ns[10]) == 4530 + 524
+    assert timeline.start_ns[scatters].tolist() == [3526, 4535]
+    assert int(timeline.start_ns[10]) == 4535 + 524
 
 
 def test_without_prefetch_the_unit_gathers_only_once_its_own_backward_is_launched() -> None:
     # prefetch=0: blocks.0's backward all-gather is issued by its own pre-backward hook, on the host after the
-    # synchronize (3526): 3526-4050 on the all-gather stream, so bwd blocks.0 waits for it: 4050-5050.
+    # synchronize (3531): 3531-4055 on the all-gather stream, so bwd blocks.0 waits for it: from 4055.
     g = _gpu_step()
     apply_spec(g, parse_spec(f"fsdp:world=2,prefetch=0,{LINK}"), CONTEXT)
     timeline = simulate(g)
     gathers = _collectives(g, "all-gather")
-    assert (int(timeline.start_ns[gathers[-1]]), int(timeline.end_ns[gathers[-1]])) == (3526, 4050)
-    assert int(timeline.start_ns[9]) == 4050
+    assert (int(timeline.start_ns[gathers[-1]]), int(timeline.end_ns[gathers[-1]])) == (3531, 4055)
+    assert int(timeline.start_ns[9]) == 4055
 
 
 def test_reshard_0_keeps_the_parameters_from_forward_to_backward() -> None:
-    # No backward all-gathers: bwd blocks.0 runs right after the synchronize, as without FSDP but later by the forward's
-    # wait for the first all-gather (524 ns): 3530.
+    # No backward all-gathers: bwd blocks.0 runs right after the synchronize, as without FSDP but 520 ns later (the
+    # first kernel waited for the first all-gather, 524 ns, instead of its launch, 4): 3015 + 520 = 3535.
     g = _gpu_step()
     apply_spec(g, parse_spec(f"fsdp:world=2,reshard=0,{LINK}"), CONTEXT)
     timeline = simulate(g)
     assert len(_collectives(g, "all-gather")) == 2
-    assert int(timeline.start_ns[9]) == 3530
+    assert int(timeline.start_ns[9]) == 3535
 
 
 def _cpu_step() -> Graph:
@@ -162,11 +163,12 @@ def test_memory_per_rank_is_the_shards_plus_the_gathered_units_in_flight() -> No
     a, facts = _allocations()
     assert peak_bytes(a) == 328
     # ÷2: weights 4, state 8, gradients 2 each. At 60 (blocks.1's backward begins): the activations (300), blocks.1's
-    # gradient shard (2) and its unsharded rest (2), blocks.1 gathered (4) and, prefetched, blocks.0 (4): 12+300+12.
+    # gradient shard (2) and its unsharded rest (2), blocks.1's all-gather output and its parameters at the copy-out
+    # (4 + 4) and, prefetched, blocks.0's all-gather output (4). In forward, at 10: 12 + 300 + 4 + 4 = 320.
     fsdp_memory(a, {"world": 2}, facts)
-    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4
+    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4
     # Without prefetch blocks.0 is gathered only when its own backward begins, at 90, after blocks.1's activation is
     # freed: the peak is at 60 without it.
     a, facts = _allocations()
     fsdp_memory(a, {"world": 2, "prefetch": 0}, facts)
-    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4
+    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4

@@ -329,7 +329,7 @@ def _scale_optimizer(graph: Graph, iteration: int, world: int, op_ns: int) -> in
         tasks["duration_ns"][hosts] += op_ns
         return int(hosts.size)
     ops = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER)
-                         & (tasks["kind"] == int(TaskKind.HOST_OP)) & (tasks["event"] >= 0))
+                         & (tasks["kind"] == int(TaskKind.HOST_OP)))
     tasks["duration_ns"][ops] = np.round(tasks["duration_ns"][ops] / world).astype(np.int64) + op_ns
     return int(ops.size)
 
