@@ -318,7 +318,8 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     unit) while its forward runs and again while its backward runs (reshard=0: from its forward to its backward's end),
     each gather's output from the all-gather's issue to the copy-out (prefetch=1: from when the backward of the unit
     before it in backward order begins), and its unsharded gradients from its backward's first allocation until its
-    reduce-scatter at its backward's end"""
+    reduce-scatter at its backward's end; on a CPU (gloo) each all-gather also stages a copy of the unit while it runs,
+    and the clone of its gradients the first reduce-scatter works on stays"""
     from daydream.transforms.distributed.fsdp import ROOT, fsdp_units
 
     world = int(params["world"])
@@ -336,9 +337,16 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     owner = unit_of[np.where(a.layer >= 0, a.layer, len(model.layers))]
     root = next((k for k, u in enumerate(units) if u.name == ROOT), None)
     added = 0
+    on_cpu = model.device == "cpu"
     every = [_unit_spans(a, owner, i, len(units), root) for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
-    for spans in every:  # the spans of every iteration taken before any allocation is added
+    for number, spans in enumerate(every):  # the spans of every iteration taken before any allocation is added
         backward_order = sorted((span[1][0], k) for k, span in enumerate(spans) if span[1] is not None)
+        if on_cpu and number == 0 and backward_order:
+            # gloo reduce-scatters a clone of the unit's gradients; the first unit's clone outlives its iteration
+            first = backward_order[0][1]
+            first_end = spans[first][1]
+            assert first_end is not None
+            _add(a, float(units[first].bytes), first_end[1], NEVER, TMP)
         for position, (start, k) in enumerate(backward_order):
             forward, backward = spans[k]
             assert backward is not None
@@ -346,10 +354,12 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
             issued = backward_order[position - 1][0] if prefetch and position > 0 else start
             # Each gather: its output from the all-gather's issue to the copy-out (both there at that moment), then
             # the parameters while the unit runs.
+            staged = 2.0 if on_cpu else 1.0  # gloo gathers into a staging copy of the output while the gather runs
             if forward is not None:
-                _add(a, size, forward[0], forward[0] + 1, TMP)
+                _add(a, size * staged, forward[0], forward[0] + 1, TMP)
                 _add(a, size, forward[0], forward[1] if reshard else backward[1], WEIGHTS)
             if reshard or forward is None:
+                _add(a, size * (staged - 1), issued, issued + 1, TMP)
                 _add(a, size, issued, start + 1, TMP)
                 _add(a, size, start, backward[1], WEIGHTS)
             _add(a, size * (1 - 1 / world), start, backward[1], GRAD)

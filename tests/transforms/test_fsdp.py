@@ -144,7 +144,7 @@ def test_a_units_regex_that_matches_nothing_says_what_would() -> None:
         apply_spec(_cpu_step(), parse_spec("fsdp:world=2"), Context())
 
 
-def _allocations() -> tuple[Allocations, ModelFacts]:
+def _allocations(device: str = "cuda:0") -> tuple[Allocations, ModelFacts]:
     """Weights 8, optimizer state 16 (from before the window); blocks.0's activation (100) made at 0 in forward,
     blocks.1's (200) at 10; blocks.1's backward allocates its gradient (4 bytes) at 60, blocks.0's at 90; the
     activations freed at 80 and 100. Recorded peak: 8 + 16 + 100 + 200 + 4 = 328 at 60."""
@@ -156,7 +156,7 @@ def _allocations() -> tuple[Allocations, ModelFacts]:
                     layer=np.array([-1, -1, 0, 1, 1, 0]), phase=np.array([-1, -1, 0, 0, 1, 1]),
                     iteration=np.array([-1, -1, 0, 0, 0, 0]), baseline_times=np.zeros(1, dtype=np.int64),
                     baseline_bytes=np.zeros(1))
-    return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, "cpu")
+    return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, device)
 
 
 def test_memory_per_rank_is_the_shards_plus_the_gathered_units_in_flight() -> None:
@@ -172,3 +172,12 @@ def test_memory_per_rank_is_the_shards_plus_the_gathered_units_in_flight() -> No
     a, facts = _allocations()
     fsdp_memory(a, {"world": 2, "prefetch": 0}, facts)
     assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4
+
+
+def test_on_a_cpu_gloo_stages_each_all_gather_and_keeps_a_reduce_scatters_clone() -> None:
+    # As above, and each all-gather's staging copy (4) while it runs: at 60 blocks.1's and the prefetched blocks.0's
+    # (4 + 4) beside the 324 of the GPU case. The clone of blocks.1's gradients (4, the first reduce-scatter's) stays
+    # from the end of its backward (61), when the 300 of activations are no longer all there.
+    a, facts = _allocations("cpu")
+    fsdp_memory(a, {"world": 2}, facts)
+    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4 + 4 + 4
