@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -119,6 +124,27 @@ def test_on_a_cpu_each_collective_blocks_the_host_and_a_reduce_scatter_is_an_all
     assert any("×2.00" in note and "waits in it" in note for note in notes)
 
 
+def test_a_unit_called_twice_in_a_row_gathers_for_each_call() -> None:
+    # blocks.0 (layers a and b, each with parameters) runs a, b, a, b in forward: it came back to a, so it was called
+    # twice (a rollout, a shared block); blocks.1 once. Backward mirrors it. Under reshard=1 each call gathers: 6.
+    ops = [op("fwd", 10, phase="forward", layer=layer) for layer in ("blocks.0.a", "blocks.0.b", "blocks.0.a",
+                                                                     "blocks.0.b", "blocks.1.a")]
+    ops += [op("bwd", 10, phase="backward", layer=layer) for layer in ("blocks.1.a", "blocks.0.b", "blocks.0.a",
+                                                                       "blocks.0.b", "blocks.0.a")]
+    g = graph([*ops, op("sgd", 10, phase="optimizer")], [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(10)],
+              layers=["blocks.0", "blocks.0.a", "blocks.0.b", "blocks.1", "blocks.1.a"])
+    context = Context(gradient_bytes={"blocks.0.a": MiB, "blocks.0.b": MiB, "blocks.1.a": MiB})
+    apply_spec(g, parse_spec(f"fsdp:world=2,{LINK}"), context)
+    named = [g.task_name(t).split(", ")[1] for t in _collectives(g, "all-gather")]
+    assert named == ["blocks.0", "blocks.0", "blocks.1", "blocks.1", "blocks.0", "blocks.0"]
+    # reshard=0: gathered at its first forward call; each backward call but the last reshards it after itself.
+    kept = graph([*ops, op("sgd", 10, phase="optimizer")], [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(10)],
+                 layers=["blocks.0", "blocks.0.a", "blocks.0.b", "blocks.1", "blocks.1.a"])
+    apply_spec(kept, parse_spec(f"fsdp:world=2,reshard=0,{LINK}"), context)
+    assert [kept.task_name(t).split(", ")[1] for t in _collectives(kept, "all-gather")] == ["blocks.0", "blocks.1",
+                                                                                          "blocks.0"]
+
+
 def test_world_1_changes_nothing() -> None:
     g = _cpu_step()
     assert "shards nothing" in apply_spec(g, parse_spec("fsdp:world=1"), CONTEXT)[0]
@@ -181,3 +207,54 @@ def test_on_a_cpu_gloo_stages_each_all_gather_and_keeps_a_reduce_scatters_clone(
     a, facts = _allocations("cpu")
     fsdp_memory(a, {"world": 2}, facts)
     assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4 + 4 + 4
+
+
+REPO = Path(__file__).resolve().parents[2]
+KEPT = REPO / "examples" / "fsdp"
+ROUND = KEPT / "round-2"
+
+
+def _per_step(trace: Path, name: str) -> list[int]:
+    """How many events named `name` each ProfilerStep of a raw trace holds (on any thread)."""
+    with gzip.open(trace, "rt") as handle:
+        events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#")]
+    return [sum(1 for e in events if e["name"] == name and start <= e["ts"] < end) for start, end in steps]
+
+
+def test_the_what_if_issues_the_collectives_the_real_fsdp2_run_did() -> None:
+    # The kept calibration round: the transformer traced alone, and rank 0 of the same run under FSDP2 (gloo). The
+    # what-if from the first issues per iteration as many all-gathers and reduce-scatters as the second's steps ran.
+    from daydream.api import predict_job
+
+    gathers = set(_per_step(ROUND / "transformer-fsdp-rank0.json.gz", "gloo:all_gather"))
+    scatters = set(_per_step(ROUND / "transformer-fsdp-rank0.json.gz", "gloo:all_reduce"))
+    assert len(gathers) == 1 and len(scatters) == 1  # every step alike
+    [prediction] = predict_job(ROUND / "transformer-baseline.json.gz", ["fsdp:world=2,bandwidth=1,latency=1000"])
+    [said] = [n for n in prediction.notes if "all-gathers" in n]
+    assert f"{gathers.pop()} all-gathers" in said and f"{scatters.pop()} reduce-scatters" in said
+
+
+def test_a_ranks_recording_counts_its_shards_not_the_whole_model() -> None:
+    # daydream trace records what the model and optimizer hold when the first traced iteration begins: under FSDP2 the
+    # parameters are DTensors, and a rank holds its shard of them (and of the optimizer state), half of the whole.
+    def held(path: Path) -> dict[str, int]:
+        with gzip.open(path, "rt") as handle:
+            recorded = json.load(handle)["daydream"]["memory_before"]["cpu"]
+        return {c: int(recorded[c]) for c in ("weights", "optimizer state")}
+
+    whole, shard = held(ROUND / "transformer-baseline.json.gz"), held(ROUND / "transformer-fsdp-rank0.json.gz")
+    assert whole["weights"] > 0 and whole["optimizer state"] > 0
+    # The weights split exactly; AdamW's step counters (one scalar per parameter) are not sharded.
+    assert shard["weights"] * 2 == whole["weights"]
+    assert shard["optimizer state"] == pytest.approx(whole["optimizer state"] / 2, rel=1e-3)
+
+
+def test_the_pages_calibration_rows_of_the_kept_round_are_what_the_script_gives() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    import fsdp_costs
+
+    rows = [line for line in fsdp_costs.report(KEPT).splitlines() if line.startswith("| round-")]
+    page = (REPO / "docs" / "validation-parallel.md").read_text()
+    assert len(rows) == 2  # both ranks of the kept round
+    assert all(row in page for row in rows)

@@ -69,6 +69,8 @@ class Unit:
     layers: frozenset[int]
     bytes: int
     tensors: int
+    #: its layers that own parameters and hold no other layer: each runs once per call of the unit
+    leaves: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True, frozen=True)
@@ -108,6 +110,8 @@ def fsdp_units(layers: list[str], sizes: dict[str, int], tensors: int, pattern: 
     else:
         names = repeated_blocks(sizes)
     index = {name: k for k, name in enumerate(layers)}
+    parents = {name.rsplit(".", 1)[0] for name in layers if "." in name}
+    leaves = frozenset(index[path] for path, size in sizes.items() if size > 0 and path in index and path not in parents)
     total_tensors = max(tensors, 2 * sum(1 for s in sizes.values() if s > 0))
     layers_with_bytes = max(1, sum(1 for s in sizes.values() if s > 0))
     units, claimed = [], set()
@@ -117,12 +121,13 @@ def fsdp_units(layers: list[str], sizes: dict[str, int], tensors: int, pattern: 
         claimed.update(inside)
         size = sum(sizes[p] for p in inside)
         if size > 0 and name in index:
-            units.append(Unit(name, owned, size, max(1, round(total_tensors * len(inside) / layers_with_bytes))))
+            units.append(Unit(name, owned, size, max(1, round(total_tensors * len(inside) / layers_with_bytes)),
+                              owned & leaves))
     rest = [path for path, size in sizes.items() if path not in claimed and size > 0]
     if rest:
         owned = frozenset(k for k in range(len(layers)) if not any(k in u.layers for u in units))
         units.append(Unit(ROOT, owned, sum(sizes[p] for p in rest),
-                          max(1, round(total_tensors * len(rest) / layers_with_bytes))))
+                          max(1, round(total_tensors * len(rest) / layers_with_bytes)), owned & leaves))
     return units
 
 
@@ -156,7 +161,8 @@ def unit_runs(graph: Graph, units: list[Unit], iteration: int, phase: int) -> li
     Forward: the maximal runs of consecutive work of the unit's layers, the root's the runs of work inside the model
     at all (forward work outside every layer is outside the model: the loss, a rollout's environment). Backward:
     a unit's calls end only at work of another unit's or the root's layers (much of backward's work, autograd's own,
-    is attributed to no layer), and the root's is one call over the whole phase (FSDP2 gathers it once for backward)."""
+    is attributed to no layer), and the root's is one call over the whole phase (FSDP2 gathers it once for backward).
+    Either way a run that comes back to a layer with parameters it already ran is a new call (`_calls`)."""
     work = phase_work(graph, iteration, phase)
     if work.size == 0:
         return []
@@ -177,8 +183,27 @@ def unit_runs(graph: Graph, units: list[Unit], iteration: int, phase: int) -> li
             runs.append(Run(unit, int(work[0]), int(work[-1])))
             continue
         member = (seen >= 0) if unit.name == ROOT else (seen == k)
-        runs += [Run(unit, int(work[attributed[a]]), int(work[attributed[b]])) for a, b in _runs(member)]
+        layer_of = graph.tasks["layer"][work[attributed]]
+        for a, b in _runs(member):
+            for first, last in _calls(layer_of, a, b, unit.leaves):
+                runs.append(Run(unit, int(work[attributed[first]]), int(work[attributed[last]])))
     return sorted(runs, key=lambda r: (position[r.first], r.unit.name != ROOT))
+
+
+def _calls(layer_of: np.ndarray, first: int, last: int, leaves: frozenset[int]) -> list[tuple[int, int]]:
+    """A run [first, last] of one unit's work cut where a new call begins: where the work comes back to one of the
+    unit's `leaves` (its layers with parameters and no layers inside) after leaving it: each runs once per call, so
+    the unit was called again with nothing of another unit between (the backward of the calls of a rollout)."""
+    cuts, seen, previous = [first], set[int](), -1
+    for at in range(first, last + 1):
+        layer = int(layer_of[at])
+        if layer in leaves:
+            if layer in seen and layer != previous:
+                cuts.append(at)
+                seen = set[int]()
+            seen.add(layer)
+        previous = layer
+    return [(start, end - 1) for start, end in zip(cuts, [*cuts[1:], last + 1])]
 
 
 def _runs(member: np.ndarray) -> list[tuple[int, int]]:
