@@ -237,6 +237,19 @@ def run_round(example: str, index: int, folder: Path) -> Round:
 
 # ------------------------------------------------------------------ the page
 
+MISSES = [
+    "## Where it misses", "",
+    "- Round by round the error spreads far wider than the medians: this shared machine's speed moves between and "
+    "within runs, so the one-process baseline and the FSDP2 runs of one round can meet different machines (a round "
+    "whose baseline ran slow over-predicts, one whose FSDP2 runs did under-predicts); the medians of the rounds are "
+    "what the what-if is held to.",
+    "- Memory of the a2c model: its parameters are 0.1 MiB, so the units' parameters, gradients and the collectives' "
+    "buffers, which the model counts, are a small part of a rank's peak; the rest of what FSDP2 adds there was not "
+    "broken down, and the prediction misses about half of the peak. On the transformer, whose parameters dominate, "
+    "it lands near the ranks' peaks (the table), which themselves differ from rank to rank and run to run.",
+    "- The hooks' host costs were measured with the two ranks sharing two cores; a GPU host, where each rank has "
+    "cores of its own, will pay less than these units carry. No GPU run has checked the what-if yet.", ""]
+
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
@@ -312,6 +325,7 @@ def markdown(results: dict[str, list[Round]], calibration: str) -> str:
              "the example run at once (no communication), whose compute already shares the CPUs with another process "
              "as a rank's does.", "",
              *[line for example, rounds in results.items() for line in rounds_table(example, rounds)],
+             *MISSES,
              "## The link", "",
              "The two collectives gloo runs for FSDP2, between two processes on loopback (means over "
              f"{REPEATS} per size per round; the medians of the rounds), against the ring model over each round's fitted "

@@ -61,8 +61,10 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     # call of a unit, its pre-/post-forward and pre-/post-backward hooks; per unit and iteration, its reduce (the
     # post-backward reduce and its share of the root's callback); per collective, the call's own work; per copy into or
     # out of a collective's buffer (on a CPU), the op's own work; per optimizer op, DTensor's dispatch.
-    # cpu: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, gloo, the 2-core development host).
-    # No GPU measurement yet: a GPU trace uses the same.
+    # cpu: `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, gloo, the 2-core development host, 2026-12-02: three
+    # calibration rounds of examples/transformer.py and examples/suite/a2c.py --fsdp, both ranks, the medians; units
+    # of each round's one-process trace, while the two ranks shared the host's two cores, so the hooks' cost carries
+    # that sharing). No GPU measurement yet: a GPU trace uses the same.
     "fsdp.pre_forward": 464.0,
     "fsdp.post_forward": 42.0,
     "fsdp.pre_backward": 393.0,

@@ -258,3 +258,16 @@ def test_the_pages_calibration_rows_of_the_kept_round_are_what_the_script_gives(
     page = (REPO / "docs" / "validation-parallel.md").read_text()
     assert len(rows) == 2  # both ranks of the kept round
     assert all(row in page for row in rows)
+
+
+def test_the_recorded_constants_are_the_pages_medians() -> None:
+    # The page's table of constants ends with the medians over its calibration rounds: what cost/host.py and fsdp.py hold.
+    from daydream.cost.host import RECORDED_HOST_UNITS
+    from daydream.transforms.distributed.fsdp import FRESH_COPY_SLOWDOWN
+
+    page = (REPO / "docs" / "validation-parallel.md").read_text()
+    [median] = [line for line in page.splitlines() if line.startswith("| **median** |")]
+    cells = [cell.strip().strip("*") for cell in median.strip("|").split("|")][3:]
+    keys = ["pre_forward", "post_forward", "pre_backward", "post_backward", "reduce", "collective", "copy"]
+    assert [float(c) for c in cells[:7]] == [RECORDED_HOST_UNITS[f"fsdp.{k}"] for k in keys]
+    assert float(cells[7]) == FRESH_COPY_SLOWDOWN and float(cells[8]) == RECORDED_HOST_UNITS["fsdp.optimizer_op"]
