@@ -225,18 +225,24 @@ def trace_processes(example: str, outs: list[Path], threads: int, ddp: bool) -> 
     extra = ("--ddp",) if ddp else ()
     # A DDP rank names its own file: `{rank}` in -o (daydream trace appends -rankN to a name without it).
     targets = [out.parent / out.name.replace(f"rank{k}", "rank{rank}") if ddp else out for k, out in enumerate(outs)]
-    processes = [subprocess.Popen(trace_command(example, target, threads, *extra), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env) for target, env in zip(targets, environments)]
+    run_together([(trace_command(example, target, threads, *extra), env) for target, env in zip(targets, environments)],
+                 [f"trace {out.name}" for out in outs])
+    return outs
+
+
+def run_together(commands: list[tuple[list[str], dict[str, str]]], labels: list[str]) -> None:
+    """Start every (command, environment) at once and wait for all; a failure names its label and stderr's end."""
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for command, env in commands]
     try:
         finished = [process.communicate(timeout=TRACE_TIMEOUT_S) for process in processes]
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
-    for out, process, (_, stderr) in zip(outs, processes, finished):
+    for label, process, (_, stderr) in zip(labels, processes, finished):
         if process.returncode != 0:
-            raise RuntimeError(f"trace {out.name} failed: {stderr.strip().splitlines()[-3:]}")
-    return outs
+            raise RuntimeError(f"{label} failed: {stderr.strip().splitlines()[-3:]}")
 
 
 def _spans(raw: dict[str, Any], wanted: Callable[[str], bool]) -> list[tuple[float, float]]:

@@ -39,7 +39,16 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from _generated import page_options, publish, scratch_cache  # noqa: E402
-from validate_ddp_cpu import ITERATIONS, STEPS, TRACE_TIMEOUT_S, WARMUP, free_port, rank_environment, run_times  # noqa: E402
+from validate_ddp_cpu import (  # noqa: E402
+    ITERATIONS,
+    STEPS,
+    TRACE_TIMEOUT_S,
+    WARMUP,
+    free_port,
+    rank_environment,
+    run_times,
+    run_together,
+)
 
 from daydream.interconnect import Interconnect, collective_time_ns  # noqa: E402
 
@@ -150,17 +159,7 @@ def trace_command(script: str, out: Path, *flags: str) -> list[str]:
 
 
 def run(commands: list[tuple[list[str], dict[str, str]]]) -> None:
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for command, env in commands]
-    try:
-        finished = [process.communicate(timeout=TRACE_TIMEOUT_S) for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-    for (command, _), process, (_, stderr) in zip(commands, processes, finished):
-        if process.returncode != 0:
-            raise RuntimeError(f"{' '.join(command[-8:])} failed: {stderr.strip().splitlines()[-3:]}")
+    run_together(commands, [" ".join(command[-8:]) for command, _ in commands])
 
 
 def trace_alone(script: str, out: Path) -> Path:
