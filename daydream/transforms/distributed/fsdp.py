@@ -426,7 +426,7 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
     shown = ", ".join(u.name for u in blocks[:3]) + (f", … ({len(blocks)} in all)" if len(blocks) > 3 else "")
     root = next((u for u in units if u.name == ROOT), None)
     world = builder.world
-    notes = [f"fsdp: world={world}, {len(units)} units ({shown or 'none but the root'}"
+    notes = [f"fsdp: world={world}, {len(units)} unit{'s' if len(units) != 1 else ''} ({shown or 'none but the root'}"
              + (f"; the root holds {root.bytes / 2**20:.1f} MiB" if root else "") + f") over {builder.net.describe()}",
              f"fsdp: per iteration {builder.calls // each} calls of the units, forward and backward, "
              f"{builder.gathers // each} all-gathers ({builder.gathered_bytes / each / 2**20:.1f} MiB) "
