@@ -10,7 +10,7 @@ it, so that steps chain; take `graph.copy()` first to keep the original.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -117,12 +117,13 @@ def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, 
 _FOLLOWS_GPU = (int(DepKind.STREAM_ORDER), int(DepKind.SYNC))
 
 
-def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str, after: bool) -> np.ndarray:
+def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str | Sequence[str], after: bool) -> np.ndarray:
     """New tasks of `durations_ns`, each on its anchor's resource right after it (`after`) or right before it, in its
     program order: what followed the anchor on its thread or stream (host order and cross-thread signals on a
     thread; stream order and the syncs that wait for it on a stream) follows the new task instead, or what the anchor
     waited for in program order, the new task waits for. Each is a host op on a thread, a kernel on a stream, of its
-    anchor's iteration, layer and phase; returns their ids, in the order of `anchors`.
+    anchor's iteration, layer and phase, named `name` (or each its own, given one name per anchor); returns their ids,
+    in the order of `anchors`.
 
     One pass over the edges for all anchors. Anchors given more than once get their tasks one after another as if
     spliced one at a time in the order given: after an anchor the last given is nearest to it, before it the first.
@@ -136,8 +137,9 @@ def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str, after: bool
     host_resources = np.array([r.kind == ResourceKind.HOST_THREAD for r in graph.resources], dtype=bool)
     on_host = host_resources[resource]
     at = tasks["measured_end_ns"][anchors] if after else tasks["measured_start_ns"][anchors]
+    names = graph.string_id(name) if isinstance(name, str) else [graph.string_id(n) for n in name]
     new = graph.add_tasks(kind=np.where(on_host, int(TaskKind.HOST_OP), int(TaskKind.KERNEL)), resource=resource,
-                          duration_ns=durations, name=graph.string_id(name), iteration=tasks["iteration"][anchors],
+                          duration_ns=durations, name=names, iteration=tasks["iteration"][anchors],
                           layer=tasks["layer"][anchors], phase=tasks["phase"][anchors],
                           measured_start_ns=at, measured_end_ns=at)
     # Each anchor's chain, as one-at-a-time splicing leaves it: after it, the last given first; before it, in order.

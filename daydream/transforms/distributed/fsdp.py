@@ -54,6 +54,8 @@ from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Param
 #: A numbered module in a list of them: `blocks.3`, `layers.11`, `h.0`.
 _NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 ROOT = "(root)"
+#: Recorded collectives are named _PENDING, _PENDING - 1, ... until they are added (recorded splices: -1, -2, ...).
+_PENDING = -(2**40)
 #: On a CPU the collectives' buffers are fresh allocations each time (no caching allocator): a copy into or out of one
 #: moves its bytes this many times slower than the trace's own elementwise speed (the pages' first touch), besides
 #: its op's own host work ("fsdp.copy" host units). `python scripts/fsdp_costs.py DIR` (torch 2.13 CPU, the 2-core
@@ -223,7 +225,9 @@ class _Builder:
         self.on_gpu = graph.has_device_work()
         self.gather = comm_resource(graph, "fsdp all-gather")
         self.reduce = comm_resource(graph, "fsdp reduce-scatter")
-        self.last_on: dict[int, int] = {}
+        self.spliced: list[tuple[tuple[str, int], int, str]] = []  # ((side, anchor), duration, name)
+        self.collectives: list[tuple[int, int, int, str, int]] = []  # (resource, after, bytes, name, duration)
+        self.edges: list[tuple[int, int]] = []  # communication edges between recorded or existing tasks
         self.launcher = self._launchers() if self.on_gpu else None
         self.gathers = self.reduces = self.calls = 0
         self.gathered_bytes = self.reduced_bytes = 0
@@ -239,31 +243,89 @@ class _Builder:
         return self.launcher.get(task, task)
 
     # -- inserting ---------------------------------------------------------------------------------------------
+    # What the passes insert is recorded first and put into the graph at the end (`apply`), a few splices and one
+    # add_tasks for all of it: inserting one task at a time costs a pass over the graph each. A recorded task is
+    # named by a negative number until then (`_PENDING`); existing tasks keep their ids.
 
     def _before(self, anchor: int, duration_ns: int, name: str) -> int:
-        return int(splice(self.graph, [anchor], [max(duration_ns, 0)], name, after=False)[0])
+        """A host op or kernel right before existing task `anchor`, after those recorded before it already."""
+        return self._record(("before", anchor), duration_ns, name)
 
     def _after(self, anchor: int, duration_ns: int, name: str) -> int:
-        return int(splice(self.graph, [anchor], [max(duration_ns, 0)], name, after=True)[0])
+        """A host op or kernel right after `anchor` (an existing task or one recorded), nearer it than those recorded
+        after it already."""
+        return self._record(("after", anchor), duration_ns, name)
+
+    def _record(self, where: tuple[str, int], duration_ns: int, name: str) -> int:
+        self.spliced.append((where, max(duration_ns, 0), name))
+        return -len(self.spliced)
 
     def _collective(self, resource: int, after: int, nbytes: int, name: str, duration_ns: int) -> int:
+        """A collective on `resource` once `after` has ended, after the one recorded on it before (issue order)."""
+        self.collectives.append((resource, after, nbytes, name, int(round(duration_ns * self.stretch))))
+        return _PENDING - len(self.collectives) + 1
+
+    def edge(self, src: int, dst: int) -> None:
+        self.edges.append((src, dst))
+
+    def apply(self) -> None:
+        """Everything recorded, into the graph: splices round by round, then the collectives and their edges."""
+        made: dict[int, int] = {}
+        before: dict[int, list[int]] = {}
+        after: dict[int, list[int]] = {}
+        for k, ((side, anchor), _, _) in enumerate(self.spliced):
+            (before if side == "before" else after).setdefault(anchor, []).append(k)
+        # Before an existing task: its k-th recorded op in round k (each splice puts its op nearest the anchor).
+        for position in range(max((len(v) for v in before.values()), default=0)):
+            chosen = [(anchor, ks[position]) for anchor, ks in before.items() if position < len(ks)]
+            self._splice(chosen, after=False, made=made)
+        # After: an op after a recorded op waits until that op is in; ops after one anchor go in the order recorded.
+        waiting = dict(after)
+        while waiting:
+            ready = {a: ks for a, ks in waiting.items() if a >= 0 or (-a - 1) in made}
+            self._splice([(anchor, k) for anchor, ks in ready.items() for k in ks], after=True, made=made)
+            waiting = {a: ks for a, ks in waiting.items() if a not in ready}
+        self._apply_collectives(made)
+
+    def _splice(self, chosen: list[tuple[int, int]], after: bool, made: dict[int, int]) -> None:
+        if not chosen:
+            return
+        anchors = [anchor if anchor >= 0 else made[-anchor - 1] for anchor, _ in chosen]
+        ids = splice(self.graph, anchors, [self.spliced[k][1] for _, k in chosen],
+                     [self.spliced[k][2] for _, k in chosen], after=after)
+        made.update({k: int(task) for (_, k), task in zip(chosen, ids.tolist())})
+
+    def _apply_collectives(self, made: dict[int, int]) -> None:
         graph = self.graph
-        duration_ns = int(round(duration_ns * self.stretch))
-        [task] = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=resource, name=[graph.string_id(name)],
-                                 duration_ns=[duration_ns], bytes=[nbytes], iteration=int(graph.tasks["iteration"][after]),
-                                 phase=[int(graph.tasks["phase"][after])],
-                                 measured_start_ns=[int(graph.tasks["measured_end_ns"][after])],
-                                 measured_end_ns=[int(graph.tasks["measured_end_ns"][after])])
-        graph.add_edges([after], [int(task)], DepKind.COMMUNICATION)
-        if resource in self.last_on:  # one at a time on its stream, in the order they were issued
-            graph.add_edges([self.last_on[resource]], [int(task)], DepKind.STREAM_ORDER)
-        self.last_on[resource] = int(task)
-        return int(task)
+        if not self.collectives:
+            return
+        first = len(graph.tasks["kind"])
+
+        def resolve(task: int) -> int:
+            if task <= _PENDING:
+                return first + _PENDING - task
+            return made[-task - 1] if task < 0 else task
+
+        after = np.array([resolve(c[1]) for c in self.collectives], dtype=np.int64)
+        ends = graph.tasks["measured_end_ns"][after]
+        ids = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=[c[0] for c in self.collectives],
+                              name=[graph.string_id(c[3]) for c in self.collectives],
+                              duration_ns=[c[4] for c in self.collectives], bytes=[c[2] for c in self.collectives],
+                              iteration=graph.tasks["iteration"][after], phase=graph.tasks["phase"][after],
+                              measured_start_ns=ends, measured_end_ns=ends)
+        graph.add_edges(after, ids, DepKind.COMMUNICATION)
+        resources = np.array([c[0] for c in self.collectives], dtype=np.int64)
+        for resource in np.unique(resources).tolist():  # one at a time on its stream, in the order they were issued
+            mine = ids[resources == resource]
+            graph.add_edges(mine[:-1], mine[1:], DepKind.STREAM_ORDER)
+        if self.edges:
+            graph.add_edges([resolve(s) for s, _ in self.edges], [resolve(d) for _, d in self.edges],
+                            DepKind.COMMUNICATION)
 
     def _issue_gather(self, at: int, unit: Unit, label: str) -> int:
         """At host task position before `at`: copy-in, the all-gather, and (on a CPU) the host's wait for it. Returns
         the all-gather."""
-        graph, costs = self.graph, self.costs
+        costs = self.costs
         shard = unit.bytes / self.world
         if self.on_gpu:  # copy-in runs on the all-gather's stream: part of its time
             issue = self._before(at, costs.issue_ns, f"fsdp: all-gather issue ({unit.name})")
@@ -275,7 +337,7 @@ class _Builder:
             collective = self._collective(self.gather, copy_in, unit.bytes, f"fsdp all-gather ({label}, {unit.name}, "
                                           f"{unit.bytes / 2**20:.1f} MiB)", self.net.time_ns("allgather", unit.bytes))
             returned = self._before(at, costs.issue_ns, f"fsdp: all-gather call ({unit.name})")
-            graph.add_edges([collective], [returned], DepKind.COMMUNICATION)
+            self.edge(collective, returned)
         self.gathers += 1
         self.gathered_bytes += unit.bytes
         return collective
@@ -285,7 +347,7 @@ class _Builder:
         duration = self.costs.copy_ns(unit.bytes, unit.tensors)
         name = f"fsdp: all-gather copy-out ({unit.name})"
         copy = self._before(first_work if self.on_gpu else host_at, duration, name)
-        self.graph.add_edges([collective], [copy], DepKind.COMMUNICATION)
+        self.edge(collective, copy)
 
     # -- the passes --------------------------------------------------------------------------------------------
 
@@ -314,7 +376,7 @@ class _Builder:
     def reduce_pass(self, runs: list[Run]) -> int | None:
         """After each unit's last backward call: its reduce hook, chunk_cat, and the reduce-scatter (on a CPU, waited
         for where issued); the root's last. Returns the last reduce-scatter."""
-        graph, costs = self.graph, self.costs
+        costs = self.costs
         last_of: dict[str, Run] = {}
         for run in runs:
             last_of[run.unit.name] = run
@@ -329,12 +391,12 @@ class _Builder:
             if self.on_gpu:  # chunk_cat runs on the reduce-scatter's stream, after the gradients' last kernel
                 collective = self._collective(self.reduce, hook, unit.bytes, name,
                                               duration + costs.copy_ns(unit.bytes, unit.tensors))
-                graph.add_edges([run.last], [collective], DepKind.COMMUNICATION)
+                self.edge(run.last, collective)
             else:
                 cat = self._after(hook, costs.copy_ns(unit.bytes, unit.tensors), f"fsdp: chunk_cat ({unit.name})")
                 collective = self._collective(self.reduce, cat, unit.bytes, name, duration)
                 returned = self._after(cat, costs.issue_ns, f"fsdp: reduce-scatter call ({unit.name})")
-                graph.add_edges([collective], [returned], DepKind.COMMUNICATION)
+                self.edge(collective, returned)
             self.reduces += 1
             self.reduced_bytes += unit.bytes
             last_collective = collective
@@ -409,10 +471,11 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         if last is not None and builder.on_gpu:
             target, problem = optimizer_step(graph, iteration, backward[-1].last)
             if target is not None:
-                graph.add_edges([last], [target], DepKind.COMMUNICATION)
+                builder.edge(last, target)
             if problem and problem not in problems:
                 problems.append(problem)
         optimizer_ops += _scale_optimizer(graph, iteration, world, costs.optimizer_op_ns)
+    builder.apply()
     graph.data_parallel = replace(graph.data_parallel, world=world, link=net.link, contention=factor,
                                   contention_source=source, host_ranks=min(world, net.per_node),
                                   collective_steps=collective_steps("allgather", world, "ring"))
