@@ -155,7 +155,7 @@ def _unit_bytes(base: Trace) -> dict[str, int]:
     trace's layers: the repeated blocks the examples shard, the root the rest."""
     layers = gradient_bytes_of(base)
     modules = sorted({".".join(path.split(".")[:end]) for path in layers for end in range(1, path.count(".") + 2)})
-    units = fsdp_units(modules, layers, 0, "")
+    units = fsdp_units(modules, layers, "")
     return {("" if u.name == ROOT else u.name.split(".", 1)[1]): u.bytes for u in units}
 
 

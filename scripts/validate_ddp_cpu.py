@@ -68,7 +68,12 @@ class Link:
     latency_us: float
 
     def allreduce_ns(self, message_bytes: int) -> int:
-        return collective_time_ns("allreduce", message_bytes, WORLD, Interconnect("fitted", self.bandwidth_gbs, self.latency_us))
+        return self.time_ns("allreduce", message_bytes)
+
+    def time_ns(self, operation: str, message_bytes: int, algorithm: str = "auto") -> int:
+        """One `operation` of `message_bytes` among WORLD ranks over this link, ns."""
+        return collective_time_ns(operation, message_bytes, WORLD, Interconnect("fitted", self.bandwidth_gbs, self.latency_us),
+                                  algorithm)
 
 
 @dataclass(slots=True)

@@ -44,29 +44,18 @@ from validate_ddp_cpu import (  # noqa: E402
     STEPS,
     TRACE_TIMEOUT_S,
     WARMUP,
+    WORLD,
+    Link,
     free_port,
     rank_environment,
     run_times,
     run_together,
 )
 
-from daydream.interconnect import Interconnect, collective_time_ns  # noqa: E402
-
-WORLD = 2
 EXAMPLES = {"transformer": "examples/transformer.py", "a2c": "examples/suite/a2c.py"}
 CONFIGURATIONS = {"fsdp": ((), ""), "fsdp, reshard=0": (("--no-reshard",), ",reshard=0")}
 MESSAGE_BYTES = [2**16, 2**18, 2**20, 2**22, 2**24]
 REPEATS = 20
-
-
-@dataclass(slots=True, frozen=True)
-class Link:
-    bandwidth_gbs: float
-    latency_us: float
-
-    def time_ns(self, operation: str, message_bytes: int) -> int:
-        return collective_time_ns(operation, message_bytes, WORLD, Interconnect("fitted", self.bandwidth_gbs,
-                                                                               self.latency_us), "ring")
 
 
 @dataclass(slots=True)
@@ -300,8 +289,8 @@ def link_table(rounds: list[Round]) -> list[str]:
     for size in MESSAGE_BYTES:
         gather = statistics.median(r.seconds["allgather"][size] for r in rounds) * 1e9
         scatter = statistics.median(r.seconds["allreduce"][size] for r in rounds) * 1e9
-        model_gather = statistics.median(r.link.time_ns("allgather", size) for r in rounds)
-        model_scatter = statistics.median(r.link.time_ns("allreduce", size) for r in rounds)
+        model_gather = statistics.median(r.link.time_ns("allgather", size, "ring") for r in rounds)
+        model_scatter = statistics.median(r.link.time_ns("allreduce", size, "ring") for r in rounds)
         lines.append(f"| {size // 1024:,} KiB | {gather / 1e3:,.0f} µs | {model_gather / 1e3:,.0f} µs | "
                      f"{scatter / 1e3:,.0f} µs | {model_scatter / 1e3:,.0f} µs |")
     return lines

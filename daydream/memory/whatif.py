@@ -320,24 +320,21 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     before it in backward order begins), and its unsharded gradients from its backward's first allocation until its
     reduce-scatter at its backward's end; on a CPU (gloo) each all-gather also stages a copy of the unit while it runs,
     and the clone of its gradients the first reduce-scatter works on stays"""
-    from daydream.transforms.distributed.fsdp import ROOT, fsdp_units
+    from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, unit_of_layers
 
     world = int(params["world"])
     if world <= 1:
         return "fsdp: world=1 shards nothing; allocations unchanged"
     if not model.layer_bytes:
         return "fsdp: the trace records no parameter sizes, so the units' gathered parameters are not counted"
-    units = fsdp_units(model.layers, model.layer_bytes, 0, str(params.get("units", "")))
+    units = fsdp_units(model.layers, model.layer_bytes, str(params.get("units", "")))
     a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] /= world
     reshard, prefetch = bool(int(params.get("reshard", 1))), bool(int(params.get("prefetch", 1)))
-    unit_of = np.full(len(model.layers) + 1, -1, dtype=np.int64)
-    for k, unit in enumerate(units):
-        if unit.name != ROOT:
-            unit_of[sorted(unit.layers)] = k
-    owner = unit_of[np.where(a.layer >= 0, a.layer, len(model.layers))]
+    owner = unit_of_layers(units, len(model.layers))[np.where(a.layer >= 0, a.layer, len(model.layers))]
     root = next((k for k, u in enumerate(units) if u.name == ROOT), None)
     added = 0
     on_cpu = model.device == "cpu"
+    staged = 2.0 if on_cpu else 1.0  # gloo gathers into a staging copy of the output while the gather runs
     every = [_unit_spans(a, owner, i, len(units), root) for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
     for number, spans in enumerate(every):  # the spans of every iteration taken before any allocation is added
         backward_order = sorted((span[1][0], k) for k, span in enumerate(spans) if span[1] is not None)
@@ -354,7 +351,6 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
             issued = backward_order[position - 1][0] if prefetch and position > 0 else start
             # Each gather: its output from the all-gather's issue to the copy-out (both there at that moment), then
             # the parameters while the unit runs.
-            staged = 2.0 if on_cpu else 1.0  # gloo gathers into a staging copy of the output while the gather runs
             if forward is not None:
                 _add(a, size * staged, forward[0], forward[0] + 1, TMP)
                 _add(a, size, forward[0], forward[1] if reshard else backward[1], WEIGHTS)

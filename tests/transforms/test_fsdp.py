@@ -156,9 +156,9 @@ def test_units_are_the_outermost_repeated_blocks_and_the_root_holds_the_rest() -
              "m.layers.1.attn.q": 4, "m.stage.0.w": 3, "m.head": 7}
     assert repeated_blocks(sizes) == ["m.layers.0", "m.layers.1"]  # m.stage holds one: not repeated
     layers = sorted({".".join(p.split(".")[:n]) for p in sizes for n in range(1, p.count(".") + 2)})
-    units = fsdp_units(layers, sizes, 0, "")
+    units = fsdp_units(layers, sizes, "")
     assert [(u.name, u.bytes) for u in units] == [("m.layers.0", 6), ("m.layers.1", 4), (ROOT, 20)]
-    chosen = fsdp_units(layers, sizes, 0, r"attn\.heads\.\d+$")
+    chosen = fsdp_units(layers, sizes, r"attn\.heads\.\d+$")
     assert [(u.name, u.bytes) for u in chosen] == [("m.layers.0.attn.heads.0", 1), ("m.layers.0.attn.heads.1", 1),
                                                    (ROOT, 28)]
 

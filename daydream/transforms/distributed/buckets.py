@@ -14,7 +14,7 @@ import numpy as np
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
-from daydream.graph.model import GPU_WORK, HOST_WORK
+from daydream.graph.model import DEVICE_WORK, GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
 from daydream.transforms.distributed.fabric import parse_bytes
 from daydream.transforms.registry import Context
@@ -148,6 +148,16 @@ def optimizer_step(graph: Graph, iteration: int, ready: int) -> tuple[int | None
         return (graph.iteration_markers[iteration][1],
                 "no optimizer work after backward found: the iteration's end waits for the last bucket instead")
     return None, None
+
+
+def scale_optimizer(graph: Graph, iteration: int, world: int) -> np.ndarray:
+    """Each rank updates its 1/world shard: the optimizer's device work (a CPU-only graph: its host ops) of `iteration`
+    ÷ world, its launches as they were. Returns the tasks scaled."""
+    tasks = graph.tasks
+    kinds = [int(k) for k in DEVICE_WORK] if graph.has_device_work() else [int(TaskKind.HOST_OP)]
+    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
+    tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / world).astype(np.int64)
+    return chosen
 
 
 def iterations_of(graph: Graph) -> list[int]:

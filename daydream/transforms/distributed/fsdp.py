@@ -1,7 +1,7 @@
 """`fsdp`: fully sharded data parallelism over WORLD ranks (PyTorch FSDP2, `fully_shard`) from one rank's trace.
 
 FSDP2 shards each *unit* (a module `fully_shard` was applied to, and the root for the parameters no unit holds)
-across the ranks. Per iteration and unit, as torch.distributed.fsdp runs it:
+across the ranks. Per call of a unit, as torch.distributed.fsdp runs it:
 
 - **forward**: before the unit's first op, its pre-forward hook copies this rank's shard into the all-gather buffer
   (copy-in), all-gathers the unit's parameters, and copies them out into the parameters (copy-out); after its last
@@ -32,18 +32,17 @@ import numpy as np
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import DEVICE_WORK
 from daydream.interconnect import collective_steps
 from daydream.mapping.attribution import layer_owners
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
-    OPTIMIZER,
     comm_resource,
     iterations_of,
     no_existing_collectives,
     optimizer_step,
     phase_work,
+    scale_optimizer,
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_speed
@@ -65,12 +64,11 @@ FRESH_COPY_SLOWDOWN = 1.41
 
 @dataclass(slots=True, frozen=True)
 class Unit:
-    """One fully_shard'ed module: its path (ROOT for the root), its layers, its parameter bytes and tensors."""
+    """One fully_shard'ed module: its path (ROOT for the root), its layers and its parameter bytes."""
 
     name: str
     layers: frozenset[int]
     bytes: int
-    tensors: int
     #: its layers that own parameters and hold no other layer: each runs once per call of the unit
     leaves: frozenset[int] = frozenset()
 
@@ -100,7 +98,7 @@ def repeated_blocks(sizes: dict[str, int]) -> list[str]:
     return [b for b in found if not any(b.startswith(other + ".") for other in found if other != b)]
 
 
-def fsdp_units(layers: list[str], sizes: dict[str, int], tensors: int, pattern: str) -> list[Unit]:
+def fsdp_units(layers: list[str], sizes: dict[str, int], pattern: str) -> list[Unit]:
     """The units (the root last) with their layers and parameters; `pattern` "" takes the repeated blocks."""
     if pattern:
         targets, _ = layer_owners(layers, pattern)
@@ -114,8 +112,6 @@ def fsdp_units(layers: list[str], sizes: dict[str, int], tensors: int, pattern: 
     index = {name: k for k, name in enumerate(layers)}
     parents = {name.rsplit(".", 1)[0] for name in layers if "." in name}
     leaves = frozenset(index[path] for path, size in sizes.items() if size > 0 and path in index and path not in parents)
-    total_tensors = max(tensors, 2 * sum(1 for s in sizes.values() if s > 0))
-    layers_with_bytes = max(1, sum(1 for s in sizes.values() if s > 0))
     units, claimed = [], set()
     for name in names:
         inside = [path for path in sizes if path == name or path.startswith(name + ".")]
@@ -123,13 +119,11 @@ def fsdp_units(layers: list[str], sizes: dict[str, int], tensors: int, pattern: 
         claimed.update(inside)
         size = sum(sizes[p] for p in inside)
         if size > 0 and name in index:
-            units.append(Unit(name, owned, size, max(1, round(total_tensors * len(inside) / layers_with_bytes)),
-                              owned & leaves))
+            units.append(Unit(name, owned, size, owned & leaves))
     rest = [path for path, size in sizes.items() if path not in claimed and size > 0]
     if rest:
         owned = frozenset(k for k in range(len(layers)) if not any(k in u.layers for u in units))
-        units.append(Unit(ROOT, owned, sum(sizes[p] for p in rest),
-                          max(1, round(total_tensors * len(rest) / layers_with_bytes)), owned & leaves))
+        units.append(Unit(ROOT, owned, sum(sizes[p] for p in rest), owned & leaves))
     return units
 
 
@@ -148,14 +142,23 @@ class _Costs:
     issue_ns: int
     optimizer_op_ns: int
 
-    def copy_ns(self, nbytes: float, tensors: int) -> int:
-        """One copy of `nbytes` of `tensors` tensors into or out of a flat buffer (one foreach op)."""
-        del tensors  # one op per unit, however many tensors it holds (a foreach copy, split_with_sizes_copy, chunk_cat)
+    def copy_ns(self, nbytes: float) -> int:
+        """One copy of `nbytes` into or out of a flat buffer: one op per unit, however many tensors it holds (a foreach
+        copy, split_with_sizes_copy, chunk_cat)."""
         if self.copies is None:
             return 0
         if self.copy_op_ns:
             return int(round(self.copy_op_ns + self.slowdown * 2.0 * nbytes / self.copies.bytes_per_ns))
         return self.copies.time_ns(nbytes, 1)
+
+
+def unit_of_layers(units: list[Unit], layers: int) -> np.ndarray:
+    """Per layer, the index in `units` of the unit that holds it (a block's over the root's), -1 for none; one more
+    slot, -1, for a task's layer -1."""
+    owner = np.full(layers + 1, -1, dtype=np.int64)
+    for k in sorted(range(len(units)), key=lambda k: units[k].name != ROOT):  # the root first, the blocks over it
+        owner[sorted(units[k].layers)] = k
+    return owner
 
 
 def unit_runs(graph: Graph, units: list[Unit], iteration: int, phase: int) -> list[Run]:
@@ -168,24 +171,17 @@ def unit_runs(graph: Graph, units: list[Unit], iteration: int, phase: int) -> li
     work = phase_work(graph, iteration, phase)
     if work.size == 0:
         return []
-    owner = np.full(len(graph.layers) + 1, -1, dtype=np.int64)
-    for k, unit in enumerate(units):
-        if unit.name == ROOT:
-            owner[sorted(unit.layers)] = k
-    for k, unit in enumerate(units):
-        if unit.name != ROOT:
-            owner[sorted(unit.layers)] = k
-    of_task = owner[graph.tasks["layer"][work]]
+    of_task = unit_of_layers(units, len(graph.layers))[graph.tasks["layer"][work]]
     position = {int(task): at for at, task in enumerate(work.tolist())}
     attributed = np.flatnonzero(of_task >= 0) if phase != FORWARD else np.arange(work.size)
     seen = of_task[attributed]
+    layer_of = graph.tasks["layer"][work[attributed]]
     runs: list[Run] = []
     for k, unit in enumerate(units):
         if unit.name == ROOT and phase != FORWARD:
             runs.append(Run(unit, int(work[0]), int(work[-1])))
             continue
         member = (seen >= 0) if unit.name == ROOT else (seen == k)
-        layer_of = graph.tasks["layer"][work[attributed]]
         for a, b in _runs(member):
             for first, last in _calls(layer_of, a, b, unit.leaves):
                 runs.append(Run(unit, int(work[attributed[first]]), int(work[attributed[last]])))
@@ -216,7 +212,7 @@ def _runs(member: np.ndarray) -> list[tuple[int, int]]:
 
 
 class _Builder:
-    """Inserts one iteration's FSDP2 work into the graph."""
+    """Records the FSDP2 work of each iteration's calls (the passes) and puts it into the graph at the end (`apply`)."""
 
     def __init__(self, graph: Graph, net: Fabric, costs: _Costs, world: int, reshard: bool, prefetch: bool,
                  forward_prefetch: bool, stretch: float) -> None:
@@ -329,11 +325,11 @@ class _Builder:
         shard = unit.bytes / self.world
         if self.on_gpu:  # copy-in runs on the all-gather's stream: part of its time
             issue = self._before(at, costs.issue_ns, f"fsdp: all-gather issue ({unit.name})")
-            duration = self.net.time_ns("allgather", unit.bytes) + costs.copy_ns(shard, unit.tensors)
+            duration = self.net.time_ns("allgather", unit.bytes) + costs.copy_ns(shard)
             collective = self._collective(self.gather, issue, unit.bytes, f"fsdp all-gather ({label}, {unit.name}, "
                                           f"{unit.bytes / 2**20:.1f} MiB)", duration)
         else:
-            copy_in = self._before(at, costs.copy_ns(shard, unit.tensors), f"fsdp: all-gather copy-in ({unit.name})")
+            copy_in = self._before(at, costs.copy_ns(shard), f"fsdp: all-gather copy-in ({unit.name})")
             collective = self._collective(self.gather, copy_in, unit.bytes, f"fsdp all-gather ({label}, {unit.name}, "
                                           f"{unit.bytes / 2**20:.1f} MiB)", self.net.time_ns("allgather", unit.bytes))
             returned = self._before(at, costs.issue_ns, f"fsdp: all-gather call ({unit.name})")
@@ -344,7 +340,7 @@ class _Builder:
 
     def _copy_out(self, first_work: int, host_at: int, unit: Unit, collective: int) -> None:
         """The gathered parameters copied out before the unit's first work, after its all-gather."""
-        duration = self.costs.copy_ns(unit.bytes, unit.tensors)
+        duration = self.costs.copy_ns(unit.bytes)
         name = f"fsdp: all-gather copy-out ({unit.name})"
         copy = self._before(first_work if self.on_gpu else host_at, duration, name)
         self.edge(collective, copy)
@@ -390,10 +386,10 @@ class _Builder:
             duration = self.net.time_ns(operation, unit.bytes)
             if self.on_gpu:  # chunk_cat runs on the reduce-scatter's stream, after the gradients' last kernel
                 collective = self._collective(self.reduce, hook, unit.bytes, name,
-                                              duration + costs.copy_ns(unit.bytes, unit.tensors))
+                                              duration + costs.copy_ns(unit.bytes))
                 self.edge(run.last, collective)
             else:
-                cat = self._after(hook, costs.copy_ns(unit.bytes, unit.tensors), f"fsdp: chunk_cat ({unit.name})")
+                cat = self._after(hook, costs.copy_ns(unit.bytes), f"fsdp: chunk_cat ({unit.name})")
                 collective = self._collective(self.reduce, cat, unit.bytes, name, duration)
                 returned = self._after(cat, costs.issue_ns, f"fsdp: reduce-scatter call ({unit.name})")
                 self.edge(collective, returned)
@@ -404,21 +400,14 @@ class _Builder:
 
 
 def _scale_optimizer(graph: Graph, iteration: int, world: int, op_ns: int) -> int:
-    """Each rank updates its shard: the optimizer's device work ÷ world; each of its host ops pays DTensor's dispatch."""
-    tasks = graph.tasks
-    on_gpu = graph.has_device_work()
-    if on_gpu:
-        work = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER)
-                              & np.isin(tasks["kind"], [int(k) for k in DEVICE_WORK]))
-        tasks["duration_ns"][work] = np.round(tasks["duration_ns"][work] / world).astype(np.int64)
+    """Each rank updates its shard (buckets.scale_optimizer); each of the optimizer's host ops (a GPU's: those that
+    launched its work) pays DTensor's dispatch. Returns how many paid it."""
+    work = scale_optimizer(graph, iteration, world)
+    if graph.has_device_work():
         launch = graph.edges_of_kind(DepKind.LAUNCH)
-        hosts = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], work)])
-        tasks["duration_ns"][hosts] += op_ns
-        return int(hosts.size)
-    ops = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER)
-                         & (tasks["kind"] == int(TaskKind.HOST_OP)))
-    tasks["duration_ns"][ops] = np.round(tasks["duration_ns"][ops] / world).astype(np.int64) + op_ns
-    return int(ops.size)
+        work = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], work)])
+    graph.tasks["duration_ns"][work] += op_ns
+    return int(work.size)
 
 
 def _costs(graph: Graph, context: Context) -> _Costs:
@@ -440,7 +429,7 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not context.gradient_bytes:
         raise InputError("fsdp: the trace lists no per-layer parameters, so its units cannot be sized — record it with "
                          "daydream trace")
-    units = fsdp_units(graph.layers, context.gradient_bytes, context.gradient_tensors, str(params["units"]))
+    units = fsdp_units(graph.layers, context.gradient_bytes, str(params["units"]))
     if world == 1:
         return ["fsdp: world=1 shards nothing; the step is unchanged"]
     net = fabric(params, context, world)
@@ -542,4 +531,4 @@ register(Optimization(
      "contention": CONTENTION_PARAMETER},
 ))
 
-__all__ = ["ROOT", "Unit", "fsdp_units", "repeated_blocks"]
+__all__ = ["ROOT", "Unit", "fsdp_units", "repeated_blocks", "unit_of_layers"]

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from daydream.errors import InputError
-from daydream.graph import DepKind, Graph, TaskKind
-from daydream.graph.model import DEVICE_WORK
+from daydream.graph import DepKind, Graph
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
@@ -20,21 +17,11 @@ from daydream.transforms.distributed.buckets import (
     insert_collectives,
     iterations_of,
     last_task,
+    scale_optimizer,
 )
 from daydream.transforms.distributed.ddp import DATA_PARALLEL_PARAMETERS, data_parallel
 from daydream.transforms.distributed.fabric import Fabric, fabric
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
-
-
-def _scale_optimizer(graph: Graph, iteration: int, world: int) -> int:
-    """Each rank updates its 1/world shard: the optimizer's device work shrinks, its launches do not."""
-    tasks = graph.tasks
-    kinds = [int(k) for k in DEVICE_WORK] if graph.has_device_work() else [int(TaskKind.HOST_OP)]
-    chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
-    tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / world).astype(np.int64)
-    return int(chosen.size)
-
-
 
 
 def _gather_before(graph: Graph, resource: int, iteration: int, items: list[tuple[int, int, int]], net: Fabric,
@@ -61,7 +48,7 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     gathers = scaled = 0
     iterations = max(len(iterations_of(graph)), 1)
     for iteration in iterations_of(graph):
-        scaled += _scale_optimizer(graph, iteration, world)
+        scaled += int(scale_optimizer(graph, iteration, world).size)
         if stage < 3:
             last = last_task(graph, iteration, OPTIMIZER)
             if last is not None and volume:
