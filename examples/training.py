@@ -9,6 +9,10 @@
     --loader-workers N         batches made by a torch DataLoader with N worker processes (0: in the training
                                process), each sample prepared on the CPU as an image pipeline would (crop, flip,
                                normalize); without it, batches are made directly on the device
+    --pp [--microbatches M] [--schedule gpipe|1f1b] [--cuts K,...]
+                               pipeline parallelism under torchrun (torch.distributed.pipelining): each rank runs one
+                               stage, a run of the model's blocks (--cuts: the first block of each later stage;
+                               default: as even as the blocks allow), the batch split into M micro-batches
     --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp or --fsdp [--no-reshard] (under torchrun), --threads N
 
 The scripts stay plain PyTorch: no profiler code. With --cuda-graphs no optimizer.step() runs
@@ -24,6 +28,7 @@ import os
 import random
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,6 +62,11 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
     parser.add_argument("--no-reshard", action="store_true",
                         help="with --fsdp: keep each unit's gathered parameters from forward to backward "
                              "(fully_shard's reshard_after_forward=False)")
+    parser.add_argument("--pp", action="store_true",
+                        help="one stage of a pipeline (torch.distributed.pipelining; launch with torchrun, a rank per stage)")
+    parser.add_argument("--microbatches", type=int, default=4, help="with --pp: micro-batches per step")
+    parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b", help="with --pp: the pipeline schedule")
+    parser.add_argument("--cuts", default="", help="with --pp: the first block of each stage after the first (K,...)")
     parser.add_argument("--find-unused", action="store_true", help="with --ddp: DistributedDataParallel's find_unused_parameters")
     parser.add_argument("--bucket-view", action="store_true", help="with --ddp: DistributedDataParallel's gradient_as_bucket_view")
     parser.add_argument("--threads", type=int, default=0, help="intra-op CPU threads (torch.set_num_threads); 0: torch's default")
@@ -74,15 +84,15 @@ def setup(args: argparse.Namespace) -> tuple[str, int]:
         raise SystemExit("--device cuda: no CUDA device is visible to torch")
     if args.cuda_graphs and device != "cuda":
         raise SystemExit("--cuda-graphs needs a CUDA device")
-    if args.ddp and args.fsdp:
-        raise SystemExit("--ddp and --fsdp are two ways to run data parallel: give one")
+    if sum(bool(getattr(args, flag, False)) for flag in ("ddp", "fsdp", "pp")) > 1:
+        raise SystemExit("--ddp, --fsdp and --pp each lay the model out over the ranks: give one")
     if args.cuda_graphs and (args.ddp or args.fsdp or args.amp == "fp16"):
         raise SystemExit("--cuda-graphs runs without --ddp and without fp16's GradScaler here (use --amp bf16)")
     if args.amp == "fp16" and device != "cuda":
         raise SystemExit("--amp fp16 needs a CUDA device; on the CPU use --amp (bf16)")
     if args.optim == "fused" and device != "cuda":
         raise SystemExit("--optim fused needs a CUDA device")
-    distributed = args.ddp or args.fsdp
+    distributed = args.ddp or args.fsdp or getattr(args, "pp", False)
     if distributed and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
     rank = join_process_group(device) if distributed else 0
@@ -186,6 +196,52 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
             print(f"step {step} loss {loss.item():.3f}")
     if args.ddp or getattr(args, "fsdp", False):
         torch.distributed.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Pipelined:
+    """How a model's batch feeds a pipeline: the first stage's inputs, the last stage's target, the loss of the last
+    stage's output against it."""
+
+    inputs: Callable[[Batch], tuple[torch.Tensor, ...]]
+    target: Callable[[Batch], torch.Tensor]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def stage_cuts(args: argparse.Namespace, blocks: int, stages: int) -> list[int]:
+    """The first block of each stage: stage 0 from block 0, the others from --cuts or as even as the blocks allow."""
+    if args.cuts:
+        cuts = [0] + [int(k) for k in args.cuts.split(",")]
+    else:
+        cuts = [round(s * blocks / stages) for s in range(stages)]
+    if len(cuts) != stages or cuts != sorted(set(cuts)) or cuts[-1] >= blocks:
+        raise SystemExit(f"--cuts {args.cuts!r}: give {stages - 1} increasing block indices below {blocks}")
+    return cuts
+
+
+def train_pipelined(stage_module: nn.Module, pipelined: Pipelined, batch_of: Callable[[int], Batch],
+                    opt: torch.optim.Optimizer, args: argparse.Namespace, device: str) -> None:
+    """Run args.steps steps of this rank's stage under the --schedule, each step's batch in --microbatches."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    rank, stages = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    stage = PipelineStage(stage_module, rank, stages, torch.device(device))
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[args.schedule]
+    schedule = kind(stage, args.microbatches, loss_fn=pipelined.loss)
+    for step in range(args.steps):
+        batch = batch_of(step)
+        opt.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        if rank == 0:
+            schedule.step(*pipelined.inputs(batch))
+        elif rank == stages - 1:
+            schedule.step(target=pipelined.target(batch), losses=losses)
+        else:
+            schedule.step()
+        opt.step()
+        if step % 10 == 0 and losses:
+            print(f"step {step} loss {sum(float(x.detach()) for x in losses) / len(losses):.3f}")
+    torch.distributed.destroy_process_group()
 
 
 class PreparedSamples(torch.utils.data.Dataset):

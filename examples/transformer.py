@@ -3,6 +3,7 @@
     python examples/transformer.py --steps 20
     daydream trace examples/transformer.py -- --steps 20
     torchrun --nproc-per-node 2 examples/transformer.py --ddp --threads 1
+    torchrun --nproc-per-node 2 examples/transformer.py --pp --microbatches 4 --schedule 1f1b --threads 1
 
 Runs on a GPU when one is available, on the CPU otherwise. No profiler code.
 
@@ -84,11 +85,27 @@ class TinyTransformer(nn.Module):
         self.head = nn.Linear(width, vocab, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.embed(tokens) + self.position(positions)
+        if self.embed is None:  # a later pipeline stage: the hidden states of the stage before
+            x = tokens
+        else:
+            positions = torch.arange(tokens.shape[1], device=tokens.device)
+            x = self.embed(tokens) + self.position(positions)
         for block in self.blocks:
             x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if self.checkpoint else block(x)
-        return self.head(self.ln_f(x))
+        return x if self.head is None else self.head(self.ln_f(x))
+
+    def stage(self, index: int, cuts: list[int]) -> "TinyTransformer":
+        """This model as pipeline stage `index` of len(cuts), holding blocks cuts[index] up to the next cut (the
+        first stage the embeddings, the last the head); the other blocks become identities, so the names stay."""
+        ends = [*cuts[1:], len(self.blocks)]
+        for k in range(len(self.blocks)):
+            if not cuts[index] <= k < ends[index]:
+                self.blocks[k] = nn.Identity()
+        if index > 0:
+            self.embed = self.position = None
+        if index < len(cuts) - 1:
+            self.ln_f = self.head = None
+        return self
 
 
 def main() -> None:
@@ -97,9 +114,11 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=2, help="transformer blocks")
     parser.add_argument("--width", type=int, default=256, help="hidden size")
     args = parser.parse_args()
-    device, _ = training.setup(args)
-    model = training.wrap(TinyTransformer(width=args.width, context=args.context, depth=args.depth,
-                                          checkpoint=args.checkpoint).to(device), args)
+    device, rank = training.setup(args)
+    model = TinyTransformer(width=args.width, context=args.context, depth=args.depth, checkpoint=args.checkpoint)
+    if args.pp:
+        model = model.stage(rank, training.stage_cuts(args, args.depth, torch.distributed.get_world_size()))
+    model = training.wrap(model.to(device), args)
     optimizer = training.optimizer(torch.optim.AdamW, model, args, lr=3e-4)
 
     def batch(step: int) -> tuple[torch.Tensor]:
@@ -110,6 +129,12 @@ def main() -> None:
         logits = model(tokens[:, :-1])
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
 
+    if args.pp:
+        pipelined = training.Pipelined(inputs=lambda batch: (batch[0][:, :-1],), target=lambda batch: batch[0][:, 1:],
+                                       loss=lambda logits, target: nn.functional.cross_entropy(
+                                           logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1)))
+        training.train_pipelined(model, pipelined, batch, optimizer, args, device)
+        return
     training.train(model, batch, loss, optimizer, args, device)
 
 

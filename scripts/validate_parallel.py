@@ -1,5 +1,5 @@
-"""Sharded layouts against real runs on this machine: the `fsdp` what-if, predicted from a one-process trace, against
-real 2-process FSDP2 (`fully_shard`) runs over gloo.
+"""Sharded layouts against real runs on this machine: the `fsdp` and `pp` what-ifs, predicted from a one-process trace,
+against real 2-process FSDP2 (`fully_shard`) and pipeline (torch.distributed.pipelining, 1F1B and GPipe) runs over gloo.
 
     python scripts/validate_parallel.py                    # writes docs/validation-parallel.md
     python scripts/validate_parallel.py --rounds 2 --out - --keep /tmp/parallel
@@ -53,7 +53,15 @@ from validate_ddp_cpu import (  # noqa: E402
 )
 
 EXAMPLES = {"transformer": "examples/transformer.py", "a2c": "examples/suite/a2c.py"}
-CONFIGURATIONS = {"fsdp": ((), ""), "fsdp, reshard=0": (("--no-reshard",), ",reshard=0")}
+#: Per layout: the example's flags under torchrun, and the what-if ({link}: the round's fitted link).
+CONFIGURATIONS = {
+    "fsdp": (("--fsdp",), "fsdp:world=2,{link}"),
+    "fsdp, reshard=0": (("--fsdp", "--no-reshard"), "fsdp:world=2,{link},reshard=0"),
+    "pp, 1f1b": (("--pp", "--microbatches", "4", "--schedule", "1f1b"), "pp:stages=2,microbatches=4,schedule=1f1b,{link}"),
+    "pp, gpipe": (("--pp", "--microbatches", "4", "--schedule", "gpipe"), "pp:stages=2,microbatches=4,schedule=gpipe,{link}"),
+}
+#: The layouts each example runs under (a2c has no repeated blocks to cut into stages).
+LAYOUTS = {"transformer": tuple(CONFIGURATIONS), "a2c": ("fsdp", "fsdp, reshard=0")}
 MESSAGE_BYTES = [2**16, 2**18, 2**20, 2**22, 2**24]
 REPEATS = 20
 
@@ -66,7 +74,7 @@ class Run:
     rank_ns: list[int]
     rank_peak: list[int]
     predicted_ns: int = 0
-    predicted_peak: int = 0
+    predicted_peak: list[int] = field(default_factory=list)  # per rank
     from_twins_ns: int = 0
 
 
@@ -166,7 +174,7 @@ def trace_twins(script: str, folder: Path, example: str) -> Path:
 def trace_ranks(script: str, folder: Path, name: str, flags: tuple[str, ...]) -> list[Path]:
     port = free_port()
     target = folder / f"{name}-rank{{rank}}.json.gz"
-    run([(trace_command(script, target, "--fsdp", *flags), rank_environment(rank, port, 1)) for rank in range(WORLD)])
+    run([(trace_command(script, target, *flags), rank_environment(rank, port, 1)) for rank in range(WORLD)])
     return [folder / f"{name}-rank{rank}.json.gz" for rank in range(WORLD)]
 
 
@@ -188,16 +196,22 @@ def peak_bytes(trace: Path) -> int:
     return int(daydream("memory", "--json", str(trace))["devices"][0]["peak_allocated_bytes"])
 
 
-def predict(baseline: Path, link: Link, extra: str) -> tuple[int, int]:
-    spec = f"fsdp:world={WORLD},bandwidth={link.bandwidth_gbs:.4g},latency={link.latency_us:.4g}{extra}"
-    report = daydream("whatif", str(baseline), "--opt", spec, "--memory", "--json")
-    return int(report["iteration_ns"]["predicted"]), int(report["memory"][0]["predicted_peak_bytes"])
+def predict(baseline: Path, link: Link, layout: str) -> tuple[int, list[int]]:
+    """The predicted step and each rank's peak: pp's ranks each hold a stage of their own (memory_stage=R), fsdp's
+    ranks the same."""
+    spec = CONFIGURATIONS[layout][1].format(link=f"bandwidth={link.bandwidth_gbs:.4g},latency={link.latency_us:.4g}")
+    peaks = []
+    for rank in range(WORLD if spec.startswith("pp:") else 1):
+        ranked = spec + (f",memory_stage={rank}" if spec.startswith("pp:") else "")
+        report = daydream("whatif", str(baseline), "--opt", ranked, "--memory", "--json")
+        peaks.append(int(report["memory"][0]["predicted_peak_bytes"]))
+    return int(report["iteration_ns"]["predicted"]), peaks * (WORLD // len(peaks))
 
 
 def run_round(example: str, index: int, folder: Path) -> Round:
     script = EXAMPLES[example]
     folder.mkdir(parents=True, exist_ok=True)
-    jobs = ["benchmark", "baseline", "twins", *CONFIGURATIONS]
+    jobs = ["benchmark", "baseline", "twins", *LAYOUTS[example]]
     jobs = jobs[index % len(jobs):] + jobs[:index % len(jobs)]  # rotating order: no job always first
     seconds: dict[str, dict[int, float]] = {}
     baseline = folder / f"{example}-baseline.json.gz"
@@ -217,8 +231,8 @@ def run_round(example: str, index: int, folder: Path) -> Round:
     result = Round(link, seconds, iteration_ns(baseline), peak_bytes(baseline), baseline, iteration_ns(twins))
     for job, paths in traced.items():
         ran = Run([iteration_ns(p) for p in paths], [peak_bytes(p) for p in paths])
-        ran.predicted_ns, ran.predicted_peak = predict(baseline, link, CONFIGURATIONS[job][1])
-        ran.from_twins_ns = predict(twins, link, CONFIGURATIONS[job][1])[0]
+        ran.predicted_ns, ran.predicted_peak = predict(baseline, link, job)
+        ran.from_twins_ns = predict(twins, link, job)[0]
         result.runs[job] = ran
     return result
 
@@ -253,31 +267,34 @@ def _error(predicted: float, measured: float) -> str:
 
 def summary(results: dict[str, list[Round]]) -> list[str]:
     lines = ["| example | layout | baseline | predicted | measured (rank 0 / rank 1) | error | from 2 processes | error | "
-             "predicted peak | measured peak (rank 0 / rank 1) | error |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "predicted peak (rank 0 / rank 1) | measured peak (rank 0 / rank 1) | error |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for example, rounds in results.items():
-        for job in CONFIGURATIONS:
+        for job in LAYOUTS[example]:
             base = statistics.median(r.baseline_ns for r in rounds)
             predicted = statistics.median(r.runs[job].predicted_ns for r in rounds)
             ranks = [statistics.median(r.runs[job].rank_ns[k] for r in rounds) for k in range(WORLD)]
             measured = statistics.median(ranks)
-            peak = statistics.median(r.runs[job].predicted_peak for r in rounds)
+            peak = [statistics.median(r.runs[job].predicted_peak[k] for r in rounds) for k in range(WORLD)]
             peaks = [statistics.median(r.runs[job].rank_peak[k] for r in rounds) for k in range(WORLD)]
-            worst = max(peaks, key=lambda p: abs(peak / p - 1))
+            worst = max(range(WORLD), key=lambda k: abs(peak[k] / peaks[k] - 1))
             twins = statistics.median(r.runs[job].from_twins_ns for r in rounds)
             lines.append(f"| {example} | {job} | {_ms(base)} | {_ms(predicted)} | {_ms(ranks[0])} / {_ms(ranks[1])} | "
-                         f"{_error(predicted, measured)} | {_ms(twins)} | {_error(twins, measured)} | {_mib(peak)} | "
-                         f"{_mib(peaks[0])} / {_mib(peaks[1])} | {_error(peak, worst)} |")
+                         f"{_error(predicted, measured)} | {_ms(twins)} | {_error(twins, measured)} | "
+                         f"{_mib(peak[0])} / {_mib(peak[1])} | {_mib(peaks[0])} / {_mib(peaks[1])} | "
+                         f"{_error(peak[worst], peaks[worst])} |")
     return lines
 
 
 def rounds_table(example: str, rounds: list[Round]) -> list[str]:
+    layouts = LAYOUTS[example]
     lines = [f"### {example}, round by round", "",
              "| round | link fitted | 1 process | 2 processes | " + " | ".join(f"{job}: predicted / measured"
-                                                                        for job in CONFIGURATIONS)
-             + " |", "|---:|---|---:|---:|" + "---:|" * len(CONFIGURATIONS)]
+                                                                        for job in layouts)
+             + " |", "|---:|---|---:|---:|" + "---:|" * len(layouts)]
     for k, r in enumerate(rounds, start=1):
         cells = [f"{_ms(r.runs[j].predicted_ns)} / {_ms(statistics.median(r.runs[j].rank_ns))} "
-                 f"({_error(r.runs[j].predicted_ns, statistics.median(r.runs[j].rank_ns))})" for j in CONFIGURATIONS]
+                 f"({_error(r.runs[j].predicted_ns, statistics.median(r.runs[j].rank_ns))})" for j in layouts]
         lines.append(f"| {k} | {r.link.bandwidth_gbs:.2f} GB/s, {r.link.latency_us:.0f} µs | {_ms(r.baseline_ns)} | "
                      f"{_ms(r.twins_ns)} | "
                      + " | ".join(cells) + " |")
@@ -300,16 +317,19 @@ def markdown(results: dict[str, list[Round]], calibration: str) -> str:
     count = len(next(iter(results.values())))
     every = [r for rounds in results.values() for r in rounds]
     lines = ["# Sharded layouts on the CPU (gloo)", "",
-             f"Generated by `python scripts/validate_parallel.py` on {date.today().isoformat()}: the `fsdp` what-if, "
-             "predicted from a one-process trace, against real 2-process FSDP2 runs (`fully_shard` on each block, then "
-             f"on the model, as `examples/training.py --fsdp` applies it) over gloo on this shared 2-core machine. {count} "
-             "rounds, each in rotating order: the collectives' benchmark, the one-process trace, the FSDP2 runs (both "
+             f"Generated by `python scripts/validate_parallel.py` on {date.today().isoformat()}: the `fsdp` and `pp` "
+             "what-ifs, predicted from a one-process trace, against real 2-process runs over gloo on this shared 2-core "
+             "machine: FSDP2 (`fully_shard` on each block, then on the model, as `examples/training.py --fsdp` applies "
+             "it) and a two-stage pipeline of 4 micro-batches (`torch.distributed.pipelining`, Schedule1F1B and "
+             "ScheduleGPipe, a block per stage, as `examples/training.py --pp` runs it; the a2c model has no blocks to "
+             f"cut into stages). {count} "
+             "rounds, each in rotating order: the collectives' benchmark, the one-process trace, the layouts' runs (both "
              f"ranks traced by `daydream trace`, `--warmup {WARMUP} --iterations {ITERATIONS}`, script flags `--steps "
              f"{STEPS} --threads 1`). Each round's baseline predicts that round's runs over that round's fitted link; "
              "the summary takes the median of the rounds.", "",
              "## Predicted vs measured", "", *summary(results), "",
-             "Error: the prediction against the median of the two ranks' steps; memory against the rank the prediction "
-             "is further from. From 2 processes: the same what-if from the trace of one of two independent copies of "
+             "Error: the prediction against the median of the two ranks' steps; memory, each rank's prediction (pp: its "
+             "stage's, `memory_stage=R`) against its measured peak, the error of the rank further off. From 2 processes: the same what-if from the trace of one of two independent copies of "
              "the example run at once (no communication), whose compute already shares the CPUs with another process "
              "as a rank's does.", "",
              *[line for example, rounds in results.items() for line in rounds_table(example, rounds)],

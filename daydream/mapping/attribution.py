@@ -302,6 +302,27 @@ def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: l
     )
 
 
+@dataclass(slots=True, frozen=True)
+class LayerWork:
+    """Per layer (index into `Attribution.layers`): its forward's and backward's work (ns; the trace's GPU work where it
+    has any, else its CPU ops' own time), and when its first forward work began (ns; -1 for never)."""
+
+    work_ns: np.ndarray
+    first_forward_ns: np.ndarray
+
+
+def layer_work(trace: Trace, attribution: Attribution, links: Links | None = None) -> LayerWork:
+    """Each layer's work and the start of its forward, over the whole trace (what a pipeline's stages balance)."""
+    rows, weights, when, _ = _work_and_weights(trace, links if links is not None else link(trace))
+    count = len(attribution.layers)
+    phase, layer = attribution.phase[rows], attribution.layer[rows].astype(np.int64)
+    work = _per_layer(layer, weights, (phase == FORWARD) | (phase == BACKWARD), count)
+    forward = (phase == FORWARD) & (layer >= 0)
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, layer[forward], when[forward])
+    return LayerWork(work.astype(np.int64), np.where(first == np.iinfo(np.int64).max, -1, first))
+
+
 def _work_and_weights(trace: Trace, links: Links) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """(rows, time of each, host time that places it in an iteration, basis)."""
     gpu = trace.indices(*GPU_ACTIVITY_KINDS)

@@ -24,7 +24,7 @@ import numpy as np
 from daydream.cost.shapes import encoded_ratio
 from daydream.devices import Device
 from daydream.errors import InputError
-from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners, parameter_ratio
+from daydream.mapping.attribution import BACKWARD, FORWARD, LayerWork, layer_owners, parameter_ratio
 from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 #: An optimization's memory model: rewrites the allocations in place, returns its note.
@@ -84,14 +84,18 @@ class ModelFacts:
     current_optimizer: str | None
     layer_bytes: dict[str, int]
     device: str = ""
+    #: per layer, its forward's and backward's work (mapping.attribution.LayerWork), where known: what pipeline stages
+    #: balance
+    layer_work: LayerWork | None = None
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
                    current_optimizer: str | None, device: Device | None,
-                   layer_bytes: dict[str, int] | None = None) -> MemoryPrediction:
-    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale)."""
+                   layer_bytes: dict[str, int] | None = None, layer_work: LayerWork | None = None) -> MemoryPrediction:
+    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale);
+    `layer_work`: each layer's work (what pipeline stages balance)."""
     allocations = _from(memory)
-    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device)
+    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work)
     notes: list[str] = []
     for name, params in specs:
         memory_model = MEMORY_MODELS.get(name)
@@ -106,11 +110,12 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
 
 
 def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
-                         current_optimizer: str | None, device: Device, layer_bytes: dict[str, int] | None = None) -> float | None:
+                         current_optimizer: str | None, device: Device, layer_bytes: dict[str, int] | None = None,
+                         layer_work: LayerWork | None = None) -> float | None:
     """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None if even 1/64 does not."""
     def fits(factor: float) -> bool:
         prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers, current_optimizer, device,
-                                    layer_bytes)
+                                    layer_bytes, layer_work)
         return bool(prediction.fits)
 
     low, high = 1 / 64, 1.0
@@ -382,6 +387,66 @@ def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, r
     return found
 
 
+def pp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """per stage: its layers' weights, gradients and optimizer state (those no layer owns by its share of the
+    parameters); its layers' forward activations of the micro-batches in flight at once (gpipe: all M; 1f1b: S − s at
+    stage s, counting from 0), each at 1/M of the batch; its other forward and backward allocations at 1/M (one
+    micro-batch's at a time); forward and backward allocations no layer owns on the stage of the one before them. The
+    peak: the largest stage's"""
+    from daydream.transforms.distributed.pp import pipeline_stages
+
+    count, microbatches, kind = int(params["stages"]), int(params["microbatches"]), str(params["schedule"])
+    if not model.layer_bytes or model.layer_work is None:
+        return "pp: the trace records no parameter sizes or layers, so the stages' memory is not modelled"
+    stages = pipeline_stages(model.layers, model.layer_bytes, count, model.layer_work)
+    layer_stage = np.full(len(model.layers) + 1, -1, dtype=np.int64)
+    for stage in stages:
+        layer_stage[sorted(stage.layers)] = stage.index
+    stage_of = _allocation_stages(a, layer_stage, count)
+    total = max(sum(s.bytes for s in stages), 1)
+    parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
+    work = np.isin(a.phase, [FORWARD, BACKWARD]) & ~parameters
+    activations = work & (a.category == ACT)
+    peaks: list[tuple[int, Allocations]] = []
+    for stage in stages:
+        mine = stage_of == stage.index
+        b = a.copy()
+        b.size[parameters & (a.layer >= 0) & ~mine] = 0
+        b.size[parameters & (a.layer < 0)] *= stage.bytes / total
+        in_flight = microbatches if kind == "gpipe" else min(count - stage.index, microbatches)
+        b.size[activations & mine] *= in_flight / microbatches
+        b.size[work & ~activations & mine] /= microbatches
+        b.size[work & ~mine] = 0
+        peaks.append((peak_bytes(b), b))
+    wanted = int(params.get("memory_stage", -1))
+    if wanted >= count:
+        raise InputError(f"pp: memory_stage={wanted} but there are {count} stages — use 0..{count - 1}, or -1 for the "
+                         "stage with the largest peak")
+    chosen = wanted if wanted >= 0 else max(range(len(peaks)), key=lambda k: peaks[k][0])
+    for name in Allocations.__slots__:
+        setattr(a, name, getattr(peaks[chosen][1], name))
+    shown = ", ".join(f"{peak / 2**20:.1f}" for peak, _ in peaks)
+    return (f"pp: per stage its own parameters and its activations of the micro-batches in flight ({kind}, "
+            f"{microbatches} micro-batches); stage peaks {shown} MiB: stage {chosen}'s is "
+            + ("the rank's asked for" if wanted >= 0 else "the largest"))
+
+
+def _allocation_stages(a: Allocations, layer_stage: np.ndarray, count: int) -> np.ndarray:
+    """Each allocation's stage: its layer's; a forward or backward one without a layer, the stage of the one made before
+    it in its phase (the first stage's in forward, the last's in backward); others -1."""
+    stage = layer_stage[np.where(a.layer >= 0, a.layer, len(layer_stage) - 1)]
+    for phase, default in ((FORWARD, 0), (BACKWARD, count - 1)):
+        chosen = np.flatnonzero(a.phase == phase)
+        chosen = chosen[np.argsort(a.start[chosen], kind="stable")]
+        current = default
+        for k in chosen.tolist():
+            if stage[k] >= 0:
+                current = int(stage[k])
+            else:
+                stage[k] = current
+    return stage
+
+
 def ddp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """one more copy of the gradients for the whole run: DDP's flat bucket buffers (bucket_view=1: the gradients are
     views of the buckets, which hold them for the whole run)"""
@@ -470,6 +535,7 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
     "gpu": gpu_memory,
     "offload": offload_memory,
     "optimizer": optimizer_memory,
+    "pp": pp_memory,
     "width": width_memory,
     "zero": zero_memory,
 }

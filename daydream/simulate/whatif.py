@@ -26,6 +26,7 @@ from daydream.graph.job import build_job_graphs
 from daydream.graph.model import GPU_WORK, HOST_WORK, Timeline
 from daydream.graph.windows import Window, iteration_windows
 from daydream.mapping import PHASES, Attribution, Iteration, attribute, find_iterations
+from daydream.mapping.attribution import layer_work
 from daydream.mapping.capture import captures
 from daydream.mapping.linking import link
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
@@ -145,6 +146,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "update_loop": update_loop,
                               "batch_ops": lambda: functools.cache(lambda batch: batch_ops_of(trace, attribution(), update_loop(), batch)),
                               "launching_op": lambda: link(trace).op,
+                              "layer_work": lambda: layer_work(trace, attribution()),
                               "loader_ranges": lambda: loader_ranges_of(trace),
                               "backward_memory_ops": lambda: backward_memory_ops_of(trace, attribution()),
                               "elementwise_gpu": lambda: speed(True), "elementwise_cpu": lambda: speed(False)})

@@ -106,6 +106,12 @@ class Context:
         return self._fact("batch_ops")
 
     @property
+    def layer_work(self) -> Any:
+        """Per layer of the trace's attribution (the graph's `layers`), its forward's and backward's work and its
+        forward's start (mapping.attribution.LayerWork); None without a trace."""
+        return self._fact("layer_work")
+
+    @property
     def launching_op(self) -> np.ndarray | None:
         """Per trace row, the CPU op whose launch made that GPU work (mapping/linking.py), -1 where none."""
         return self._fact("launching_op")

@@ -30,6 +30,7 @@ import numpy as np
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_TASKS
+from daydream.mapping.attribution import LayerWork
 from daydream.transforms.distributed.buckets import BACKWARD, FORWARD, OPTIMIZER, iterations_of, no_existing_collectives
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
 from daydream.transforms.distributed.fsdp import repeated_blocks
@@ -88,50 +89,44 @@ def balanced_cuts(costs: list[int], stages: int) -> list[int]:
     return cuts[::-1]
 
 
-def pipeline_stages(graph: Graph, sizes: dict[str, int], stages: int) -> list[Stage]:
-    """The model's blocks cut into `stages`, balanced by the forward's and backward's recorded work of each block."""
+def pipeline_stages(layers: list[str], sizes: dict[str, int], stages: int, work: LayerWork) -> list[Stage]:
+    """The model's repeated blocks cut into `stages`, balanced by each block's forward and backward work (`work`); the
+    layers outside every block on the first stage if their forward ran before the first block's, else on the last.
+    The blocks' holders (the model, its ModuleList) are on none: their work goes where the work around it does."""
     blocks = repeated_blocks(sizes)
     if len(blocks) < stages:
         raise InputError(f"pp: stages={stages} but the model has {len(blocks)} repeated blocks to cut between "
                          f"({', '.join(blocks[:4]) or 'none found'}) — use stages=1..{max(len(blocks), 1)}")
-    layers = graph.layers
     inside = [frozenset(k for k, p in enumerate(layers) if p == b or p.startswith(b + ".")) for b in blocks]
-    tasks = graph.tasks
-    work = np.isin(tasks["phase"], [FORWARD, BACKWARD]) & (tasks["layer"] >= 0)
-    per_layer = np.bincount(tasks["layer"][work], weights=tasks["duration_ns"][work], minlength=len(layers) + 1)
-    costs = [int(per_layer[sorted(members)].sum()) if members else 0 for members in inside]
-    cuts = balanced_cuts(costs, stages)
-    order = _first_seen(graph)
-    first_block = min((order.get(k, 1 << 62) for k in inside[0]), default=0)
-    found = []
-    for s, start in enumerate(cuts):
-        end = cuts[s + 1] if s + 1 < stages else len(blocks)
-        names = tuple(blocks[start:end])
-        held = set().union(*inside[start:end])
-        found.append((names, held))
+    cuts = balanced_cuts([int(work.work_ns[sorted(members)].sum()) if members else 0 for members in inside], stages)
+    ends = [*cuts[1:], len(blocks)]
+    held = [set().union(*inside[start:end]) for start, end in zip(cuts, ends)]
+    starts = [int(work.first_forward_ns[k]) for k in inside[0] if work.first_forward_ns[k] >= 0]
+    first_block = min(starts, default=0)
     claimed = set().union(*inside)
     holders = {p for b in blocks for p in _ancestors(b)}
     for k, path in enumerate(layers):
-        if k not in claimed and path not in holders:  # the blocks' holders take the stage of the work around them
-            found[0 if order.get(k, 1 << 62) < first_block else -1][1].add(k)
-    return [Stage(s, names, frozenset(held), sum(sizes.get(layers[k], 0) for k in held))
-            for s, (names, held) in enumerate(found)]
+        if k not in claimed and path not in holders:
+            held[0 if 0 <= work.first_forward_ns[k] < first_block else -1].add(k)
+    return [Stage(s, tuple(blocks[start:end]), frozenset(mine), sum(sizes.get(layers[k], 0) for k in mine))
+            for s, (start, end, mine) in enumerate(zip(cuts, ends, held))]
+
+
+def graph_layer_work(graph: Graph) -> LayerWork:
+    """LayerWork from a graph's tasks: the forward's and backward's durations per layer, the first forward start."""
+    tasks = graph.tasks
+    count = len(graph.layers)
+    chosen = np.isin(tasks["phase"], [FORWARD, BACKWARD]) & (tasks["layer"] >= 0)
+    work = np.bincount(tasks["layer"][chosen], weights=tasks["duration_ns"][chosen], minlength=count)[:count]
+    forward = (tasks["phase"] == FORWARD) & (tasks["layer"] >= 0)
+    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, tasks["layer"][forward], tasks["measured_start_ns"][forward])
+    return LayerWork(work.astype(np.int64), np.where(first == np.iinfo(np.int64).max, -1, first))
 
 
 def _ancestors(path: str) -> list[str]:
     parts = path.split(".")
     return [".".join(parts[:end]) for end in range(1, len(parts))]
-
-
-def _first_seen(graph: Graph) -> dict[int, int]:
-    """Per layer, the position of its first forward task in recorded order."""
-    tasks = graph.tasks
-    forward = np.flatnonzero((tasks["phase"] == FORWARD) & (tasks["layer"] >= 0))
-    forward = forward[np.argsort(tasks["measured_start_ns"][forward], kind="stable")]
-    seen: dict[int, int] = {}
-    for at, layer in enumerate(tasks["layer"][forward].tolist()):
-        seen.setdefault(layer, at)
-    return seen
 
 
 def stage_of_tasks(graph: Graph, tasks: np.ndarray, layer_stage: np.ndarray, default: int) -> np.ndarray:
@@ -326,7 +321,8 @@ def _pp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if batch is not None and batch % microbatches:
         raise InputError(f"pp: microbatches={microbatches} does not divide the trace's batch of {batch} — use one of "
                          f"{', '.join(str(d) for d in range(1, batch + 1) if batch % d == 0)}")
-    stages = pipeline_stages(graph, context.gradient_bytes, stages_count)
+    work = context.layer_work if context.layer_work is not None else graph_layer_work(graph)
+    stages = pipeline_stages(graph.layers, context.gradient_bytes, stages_count, work)
     if stages_count == 1 and microbatches == 1:
         return ["pp: stages=1, microbatches=1 is the step as recorded"]
     durations, notes = _microbatch_durations(graph, microbatches, context, float(params["fixed_percentile"]))
@@ -345,7 +341,7 @@ def _pp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if pipeline.removed:
         remove(graph, np.concatenate(pipeline.removed))
     graph.data_parallel = replace(graph.data_parallel, host_ranks=stages_count)
-    return _notes(stages, microbatches, kind, pipeline, activation, net.describe()) + notes
+    return _notes(stages, microbatches, kind, pipeline, activation, net.describe(), len(iterations_of(graph))) + notes
 
 
 def _link(graph: Graph, sender: int, receiver: int) -> int:
@@ -499,7 +495,7 @@ def _optimizers(pipeline: _Pipeline, graph: Graph, iteration: int, total_bytes: 
 
 
 def _notes(stages: list[Stage], microbatches: int, kind: str, pipeline: _Pipeline, activation: int | None,
-           link: str) -> list[str]:
+           link: str, iterations: int) -> list[str]:
     shown = "; ".join(f"stage {s.index}: {s.blocks[0]}" + (f"…{s.blocks[-1]}" if len(s.blocks) > 1 else "")
                       + f" ({s.bytes / 2**20:.1f} MiB)" for s in stages)
     notes = [f"pp: {len(stages)} stages × {microbatches} micro-batches, schedule {kind} ({shown})",
@@ -509,7 +505,8 @@ def _notes(stages: list[Stage], microbatches: int, kind: str, pipeline: _Pipelin
         notes.append("pp: the trace records no op shapes, so the activations sent between stages are not sized: "
                      "the sends take no time")
     else:
-        notes.append(f"pp: {pipeline.sends} sends of {activation / 2**20:.2f} MiB between stages over {link}")
+        notes.append(f"pp: per iteration {pipeline.sends // max(iterations, 1)} sends of {activation / 2**20:.2f} MiB "
+                     f"between stages (a micro-batch's activations forward, their gradients back) over {link}")
     return notes
 
 
@@ -526,7 +523,9 @@ register(Optimization(
      "schedule": Parameter(str, "1f1b", "gpipe or 1f1b"),
      "fixed_percentile": Parameter(float, 10.0, "where the trace records no op shapes: the percentile of durations "
                                    "taken as a task's fixed cost when it runs at 1/M of the batch", 0.0, 100.0),
+     "memory_stage": Parameter(int, -1, "with --memory: the stage whose rank's memory is predicted (-1: the stage with "
+                                        "the largest peak)", -1, 1023),
      **LINK_PARAMETERS},
 ))
 
-__all__ = ["SCHEDULES", "Stage", "balanced_cuts", "pipeline_stages", "schedule", "stage_of_tasks"]
+__all__ = ["SCHEDULES", "Stage", "balanced_cuts", "graph_layer_work", "pipeline_stages", "schedule", "stage_of_tasks"]
