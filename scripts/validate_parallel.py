@@ -329,8 +329,9 @@ def markdown(results: dict[str, list[Round]], calibration: str) -> str:
              "the summary takes the median of the rounds.", "",
              "## Predicted vs measured", "", *summary(results), "",
              "Error: the prediction against the median of the two ranks' steps; memory, each rank's prediction (pp: its "
-             "stage's, `memory_stage=R`) against its measured peak, the error of the rank further off. From 2 processes: the same what-if from the trace of one of two independent copies of "
-             "the example run at once (no communication), whose compute already shares the CPUs with another process "
+             "stage's, `memory_stage=R`) against its measured peak, the error of the rank further off. From 2 "
+             "processes: the same what-if from the trace of one of two independent copies of the example run at "
+             "once (no communication), whose compute already shares the CPUs with another process "
              "as a rank's does.", "",
              *[line for example, rounds in results.items() for line in rounds_table(example, rounds)],
              *MISSES,
