@@ -470,6 +470,59 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
             f"optimizer and collectives kept; timed by the cost stage ({costs.tiers_note()})"]
 
 
+def op_layers(graph: Graph, found: BatchOps, context: Context) -> dict[int, int]:
+    """Per op of `found` (trace row), its layer: that of the host task holding it (a CPU graph) or of the GPU work it
+    launched (a GPU graph); ops without one are left out."""
+    layers: dict[int, int] = {}
+    if graph.has_device_work():
+        trace_op = context.launching_op
+        if trace_op is None:
+            return layers
+        work = select(graph, kind=GPU_WORK)
+        events = graph.tasks["event"][work]
+        rows = np.where(events >= 0, trace_op[np.maximum(events, 0)], -1)
+        for row, layer in zip(rows.tolist(), graph.tasks["layer"][work].tolist()):
+            if row >= 0 and layer >= 0 and row in found.by_row:
+                layers.setdefault(row, layer)
+        return layers
+    of_event = task_of_event(graph)
+    spans = HostSpans(graph)
+    for op in found.ops:
+        task = of_event.get(op.row, spans.holding(op.start_ns, op.track))
+        if task >= 0 and graph.tasks["layer"][task] >= 0:
+            layers[op.row] = int(graph.tasks["layer"][task])
+    return layers
+
+
+def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, costs: CostModel, context: Context) -> str:
+    """The ops `rows` of `found` (and on a GPU graph the work they launched) at `factor` of the batch, by the cost stage
+    as the batch-size what-if times them: what a layout that splits some layers' work `factor`-fold does to those
+    layers' ops. Returns what was done, in words."""
+    shape = found.shape
+    if shape is None:
+        return "no batch found, nothing re-timed"
+    chosen = [op for op in found.ops if op.row in rows]
+    if not graph.has_device_work():
+        return _retime_cpu(graph, found, shape, factor, costs, chosen)
+    trace_op = context.launching_op
+    work = select(graph, kind=GPU_WORK)
+    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
+    events = graph.tasks["event"][work]
+    launched = np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None else np.full(work.size, -1)
+    floor, grown = costs.floor_ns, 0
+    for task, row in zip(work.tolist(), launched.tolist()):
+        op = found.by_row.get(row) if row in rows else None
+        if op is None:
+            continue
+        ratio, tier = _kernel_ratio(op, shape, factor, costs)
+        duration = int(graph.tasks["duration_ns"][task])
+        fixed = min(duration, floor)
+        graph.tasks["duration_ns"][task] = int(round(fixed + (duration - fixed) * ratio))
+        costs.count(tier)
+        grown += 1
+    return f"{grown} GPU tasks of {len(chosen)} ops grown past {floor} ns by their op's work at the new shapes"
+
+
 def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel) -> tuple[float, Tier]:
     """How many times its time a kernel of `op` takes at the new batch: a GEMM by the roofline of the device table at
     the old and new shapes (wave quantization included), other work by its op's bytes."""

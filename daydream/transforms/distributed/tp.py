@@ -1,0 +1,345 @@
+"""`tp`: tensor parallelism of degree T (Megatron-style) from one rank's trace.
+
+Within each repeated block, the linear layers pair up in the order they run: a column-parallel layer (its outputs,
+and so the attention heads or the MLP's hidden units after it, split T ways) and the row-parallel layer after it (its
+inputs split, its outputs summed over the ranks). Per rank:
+
+- **the split work**: the ops of each pair's layers and of the layers that run between them (attention's core, the
+  MLP's activation) at 1/T of their work, re-timed by the cost stage (each op as the batch-size what-if times it at
+  1/T: the same FLOPs and bytes as 1/T of its width; the shapes differ, see the note);
+- **the all-reduces**: the row-parallel layer's output all-reduced after each forward call, and the gradient of the
+  column-parallel layer's input after each backward call, each the tensor's whole bytes over the fabric;
+  sequence_parallel=1 replaces each by a reduce-scatter and an all-gather (before the column layer in forward,
+  before the row layer's backward), and splits the rest of the block's work (norms, residual adds) T ways too;
+- **on a GPU** each collective runs on a stream of its own, the next kernel waiting for it; **on a CPU (gloo)** the
+  host waits for it where it is issued;
+- **the optimizer** updates 1/T of the split layers' parameters: its work × (the rest + the split share ÷ T).
+
+`layers=REGEX` chooses the linear layers to pair (default: those in the repeated blocks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from daydream.cost.shapes import ITEM_BYTES, gemm_dims
+from daydream.errors import InputError
+from daydream.graph import DepKind, Graph, TaskKind
+from daydream.interconnect import collective_steps
+from daydream.mapping.attribution import LayerWork, layer_owners
+from daydream.transforms.batch import BatchOps, op_layers, retime_ops
+from daydream.transforms.distributed.buckets import (
+    BACKWARD,
+    FORWARD,
+    OPTIMIZER,
+    comm_resource,
+    iterations_of,
+    no_existing_collectives,
+    phase_work,
+)
+from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
+from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
+from daydream.transforms.distributed.fsdp import repeated_blocks
+from daydream.transforms.distributed.pp import graph_layer_work
+from daydream.transforms.primitives import splice
+from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
+
+#: Attention ops whose first input is (batch, heads, sequence, head width): the heads T must divide.
+ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+                 "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention_for_cpu")
+
+
+@dataclass(slots=True, frozen=True)
+class Linear:
+    """A linear layer's forward multiply: tokens (the rows), its input and output widths, its element bytes."""
+
+    layer: int
+    tokens: int
+    inputs: int
+    outputs: int
+    item: int
+
+
+@dataclass(slots=True, frozen=True)
+class Pair:
+    """A column-parallel layer and the row-parallel layer after it in one block; `region`: their layers and those
+    that run between them (the work split T ways)."""
+
+    block: str
+    column: Linear
+    row: Linear
+    region: frozenset[int]
+
+    @property
+    def column_input_bytes(self) -> int:
+        return self.column.tokens * self.column.inputs * self.column.item
+
+    @property
+    def row_output_bytes(self) -> int:
+        return self.row.tokens * self.row.outputs * self.row.item
+
+
+def linears(found: BatchOps, layer_of: dict[int, int]) -> dict[int, Linear]:
+    """Per layer, its first recorded matrix multiply (its forward's): the layers that are linear."""
+    found_linears: dict[int, Linear] = {}
+    for op in sorted(found.ops, key=lambda o: o.start_ns):
+        layer = layer_of.get(op.row, -1)
+        if layer < 0 or layer in found_linears or op.name not in ("aten::linear", "aten::addmm", "aten::matmul"):
+            continue
+        dims = gemm_dims(op.name, op.tensors)
+        if dims is None:
+            continue
+        batch, m, n, k = dims
+        kind = next((t[1] for t in op.tensors if t is not None), "float")
+        found_linears[layer] = Linear(layer, batch * m, k, n, ITEM_BYTES.get(kind, 4))
+    return found_linears
+
+
+def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork, found_linears: dict[int, Linear],
+             pattern: str) -> tuple[list[Pair], list[str]]:
+    """The pairs of each block (the repeated blocks, or the parents of the layers `pattern` matches), and the linear
+    layers left whole (an odd one out)."""
+    if pattern:
+        targets, _ = layer_owners(layers, pattern)
+        chosen = [k for k in targets if k in found_linears]
+        if not chosen:
+            raise InputError(f"tp: layers={pattern!r} matches no linear layer of the trace — linear layers are e.g. "
+                             f"{', '.join(layers[k] for k in sorted(found_linears)[:4]) or '(none recorded)'}")
+        repeated = repeated_blocks(sizes)
+        blocks: dict[str, list[int]] = {}
+        for k in chosen:
+            blocks.setdefault(_block_of(layers[k], repeated) or layers[k].rsplit(".", 1)[0], []).append(k)
+    else:
+        blocks = {b: [k for k in found_linears if layers[k].startswith(b + ".")] for b in repeated_blocks(sizes)}
+    pairs, whole = [], []
+    for block, members in blocks.items():
+        ordered = sorted(members, key=lambda k: int(work.first_forward_ns[k]))
+        for column, row in zip(ordered[0::2], ordered[1::2]):
+            low, high = int(work.first_forward_ns[column]), int(work.first_forward_ns[row])
+            region = frozenset(k for k, path in enumerate(layers)
+                               if path.startswith(block + ".") and low <= int(work.first_forward_ns[k]) <= high
+                               and not any(other.startswith(path + ".") for other in layers))
+            pairs.append(Pair(block, found_linears[column], found_linears[row], region | {column, row}))
+        if len(ordered) % 2:
+            whole.append(layers[ordered[-1]])
+    return pairs, whole
+
+
+def _block_of(path: str, blocks: list[str]) -> str | None:
+    return next((b for b in blocks if path.startswith(b + ".")), None)
+
+
+def check_degree(degree: int, pairs: list[Pair], heads: list[int], layers: list[str]) -> None:
+    """Refuse a degree that does not divide a split layer's width or the attention heads."""
+    for pair in pairs:
+        for what, width, linear in (("outputs", pair.column.outputs, pair.column), ("inputs", pair.row.inputs, pair.row)):
+            if width % degree:
+                raise InputError(f"tp: degree={degree} does not divide {layers[linear.layer]}'s {width} {what} — use a "
+                                 f"degree that divides {math.gcd(*_widths(pairs))}")
+    for count in heads:
+        if count % degree:
+            raise InputError(f"tp: degree={degree} does not divide the {count} attention heads — use one of "
+                             f"{', '.join(str(d) for d in range(1, count + 1) if count % d == 0)}")
+
+
+def _widths(pairs: list[Pair]) -> list[int]:
+    return [w for p in pairs for w in (p.column.outputs, p.row.inputs)]
+
+
+def attention_heads(found: BatchOps, layer_of: dict[int, int], region: frozenset[int]) -> list[int]:
+    """The head counts of the attention ops in the split work (their first input's second axis)."""
+    heads = set()
+    for op in found.ops:
+        if op.name in ATTENTION_OPS and layer_of.get(op.row, -1) in region and op.tensors and op.tensors[0] is not None:
+            shape = op.tensors[0][0]
+            if len(shape) == 4:
+                heads.add(int(shape[1]))
+    return sorted(heads)
+
+
+@dataclass(slots=True)
+class _Collectives:
+    """The collectives tp inserts, recorded and put into the graph at once (`apply`)."""
+
+    graph: Graph
+    net: Fabric
+    resource: int
+    stretch: float
+    call_ns: int
+    planned: list[tuple[int, str, int, str, bool]]  # (anchor task, operation, bytes, name, before the anchor)
+
+    def add(self, anchor: int, operation: str, nbytes: int, name: str, before: bool = False) -> None:
+        self.planned.append((anchor, operation, nbytes, name, before))
+
+    def apply(self) -> None:
+        """On a GPU each collective after (or before) its anchor kernel on a stream of its own, the kernel after it on
+        the anchor's stream waiting for it; on a CPU the host waits for it right after (or before) its anchor."""
+        graph = self.graph
+        if not self.planned:
+            return
+        on_gpu = graph.has_device_work()
+        # one at a time on their stream, in the order they are issued
+        self.planned.sort(key=lambda p: (int(graph.tasks["measured_start_ns"][p[0]]), not p[4], p[0]))
+        anchors = np.array([p[0] for p in self.planned], dtype=np.int64)
+        ends = graph.tasks["measured_end_ns"][anchors]
+        durations = [int(round(self.net.time_ns(p[1], p[2]) * self.stretch)) for p in self.planned]
+        ids = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=self.resource,
+                              name=[graph.string_id(p[3]) for p in self.planned], duration_ns=durations,
+                              bytes=[p[2] for p in self.planned], iteration=graph.tasks["iteration"][anchors],
+                              phase=graph.tasks["phase"][anchors], measured_start_ns=ends, measured_end_ns=ends)
+        graph.add_edges(ids[:-1], ids[1:], DepKind.STREAM_ORDER)
+        before = np.array([p[4] for p in self.planned], dtype=bool)
+        if on_gpu:
+            self._on_gpu(anchors, ids, before)
+        else:
+            self._on_cpu(anchors, ids, before)
+
+    def _on_gpu(self, anchors: np.ndarray, ids: np.ndarray, before: np.ndarray) -> None:
+        graph = self.graph
+        stream = graph.edges_of_kind(DepKind.STREAM_ORDER)
+        previous = dict(zip(graph.edges["dst"][stream].tolist(), graph.edges["src"][stream].tolist()))
+        following = dict(zip(graph.edges["src"][stream].tolist(), graph.edges["dst"][stream].tolist()))
+        for anchor, collective, is_before in zip(anchors.tolist(), ids.tolist(), before.tolist()):
+            waits_for, waiter = (previous.get(anchor), anchor) if is_before else (anchor, following.get(anchor))
+            if waits_for is not None:
+                graph.add_edges([waits_for], [collective], DepKind.COMMUNICATION)
+            if waiter is not None:
+                graph.add_edges([collective], [waiter], DepKind.COMMUNICATION)
+
+    def _on_cpu(self, anchors: np.ndarray, ids: np.ndarray, before: np.ndarray) -> None:
+        graph = self.graph
+        for is_before in (False, True):
+            chosen = np.flatnonzero(before == is_before)
+            if chosen.size == 0:
+                continue
+            names = [f"tp: {graph.task_name(int(c))} ({'issued' if is_before else 'the host waits'})" for c in ids[chosen]]
+            calls = splice(graph, anchors[chosen], [self.call_ns] * chosen.size, names, after=not is_before)
+            if is_before:  # issued by the call before the anchor, which waits for it
+                graph.add_edges(calls, ids[chosen], DepKind.COMMUNICATION)
+                graph.add_edges(ids[chosen], anchors[chosen], DepKind.COMMUNICATION)
+            else:  # issued after the anchor; the call after it returns once it has ended
+                graph.add_edges(anchors[chosen], ids[chosen], DepKind.COMMUNICATION)
+                graph.add_edges(ids[chosen], calls, DepKind.COMMUNICATION)
+
+
+def _runs_of(graph: Graph, iteration: int, phase: int, layers: frozenset[int]) -> list[tuple[int, int]]:
+    """(first, last) work task of each maximal run of `layers`' work in `iteration`'s `phase` (one per call)."""
+    work = phase_work(graph, iteration, phase)
+    member = np.isin(graph.tasks["layer"][work], sorted(layers))
+    padded = np.diff(np.r_[0, member.astype(np.int8), 0])
+    return [(int(work[a]), int(work[b - 1])) for a, b in zip(np.flatnonzero(padded == 1), np.flatnonzero(padded == -1))]
+
+
+def _scale_optimizer(graph: Graph, factor: float) -> None:
+    tasks = graph.tasks
+    kinds = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET)] if graph.has_device_work() \
+        else [int(TaskKind.HOST_OP)]
+    chosen = np.flatnonzero((tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
+    tasks["duration_ns"][chosen] = np.rint(tasks["duration_ns"][chosen] * factor).astype(np.int64)
+
+
+def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    degree, sequence = int(params["degree"]), bool(int(params["sequence_parallel"]))
+    no_existing_collectives(graph, "tp")
+    of_batch = context.batch_ops
+    found: BatchOps | None = of_batch(0) if of_batch is not None else None
+    costs = context.costs
+    if found is None or not found.has_shapes or found.shape is None or costs is None:
+        raise InputError("tp: the trace records no op shapes, so its linear layers and their widths are not known — "
+                         "record it with daydream trace (or torch.profiler with record_shapes=True)")
+    layer_of = op_layers(graph, found, context)
+    work = context.layer_work if context.layer_work is not None else graph_layer_work(graph)
+    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, linears(found, layer_of), str(params["layers"]))
+    if not pairs:
+        raise InputError("tp: no pair of linear layers to split (a column-parallel layer and a row-parallel one after "
+                         "it in a block) — give layers=REGEX over the linear layers' paths")
+    split = frozenset().union(*(p.region for p in pairs))
+    check_degree(degree, pairs, attention_heads(found, layer_of, split), graph.layers)
+    if degree == 1:
+        return ["tp: degree=1 splits nothing; the step is unchanged"]
+    blocks = frozenset(k for k, path in enumerate(graph.layers) for p in pairs
+                       if path == p.block or path.startswith(p.block + "."))
+    rows = {row for row, layer in layer_of.items() if layer in (blocks if sequence else split)}
+    retimed = retime_ops(graph, found, rows, 1.0 / degree, costs, context)
+    net = fabric(params, context, degree)
+    factor, source = calibrate(graph, params, context, min(degree, net.per_node))
+    stretch = factor if not graph.has_device_work() else 1.0
+    host = costs.host
+    collectives = _Collectives(graph, net, comm_resource(graph, "tp collectives"), stretch,
+                               host.recorded_ns("fsdp.collective") if not graph.has_device_work() else 0, [])
+    for iteration in iterations_of(graph):
+        _plan(graph, collectives, pairs, iteration, sequence)
+    count = len(collectives.planned)
+    collectives.apply()
+    split_bytes = sum(context.gradient_bytes.get(graph.layers[k], 0) for k in split)
+    total = max(sum(context.gradient_bytes.values()), 1)
+    _scale_optimizer(graph, 1.0 - split_bytes / total * (1.0 - 1.0 / degree))
+    graph.data_parallel = replace(graph.data_parallel, link=net.link, contention=factor, contention_source=source,
+                                  host_ranks=min(degree, net.per_node),
+                                  collective_steps=collective_steps("allreduce", degree, "ring"))
+    iterations = max(len(iterations_of(graph)), 1)
+    return _notes(pairs, whole, degree, sequence, count // iterations, retimed, net, split_bytes, total,
+                  (factor, source), graph.layers)
+
+
+def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair], iteration: int, sequence: bool) -> None:
+    for pair in pairs:
+        row_name, column_name = graph.layers[pair.row.layer], graph.layers[pair.column.layer]
+        out_bytes, in_bytes = pair.row_output_bytes, pair.column_input_bytes
+        for first, _ in _runs_of(graph, iteration, FORWARD, frozenset({pair.column.layer})):
+            if sequence:
+                collectives.add(first, "allgather", in_bytes, f"tp all-gather (forward, before {column_name})", True)
+        for _, last in _runs_of(graph, iteration, FORWARD, frozenset({pair.row.layer})):
+            operation = "reducescatter" if sequence else "allreduce"
+            collectives.add(last, operation, out_bytes, f"tp {operation} (forward, {row_name}'s output)")
+        for first, _ in _runs_of(graph, iteration, BACKWARD, frozenset({pair.row.layer})):
+            if sequence:
+                collectives.add(first, "allgather", out_bytes, f"tp all-gather (backward, before {row_name})", True)
+        for _, last in _runs_of(graph, iteration, BACKWARD, frozenset({pair.column.layer})):
+            operation = "reducescatter" if sequence else "allreduce"
+            collectives.add(last, operation, in_bytes, f"tp {operation} (backward, {column_name}'s input gradient)")
+
+
+def _notes(pairs: list[Pair], whole: list[str], degree: int, sequence: bool, per_iteration: int, retimed: str,
+           net: Fabric, split_bytes: int, total: int, contention: tuple[float, str], layers: list[str]) -> list[str]:
+    shown = "; ".join(f"{layers[p.column.layer]} → {layers[p.row.layer]}" for p in pairs[:2]) \
+        + (f"; … ({len(pairs)} pairs in all)" if len(pairs) > 2 else "")
+    notes = [f"tp: degree={degree}, column- then row-parallel: {shown}"
+             + (f"; left whole: {', '.join(whole)}" if whole else ""),
+             f"tp: the split work at 1/{degree} ("
+             + ("the whole blocks: sequence parallel" if sequence else "each pair and what runs between") + "): "
+             f"{retimed} (each op timed at 1/{degree} of its rows: the FLOPs and bytes of 1/{degree} of its width)",
+             f"tp: per iteration {per_iteration} collectives over {net.describe()} "
+             + ("(a reduce-scatter after each row-parallel layer, an all-gather before each column-parallel one, and "
+                "their backward)" if sequence else "(an all-reduce of each row-parallel layer's output in forward and "
+                "of each column-parallel layer's input gradient in backward)"),
+             f"tp: the optimizer's work × {1.0 - split_bytes / total * (1.0 - 1.0 / degree):.3f}: "
+             f"{split_bytes / 2**20:.1f} of {total / 2**20:.1f} MiB of parameters split {degree} ways"]
+    factor, source = contention
+    notes.append(f"tp: contention ×{factor:.2f} on the collectives ({source})" if factor > 1.0
+                 else f"tp: no contention modelled ({source})")
+    return notes
+
+
+register(Optimization(
+    "tp", "tensor parallelism (Megatron-style column- and row-parallel linear layers) of degree DEGREE",
+    "in each block, linear layers paired in the order they run (column- then row-parallel); each pair's ops and those "
+    "between them (attention heads, the MLP's activation) at 1/T of their work, re-timed by the cost stage; an "
+    "all-reduce of each row-parallel output in forward and each column-parallel input gradient in backward "
+    "(sequence_parallel=1: reduce-scatters and all-gathers instead, the blocks' other work split T ways too); GPU: the "
+    "collectives on a stream of their own, the next kernel waiting; CPU (gloo): the host waits for each; the "
+    "optimizer's work for the split parameters ÷T",
+    _tp,
+    {"degree": Parameter(int, 2, "tensor-parallel ranks each split layer's work is divided over", 1, MAX_WORLD),
+     "layers": Parameter(str, "", "regular expression over the linear layers to split, paired in the order they run "
+                                  "(default: those of the repeated blocks)"),
+     "sequence_parallel": Parameter(int, 0, "1: reduce-scatter and all-gather instead of all-reduce, and the blocks' "
+                                            "norms and residual adds split too (Megatron's sequence parallelism)", 0, 1),
+     **LINK_PARAMETERS, "contention": CONTENTION_PARAMETER},
+))
+
+__all__ = ["Linear", "Pair", "check_degree", "linears", "tp_pairs"]
