@@ -13,6 +13,8 @@
                                pipeline parallelism under torchrun (torch.distributed.pipelining): each rank runs one
                                stage, a run of the model's blocks (--cuts: the first block of each later stage;
                                default: as even as the blocks allow), the batch split into M micro-batches
+    --tp                       tensor parallel under torchrun (torch.distributed.tensor.parallel), as the model
+                               names its column- and row-parallel layers
     --batch-size N, --checkpoint, --device auto|cpu|cuda, --ddp or --fsdp [--no-reshard] (under torchrun), --threads N
 
 The scripts stay plain PyTorch: no profiler code. With --cuda-graphs no optimizer.step() runs
@@ -62,6 +64,9 @@ def options(description: str, batch_size: int) -> argparse.ArgumentParser:
     parser.add_argument("--no-reshard", action="store_true",
                         help="with --fsdp: keep each unit's gathered parameters from forward to backward "
                              "(fully_shard's reshard_after_forward=False)")
+    parser.add_argument("--tp", action="store_true",
+                        help="tensor parallel over the ranks (torch.distributed.tensor.parallel; launch with torchrun): "
+                             "in each block, column-parallel then row-parallel linear layers")
     parser.add_argument("--pp", action="store_true",
                         help="one stage of a pipeline (torch.distributed.pipelining; launch with torchrun, a rank per stage)")
     parser.add_argument("--microbatches", type=int, default=4, help="with --pp: micro-batches per step")
@@ -84,19 +89,21 @@ def setup(args: argparse.Namespace) -> tuple[str, int]:
         raise SystemExit("--device cuda: no CUDA device is visible to torch")
     if args.cuda_graphs and device != "cuda":
         raise SystemExit("--cuda-graphs needs a CUDA device")
-    if sum(bool(getattr(args, flag, False)) for flag in ("ddp", "fsdp", "pp")) > 1:
-        raise SystemExit("--ddp, --fsdp and --pp each lay the model out over the ranks: give one")
+    if sum(bool(getattr(args, flag, False)) for flag in ("ddp", "fsdp", "pp", "tp")) > 1:
+        raise SystemExit("--ddp, --fsdp, --pp and --tp each lay the model out over the ranks: give one")
     if args.cuda_graphs and (args.ddp or args.fsdp or args.amp == "fp16"):
         raise SystemExit("--cuda-graphs runs without --ddp and without fp16's GradScaler here (use --amp bf16)")
     if args.amp == "fp16" and device != "cuda":
         raise SystemExit("--amp fp16 needs a CUDA device; on the CPU use --amp (bf16)")
     if args.optim == "fused" and device != "cuda":
         raise SystemExit("--optim fused needs a CUDA device")
-    distributed = args.ddp or args.fsdp or getattr(args, "pp", False)
+    distributed = args.ddp or args.fsdp or getattr(args, "pp", False) or getattr(args, "tp", False)
     if distributed and device == "cuda":
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
     rank = join_process_group(device) if distributed else 0
-    torch.manual_seed(rank)  # each rank its own data; DDP copies rank 0's initial weights to all
+    # each rank its own data (DDP copies rank 0's initial weights to all); a pipeline's or a tensor-parallel group's
+    # ranks work on one batch together
+    torch.manual_seed(0 if getattr(args, "pp", False) or getattr(args, "tp", False) else rank)
     return device, rank
 
 
@@ -194,8 +201,19 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
             opt.step()
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}")
-    if args.ddp or getattr(args, "fsdp", False):
+    if args.ddp or getattr(args, "fsdp", False) or getattr(args, "tp", False):
         torch.distributed.destroy_process_group()
+
+
+def tensor_parallel(model: nn.Module, plan: dict[str, str], device: str) -> nn.Module:
+    """`model` with the layers `plan` names split over the ranks: "column" (ColwiseParallel: outputs split, kept local)
+    or "row" (RowwiseParallel: inputs split, outputs all-reduced), as torch.distributed.tensor.parallel applies them."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.split(":")[0], (torch.distributed.get_world_size(),))
+    styles = {"column": ColwiseParallel, "row": RowwiseParallel}
+    return parallelize_module(model, mesh, {name: styles[kind]() for name, kind in plan.items()})
 
 
 @dataclass(frozen=True)

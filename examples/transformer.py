@@ -4,6 +4,7 @@
     daydream trace examples/transformer.py -- --steps 20
     torchrun --nproc-per-node 2 examples/transformer.py --ddp --threads 1
     torchrun --nproc-per-node 2 examples/transformer.py --pp --microbatches 4 --schedule 1f1b --threads 1
+    torchrun --nproc-per-node 2 examples/transformer.py --tp --threads 1
 
 Runs on a GPU when one is available, on the CPU otherwise. No profiler code.
 
@@ -118,6 +119,14 @@ def main() -> None:
     model = TinyTransformer(width=args.width, context=args.context, depth=args.depth, checkpoint=args.checkpoint)
     if args.pp:
         model = model.stage(rank, training.stage_cuts(args, args.depth, torch.distributed.get_world_size()))
+    if args.tp:  # Megatron's split: q, k, v and the MLP's up by columns, the projections after them by rows
+        degree = torch.distributed.get_world_size()
+        plan = {}
+        for k, block in enumerate(model.blocks):
+            block.attn.core.heads //= degree  # each rank holds whole heads of q, k and v
+            plan |= {f"blocks.{k}.attn.qkv": "column", f"blocks.{k}.attn.proj": "row", f"blocks.{k}.mlp.up": "column",
+                     f"blocks.{k}.mlp.down": "row"}
+        model = training.tensor_parallel(model.to(device), plan, device)
     model = training.wrap(model.to(device), args)
     optimizer = training.optimizer(torch.optim.AdamW, model, args, lr=3e-4)
 

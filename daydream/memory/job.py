@@ -8,7 +8,7 @@ from daydream.trace import Trace
 def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[dict[str, object]]:
     """Predicted peak memory per device of each trace (rank) under `specs`, with a fits verdict."""
     from daydream.mapping import attribute
-    from daydream.mapping.attribution import layer_work
+    from daydream.mapping.attribution import layer_types, layer_work
     from daydream.memory import analyze_memory
     from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
     from daydream.simulate.whatif import gradient_bytes_of, resolve_device
@@ -19,7 +19,9 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
     for trace in traces:
         attribution = attribute(trace)
         layers = attribution.layers
-        work = layer_work(trace, attribution) if any(name == "pp" for name, _ in parsed) else None
+        layouts = any(name in ("pp", "tp") for name, _ in parsed)
+        work = layer_work(trace, attribution) if layouts else None
+        types = tuple(layer_types(trace, layers)) if layouts else ()
         layer_bytes = gradient_bytes_of(trace)
         current = current_optimizer_of(trace.strings)
         device, _ = resolve_device(trace, device_name)
@@ -29,7 +31,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
             device = table_device(str(targets[-1]))
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None
-            prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work)
+            prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work, types)
             entry: dict[str, object] = {
                 "rank": trace.meta.rank,
                 "device": memory.device,
@@ -42,6 +44,6 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
                 "notes": prediction.notes,
             }
             if target is not None:
-                entry["largest_batch_factor"] = largest_batch_factor(memory, parsed, layers, current, target, layer_bytes, work)
+                entry["largest_batch_factor"] = largest_batch_factor(memory, parsed, layers, current, target, layer_bytes, work, types)
             results.append(entry)
     return results

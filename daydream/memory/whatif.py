@@ -87,15 +87,18 @@ class ModelFacts:
     #: per layer, its forward's and backward's work (mapping.attribution.LayerWork), where known: what pipeline stages
     #: balance
     layer_work: LayerWork | None = None
+    #: per layer, its module type ("Linear"; "" where not recorded): what tensor parallelism splits
+    layer_types: tuple[str, ...] = ()
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
                    current_optimizer: str | None, device: Device | None,
-                   layer_bytes: dict[str, int] | None = None, layer_work: LayerWork | None = None) -> MemoryPrediction:
+                   layer_bytes: dict[str, int] | None = None, layer_work: LayerWork | None = None,
+                   layer_types: tuple[str, ...] = ()) -> MemoryPrediction:
     """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale);
-    `layer_work`: each layer's work (what pipeline stages balance)."""
+    `layer_work`: each layer's work (what pipeline stages balance); `layer_types`: each layer's module type."""
     allocations = _from(memory)
-    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work)
+    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work, layer_types)
     notes: list[str] = []
     for name, params in specs:
         memory_model = MEMORY_MODELS.get(name)
@@ -111,11 +114,11 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
 
 def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
                          current_optimizer: str | None, device: Device, layer_bytes: dict[str, int] | None = None,
-                         layer_work: LayerWork | None = None) -> float | None:
+                         layer_work: LayerWork | None = None, layer_types: tuple[str, ...] = ()) -> float | None:
     """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None if even 1/64 does not."""
     def fits(factor: float) -> bool:
         prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers, current_optimizer, device,
-                                    layer_bytes, layer_work)
+                                    layer_bytes, layer_work, layer_types)
         return bool(prediction.fits)
 
     low, high = 1 / 64, 1.0
@@ -431,6 +434,32 @@ def pp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
             + ("the rank's asked for" if wanted >= 0 else "the largest"))
 
 
+def tp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """the split layers' weights, gradients and optimizer state ÷T (those no layer owns by the split layers' share of
+    the parameters); the forward and backward allocations of each pair's layers and those between them ÷T
+    (sequence_parallel=1: of the whole blocks)"""
+    from daydream.transforms.distributed.tp import tp_pairs
+
+    degree, sequence = int(params["degree"]), bool(int(params.get("sequence_parallel", 0)))
+    linear = [k for k, kind in enumerate(model.layer_types) if kind == "Linear"]
+    if degree <= 1:
+        return "tp: degree=1 splits nothing; allocations unchanged"
+    if not linear or model.layer_work is None or not model.layer_bytes:
+        return "tp: the trace does not record which layers are linear, so the split is not modelled (record it with daydream trace)"
+    pairs, _ = tp_pairs(model.layers, model.layer_bytes, model.layer_work, linear, str(params.get("layers", "")))
+    split = sorted(frozenset().union(*(p.region for p in pairs))) if pairs else []
+    blocks = [k for k, path in enumerate(model.layers) for p in pairs if path == p.block or path.startswith(p.block + ".")]
+    share = sum(model.layer_bytes.get(model.layers[k], 0) for k in split) / max(sum(model.layer_bytes.values()), 1)
+    parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
+    a.size[parameters & np.isin(a.layer, split)] /= degree
+    a.size[parameters & (a.layer < 0)] *= 1.0 - share * (1.0 - 1.0 / degree)
+    work = np.isin(a.phase, [FORWARD, BACKWARD]) & ~parameters & np.isin(a.layer, blocks if sequence else split)
+    a.size[work] /= degree
+    return (f"tp: {len(pairs)} pairs of linear layers split {degree} ways: their parameters' share "
+            f"({share:.0%}) ÷{degree}, and {int(work.sum())} forward and backward allocations of "
+            + ("the blocks" if sequence else "the split layers") + f" ÷{degree}")
+
+
 def _allocation_stages(a: Allocations, layer_stage: np.ndarray, count: int) -> np.ndarray:
     """Each allocation's stage: its layer's; a forward or backward one without a layer, the stage of the one made before
     it in its phase (the first stage's in forward, the last's in backward); others -1."""
@@ -536,6 +565,7 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
     "offload": offload_memory,
     "optimizer": optimizer_memory,
     "pp": pp_memory,
+    "tp": tp_memory,
     "width": width_memory,
     "zero": zero_memory,
 }

@@ -21,6 +21,7 @@ inputs split, its outputs summed over the ranks). Per rank:
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,17 +71,9 @@ class Pair:
     that run between them (the work split T ways)."""
 
     block: str
-    column: Linear
-    row: Linear
+    column: int  # layer index
+    row: int
     region: frozenset[int]
-
-    @property
-    def column_input_bytes(self) -> int:
-        return self.column.tokens * self.column.inputs * self.column.item
-
-    @property
-    def row_output_bytes(self) -> int:
-        return self.row.tokens * self.row.outputs * self.row.item
 
 
 def linears(found: BatchOps, layer_of: dict[int, int]) -> dict[int, Linear]:
@@ -99,10 +92,10 @@ def linears(found: BatchOps, layer_of: dict[int, int]) -> dict[int, Linear]:
     return found_linears
 
 
-def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork, found_linears: dict[int, Linear],
+def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork, found_linears: Collection[int],
              pattern: str) -> tuple[list[Pair], list[str]]:
-    """The pairs of each block (the repeated blocks, or the parents of the layers `pattern` matches), and the linear
-    layers left whole (an odd one out)."""
+    """The pairs of the linear layers `found_linears` in each block (the repeated blocks, or the blocks or parents of
+    the layers `pattern` matches), and the linear layers left whole (an odd one out)."""
     if pattern:
         targets, _ = layer_owners(layers, pattern)
         chosen = [k for k in targets if k in found_linears]
@@ -123,7 +116,7 @@ def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork, found_li
             region = frozenset(k for k, path in enumerate(layers)
                                if path.startswith(block + ".") and low <= int(work.first_forward_ns[k]) <= high
                                and not any(other.startswith(path + ".") for other in layers))
-            pairs.append(Pair(block, found_linears[column], found_linears[row], region | {column, row}))
+            pairs.append(Pair(block, column, row, region | {column, row}))
         if len(ordered) % 2:
             whole.append(layers[ordered[-1]])
     return pairs, whole
@@ -133,21 +126,19 @@ def _block_of(path: str, blocks: list[str]) -> str | None:
     return next((b for b in blocks if path.startswith(b + ".")), None)
 
 
-def check_degree(degree: int, pairs: list[Pair], heads: list[int], layers: list[str]) -> None:
+def check_degree(degree: int, pairs: list[Pair], found_linears: dict[int, Linear], heads: list[int],
+                 layers: list[str]) -> None:
     """Refuse a degree that does not divide a split layer's width or the attention heads."""
-    for pair in pairs:
-        for what, width, linear in (("outputs", pair.column.outputs, pair.column), ("inputs", pair.row.inputs, pair.row)):
-            if width % degree:
-                raise InputError(f"tp: degree={degree} does not divide {layers[linear.layer]}'s {width} {what} — use a "
-                                 f"degree that divides {math.gcd(*_widths(pairs))}")
+    widths = [(p.column, "outputs", found_linears[p.column].outputs) for p in pairs] \
+        + [(p.row, "inputs", found_linears[p.row].inputs) for p in pairs]
+    for layer, what, width in widths:
+        if width % degree:
+            raise InputError(f"tp: degree={degree} does not divide {layers[layer]}'s {width} {what} — use a degree "
+                             f"that divides {math.gcd(*(w for _, _, w in widths))}")
     for count in heads:
         if count % degree:
             raise InputError(f"tp: degree={degree} does not divide the {count} attention heads — use one of "
                              f"{', '.join(str(d) for d in range(1, count + 1) if count % d == 0)}")
-
-
-def _widths(pairs: list[Pair]) -> list[int]:
-    return [w for p in pairs for w in (p.column.outputs, p.row.inputs)]
 
 
 def attention_heads(found: BatchOps, layer_of: dict[int, int], region: frozenset[int]) -> list[int]:
@@ -253,12 +244,13 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                          "record it with daydream trace (or torch.profiler with record_shapes=True)")
     layer_of = op_layers(graph, found, context)
     work = context.layer_work if context.layer_work is not None else graph_layer_work(graph)
-    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, linears(found, layer_of), str(params["layers"]))
+    found_linears = linears(found, layer_of)
+    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, str(params["layers"]))
     if not pairs:
         raise InputError("tp: no pair of linear layers to split (a column-parallel layer and a row-parallel one after "
                          "it in a block) — give layers=REGEX over the linear layers' paths")
     split = frozenset().union(*(p.region for p in pairs))
-    check_degree(degree, pairs, attention_heads(found, layer_of, split), graph.layers)
+    check_degree(degree, pairs, found_linears, attention_heads(found, layer_of, split), graph.layers)
     if degree == 1:
         return ["tp: degree=1 splits nothing; the step is unchanged"]
     blocks = frozenset(k for k, path in enumerate(graph.layers) for p in pairs
@@ -272,7 +264,7 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     collectives = _Collectives(graph, net, comm_resource(graph, "tp collectives"), stretch,
                                host.recorded_ns("fsdp.collective") if not graph.has_device_work() else 0, [])
     for iteration in iterations_of(graph):
-        _plan(graph, collectives, pairs, iteration, sequence)
+        _plan(graph, collectives, pairs, found_linears, iteration, sequence)
     count = len(collectives.planned)
     collectives.apply()
     split_bytes = sum(context.gradient_bytes.get(graph.layers[k], 0) for k in split)
@@ -286,27 +278,31 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                   (factor, source), graph.layers)
 
 
-def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair], iteration: int, sequence: bool) -> None:
+def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair], found_linears: dict[int, Linear], iteration: int,
+          sequence: bool) -> None:
+    """Per call of each pair's layers: the all-reduces (sequence parallel: all-gathers and reduce-scatters) of the row
+    layer's output (its tokens × outputs) and of the column layer's input gradient (its tokens × inputs)."""
     for pair in pairs:
-        row_name, column_name = graph.layers[pair.row.layer], graph.layers[pair.column.layer]
-        out_bytes, in_bytes = pair.row_output_bytes, pair.column_input_bytes
-        for first, _ in _runs_of(graph, iteration, FORWARD, frozenset({pair.column.layer})):
+        row_name, column_name = graph.layers[pair.row], graph.layers[pair.column]
+        row, column = found_linears[pair.row], found_linears[pair.column]
+        out_bytes, in_bytes = row.tokens * row.outputs * row.item, column.tokens * column.inputs * column.item
+        for first, _ in _runs_of(graph, iteration, FORWARD, frozenset({pair.column})):
             if sequence:
                 collectives.add(first, "allgather", in_bytes, f"tp all-gather (forward, before {column_name})", True)
-        for _, last in _runs_of(graph, iteration, FORWARD, frozenset({pair.row.layer})):
+        for _, last in _runs_of(graph, iteration, FORWARD, frozenset({pair.row})):
             operation = "reducescatter" if sequence else "allreduce"
             collectives.add(last, operation, out_bytes, f"tp {operation} (forward, {row_name}'s output)")
-        for first, _ in _runs_of(graph, iteration, BACKWARD, frozenset({pair.row.layer})):
+        for first, _ in _runs_of(graph, iteration, BACKWARD, frozenset({pair.row})):
             if sequence:
                 collectives.add(first, "allgather", out_bytes, f"tp all-gather (backward, before {row_name})", True)
-        for _, last in _runs_of(graph, iteration, BACKWARD, frozenset({pair.column.layer})):
+        for _, last in _runs_of(graph, iteration, BACKWARD, frozenset({pair.column})):
             operation = "reducescatter" if sequence else "allreduce"
             collectives.add(last, operation, in_bytes, f"tp {operation} (backward, {column_name}'s input gradient)")
 
 
 def _notes(pairs: list[Pair], whole: list[str], degree: int, sequence: bool, per_iteration: int, retimed: str,
            net: Fabric, split_bytes: int, total: int, contention: tuple[float, str], layers: list[str]) -> list[str]:
-    shown = "; ".join(f"{layers[p.column.layer]} → {layers[p.row.layer]}" for p in pairs[:2]) \
+    shown = "; ".join(f"{layers[p.column]} → {layers[p.row]}" for p in pairs[:2]) \
         + (f"; … ({len(pairs)} pairs in all)" if len(pairs) > 2 else "")
     notes = [f"tp: degree={degree}, column- then row-parallel: {shown}"
              + (f"; left whole: {', '.join(whole)}" if whole else ""),
