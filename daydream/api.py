@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daydream import trace as trace_stage
 from daydream._notices import NOTICES
@@ -134,6 +134,75 @@ def sweep_job(path: str | os.PathLike[str], specs: list[str], sweep: str, device
     runs = [(value, predictions) for value, (predictions, _) in zip(values, results)]
     memories = [memory or [] for _, memory in results] if with_memory else []
     return Sweep(key, values, runs, memories)
+
+
+#: The degrees a layout sweep takes (--sweep dp=...,tp=...,pp=...).
+LAYOUT_KEYS = ("dp", "tp", "pp")
+
+
+def parse_layout_sweep(sweep: str) -> dict[str, list[int]]:
+    """'dp=1,2,4,tp=1,2,pp=1,2' -> {'dp': [1, 2, 4], 'tp': [1, 2], 'pp': [1, 2]}; a degree not named is [1]."""
+    found: dict[str, list[int]] = {}
+    key = None
+    for item in (part.strip() for part in sweep.split(",")):
+        name, sep, value = item.partition("=")
+        if sep:
+            key = name.strip()
+            if key not in LAYOUT_KEYS:
+                raise InputError(f"--sweep {sweep}: {key!r} is not a degree of a layout — sweep dp=, tp= and pp=")
+            found[key] = []
+            item = value
+        if key is None or not item.strip().isdigit() or int(item) < 1:
+            raise InputError(f"--sweep {sweep}: write dp=1,2,4,tp=1,2,pp=1,2 (whole degrees from 1)")
+        found[key].append(int(item))
+    return {k: found.get(k, [1]) for k in LAYOUT_KEYS}
+
+
+def layout_sweep(path: str | os.PathLike[str], specs: list[str], sweep: str, world: int, device_name: str | None = None,
+                 cache: bool = True, with_memory: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Every layout dp × tp × pp = `world` of the degrees `sweep` names, each the what-if `specs` (the last one
+    `layout[:...]`) with those degrees, run alone: its step, samples/s, memory per rank and whether it fits
+    (report.layout)."""
+    from itertools import product
+
+    from daydream.report.layout import summarize_layouts
+    from daydream.trace.model import batch_size
+    from daydream.transforms.specs import with_value
+
+    degrees = parse_layout_sweep(sweep)
+    if not specs or not specs[-1].partition(":")[0].strip() == "layout":
+        raise InputError(f"--sweep {sweep}: a layout sweep is of --opt layout[:...] (give it last)")
+    layouts = [(d, t, p) for d, t, p in product(degrees["dp"], degrees["tp"], degrees["pp"]) if d * t * p == world]
+    if not layouts:
+        raise InputError(f"--sweep {sweep} --world {world}: no dp × tp × pp of these is {world} ranks — give degrees "
+                         f"whose products include {world}")
+    job = open_job(path, cache, progress, build=True)
+    rows = []
+    for number, (dp, tp, pp) in enumerate(layouts):
+        if progress:
+            progress(f"layout dp={dp} tp={tp} pp={pp}", number, len(layouts))
+        spec = specs[-1]
+        for key, value in zip(LAYOUT_KEYS, (dp, tp, pp)):
+            spec = with_value(spec, key, str(value))
+        rows.append(_layout_row(path, job, [*specs[:-1], spec], (dp, tp, pp), device_name, cache, with_memory))
+    baseline = predict_job(path, [], device_name, cache)[0].simulated_ns
+    return summarize_layouts(str(path), world, baseline, batch_size(job.traces[0]), rows)
+
+
+def _layout_row(path: str | os.PathLike[str], job: Job, specs: list[str], degrees: tuple[int, int, int],
+                device_name: str | None, cache: bool, with_memory: bool) -> dict[str, Any]:
+    dp, tp, pp = degrees
+    row: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "spec": specs[-1]}
+    try:
+        prediction = predict_job(path, specs, device_name, cache)[0]
+        row.update(predicted_ns=prediction.predicted_ns, notes=prediction.notes)
+        if with_memory:
+            memory = predict_memory_for(job.traces[:1], specs, device_name)
+            row.update(predicted_peak_bytes=max(int(str(m["predicted_peak_bytes"])) for m in memory),
+                       fits=all(bool(m["fits"]) for m in memory) if all(m["fits"] is not None for m in memory) else None)
+    except InputError as exc:
+        row["error"] = str(exc).removeprefix(f"{path}: ")
+    return row
 
 
 def list_optimizations() -> list[dict[str, str]]:

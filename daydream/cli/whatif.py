@@ -39,6 +39,8 @@ from daydream.report.table import Table
 @click.option("--price", "prices", default=None, metavar="VALUE=USD_PER_HOUR,...",
               help="With --sweep: the hourly price of each swept value (e.g. A100=1.8,H100=2.9): adds the cost of "
                    "1,000 steps.")
+@click.option("--world", type=click.IntRange(1, 65536), default=None, metavar="N",
+              help="With --opt layout --sweep dp=...,tp=...,pp=...: the ranks each layout has (dp × tp × pp = N).")
 @click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
 @click.option("--measure/--no-measure", "measure", default=None,
               help="Time the ops a what-if changes by running them here at the recorded shapes (a CPU trace, torch "
@@ -47,7 +49,8 @@ from daydream.report.table import Table
               help="The most time measuring may take per what-if; past it, ops are modelled.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, device_name: str | None, as_json: bool,
                    timeline_path: str | None, with_memory: bool, sweep: str | None, plot_path: str | None,
-                   prices: str | None, no_cache: bool, measure: bool | None, measure_budget: float) -> None:
+                   prices: str | None, world: int | None, no_cache: bool, measure: bool | None,
+                   measure_budget: float) -> None:
     """Predict the iteration time of TRACE with the optimizations applied.
 
     TRACE defaults to the newest trace in ./daydream-traces/, so that
@@ -60,6 +63,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
       daydream whatif example:cnn_v100 --opt batch-size:factor=2 --memory
       daydream whatif example:ddp_a100_rank0 --opt no-comm --opt ddp:bandwidth=100Gbps --sweep world=1,8,64
       daydream whatif example:cnn_v100 --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
+      daydream whatif T.json.gz --opt layout --sweep dp=1,2,4,tp=1,2,4,pp=1,2 --world 8 --memory
       daydream whatif --list
     """
     if show_list:
@@ -69,6 +73,8 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     path = chosen_trace(trace, err().print)
     if plot_path:
         plotting.require()
+    if _layouts(path, list(specs), sweep, world, device_name, as_json, not no_cache, with_memory):
+        return
     if sweep:
         _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache, with_memory, _prices(prices))
         return
@@ -93,6 +99,25 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
             render_memory_predictions(found["memory"], console)
 
     emit(summary, as_json, render)
+
+
+def _layouts(path: str, specs: list[str], sweep: str | None, world: int | None, device_name: str | None,
+             as_json: bool, cache: bool, with_memory: bool) -> bool:
+    """The layout sweep (--opt layout --sweep dp=...,tp=...,pp=... --world N), if that is what was asked."""
+    layout = bool(specs) and specs[-1].partition(":")[0].strip() == "layout"
+    if world is not None and not (layout and sweep):
+        raise click.UsageError("--world is the ranks of a layout sweep: give --opt layout --sweep dp=...,tp=...,pp=...")
+    if not (sweep and layout):
+        return False
+    if world is None:
+        raise click.UsageError("--opt layout --sweep ...: give --world N, the ranks each layout has")
+    from daydream.api import layout_sweep
+    from daydream.report.layout import render_layouts
+
+    found = with_progress(lambda progress: layout_sweep(path, specs, sweep, world, device_name, cache, with_memory,
+                                                        progress))
+    emit(found, as_json, render_layouts)
+    return True
 
 
 def _check_options(specs: tuple[str, ...], sweep: str | None, plot_path: str | None, prices: str | None) -> None:

@@ -19,7 +19,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
     for trace in traces:
         attribution = attribute(trace)
         layers = attribution.layers
-        layouts = any(name in ("pp", "tp") for name, _ in parsed)
+        layouts = any(name in ("pp", "tp", "layout") for name, _ in parsed)
         work = layer_work(trace, attribution) if layouts else None
         types = tuple(layer_types(trace, layers)) if layouts else ()
         layer_bytes = gradient_bytes_of(trace)

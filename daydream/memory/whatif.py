@@ -460,6 +460,14 @@ def tp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
             + ("the blocks" if sequence else "the split layers") + f" ÷{degree}")
 
 
+def layout_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """tp's, then pp's, then ddp's memory model, each with the parameters layout gives it"""
+    from daydream.transforms.distributed.layout import layout_specs
+
+    notes = [MEMORY_MODELS[name](a, values, model) for name, values in layout_specs(params)]
+    return "; ".join(notes) if notes else "layout: dp=1, tp=1, pp=1 is the step as recorded; allocations unchanged"
+
+
 def _allocation_stages(a: Allocations, layer_stage: np.ndarray, count: int) -> np.ndarray:
     """Each allocation's stage: its layer's; a forward or backward one without a layer, the stage of the one made before
     it in its phase (the first stage's in forward, the last's in backward); others -1."""
@@ -564,6 +572,7 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
     "gpu": gpu_memory,
     "offload": offload_memory,
     "optimizer": optimizer_memory,
+    "layout": layout_memory,
     "pp": pp_memory,
     "tp": tp_memory,
     "width": width_memory,

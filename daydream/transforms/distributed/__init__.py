@@ -10,7 +10,7 @@ buckets and inserting communication), `ddp`, `comm` (no-comm and comm), `zero`, 
 Importing this package registers the what-ifs.
 """
 
-from daydream.transforms.distributed import comm, compression, ddp, fsdp, p3, pp, tp, zero  # noqa: F401  (registers them)
+from daydream.transforms.distributed import comm, compression, ddp, fsdp, layout, p3, pp, tp, zero  # noqa: F401  (registers them)
 from daydream.transforms.distributed.buckets import FIRST_BUCKET_BYTES, buckets
 from daydream.transforms.distributed.fabric import GPUS_PER_NODE, Fabric, fabric, parse_bytes
 

@@ -171,7 +171,10 @@ def collectives(graph: Graph) -> np.ndarray:
 
 
 def no_existing_collectives(graph: Graph, name: str) -> None:
-    count = int(collectives(graph).size)
+    """Refuse a trace that recorded collectives (one rank of a job): a layout models the job from one rank's compute.
+    Collectives another layout inserted (no recorded event) are that layout's, composed with this one."""
+    found = collectives(graph)
+    count = int(np.count_nonzero(graph.tasks["event"][found] >= 0))
     if count:
         raise InputError(f"{name}: the trace already has {count} collectives (it is a rank of a distributed job) — "
                          f"put no-comm before {name} (--opt no-comm --opt {name}:...) to model the job from this rank's compute")

@@ -198,6 +198,10 @@ class _Pipeline:
         columns["resource"] = np.array([self.resource(stage, int(r)) for r in source["resource"].tolist()],
                                        dtype=np.int64)
         columns["duration_ns"] = np.rint(self.durations[tasks] * scale).astype(np.int64)
+        # a collective another layout put into the step (tp's) carries 1/M of its bytes per micro-batch
+        inserted = source["kind"] == TaskKind.COLLECTIVE
+        columns["duration_ns"][inserted] //= self.microbatches
+        columns["bytes"] = np.where(inserted, source["bytes"] // self.microbatches, source["bytes"])
         columns["event"] = np.full(tasks.size, -1)
         if not keep_delays:
             columns["delay_ns"] = np.zeros(tasks.size, dtype=np.int64)

@@ -233,23 +233,46 @@ def _scale_optimizer(graph: Graph, factor: float) -> None:
     tasks["duration_ns"][chosen] = np.rint(tasks["duration_ns"][chosen] * factor).astype(np.int64)
 
 
-def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    degree, sequence = int(params["degree"]), bool(int(params["sequence_parallel"]))
-    no_existing_collectives(graph, "tp")
+@dataclass(slots=True, frozen=True)
+class Split:
+    """What tp splits in a trace: its batch ops, each op's layer, the linear layers, their pairs, the odd ones left."""
+
+    found: BatchOps
+    layer_of: dict[int, int]
+    linears: dict[int, Linear]
+    pairs: list[Pair]
+    whole: list[str]
+
+    @property
+    def layers(self) -> frozenset[int]:
+        return frozenset().union(*(p.region for p in self.pairs))
+
+
+def plan_split(graph: Graph, context: Context, pattern: str) -> Split:
+    """The pairs tp would split in `graph` (`pattern`: layers=), or an InputError that says why none."""
     of_batch = context.batch_ops
     found: BatchOps | None = of_batch(0) if of_batch is not None else None
-    costs = context.costs
-    if found is None or not found.has_shapes or found.shape is None or costs is None:
+    if found is None or not found.has_shapes or found.shape is None or context.costs is None:
         raise InputError("tp: the trace records no op shapes, so its linear layers and their widths are not known — "
                          "record it with daydream trace (or torch.profiler with record_shapes=True)")
     layer_of = op_layers(graph, found, context)
     work = context.layer_work if context.layer_work is not None else graph_layer_work(graph)
     found_linears = linears(found, layer_of)
-    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, str(params["layers"]))
+    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, pattern)
     if not pairs:
         raise InputError("tp: no pair of linear layers to split (a column-parallel layer and a row-parallel one after "
                          "it in a block) — give layers=REGEX over the linear layers' paths")
-    split = frozenset().union(*(p.region for p in pairs))
+    return Split(found, layer_of, found_linears, pairs, whole)
+
+
+def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
+    degree, sequence = int(params["degree"]), bool(int(params["sequence_parallel"]))
+    no_existing_collectives(graph, "tp")
+    plan = plan_split(graph, context, str(params["layers"]))
+    found, layer_of, found_linears, pairs, whole = plan.found, plan.layer_of, plan.linears, plan.pairs, plan.whole
+    costs = context.costs
+    assert costs is not None
+    split = plan.layers
     check_degree(degree, pairs, found_linears, attention_heads(found, layer_of, split), graph.layers)
     if degree == 1:
         return ["tp: degree=1 splits nothing; the step is unchanged"]
@@ -338,4 +361,4 @@ register(Optimization(
      **LINK_PARAMETERS, "contention": CONTENTION_PARAMETER},
 ))
 
-__all__ = ["Linear", "Pair", "check_degree", "linears", "tp_pairs"]
+__all__ = ["Linear", "Pair", "Split", "check_degree", "linears", "plan_split", "tp_pairs"]

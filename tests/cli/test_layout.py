@@ -1,0 +1,76 @@
+"""The layout sweep: every dp × tp × pp of a world, each row the what-if run alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daydream.api import parse_layout_sweep, predict_job
+from daydream.cli import main
+from daydream.errors import InputError
+from tests.conftest import REPO
+
+#: A CPU trace `daydream trace` recorded (layers, their parameters, op shapes): every layout applies to it.
+RECORDED = REPO / "examples" / "fsdp" / "round-2" / "transformer-baseline.json.gz"
+#: A trace of set 1 (torch.profiler on a V100, 2021): no per-layer parameters and no shapes.
+SET_1 = Path("kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+LINK = "bandwidth=1,latency=1000"
+
+
+def _alone(path: Path, spec: str) -> tuple[int | None, str | None]:
+    """(predicted ns, None) of `spec` run alone, or (None, the error it stops with)."""
+    try:
+        return predict_job(path, [spec])[0].predicted_ns, None
+    except InputError as exc:
+        return None, str(exc).removeprefix(f"{path}: ")
+
+
+def test_each_row_of_a_set_1_trace_is_the_what_if_alone(corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = corpus / SET_1
+    assert main(["whatif", str(path), "--opt", "layout:params=97MB", "--sweep", "dp=1,2,4,tp=1,2,pp=1,2", "--world",
+                 "4", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [(r["dp"], r["tp"], r["pp"]) for r in found["rows"]] == [(1, 2, 2), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
+    for row in found["rows"]:
+        predicted, error = _alone(path, row["spec"])
+        assert row.get("predicted_ns") == predicted
+        assert row.get("error") == error
+    # without recorded layers or shapes only data parallelism applies; it is the fastest there is
+    assert [r["dp"] for r in found["rows"] if "predicted_ns" in r] == [4]
+    assert found["fastest"]["dp"] == 4
+
+
+def test_each_row_of_a_recorded_trace_is_the_what_if_alone_and_the_fastest_is_by_samples(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", str(RECORDED), "--opt", f"layout:{LINK}", "--sweep", "dp=1,2,tp=1,2,pp=1,2", "--world",
+                 "4", "--memory", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    rows = {(r["dp"], r["tp"], r["pp"]): r for r in found["rows"]}
+    assert sorted(rows) == [(1, 2, 2), (2, 1, 2), (2, 2, 1)]
+    for row in rows.values():
+        assert "error" not in row
+        assert row["predicted_ns"] == _alone(RECORDED, row["spec"])[0]
+        assert row["samples_per_s"] == pytest.approx(8 * row["dp"] * 1e9 / row["predicted_ns"])  # batch 8 per replica
+    best = max(rows.values(), key=lambda r: r["samples_per_s"])
+    assert found["fastest"]["spec"] == best["spec"]
+
+
+def test_a_layout_of_one_degree_is_that_what_if() -> None:
+    assert _alone(RECORDED, f"layout:tp=2,{LINK}") == _alone(RECORDED, f"tp:degree=2,{LINK}")
+    assert _alone(RECORDED, f"layout:pp=2,{LINK}") == _alone(RECORDED, f"pp:stages=2,{LINK}")
+
+
+def test_layout_sweeps_refuse_what_they_cannot_lay_out(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_layout_sweep("tp=1,2,pp=2") == {"dp": [1], "tp": [1, 2], "pp": [2]}
+    with pytest.raises(InputError, match="'ep' is not a degree of a layout"):
+        parse_layout_sweep("ep=2")
+    with pytest.raises(InputError, match="whole degrees from 1"):
+        parse_layout_sweep("dp=0")
+    assert main(["whatif", str(RECORDED), "--opt", "layout", "--sweep", "dp=1,2", "--world", "8"]) == 2
+    assert "no dp × tp × pp of these is 8 ranks" in capsys.readouterr().err
+    assert main(["whatif", str(RECORDED), "--opt", "amp", "--world", "8"]) == 2
+    assert "--world is the ranks of a layout sweep" in capsys.readouterr().err
+    assert main(["whatif", str(RECORDED), "--opt", "layout", "--sweep", "dp=1,2"]) == 2
+    assert "give --world N" in capsys.readouterr().err
