@@ -113,8 +113,13 @@ def test_ddp_without_gradient_sizes_says_what_to_give() -> None:
 def test_ddp_refuses_a_trace_that_already_communicates() -> None:
     tasks, edges = launch_chain([call(), call()], [kernel("bwd", 100, phase="backward", layer="a"),
                                                    {"kind": TaskKind.COLLECTIVE, "name": "ncclKernel_AllReduce", "duration": 50}])
+    communicating = graph(tasks, edges, layers=["a"])
+    communicating.tasks["event"][:] = np.arange(communicating.task_count)  # read from a trace, as recorded work is
     with pytest.raises(InputError, match="no-comm"):
-        apply_spec(graph(tasks, edges, layers=["a"]), parse_spec("ddp:world=2,bandwidth=10"), CONTEXT)
+        apply_spec(communicating, parse_spec("ddp:world=2,bandwidth=10"), CONTEXT)
+    # collectives a what-if put in (tp's, pp's: no trace row) are that what-if's, composed with ddp's
+    inserted = graph(tasks, edges, layers=["a"])
+    apply_spec(inserted, parse_spec("ddp:world=2,bandwidth=10"), CONTEXT)
 
 
 def _communicating_step() -> object:
