@@ -106,8 +106,14 @@ def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork, found_li
         blocks: dict[str, list[int]] = {}
         for k in chosen:
             blocks.setdefault(_block_of(layers[k], repeated) or layers[k].rsplit(".", 1)[0], []).append(k)
-    else:
-        blocks = {b: [k for k in found_linears if layers[k].startswith(b + ".")] for b in repeated_blocks(sizes)}
+    else:  # each block's linear layers; blocks that are each one linear layer (an MLP's) pair up across the list
+        blocks = {}
+        for b in repeated_blocks(sizes):
+            inside = [k for k in found_linears if layers[k].startswith(b + ".")]
+            if inside:
+                blocks[b] = inside
+            elif any(layers[k] == b for k in found_linears):
+                blocks.setdefault(b.rsplit(".", 1)[0], []).extend(k for k in found_linears if layers[k] == b)
     pairs, whole = [], []
     for block, members in blocks.items():
         ordered = sorted(members, key=lambda k: int(work.first_forward_ns[k]))
@@ -260,8 +266,10 @@ def plan_split(graph: Graph, context: Context, pattern: str) -> Split:
     found_linears = linears(found, layer_of)
     pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, pattern)
     if not pairs:
+        shown = ", ".join(graph.layers[k] for k in sorted(found_linears)[:4]) or "none recorded"
         raise InputError("tp: no pair of linear layers to split (a column-parallel layer and a row-parallel one after "
-                         "it in a block) — give layers=REGEX over the linear layers' paths")
+                         f"it in a block; the trace's linear layers: {shown}) — give layers=REGEX over the linear "
+                         "layers to pair")
     return Split(found, layer_of, found_linears, pairs, whole)
 
 
