@@ -172,6 +172,10 @@ def layout_sweep(path: str | os.PathLike[str], specs: list[str], sweep: str, wor
     degrees = parse_layout_sweep(sweep)
     if not specs or not specs[-1].partition(":")[0].strip() == "layout":
         raise InputError(f"--sweep {sweep}: a layout sweep is of --opt layout[:...] (give it last)")
+    for key, values in degrees.items():
+        if max(values) > world:
+            raise InputError(f"--sweep {sweep}: {key}={max(values)} is more ranks than the world of {world} — give "
+                             f"degrees up to {world}")
     layouts = [(d, t, p) for d, t, p in product(degrees["dp"], degrees["tp"], degrees["pp"]) if d * t * p == world]
     if not layouts:
         raise InputError(f"--sweep {sweep} --world {world}: no dp × tp × pp of these is {world} ranks — give degrees "

@@ -70,7 +70,23 @@ def test_layout_sweeps_refuse_what_they_cannot_lay_out(capsys: pytest.CaptureFix
         parse_layout_sweep("dp=0")
     assert main(["whatif", str(RECORDED), "--opt", "layout", "--sweep", "dp=1,2", "--world", "8"]) == 2
     assert "no dp × tp × pp of these is 8 ranks" in capsys.readouterr().err
+    assert main(["whatif", str(RECORDED), "--opt", "layout", "--sweep", "tp=1,16", "--world", "8"]) == 2
+    assert "tp=16 is more ranks than the world of 8" in capsys.readouterr().err
     assert main(["whatif", str(RECORDED), "--opt", "amp", "--world", "8"]) == 2
     assert "--world is the ranks of a layout sweep" in capsys.readouterr().err
     assert main(["whatif", str(RECORDED), "--opt", "layout", "--sweep", "dp=1,2"]) == 2
     assert "give --world N" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("pp:stages=3", "stages=3 but the model has 2 repeated blocks to cut between"),
+    ("pp:stages=2,microbatches=3", "microbatches=3 does not divide the trace's batch of 8 — use one of 1, 2, 4, 8"),
+    ("tp:degree=3", "degree=3 does not divide TinyTransformer.blocks.0.mlp.up's 1024 outputs — use a degree that divides 256"),
+    ("tp:degree=8", "degree=8 does not divide the 4 attention heads — use one of 1, 2, 4"),
+    ("tp:degree=2,layers=decoder", "layers='decoder' matches no linear layer"),
+])
+def test_a_layout_the_model_cannot_take_is_one_line_and_exit_2(spec: str, message: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whatif", str(RECORDED), "--opt", spec]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1 and "Traceback" not in error
