@@ -4,6 +4,7 @@ parallel (torch.distributed.tensor.parallel) runs over gloo.
 
     python scripts/validate_parallel.py                    # writes docs/validation-parallel.md
     python scripts/validate_parallel.py --rounds 2 --out - --keep /tmp/parallel
+    python scripts/validate_parallel.py --keep /tmp/parallel --repredict    # the kept rounds, predicted again
 
 Each round, in rotating order: a gloo benchmark of the two collectives gloo runs for FSDP2 (all_gather_into_tensor, and
 the all-reduce of the whole buffer it runs for reduce_scatter_tensor; sizes interleaved, the caller waiting after a
@@ -210,6 +211,15 @@ def predict(baseline: Path, link: Link, layout: str) -> tuple[int, list[int]]:
     return int(report["iteration_ns"]["predicted"]), peaks * (WORLD // len(peaks))
 
 
+def kept_round(example: str, folder: Path) -> Round:
+    """A round `--keep` kept, predicted again with the current code (`--repredict`): its benchmark and traces."""
+    seconds = json.loads((folder / f"{example}-benchmark.json").read_text())
+    seconds = {operation: {int(size): value for size, value in by.items()} for operation, by in seconds.items()}
+    traced = {job: [folder / f"{example}-{job.replace(', ', '-').replace('=', '')}-rank{k}.json.gz"
+                    for k in range(WORLD)] for job in LAYOUTS[example]}
+    return measure_round(example, folder, seconds, traced)
+
+
 def run_round(example: str, index: int, folder: Path) -> Round:
     script = EXAMPLES[example]
     folder.mkdir(parents=True, exist_ok=True)
@@ -218,17 +228,24 @@ def run_round(example: str, index: int, folder: Path) -> Round:
     seconds: dict[str, dict[int, float]] = {}
     baseline = folder / f"{example}-baseline.json.gz"
     traced: dict[str, list[Path]] = {}
-    twins = folder / f"{example}-twin0.json.gz"
     for job in jobs:
         if job == "benchmark":
             seconds = benchmark()
         elif job == "baseline":
             trace_alone(script, baseline)
         elif job == "twins":
-            twins = trace_twins(script, folder, example)
+            trace_twins(script, folder, example)
         else:
             name = f"{example}-{job.replace(', ', '-').replace('=', '')}"
             traced[job] = trace_ranks(script, folder, name, CONFIGURATIONS[job][0])
+    (folder / f"{example}-benchmark.json").write_text(json.dumps(seconds))
+    return measure_round(example, folder, seconds, traced)
+
+
+def measure_round(example: str, folder: Path, seconds: dict[str, dict[int, float]],
+                  traced: dict[str, list[Path]]) -> Round:
+    """A round's measurements read from its traces, and the what-ifs' predictions from its baseline."""
+    baseline, twins = folder / f"{example}-baseline.json.gz", folder / f"{example}-twin0.json.gz"
     link = fit(seconds)
     result = Round(link, seconds, iteration_ns(baseline), peak_bytes(baseline), baseline, iteration_ns(twins))
     for job, paths in traced.items():
@@ -360,10 +377,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--examples", default=",".join(EXAMPLES))
     parser.add_argument("--keep", type=Path, default=None, help="keep the traces in this folder (round-N/...)")
+    parser.add_argument("--repredict", action="store_true",
+                        help="with --keep: run nothing; predict the kept rounds again with the current code")
     parser.add_argument("--calibration", type=Path, default=REPO / "examples" / "fsdp",
                         help="the calibration rounds the constants were measured on (round-N/EXAMPLE-baseline.json.gz "
                              "and EXAMPLE-fsdp-rankR.json.gz), for the page's table of constants")
     args = parser.parse_args()
+    if args.repredict and args.keep is None:
+        parser.error("--repredict predicts the rounds --keep kept: give --keep DIR")
     from fsdp_costs import report
 
     with scratch_cache() as scratch:
@@ -372,7 +393,9 @@ def main() -> int:
         for index in range(args.rounds):
             for example in args.examples.split(","):
                 print(f"round {index + 1}: {example}", file=sys.stderr, flush=True)
-                results.setdefault(example, []).append(run_round(example, index, folder / f"round-{index + 1}"))
+                where = folder / f"round-{index + 1}"
+                results.setdefault(example, []).append(kept_round(example, where) if args.repredict
+                                                       else run_round(example, index, where))
         calibration = report(args.calibration)
         page = markdown(results, calibration)
     publish(page, args.out)

@@ -393,9 +393,10 @@ def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, r
 def pp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """per stage: its layers' weights, gradients and optimizer state (those no layer owns by its share of the
     parameters); its layers' forward activations of the micro-batches in flight at once (gpipe: all M; 1f1b: S − s at
-    stage s, counting from 0), each at 1/M of the batch; its other forward and backward allocations at 1/M (one
-    micro-batch's at a time); forward and backward allocations no layer owns on the stage of the one before them. The
-    peak: the largest stage's"""
+    stage s, counting from 0), each at 1/M of the batch, and from the second backward on the stage's gradients alive
+    with them (gpipe: M − 1 in flight then); its other forward and backward allocations at 1/M (one micro-batch's at a
+    time); forward and backward allocations no layer owns on the stage of the one before them. The peak: the largest
+    stage's"""
     from daydream.transforms.distributed.pp import pipeline_stages
 
     count, microbatches, kind = int(params["stages"]), int(params["microbatches"]), str(params["schedule"])
@@ -416,11 +417,10 @@ def pp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
         b = a.copy()
         b.size[parameters & (a.layer >= 0) & ~mine] = 0
         b.size[parameters & (a.layer < 0)] *= stage.bytes / total
-        in_flight = microbatches if kind == "gpipe" else min(count - stage.index, microbatches)
-        b.size[activations & mine] *= in_flight / microbatches
-        b.size[work & ~activations & mine] /= microbatches
         b.size[work & ~mine] = 0
-        peaks.append((peak_bytes(b), b))
+        b.size[work & ~activations & mine] /= microbatches
+        first = microbatches if kind == "gpipe" else min(count - stage.index, microbatches)
+        peaks.append(max(_stage_peaks(b, activations & mine, first, microbatches, kind), key=lambda found: found[0]))
     wanted = int(params.get("memory_stage", -1))
     if wanted >= count:
         raise InputError(f"pp: memory_stage={wanted} but there are {count} stages — use 0..{count - 1}, or -1 for the "
@@ -466,6 +466,29 @@ def layout_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> 
 
     notes = [MEMORY_MODELS[name](a, values, model) for name, values in layout_specs(params)]
     return "; ".join(notes) if notes else "layout: dp=1, tp=1, pp=1 is the step as recorded; allocations unchanged"
+
+
+def _stage_peaks(b: Allocations, activations: np.ndarray, first: int, microbatches: int, kind: str
+                 ) -> list[tuple[int, Allocations]]:
+    """A stage's peak at its first backward (`first` micro-batches' activations alive, no gradients yet) and, where a
+    backward is followed by more forwards or backwards while activations remain (micro-batches > 1), at a later one:
+    the stage's gradients, made by its first backward, alive with the activations of the micro-batches still in
+    flight (gpipe: M − 1; 1f1b: as many as at the first, a forward having followed each backward)."""
+    at_first = b.copy()
+    at_first.size[activations] *= first / microbatches
+    found = [(peak_bytes(at_first), at_first)]
+    later = first - 1 if kind == "gpipe" or first >= microbatches else first
+    if microbatches > 1 and later > 0:
+        after = b.copy()
+        after.size[activations] *= later / microbatches
+        gradients = np.flatnonzero(after.category == GRAD)
+        for iteration in np.unique(after.iteration[gradients]).tolist():
+            backward = (after.iteration == iteration) & (after.phase == BACKWARD)
+            if backward.any():
+                mine = gradients[after.iteration[gradients] == iteration]
+                after.start[mine] = np.minimum(after.start[mine], int(after.start[backward].min()))
+        found.append((peak_bytes(after), after))
+    return found
 
 
 def _allocation_stages(a: Allocations, layer_stage: np.ndarray, count: int) -> np.ndarray:
