@@ -7,6 +7,9 @@ import pytest
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.mapping.attribution import LayerWork
+from daydream.memory.timeline import CATEGORIES
+from daydream.memory.whatif import Allocations, ModelFacts, peak_bytes, pp_memory
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.distributed.pp import balanced_cuts, schedule
@@ -97,3 +100,42 @@ def test_bad_layouts_say_what_would_work() -> None:
         apply_spec(_step(), parse_spec(f"pp:stages=2,schedule=zb,{LINK}"), CONTEXT)
     with pytest.raises(InputError, match="no per-layer parameters"):
         apply_spec(_step(), parse_spec(f"pp:stages=2,{LINK}"), Context())
+
+
+def _allocations() -> tuple[Allocations, ModelFacts]:
+    """Weights 200 and optimizer state 400 (no layer owns them); blocks.0's activation (1000) made at 10 in forward,
+    blocks.1's (1000) at 20; blocks.1's backward makes its gradient (100) at 40, blocks.0's at 55; the activations
+    freed at 50 (blocks.1's) and 60; the gradients live on. The two blocks' parameters weigh the same, so each stage
+    holds half the weights and state: 100 + 200."""
+    act, grad, weights, state = (CATEGORIES.index(c) for c in ("activations", "gradients", "weights", "optimizer state"))
+    never = np.iinfo(np.int64).max
+    a = Allocations(size=np.array([200.0, 400.0, 1000.0, 1000.0, 100.0, 100.0]), start=np.array([-1, -1, 10, 20, 40, 55]),
+                    end=np.array([never, never, 60, 50, never, never]),
+                    category=np.array([weights, state, act, act, grad, grad], dtype=np.int8),
+                    layer=np.array([-1, -1, 0, 1, 1, 0]), phase=np.array([-1, -1, 0, 0, 1, 1]),
+                    iteration=np.array([-1, -1, 0, 0, 0, 0]), baseline_times=np.zeros(1, dtype=np.int64),
+                    baseline_bytes=np.zeros(1))
+    work = LayerWork(np.array([10, 10]), np.array([10, 20]))
+    return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, "cpu", work)
+
+
+@pytest.mark.parametrize(("kind", "stage", "expected"), [
+    # 1F1B, 2 stages, 2 micro-batches (500 bytes of activations each). Stage 0 runs F0 F1 B0 B1: at its first
+    # backward both micro-batches' activations are alive and its gradient appears at 55: 300 + 1000 + 100.
+    ("1f1b", 0, 300 + 1000 + 100),
+    # Stage 1 runs F0 B0 F1 B1: one micro-batch's activations at a time, and from B0 on its gradient with them.
+    ("1f1b", 1, 300 + 500 + 100),
+    # GPipe: every micro-batch's activations before the first backward, on every stage.
+    ("gpipe", 1, 300 + 1000 + 100),
+])
+def test_each_stage_holds_its_parameters_and_the_activations_in_flight(kind: str, stage: int, expected: int) -> None:
+    a, facts = _allocations()
+    assert peak_bytes(a) == 600 + 2000 + 100  # before: both activations and blocks.1's gradient at 40-50
+    pp_memory(a, {"stages": 2, "microbatches": 2, "schedule": kind, "memory_stage": stage}, facts)
+    assert peak_bytes(a) == expected
+
+
+def test_the_rank_memory_is_the_largest_stages() -> None:
+    a, facts = _allocations()
+    note = pp_memory(a, {"stages": 2, "microbatches": 2, "schedule": "1f1b", "memory_stage": -1}, facts)
+    assert peak_bytes(a) == 1400 and "stage 0's is the largest" in note
