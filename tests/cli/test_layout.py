@@ -90,3 +90,39 @@ def test_a_layout_the_model_cannot_take_is_one_line_and_exit_2(spec: str, messag
     assert main(["whatif", str(RECORDED), "--opt", spec]) == 2
     error = capsys.readouterr().err
     assert message in error and error.count("\n") == 1 and "Traceback" not in error
+
+
+def _collective_calls(path: Path, prefix: str) -> float:
+    """The CPU ops named `prefix`... per recorded iteration of a rank's trace (what torch.distributed issued)."""
+    from daydream.mapping import find_iterations
+    from daydream.trace import EventKind, read_job
+
+    trace = read_job(path).traces[0]
+    ops = trace.indices(EventKind.CPU_OP)
+    names = [trace.strings[i] for i in trace.name[ops].tolist()]
+    return sum(name.startswith(prefix) for name in names) / len(find_iterations(trace))
+
+
+def _inserted_per_iteration(spec: str) -> float:
+    from daydream.graph import TaskKind
+
+    prediction = predict_job(RECORDED, [spec])[0]
+    graph = prediction.graph
+    assert graph is not None
+    iterations = len({int(i) for i in graph.tasks["iteration"].tolist() if i >= 0})
+    return int((graph.tasks["kind"] == TaskKind.COLLECTIVE).sum()) / iterations
+
+
+def test_the_pipeline_sends_what_the_real_stage_sent_and_received() -> None:
+    # A real stage of two, 4 micro-batches: each micro-batch's activations one way and their gradients the other.
+    real = REPO / "examples" / "layouts" / "transformer-pp-1f1b-rank0.json.gz"
+    expected = _collective_calls(real, "c10d::send") + _collective_calls(real, "c10d::recv_")
+    assert expected == 8
+    assert _inserted_per_iteration(f"pp:stages=2,microbatches=4,{LINK}") == expected
+
+
+def test_tensor_parallelism_all_reduces_as_often_as_the_real_rank() -> None:
+    real = REPO / "examples" / "layouts" / "transformer-tp-rank0.json.gz"
+    expected = _collective_calls(real, "c10d::allreduce_")
+    assert expected == 8  # per block: the two row layers' outputs, the two column layers' input gradients
+    assert _inserted_per_iteration(f"tp:degree=2,{LINK}") == expected

@@ -323,10 +323,14 @@ def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair], found_line
         for _, last in _runs_of(graph, iteration, FORWARD, frozenset({pair.row})):
             operation = "reducescatter" if sequence else "allreduce"
             collectives.add(last, operation, out_bytes, f"tp {operation} (forward, {row_name}'s output)")
-        for first, _ in _runs_of(graph, iteration, BACKWARD, frozenset({pair.row})):
+        # A layer's backward work comes in more runs than its calls (AccumulateGrad runs apart, once per parameter
+        # at the end): each call's backward is the first of them, in the reverse order of the calls.
+        row_calls = len(_runs_of(graph, iteration, FORWARD, frozenset({pair.row})))
+        column_calls = len(_runs_of(graph, iteration, FORWARD, frozenset({pair.column})))
+        for first, _ in _runs_of(graph, iteration, BACKWARD, frozenset({pair.row}))[:row_calls]:
             if sequence:
                 collectives.add(first, "allgather", out_bytes, f"tp all-gather (backward, before {row_name})", True)
-        for _, last in _runs_of(graph, iteration, BACKWARD, frozenset({pair.column})):
+        for _, last in _runs_of(graph, iteration, BACKWARD, frozenset({pair.column}))[:column_calls]:
             operation = "reducescatter" if sequence else "allreduce"
             collectives.add(last, operation, in_bytes, f"tp {operation} (backward, {column_name}'s input gradient)")
 
