@@ -202,8 +202,10 @@ def _layout_row(path: str | os.PathLike[str], job: Job, specs: list[str], degree
         row.update(predicted_ns=prediction.predicted_ns, notes=prediction.notes)
         if with_memory:
             memory = predict_memory_for(job.traces[:1], specs, device_name)
-            row.update(predicted_peak_bytes=max(int(str(m["predicted_peak_bytes"])) for m in memory),
-                       fits=all(bool(m["fits"]) for m in memory) if all(m["fits"] is not None for m in memory) else None)
+            if memory:  # a trace without memory events has none to predict
+                row.update(predicted_peak_bytes=max(int(str(m["predicted_peak_bytes"])) for m in memory),
+                           fits=all(bool(m["fits"]) for m in memory) if all(m["fits"] is not None for m in memory)
+                           else None)
     except InputError as exc:
         row["error"] = str(exc).removeprefix(f"{path}: ")
     return row

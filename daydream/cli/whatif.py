@@ -63,7 +63,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
       daydream whatif example:cnn_v100 --opt batch-size:factor=2 --memory
       daydream whatif example:ddp_a100_rank0 --opt no-comm --opt ddp:bandwidth=100Gbps --sweep world=1,8,64
       daydream whatif example:cnn_v100 --opt gpu --sweep target=A100,H100,MI300X,L4 --memory --price A100=1.8,H100=2.9
-      daydream whatif T.json.gz --opt layout --sweep dp=1,2,4,tp=1,2,4,pp=1,2 --world 8 --memory
+      daydream whatif example:cnn_v100 --opt layout:params=97MB --sweep dp=1,2,4,8,tp=1,2,pp=1,2 --world 8 --memory
       daydream whatif --list
     """
     if show_list:
