@@ -449,11 +449,7 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
             else:
                 unknown.append(task)
             continue
-        ratio, tier = _kernel_ratio(op, shape, factor, costs)
-        duration = int(graph.tasks["duration_ns"][task])
-        fixed = min(duration, floor)
-        graph.tasks["duration_ns"][task] = int(round(fixed + (duration - fixed) * ratio))
-        costs.count(tier)
+        _grow_kernel(graph, task, op, shape, factor, costs)
         grown += 1
     by_ratio = np.array(unknown, dtype=np.int64)
     if by_ratio.size:
@@ -514,13 +510,18 @@ def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, cos
         op = found.by_row.get(row) if row in rows else None
         if op is None:
             continue
-        ratio, tier = _kernel_ratio(op, shape, factor, costs)
-        duration = int(graph.tasks["duration_ns"][task])
-        fixed = min(duration, floor)
-        graph.tasks["duration_ns"][task] = int(round(fixed + (duration - fixed) * ratio))
-        costs.count(tier)
+        _grow_kernel(graph, task, op, shape, factor, costs)
         grown += 1
     return f"{grown} GPU tasks of {len(chosen)} ops grown past {floor} ns by their op's work at the new shapes"
+
+
+def _grow_kernel(graph: Graph, task: int, op: BatchOp, shape: BatchShape, factor: float, costs: CostModel) -> None:
+    """GPU task `task` of `op` grown past the trace's shortest kernel by its op's ratio at the new batch."""
+    ratio, tier = _kernel_ratio(op, shape, factor, costs)
+    duration = int(graph.tasks["duration_ns"][task])
+    fixed = min(duration, costs.floor_ns)
+    graph.tasks["duration_ns"][task] = int(round(fixed + (duration - fixed) * ratio))
+    costs.count(tier)
 
 
 def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel) -> tuple[float, Tier]:
