@@ -181,25 +181,31 @@ def layout_sweep(path: str | os.PathLike[str], specs: list[str], sweep: str, wor
         raise InputError(f"--sweep {sweep} --world {world}: no dp × tp × pp of these is {world} ranks — give degrees "
                          f"whose products include {world}")
     job = open_job(path, cache, progress, build=True)
-    rows = []
+    rows, baseline = [], 0
     for number, (dp, tp, pp) in enumerate(layouts):
         if progress:
             progress(f"layout dp={dp} tp={tp} pp={pp}", number, len(layouts))
         spec = specs[-1]
         for key, value in zip(LAYOUT_KEYS, (dp, tp, pp)):
             spec = with_value(spec, key, str(value))
-        rows.append(_layout_row(path, job, [*specs[:-1], spec], (dp, tp, pp), device_name, cache, with_memory))
-    baseline = predict_job(path, [], device_name, cache)[0].simulated_ns
+        row, simulated_ns = _layout_row(path, job, [*specs[:-1], spec], (dp, tp, pp), device_name, cache, with_memory)
+        rows.append(row)
+        baseline = baseline or simulated_ns
+    if not baseline:  # no layout could be predicted: the step as recorded, simulated
+        baseline = predict_job(path, [], device_name, cache)[0].simulated_ns
     return summarize_layouts(str(path), world, baseline, batch_size(job.traces[0]), rows)
 
 
 def _layout_row(path: str | os.PathLike[str], job: Job, specs: list[str], degrees: tuple[int, int, int],
-                device_name: str | None, cache: bool, with_memory: bool) -> dict[str, Any]:
+                device_name: str | None, cache: bool, with_memory: bool) -> tuple[dict[str, Any], int]:
+    """A layout's row, and the simulated step as recorded its prediction started from (0 where it could not run)."""
     dp, tp, pp = degrees
+    simulated_ns = 0
     row: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "spec": specs[-1]}
     try:
         prediction = predict_job(path, specs, device_name, cache)[0]
         row.update(predicted_ns=prediction.predicted_ns, notes=prediction.notes)
+        simulated_ns = prediction.simulated_ns
         if with_memory:
             memory = predict_memory_for(job.traces[:1], specs, device_name)
             if memory:  # a trace without memory events has none to predict
@@ -208,7 +214,7 @@ def _layout_row(path: str | os.PathLike[str], job: Job, specs: list[str], degree
                            else None)
     except InputError as exc:
         row["error"] = str(exc).removeprefix(f"{path}: ")
-    return row
+    return row, simulated_ns
 
 
 def list_optimizations() -> list[dict[str, str]]:

@@ -314,8 +314,13 @@ class LayerWork:
 def layer_work(trace: Trace, attribution: Attribution, links: Links | None = None) -> LayerWork:
     """Each layer's work and the start of its forward, over the whole trace (what a pipeline's stages balance)."""
     rows, weights, when, _ = _work_and_weights(trace, links if links is not None else link(trace))
-    count = len(attribution.layers)
-    phase, layer = attribution.phase[rows], attribution.layer[rows].astype(np.int64)
+    return work_by_layer(attribution.layer[rows], attribution.phase[rows], weights, when, len(attribution.layers))
+
+
+def work_by_layer(layer: np.ndarray, phase: np.ndarray, weights: np.ndarray, when: np.ndarray, count: int) -> LayerWork:
+    """LayerWork of pieces of work (each its layer, -1 for none; its phase; its time, ns; its start, ns) over `count`
+    layers."""
+    layer = layer.astype(np.int64)
     work = _per_layer(layer, weights, (phase == FORWARD) | (phase == BACKWARD), count)
     forward = (phase == FORWARD) & (layer >= 0)
     first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)

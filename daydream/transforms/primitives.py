@@ -370,6 +370,12 @@ class HostSpans:
         return int(tasks[at]) if at >= 0 and ends[at] > start else -1
 
 
+def launcher_of(graph: Graph) -> dict[int, int]:
+    """Per GPU task a host task launched, that host task."""
+    launch = graph.edges_of_kind(DepKind.LAUNCH)
+    return dict(zip(graph.edges["dst"][launch].tolist(), graph.edges["src"][launch].tolist()))
+
+
 def launched_by(graph: Graph) -> dict[int, list[int]]:
     """Per host task that launched GPU work, that work by recorded start."""
     launch = graph.edges_of_kind(DepKind.LAUNCH)

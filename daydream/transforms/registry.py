@@ -181,6 +181,10 @@ class Optimization:
     apply: Apply
     parameters: dict[str, Parameter] = field(default_factory=dict)
 
+    def defaults(self) -> dict[str, Any]:
+        """Every parameter at its default."""
+        return {key: parameter.default for key, parameter in self.parameters.items()}
+
     def describe(self) -> str:
         params = ", ".join(f"{k}={p.default!r} ({p.help})" for k, p in self.parameters.items())
         return (f"{self.name}: {self.summary}\n  time: {self.model}"

@@ -25,7 +25,7 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
         hint = f"did you mean {close[0]!r}? (daydream whatif --list)" if close else "see daydream whatif --list"
         raise InputError(f"--opt {text}: unknown optimization {name!r} — {hint}")
     optimization = OPTIMIZATIONS[name]
-    params = {key: p.default for key, p in optimization.parameters.items()}
+    params = optimization.defaults()
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, sep, value = item.partition("=")
         if not sep and key in optimization.parameters:

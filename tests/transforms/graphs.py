@@ -57,3 +57,22 @@ def launch_chain(calls: list[dict[str, Any]], kernels: list[dict[str, Any]], lat
     edges += [(i, n + i, DepKind.LAUNCH, latency, True) for i in range(n)]
     edges += [(n + i, n + i + 1, DepKind.STREAM_ORDER, kernel_gap, False) for i in range(n - 1)]
     return tasks, edges
+
+
+#: No end: an allocation that outlives the window.
+NEVER = np.iinfo(np.int64).max
+
+
+def two_block_allocations(sizes: list[float], starts: list[int], ends: list[int]) -> Any:
+    """Allocations of a two-block model, in this order: its weights and optimizer state (no layer; from before the
+    window), blocks.0's and blocks.1's activations (forward), blocks.1's and blocks.0's gradients (backward), all of
+    iteration 0 but the first two; `sizes` bytes, `starts` and `ends` ns (NEVER: not freed)."""
+    from daydream.memory.timeline import CATEGORIES
+    from daydream.memory.whatif import Allocations
+
+    act, grad, weights, state = (CATEGORIES.index(c) for c in ("activations", "gradients", "weights", "optimizer state"))
+    return Allocations(size=np.array(sizes, dtype=np.float64), start=np.array(starts), end=np.array(ends),
+                       category=np.array([weights, state, act, act, grad, grad], dtype=np.int8),
+                       layer=np.array([-1, -1, 0, 1, 1, 0]), phase=np.array([-1, -1, 0, 0, 1, 1]),
+                       iteration=np.array([-1, -1, 0, 0, 0, 0]), baseline_times=np.zeros(1, dtype=np.int64),
+                       baseline_bytes=np.zeros(1))

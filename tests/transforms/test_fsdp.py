@@ -12,12 +12,11 @@ import pytest
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
-from daydream.memory.timeline import CATEGORIES
 from daydream.memory.whatif import Allocations, ModelFacts, fsdp_memory, peak_bytes
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, repeated_blocks
-from tests.transforms.graphs import call, graph, kernel, op
+from tests.transforms.graphs import NEVER, call, graph, kernel, op, two_block_allocations
 
 MiB = 2**20
 #: Two blocks of 1 MiB each, nothing else: two units, no root. Over 1000 GB/s (1000 bytes/ns) without latency, among
@@ -174,14 +173,7 @@ def _allocations(device: str = "cuda:0") -> tuple[Allocations, ModelFacts]:
     """Weights 8, optimizer state 16 (from before the window); blocks.0's activation (100) made at 0 in forward,
     blocks.1's (200) at 10; blocks.1's backward allocates its gradient (4 bytes) at 60, blocks.0's at 90; the
     activations freed at 80 and 100. Recorded peak: 8 + 16 + 100 + 200 + 4 = 328 at 60."""
-    act, grad, weights, state = (CATEGORIES.index(c) for c in ("activations", "gradients", "weights", "optimizer state"))
-    never = np.iinfo(np.int64).max
-    a = Allocations(size=np.array([8.0, 16.0, 100.0, 200.0, 4.0, 4.0]), start=np.array([-1, -1, 0, 10, 60, 90]),
-                    end=np.array([never, never, 100, 80, never, never]),
-                    category=np.array([weights, state, act, act, grad, grad], dtype=np.int8),
-                    layer=np.array([-1, -1, 0, 1, 1, 0]), phase=np.array([-1, -1, 0, 0, 1, 1]),
-                    iteration=np.array([-1, -1, 0, 0, 0, 0]), baseline_times=np.zeros(1, dtype=np.int64),
-                    baseline_bytes=np.zeros(1))
+    a = two_block_allocations([8, 16, 100, 200, 4, 4], [-1, -1, 0, 10, 60, 90], [NEVER, NEVER, 100, 80, NEVER, NEVER])
     return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, device)
 
 

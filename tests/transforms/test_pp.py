@@ -8,12 +8,11 @@ import pytest
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.mapping.attribution import LayerWork
-from daydream.memory.timeline import CATEGORIES
 from daydream.memory.whatif import Allocations, ModelFacts, peak_bytes, pp_memory
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
 from daydream.transforms.distributed.pp import balanced_cuts, schedule
-from tests.transforms.graphs import graph, op
+from tests.transforms.graphs import NEVER, graph, op, two_block_allocations
 
 MiB = 2**20
 CONTEXT = Context(gradient_bytes={"blocks.0": MiB, "blocks.1": MiB})
@@ -107,14 +106,8 @@ def _allocations() -> tuple[Allocations, ModelFacts]:
     blocks.1's (1000) at 20; blocks.1's backward makes its gradient (100) at 40, blocks.0's at 55; the activations
     freed at 50 (blocks.1's) and 60; the gradients live on. The two blocks' parameters weigh the same, so each stage
     holds half the weights and state: 100 + 200."""
-    act, grad, weights, state = (CATEGORIES.index(c) for c in ("activations", "gradients", "weights", "optimizer state"))
-    never = np.iinfo(np.int64).max
-    a = Allocations(size=np.array([200.0, 400.0, 1000.0, 1000.0, 100.0, 100.0]), start=np.array([-1, -1, 10, 20, 40, 55]),
-                    end=np.array([never, never, 60, 50, never, never]),
-                    category=np.array([weights, state, act, act, grad, grad], dtype=np.int8),
-                    layer=np.array([-1, -1, 0, 1, 1, 0]), phase=np.array([-1, -1, 0, 0, 1, 1]),
-                    iteration=np.array([-1, -1, 0, 0, 0, 0]), baseline_times=np.zeros(1, dtype=np.int64),
-                    baseline_bytes=np.zeros(1))
+    a = two_block_allocations([200, 400, 1000, 1000, 100, 100], [-1, -1, 10, 20, 40, 55],
+                              [NEVER, NEVER, 60, 50, NEVER, NEVER])
     work = LayerWork(np.array([10, 10]), np.array([10, 20]))
     return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, "cpu", work)
 

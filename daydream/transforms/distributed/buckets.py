@@ -150,14 +150,21 @@ def optimizer_step(graph: Graph, iteration: int, ready: int) -> tuple[int | None
     return None, None
 
 
-def scale_optimizer(graph: Graph, iteration: int, world: int) -> np.ndarray:
+def scale_optimizer(graph: Graph, iteration: int, world: float) -> np.ndarray:
     """Each rank updates its 1/world shard: the optimizer's device work (a CPU-only graph: its host ops) of `iteration`
-    ÷ world, its launches as they were. Returns the tasks scaled."""
+    ÷ world (a share of the parameters split: ÷ 1/share), its launches as they were. Returns the tasks scaled."""
     tasks = graph.tasks
     kinds = [int(k) for k in DEVICE_WORK] if graph.has_device_work() else [int(TaskKind.HOST_OP)]
     chosen = np.flatnonzero((tasks["iteration"] == iteration) & (tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
     tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / world).astype(np.int64)
     return chosen
+
+
+def true_runs(member: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) index of each maximal run of True in `member`."""
+    padded = np.r_[False, member, False].astype(np.int8)
+    edges = np.diff(padded)
+    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()))
 
 
 def iterations_of(graph: Graph) -> list[int]:

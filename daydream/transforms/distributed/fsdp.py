@@ -43,11 +43,12 @@ from daydream.transforms.distributed.buckets import (
     optimizer_step,
     phase_work,
     scale_optimizer,
+    true_runs,
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_speed
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
-from daydream.transforms.primitives import splice
+from daydream.transforms.primitives import launcher_of, splice
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 #: A numbered module in a list of them: `blocks.3`, `layers.11`, `h.0`.
@@ -182,7 +183,7 @@ def unit_runs(graph: Graph, units: list[Unit], iteration: int, phase: int) -> li
             runs.append(Run(unit, int(work[0]), int(work[-1])))
             continue
         member = (seen >= 0) if unit.name == ROOT else (seen == k)
-        for a, b in _runs(member):
+        for a, b in true_runs(member):
             for first, last in _calls(layer_of, a, b, unit.leaves):
                 runs.append(Run(unit, int(work[attributed[first]]), int(work[attributed[last]])))
     return sorted(runs, key=lambda r: (position[r.first], r.unit.name != ROOT))
@@ -204,13 +205,6 @@ def _calls(layer_of: np.ndarray, first: int, last: int, leaves: frozenset[int]) 
     return [(start, end - 1) for start, end in zip(cuts, [*cuts[1:], last + 1])]
 
 
-def _runs(member: np.ndarray) -> list[tuple[int, int]]:
-    """(first, last) index of each maximal run of True in `member`."""
-    padded = np.r_[False, member, False].astype(np.int8)
-    edges = np.diff(padded)
-    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()))
-
-
 class _Builder:
     """Records the FSDP2 work of each iteration's calls (the passes) and puts it into the graph at the end (`apply`)."""
 
@@ -224,13 +218,9 @@ class _Builder:
         self.spliced: list[tuple[tuple[str, int], int, str]] = []  # ((side, anchor), duration, name)
         self.collectives: list[tuple[int, int, int, str, int]] = []  # (resource, after, bytes, name, duration)
         self.edges: list[tuple[int, int]] = []  # communication edges between recorded or existing tasks
-        self.launcher = self._launchers() if self.on_gpu else None
+        self.launcher = launcher_of(graph) if self.on_gpu else None
         self.gathers = self.reduces = self.calls = 0
         self.gathered_bytes = self.reduced_bytes = 0
-
-    def _launchers(self) -> dict[int, int]:
-        launch = self.graph.edges_of_kind(DepKind.LAUNCH)
-        return dict(zip(self.graph.edges["dst"][launch].tolist(), self.graph.edges["src"][launch].tolist()))
 
     def host_of(self, task: int) -> int:
         """The host task that runs `task` (itself on a CPU graph; its launch call on a GPU one)."""

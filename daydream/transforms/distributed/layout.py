@@ -41,11 +41,7 @@ def layout_specs(params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                              "memory_stage": -1, **link}))
     if dp > 1:
         steps.append(("ddp", {"world": dp, "params": params.get("params", ""), **link}))
-    return [(name, {**_defaults(name), **values}) for name, values in steps]
-
-
-def _defaults(name: str) -> dict[str, Any]:
-    return {key: parameter.default for key, parameter in OPTIMIZATIONS[name].parameters.items()}
+    return [(name, {**OPTIMIZATIONS[name].defaults(), **values}) for name, values in steps]
 
 
 def _layout(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

@@ -27,14 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from daydream.cost.shapes import tensor_bytes
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_TASKS
-from daydream.mapping.attribution import LayerWork
+from daydream.mapping.attribution import LayerWork, work_by_layer
+from daydream.transforms.batch import op_layers
 from daydream.transforms.distributed.buckets import BACKWARD, FORWARD, OPTIMIZER, iterations_of, no_existing_collectives
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
 from daydream.transforms.distributed.fsdp import repeated_blocks
-from daydream.transforms.primitives import remove
+from daydream.transforms.primitives import launcher_of, remove
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -115,13 +117,8 @@ def pipeline_stages(layers: list[str], sizes: dict[str, int], stages: int, work:
 def graph_layer_work(graph: Graph) -> LayerWork:
     """LayerWork from a graph's tasks: the forward's and backward's durations per layer, the first forward start."""
     tasks = graph.tasks
-    count = len(graph.layers)
-    chosen = np.isin(tasks["phase"], [FORWARD, BACKWARD]) & (tasks["layer"] >= 0)
-    work = np.bincount(tasks["layer"][chosen], weights=tasks["duration_ns"][chosen], minlength=count)[:count]
-    forward = (tasks["phase"] == FORWARD) & (tasks["layer"] >= 0)
-    first = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, tasks["layer"][forward], tasks["measured_start_ns"][forward])
-    return LayerWork(work.astype(np.int64), np.where(first == np.iinfo(np.int64).max, -1, first))
+    return work_by_layer(tasks["layer"], tasks["phase"], tasks["duration_ns"].astype(np.float64),
+                         tasks["measured_start_ns"], len(graph.layers))
 
 
 def _ancestors(path: str) -> list[str]:
@@ -129,13 +126,14 @@ def _ancestors(path: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
-def stage_of_tasks(graph: Graph, tasks: np.ndarray, layer_stage: np.ndarray, default: int) -> np.ndarray:
+def stage_of_tasks(graph: Graph, tasks: np.ndarray, layer_stage: np.ndarray, default: int, launcher: dict[int, int]
+                   ) -> np.ndarray:
     """Per task of `tasks` (one phase of one iteration), its stage: its layer's, else the stage of the task before it
-    on its thread or stream (`default` for none), a kernel without a layer its launch's."""
+    on its thread or stream (`default` for none), a kernel without a layer its launch's (`launcher`:
+    primitives.launcher_of)."""
     stage = layer_stage[graph.tasks["layer"][tasks]]
     resource = graph.tasks["resource"][tasks]
     order = np.lexsort((tasks, graph.tasks["measured_start_ns"][tasks]))
-    launcher = _launchers(graph)
     position = {int(t): k for k, t in enumerate(tasks.tolist())}
     current: dict[int, int] = {}
     for k in order.tolist():
@@ -149,11 +147,6 @@ def stage_of_tasks(graph: Graph, tasks: np.ndarray, layer_stage: np.ndarray, def
             stage[k] = current.get(int(resource[k]), default)
         current[int(resource[k])] = int(stage[k])
     return stage
-
-
-def _launchers(graph: Graph) -> dict[int, int]:
-    launch = graph.edges_of_kind(DepKind.LAUNCH)
-    return dict(zip(graph.edges["dst"][launch].tolist(), graph.edges["src"][launch].tolist()))
 
 
 @dataclass(slots=True)
@@ -174,8 +167,8 @@ class _Pipeline:
         self.last_on: dict[int, int] = {}  # resource -> the last task placed on it
         self.pending_edges: list[tuple[int, int, int]] = []  # (src, dst, kind)
         self.removed: list[np.ndarray] = []
+        self.launcher = launcher_of(graph)  # before any copy: the recorded launches
         self.sends = 0
-        self.send_bytes = 0
 
     def resource(self, stage: int, original: int) -> int:
         if stage == 0:
@@ -251,7 +244,6 @@ class _Pipeline:
         for first in receiver.first.values():
             self.pending_edges.append((task, first, int(DepKind.COMMUNICATION)))
         self.sends += 1
-        self.send_bytes += nbytes
 
     def flush(self) -> None:
         if not self.pending_edges:
@@ -280,9 +272,7 @@ def _microbatch_durations(graph: Graph, microbatches: int, context: Context, fix
 
     resized = graph.copy()
     batch = OPTIMIZATIONS["batch-size"]
-    params = {name: p.default for name, p in batch.parameters.items()}
-    params["factor"] = 1.0 / microbatches
-    params["fixed_percentile"] = fixed_percentile
+    params = {**batch.defaults(), "factor": 1.0 / microbatches, "fixed_percentile": fixed_percentile}
     notes = batch.apply(resized, params, context)
     if resized.task_count != graph.task_count:
         raise AssertionError("batch-size added or removed tasks")
@@ -296,15 +286,8 @@ def _activation_bytes(context: Context, graph: Graph, stages: list[Stage], micro
     found = of_batch(0) if of_batch is not None else None
     if found is None or found.batch is None or not found.ops or len(stages) < 2:
         return None
-    layer_of_row = dict(zip(graph.tasks["event"].tolist(), graph.tasks["layer"].tolist()))
-    launching = context.launching_op if graph.has_device_work() else None
-    if launching is not None:
-        for event, layer in list(layer_of_row.items()):
-            if 0 <= event < launching.size and launching[event] >= 0:
-                layer_of_row.setdefault(int(launching[event]), layer)
+    layer_of_row = op_layers(graph, found, context)
     second = stages[1].layers
-    from daydream.cost.shapes import tensor_bytes
-
     for op in sorted(found.ops, key=lambda o: o.start_ns):
         if layer_of_row.get(op.row, -1) in second:
             for tensor in op.tensors:
@@ -370,7 +353,7 @@ def _pipeline_iteration(pipeline: _Pipeline, graph: Graph, iteration: int, layer
         members = _phase_members(graph, in_iteration, phase)
         if members.size == 0:
             return
-        stage = stage_of_tasks(graph, members, layer_stage, default)
+        stage = stage_of_tasks(graph, members, layer_stage, default, pipeline.launcher)
         for s in range(count):
             chunks[(phase, s)] = _recorded_order(graph, members[stage == s])
     every = np.concatenate(list(chunks.values()))

@@ -36,11 +36,12 @@ from daydream.transforms.batch import BatchOps, op_layers, retime_ops
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
-    OPTIMIZER,
     comm_resource,
     iterations_of,
     no_existing_collectives,
     phase_work,
+    scale_optimizer,
+    true_runs,
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
@@ -227,16 +228,7 @@ def _runs_of(graph: Graph, iteration: int, phase: int, layers: frozenset[int]) -
     """(first, last) work task of each maximal run of `layers`' work in `iteration`'s `phase` (one per call)."""
     work = phase_work(graph, iteration, phase)
     member = np.isin(graph.tasks["layer"][work], sorted(layers))
-    padded = np.diff(np.r_[0, member.astype(np.int8), 0])
-    return [(int(work[a]), int(work[b - 1])) for a, b in zip(np.flatnonzero(padded == 1), np.flatnonzero(padded == -1))]
-
-
-def _scale_optimizer(graph: Graph, factor: float) -> None:
-    tasks = graph.tasks
-    kinds = [int(TaskKind.KERNEL), int(TaskKind.MEMCPY), int(TaskKind.MEMSET)] if graph.has_device_work() \
-        else [int(TaskKind.HOST_OP)]
-    chosen = np.flatnonzero((tasks["phase"] == OPTIMIZER) & np.isin(tasks["kind"], kinds))
-    tasks["duration_ns"][chosen] = np.rint(tasks["duration_ns"][chosen] * factor).astype(np.int64)
+    return [(int(work[a]), int(work[b])) for a, b in true_runs(member)]
 
 
 @dataclass(slots=True, frozen=True)
@@ -300,7 +292,8 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     collectives.apply()
     split_bytes = sum(context.gradient_bytes.get(graph.layers[k], 0) for k in split)
     total = max(sum(context.gradient_bytes.values()), 1)
-    _scale_optimizer(graph, 1.0 - split_bytes / total * (1.0 - 1.0 / degree))
+    for iteration in iterations_of(graph):  # each rank updates the rest and 1/T of the split parameters
+        scale_optimizer(graph, iteration, 1.0 / (1.0 - split_bytes / total * (1.0 - 1.0 / degree)))
     graph.data_parallel = replace(graph.data_parallel, link=net.link, contention=factor, contention_source=source,
                                   host_ranks=min(degree, net.per_node),
                                   collective_steps=collective_steps("allreduce", degree, "ring"))
