@@ -209,7 +209,9 @@ def _layout_row(path: str | os.PathLike[str], job: Job, specs: list[str], degree
         if with_memory:
             memory = predict_memory_for(job.traces[:1], specs, device_name)
             if memory:  # a trace without memory events has none to predict
+                capacities = [int(str(m["capacity_bytes"])) for m in memory if m.get("capacity_bytes")]
                 row.update(predicted_peak_bytes=max(int(str(m["predicted_peak_bytes"])) for m in memory),
+                           capacity_bytes=min(capacities) if capacities else None,
                            fits=all(bool(m["fits"]) for m in memory) if all(m["fits"] is not None for m in memory)
                            else None)
     except InputError as exc:

@@ -35,7 +35,8 @@ from daydream.report.table import Table
               help="Predict once per value of parameter KEY of the --opt optimizations that have it "
                    "(e.g. --opt ddp --sweep world=1,2,4,8): a scaling table.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="With --sweep: also draw the predicted iteration time (and scaling efficiency) as a PNG.")
+              help="With --sweep: also draw the predicted iteration time (and scaling efficiency) as a PNG; with a "
+                   "layout sweep, each layout's samples/s and memory per rank, coloured by whether it fits.")
 @click.option("--price", "prices", default=None, metavar="VALUE=USD_PER_HOUR,...",
               help="With --sweep: the hourly price of each swept value (e.g. A100=1.8,H100=2.9): adds the cost of "
                    "1,000 steps.")
@@ -73,7 +74,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
     path = chosen_trace(trace, err().print)
     if plot_path:
         plotting.require()
-    if _layouts(path, list(specs), sweep, world, device_name, as_json, not no_cache, with_memory):
+    if _layouts(path, list(specs), sweep, world, device_name, as_json, not no_cache, with_memory, plot_path):
         return
     if sweep:
         _sweep(path, list(specs), sweep, device_name, as_json, plot_path, not no_cache, with_memory, _prices(prices))
@@ -102,7 +103,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool, d
 
 
 def _layouts(path: str, specs: list[str], sweep: str | None, world: int | None, device_name: str | None,
-             as_json: bool, cache: bool, with_memory: bool) -> bool:
+             as_json: bool, cache: bool, with_memory: bool, plot_path: str | None) -> bool:
     """The layout sweep (--opt layout --sweep dp=...,tp=...,pp=... --world N), if that is what was asked."""
     layout = bool(specs) and specs[-1].partition(":")[0].strip() == "layout"
     if world is not None and not (layout and sweep):
@@ -112,10 +113,13 @@ def _layouts(path: str, specs: list[str], sweep: str | None, world: int | None, 
     if world is None:
         raise click.UsageError("--opt layout --sweep ...: give --world N, the ranks each layout has")
     from daydream.api import layout_sweep
-    from daydream.report.layout import render_layouts
+    from daydream.report.layout import plot_layouts, render_layouts
 
     found = with_progress(lambda progress: layout_sweep(path, specs, sweep, world, device_name, cache, with_memory,
                                                         progress))
+    if plot_path:
+        plot_layouts(plot_path, found)
+        err().print(f"daydream: wrote {plot_path}", highlight=False)
     emit(found, as_json, render_layouts)
     return True
 

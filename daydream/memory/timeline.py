@@ -66,6 +66,9 @@ class DeviceMemory:
     #: where the memory from before the trace comes from: "recorded by daydream trace", "Total Allocated at the first
     #: event (not split)", or what is missing
     before_trace: str = ""
+    #: blocks the profiler never saw freed whose addresses were handed out again (freed on a thread it does not watch,
+    #: such as a communication library's worker): how many and their bytes; each ends where its address is taken again
+    unseen_frees: tuple[int, int] = (0, 0)
     times_ns: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     by_category: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # bytes live after each time
     allocations: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per allocation: size, start, end, ...
@@ -131,20 +134,23 @@ class _Allocations:
 
 
 def _paired(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray, phase: np.ndarray, layer: np.ndarray,
-            bounds: np.ndarray, owner_end: np.ndarray) -> tuple[_Allocations, np.ndarray]:
+            bounds: np.ndarray, owner_end: np.ndarray) -> tuple[_Allocations, np.ndarray, np.ndarray]:
     """The allocations of one device's events (per event: time, signed size, address, phase, layer, the end of the op
-    that owns it as workspace), classified; and per allocation the event that frees it (-1: never)."""
-    alloc_index, free_index = _pair(times, sizes, addresses)
+    that owns it as workspace), classified; per allocation the event that frees it and the allocation that took its
+    address while no free of it was recorded (-1: none; such a block ends there, see `_pair`)."""
+    alloc_index, free_index, taken_by = _pair(times, sizes, addresses)
     start = times[alloc_index]
-    end = np.where(free_index >= 0, times[np.maximum(free_index, 0)], NEVER)
-    category = _classify(start, end, phase[alloc_index],
-                         np.where(free_index >= 0, phase[np.maximum(free_index, 0)], NO_VALUE), bounds)
+    end = np.where(free_index >= 0, times[np.maximum(free_index, 0)],
+                   np.where(taken_by >= 0, times[np.maximum(taken_by, 0)], NEVER))
+    freed_at = np.where(free_index >= 0, free_index, taken_by)
+    category = _classify(start, end, phase[alloc_index], np.where(freed_at >= 0, phase[np.maximum(freed_at, 0)], NO_VALUE),
+                         bounds)
     workspace_until = owner_end[alloc_index]
     category[(workspace_until != NO_VALUE) & (end <= workspace_until) & (category == CATEGORIES.index("temporaries"))] = \
         CATEGORIES.index("workspace")
     allocations = _Allocations(sizes[alloc_index], start, end, category, layer[alloc_index],
                                phase[alloc_index].astype(np.int64))
-    return allocations, free_index
+    return allocations, free_index, taken_by
 
 
 def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase: np.ndarray, layer: np.ndarray,
@@ -152,10 +158,13 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
             owner_end: np.ndarray) -> DeviceMemory:
     rows = table["event"][mine]
     times, sizes, addresses, recorded = trace.ts_ns[rows], trace.bytes[rows], table["addr"][mine], table["total_allocated"][mine]
-    allocations, free_index = _paired(times, sizes, addresses, phase[mine], layer[mine], bounds, owner_end[mine])
+    allocations, free_index, taken_by = _paired(times, sizes, addresses, phase[mine], layer[mine], bounds,
+                                                owner_end[mine])
+    unseen = _unseen_frees(sizes, np.flatnonzero(sizes > 0), taken_by)
+    unseen_frees = (int((taken_by >= 0).sum()), int(allocations.size[taken_by >= 0].sum()))
     has_total = bool((recorded >= 0).any())
-    running = np.cumsum(sizes)
-    total = recorded if has_total else running - min(0, int(running.min()))
+    running = np.cumsum(sizes) + unseen
+    total = recorded + unseen if has_total else running - min(0, int(running.min()))
     before_first = int(total[0]) - int(sizes[0])  # what the totals held before the first event
     label = device_label(device_type, device_id)
     known = _known_before(trace, label)
@@ -194,6 +203,7 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         layers=layers,
         unclassified_share=categories["other"] / peak if peak else 0.0,
         before_trace=before_trace,
+        unseen_frees=unseen_frees,
         iteration_bounds_ns=bounds,
         times_ns=timeline_times,
         by_category=by_category,
@@ -291,20 +301,37 @@ def _allocator_before(trace: Trace, label: str) -> str:
     return f"; the allocator then held {reserved / 2**20:.1f} MiB reserved{held}"
 
 
-def _pair(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each allocation, index of its free or -1); events without an address stay unpaired."""
+def _pair(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index of each allocation, index of its free or -1, index of the allocation that took its address while no free
+    of it was recorded, or -1); events without an address stay unpaired.
+
+    The profiler records a free only on a thread it watches: a block freed elsewhere (by a communication library's
+    worker thread, as gloo's are) has no free event, and the CPU's Total Allocated keeps counting it. Its address being
+    handed out again proves it was freed by then: the latest it can have been."""
     allocations = np.flatnonzero(sizes > 0)
     free_of = np.full(allocations.size, -1, dtype=np.int64)
+    taken_by = np.full(allocations.size, -1, dtype=np.int64)
     known = addresses >= 0
     order = np.lexsort((times, addresses))
     order = order[known[order]]
+    same_address = addresses[order][1:] == addresses[order][:-1]
+    allocated = sizes[order][:-1] > 0
     # An allocation followed, at the same address, by a free of the same size is its pair.
-    follows = (addresses[order][1:] == addresses[order][:-1]) & (sizes[order][:-1] > 0) & (sizes[order][1:] == -sizes[order][:-1])
-    alloc_rows = order[:-1][follows]
-    free_rows = order[1:][follows]
-    position = np.searchsorted(allocations, alloc_rows)
-    free_of[position] = free_rows
-    return allocations, free_of
+    follows = same_address & allocated & (sizes[order][1:] == -sizes[order][:-1])
+    free_of[np.searchsorted(allocations, order[:-1][follows])] = order[1:][follows]
+    # One followed by another allocation at its address was freed where the profiler did not see it.
+    unseen = same_address & allocated & (sizes[order][1:] > 0)
+    taken_by[np.searchsorted(allocations, order[:-1][unseen])] = order[1:][unseen]
+    return allocations, free_of, taken_by
+
+
+def _unseen_frees(sizes: np.ndarray, alloc_index: np.ndarray, taken_by: np.ndarray) -> np.ndarray:
+    """Per event, the bytes of blocks freed so far where the profiler did not see it (negative): what a recorded
+    Total Allocated still counts."""
+    delta = np.zeros(sizes.size, dtype=np.int64)
+    unseen = taken_by >= 0
+    np.add.at(delta, taken_by[unseen], -sizes[alloc_index[unseen]].astype(np.int64))
+    return np.cumsum(delta)
 
 
 def _earlier_frees(sizes: np.ndarray, addresses: np.ndarray, free_index: np.ndarray) -> np.ndarray:

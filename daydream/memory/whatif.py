@@ -327,7 +327,7 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     each gather's output from the all-gather's issue to the copy-out (prefetch=1: from when the backward of the unit
     before it in backward order begins), and its unsharded gradients from its backward's first allocation until its
     reduce-scatter at its backward's end; on a CPU (gloo) each all-gather also stages a copy of the unit while it runs,
-    and the clone of its gradients the first reduce-scatter works on stays"""
+    and each reduce-scatter works on a clone of the unit's gradients"""
     from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, unit_of_layers
 
     world = int(params["world"])
@@ -344,14 +344,8 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     on_cpu = model.device == "cpu"
     staged = 2.0 if on_cpu else 1.0  # gloo gathers into a staging copy of the output while the gather runs
     every = [_unit_spans(a, owner, i, len(units), root) for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
-    for number, spans in enumerate(every):  # the spans of every iteration taken before any allocation is added
+    for spans in every:  # the spans of every iteration taken before any allocation is added
         backward_order = sorted((span[1][0], k) for k, span in enumerate(spans) if span[1] is not None)
-        if on_cpu and number == 0 and backward_order:
-            # gloo reduce-scatters a clone of the unit's gradients; the first unit's clone outlives its iteration
-            first = backward_order[0][1]
-            first_end = spans[first][1]
-            assert first_end is not None
-            _add(a, float(units[first].bytes), first_end[1], NEVER, TMP)
         for position, (start, k) in enumerate(backward_order):
             forward, backward = spans[k]
             assert backward is not None
@@ -367,6 +361,8 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
                 _add(a, size, issued, start + 1, TMP)
                 _add(a, size, start, backward[1], WEIGHTS)
             _add(a, size * (1 - 1 / world), start, backward[1], GRAD)
+            if on_cpu:  # gloo reduce-scatters a clone of the unit's gradients, beside them while it runs
+                _add(a, size, backward[1] - 1, backward[1], TMP)
             added += 1
     return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered parameters "
             f"({sum(u.bytes for u in units) / 2**20:.1f} MiB in all, the largest {max(u.bytes for u in units) / 2**20:.1f} MiB) "

@@ -2,7 +2,7 @@
 that fits.
 
 The JSON contract: `{"world", "baseline_ns", "batch", "rows": [{"dp", "tp", "pp", "spec", "predicted_ns",
-"samples_per_s", "predicted_peak_bytes", "fits", "error", "notes"}], "fastest"}`. Each row is the what-if
+"samples_per_s", "predicted_peak_bytes", "capacity_bytes", "fits", "error", "notes"}], "fastest"}`. Each row is the what-if
 `--opt <spec>` run alone; a layout the trace cannot take (a degree that does not divide the widths, more stages than
 blocks) has its `error` instead. Samples per second are the job's: each of the dp replicas takes the trace's batch.
 `fastest` is the row with the most samples per second (the shortest step per replica's batch: step ÷ dp) among those
@@ -11,12 +11,14 @@ that fit (or whose fit is unknown: no device capacity), None where none does.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from daydream import __version__
+from daydream.report import plotting
 from daydream.report.console import format_bytes, format_ns
 from daydream.report.table import Table
 from daydream.report.throughput import samples_per_s
@@ -59,3 +61,56 @@ def render_layouts(summary: dict[str, Any], console: Console) -> None:
     else:
         console.print(f"fastest that fits: dp={fastest['dp']}, tp={fastest['tp']}, pp={fastest['pp']} "
                       f"(--opt {fastest['spec']})", highlight=False)
+
+
+#: A layout's bar: fits, does not fit, fit unknown (no device capacity).
+FIT_COLORS = {True: "#55a868", False: "#c44e52", None: "#8c8c8c"}
+FIT_NAMES = {True: "fits", False: "does not fit", None: "fit unknown (no device capacity)"}
+
+
+def plot_layouts(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
+    """Per layout that could be predicted, its samples per second (or, without a batch size, its step) and, where
+    predicted, its peak memory per rank against the device's capacity, as a PNG; the fastest that fits marked;
+    written atomically."""
+    plt = plotting.pyplot()
+    rows = [row for row in summary["rows"] if row.get("predicted_ns")]
+    labels = [f"{r['dp']}×{r['tp']}×{r['pp']}" for r in rows]
+    with_memory = any(r.get("predicted_peak_bytes") is not None for r in rows)
+    size = (max(5.0, 0.8 * len(rows) + 2), 6 if with_memory else 3.5)
+    figure, axes = plt.subplots(2 if with_memory else 1, 1, figsize=size, squeeze=False)
+    try:
+        colors = [FIT_COLORS[r.get("fits")] for r in rows]
+        speed = axes[0][0]
+        if summary["batch"]:
+            speed.bar(labels, [r["samples_per_s"] for r in rows], color=colors)
+            speed.set_ylabel("samples/s (job)")
+        else:
+            speed.bar(labels, [r["predicted_ns"] / 1e6 for r in rows], color=colors)
+            speed.set_ylabel("predicted step (ms)")
+        fastest = summary["fastest"]
+        speed.set_ylim(0, max([p.get_height() for p in speed.patches], default=1.0) * 1.15)  # room for the mark
+        if fastest is not None:
+            at = next(k for k, r in enumerate(rows) if r["spec"] == fastest["spec"])
+            speed.get_xticklabels()[at].set_fontweight("bold")
+            speed.annotate("fastest that fits", (at, speed.patches[at].get_height()), ha="center", va="bottom",
+                           fontsize=8)
+        speed.set_title(f"layouts of {summary['world']} ranks (dp×tp×pp) — {os.path.basename(summary['source'])}",
+                        fontsize=10)
+        shown = sorted({r.get("fits") for r in rows}, key=list(FIT_COLORS).index)
+        speed.legend([plt.Rectangle((0, 0), 1, 1, color=FIT_COLORS[fit]) for fit in shown],
+                     [FIT_NAMES[fit] for fit in shown], loc="upper left", fontsize=8, framealpha=0.8)
+        if with_memory:
+            _memory_bars(axes[1][0], labels, rows, colors)
+    finally:
+        plotting.save_png(figure, path)
+
+
+def _memory_bars(memory: Any, labels: list[str], rows: list[dict[str, Any]], colors: list[str]) -> None:
+    """Each layout's peak memory per rank (GiB, or MiB where all are under a GiB), the device's capacity dashed."""
+    capacities = sorted({r["capacity_bytes"] for r in rows if r.get("capacity_bytes")})
+    largest = max([r.get("predicted_peak_bytes") or 0 for r in rows] + capacities)
+    unit, scale = ("GiB", 2**30) if largest >= 2**30 else ("MiB", 2**20)
+    memory.bar(labels, [(r.get("predicted_peak_bytes") or 0) / scale for r in rows], color=colors)
+    for capacity in capacities:
+        memory.axhline(capacity / scale, color="#333333", linestyle="--", linewidth=1)
+    memory.set_ylabel(f"peak memory per rank ({unit})" + (", capacity dashed" if capacities else ""))

@@ -40,6 +40,7 @@ def summarize_memory(source: str, ranks: list[tuple[int | None, list[DeviceMemor
                 "categories": device.categories,
                 "unclassified_share": device.unclassified_share,
                 "before_trace": device.before_trace,
+                "unseen_frees": {"blocks": device.unseen_frees[0], "bytes": device.unseen_frees[1]},
                 "top_layers_by_activation_bytes": device.layers[:10],
             })
     return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "devices": devices}
@@ -63,8 +64,14 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
             value = device["categories"].get(name, 0)
             if value:
                 table.add_row(name, format_bytes(value), f"{value / peak:.0%}")
-        if device.get("before_trace"):
-            table.caption = f"before the trace: {device['before_trace']}"
+        captions = [f"before the trace: {device['before_trace']}"] if device.get("before_trace") else []
+        blocks, nbytes = device.get("unseen_frees", {}).get("blocks", 0), device.get("unseen_frees", {}).get("bytes", 0)
+        if blocks:
+            captions.append(f"{blocks} blocks ({format_bytes(nbytes)}) were freed where the profiler did not see it (a "
+                            "thread it does not watch): each counted until its address was handed out again; blocks "
+                            "freed so and never reused stay counted, so the peak can be high")
+        if captions:
+            table.caption = "\n".join(captions)
             table.caption_justify = "left"
         parts: list[Any] = [table]
         if device["top_layers_by_activation_bytes"]:

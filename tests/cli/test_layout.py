@@ -126,3 +126,34 @@ def test_tensor_parallelism_all_reduces_as_often_as_the_real_rank() -> None:
     expected = _collective_calls(real, "c10d::allreduce_")
     assert expected == 8  # per block: the two row layers' outputs, the two column layers' input gradients
     assert _inserted_per_iteration(f"tp:degree=2,{LINK}") == expected
+
+
+def test_the_plot_draws_each_predicted_layout_by_whether_it_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from daydream.report import layout
+
+    drawn: list = []  # type: ignore[type-arg]
+    monkeypatch.setattr(layout.plotting, "save_png", lambda figure, path: drawn.append(figure))
+    rows = [{"dp": 1, "tp": 2, "pp": 2, "spec": "a", "error": "2 stages of 1 block"},
+            {"dp": 2, "tp": 1, "pp": 2, "spec": "b", "predicted_ns": 10**8, "samples_per_s": 160.0,
+             "predicted_peak_bytes": 3 * 2**30, "capacity_bytes": 2 * 2**30, "fits": False},
+            {"dp": 2, "tp": 2, "pp": 1, "spec": "c", "predicted_ns": 2 * 10**8, "samples_per_s": 80.0,
+             "predicted_peak_bytes": 2**30, "capacity_bytes": 2 * 2**30, "fits": True}]
+    layout.plot_layouts("unused.png", {"world": 4, "batch": 8, "source": "t.json", "rows": rows,
+                                       "fastest": {"dp": 2, "tp": 2, "pp": 1, "spec": "c"}})
+    speed, memory = drawn[0].axes
+    assert [t.get_text() for t in speed.get_xticklabels()] == ["2×1×2", "2×2×1"]  # the layout that failed has no bar
+    assert [p.get_height() for p in speed.patches] == [160.0, 80.0]
+    assert [p.get_facecolor()[:3] for p in speed.patches] == [
+        tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)) for c in (layout.FIT_COLORS[False], layout.FIT_COLORS[True])]
+    assert [p.get_height() for p in memory.patches] == [3.0, 1.0]
+    assert [line.get_ydata()[0] for line in memory.get_lines()] == [2.0]  # the capacity, GiB
+    assert speed.get_xticklabels()[1].get_fontweight() == "bold"  # the fastest that fits
+
+
+def test_the_layout_sweep_writes_its_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "layouts.png"
+    assert main(["whatif", str(RECORDED), "--opt", f"layout:{LINK}", "--sweep", "dp=2,tp=1,2,pp=1", "--world", "4",
+                 "--memory", "--plot", str(plot), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [(r["dp"], r["tp"], r["pp"]) for r in found["rows"]] == [(2, 2, 1)]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

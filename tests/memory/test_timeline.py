@@ -72,6 +72,28 @@ def test_pairing_categories_and_peak(tmp_path: Path) -> None:
     assert sorted(sizes) == sorted([5000] + [1000, 100, 400] * 2)
 
 
+def test_a_block_freed_where_the_profiler_did_not_see_it_ends_where_its_address_is_taken_again(tmp_path: Path) -> None:
+    # The first iteration's gradient (400 bytes at 9000) is freed on a thread the profiler does not watch: no free
+    # event, and Total Allocated never drops by it. The second iteration's gradient takes address 9000 at 152, so the
+    # first was freed by then, and is counted until then (the latest it can have been freed): the peak is at 114, in
+    # the second forward, 10,000 + 5,000 + 400 + 1,000 + 100 = 16,500; read as recorded it would be 16,800 at 152
+    # (both gradients and the activation).
+    events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
+              *[e for e in _training_step(0) if e["ts"] != 92], *_training_step(100), memory(-5, 1, 5000, 0)]
+    running = 0
+    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
+        running += event["args"]["Bytes"]
+        event["args"]["Total Allocated"] = running + 10_000
+    assert running + 10_000 == 15_400  # as recorded: the unseen 400 still counted at the end
+    (device,) = analyze_memory(read_job(write_trace(tmp_path, events), cache=False).traces[0])
+    assert (device.peak_allocated_bytes, device.peak_time_ns) == (16_500, 114_000)
+    assert device.unseen_frees == (1, 400)
+    first = [int(end) for size, start, end in zip(device.allocations["size"], device.allocations["start"],
+                                                   device.allocations["end"], strict=True) if size == 400 and start < 100_000]
+    assert first == [152_000]  # ends where address 9000 is taken again (ns)
+    assert device.by_category["gradients"].max() == 400
+
+
 def test_what_if_memory_on_the_hand_built_trace(tmp_path: Path) -> None:
     trace = _trace(tmp_path)
     (device,) = analyze_memory(trace)

@@ -192,13 +192,14 @@ def test_memory_per_rank_is_the_shards_plus_the_gathered_units_in_flight() -> No
     assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4
 
 
-def test_on_a_cpu_gloo_stages_each_all_gather_and_keeps_a_reduce_scatters_clone() -> None:
+def test_on_a_cpu_gloo_stages_each_all_gather_and_clones_the_gradients_it_reduce_scatters() -> None:
     # As above, and each all-gather's staging copy (4) while it runs: at 60 blocks.1's and the prefetched blocks.0's
-    # (4 + 4) beside the 324 of the GPU case. The clone of blocks.1's gradients (4, the first reduce-scatter's) stays
-    # from the end of its backward (61), when the 300 of activations are no longer all there.
+    # (4 + 4) beside the 328 of the GPU case; and the clone of blocks.1's gradients (4) that its reduce-scatter works
+    # on, at the end of its backward (60, its only allocation). The clone is gone after it: nothing is added later.
     a, facts = _allocations("cpu")
     fsdp_memory(a, {"world": 2}, facts)
-    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4 + 4 + 4
+    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 4
+    assert int((a.end == NEVER).sum()) == 4  # the weights, the state and the two gradients, as recorded: no clone stays
 
 
 REPO = Path(__file__).resolve().parents[2]
