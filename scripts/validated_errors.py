@@ -11,7 +11,8 @@ a row lists each round's error, each round is a comparison of its own):
 - docs/validation-whatif-cpu.md, docs/validation-compile-cpu.md and docs/validation-data-loading.md: against real
   runs on the CPU (CPU traces);
 - docs/validation-cross-gpu.md: `gpu:target=` against the same model traced on the other GPU (GPU traces);
-- docs/accuracy.md: the replay of untouched traces, per iteration (no what-if: "replay").
+- docs/accuracy.md: the replay of untouched traces, per iteration, each rank alone and each multi-rank job with all its
+  ranks together (no what-if: "replay").
 
 The file holds, per kind of trace (gpu, cpu) and optimization name, the errors of its rows and the pages they come
 from; `daydream/simulate/interval.py` reads it. A test holds the file to this script's output, so that the intervals
@@ -78,8 +79,8 @@ def errors_of(page: str, text: str) -> list[tuple[str, float]]:
         what = header.index("what-if") if "what-if" in header else None
         if what is None and "predicted on" in header:
             name_of = "gpu"
-        elif what is None and header[:3] == ["trace", "rank", "iteration"]:
-            name_of = "replay"
+        elif what is None and header[:3] in (["trace", "rank", "iteration"], ["job", "ranks", "rank"]):
+            name_of = "replay"  # one rank replayed alone, or with every rank of its job
         elif what is None:
             continue
         rounds = header.index("rounds' errors") if "rounds' errors" in header else None
