@@ -17,7 +17,12 @@ The link: daydream's ring model for 2 ranks, fitted in relative error to the rou
 collectives, as the what-if times them on a CPU: an all-gather (n−1)/n·S/B + (n−1)·latency, an all-reduce (a
 reduce-scatter as gloo runs it) 2(n−1)/n·S/B + 2(n−1)·latency. The prediction: `daydream whatif BASELINE
 --opt fsdp:world=2,bandwidth=B,latency=L[,reshard=0] --memory --json`; the measured step: the median of each rank's
-recorded iterations; memory: each rank's peak as `daydream memory --json` reads it from the rank's trace.
+recorded iterations; memory: each rank's steady peak, the lowest of its recorded iterations' peaks as `daydream memory
+--json` reads them (`iteration_peaks_bytes`), beside the whole trace's peak. The profiler sees no free on a thread it
+does not watch, and gloo's worker threads free some of FSDP2's buffers: daydream ends such a block where its address
+is handed out again, but one never reused stays counted to the end, so a rank's recorded peaks climb from iteration to
+iteration (a 300-step run of the same FSDP2 transformer held its resident memory within 40 MB while its traces' totals
+grew about 2 MB an iteration); the lowest iteration's peak carries the fewest such blocks.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ from validate_ddp_cpu import (  # noqa: E402
 )
 
 EXAMPLES = {"transformer": "examples/transformer.py", "a2c": "examples/suite/a2c.py"}
+#: tp's calibration rounds' rows (scripts/tp_costs.py), one round's traces beside them
+TP_CALIBRATION = REPO / "examples" / "layouts" / "tp-calibration" / "calibration.md"
 #: Per layout: the example's flags under torchrun, and the what-if ({link}: the round's fitted link).
 CONFIGURATIONS = {
     "fsdp": (("--fsdp",), "fsdp:world=2,{link}"),
@@ -75,7 +82,8 @@ class Run:
     one-process trace and from the two-process one."""
 
     rank_ns: list[int]
-    rank_peak: list[int]
+    rank_peak: list[int]  # the lowest of its iterations' peaks
+    rank_trace_peak: list[int]  # the whole trace's
     predicted_ns: int = 0
     predicted_peak: list[int] = field(default_factory=list)  # per rank
     from_twins_ns: int = 0
@@ -196,7 +204,13 @@ def iteration_ns(trace: Path) -> int:
 
 
 def peak_bytes(trace: Path) -> int:
-    return int(daydream("memory", "--json", str(trace))["devices"][0]["peak_allocated_bytes"])
+    return peaks_of(trace)[1]
+
+
+def peaks_of(trace: Path) -> tuple[int, int]:
+    """(the lowest of its iterations' peaks, the whole trace's peak), as `daydream memory --json` reads them."""
+    device = daydream("memory", "--json", str(trace))["devices"][0]
+    return int(min(device["iteration_peaks_bytes"])), int(device["peak_allocated_bytes"])
 
 
 def predict(baseline: Path, link: Link, layout: str) -> tuple[int, list[int]]:
@@ -249,7 +263,8 @@ def measure_round(example: str, folder: Path, seconds: dict[str, dict[int, float
     link = fit(seconds)
     result = Round(link, seconds, iteration_ns(baseline), peak_bytes(baseline), baseline, iteration_ns(twins))
     for job, paths in traced.items():
-        ran = Run([iteration_ns(p) for p in paths], [peak_bytes(p) for p in paths])
+        steady, whole = zip(*(peaks_of(p) for p in paths), strict=True)
+        ran = Run([iteration_ns(p) for p in paths], list(steady), list(whole))
         ran.predicted_ns, ran.predicted_peak = predict(baseline, link, job)
         ran.from_twins_ns = predict(twins, link, job)[0]
         result.runs[job] = ran
@@ -264,20 +279,22 @@ MISSES = [
     "within runs, so the one-process baseline and the layouts' runs of one round can meet different machines (a round "
     "whose baseline ran slow over-predicts, one whose runs did under-predicts); the medians of the rounds are "
     "what the what-if is held to.",
-    "- Memory of the a2c model: its parameters are 0.1 MiB, so the units' parameters, gradients and the collectives' "
-    "buffers, which the model counts, are a small part of a rank's peak; the rest of what FSDP2 adds there was not "
-    "broken down, and the prediction misses about half of the peak. On the transformer, whose parameters dominate, "
-    "it lands near the ranks' peaks (the table), which themselves differ from rank to rank and run to run.",
+    "- Memory: the measured peak is each rank's steady peak, the lowest of its iterations' peaks; the whole trace's "
+    "peak is the column beside it. FSDP2 on gloo frees some buffers on gloo's worker threads, where the profiler "
+    "records no free: `daydream memory` ends such a block where its address is handed out again (and says how many), "
+    "but a block never reused stays counted, so the ranks' recorded peaks climb from iteration to iteration (a 300-step "
+    "run of the same FSDP2 transformer kept its resident memory within 40 MB while its traces' totals grew about 2 MB "
+    "an iteration). What is left of the a2c miss is such blocks: at its ranks' peaks, 66 KB gradient blocks of earlier "
+    "iterations, never freed in the trace.",
     "- The hooks' host costs were measured with the two ranks sharing two cores; a GPU host, where each rank has "
     "cores of its own, will pay less than these units carry. No GPU run has checked the what-ifs yet.",
     "- pp: two stages of one block each have the same bubble under 1F1B and GPipe, so both predict one step, as the "
     "real runs measure nearly one (their memory differs: 1F1B holds fewer micro-batches in flight). Not modelled: "
     "torch.distributed.pipelining's own Python per action and its division of the gradients by the micro-batches "
     "after backward (one elementwise op per parameter tensor).",
-    "- tp under-predicts: DTensor's own host work around each split layer (`_FromTorchTensor`, `_ToTorchTensor`, "
-    "`Redistribute` and their backward nodes, about 70 to 100 host units per split layer call in forward in these "
-    "rounds' ranks, own time) is not modelled, and each split op is timed as at 1/T of its rows where the real op "
-    "runs at 1/T of its width; the memory of the split layers lands within 6% of the ranks' peaks.", ""]
+    "- tp: DTensor's own host work around each split layer call is a recorded constant (the table at the end), "
+    "measured on the CPU with two ranks sharing two cores; each split op is timed as at 1/T of its rows where the "
+    "real op runs at 1/T of its width.", ""]
 
 
 def _ms(ns: float) -> str:
@@ -294,8 +311,8 @@ def _error(predicted: float, measured: float) -> str:
 
 def summary(results: dict[str, list[Round]]) -> list[str]:
     lines = ["| example | layout | baseline | predicted | measured (rank 0 / rank 1) | error | from 2 processes | error | "
-             "predicted peak (rank 0 / rank 1) | measured peak (rank 0 / rank 1) | error |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "predicted peak (rank 0 / rank 1) | measured peak (rank 0 / rank 1) | error | the trace's peak | error |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for example, rounds in results.items():
         for job in LAYOUTS[example]:
             base = statistics.median(r.baseline_ns for r in rounds)
@@ -305,11 +322,14 @@ def summary(results: dict[str, list[Round]]) -> list[str]:
             peak = [statistics.median(r.runs[job].predicted_peak[k] for r in rounds) for k in range(WORLD)]
             peaks = [statistics.median(r.runs[job].rank_peak[k] for r in rounds) for k in range(WORLD)]
             worst = max(range(WORLD), key=lambda k: abs(peak[k] / peaks[k] - 1))
+            whole = [statistics.median(r.runs[job].rank_trace_peak[k] for r in rounds) for k in range(WORLD)]
+            worst_whole = max(range(WORLD), key=lambda k: abs(peak[k] / whole[k] - 1))
             twins = statistics.median(r.runs[job].from_twins_ns for r in rounds)
             lines.append(f"| {example} | {job} | {_ms(base)} | {_ms(predicted)} | {_ms(ranks[0])} / {_ms(ranks[1])} | "
                          f"{_error(predicted, measured)} | {_ms(twins)} | {_error(twins, measured)} | "
                          f"{_mib(peak[0])} / {_mib(peak[1])} | {_mib(peaks[0])} / {_mib(peaks[1])} | "
-                         f"{_error(peak[worst], peaks[worst])} |")
+                         f"{_error(peak[worst], peaks[worst])} | {_mib(whole[0])} / {_mib(whole[1])} | "
+                         f"{_error(peak[worst_whole], whole[worst_whole])} |")
     return lines
 
 
@@ -379,7 +399,12 @@ def markdown(results: dict[str, list[Round]], calibration: str, repredicted: boo
              "daydream/transforms/distributed/fsdp.py), measured by `python scripts/fsdp_costs.py DIR` on calibration "
              "rounds run before these, with the same script and flags (host units of each round's one-process "
              "trace; the copies fitted over every copy op of all of them). `examples/fsdp` keeps one calibration "
-             "round of the transformer; a test holds its rows here to the script.", "", calibration, ""]
+             "round of the transformer; a test holds its rows here to the script.", "", calibration, "",
+             "DTensor's own host work under `tp` (`RECORDED_HOST_UNITS` \"tp.*\": per call of a split linear layer, "
+             "forward and backward, and per optimizer op), measured by `python scripts/tp_costs.py DIR --run 3` on "
+             "calibration rounds of the transformer run before these, in host units of each round's one-process "
+             "trace (`examples/layouts/tp-calibration` keeps one round and every round's rows):", "",
+             *[line for line in TP_CALIBRATION.read_text().splitlines() if line.startswith("|")], ""]
     return "\n".join(lines)
 
 

@@ -73,6 +73,16 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     "fsdp.copy": 50.0,
     "fsdp.collective": 61.0,
     "fsdp.optimizer_op": 20.0,
+    # DTensor's own host work under tensor parallelism (transforms/distributed/tp.py): per call of a split linear
+    # layer, forward and backward (its parallel style's hooks, the dispatch of its ops on DTensors, the conversions to
+    # and from local tensors and their backward nodes), and per optimizer op (on average over all of them, the split
+    # layers' parameters being DTensors). cpu: `python scripts/tp_costs.py DIR --run 3` (torch 2.13 CPU, gloo, the
+    # 2-core development host, 2026-12-03: three calibration rounds of examples/transformer.py --tp, both ranks, the
+    # medians; units of each round's one-process trace, the two ranks sharing the host's two cores). No GPU
+    # measurement yet: a GPU trace uses the same.
+    "tp.forward": 298.0,
+    "tp.backward": 511.0,
+    "tp.optimizer_op": 6.0,
 }
 
 

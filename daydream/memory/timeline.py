@@ -69,6 +69,9 @@ class DeviceMemory:
     #: blocks the profiler never saw freed whose addresses were handed out again (freed on a thread it does not watch,
     #: such as a communication library's worker): how many and their bytes; each ends where its address is taken again
     unseen_frees: tuple[int, int] = (0, 0)
+    #: the highest allocated in each recorded iteration (from the timeline); rising from one iteration to the next in a
+    #: steady loop is a leak, or blocks freed where the profiler did not see it and never reused
+    iteration_peaks_bytes: tuple[int, ...] = ()
     times_ns: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     by_category: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # bytes live after each time
     allocations: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per allocation: size, start, end, ...
@@ -204,12 +207,25 @@ def _device(trace: Trace, table: dict[str, np.ndarray], mine: np.ndarray, phase:
         unclassified_share=categories["other"] / peak if peak else 0.0,
         before_trace=before_trace,
         unseen_frees=unseen_frees,
+        iteration_peaks_bytes=_iteration_peaks(timeline_times, by_category, bounds),
         iteration_bounds_ns=bounds,
         times_ns=timeline_times,
         by_category=by_category,
         allocations={"size": a.size, "start": a.start, "end": a.end, "category": a.category, "layer": a.layer,
                      "phase": a.phase, "iteration": _iterations(bounds, a.start)},
     )
+
+
+def _iteration_peaks(times: np.ndarray, by_category: dict[str, np.ndarray], bounds: np.ndarray) -> tuple[int, ...]:
+    """The most allocated at any event time within each iteration (`bounds`: their starts, then the last end)."""
+    if bounds.size < 2 or not by_category:
+        return ()
+    total = np.sum(list(by_category.values()), axis=0)
+    peaks = []
+    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        inside = total[(times >= start) & (times < end)]
+        peaks.append(int(inside.max()) if inside.size else 0)
+    return tuple(peaks)
 
 
 def _iterations(bounds: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ def summarize_memory(source: str, ranks: list[tuple[int | None, list[DeviceMemor
                 "unclassified_share": device.unclassified_share,
                 "before_trace": device.before_trace,
                 "unseen_frees": {"blocks": device.unseen_frees[0], "bytes": device.unseen_frees[1]},
+                "iteration_peaks_bytes": list(device.iteration_peaks_bytes),
                 "top_layers_by_activation_bytes": device.layers[:10],
             })
     return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "devices": devices}
@@ -70,6 +71,9 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
             captions.append(f"{blocks} blocks ({format_bytes(nbytes)}) were freed where the profiler did not see it (a "
                             "thread it does not watch): each counted until its address was handed out again; blocks "
                             "freed so and never reused stay counted, so the peak can be high")
+        rising = _rising(device.get("iteration_peaks_bytes", []))
+        if rising:
+            captions.append(rising)
         if captions:
             table.caption = "\n".join(captions)
             table.caption_justify = "left"
@@ -80,6 +84,20 @@ def render_memory(summary: dict[str, Any], console: Console) -> None:
                                       for entry in device["top_layers_by_activation_bytes"]]))
         rank = f"rank {device['rank']} " if device["rank"] is not None else ""
         console.print(Panel(Group(*parts), title=Text(f"{rank}{device['device']}"), title_align="left"))
+
+
+#: Peaks of a steady loop's iterations that climb by more than this share from the first to the last are named.
+RISING_SHARE = 0.05
+
+
+def _rising(peaks: list[int]) -> str:
+    """A line when every iteration's peak is at least the one before and the last is well above the first."""
+    if len(peaks) < 3 or not peaks[0] or any(b < a for a, b in zip(peaks, peaks[1:])) \
+            or peaks[-1] < peaks[0] * (1 + RISING_SHARE):
+        return ""
+    return (f"the peak rises every iteration, {format_bytes(peaks[0])} to {format_bytes(peaks[-1])} over "
+            f"{len(peaks)}: memory kept from one iteration to the next (a leak), or freed where the profiler did not "
+            "see it; the first iteration's peak is the steadiest figure")
 
 
 def plot_memory(path: str | os.PathLike[str], memory: list[DeviceMemory], title: str) -> None:

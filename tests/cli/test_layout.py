@@ -128,17 +128,19 @@ def test_tensor_parallelism_all_reduces_as_often_as_the_real_rank() -> None:
     assert _inserted_per_iteration(f"tp:degree=2,{LINK}") == expected
 
 
-def test_the_plot_draws_each_predicted_layout_by_whether_it_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_plot_draws_each_predicted_layout_by_whether_it_fits(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
     from daydream.report import layout
 
     drawn: list = []  # type: ignore[type-arg]
-    monkeypatch.setattr(layout.plotting, "save_png", lambda figure, path: drawn.append(figure))
+    save = layout.plotting.save_png
+    monkeypatch.setattr(layout.plotting, "save_png", lambda figure, path: (drawn.append(figure), save(figure, path)))
     rows = [{"dp": 1, "tp": 2, "pp": 2, "spec": "a", "error": "2 stages of 1 block"},
             {"dp": 2, "tp": 1, "pp": 2, "spec": "b", "predicted_ns": 10**8, "samples_per_s": 160.0,
              "predicted_peak_bytes": 3 * 2**30, "capacity_bytes": 2 * 2**30, "fits": False},
             {"dp": 2, "tp": 2, "pp": 1, "spec": "c", "predicted_ns": 2 * 10**8, "samples_per_s": 80.0,
              "predicted_peak_bytes": 2**30, "capacity_bytes": 2 * 2**30, "fits": True}]
-    layout.plot_layouts("unused.png", {"world": 4, "batch": 8, "source": "t.json", "rows": rows,
+    layout.plot_layouts(tmp_path / "layouts.png", {"world": 4, "batch": 8, "source": "t.json", "rows": rows,
                                        "fastest": {"dp": 2, "tp": 2, "pp": 1, "spec": "c"}})
     speed, memory = drawn[0].axes
     assert [t.get_text() for t in speed.get_xticklabels()] == ["2×1×2", "2×2×1"]  # the layout that failed has no bar
@@ -148,6 +150,9 @@ def test_the_plot_draws_each_predicted_layout_by_whether_it_fits(monkeypatch: py
     assert [p.get_height() for p in memory.patches] == [3.0, 1.0]
     assert [line.get_ydata()[0] for line in memory.get_lines()] == [2.0]  # the capacity, GiB
     assert speed.get_xticklabels()[1].get_fontweight() == "bold"  # the fastest that fits
+    from matplotlib import pyplot
+
+    assert not pyplot.get_fignums()  # written and closed
 
 
 def test_the_layout_sweep_writes_its_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

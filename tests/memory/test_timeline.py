@@ -46,14 +46,20 @@ def _training_step(base: float) -> list[dict[str, Any]]:
     ]
 
 
+def _totals(events: list[dict[str, Any]], before: int = 10_000) -> int:
+    """Each [memory] event's Total Allocated as the allocator reports it, after each event in time order, `before`
+    bytes allocated before the window; returns the last."""
+    running = before
+    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
+        running += event["args"]["Bytes"]
+        event["args"]["Total Allocated"] = running
+    return running
+
+
 def _trace(tmp_path: Path):  # type: ignore[no-untyped-def]
     events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
               *_training_step(0), *_training_step(100), memory(-5, 1, 5000, 0)]
-    # Total Allocated as the allocator would report it, after each event in time order.
-    running = 0
-    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
-        running += event["args"]["Bytes"]
-        event["args"]["Total Allocated"] = running + 10_000  # 10,000 bytes allocated before the window
+    _totals(events)
     return read_job(write_trace(tmp_path, events), cache=False).traces[0]
 
 
@@ -68,6 +74,7 @@ def test_pairing_categories_and_peak(tmp_path: Path) -> None:
     assert device.categories["weights"] == 5000
     assert device.categories["before the trace"] == 10_000
     assert device.layers == [{"name": "net.fc", "activation_bytes": 1000}]
+    assert device.iteration_peaks_bytes == (16_400, 16_400)  # each holds the activation and the gradient at 52
     sizes = device.allocations["size"].tolist()
     assert sorted(sizes) == sorted([5000] + [1000, 100, 400] * 2)
 
@@ -80,11 +87,7 @@ def test_a_block_freed_where_the_profiler_did_not_see_it_ends_where_its_address_
     # (both gradients and the activation).
     events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
               *[e for e in _training_step(0) if e["ts"] != 92], *_training_step(100), memory(-5, 1, 5000, 0)]
-    running = 0
-    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
-        running += event["args"]["Bytes"]
-        event["args"]["Total Allocated"] = running + 10_000
-    assert running + 10_000 == 15_400  # as recorded: the unseen 400 still counted at the end
+    assert _totals(events) == 15_400  # as recorded: the unseen 400 still counted at the end
     (device,) = analyze_memory(read_job(write_trace(tmp_path, events), cache=False).traces[0])
     assert (device.peak_allocated_bytes, device.peak_time_ns) == (16_500, 114_000)
     assert device.unseen_frees == (1, 400)
@@ -92,6 +95,18 @@ def test_a_block_freed_where_the_profiler_did_not_see_it_ends_where_its_address_
                                                    device.allocations["end"], strict=True) if size == 400 and start < 100_000]
     assert first == [152_000]  # ends where address 9000 is taken again (ns)
     assert device.by_category["gradients"].max() == 400
+    # Each iteration's own peak: the first at 52 (its activation and gradient), the second at 114 (the first's
+    # gradient still counted).
+    assert device.iteration_peaks_bytes == (16_400, 16_500)
+
+
+def test_a_peak_that_rises_every_iteration_is_named() -> None:
+    from daydream.report.memory import _rising
+
+    assert "rises every iteration, 100 B to 120 B over 3" in _rising([100, 110, 120])
+    assert _rising([100, 90, 120]) == ""  # not every iteration
+    assert _rising([100, 101, 102]) == ""  # by under 5%
+    assert _rising([100, 120]) == ""  # two iterations say little
 
 
 def test_what_if_memory_on_the_hand_built_trace(tmp_path: Path) -> None:
@@ -181,10 +196,7 @@ def test_memory_recorded_before_the_trace_is_counted_with_the_allocators_state(t
     # caching allocator in 2 segments of 2 MiB each. The window's own Total Allocated starts at 10,000.
     events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
               *_training_step(0), *_training_step(100)]
-    running = 0
-    for event in sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"]):
-        running += event["args"]["Bytes"]
-        event["args"]["Total Allocated"] = running + 10_000
+    _totals(events)
     before = {"cuda:0": {"weights": 6000, "gradients": 0, "optimizer state": 4000, "other tensors": 0,
                          "allocated": 10_000, "reserved": 4 * 2**20, "segments": 2, "inactive split bytes": 0}}
     path = write_trace(tmp_path, events, daydream={"memory_before": before})

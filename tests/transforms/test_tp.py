@@ -75,6 +75,25 @@ def test_a_split_linear_pair_halves_its_work_and_all_reduces_in_forward_and_back
     assert timeline.makespan_ns == 131000
 
 
+def test_dtensors_host_work_comes_before_each_split_layers_call_forward_and_backward(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # As above, with DTensor's own host work of 100 ns before each split layer's call in forward and 200 ns before
+    # its backward: up 100-600, down 700-1200, the all-reduce 1200-65200; down's backward 65400-66400, up's
+    # 66600-67600, the all-reduce 67600-131600.
+    costs = {"tp.forward": 100, "tp.backward": 200}
+    monkeypatch.setattr(HostCosts, "recorded_ns", lambda self, what: costs.get(what, 0))
+    g, context = _step()
+    apply_spec(g, parse_spec(f"tp:degree=2,layers=blocks\\.0\\.,{LINK}"), context)
+    timeline = simulate(g)
+    assert timeline.start_ns[:4].tolist() == [100, 700, 65400, 66600]
+    assert timeline.start_ns[_collectives(g)].tolist() == [1200, 67600]
+    dtensor = sorted((int(timeline.start_ns[t]), g.task_name(t)) for t in range(g.tasks["kind"].size)
+                     if g.task_name(t).startswith("tp: DTensor"))
+    assert dtensor == [(0, "tp: DTensor (forward, blocks.0.up)"), (600, "tp: DTensor (forward, blocks.0.down)"),
+                       (65200, "tp: DTensor (backward, blocks.0.down)"), (66400, "tp: DTensor (backward, blocks.0.up)")]
+    assert timeline.makespan_ns == 131600
+
+
 def test_sequence_parallel_gathers_before_the_column_layer_and_reduce_scatters_after_the_row_layer() -> None:
     # Forward: the all-gather 0-32000, up 32000-32500, down -33000, the reduce-scatter 33000-65000; backward: the
     # all-gather before down's backward 65000-97000, down 97000-98000, up -99000, the reduce-scatter 99000-131000.
@@ -98,3 +117,23 @@ def test_a_degree_that_does_not_divide_the_widths_says_which_would() -> None:
         apply_spec(g, parse_spec(f"tp:degree=2,layers=decoder,{LINK}"), context)
     with pytest.raises(InputError, match="records no op shapes"):
         apply_spec(g, parse_spec(f"tp:degree=2,{LINK}"), Context(gradient_bytes=context.gradient_bytes))
+
+
+def test_the_dtensor_constants_are_the_calibration_rounds_medians_and_the_kept_rounds_rows_the_scripts() -> None:
+    import sys
+
+    from daydream.cost.host import RECORDED_HOST_UNITS
+    from tests.conftest import REPO
+
+    kept = REPO / "examples" / "layouts" / "tp-calibration"
+    sys.path.insert(0, str(REPO / "scripts"))
+    import tp_costs
+
+    table = (kept / "calibration.md").read_text()
+    rows = [line for line in tp_costs.report(kept).splitlines() if line.startswith("| round-")]
+    assert len(rows) == 2 and all(row in table for row in rows)  # both ranks of the kept round, as recorded
+    [median] = [line for line in table.splitlines() if line.startswith("| **median** |")]
+    cells = [float(cell.strip().strip("*")) for cell in median.strip().strip("|").split("|")[2:]]
+    assert cells == [RECORDED_HOST_UNITS[f"tp.{k}"] for k in tp_costs.KINDS]
+    assert all(row in (REPO / "docs" / "validation-parallel.md").read_text() for row in table.splitlines()
+               if row.startswith("| round-"))

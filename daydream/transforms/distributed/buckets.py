@@ -160,6 +160,18 @@ def scale_optimizer(graph: Graph, iteration: int, world: float) -> np.ndarray:
     return chosen
 
 
+def dispatched_optimizer(graph: Graph, iteration: int, world: float, op_ns: int) -> int:
+    """`scale_optimizer` (each rank updates its share), and each of the optimizer's host ops (a GPU's: those that
+    launched its work) paying `op_ns` more: DTensor's dispatch, where the parameters are DTensors. Returns how many
+    paid it."""
+    work = scale_optimizer(graph, iteration, world)
+    if graph.has_device_work():
+        launch = graph.edges_of_kind(DepKind.LAUNCH)
+        work = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], work)])
+    graph.tasks["duration_ns"][work] += op_ns
+    return int(work.size)
+
+
 def true_runs(member: np.ndarray) -> list[tuple[int, int]]:
     """(first, last) index of each maximal run of True in `member`."""
     padded = np.r_[False, member, False].astype(np.int8)

@@ -38,11 +38,11 @@ from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
     comm_resource,
+    dispatched_optimizer,
     iterations_of,
     no_existing_collectives,
     optimizer_step,
     phase_work,
-    scale_optimizer,
     true_runs,
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
@@ -389,17 +389,6 @@ class _Builder:
         return last_collective
 
 
-def _scale_optimizer(graph: Graph, iteration: int, world: int, op_ns: int) -> int:
-    """Each rank updates its shard (buckets.scale_optimizer); each of the optimizer's host ops (a GPU's: those that
-    launched its work) pays DTensor's dispatch. Returns how many paid it."""
-    work = scale_optimizer(graph, iteration, world)
-    if graph.has_device_work():
-        launch = graph.edges_of_kind(DepKind.LAUNCH)
-        work = np.unique(graph.edges["src"][launch][np.isin(graph.edges["dst"][launch], work)])
-    graph.tasks["duration_ns"][work] += op_ns
-    return int(work.size)
-
-
 def _costs(graph: Graph, context: Context) -> _Costs:
     speed = copy_speed(graph, context.elementwise_speed(graph.has_device_work()), context.device)
     host = context.costs.host if context.costs is not None else None
@@ -453,7 +442,7 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                 builder.edge(last, target)
             if problem and problem not in problems:
                 problems.append(problem)
-        optimizer_ops += _scale_optimizer(graph, iteration, world, costs.optimizer_op_ns)
+        optimizer_ops += dispatched_optimizer(graph, iteration, world, costs.optimizer_op_ns)
     builder.apply()
     graph.data_parallel = replace(graph.data_parallel, world=world, link=net.link, contention=factor,
                                   contention_source=source, host_ranks=min(world, net.per_node),

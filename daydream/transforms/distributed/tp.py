@@ -37,17 +37,17 @@ from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
     comm_resource,
+    dispatched_optimizer,
     iterations_of,
     no_existing_collectives,
     phase_work,
-    scale_optimizer,
     true_runs,
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
 from daydream.transforms.distributed.fsdp import repeated_blocks
 from daydream.transforms.distributed.pp import graph_layer_work
-from daydream.transforms.primitives import splice
+from daydream.transforms.primitives import launcher_of, splice
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 #: Attention ops whose first input is (batch, heads, sequence, head width): the heads T must divide.
@@ -286,20 +286,62 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     host = costs.host
     collectives = _Collectives(graph, net, comm_resource(graph, "tp collectives"), stretch,
                                host.recorded_ns("fsdp.collective") if not graph.has_device_work() else 0, [])
-    for iteration in iterations_of(graph):
+    dtensor: list[tuple[int, int, str]] = []  # (the first task of a split layer's call, host ns, name)
+    for iteration in iterations_of(graph):  # everything planned before anything is inserted
         _plan(graph, collectives, pairs, found_linears, iteration, sequence)
+        dtensor += _dtensor_calls(graph, pairs, iteration, host.recorded_ns("tp.forward"),
+                                  host.recorded_ns("tp.backward"))
     count = len(collectives.planned)
     collectives.apply()
+    dtensor_calls = _splice_dtensor(graph, dtensor)
     split_bytes = sum(context.gradient_bytes.get(graph.layers[k], 0) for k in split)
     total = max(sum(context.gradient_bytes.values()), 1)
+    optimizer_ops = 0
     for iteration in iterations_of(graph):  # each rank updates the rest and 1/T of the split parameters
-        scale_optimizer(graph, iteration, 1.0 / (1.0 - split_bytes / total * (1.0 - 1.0 / degree)))
+        optimizer_ops += dispatched_optimizer(graph, iteration, 1.0 / (1.0 - split_bytes / total * (1.0 - 1.0 / degree)),
+                                              host.recorded_ns("tp.optimizer_op"))
     graph.data_parallel = replace(graph.data_parallel, link=net.link, contention=factor, contention_source=source,
                                   host_ranks=min(degree, net.per_node),
                                   collective_steps=collective_steps("allreduce", degree, "ring"))
     iterations = max(len(iterations_of(graph)), 1)
-    return _notes(pairs, whole, degree, sequence, count // iterations, retimed, net, split_bytes, total,
-                  (factor, source), graph.layers)
+    notes = _notes(pairs, whole, degree, sequence, count // iterations, retimed, net, split_bytes, total,
+                   (factor, source), graph.layers)
+    notes.insert(3, f"tp: DTensor's own host work: per iteration {dtensor_calls // iterations} calls of the split "
+                    f"layers, forward and backward, and {optimizer_ops // iterations} optimizer ops (recorded host "
+                    "units, scripts/tp_costs.py)")
+    return notes
+
+
+def _dtensor_calls(graph: Graph, pairs: list[Pair], iteration: int, forward_ns: int, backward_ns: int
+                   ) -> list[tuple[int, int, str]]:
+    """Per call of each split linear layer in `iteration`, forward and backward: its first task, what DTensor's own
+    host work costs there (its parallel style's hooks, the dispatch of its ops on DTensors, the conversions to and from
+    local tensors and their backward nodes) and a name."""
+    found = []
+    for pair in pairs:
+        for layer in (pair.column, pair.row):
+            name = graph.layers[layer]
+            calls = _runs_of(graph, iteration, FORWARD, frozenset({layer}))
+            found += [(first, forward_ns, f"tp: DTensor (forward, {name})") for first, _ in calls]
+            # as in _plan: each call's backward is the first of the layer's backward runs
+            found += [(first, backward_ns, f"tp: DTensor (backward, {name})")
+                      for first, _ in _runs_of(graph, iteration, BACKWARD, frozenset({layer}))[:len(calls)]]
+    return found
+
+
+def _splice_dtensor(graph: Graph, planned: list[tuple[int, int, str]]) -> int:
+    """DTensor's host work, a host op before each planned call's first task (a GPU's: before the host op that
+    launched it). Returns how many."""
+    launcher = launcher_of(graph) if graph.has_device_work() else None
+    anchors, durations, names = [], [], []
+    for task, duration, name in planned:
+        host = launcher.get(task) if launcher is not None else task
+        if host is not None and duration > 0:
+            anchors.append(host)
+            durations.append(duration)
+            names.append(name)
+    splice(graph, anchors, durations, names, after=False)
+    return len(anchors)
 
 
 def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair], found_linears: dict[int, Linear], iteration: int,
@@ -356,7 +398,8 @@ register(Optimization(
     "all-reduce of each row-parallel output in forward and each column-parallel input gradient in backward "
     "(sequence_parallel=1: reduce-scatters and all-gathers instead, the blocks' other work split T ways too); GPU: the "
     "collectives on a stream of their own, the next kernel waiting; CPU (gloo): the host waits for each; the "
-    "optimizer's work for the split parameters ÷T",
+    "optimizer's work for the split parameters ÷T; DTensor's own host work per call of a split layer, forward and "
+    "backward, and per optimizer op (recorded host units)",
     _tp,
     {"degree": Parameter(int, 2, "tensor-parallel ranks each split layer's work is divided over", 1, MAX_WORLD),
      "layers": Parameter(str, "", "regular expression over the linear layers to split, paired in the order they run "
