@@ -217,12 +217,59 @@ def report(folder: Path, world: int = 2) -> str:
     return "\n".join(head + rows + tail)
 
 
+IDLE = ("pre_forward_idle", "post_forward_idle")
+
+
+def idle_hooks(baseline: Path, ranked: Path) -> dict[str, float]:
+    """On a rank of FSDP2 without resharding after forward: the own host time (as `measure` takes it) of a
+    pre-forward hook that issues no collective (its unit still gathered from an earlier call) and of a post-forward
+    hook (which then reshards nothing), in host units of the one-process trace; the medians over the hooks."""
+    base, trace = _read(baseline), _read(ranked)
+    unit = HostCosts.of(base).unit_ns
+    ts, te = trace.ts_ns, trace.end_ns
+    ops = trace.indices(EventKind.CPU_OP)
+    gloo = trace.indices(EventKind.HOST_COMMUNICATION)
+    calls = ops[[trace.name_of(r).startswith("c10d::") for r in ops.tolist()]]
+    found: dict[str, list[float]] = {k: [] for k in IDLE}
+    for row in trace.indices(EventKind.ANNOTATION).tolist():
+        kind = {"FSDP::pre_forward": IDLE[0], "FSDP::post_forward": IDLE[1]}.get(trace.name_of(row).split(" ")[0])
+        start, end = int(ts[row]), int(te[row])
+        if kind is None or (kind == IDLE[0] and ((ts[calls] >= start) & (te[calls] <= end)).any()):
+            continue
+        nested = ops[(ts[ops] >= start) & (te[ops] <= end) & (trace.track[ops] == trace.track[row])]
+        busy = Coverage(np.r_[ts[nested], ts[gloo]], np.r_[te[nested], te[gloo]])
+        found[kind].append((end - start) * (1 - busy.share_of_each(np.array([start]), np.array([end]))[0]) / unit)
+    return {k: statistics.median(v) if v else float("nan") for k, v in found.items()}
+
+
+def idle_report(folder: Path) -> str:
+    """The idle hooks of every reshard=0 rank in `folder`'s rounds, and their medians."""
+    lines = ["| round | example | rank | idle pre-forward | post-forward without reshard |", "|---|---|---|---:|---:|"]
+    found: dict[str, list[float]] = {k: [] for k in IDLE}
+    for baseline in sorted(folder.glob("round-*/*-baseline.json.gz")):
+        example = baseline.name.removesuffix("-baseline.json.gz")
+        for ranked in sorted(baseline.parent.glob(f"{example}-fsdp-reshard0-rank*.json.gz")):
+            costs = idle_hooks(baseline, ranked)
+            for key in IDLE:
+                if costs[key] == costs[key]:  # a rank whose every forward call gathered has no idle pre-forward hook
+                    found[key].append(costs[key])
+            lines.append(f"| {baseline.parent.name} | {example} | {ranked.name.removesuffix('.json.gz').rsplit('-', 1)[1]} | "
+                         + " | ".join("—" if costs[k] != costs[k] else f"{costs[k]:.0f}" for k in IDLE) + " |")
+    if not found[IDLE[1]]:
+        raise SystemExit(f"{folder}: no round-*/EXAMPLE-baseline.json.gz with EXAMPLE-fsdp-reshard0-rankR.json.gz")
+    lines.append("| **median** | | | " + " | ".join(f"**{statistics.median(found[k]):.0f}**" if found[k] else "—"
+                                                for k in IDLE) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--idle", action="store_true",
+                        help="the hooks of calls that gather or reshard nothing, from the rounds' reshard=0 ranks")
     args = parser.parse_args()
-    print(report(args.folder, args.world))
+    print(idle_report(args.folder) if args.idle else report(args.folder, args.world))
     return 0
 
 

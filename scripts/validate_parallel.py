@@ -400,6 +400,11 @@ def markdown(results: dict[str, list[Round]], calibration: str, repredicted: boo
              "rounds run before these, with the same script and flags (host units of each round's one-process "
              "trace; the copies fitted over every copy op of all of them). `examples/fsdp` keeps one calibration "
              "round of the transformer; a test holds its rows here to the script.", "", calibration, "",
+             "A forward call's hooks that gather or reshard nothing (`RECORDED_HOST_UNITS` \"fsdp.pre_forward_idle\" "
+             "and \"fsdp.post_forward_idle\"), measured by `python scripts/fsdp_costs.py DIR --idle` on the same "
+             "calibration rounds' reshard=0 ranks (`examples/fsdp/idle-calibration.md`):", "",
+             *[line for line in (REPO / "examples" / "fsdp" / "idle-calibration.md").read_text().splitlines()
+               if line.startswith("|")], "",
              "DTensor's own host work under `tp` (`RECORDED_HOST_UNITS` \"tp.*\": per call of a split linear layer, "
              "forward and backward, and per optimizer op), measured by `python scripts/tp_costs.py DIR --run 3` on "
              "calibration rounds of the transformer run before these, in host units of each round's one-process "

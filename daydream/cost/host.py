@@ -73,6 +73,11 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     "fsdp.copy": 50.0,
     "fsdp.collective": 61.0,
     "fsdp.optimizer_op": 20.0,
+    # A forward call's hooks where nothing is gathered (its unit kept from an earlier call, reshard_after_forward=False)
+    # and nothing resharded: `python scripts/fsdp_costs.py DIR --idle` on the same calibration rounds' reshard=0 ranks
+    # (the idle pre-forward hooks of suite/a2c, which calls its units 17 times a step; the post-forward hooks of both).
+    "fsdp.pre_forward_idle": 76.0,
+    "fsdp.post_forward_idle": 14.0,
     # DTensor's own host work under tensor parallelism (transforms/distributed/tp.py): per call of a split linear
     # layer, forward and backward (its parallel style's hooks, the dispatch of its ops on DTensors, the conversions to
     # and from local tensors and their backward nodes), and per optimizer op (on average over all of them, the split

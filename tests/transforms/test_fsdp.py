@@ -144,6 +144,35 @@ def test_a_unit_called_twice_in_a_row_gathers_for_each_call() -> None:
                                                                                           "blocks.0"]
 
 
+def test_a_forward_call_whose_unit_is_still_gathered_pays_the_idle_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As above: blocks.0 called twice in forward, blocks.1 once. Hooks of 100 ns (pre-forward, gathering), 10 (pre-
+    # forward, the unit still gathered), 7 (post-forward, resharding) and 3 (post-forward, resharding nothing).
+    # reshard=1: every call gathers and reshards; reshard=0: blocks.0's second call finds it gathered, and no call
+    # reshards after forward.
+    from daydream.cost import CostModel
+    from daydream.cost.host import HostCosts
+
+    costs = {"fsdp.pre_forward": 100, "fsdp.pre_forward_idle": 10, "fsdp.post_forward": 7, "fsdp.post_forward_idle": 3}
+    monkeypatch.setattr(HostCosts, "recorded_ns", lambda self, what: costs.get(what, 0))
+    model = CostModel(host=HostCosts(unit_ns=0), on_gpu=False)
+    context = Context(gradient_bytes={"blocks.0.a": MiB, "blocks.0.b": MiB, "blocks.1.a": MiB},
+                      derive={"costs": lambda: model})
+
+    def hooks(reshard: int) -> list[tuple[str, int]]:
+        ops = [op("fwd", 10, phase="forward", layer=layer) for layer in ("blocks.0.a", "blocks.0.b", "blocks.0.a",
+                                                                         "blocks.0.b", "blocks.1.a")]
+        g = graph([*ops, op("sgd", 10, phase="optimizer")], [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(5)],
+                  layers=["blocks.0", "blocks.0.a", "blocks.0.b", "blocks.1", "blocks.1.a"])
+        apply_spec(g, parse_spec(f"fsdp:world=2,reshard={reshard},{LINK}"), context)
+        order = np.argsort(simulate(g).start_ns, kind="stable")
+        return [(g.task_name(int(t)).split(" (")[0], int(g.tasks["duration_ns"][t])) for t in order
+                if "forward hook" in g.task_name(int(t))]
+
+    pre, post = "fsdp: pre-forward hook", "fsdp: post-forward hook"
+    assert hooks(1) == [(pre, 100), (post, 7)] * 3
+    assert hooks(0) == [(pre, 100), (post, 3), (pre, 10), (post, 3), (pre, 100), (post, 3)]
+
+
 def test_world_1_changes_nothing() -> None:
     g = _cpu_step()
     assert "shards nothing" in apply_spec(g, parse_spec("fsdp:world=1"), CONTEXT)[0]
@@ -265,3 +294,17 @@ def test_the_recorded_constants_are_the_pages_medians() -> None:
     keys = ["pre_forward", "post_forward", "pre_backward", "post_backward", "reduce", "collective", "copy"]
     assert [float(c) for c in cells[:7]] == [RECORDED_HOST_UNITS[f"fsdp.{k}"] for k in keys]
     assert float(cells[7]) == FRESH_COPY_SLOWDOWN and float(cells[8]) == RECORDED_HOST_UNITS["fsdp.optimizer_op"]
+
+
+def test_the_idle_hooks_rows_of_the_kept_round_are_the_scripts_and_the_constants_their_medians() -> None:
+    from daydream.cost.host import RECORDED_HOST_UNITS
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import fsdp_costs
+
+    table = (KEPT / "idle-calibration.md").read_text()
+    rows = [line for line in fsdp_costs.idle_report(KEPT).splitlines() if line.startswith("| round-")]
+    assert len(rows) == 2 and all(row in table for row in rows)  # the kept round's two reshard=0 transformer ranks
+    [median] = [line for line in table.splitlines() if line.startswith("| **median** |")]
+    cells = [float(cell.strip().strip("*")) for cell in median.strip().strip("|").split("|")[3:]]
+    assert cells == [RECORDED_HOST_UNITS["fsdp.pre_forward_idle"], RECORDED_HOST_UNITS["fsdp.post_forward_idle"]]

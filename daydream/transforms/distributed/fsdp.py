@@ -142,6 +142,8 @@ class _Costs:
     reduce_ns: int
     issue_ns: int
     optimizer_op_ns: int
+    #: a forward call's hooks where its unit is already gathered (pre) and nothing is resharded after it (post)
+    idle_forward_ns: tuple[int, int] = (0, 0)
 
     def copy_ns(self, nbytes: float) -> int:
         """One copy of `nbytes` into or out of a flat buffer: one op per unit, however many tensors it holds (a foreach
@@ -338,24 +340,28 @@ class _Builder:
     # -- the passes --------------------------------------------------------------------------------------------
 
     def gather_pass(self, runs: list[Run], label: str, prefetch: bool, hook_ns: int, post_ns: int,
-                    sharded: dict[str, bool], reshard_after: bool) -> None:
+                    sharded: dict[str, bool], reshard_after: bool, idle: tuple[int, int] | None = None) -> None:
         """Per call in order: its pre-hook; if its unit is sharded, its all-gather (issued in the previous call's hook
         under `prefetch`) and its copy-out; after its last work, its post-hook, which reshards the unit when
-        `reshard_after`. `sharded`: each unit's state, carried from call to call."""
+        `reshard_after`. `sharded`: each unit's state, carried from call to call. `idle`: what the pre-hook costs
+        where the unit is already gathered and the post-hook where it reshards nothing (None: as the others)."""
         issued: dict[int, int] = {}
+        idle_pre, idle_post = idle if idle is not None else (hook_ns, post_ns)
         for k, run in enumerate(runs):
             host_first = self.host_of(run.first)
             unit = run.unit
-            self._before(host_first, hook_ns, f"fsdp: pre-{label} hook ({unit.name})")
-            if sharded.get(unit.name, True):
+            gathers = sharded.get(unit.name, True)
+            self._before(host_first, hook_ns if gathers else idle_pre, f"fsdp: pre-{label} hook ({unit.name})")
+            if gathers:
                 collective = issued.pop(k) if k in issued else self._issue_gather(host_first, unit, label)
                 self._copy_out(run.first, host_first, unit, collective)
                 sharded[unit.name] = False
             if prefetch and k + 1 < len(runs) and sharded.get(runs[k + 1].unit.name, True) \
                     and runs[k + 1].unit.name != unit.name:
                 issued[k + 1] = self._issue_gather(host_first, runs[k + 1].unit, label)
-            if post_ns:
-                self._after(self.host_of(run.last), post_ns, f"fsdp: post-{label} hook ({unit.name})")
+            post = post_ns if reshard_after else idle_post
+            if post:
+                self._after(self.host_of(run.last), post, f"fsdp: post-{label} hook ({unit.name})")
             if reshard_after:
                 sharded[unit.name] = True
 
@@ -399,7 +405,7 @@ def _costs(graph: Graph, context: Context) -> _Costs:
     on_gpu = graph.has_device_work()
     return _Costs(speed, 1.0 if on_gpu else FRESH_COPY_SLOWDOWN, 0 if on_gpu else units("copy"), units("pre_forward"),
                   units("post_forward"), units("pre_backward"), units("post_backward"), units("reduce"),
-                  units("collective"), units("optimizer_op"))
+                  units("collective"), units("optimizer_op"), (units("pre_forward_idle"), units("post_forward_idle")))
 
 
 def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -432,7 +438,7 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         # backward call a block reshards (the root once backward has ended)
         sharded: dict[str, bool] = {}
         builder.gather_pass(forward, "forward", builder.forward_prefetch, costs.pre_forward_ns, costs.post_forward_ns,
-                            sharded, reshard)
+                            sharded, reshard, costs.idle_forward_ns)
         builder.gather_pass(backward, "backward", prefetch, costs.pre_backward_ns, costs.post_backward_ns, sharded,
                             True)
         last = builder.reduce_pass(backward)
