@@ -143,9 +143,8 @@ def _paired(times: np.ndarray, sizes: np.ndarray, addresses: np.ndarray, phase: 
     address while no free of it was recorded (-1: none; such a block ends there, see `_pair`)."""
     alloc_index, free_index, taken_by = _pair(times, sizes, addresses)
     start = times[alloc_index]
-    end = np.where(free_index >= 0, times[np.maximum(free_index, 0)],
-                   np.where(taken_by >= 0, times[np.maximum(taken_by, 0)], NEVER))
     freed_at = np.where(free_index >= 0, free_index, taken_by)
+    end = np.where(freed_at >= 0, times[np.maximum(freed_at, 0)], NEVER)
     category = _classify(start, end, phase[alloc_index], np.where(freed_at >= 0, phase[np.maximum(freed_at, 0)], NO_VALUE),
                          bounds)
     workspace_until = owner_end[alloc_index]
