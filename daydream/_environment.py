@@ -10,8 +10,8 @@ from daydream.errors import InputError
 
 
 def environment_size(variable: str, default: int) -> int:
-    """A size in bytes from environment `variable` ("64GB", "500MiB", "1e9"), else `default`; InputError for
-    anything else."""
+    """A size in bytes from environment `variable` ("64GB", "500MiB", "1e9"), else `default`;
+    InputError for anything else."""
     text = os.environ.get(variable, "").strip()
     if not text:
         return default
@@ -24,6 +24,6 @@ def environment_size(variable: str, default: int) -> int:
     except ValueError:  # "1.2.3"
         value = float("nan")
     if not math.isfinite(value) or value < 1:
-        raise InputError(f"{variable}={text!r} is not a size from 1 byte to a finite number — write e.g. 64GB "
-                         "or 500MB")
+        raise InputError(f"{variable}={text!r} is not a size from 1 byte to a finite number — "
+                         "write e.g. 64GB or 500MB")
     return int(value)

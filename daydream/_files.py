@@ -20,9 +20,10 @@ def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator
         with atomic_output("report.html") as out:
             out.write(page.encode())
 
-    On any exception the temporary file is removed and `path` is left as it was. An output the user named that is
-    a character device or a FIFO (`/dev/null`, `/dev/stdout`, a pipe) is written in place, never replaced by a
-    file; a directory, block device or socket there is an InputError. A `cache` file is always replaced.
+    On any exception the temporary file is removed and `path` is left as it was. An output the user
+    named that is a character device or a FIFO (`/dev/null`, `/dev/stdout`, a pipe) is written in
+    place, never replaced by a file; a directory, block device or socket there is an InputError. A
+    `cache` file is always replaced.
     """
     target = Path(path)
     special = None if cache else _special(target)
@@ -35,7 +36,8 @@ def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator
 
         raise InputError(f"{path}: is a {special}, not a file: give the path of a file to write")
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix="".join(target.suffixes[-2:]), dir=target.parent)
+    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix="".join(target.suffixes[-2:]),
+                                         dir=target.parent)
     PENDING.add(temporary)  # the memory watch removes it if it stops the command (daydream._memory)
     try:
         with os.fdopen(handle, "wb") as out:
@@ -50,8 +52,8 @@ def atomic_output(path: str | os.PathLike[str], cache: bool = False) -> Iterator
 
 
 def _special(target: Path) -> str | None:
-    """"stream" for a character device or FIFO at `target`, the kind of another non-file there, None for a regular
-    file or nothing."""
+    """"stream" for a character device or FIFO at `target`, the kind of another non-file there, None
+    for a regular file or nothing."""
     try:
         mode = target.stat().st_mode
     except OSError:
@@ -60,7 +62,8 @@ def _special(target: Path) -> str | None:
         return None
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return "stream"
-    return {stat.S_ISDIR(mode): "directory", stat.S_ISBLK(mode): "block device", stat.S_ISSOCK(mode): "socket"}.get(
+    return {stat.S_ISDIR(mode): "directory", stat.S_ISBLK(mode): "block device",
+            stat.S_ISSOCK(mode): "socket"}.get(
         True, "special file")
 
 

@@ -27,7 +27,8 @@ def _glibc() -> Any:
 
 
 def give_back() -> None:
-    """Return the heap's free memory to the operating system (glibc's malloc_trim), where the C library can."""
+    """Return the heap's free memory to the operating system (glibc's
+    malloc_trim), where the C library can."""
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)

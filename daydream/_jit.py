@@ -25,10 +25,13 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
 def jit(function: F) -> F:
     if numba is None:
-        function.py_func = function  # type: ignore[attr-defined]  # as numba's compiled functions carry it
+        # as numba's compiled functions carry it
+        function.py_func = function  # type: ignore[attr-defined]
         return function
     try:
         compiled: F = numba.njit(cache=True, nogil=True)(function)
-    except RuntimeError:  # no writable place for numba's cache (a read-only install, no writable home): compile each run
+    except RuntimeError:
+        # no writable place for numba's cache (a read-only install, no
+        # writable home): compile each run
         compiled = numba.njit(cache=False, nogil=True)(function)
     return compiled

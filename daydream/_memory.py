@@ -26,19 +26,21 @@ INTERVAL_S = 0.1
 EXIT_CODE = 2
 
 _stage = "starting"
-#: Temporary files of outputs being written (daydream._files.atomic_output), removed when the watch stops a command.
+#: Temporary files of outputs being written
+#: (daydream._files.atomic_output), removed when the watch stops a command.
 PENDING: set[str] = set()
 
 
 def note_stage(stage: str) -> None:
-    """What the command is doing now (a progress stage: "reading", "simulating"), for the line the watch writes."""
+    """What the command is doing now (a progress stage: "reading",
+    "simulating"), for the line the watch writes."""
     global _stage
     _stage = stage
 
 
 def limit_bytes() -> int | None:
-    """DAYDREAM_MAX_MEMORY in bytes (None: off), else DEFAULT_SHARE of the machine's or container's memory (None
-    where neither can be read)."""
+    """DAYDREAM_MAX_MEMORY in bytes (None: off), else DEFAULT_SHARE of the machine's or container's
+    memory (None where neither can be read)."""
     text = os.environ.get(VARIABLE, "").strip().lower()
     if text in ("off", "none", "0"):
         return None
@@ -77,8 +79,8 @@ def resident_bytes() -> int | None:
 
 
 def watch() -> threading.Event | None:
-    """Start the watch for this command (a daemon thread); set the returned event to stop it. None where it is off
-    or the resident size cannot be read here."""
+    """Start the watch for this command (a daemon thread); set the returned event to stop it. None
+    where it is off or the resident size cannot be read here."""
     limit = limit_bytes()
     if limit is None or resident_bytes() is None:
         return None
@@ -101,9 +103,9 @@ def _stopped(resident: int, limit: int) -> None:
         except OSError:
             pass
     suggestion = _size(max(2 * limit, 3 * resident // 2), whole=True)
-    sys.stderr.write(f"daydream: error: stopped at {_size(resident)} resident while {_stage} (limit {_size(limit)}, "
-                     f"{VARIABLE}) — raise it if the machine has the memory, e.g. {VARIABLE}={suggestion}, or read "
-                     "fewer ranks at once\n")
+    sys.stderr.write(f"daydream: error: stopped at {_size(resident)} resident while {_stage} "
+                     f"(limit {_size(limit)}, {VARIABLE}) — raise it if the machine has the "
+                     f"memory, e.g. {VARIABLE}={suggestion}, or read fewer ranks at once\n")
     sys.stderr.flush()
     os._exit(EXIT_CODE)
 

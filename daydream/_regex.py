@@ -55,6 +55,8 @@ def user_regex(pattern: str, what: str, example: str = "") -> Pattern:
     try:
         return _Linear(pattern, re2.compile(pattern, options))
     except Exception as exc:  # re2.error: the pattern uses what a linear-time engine cannot run
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise InputError(f"{what} {pattern!r}: {reason} — daydream matches in linear time (RE2), without "
-                         f"backreferences or lookarounds; rewrite the pattern without them") from None
+        raw = exc.args[0] if exc.args else None
+        reason = raw.decode(errors="replace") if isinstance(raw, bytes) else str(exc)
+        raise InputError(f"{what} {pattern!r}: {reason} — daydream matches in linear time (RE2), "
+                         "without backreferences or lookarounds; rewrite the pattern without "
+                         "them") from None

@@ -1,5 +1,6 @@
-"""The console entry point: the CLI is imported under a guard, so that Ctrl-C while daydream is still starting
-(importing click and its command table) ends it with the one line the CLI writes, exit 130, not a traceback."""
+"""The console entry point: the CLI is imported under a guard, so that Ctrl-C while daydream is
+still starting (importing click and its command table) ends it with the one line the CLI writes,
+exit 130, not a traceback."""
 
 from __future__ import annotations
 

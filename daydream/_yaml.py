@@ -2,12 +2,12 @@
 
 PyYAML's safe loader, plus what a hostile or mistyped file needs: a key given twice in
 one mapping is an error (not a silent overwrite); a key must be a plain value (not a
-list or a mapping); aliases are capped at `MAX_ALIASES`, and the document as its aliases
-expand at `MAX_NODES` (a "billion laughs" document of nested aliases expands exponentially
-as soon as anything walks it, though it takes few aliases); numbers (1e-3 included, as in
-YAML 1.2) must be finite and within 64 bits; nesting deeper than Python can construct is an error; files over
-`MAX_BYTES` (pure-Python parsing takes seconds per MiB) and anything that is not a regular
-file (a device, a FIFO) are refused before parsing.
+list or a mapping); aliases are capped at `MAX_ALIASES`, and the document as its aliases expand at
+`MAX_NODES` (a "billion laughs" document of nested aliases expands exponentially as soon as anything
+walks it, though it takes few aliases); numbers (1e-3 included, as in YAML 1.2) must be finite and
+within 64 bits; nesting deeper than Python can construct is an error; files over `MAX_BYTES`
+(pure-Python parsing takes seconds per MiB) and anything that is not a regular file (a device, a
+FIFO) are refused before parsing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from daydream.errors import InputError
 
 MAX_ALIASES = 100
 MAX_BYTES = 2**20
-MAX_NODES = 250_000  # nodes of the document with every alias expanded: a hand-written file has hundreds
+# nodes of the document with every alias expanded: a hand-written file has hundreds
+MAX_NODES = 250_000
 MAX_INTEGER = 2**63 - 1
 
 
@@ -38,28 +39,34 @@ class _StrictLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
-                event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
-                raise yaml.composer.ComposerError(None, None, f"more than {MAX_ALIASES} aliases (*name)", event.start_mark)
+                # untyped in types-PyYAML
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None,
+                                                  f"more than {MAX_ALIASES} aliases (*name)",
+                                                  event.start_mark)
         return super().compose_node(parent, index)
 
     def get_single_node(self) -> yaml.Node | None:
         node = super().get_single_node()
         if node is not None and _expanded_size(node) > MAX_NODES:
-            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
-                                              "expanded", node.start_mark)
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once "
+                                                          "its aliases are "
+                                                          "expanded", node.start_mark)
         return node
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         value = super().construct_yaml_int(node)
         if abs(value) > MAX_INTEGER:
-            raise yaml.constructor.ConstructorError(None, None, f"{node.value[:40]} is out of range (at most "
+            raise yaml.constructor.ConstructorError(None, None,
+                                                    f"{node.value[:40]} is out of range (at most "
                                                     f"{MAX_INTEGER:,})", node.start_mark)
         return value
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
-            raise yaml.constructor.ConstructorError(None, None, f"{node.value[:40]} is not a finite number",
+            raise yaml.constructor.ConstructorError(None, None,
+                                                    f"{node.value[:40]} is not a finite number",
                                                     node.start_mark)
         return value
 
@@ -69,25 +76,28 @@ class _StrictLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
-                raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value, not a list or a mapping",
+                raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value, "
+                                                                    "not a list or a mapping",
                                                         key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                        key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 # YAML 1.2's floats as well: 1e-3 and 2E6 are numbers (YAML 1.1, PyYAML's, reads them as strings)
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
-                                    list("-+0123456789."))
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|"
+                                               r"\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 
 
 def _expanded_size(root: yaml.Node) -> int:
-    """How many nodes `root` stands for with every alias expanded (a shared node counted each time it is used);
-    iterative, and stops counting past MAX_NODES."""
+    """How many nodes `root` stands for with every alias expanded (a shared node counted each time
+    it is used); iterative, and stops counting past MAX_NODES."""
     sizes: dict[int, int] = {}
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -96,7 +106,8 @@ def _expanded_size(root: yaml.Node) -> int:
             continue
         children = _children(node)
         if children_done or not children:
-            sizes[id(node)] = min(MAX_NODES + 1, 1 + sum(sizes.get(id(child), 0) for child in children))
+            sizes[id(node)] = min(MAX_NODES + 1, 1
+                                  + sum(sizes.get(id(child), 0) for child in children))
             continue
         stack.append((node, True))
         stack.extend((child, False) for child in children if id(child) not in sizes)
@@ -110,8 +121,8 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def read_yaml_file(path: str | os.PathLike[str], what: str) -> str:
-    """The text of the YAML file at `path` (`what` it should be, for the errors): only a regular file, at most
-    MAX_BYTES, UTF-8; InputError naming the file otherwise."""
+    """The text of the YAML file at `path` (`what` it should be, for the errors): only a regular
+    file, at most MAX_BYTES, UTF-8; InputError naming the file otherwise."""
     source = str(path)
     try:
         mode = os.stat(path).st_mode
@@ -129,7 +140,8 @@ def read_yaml_file(path: str | os.PathLike[str], what: str) -> str:
     except OSError as exc:
         raise InputError(f"{source}: cannot read ({exc.strerror})") from None
     if len(data) > MAX_BYTES:
-        raise InputError(f"{source}: over {MAX_BYTES // 2**20} MiB is too large for a YAML file — is this {what}?")
+        raise InputError(f"{source}: over {MAX_BYTES // 2**20} MiB is too large for a YAML file — "
+                         f"is this {what}?")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -139,8 +151,8 @@ def read_yaml_file(path: str | os.PathLike[str], what: str) -> str:
 def load_yaml(text: str, source: str | Path) -> Any:
     """The document in `text` (the file `source`); InputError naming the file, line and problem."""
     if len(text) > MAX_BYTES:
-        raise InputError(f"{source}: {len(text) / 2**20:.0f} MiB is too large for a YAML file (limit "
-                         f"{MAX_BYTES // 2**20} MiB) — is this the right file?")
+        raise InputError(f"{source}: {len(text) / 2**20:.0f} MiB is too large for a YAML file "
+                         f"(limit {MAX_BYTES // 2**20} MiB) — is this the right file?")
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
@@ -152,4 +164,5 @@ def load_yaml(text: str, source: str | Path) -> Any:
 def _problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1} column {mark.column + 1}: {problem}" if mark is not None else str(problem)
+    return (f"line {mark.line + 1} column {mark.column + 1}: {problem}" if mark is not None
+            else str(problem))

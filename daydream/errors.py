@@ -22,12 +22,14 @@ class InputError(DaydreamError):
 class TraceFormatError(InputError):
     """A file is not a readable trace: empty, truncated, not JSON, not a trace."""
 
-    def __init__(self, source: str, problem: str, hint: str = "is this a PyTorch profiler trace?") -> None:
+    def __init__(self, source: str, problem: str,
+                 hint: str = "is this a PyTorch profiler trace?") -> None:
         self.source = source
         self.problem = problem
         self.hint = hint
         super().__init__(f"{source}: {problem} — {hint}" if hint else f"{source}: {problem}")
 
     def __reduce__(self) -> tuple[type[TraceFormatError], tuple[str, str, str]]:
-        # Rebuilt from its parts, not from its message: a rank read in a worker process sends it back pickled.
+        # Rebuilt from its parts, not from its message: a rank read in
+        # a worker process sends it back pickled.
         return type(self), (self.source, self.problem, self.hint)

@@ -58,12 +58,16 @@ INTERCONNECTS: dict[str, Interconnect] = {
 }
 
 #: The fabric between the GPUs of one machine, by the device table's interconnect label.
-_BY_DEVICE_LINK = [(re.compile(r"NVLink\s*2", re.I), "nvlink2"), (re.compile(r"NVLink\s*3", re.I), "nvlink3"),
-                   (re.compile(r"NVLink\s*4", re.I), "nvlink4"), (re.compile(r"NVLink\s*5", re.I), "nvlink5"),
-                   (re.compile(r"PCIe\s*3", re.I), "pcie3"), (re.compile(r"PCIe\s*4", re.I), "pcie4"),
+_BY_DEVICE_LINK = [(re.compile(r"NVLink\s*2", re.I), "nvlink2"),
+                   (re.compile(r"NVLink\s*3", re.I), "nvlink3"),
+                   (re.compile(r"NVLink\s*4", re.I), "nvlink4"),
+                   (re.compile(r"NVLink\s*5", re.I), "nvlink5"),
+                   (re.compile(r"PCIe\s*3", re.I), "pcie3"),
+                   (re.compile(r"PCIe\s*4", re.I), "pcie4"),
                    (re.compile(r"PCIe\s*5", re.I), "pcie5")]
 
-OPERATIONS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall", "sendrecv")
+OPERATIONS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall",
+              "sendrecv")
 ALGORITHMS = ("ring", "tree", "auto")
 
 
@@ -71,7 +75,8 @@ def interconnect(name: str) -> Interconnect:
     """A preset by name (case and '-'/'_' insensitive)."""
     key = name.strip().lower().replace("_", "-")
     if key not in INTERCONNECTS:
-        raise InputError(f"unknown interconnect {name!r} — known: {', '.join(INTERCONNECTS)}; or give bandwidth=GB/s")
+        raise InputError(f"unknown interconnect {name!r} — known: {', '.join(INTERCONNECTS)}; or "
+                         "give bandwidth=GB/s")
     return INTERCONNECTS[key]
 
 
@@ -86,7 +91,8 @@ def interconnect_of_device(link_label: str | None) -> Interconnect | None:
 def normalize_operation(name: str) -> str:
     """'AllReduce', 'all_reduce', 'ncclKernel_AllReduce_RING_LL_Sum_float' -> 'allreduce'."""
     flat = re.sub(r"[^a-z]", "", name.lower())
-    for operation in ("reducescatter", "allreduce", "allgather", "alltoall", "sendrecv", "broadcast", "reduce"):
+    for operation in ("reducescatter", "allreduce", "allgather", "alltoall", "sendrecv",
+                      "broadcast", "reduce"):
         if operation in flat:
             return operation
     if "send" in flat or "recv" in flat:
@@ -94,7 +100,8 @@ def normalize_operation(name: str) -> str:
     raise ValueError(f"not a collective daydream can time: {name!r}")
 
 
-def collective_time_ns(operation: str, message_bytes: float, ranks: int, link: Interconnect, algorithm: str = "auto") -> int:
+def collective_time_ns(operation: str, message_bytes: float, ranks: int, link: Interconnect,
+                       algorithm: str = "auto") -> int:
     """Time (ns) of one collective of `message_bytes` among `ranks` over `link`."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r} (ring, tree or auto)")
@@ -102,13 +109,15 @@ def collective_time_ns(operation: str, message_bytes: float, ranks: int, link: I
         return 0
     op = normalize_operation(operation)
     if algorithm == "auto":
-        return min(_time_ns(op, message_bytes, ranks, link, "ring"), _time_ns(op, message_bytes, ranks, link, "tree"))
+        return min(_time_ns(op, message_bytes, ranks, link, "ring"),
+                   _time_ns(op, message_bytes, ranks, link, "tree"))
     return _time_ns(op, message_bytes, ranks, link, algorithm)
 
 
 def collective_steps(operation: str, ranks: int, algorithm: str = "ring") -> int:
-    """Latency-bound steps of one collective among `ranks`: 2(n-1) for a ring all-reduce, 2·ceil(log2 n) for a tree;
-    n-1 (ring) or ceil(log2 n) (tree) for a broadcast or reduce; n-1 for the one-pass collectives."""
+    """Latency-bound steps of one collective among `ranks`: 2(n-1) for a ring all-reduce,
+    2·ceil(log2 n) for a tree; n-1 (ring) or ceil(log2 n) (tree) for a broadcast or reduce; n-1 for
+    the one-pass collectives."""
     if ranks <= 1:
         return 0
     op = normalize_operation(operation)

@@ -25,7 +25,8 @@ def union_ns(starts: np.ndarray, ends: np.ndarray, window_start: int, window_end
 
 
 class Coverage:
-    """The union of many intervals, merged once, so that the covered length of any window costs O(log n).
+    """The union of many intervals, merged once, so that the covered
+    length of any window costs O(log n).
 
         busy = Coverage(starts, ends)
         busy.within(window_start, window_end) == union_ns(starts, ends, window_start, window_end)
@@ -48,10 +49,13 @@ class Coverage:
 
     def within_each(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
         """`within` of every window [lows[i], highs[i]) at once."""
-        return self._covered_to(np.asarray(highs, dtype=np.int64)) - self._covered_to(np.asarray(lows, dtype=np.int64))
+        return self._covered_to(np.asarray(highs,
+                                           dtype=np.int64)) - self._covered_to(
+                                               np.asarray(lows, dtype=np.int64))
 
     def share_of_each(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
-        """For each window [lows[i], highs[i]), the share of it that is covered (0 for an empty window)."""
+        """For each window [lows[i], highs[i]), the share of it that is
+        covered (0 for an empty window)."""
         return np.clip(self.within_each(lows, highs) / np.maximum(highs - lows, 1), 0.0, 1.0)
 
     def _covered_to(self, points: np.ndarray) -> np.ndarray:
@@ -61,13 +65,16 @@ class Coverage:
         block = np.searchsorted(self.block_start, points, side="right") - 1
         inside = block >= 0
         safe = np.maximum(block, 0)
-        partial = np.clip(points - self.block_start[safe], 0, self.block_end[safe] - self.block_start[safe])
+        partial = np.clip(points - self.block_start[safe], 0,
+                          self.block_end[safe] - self.block_start[safe])
         return np.where(inside, self.covered_before[safe] + partial, 0)
 
     def within(self, low: int, high: int) -> int:
         """Covered length inside [low, high)."""
-        first = int(np.searchsorted(self.block_end, low, side="right"))  # the first block ending after `low`
-        stop = int(np.searchsorted(self.block_start, high, side="left"))  # blocks from here on start at or after `high`
+        # the first block ending after `low`
+        first = int(np.searchsorted(self.block_end, low, side="right"))
+        # blocks from here on start at or after `high`
+        stop = int(np.searchsorted(self.block_start, high, side="left"))
         if stop <= first:
             return 0
         total = int(self.covered_before[stop] - self.covered_before[first])
@@ -77,13 +84,15 @@ class Coverage:
 
 
 class Overlaps:
-    """Intervals indexed once, so that how many overlap a window, and the sum of their weights, cost O(log n).
+    """Intervals indexed once, so that how many overlap a window, and
+    the sum of their weights, cost O(log n).
 
-    An interval [s, e) overlaps [low, high) when s < high and e > low: those starting before `high`, less
-    those that ended by `low` (every one of which also started before `high`).
+    An interval [s, e) overlaps [low, high) when s < high and e > low: those starting before `high`,
+    less those that ended by `low` (every one of which also started before `high`).
     """
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, weights: np.ndarray | None = None) -> None:
+    def __init__(self, starts: np.ndarray, ends: np.ndarray,
+                 weights: np.ndarray | None = None) -> None:
         starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
         weights = np.ones(starts.size) if weights is None else np.asarray(weights, dtype=np.float64)
         by_start, by_end = np.argsort(starts, kind="stable"), np.argsort(ends, kind="stable")
@@ -92,7 +101,8 @@ class Overlaps:
         self.weight_by_end = np.r_[0.0, np.cumsum(weights[by_end])]
 
     def _bounds(self, low: int, high: int) -> tuple[int, int]:
-        return int(np.searchsorted(self.starts, high, side="left")), int(np.searchsorted(self.ends, low, side="right"))
+        return (int(np.searchsorted(self.starts, high, side="left")),
+                int(np.searchsorted(self.ends, low, side="right")))
 
     def count(self, low: int, high: int) -> int:
         started, ended = self._bounds(low, high)
@@ -100,4 +110,5 @@ class Overlaps:
 
     def total(self, low: int, high: int) -> float:
         started, ended = self._bounds(low, high)
-        return float(self.weight_by_start[started] - self.weight_by_end[ended]) if started > ended else 0.0
+        return (float(self.weight_by_start[started] - self.weight_by_end[ended]) if started > ended
+                else 0.0)

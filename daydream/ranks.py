@@ -37,15 +37,18 @@ Progress = Callable[[str, int, int], None]
 
 WORKERS_ENV = "DAYDREAM_WORKERS"
 RAY_ENV = "DAYDREAM_RAY_ADDRESS"
-#: Below this many bytes of rank files in all, the ranks are read in this process: starting workers costs more.
+#: Below this many bytes of rank files in all, the ranks are read in
+#: this process: starting workers costs more.
 PARALLEL_FROM_BYTES = 32 << 20
 
 
 @dataclass(slots=True)
 class Settings:
-    """How ranks are read; the CLI sets these from --workers and --ray (the environment otherwise)."""
+    """How ranks are read; the CLI sets these from --workers and --ray
+    (the environment otherwise)."""
 
-    workers: int | None = None  # None: DAYDREAM_WORKERS, else one per CPU when the job is large enough
+    # None: DAYDREAM_WORKERS, else one per CPU when the job is large enough
+    workers: int | None = None
     ray: str | None = None  # a Ray address; None: DAYDREAM_RAY_ADDRESS, else no Ray
 
 
@@ -54,11 +57,13 @@ SETTINGS = Settings()
 
 def load_ranks(sources: list[Source], cache: bool, progress: Progress | None,
                build: bool) -> tuple[list[Trace], list[Graph] | None]:
-    """Every rank of `sources`, read (and with `build`, its graph built), in the order of `sources`."""
+    """Every rank of `sources`, read (and with `build`, its graph
+    built), in the order of `sources`."""
     from daydream.trace.sources import close_archives, in_reading_order
 
     address = ray_address()
-    order = in_reading_order(sources)  # an archive's members in archive order: one pass over it (per process)
+    # an archive's members in archive order: one pass over it (per process)
+    order = in_reading_order(sources)
     chosen = [sources[i] for i in order]
     try:
         if address and len(sources) > 1:
@@ -75,12 +80,13 @@ def load_ranks(sources: list[Source], cache: bool, progress: Progress | None,
     results = [back[i] for i in range(len(sources))]
     traces = [trace for trace, _ in results]
     graphs = [graph for _, graph in results] if build else None
-    return traces, graphs  # type: ignore[return-value]  # graphs hold no None when `build`: each rank built one
+    # graphs hold no None when `build`: each rank built one
+    return traces, graphs  # type: ignore[return-value]
 
 
 def worker_count(sources: list[Source]) -> int:
-    """How many processes read `sources`: --workers or DAYDREAM_WORKERS, else one per CPU (at most one per rank)
-    for a job of several ranks and more than PARALLEL_FROM_BYTES of files, else 1."""
+    """How many processes read `sources`: --workers or DAYDREAM_WORKERS, else one per CPU (at most
+    one per rank) for a job of several ranks and more than PARALLEL_FROM_BYTES of files, else 1."""
     chosen = SETTINGS.workers
     if chosen is None:
         text = os.environ.get(WORKERS_ENV, "").strip()
@@ -88,26 +94,30 @@ def worker_count(sources: list[Source]) -> int:
             try:
                 chosen = int(text)
             except ValueError:
-                raise InputError(f"{WORKERS_ENV}={text!r} is not a number of worker processes — write e.g. 4, "
-                                 "or 1 to read the ranks in this process") from None
+                raise InputError(f"{WORKERS_ENV}={text!r} is not a number of worker processes — "
+                                 "write e.g. 4, or 1 to read the ranks in this process") from None
             if chosen < 1:
                 raise InputError(f"{WORKERS_ENV}={text!r}: at least 1 worker process is needed")
     if chosen is None:
-        files = {str(s.path): s.size for s in sources}  # an archive's members share its size: counted once
+        # an archive's members share its size: counted once
+        files = {str(s.path): s.size for s in sources}
         if len(sources) < 2 or sum(files.values()) < PARALLEL_FROM_BYTES:
             return 1
         chosen = os.cpu_count() or 1
     return max(1, min(chosen, len(sources)))
 
 
-def read_rank(source: Source, cache: bool, build: bool, progress: Progress | None = None) -> tuple[Trace, Graph | None]:
-    """One rank: its trace (read, linked, cached) and, with `build`, its graph (collectives not yet tied)."""
+def read_rank(source: Source, cache: bool, build: bool,
+              progress: Progress | None = None) -> tuple[Trace, Graph | None]:
+    """One rank: its trace (read, linked, cached) and, with `build`,
+    its graph (collectives not yet tied)."""
     from daydream.mapping.opening import open_trace
 
     trace = open_trace(source, cache, progress)
     if not build:
         return trace, None
-    from daydream.graph import build_graph  # the builder (and numba) only for the commands that simulate
+    # the builder (and numba) only for the commands that simulate
+    from daydream.graph import build_graph
 
     return trace, build_graph(trace)
 
@@ -115,9 +125,11 @@ def read_rank(source: Source, cache: bool, build: bool, progress: Progress | Non
 def _with_processes(workers: int, sources: list[Source], cache: bool, build: bool,
                     progress: Progress | None) -> list[tuple[Trace, Graph | None]]:
     results: list[tuple[Trace, Graph | None] | None] = [None] * len(sources)
-    # spawn, not fork: the parent may hold threads (numba, a progress display) that fork would copy half-way.
+    # spawn, not fork: the parent may hold threads (numba, a progress
+    # display) that fork would copy half-way.
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(read_rank, source, cache, build): index for index, source in enumerate(sources)}
+        futures = {pool.submit(read_rank, source, cache, build): index
+                   for index, source in enumerate(sources)}
         for done, future in enumerate(as_completed(futures), start=1):
             results[futures[future]] = future.result()
             if progress:
@@ -149,20 +161,23 @@ def ray_address() -> str | None:
 
 def sweep_points(traces: list[Trace], points: list[list[str]], device_name: str | None,
                  with_memory: bool) -> list[tuple[list[Any], list[dict[str, object]] | None]]:
-    """Each sweep point's predictions (and memory predictions with `with_memory`): one Ray task per point when Ray is
-    configured (the traces put in Ray's object store once), else one after another here."""
+    """Each sweep point's predictions (and memory predictions with
+    `with_memory`): one Ray task per point when Ray is configured (the
+    traces put in Ray's object store once), else one after another here."""
     address = ray_address()
     if not address or len(points) < 2:
         return [predict_point(traces, specs, device_name, with_memory) for specs in points]
     ray = _ray_started(address)
     shared = ray.put(traces)
     task = ray.remote(predict_point)
-    return _unwrapped(ray.get, [task.remote(shared, specs, device_name, with_memory) for specs in points])
+    return _unwrapped(ray.get,
+                      [task.remote(shared, specs, device_name, with_memory) for specs in points])
 
 
 def predict_point(traces: list[Trace], specs: list[str], device_name: str | None,
                   with_memory: bool) -> tuple[list[Any], list[dict[str, object]] | None]:
-    """One sweep point: the job's predictions under `specs`, and its memory predictions with `with_memory`."""
+    """One sweep point: the job's predictions under `specs`, and its
+    memory predictions with `with_memory`."""
     from daydream.memory.job import predict_memory_for
     from daydream.simulate.whatif import predict_traces
 
@@ -171,7 +186,8 @@ def predict_point(traces: list[Trace], specs: list[str], device_name: str | None
 
 
 def _ray_started(address: str) -> Any:
-    """Ray, connected to `address` ("local": a Ray started here with --workers CPUs, all of them by default)."""
+    """Ray, connected to `address` ("local": a Ray started here with
+    --workers CPUs, all of them by default)."""
     ray = ray_module()
     if not ray.is_initialized():
         if address == "local":
@@ -182,8 +198,8 @@ def _ray_started(address: str) -> Any:
 
 
 def _unwrapped(get: Callable[[Any], Any], references: Any) -> Any:
-    """`get(references)`, with a task's own error (a bad trace, a bad parameter) raised as itself, not wrapped in
-    Ray's task error with the worker's traceback."""
+    """`get(references)`, with a task's own error (a bad trace, a bad parameter) raised as itself,
+    not wrapped in Ray's task error with the worker's traceback."""
     try:
         return get(references)
     except Exception as exc:

@@ -12,7 +12,15 @@ new stored values back into the file (`update`). Rendering is in `daydream.repor
 """
 
 from daydream.check.evaluate import BoundResult, evaluate, missing_stored, summarize_check
-from daydream.check.expectations import BOUNDS, Bound, Check, Expectations, Values, load_expectations, parse_expectations
+from daydream.check.expectations import (
+    BOUNDS,
+    Bound,
+    Check,
+    Expectations,
+    Values,
+    load_expectations,
+    parse_expectations,
+)
 from daydream.check.measure import Measurement, measure_checks
 from daydream.check.update import rewrite_stored, update_stored
 

@@ -21,18 +21,21 @@ SCHEMA_VERSION = 1
 @dataclass(frozen=True, slots=True)
 class BoundResult:
     bound: Bound
-    limit: float               # in the quantity's unit (ratio, ns, bytes, %); for a relative bound, stored × (1 + p/100)
+    # in the quantity's unit (ratio, ns, bytes, %); for a relative bound, stored × (1 + p/100)
+    limit: float
     value: float
     previous: float | None     # the stored value of the same quantity
     passed: bool
-    beyond: float | None       # how far past the limit, as a fraction of it: > 0 broken, <= 0 the margin left; None for a 0 limit
+    # how far past the limit, as a fraction of it: > 0 broken, <= 0 the
+    # margin left; None for a 0 limit
+    beyond: float | None
 
 
 def missing_stored(expectations: Expectations) -> list[str]:
     """One message per bound that is relative to a stored value the file does not have."""
     return [
-        f"{expectations.path}: check '{check.name}': {bound.name} needs stored.{bound.kind.quantity} "
-        f"— record it with daydream check {expectations.path} --update"
+        f"{expectations.path}: check '{check.name}': {bound.name} needs "
+        f"stored.{bound.kind.quantity} — record it with daydream check {expectations.path} --update"
         for check in expectations.checks for bound in check.bounds
         if bound.kind.relative_to_stored and check.stored.get(bound.kind.quantity) is None
     ]
@@ -51,7 +54,8 @@ def _evaluate(check: Check, bound: Bound, values: Values) -> BoundResult:
         raise RuntimeError(f"check '{check.name}': {kind.quantity} was not measured")
     if kind.relative_to_stored:
         if previous is None:
-            raise InputError(f"check '{check.name}': {bound.name} needs stored.{kind.quantity} — run daydream check --update")
+            raise InputError(f"check '{check.name}': {bound.name} needs stored.{kind.quantity} — "
+                             "run daydream check --update")
         limit = previous * (1 + bound.limit / 100)
     else:
         limit = bound.limit
@@ -60,8 +64,10 @@ def _evaluate(check: Check, bound: Bound, values: Values) -> BoundResult:
     return BoundResult(bound, limit, value, previous, excess <= 0, beyond)
 
 
-def summarize_check(expectations: Expectations, measurements: list[Measurement], updated: bool = False) -> dict[str, Any]:
-    """The results of a run as JSON-ready data; bounds are evaluated against `expectations`' stored values."""
+def summarize_check(expectations: Expectations, measurements: list[Measurement],
+                    updated: bool = False) -> dict[str, Any]:
+    """The results of a run as JSON-ready data; bounds are evaluated
+    against `expectations`' stored values."""
     by_name = {check.name: check for check in expectations.checks}
     checks: list[dict[str, Any]] = []
     for measurement in measurements:

@@ -43,8 +43,10 @@ class Values:
     speedup: float | None = None               # simulated baseline / predicted iteration time
     iteration_ns: int | None = None            # predicted mean iteration time, ns
     peak_memory_bytes: int | None = None       # predicted peak allocated memory, bytes
-    replay_error_percent: float | None = None  # worst |simulated - measured| / measured of the untouched trace, %
-    speedup_low: float | None = None           # the low end of the speed-up's interval (simulate/interval.py)
+    # worst |simulated - measured| / measured of the untouched trace, %
+    replay_error_percent: float | None = None
+    # the low end of the speed-up's interval (simulate/interval.py)
+    speedup_low: float | None = None
 
     def get(self, quantity: str) -> float | None:
         value: float | None = getattr(self, quantity)
@@ -52,7 +54,8 @@ class Values:
 
     def as_dict(self) -> dict[str, float]:
         """The values that are set, in field order."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
 
 
 QUANTITIES = tuple(f.name for f in fields(Values))
@@ -61,7 +64,8 @@ INTEGER_QUANTITIES = ("iteration_ns", "peak_memory_bytes")
 
 @dataclass(frozen=True, slots=True)
 class BoundKind:
-    """One kind of bound: which quantity it limits, from which side, and how its limit is written."""
+    """One kind of bound: which quantity it limits, from which side,
+    and how its limit is written."""
 
     quantity: str        # a `Values` field
     at_most: bool        # True: value <= limit; False: value >= limit
@@ -110,7 +114,8 @@ class Expectations:
 
 def parse_ratio(value: Any) -> float:
     """A speed-up: a positive number, optionally written with an x (`2.3`, `2.3x`)."""
-    text = str(value).strip().removesuffix("x").removesuffix("×").strip() if isinstance(value, str) else value
+    text = (str(value).strip().removesuffix("x").removesuffix("×").strip() if isinstance(value, str)
+            else value)
     number = _number(text)
     if number is None or number <= 0:
         raise ValueError(f"{value!r} is not a positive speed-up — write e.g. 1.5 or 1.5x")
@@ -139,7 +144,8 @@ SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12
 
 
 def parse_size(value: Any) -> float:
-    """Bytes: an integer, or a number with a unit (`12 GiB`, `512MiB`, `1.5 GB`; KiB = 1024 B, kB = 1000 B).
+    """Bytes: an integer, or a number with a unit (`12 GiB`, `512MiB`,
+    `1.5 GB`; KiB = 1024 B, kB = 1000 B).
 
     >>> parse_size("1.5 KiB")
     1536.0
@@ -148,17 +154,20 @@ def parse_size(value: Any) -> float:
         match = _SIZE.match(value)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in SIZE_UNITS:
-            raise ValueError(f"{value!r} is not a size — write bytes or a number with B, KiB, MiB, GiB, TiB, kB, MB, GB, TB")
+            raise ValueError(f"{value!r} is not a size — write bytes or a number with B, KiB, MiB, "
+                             "GiB, TiB, kB, MB, GB, TB")
         number: float | None = float(match.group(1)) * SIZE_UNITS[unit]
     else:
         number = _number(value)
     if number is None or number <= 0:
-        raise ValueError(f"{value!r} is not a size — write bytes or a number with B, KiB, MiB, GiB, TiB, kB, MB, GB, TB")
+        raise ValueError(f"{value!r} is not a size — write bytes or a number with B, KiB, MiB, "
+                         "GiB, TiB, kB, MB, GB, TB")
     return float(round(number))
 
 
 def _number(value: Any) -> float | None:
-    """A finite number from YAML (which reads `1e9` as a string), or None. Booleans are not numbers."""
+    """A finite number from YAML (which reads `1e9` as a string), or
+    None. Booleans are not numbers."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -175,9 +184,12 @@ def _number(value: Any) -> float | None:
 BOUNDS: dict[str, BoundKind] = {
     "speedup_at_least": BoundKind("speedup", False, False, parse_ratio, "x", "1.5"),
     "speedup_at_most": BoundKind("speedup", True, False, parse_ratio, "x", "3"),
-    "iteration_time_vs_stored_at_most": BoundKind("iteration_ns", True, True, parse_percent, "ns", "+10%"),
-    "peak_memory_at_most": BoundKind("peak_memory_bytes", True, False, parse_size, "bytes", "12 GiB"),
-    "replay_error_at_most": BoundKind("replay_error_percent", True, False, parse_error_percent, "%", "2%"),
+    "iteration_time_vs_stored_at_most": BoundKind("iteration_ns", True, True, parse_percent, "ns",
+                                                  "+10%"),
+    "peak_memory_at_most": BoundKind("peak_memory_bytes", True, False, parse_size, "bytes",
+                                     "12 GiB"),
+    "replay_error_at_most": BoundKind("replay_error_percent", True, False, parse_error_percent, "%",
+                                      "2%"),
     "speedup_low_at_least": BoundKind("speedup_low", False, False, parse_ratio, "x", "1.2"),
 }
 
@@ -186,16 +198,19 @@ BOUNDS: dict[str, BoundKind] = {
 
 
 def load_expectations(path: str | os.PathLike[str]) -> Expectations:
-    """Read and check an expectations file. Every problem is an `InputError` naming the file (and check, and key)."""
+    """Read and check an expectations file. Every problem is an
+    `InputError` naming the file (and check, and key)."""
     source = Path(path)
-    return parse_expectations(read_yaml_file(source, "an expectations file (see docs/check.md)"), source)
+    return parse_expectations(read_yaml_file(source, "an expectations file (see docs/check.md)"),
+                              source)
 
 
 def parse_expectations(text: str, path: Path) -> Expectations:
     """`load_expectations` on the text of the file at `path` (which places relative paths)."""
     document = load_yaml(text, path)
     if not isinstance(document, dict):
-        raise InputError(f"{path}: expected a mapping with 'version' and 'checks' (see docs/check.md)")
+        raise InputError(f"{path}: expected a mapping with 'version' and 'checks' (see "
+                         "docs/check.md)")
     unknown = [key for key in document if key not in ("version", "checks")]
     if unknown:
         raise InputError(f"{path}: unknown key {unknown[0]!r} — known: version, checks")
@@ -203,18 +218,22 @@ def parse_expectations(text: str, path: Path) -> Expectations:
     if version is None:
         raise InputError(f"{path}: no 'version' — add version: {SUPPORTED_VERSION} at the top")
     if version != SUPPORTED_VERSION or isinstance(version, bool):
-        raise InputError(f"{path}: version {version!r} is not supported — this daydream reads version {SUPPORTED_VERSION}")
+        raise InputError(f"{path}: version {version!r} is not supported — this daydream reads "
+                         f"version {SUPPORTED_VERSION}")
     checks = document.get("checks")
     if not isinstance(checks, dict) or not checks:
-        raise InputError(f"{path}: 'checks' must be a mapping of check names to checks, with at least one check")
+        raise InputError(f"{path}: 'checks' must be a mapping of check names to checks, with at "
+                         "least one check")
     folder = path.resolve().parent
-    return Expectations(path, SUPPORTED_VERSION, tuple(_check(path, folder, str(name), body) for name, body in checks.items()))
+    return Expectations(path, SUPPORTED_VERSION, tuple(_check(path, folder, str(name), body)
+                                                       for name, body in checks.items()))
 
 
 def _check(path: Path, folder: Path, name: str, body: Any) -> Check:
     where = f"{path}: check '{name}'"
     if not isinstance(body, dict):
-        raise InputError(f"{where}: expected a mapping with 'trace' (or 'command' and 'trace'), 'whatif' and 'expect'")
+        raise InputError(f"{where}: expected a mapping with 'trace' (or 'command' and 'trace'), "
+                         "'whatif' and 'expect'")
     unknown = [key for key in body if key not in CHECK_KEYS]
     if unknown:
         raise InputError(f"{where}: unknown key {unknown[0]!r} — known: {', '.join(CHECK_KEYS)}")
@@ -223,21 +242,24 @@ def _check(path: Path, folder: Path, name: str, body: Any) -> Check:
     bounds = _bounds(where, body.get("expect"))
     whatif = _whatif(where, folder, body.get("whatif"))
     if not whatif and any(b.kind.quantity in ("speedup", "speedup_low") for b in bounds):
-        raise InputError(f"{where}: whatif: a speed-up bound needs what-ifs to run — add e.g. whatif: [amp]")
+        raise InputError(f"{where}: whatif: a speed-up bound needs what-ifs to run — add e.g. "
+                         "whatif: [amp]")
     device = body.get("device")
     if device is not None:
         if not isinstance(device, str) or not device.strip():
             raise InputError(f"{where}: device: expected a device name such as A100")
         _wrapped(where, "device", lambda: _known_device(device))
     timeout_s = _timeout(where, body.get("timeout"))
-    return Check(name, trace, command, timeout_s, whatif, device, bounds, _stored(where, body.get("stored")))
+    return Check(name, trace, command, timeout_s, whatif, device, bounds,
+                 _stored(where, body.get("stored")))
 
 
 def _command(where: str, value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise InputError(f"{where}: command: expected a shell command, e.g. \"daydream trace train.py -o run.json.gz\"")
+        raise InputError(f"{where}: command: expected a shell command, e.g. \"daydream trace "
+                         "train.py -o run.json.gz\"")
     return value.strip()
 
 
@@ -249,15 +271,18 @@ def _timeout(where: str, value: Any) -> float:
     if value is None:
         return DEFAULT_TIMEOUT_S
     found = _DURATION.match(str(value)) if not isinstance(value, bool) else None
-    seconds = float(found.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[found.group(2)] if found else math.nan
+    seconds = float(found.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60,
+                                       "h": 3600}[found.group(2)] if found else math.nan
     if not math.isfinite(seconds) or seconds <= 0 or seconds > 7 * 86400:
-        raise InputError(f"{where}: timeout: {value!r} is not a duration — write seconds or e.g. 90s, 20m, 2h (at most a week)")
+        raise InputError(f"{where}: timeout: {value!r} is not a duration — write seconds or e.g. "
+                         "90s, 20m, 2h (at most a week)")
     return seconds
 
 
 def _trace(where: str, folder: Path, value: Any, command: str | None) -> Path:
     if value is None:
-        hint = "the path the command writes" if command else "a trace file, folder or archive, or a command that writes one"
+        hint = ("the path the command writes" if command
+                else "a trace file, folder or archive, or a command that writes one")
         raise InputError(f"{where}: no 'trace' — add trace: PATH ({hint})")
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{where}: trace: expected a path")
@@ -270,20 +295,24 @@ def _trace(where: str, folder: Path, value: Any, command: str | None) -> Path:
     trace = shipped or folder / os.path.expanduser(value.strip())
     # A trace that a command will write need not exist yet; any other must.
     if command is None and not trace.exists():
-        raise InputError(f"{where}: trace: {value} not found (looked in {folder}) — fix the path, or add a command that writes it")
+        raise InputError(f"{where}: trace: {value} not found (looked in {folder}) — fix the path, "
+                         "or add a command that writes it")
     return trace
 
 
 def _whatif(where: str, folder: Path, value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(spec, str) and spec.strip() for spec in value):
-        raise InputError(f"{where}: whatif: expected a list of --opt specs, e.g. [amp, 'batch-size:factor=2']")
+    if (not isinstance(value, list)
+        or not all(isinstance(spec, str) and spec.strip() for spec in value)):
+        raise InputError(f"{where}: whatif: expected a list of --opt specs, e.g. [amp, "
+                         "'batch-size:factor=2']")
     return tuple(_spec(where, folder, spec.strip()) for spec in value)
 
 
 def _spec(where: str, folder: Path, spec: str) -> str:
-    """Check one --opt spec now; pipeline files are made absolute (they are relative to the expectations file)."""
+    """Check one --opt spec now; pipeline files are made absolute (they
+    are relative to the expectations file)."""
     from daydream.transforms import is_pipeline_file, load_pipeline, parse_spec
 
     if is_pipeline_file(spec):
@@ -314,14 +343,17 @@ def _stored(where: str, value: Any) -> Values:
     if value is None:
         return Values()
     if not isinstance(value, dict):
-        raise InputError(f"{where}: stored: expected a mapping of {', '.join(QUANTITIES)} — or leave it to daydream check --update")
+        raise InputError(f"{where}: stored: expected a mapping of {', '.join(QUANTITIES)} — or "
+                         "leave it to daydream check --update")
     numbers: dict[str, Any] = {}
     for key, number in value.items():
         if key not in QUANTITIES:
-            raise InputError(f"{where}: stored: unknown key {str(key)!r} — known: {', '.join(QUANTITIES)}")
+            raise InputError(f"{where}: stored: unknown key {str(key)!r} — known: "
+                             f"{', '.join(QUANTITIES)}")
         parsed = _number(number)
         if parsed is None or parsed < 0:
-            raise InputError(f"{where}: stored: {key}: {number!r} is not a number ≥ 0 — rerun daydream check --update")
+            raise InputError(f"{where}: stored: {key}: {number!r} is not a number ≥ 0 — rerun "
+                             "daydream check --update")
         numbers[key] = int(parsed) if key in INTEGER_QUANTITIES else parsed
     return Values(**numbers)
 

@@ -29,7 +29,8 @@ Notify = Callable[[str], None]
 class Measurement:
     check: Check
     values: Values
-    seconds: float   # wall time spent on this check (its command, if it ran the command first, included)
+    # wall time spent on this check (its command, if it ran the command first, included)
+    seconds: float
 
 
 @dataclass(slots=True)
@@ -57,12 +58,15 @@ def _measure(run: _Run, check: Check) -> Values:
         _run_command(run, check, check.command, where)
     quantities = {bound.kind.quantity for bound in check.bounds}
     if run.notify:
-        run.notify(f"check '{check.name}': predicting {' + '.join(check.whatif) or 'the untouched trace'}")
+        run.notify(f"check '{check.name}': predicting "
+                   f"{' + '.join(check.whatif) or 'the untouched trace'}")
     try:
         predictions = predict_job(check.trace, list(check.whatif), check.device)
-        values = Values(speedup=_speedup(predictions), iteration_ns=max(p.predicted_ns for p in predictions))
+        values = Values(speedup=_speedup(predictions),
+                        iteration_ns=max(p.predicted_ns for p in predictions))
         if "peak_memory_bytes" in quantities:
-            values = _with_memory(values, predict_memory_for([p.trace for p in predictions], list(check.whatif), check.device),
+            values = _with_memory(values, predict_memory_for([p.trace for p in predictions],
+                                                             list(check.whatif), check.device),
                                   check)
         if "replay_error_percent" in quantities:
             values = _with_replay_error(run, values, check)
@@ -74,21 +78,24 @@ def _measure(run: _Run, check: Check) -> Values:
 
 
 def _speedup(predictions: list[Prediction]) -> float:
-    """Simulated baseline / predicted iteration time; with several ranks the slowest sets each, as in `daydream whatif`."""
+    """Simulated baseline / predicted iteration time; with several
+    ranks the slowest sets each, as in `daydream whatif`."""
     baseline = max(p.simulated_ns for p in predictions)
     predicted = max(p.predicted_ns for p in predictions)
     return baseline / predicted if predicted else 1.0
 
 
 def _speedup_low(predictions: list[Prediction]) -> float:
-    """The low end of the speed-up's interval: the simulated baseline over the highest end of the ranks' intervals."""
+    """The low end of the speed-up's interval: the simulated baseline
+    over the highest end of the ranks' intervals."""
     baseline = max(p.simulated_ns for p in predictions)
     high = max(p.interval.high_ns if p.interval else p.predicted_ns for p in predictions)
     return baseline / high if high else 1.0
 
 
 def _run_command(run: _Run, check: Check, command: str, where: str) -> None:
-    """Run the check's command in the expectations file's folder, once per run; it must (re)write the trace."""
+    """Run the check's command in the expectations file's folder, once
+    per run; it must (re)write the trace."""
     key = (command, check.trace)
     if key in run.commands:
         return
@@ -97,23 +104,27 @@ def _run_command(run: _Run, check: Check, command: str, where: str) -> None:
     before = _stamp(check.trace)
     result = _shell(command, run.expectations.folder, check.timeout_s)
     if result is None:
-        raise InputError(f"{where}: command {command!r} did not finish within {check.timeout_s:g} s and was stopped "
-                         "— raise the check's timeout: (e.g. timeout: 2h) if it needs longer")
+        raise InputError(f"{where}: command {command!r} did not finish within {check.timeout_s:g} "
+                         "s and was stopped — raise the check's timeout: (e.g. timeout: 2h) if it "
+                         "needs longer")
     if result.returncode != 0:
-        raise InputError(f"{where}: command {command!r} exited with code {result.returncode}{_last_words(result)} "
-                         f"— run it by hand in {run.expectations.folder} to see why")
+        raise InputError(f"{where}: command {command!r} exited with code "
+                         f"{result.returncode}{_last_words(result)} — run it by hand in "
+                         f"{run.expectations.folder} to see why")
     after = _stamp(check.trace)
     if after is None or after == before:
-        raise InputError(f"{where}: command {command!r} exited with code 0 but did not write {check.trace} "
-                         "— make the command write the trace that 'trace' names")
+        raise InputError(f"{where}: command {command!r} exited with code 0 but did not write "
+                         f"{check.trace} — make the command write the trace that 'trace' names")
     run.commands[key] = None
     run.replay_errors.pop(check.trace, None)
 
 
 def _shell(command: str, folder: Path, timeout_s: float) -> subprocess.CompletedProcess[str] | None:
-    """Run `command` through /bin/sh in `folder`; None if it ran past `timeout_s` (it and its children are killed)."""
-    process = subprocess.Popen(command, shell=True, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    """Run `command` through /bin/sh in `folder`; None if it ran past
+    `timeout_s` (it and its children are killed)."""
+    process = subprocess.Popen(command, shell=True, cwd=folder, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                               errors="replace", start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -145,7 +156,8 @@ def _last_words(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def _with_memory(values: Values, entries: list[dict[str, object]], check: Check) -> Values:
-    """The largest predicted peak over the GPUs of every rank, or over the CPU when the trace has no GPU memory."""
+    """The largest predicted peak over the GPUs of every rank, or over
+    the CPU when the trace has no GPU memory."""
     if not entries:
         raise InputError(f"{check.trace}: peak_memory_at_most: the trace has no [memory] events "
                          "— record it with profile_memory=True (daydream trace does)")
@@ -155,7 +167,8 @@ def _with_memory(values: Values, entries: list[dict[str, object]], check: Check)
 
 
 def _with_replay_error(run: _Run, values: Values, check: Check) -> Values:
-    """The worst iteration's |simulated - measured| / measured of the untouched trace, over every rank, in percent."""
+    """The worst iteration's |simulated - measured| / measured of the
+    untouched trace, over every rank, in percent."""
     if check.trace not in run.replay_errors:
         if run.notify:
             run.notify(f"check '{check.name}': replaying the untouched trace")

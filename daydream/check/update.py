@@ -25,28 +25,34 @@ Edit = tuple[int, int, str]  # replace text[start:end] with the string
 
 
 def update_stored(expectations: Expectations, measurements: list[Measurement]) -> Expectations:
-    """Store each measured check's values in the expectations file; return the file as now written."""
+    """Store each measured check's values in the expectations file;
+    return the file as now written."""
     path = expectations.path
     try:
         text = path.read_bytes().decode("utf-8")
         mode = path.stat().st_mode & 0o7777
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read it again to update it ({getattr(exc, 'strerror', None) or exc})") from None
+        raise InputError(f"{path}: cannot read it again to update it "
+                         f"({getattr(exc, 'strerror', None) or exc})") from None
     values = {m.check.name: stored_form(m.values) for m in measurements}
     rewritten = rewrite_stored(text, values)
     updated = parse_expectations(rewritten, path)
-    wrong = [c.name for c in updated.checks if c.name in values and any(c.stored.get(k) != v for k, v in values[c.name].items())]
+    wrong = [c.name for c in updated.checks if c.name in values
+             and any(c.stored.get(k) != v for k, v in values[c.name].items())]
     if wrong:
-        raise DaydreamError(f"{path}: could not update the stored values of check '{wrong[0]}' in place "
-                            "— the file is unchanged; set them by hand from daydream check --json")
+        raise DaydreamError(f"{path}: could not update the stored values of check '{wrong[0]}' in "
+                            "place — the file is unchanged; set them by hand from daydream check "
+                            "--json")
     with atomic_output(path) as out:
         out.write(rewritten.encode("utf-8"))
-        os.fchmod(out.fileno(), mode)  # the temporary file is private (0600); keep the file's own permissions
+        # the temporary file is private (0600); keep the file's own permissions
+        os.fchmod(out.fileno(), mode)
     return updated
 
 
 def stored_form(values: Values) -> dict[str, float]:
-    """The values as the file will hold them: integers for ns and bytes, other numbers to 4 decimals."""
+    """The values as the file will hold them: integers for ns and
+    bytes, other numbers to 4 decimals."""
     return {key: float(format_number(key, value)) if key not in INTEGER_QUANTITIES else int(value)
             for key, value in values.as_dict().items()}
 
@@ -59,7 +65,8 @@ def format_number(quantity: str, value: float) -> str:
 
 
 def rewrite_stored(text: str, stored: dict[str, dict[str, float]]) -> str:
-    """`text` (an expectations file that loads) with `stored[check][quantity]` written into each check's `stored:`."""
+    """`text` (an expectations file that loads) with
+    `stored[check][quantity]` written into each check's `stored:`."""
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     checks = _value(root, "checks")
     if not isinstance(checks, yaml.MappingNode):
@@ -95,7 +102,8 @@ class _Layout:
         return at, at, "".join(self.newline + entry for entry in new_lines)
 
 
-def _check_edits(layout: _Layout, key: yaml.Node, check: yaml.MappingNode, values: dict[str, float]) -> list[Edit]:
+def _check_edits(layout: _Layout, key: yaml.Node, check: yaml.MappingNode,
+                 values: dict[str, float]) -> list[Edit]:
     stored_key, stored = _pair(check, "stored")
     entries = [(name, format_number(name, value)) for name, value in values.items()]
     if check.flow_style:  # `name: {trace: x, ...}`: the whole stored mapping goes in braces
@@ -106,31 +114,38 @@ def _check_edits(layout: _Layout, key: yaml.Node, check: yaml.MappingNode, value
     indent = check.value[0][0].start_mark.column
     step = indent - key.start_mark.column if indent > key.start_mark.column else 2
     if stored is None or stored_key is None:
-        block = [" " * indent + "stored:", *(f"{' ' * (indent + step)}{name}: {text}" for name, text in entries)]
+        block = [" " * indent + "stored:",
+                 *(f"{' ' * (indent + step)}{name}: {text}" for name, text in entries)]
         return [layout.insert_after(_last_line(check), block)]
-    if isinstance(stored, yaml.ScalarNode) and stored.start_mark.index == stored.end_mark.index:  # `stored:` and nothing
+    if isinstance(stored, yaml.ScalarNode) and stored.start_mark.index == stored.end_mark.index:
+        # `stored:` and nothing
         return [layout.insert_after(stored_key.end_mark.line,
-                                    [f"{' ' * (stored_key.start_mark.column + step)}{name}: {text}" for name, text in entries])]
+                                    [f"{' ' * (stored_key.start_mark.column + step)}{name}: {text}"
+                                     for name, text in entries])]
     if isinstance(stored, yaml.MappingNode) and not stored.flow_style and stored.value:
         return _block_edits(layout, stored, entries)
     return [(stored.start_mark.index, stored.end_mark.index, _flow(_merged(stored, entries)))]
 
 
-def _block_edits(layout: _Layout, stored: yaml.MappingNode, entries: list[tuple[str, str]]) -> list[Edit]:
+def _block_edits(layout: _Layout, stored: yaml.MappingNode,
+                 entries: list[tuple[str, str]]) -> list[Edit]:
     present = {key.value: value for key, value in stored.value}
     edits: list[Edit] = [(present[name].start_mark.index, present[name].end_mark.index, text)
                          for name, text in entries if name in present]
     missing = [(name, text) for name, text in entries if name not in present]
     if missing:
         indent = stored.value[0][0].start_mark.column
-        edits.append(layout.insert_after(_last_line(stored), [f"{' ' * indent}{name}: {text}" for name, text in missing]))
+        edits.append(layout.insert_after(_last_line(stored), [f"{' ' * indent}{name}: {text}"
+                                                              for name, text in missing]))
     return edits
 
 
 def _merged(stored: yaml.Node, entries: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The stored keys in their order with new values, then the new keys; keys not measured now keep their value."""
+    """The stored keys in their order with new values, then the new
+    keys; keys not measured now keep their value."""
     new = dict(entries)
-    old = [(k.value, new.pop(k.value, v.value)) for k, v in stored.value] if isinstance(stored, yaml.MappingNode) else []
+    old = ([(k.value, new.pop(k.value, v.value)) for k, v in stored.value]
+           if isinstance(stored, yaml.MappingNode) else [])
     return [*old, *new.items()]
 
 
@@ -139,7 +154,8 @@ def _flow(entries: list[tuple[str, str]]) -> str:
 
 
 def _last_line(node: yaml.Node) -> int:
-    """The last line (0-based) with content of `node`: trailing blank and comment lines belong to what follows."""
+    """The last line (0-based) with content of `node`: trailing blank
+    and comment lines belong to what follows."""
     if isinstance(node, yaml.ScalarNode):
         if node.start_mark.index == node.end_mark.index:
             return -1

@@ -40,10 +40,12 @@ class _CommandModules(click.Group):
         command: click.Command = getattr(module, f"{cmd_name.replace('-', '_')}_command")
         return command
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
-            raise click.UsageError(f"no command {name!r}{did_you_mean(name, self.list_commands(ctx))}", ctx)
+            raise click.UsageError("no command "
+                                   f"{name!r}{did_you_mean(name, self.list_commands(ctx))}", ctx)
         return super().resolve_command(ctx, args)
 
 
@@ -53,11 +55,14 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
     return f" — did you mean {close[0]!r}?" if close else ""
 
 
-@click.group(cls=_CommandModules, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=_CommandModules,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="daydream")
-@click.option("-q", "--quiet", is_flag=True, help="Results only: no status lines or progress on stderr (errors still).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Results only: no status lines or progress on stderr (errors still).")
 @click.option("-v", "--verbose", is_flag=True,
-              help="Also say each stage as it starts, with the time so far, wherever stderr goes (a CI log).")
+              help="Also say each stage as it starts, with the time so far, wherever stderr goes "
+                   "(a CI log).")
 def cli(quiet: bool, verbose: bool) -> None:
     """daydream: predict how a training step would change, from one trace of it."""
     if quiet and verbose:
@@ -68,8 +73,9 @@ def cli(quiet: bool, verbose: bool) -> None:
 
 
 def _tolerate_narrow_encodings() -> None:
-    """Where stdout or stderr cannot encode all of Unicode (PYTHONIOENCODING=ascii, a latin-1 terminal), write what
-    it cannot as "?" rather than fail with an internal error half-way through a table."""
+    """Where stdout or stderr cannot encode all of Unicode
+    (PYTHONIOENCODING=ascii, a latin-1 terminal), write what it cannot as
+    "?" rather than fail with an internal error half-way through a table."""
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
         reconfigure = getattr(stream, "reconfigure", None)
@@ -81,8 +87,9 @@ def _tolerate_narrow_encodings() -> None:
 
 
 def _terminate_cleanly() -> Any:
-    """SIGTERM (a CI runner's timeout, `kill`) raises SystemExit(143) instead of ending the process at once, so that a
-    half-written output's temporary file is removed on the way out; returns the handler it replaced (None where it
+    """SIGTERM (a CI runner's timeout, `kill`) raises SystemExit(143) instead of ending the process
+    at once, so that a half-written output's temporary file is removed on the way out; returns the
+    handler it replaced (None where it
     cannot be set: not the main thread)."""
     import signal
 
@@ -104,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = _terminate_cleanly()
     watching = None
     try:
-        if "trace" not in args[:3]:  # `trace` runs the user's script in this process: its memory is the script's own
+        if "trace" not in args[:3]:
+            # `trace` runs the user's script in this process: its memory is the script's own
             from daydream import _memory
 
             _memory.note_stage(f"running daydream {args[0][:40]}")
@@ -124,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _forget_settings() -> None:
-    """A command's --workers and --ray end with it (a later call of the API in this process reads the defaults)."""
+    """A command's --workers and --ray end with it (a later call of the
+    API in this process reads the defaults)."""
     ranks = sys.modules.get("daydream.ranks")
     if ranks is not None:
         ranks.SETTINGS.workers = None
@@ -141,11 +150,12 @@ def _main(args: list[str]) -> int:
 
 
 def _run(args: list[str]) -> Any:
-    """The command, its config file's defaults applied; what reading decided the person should know said after it."""
+    """The command, its config file's defaults applied; what reading
+    decided the person should know said after it."""
     with warnings.catch_warnings():
         if not os.environ.get("DAYDREAM_DEBUG"):
-            # numpy's overflow/invalid-value warnings raised inside daydream are not for the user to read
-            # (the script's own warnings under `daydream trace` still show).
+            # numpy's overflow/invalid-value warnings raised inside daydream are not for the user to
+            # read (the script's own warnings under `daydream trace` still show).
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"daydream\.")
         from daydream._notices import NOTICES
         from daydream.cli._config import default_map
@@ -153,14 +163,16 @@ def _run(args: list[str]) -> Any:
         command = next((arg for arg in args if not arg.startswith("-")), "")
         defaults = default_map(cli, command, Path.cwd()) if command else None
         NOTICES.clear()
-        returned = cli.main(args=args, prog_name="daydream", standalone_mode=False, default_map=defaults)
+        returned = cli.main(args=args, prog_name="daydream", standalone_mode=False,
+                            default_map=defaults)
         _say(NOTICES)
         return returned
 
 
 def _failure(exc: BaseException) -> int:
-    """The one line and exit code for what ended a command: bad input 2, a failed machine or internal error 1,
-    an interruption 130. An internal error raises again under DAYDREAM_DEBUG=1, for its traceback."""
+    """The one line and exit code for what ended a command: bad input 2, a
+    failed machine or internal error 1, an interruption 130. An internal
+    error raises again under DAYDREAM_DEBUG=1, for its traceback."""
     if isinstance(exc, DaydreamError):
         return _fail(str(exc), exc.exit_code)
     if isinstance(exc, click.exceptions.Exit):
@@ -176,7 +188,8 @@ def _failure(exc: BaseException) -> int:
         return _os_failure(exc)
     if os.environ.get("DAYDREAM_DEBUG"):  # an internal bug: one line unless asked for the traceback
         raise exc
-    return _fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and report it", 1)
+    return (_fail(f"internal error: {type(exc).__name__}: {exc} — rerun with DAYDREAM_DEBUG=1 and "
+                  "report it", 1))
 
 
 def _os_failure(exc: OSError) -> int:

@@ -1,4 +1,5 @@
-"""The consoles the commands print on, and a progress bar fed by the library's `progress(stage, done, total)` callbacks.
+"""The consoles the commands print on, and a progress bar fed by the
+library's `progress(stage, done, total)` callbacks.
 
 Every console is made here with rich markup off: what daydream prints holds names from
 traces and paths from users, and "[memory]" or "exp[red].json.gz" must print as written.
@@ -22,8 +23,9 @@ from daydream._memory import note_stage
 Callback = Callable[[str, int, int], None]
 T = TypeVar("T")
 
-#: How much daydream says on stderr besides errors: -1 nothing (-q), 0 status lines and a progress bar on a terminal,
-#: 1 also each stage as a line with the time so far, wherever stderr goes (-v). Set once per command (cli.cli).
+#: How much daydream says on stderr besides errors: -1 nothing (-q), 0 status lines and a progress
+#: bar on a terminal, 1 also each stage as a line with the time so far, wherever stderr goes (-v).
+#: Set once per command (cli.cli).
 VERBOSITY = 0
 
 
@@ -44,7 +46,8 @@ def err() -> Console:
 
 @contextmanager
 def progress_bar(console: Console) -> Iterator[Callback]:
-    """Yields a callback that shows each stage by name (bytes where a stage counts them); nothing when stderr is not a terminal."""
+    """Yields a callback that shows each stage by name (bytes where a stage counts them); nothing
+    when stderr is not a terminal."""
     bar = Progress(
         TextColumn("{task.description:<18}"),
         BarColumn(),
@@ -73,13 +76,15 @@ def progress_bar(console: Console) -> Iterator[Callback]:
 
 
 def with_progress(call: Callable[[Callback], T], console: Console | None = None) -> T:
-    """`call(progress)` under a progress bar on `console` (stderr by default): an API call that reads or simulates."""
+    """`call(progress)` under a progress bar on `console` (stderr by
+    default): an API call that reads or simulates."""
     with progress_bar(console or err()) as progress:
         return call(progress)
 
 
 def emit(summary: Any, as_json: bool, render: Callable[[Any, Console], None]) -> None:
-    """A command's result: `summary` as indented JSON on stdout with --json, else rendered for people."""
+    """A command's result: `summary` as indented JSON on stdout with
+    --json, else rendered for people."""
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

@@ -46,15 +46,16 @@ def newest_trace(folder: Path = DEFAULT_FOLDER) -> Path:
                 if times:
                     candidates.append((max(times), entry))
     if not candidates:
-        raise InputError(f"no TRACE given and no trace in ./{folder}/ — record one with daydream trace train.py, "
-                         "or name a trace file")
+        raise InputError(f"no TRACE given and no trace in ./{folder}/ — record one with daydream "
+                         "trace train.py, or name a trace file")
     return max(candidates)[1]
 
 
 def _set_workers(_context: click.Context, _parameter: click.Parameter, value: int | None) -> None:
     from daydream.ranks import SETTINGS
 
-    SETTINGS.workers = value  # every invocation sets it, so one command's choice does not outlive it
+    # every invocation sets it, so one command's choice does not outlive it
+    SETTINGS.workers = value
 
 
 def _set_ray(_context: click.Context, _parameter: click.Parameter, value: str | None) -> None:
@@ -70,17 +71,20 @@ def _set_run(_context: click.Context, _parameter: click.Parameter, value: int | 
 
 
 def rank_options(function: F) -> F:
-    """--workers and --ray: how the ranks of a multi-rank job are read (daydream.ranks); --run: which of several
-    captures of one process."""
-    function = click.option("--run", type=click.IntRange(min=0), default=None, metavar="N", expose_value=False,
-                            callback=_set_run,
-                            help="Where the files are several captures of one process (not ranks): read run N, "
-                                 "oldest first from 0 (default: the newest).")(function)
-    function = click.option("--ray", default=None, metavar="ADDRESS", expose_value=False, callback=_set_ray,
-                            help="Read and build each rank as a Ray task: a cluster address, 'auto', or 'local' "
-                                 "(also DAYDREAM_RAY_ADDRESS; needs Ray: pip install 'ray>=2.40').")(function)
-    function = click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N", expose_value=False,
-                            callback=_set_workers,
-                            help="Processes that read a multi-rank job's ranks (default: one per CPU for a large "
-                                 "job; 1: this process only; also DAYDREAM_WORKERS).")(function)
+    """--workers and --ray: how the ranks of a multi-rank job are read (daydream.ranks); --run:
+    which of several captures of one process."""
+    function = click.option("--run", type=click.IntRange(min=0), default=None, metavar="N",
+                            expose_value=False, callback=_set_run,
+                            help="Where the files are several captures of one process (not ranks): "
+                                 "read run N, oldest first from 0 (default: the newest).")(function)
+    function = click.option("--ray", default=None, metavar="ADDRESS", expose_value=False,
+                            callback=_set_ray,
+                            help="Read and build each rank as a Ray task: a cluster address, "
+                                 "'auto', or 'local' (also DAYDREAM_RAY_ADDRESS; needs Ray: pip "
+                                 "install 'ray>=2.40').")(function)
+    function = click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+                            expose_value=False, callback=_set_workers,
+                            help="Processes that read a multi-rank job's ranks (default: one per "
+                                 "CPU for a large job; 1: this process only; also "
+                                 "DAYDREAM_WORKERS).")(function)
     return function

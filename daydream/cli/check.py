@@ -1,4 +1,5 @@
-"""`daydream check EXPECTATIONS.yaml`: hold predicted speed-ups, memory and replay error to bounds, for CI.
+"""`daydream check EXPECTATIONS.yaml`: hold predicted speed-ups, memory
+and replay error to bounds, for CI.
 
 Exit codes: 0 every bound holds (or --update), 1 a bound is broken, 2 bad input.
 """
@@ -16,13 +17,18 @@ from daydream.report.check import render_check, write_junit
 
 
 @click.command("check")
-@click.argument("expectations_path", metavar="EXPECTATIONS.yaml", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("expectations_path", metavar="EXPECTATIONS.yaml",
+                type=click.Path(dir_okay=False, path_type=str))
 @click.option("--update", is_flag=True,
-              help="Write this run's values into the file's stored: mappings (after an intended change) and exit 0.")
+              help="Write this run's values into the file's stored: mappings (after an intended "
+                   "change) and exit 0.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Also write JUnit XML: one test case per check and bound, broken bounds as failures.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (a stable contract) instead of a table.")
-def check_command(expectations_path: str, update: bool, junit_path: str | None, as_json: bool) -> int:
+              help="Also write JUnit XML: one test case per check and bound, broken bounds as "
+                   "failures.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the results as JSON (a stable contract) instead of a table.")
+def check_command(expectations_path: str, update: bool, junit_path: str | None,
+                  as_json: bool) -> int:
     """Run the checks of EXPECTATIONS.yaml and hold their results to its bounds.
 
     Each check reads a trace (or runs a command that writes one), predicts it under its
@@ -35,8 +41,15 @@ def check_command(expectations_path: str, update: bool, junit_path: str | None, 
     Example (from daydream's repository folder):
       daydream check examples/ci/expectations.yaml --junit daydream-check.xml
     """
-    # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
-    from daydream.check import load_expectations, measure_checks, missing_stored, summarize_check, update_stored
+    # Imported here, not with the module: `daydream --help` lists this
+    # command without loading the simulator.
+    from daydream.check import (
+        load_expectations,
+        measure_checks,
+        missing_stored,
+        summarize_check,
+        update_stored,
+    )
 
     expectations = load_expectations(expectations_path)
     if not update:

@@ -14,14 +14,18 @@ from daydream.report.summary import summarize_job
 @click.command("inspect")
 @trace_argument
 @rank_options
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (a stable contract) instead of tables.")
-@click.option("--rank", "detail_rank", type=int, default=None, help="Which rank to show in detail (default: the first).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as JSON (a stable contract) instead of tables.")
+@click.option("--rank", "detail_rank", type=int, default=None,
+              help="Which rank to show in detail (default: the first).")
 @click.option("--iteration-marker", metavar="REGEX", default=None,
               help="Annotation or op name (a regular expression) whose spans are the iterations.")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000), help="How many kernels to list.")
-@click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
-def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None, iteration_marker: str | None, top: int,
-                    no_cache: bool) -> None:
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="How many kernels to list.")
+@click.option("--no-cache", is_flag=True,
+              help="Read the trace afresh; neither use nor write the cache.")
+def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None,
+                    iteration_marker: str | None, top: int, no_cache: bool) -> None:
     """Summarize TRACE: a Kineto .json/.json.gz file, a folder of rank files, or a .tar.gz of them.
 
     Shows the GPUs, ranks, iterations and their measured times, events per kind,
@@ -29,12 +33,14 @@ def inspect_command(trace: str | None, as_json: bool, detail_rank: int | None, i
     TRACE defaults to the newest trace in ./daydream-traces/.
 
     \b
-    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, example:ddp_a100_rank0):
+    Examples (example:NAME reads a trace shipped with daydream:
+    example:cnn_v100, example:ddp_a100_rank0):
       daydream inspect example:cnn_v100
       daydream inspect example:cnn_v100 --json --top 3
     """
     status = err()
     trace = chosen_trace(trace, status.print)
-    job = with_progress(lambda progress: open_job(trace, cache=not no_cache, progress=progress), status)
+    job = with_progress(lambda progress: open_job(trace, cache=not no_cache, progress=progress),
+                        status)
     summary = summarize_job(job, iteration_marker=iteration_marker, top=top)
     emit(summary, as_json, lambda found, console: render_job_summary(found, console, detail_rank))

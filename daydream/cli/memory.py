@@ -15,17 +15,21 @@ from daydream.report.memory import plot_memory, render_memory, summarize_memory
 @click.command("memory")
 @trace_argument
 @rank_options
-@click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON (a stable contract).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the breakdown as JSON (a stable contract).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write a PNG of the allocated memory over time, categories stacked, the peak marked.")
-@click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
+              help="Write a PNG of the allocated memory over time, categories stacked, the peak "
+                   "marked.")
+@click.option("--no-cache", is_flag=True,
+              help="Read the trace afresh; neither use nor write the cache.")
 def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
     """Peak allocated and reserved memory per device of TRACE, broken down into weights,
     activations, gradients, optimizer state, temporaries and other, at the peak.
     TRACE defaults to the newest trace in ./daydream-traces/.
 
     \b
-    Examples (from daydream's repository folder; run.json.gz is what the daydream trace --help example writes):
+    Examples (from daydream's repository folder; run.json.gz is what
+    the daydream trace --help example writes):
       daydream memory run.json.gz
       daydream memory run.json.gz --json --plot memory.png
     """
@@ -33,7 +37,8 @@ def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_c
         plotting.require()
     status = err()
     trace = chosen_trace(trace, status.print)
-    job = with_progress(lambda progress: open_job(trace, cache=not no_cache, progress=progress), status)
+    job = with_progress(lambda progress: open_job(trace, cache=not no_cache, progress=progress),
+                        status)
     ranks = [(t.meta.rank, analyze_memory(t)) for t in job.traces]
     if plot_path:
         plot_memory(plot_path, [device for _, memory in ranks for device in memory], trace)

@@ -12,13 +12,19 @@ from daydream.cli._traces import chosen_trace, rank_options, trace_argument
 @click.command("replay")
 @trace_argument
 @rank_options
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (a stable contract) instead of tables.")
-@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write the simulated timeline as a Chrome trace (Perfetto, chrome://tracing); .gz compresses it. "
-                   "With several ranks, one file per rank where the name holds {rank}, else one file of them all.")
-@click.option("--critical-path", is_flag=True, help="Show the tasks that bound each simulated iteration.")
-@click.option("--no-cache", is_flag=True, help="Read the trace afresh; neither use nor write the cache.")
-def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, critical_path: bool, no_cache: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the results as JSON (a stable contract) instead of tables.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=str),
+              default=None, help="Write the simulated timeline as a Chrome trace (Perfetto, "
+                                 "chrome://tracing); .gz compresses it. "
+                   "With several ranks, one file per rank where the name holds {rank}, else one "
+                   "file of them all.")
+@click.option("--critical-path", is_flag=True,
+              help="Show the tasks that bound each simulated iteration.")
+@click.option("--no-cache", is_flag=True,
+              help="Read the trace afresh; neither use nor write the cache.")
+def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, critical_path: bool,
+                   no_cache: bool) -> None:
     """Replay TRACE's dependency graph in the simulator: measured vs simulated time per iteration.
 
     TRACE is a trace file, a folder of rank files or an archive; the ranks of a job are
@@ -30,20 +36,24 @@ def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, 
     TRACE defaults to the newest trace in ./daydream-traces/.
 
     \b
-    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, example:ddp_a100_rank0):
+    Examples (example:NAME reads a trace shipped with daydream:
+    example:cnn_v100, example:ddp_a100_rank0):
       daydream replay example:cnn_v100
       daydream replay example:cnn_v100 --critical-path --timeline simulated.json.gz
     """
-    # Imported here, not with the module: `daydream --help` lists this command without loading the simulator.
+    # Imported here, not with the module: `daydream --help` lists this
+    # command without loading the simulator.
     from daydream.report.replay import render_replays, summarize_replays
     from daydream.report.timeline import write_timelines
 
     status = err()
     trace = chosen_trace(trace, status.print)
-    replays = with_progress(lambda progress: replay_job(trace, cache=not no_cache, progress=progress), status)
+    replays = with_progress(lambda progress: replay_job(trace, cache=not no_cache,
+                                                        progress=progress), status)
     summary = summarize_replays(trace, replays, with_critical_path=critical_path)
     if timeline_path:
-        runs = [(r.trace, r.graph, r.timeline, [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in r.iterations])
+        runs = [(r.trace, r.graph, r.timeline,
+                 [(it.name, it.simulated_start_ns, it.simulated_end_ns) for it in r.iterations])
                 for r in replays]
         for written in write_timelines(timeline_path, runs, "simulated timeline"):
             status.print(f"daydream: wrote {written}", highlight=False)

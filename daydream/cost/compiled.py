@@ -1,16 +1,19 @@
-"""What torch.compile (inductor) makes of recorded CPU ops: the work it leaves to ATen and the work it fuses.
+"""What torch.compile (inductor) makes of recorded CPU ops: the work it
+leaves to ATen and the work it fuses.
 
-Inside a compiled region inductor calls a few ops as they are (*extern* ops: matrix multiplies, convolutions, CPU
-flash attention) and turns everything else between two of them into fused C++ loops. Its recorded runs show it: in
-torch 2.13 CPU runs of the examples and the suite (examples/training.py --compile), the only ops under a
-`## Call CompiledFxGraph` frame are those of `EXTERN_OPS`, and the convolutions' tensors are channels-last.
+Inside a compiled region inductor calls a few ops as they are (*extern* ops: matrix multiplies,
+convolutions, CPU flash attention) and turns everything else between two of them into fused C++
+loops. Its recorded runs show it: in torch 2.13 CPU runs of the examples and the suite
+(examples/training.py --compile), the only ops under a `## Call CompiledFxGraph` frame are those of
+`EXTERN_OPS`, and the convolutions' tensors are channels-last.
 
-Each top-level op of the eager trace is read the way the compiler sees it: a sequence of *units*, each an extern op
-or a fusible op (whose recorded time is its dispatch and its own passes over memory, which the fused loop replaces).
+Each top-level op of the eager trace is read the way the compiler sees it: a sequence of *units*,
+each an extern op or a fusible op (whose recorded time is its dispatch and its own passes over
+memory, which the fused loop replaces).
 
-    view = compiler_view(trace, rows)    # .units: top-level row -> [Unit, ...] in program order
-    fused_runs(units)                    # the runs of fusible units between externs
-    channels_last(arguments)             # a convolution's recorded arguments, its images channels-last
+    view = compiler_view(trace, rows)  # .units: top-level row -> [Unit, ...] in program order
+    fused_runs(units)                  # the runs of fusible units between externs
+    channels_last(arguments)           # a convolution's recorded arguments, images channels-last
 """
 
 from __future__ import annotations
@@ -24,32 +27,39 @@ from daydream.cost.shapes import OpShapes
 from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind, Trace
 
-#: The ops inductor calls as they are on a CPU (extern kernels and fallbacks): the ops seen directly under
-#: `## Call CompiledFxGraph` in torch 2.13 CPU runs, and their relatives that lower to the same calls.
+#: The ops inductor calls as they are on a CPU (extern kernels and
+#: fallbacks): the ops seen directly under `## Call CompiledFxGraph` in
+#: torch 2.13 CPU runs, and their relatives that lower to the same calls.
 EXTERN_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution", "aten::_convolution",
-    "aten::mkldnn_convolution", "aten::convolution_backward", "aten::convolution_overrideable",
-    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-    "aten::_scaled_dot_product_efficient_attention", "aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward",
-    "aten::_embedding_bag", "aten::_embedding_bag_backward", "aten::sort", "aten::topk", "aten::nonzero",
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
+    "aten::_convolution", "aten::mkldnn_convolution", "aten::convolution_backward",
+    "aten::convolution_overrideable", "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten::_scaled_dot_product_efficient_attention", "aten::mkldnn_rnn_layer",
+    "aten::mkldnn_rnn_layer_backward", "aten::_embedding_bag", "aten::_embedding_bag_backward",
+    "aten::sort", "aten::topk", "aten::nonzero",
 })
 #: Ops that move no data (views, metadata, allocation): free inside a compiled region.
 FREE_OPS = frozenset({
-    "aten::view", "aten::_unsafe_view", "aten::t", "aten::transpose", "aten::reshape", "aten::expand", "aten::as_strided",
-    "aten::permute", "aten::select", "aten::slice", "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::alias",
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resolve_conj", "aten::resolve_neg", "aten::resize_",
-    "aten::as_strided_", "aten::_reshape_alias", "aten::flatten", "aten::unflatten", "aten::split", "aten::chunk",
-    "aten::unbind", "aten::narrow", "aten::view_as", "aten::expand_as", "aten::contiguous", "aten::lift_fresh",
-    "aten::numel", "aten::size", "aten::stride", "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type",
+    "aten::view", "aten::_unsafe_view", "aten::t", "aten::transpose", "aten::reshape",
+    "aten::expand", "aten::as_strided", "aten::permute", "aten::select", "aten::slice",
+    "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::alias", "aten::empty",
+    "aten::empty_strided", "aten::empty_like", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::resize_", "aten::as_strided_", "aten::_reshape_alias", "aten::flatten",
+    "aten::unflatten", "aten::split", "aten::chunk", "aten::unbind", "aten::narrow",
+    "aten::view_as", "aten::expand_as", "aten::contiguous", "aten::lift_fresh", "aten::numel",
+    "aten::size", "aten::stride", "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type",
     "detach", "detach_", "aten::detach_",
 })
-#: The fused loops' time over the recorded time of the ops they replace, the median over the forward and backward
-#: phases of the compiled models in `python scripts/compile_costs.py DIR` (torch 2.13 CPU runs, one thread; the
-#: calibration rounds of docs/validation-compile-cpu.md).
+#: The fused loops' time over the recorded time of the ops they replace, the median over the forward
+#: and backward phases of the compiled models in `python scripts/compile_costs.py DIR` (torch 2.13
+#: CPU runs, one thread; the calibration rounds of docs/validation-compile-cpu.md).
 FUSED_SHARE = 0.94
-#: Recurrent layers: torch.compile decomposes them into per-step cell ops, whose time an eager trace does not show.
+#: Recurrent layers: torch.compile decomposes them into per-step cell
+#: ops, whose time an eager trace does not show.
 RECURRENT = frozenset({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"})
-#: Extern ops inductor runs with their images channels-last (its layout optimization, on for graphs with convolutions).
+#: Extern ops inductor runs with their images channels-last (its layout
+#: optimization, on for graphs with convolutions).
 CONVOLUTIONS = frozenset({"aten::convolution", "aten::_convolution", "aten::mkldnn_convolution",
                           "aten::convolution_backward"})
 
@@ -67,7 +77,8 @@ class Unit:
 
 @dataclass(slots=True)
 class CompilerView:
-    """The recorded ops as the compiler sees them: per top-level row its units; the shapes to re-run them."""
+    """The recorded ops as the compiler sees them: per top-level row
+    its units; the shapes to re-run them."""
 
     units: dict[int, list[Unit]]
     shapes: OpShapes
@@ -79,9 +90,9 @@ class CompilerView:
 
 
 def compiler_view(trace: Trace, rows: np.ndarray) -> CompilerView:
-    """Per top-level CPU-op row of `rows`, the units inside it in program order: an extern op is one unit; a fusible
-    op with no extern inside it is one unit; an op holding an extern (aten::linear, an autograd node) is read through
-    to its children. Free ops are left out."""
+    """Per top-level CPU-op row of `rows`, the units inside it in program order: an extern op is one
+    unit; a fusible op with no extern inside it is one unit; an op holding an extern (aten::linear,
+    an autograd node) is read through to its children. Free ops are left out."""
     ops = trace.indices(EventKind.CPU_OP)
     parent = innermost_enclosing(trace, ops, ops)
     order = np.lexsort((-trace.dur_ns[ops], trace.ts_ns[ops]))
@@ -144,8 +155,9 @@ def fused_runs(units: list[Unit]) -> list[list[Unit]]:
 
 
 def channels_last(arguments: list[Any] | None) -> list[Any] | None:
-    """A convolution's recorded `arguments` (cost/shapes.OpShapes.arguments) with every image tensor (4 or 5 dims)
-    laid out channels-last; None where there is none, or where one already was not contiguous."""
+    """A convolution's recorded `arguments` (cost/shapes.OpShapes.arguments)
+    with every image tensor (4 or 5 dims) laid out channels-last; None where
+    there is none, or where one already was not contiguous."""
     if not arguments:
         return None
     laid_out, images = [], 0

@@ -1,9 +1,10 @@
-"""The speed of the trace's own streaming elementwise ops (copy_, mul, add, ...): what a copy or cast a what-if adds
-costs on this trace's device.
+"""The speed of the trace's own streaming elementwise ops (copy_, mul, add, ...): what a copy or
+cast a what-if adds costs on this trace's device.
 
-Their recorded shapes and types give the bytes each read and wrote (the `elementwise` side table); they are timed on
-the CPU for a CPU trace and by the kernels they launched for a GPU one: the overhead is the median time of the small
-ones (under 16 KiB), the speed the median of bytes / (time - overhead) of the large ones (64 KiB and more).
+Their recorded shapes and types give the bytes each read and wrote (the `elementwise` side table);
+they are timed on the CPU for a CPU trace and by the kernels they launched for a GPU one: the
+overhead is the median time of the small ones (under 16 KiB), the speed the median of bytes / (time
+- overhead) of the large ones (64 KiB and more).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MIN_LARGE = 3
 
 @dataclass(slots=True, frozen=True)
 class CopySpeed:
-    """How long a streaming elementwise op takes: `overhead_ns` + bytes moved / `bytes_per_ns`, and where it came from."""
+    """How long a streaming elementwise op takes: `overhead_ns` + bytes
+    moved / `bytes_per_ns`, and where it came from."""
 
     overhead_ns: float
     bytes_per_ns: float
@@ -36,8 +38,9 @@ class CopySpeed:
 
 
 def elementwise_speed(trace: Trace, on_gpu: bool) -> CopySpeed | None:
-    """The trace's streaming elementwise ops: their median overhead and speed (CPU ops' own time for a CPU graph, the
-    time of the kernels they launched for a GPU graph); None without enough large ones."""
+    """The trace's streaming elementwise ops: their median overhead and
+    speed (CPU ops' own time for a CPU graph, the time of the kernels
+    they launched for a GPU graph); None without enough large ones."""
     table = trace.tables.get("elementwise")
     if table is None or table["event"].size == 0:
         return None
@@ -62,5 +65,6 @@ def elementwise_speed(trace: Trace, on_gpu: bool) -> CopySpeed | None:
         return None
     speed = float(np.median(moved[large] / (durations[large] - overhead)))
     where = "their kernels" if on_gpu else "the CPU"
-    return CopySpeed(overhead, speed, f"{np.count_nonzero(large)} large and {np.count_nonzero(small)} small elementwise "
-                                      f"ops of the trace on {where}")
+    return CopySpeed(overhead, speed, f"{np.count_nonzero(large)} large and "
+                                      f"{np.count_nonzero(small)} small elementwise ops of the "
+                                      f"trace on {where}")

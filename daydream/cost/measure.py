@@ -1,15 +1,17 @@
 """The measured tier: run an op here at the recorded shapes and dtypes, and cache what it took.
 
-Where torch is importable and the trace ran on this machine's kind of device (for now: a CPU trace, measured on this
-CPU with the trace's own intra-op thread count), each distinct signature a what-if asks about (op, input shapes,
-dtypes) is run with warm-up and repetitions and its median kept. Results are cached on disk, one JSON file per
-(device, torch version, threads) under the trace cache folder (`cost/`), written atomically and validated on read:
-a damaged file is ignored and rewritten. A budget (seconds per what-if) caps the time spent measuring; past it, or
-for an op it cannot run (unsupported, shapes missing, an error while running), the caller falls back to the
-modelled tier. It never touches a GPU.
+Where torch is importable and the trace ran on this machine's kind of device (for now: a CPU
+trace, measured on this CPU with the trace's own intra-op thread count), each distinct
+signature a what-if asks about (op, input shapes, dtypes) is run with warm-up and repetitions
+and its median kept. Results are cached on disk, one JSON file per (device, torch version,
+threads) under the trace cache folder (`cost/`), written atomically and validated on read: a
+damaged file is ignored and rewritten. A budget (seconds per what-if) caps the time spent
+measuring; past it, or for an op it cannot run (unsupported, shapes missing, an error while
+running), the caller falls back to the modelled tier. It never touches a GPU.
 
     measurer = Measurer.for_cpu(threads=1, budget_s=5.0)
-    measurer.op_ns("aten::mm", [((64, 512), "float"), ((512, 512), "float")], as_type="c10::BFloat16")
+    measurer.op_ns("aten::mm", [((64, 512), "float"), ((512, 512), "float")],
+                   as_type="c10::BFloat16")
 """
 
 from __future__ import annotations
@@ -29,39 +31,47 @@ from daydream.trace.store import cache_dir
 #: Warm-up runs and timed repetitions of each signature (the median of the repetitions is kept).
 WARMUP = 3
 REPETITIONS = 7
-#: Bytes written before each timed repetition, more than a CPU's last-level cache: each run starts with cold caches,
-#: as an op inside a training step does (its operands were evicted by the ops between). Timed hot, a small GEMM of
-#: examples/mlp.py grew 1.78x at twice the batch, cold 1.57x; in the real run at twice the batch about 1.65x.
+#: Bytes written before each timed repetition, more than a CPU's last-level cache: each run starts
+#: with cold caches, as an op inside a training step does (its operands were evicted by the ops
+#: between). Timed hot, a small GEMM of examples/mlp.py grew 1.78x at twice the batch, cold 1.57x;
+#: in the real run at twice the batch about 1.65x.
 FLUSH_BYTES = 64 * 2**20
-#: No single measured op may be larger than this many elements in any input (the budget's guard against giants).
+#: No single measured op may be larger than this many elements in any
+#: input (the budget's guard against giants).
 MAX_ELEMENTS = 1 << 26
 
-#: Ops the measured tier calls again with their recorded arguments (compute-bound ones, whose time is their
-#: arithmetic: convolutions, attention and their backward). Others are left out on purpose: a recorded size list can ask for any
-#: allocation, and elementwise ops timed alone do not behave as they do inside a training step.
-CALLED_AGAIN = frozenset(f"aten::{op}" for op in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution",
-                                                  "convolution_backward", "mkldnn_convolution",
-                                                  # attention, whose time is its arithmetic too
-                                                  "scaled_dot_product_attention",
-                                                  "_scaled_dot_product_flash_attention_for_cpu",
-                                                  "_scaled_dot_product_flash_attention_for_cpu_backward"))
+#: Ops the measured tier calls again with their recorded arguments
+#: (compute-bound ones, whose time is their
+#: arithmetic: convolutions, attention and their backward). Others are left out on purpose: a
+#: recorded size list can ask for any allocation, and elementwise ops timed alone do not behave as
+#: they do inside a training step.
+CALLED_AGAIN = frozenset(f"aten::{op}" for op in (
+    "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "convolution_backward",
+    "mkldnn_convolution",
+    # attention, whose time is its arithmetic too
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward"))
 
-_TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
-                "long int": "int64", "int": "int32", "bool": "bool"}
+_TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16",
+                "c10::Half": "float16", "long int": "int64", "int": "int32", "bool": "bool"}
 
 
-#: The matrix multiplies the measured tier runs from their tensor inputs alone (no other argument changes their work).
-MULTIPLIES = ("aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm", "aten::linear")
+#: The matrix multiplies the measured tier runs from their tensor
+#: inputs alone (no other argument changes their work).
+MULTIPLIES = ("aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm",
+              "aten::linear")
 #: Ratios are cached as integers: parts per million.
 RATIO_SCALE = 1_000_000
-#: What measuring one signature needs: its cache key, how to make its runner, the tensors it runs on.
-#: What a measured op runs on, per tensor: (shape, type) or (shape, type, memory order) (`_make`).
+#: What measuring one signature needs: its cache key, how to make its
+#: runner, the tensors it runs on. What a measured op runs on, per
+#: tensor: (shape, type) or (shape, type, memory order) (`_make`).
 Operand = tuple[Any, ...]
 _Signature = tuple[str, Callable[[], Callable[[Any, list[Any]], Any] | None], list[Operand]]
 
 
 def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
-    """How to call op `name` on tensors built from its recorded inputs (None: not one the tier runs this way)."""
+    """How to call op `name` on tensors built from its recorded inputs
+    (None: not one the tier runs this way)."""
     if name not in MULTIPLIES:
         return None
     import torch
@@ -71,7 +81,8 @@ def _runner(name: str) -> Callable[[Any, list[Any]], Any] | None:
 
 
 class Measurer:
-    """Runs ops on this CPU and remembers what they took (ns); `spent_s` counts against `budget_s`."""
+    """Runs ops on this CPU and remembers what they took (ns);
+    `spent_s` counts against `budget_s`."""
 
     def __init__(self, threads: int, budget_s: float, folder: Path | None = None) -> None:
         import torch
@@ -95,26 +106,30 @@ class Measurer:
             return None
         return cls(threads, budget_s)
 
-    def op_ns(self, name: str, inputs: list[Tensor | None], as_type: str | None = None) -> int | None:
-        """The median time of op `name` on tensors of the recorded `inputs` (floating ones turned into `as_type`
-        where given), ns; None where it cannot be measured here."""
+    def op_ns(self, name: str, inputs: list[Tensor | None],
+              as_type: str | None = None) -> int | None:
+        """The median time of op `name` on tensors of the recorded `inputs` (floating ones turned
+        into `as_type` where given), ns; None where it cannot be measured here."""
         return self._cached_or_run(*self._op(name, inputs, as_type))
 
     def call_ns(self, name: str, arguments: list[Any], as_type: str | None = None) -> int | None:
-        """The median time of op `name` called again with its recorded `arguments` (cost/shapes.OpShapes.arguments:
-        tensors rebuilt at their shapes, floating ones in `as_type` where given; scalars and lists as recorded), ns;
-        None for ops outside `CALLED_AGAIN` or that cannot run here."""
+        """The median time of op `name` called again with its recorded `arguments`
+        (cost/shapes.OpShapes.arguments: tensors rebuilt at their shapes, floating
+        ones in `as_type` where given; scalars and lists as recorded), ns; None
+        for ops outside `CALLED_AGAIN` or that cannot run here."""
         if name not in CALLED_AGAIN:
             return None
         return self._cached_or_run(*self._call(name, arguments, as_type))
 
-    def op_ratio(self, name: str, new: list[Tensor | None], old: list[Tensor | None]) -> float | None:
-        """Op `name`'s time on tensors of `new` over its time on `old`, both run here in turns (so that what the
-        machine does meanwhile slows both alike); None where either cannot run."""
+    def op_ratio(self, name: str, new: list[Tensor | None],
+                 old: list[Tensor | None]) -> float | None:
+        """Op `name`'s time on tensors of `new` over its time on `old`, both run here in turns (so
+        that what the machine does meanwhile slows both alike); None where either cannot run."""
         return self._ratio(self._op(name, new, None), self._op(name, old, None))
 
     def call_ratio(self, name: str, new: list[Any], old: list[Any]) -> float | None:
-        """As `op_ratio`, for an op of `CALLED_AGAIN` called with recorded arguments `new` and `old`."""
+        """As `op_ratio`, for an op of `CALLED_AGAIN` called with
+        recorded arguments `new` and `old`."""
         if name not in CALLED_AGAIN:
             return None
         return self._ratio(self._call(name, new, None), self._call(name, old, None))
@@ -122,15 +137,18 @@ class Measurer:
     def _op(self, name: str, inputs: list[Tensor | None], as_type: str | None) -> _Signature:
         tensors = [t for t in inputs if t is not None]
         if as_type is not None:
-            tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind) for shape, kind in tensors]
+            tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind)
+                       for shape, kind in tensors]
         key = f"{name}|{json.dumps([[list(s), k] for s, k in tensors])}"
         return key, lambda: _runner(name), tensors
 
     def _call(self, name: str, arguments: list[Any], as_type: str | None) -> _Signature:
         floating = ("float", "c10::BFloat16", "c10::Half")
-        # a tensor's memory order only where it is not contiguous: contiguous signatures keep their cache keys
+        # a tensor's memory order only where it is not contiguous:
+        # contiguous signatures keep their cache keys
         chosen = [("tensor", a[1], as_type if as_type is not None and a[2] in floating else a[2],
-                   *([a[3]] if len(a) > 3 and a[3] is not None else [])) if a[0] == "tensor" else a for a in arguments]
+                   *([a[3]] if len(a) > 3 and a[3] is not None else [])) if a[0] == "tensor" else a
+                  for a in arguments]
         tensors = [(a[1], a[2], a[3] if len(a) > 3 else None) for a in chosen if a[0] == "tensor"]
 
         def runner() -> Callable[[Any, list[Any]], Any] | None:
@@ -143,18 +161,22 @@ class Measurer:
 
             def run(_t: Any, xs: list[Any]) -> Any:
                 given = iter(xs)
-                values = [next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1]) for a in chosen]
-                # the profiler records every argument in schema order; those after `*` are passed by name
+                values = [next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1])
+                          for a in chosen]
+                # the profiler records every argument in schema order;
+                # those after `*` are passed by name
                 named = {keywords[i]: v for i, v in enumerate(values) if i in keywords}
                 return op(*[v for i, v in enumerate(values) if i not in keywords], **named)
 
             return run
 
-        key = f"{name}|call|{json.dumps([[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]] for a in chosen])}"
+        listed = [[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]] for a in chosen]
+        key = f"{name}|call|{json.dumps(listed)}"
         return key, runner, tensors
 
     def _ratio(self, new: _Signature, old: _Signature) -> float | None:
-        """The time of signature `new` over that of `old`, measured in turns (cached as parts per million)."""
+        """The time of signature `new` over that of `old`, measured in
+        turns (cached as parts per million)."""
         key = f"ratio|{new[0]}|{old[0]}"
         if key in self.cache:
             return self.cache[key] / RATIO_SCALE
@@ -179,10 +201,11 @@ class Measurer:
 
         return self._cached_or_run(f"cast|{list(shape)}|{to_type}", runner, [(shape, "float")])
 
-    def _cached_or_run(self, key: str, runner_of: Callable[[], Callable[[Any, list[Any]], Any] | None],
+    def _cached_or_run(self, key: str,
+                       runner_of: Callable[[], Callable[[Any, list[Any]], Any] | None],
                        tensors: list[Operand]) -> int | None:
-        """The cached time of signature `key`, or its measurement now (within the budget), or None (and why, in
-        `failed`)."""
+        """The cached time of signature `key`, or its measurement now (within the budget), or None
+        (and why, in `failed`)."""
         if key in self.cache:
             return self.cache[key]
         if not self._may_run(key, tensors):
@@ -194,7 +217,8 @@ class Measurer:
         return self._run(key, lambda: self._time(runner, tensors))
 
     def _may_run(self, key: str, tensors: list[Operand]) -> bool:
-        """Whether signature `key` may be measured now: not failed before, within the budget, not too large."""
+        """Whether signature `key` may be measured now: not failed
+        before, within the budget, not too large."""
         if key in self.failed:
             return False
         if self.spent_s >= self.budget_s:
@@ -206,7 +230,8 @@ class Measurer:
         return True
 
     def _run(self, key: str, measure: Callable[[], int]) -> int | None:
-        """`measure()` counted against the budget and cached under `key`; None (and why) where it raised."""
+        """`measure()` counted against the budget and cached under
+        `key`; None (and why) where it raised."""
         started = time.perf_counter()
         try:
             value = measure()
@@ -229,8 +254,10 @@ class Measurer:
         new_ns, old_ns = self._median_ns([new, old])
         return max(1, int(round(new_ns / old_ns * RATIO_SCALE)))
 
-    def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]]) -> list[int]:
-        """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times: their medians, ns."""
+    def _median_ns(self,
+                   runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]]) -> list[int]:
+        """Each (runner, tensors) warmed up, then all timed in turns
+        `REPETITIONS` times: their medians, ns."""
         import torch
 
         previous = torch.get_num_threads()
@@ -245,7 +272,9 @@ class Measurer:
                 flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32)
                 for _ in range(REPETITIONS):
                     for (runner, _), made, mine in zip(runs, values, times):
-                        flush.zero_()  # caches emptied of the operands, as in a training step that streams through them
+                        # caches emptied of the operands, as in a
+                        # training step that streams through them
+                        flush.zero_()
                         start = time.perf_counter_ns()
                         runner(torch, made)
                         mine.append(time.perf_counter_ns() - start)
@@ -254,12 +283,14 @@ class Measurer:
         return [max(1, int(statistics.median(mine))) for mine in times]
 
     def save(self) -> None:
-        """Write what was measured in this process to the cache (atomically); a cache that cannot be written is left."""
+        """Write what was measured in this process to the cache
+        (atomically); a cache that cannot be written is left."""
         if not self._dirty:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.path, json.dumps({"version": CACHE_VERSION, "ns": self.cache}, sort_keys=True).encode(),
+            write_atomically(self.path, json.dumps({"version": CACHE_VERSION, "ns": self.cache},
+                                                   sort_keys=True).encode(),
                              cache=True)
             self._dirty = False
         except OSError:
@@ -270,16 +301,19 @@ CACHE_VERSION = 2  # 2: repetitions start with cold caches
 
 
 def _keyword_only(op: Any) -> dict[int, str]:
-    """Position -> name of the keyword-only arguments of aten op `op` (its default overload's schema)."""
+    """Position -> name of the keyword-only arguments of aten op `op`
+    (its default overload's schema)."""
     schema = getattr(getattr(op, "default", None), "_schema", None)
     if schema is None:
         return {}
     return {i: argument.name for i, argument in enumerate(schema.arguments) if argument.kwarg_only}
 
 
-def _make(torch: Any, shape: tuple[int, ...], kind: str, order: tuple[int, ...] | None = None) -> Any:
-    """A tensor of `shape` and `kind`, laid out in memory with its dims in `order` (outermost first; None:
-    contiguous) as the recorded one was: a channels-last image is not the same convolution as a contiguous one."""
+def _make(torch: Any, shape: tuple[int, ...], kind: str,
+          order: tuple[int, ...] | None = None) -> Any:
+    """A tensor of `shape` and `kind`, laid out in memory with its dims in
+    `order` (outermost first; None: contiguous) as the recorded one was: a
+    channels-last image is not the same convolution as a contiguous one."""
     dtype = getattr(torch, _TORCH_TYPES.get(kind, "float32"))
     if order is not None and sorted(order) == list(range(len(shape))):
         made = _make(torch, tuple(shape[i] for i in order), kind)
@@ -290,16 +324,19 @@ def _make(torch: Any, shape: tuple[int, ...], kind: str, order: tuple[int, ...] 
 
 
 def _read_cache(path: Path) -> dict[str, int]:
-    """The cached times at `path`: only well-formed entries (positive ints); a missing or damaged file gives none."""
+    """The cached times at `path`: only well-formed entries (positive
+    ints); a missing or damaged file gives none."""
     try:
         if not path.is_file() or path.stat().st_size > 64 * 2**20:
             return {}
         document = json.loads(path.read_text())
     except (OSError, ValueError, UnicodeDecodeError):
         return {}
-    if not isinstance(document, dict) or document.get("version") != CACHE_VERSION or not isinstance(document.get("ns"), dict):
+    if (not isinstance(document, dict) or document.get("version") != CACHE_VERSION
+        or not isinstance(document.get("ns"), dict)):
         return {}
-    return {k: v for k, v in document["ns"].items() if isinstance(k, str) and isinstance(v, int) and v > 0}
+    return {k: v for k, v in document["ns"].items() if isinstance(k, str) and isinstance(v, int)
+            and v > 0}
 
 
 def measuring_enabled(choice: bool | None) -> bool:

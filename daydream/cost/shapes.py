@@ -1,11 +1,12 @@
-"""Recorded op shapes and dtypes (torch.profiler's `record_shapes`), and the arithmetic of the ops that use them.
+"""Recorded op shapes and dtypes (torch.profiler's `record_shapes`),
+and the arithmetic of the ops that use them.
 
-`OpShapes` reads the trace's `shapes` side table: per CPU-op row, its input dims and types as recorded. An op whose
-shapes are missing (a profile without `record_shapes`) or written otherwise gives None, never an error: the caller
-falls back to its ratio and says so.
+`OpShapes` reads the trace's `shapes` side table: per CPU-op row, its input dims and types as
+recorded. An op whose shapes are missing (a profile without `record_shapes`) or written otherwise
+gives None, never an error: the caller falls back to its ratio and says so.
 
     shapes = OpShapes(trace)
-    shapes.tensors(row)             # [((2048, 512), "float"), ((512, 512), "float"), ...] tensor inputs only
+    shapes.tensors(row)             # tensor inputs only: [((2048, 512), "float"), ...]
     gemm_dims("aten::addmm", dims)  # (batch, m, n, k) of the multiply, or None
 """
 
@@ -21,9 +22,10 @@ from daydream.errors import InputError
 from daydream.trace import Trace
 
 #: Bytes per element of the tensor types torch.profiler names ("Input type").
-ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
-              "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
-              "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
+ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+              "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+              "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::Float8_e4m3fn": 1,
+              "c10::Float8_e5m2": 1}
 #: Floating-point types: what autocast may cast.
 FLOATING = ("float", "double", "c10::Half", "c10::BFloat16")
 FULL = "float"
@@ -61,15 +63,17 @@ class OpShapes:
             return None
         key = int(self._dims_str[entry]) * 1_000_003 + int(self._types_str[entry])
         if key not in self._decoded:
-            self._decoded[key] = _decode(self._strings[int(self._dims_str[entry])], self._strings[int(self._types_str[entry])])
+            self._decoded[key] = _decode(self._strings[int(self._dims_str[entry])],
+                                         self._strings[int(self._types_str[entry])])
         return self._decoded[key]
 
     def arguments(self, row: int) -> list[Argument] | None:
-        """Every input of the op at `row` as it could be passed again: ("tensor", shape, type, order), ("none",) for
-        an absent optional tensor, ("value", v) for a recorded scalar or list; None where any non-tensor input's value
-        was not recorded ("Concrete Inputs" missing: older profilers), so that the op cannot be re-run as called.
-        `order`: the tensor's dims from outermost to innermost in memory where its recorded strides are not the
-        contiguous ones (a channels-last image is (0, 2, 3, 1)), None where they are or were not recorded."""
+        """Every input of the op at `row` as it could be passed again: ("tensor", shape, type,
+        order), ("none",) for an absent optional tensor, ("value", v) for a recorded scalar or list;
+        None where any non-tensor input's value was not recorded ("Concrete Inputs" missing: older
+        profilers), so that the op cannot be re-run as called. `order`: the tensor's dims from
+        outermost to innermost in memory where its recorded strides are not the contiguous ones (a
+        channels-last image is (0, 2, 3, 1)), None where they are or were not recorded."""
         recorded = self.inputs(row)
         entry = self._row.get(int(row))
         if recorded is None or entry is None or self._concrete_str is None:
@@ -86,7 +90,8 @@ class OpShapes:
         for index, (d, t, c) in enumerate(zip(dims, types, concrete)):
             tensor = _tensor(d, t)
             if tensor is not None:
-                found.append(("tensor", tensor[0], tensor[1], orders[index] if index < len(orders) else None))
+                found.append(("tensor", tensor[0], tensor[1], orders[index] if index < len(orders)
+                              else None))
             elif c == "" and t == "":
                 found.append(("none",))
             elif isinstance(c, str) and c != "":
@@ -99,18 +104,21 @@ class OpShapes:
         return found
 
     def orders(self, row: int) -> list[tuple[int, ...] | None]:
-        """Per input of the op at `row`, its dims' order in memory where its recorded strides are not contiguous
-        (see `arguments`), else None; an empty list where no strides were recorded."""
+        """Per input of the op at `row`, its dims' order in memory where
+        its recorded strides are not contiguous (see `arguments`), else
+        None; an empty list where no strides were recorded."""
         entry = self._row.get(int(row))
         if entry is None or self._strides_str is None:
             return []
         key = int(self._strides_str[entry]) * 1_000_003 + int(self._dims_str[entry])
         if key not in self._orders:
-            self._orders[key] = _orders(self._strings[int(self._dims_str[entry])], self._strings[int(self._strides_str[entry])])
+            self._orders[key] = _orders(self._strings[int(self._dims_str[entry])],
+                                        self._strings[int(self._strides_str[entry])])
         return self._orders[key]
 
     def tensors(self, row: int) -> list[Tensor | None] | None:
-        """Per input of the op at `row`: (shape, type) where it is a tensor, None where it is not (scalars, lists)."""
+        """Per input of the op at `row`: (shape, type) where it is a
+        tensor, None where it is not (scalars, lists)."""
         recorded = self.inputs(row)
         if recorded is None:
             return None
@@ -123,8 +131,8 @@ _MISSING = object()
 
 
 def _value(text: str) -> Any:
-    """A recorded non-tensor argument ("[1, 1]", "1", "1e-05", "0.", "False", "[True, False]") as a value, or
-    _MISSING."""
+    """A recorded non-tensor argument ("[1, 1]", "1", "1e-05", "0.",
+    "False", "[True, False]") as a value, or _MISSING."""
     spelled = {"True": True, "False": False, "None": None}
     if text in spelled:
         return spelled[text]
@@ -135,12 +143,14 @@ def _value(text: str) -> Any:
             value = float(text)  # as Python writes a float: "0.", "1e-05"
         except ValueError:
             return _MISSING
-    ok = isinstance(value, (int, float)) or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
+    ok = (isinstance(value, (int, float))
+          or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)))
     return value if ok else _MISSING
 
 
 def _orders(dims_text: str, strides_text: str) -> list[tuple[int, ...] | None]:
-    """Per input, the memory order of its dims where its strides are not the contiguous ones of its dims."""
+    """Per input, the memory order of its dims where its strides are
+    not the contiguous ones of its dims."""
     try:
         dims, strides = json.loads(dims_text), json.loads(strides_text or "[]")
     except (ValueError, RecursionError):
@@ -149,22 +159,25 @@ def _orders(dims_text: str, strides_text: str) -> list[tuple[int, ...] | None]:
         return []
     found: list[tuple[int, ...] | None] = []
     for d, st in zip(dims, strides):
-        ok = isinstance(d, list) and isinstance(st, list) and len(d) == len(st) and len(d) > 1 and all(
+        ok = isinstance(d, list) and isinstance(st,
+                                                list) and len(d) == len(st) and len(d) > 1 and all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in [*d, *st])
         found.append(memory_order(tuple(d), tuple(st)) if ok else None)
     return found
 
 
 def memory_order(dims: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The order of `dims` from outermost to innermost in memory for `strides`, None where they are the contiguous
-    strides (or say nothing: every dim of size 1). Dims of size 1 keep their place."""
+    """The order of `dims` from outermost to innermost in memory for
+    `strides`, None where they are the contiguous strides (or say
+    nothing: every dim of size 1). Dims of size 1 keep their place."""
     contiguous, step = [0] * len(dims), 1
     for index in range(len(dims) - 1, -1, -1):
         contiguous[index] = step
         step *= max(dims[index], 1)
     if all(size == 1 or s == c for size, s, c in zip(dims, strides, contiguous)):
         return None
-    order = tuple(sorted(range(len(dims)), key=lambda i: (-strides[i] if dims[i] > 1 else -contiguous[i], i)))
+    order = tuple(sorted(range(len(dims)),
+                         key=lambda i: (-strides[i] if dims[i] > 1 else -contiguous[i], i)))
     return order if order != tuple(range(len(dims))) else None
 
 
@@ -197,10 +210,11 @@ def tensor_bytes(tensor: Tensor) -> int:
 
 
 def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, int] | None:
-    """(batch, m, n, k) of a matrix multiply from its recorded tensor inputs, or None for other ops or shapes.
+    """(batch, m, n, k) of a matrix multiply from its recorded tensor
+    inputs, or None for other ops or shapes.
 
-    aten::mm (A, B), addmm (bias, A, B), bmm (A, B), baddbmm (bias, A, B), linear (x, W[, b]: x's leading dims are m)
-    and matmul (A, B, broadcasting: A's leading dims are the batch).
+    aten::mm (A, B), addmm (bias, A, B), bmm (A, B), baddbmm (bias, A, B), linear (x, W[, b]: x's
+    leading dims are m) and matmul (A, B, broadcasting: A's leading dims are the batch).
     """
     shaped: list[Any] = [t[0] if t is not None else None for t in tensors]
     try:
@@ -242,24 +256,27 @@ def gemm_bytes(dims: tuple[int, int, int, int], item_bytes: int) -> float:
 
 def float_inputs(tensors: list[Tensor | None]) -> np.ndarray:
     """Indices of the floating-point tensor inputs."""
-    return np.array([i for i, t in enumerate(tensors) if t is not None and t[1] in FLOATING], dtype=np.int64)
+    return np.array([i for i, t in enumerate(tensors) if t is not None and t[1] in FLOATING],
+                    dtype=np.int64)
 
 
 def top_level_ops(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """Of the CPU-op rows `rows`, those no other CPU op encloses on their thread (the calls user code made)."""
+    """Of the CPU-op rows `rows`, those no other CPU op encloses on
+    their thread (the calls user code made)."""
     from daydream.mapping.linking import innermost_enclosing
     from daydream.trace import EventKind
 
     return rows[innermost_enclosing(trace, trace.indices(EventKind.CPU_OP), rows) < 0]
 
 
-#: Gist's encodings: one bit per element; the non-zeros with a one-byte index each; one byte per element.
+#: Gist's encodings: one bit per element; the non-zeros with a one-byte
+#: index each; one byte per element.
 GIST_FORMATS = ("binarize", "csr", "fp8")
 
 
 def encoded_ratio(format_name: str, item_bytes: int, sparsity: float) -> float:
-    """Bytes of a Gist-encoded activation per byte of the activation (elements of `item_bytes`; `sparsity`: the share
-    of zeros, for csr)."""
+    """Bytes of a Gist-encoded activation per byte of the activation (elements of `item_bytes`;
+    `sparsity`: the share of zeros, for csr)."""
     if format_name == "binarize":
         return 1.0 / (8 * item_bytes)
     if format_name == "csr":

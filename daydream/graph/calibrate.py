@@ -27,13 +27,16 @@ DEFAULT_SYNC_OWN_NS = 5_000
 DEFAULT_QUEUE_DEPTH = 1024
 #: A launch is counted as blocked by the queue when it lasted this many times its usual duration...
 BLOCKED_FACTOR = 8
-#: ...and at least this many operations were outstanding when it returned (CUDA's queue holds ~1024).
+#: ...and at least this many operations were outstanding when it
+#: returned (CUDA's queue holds ~1024).
 MIN_BLOCKED_OUTSTANDING = 512
-#: Launches blocked by the queue return with outstanding counts within this fraction of each other...
+#: Launches blocked by the queue return with outstanding counts within
+#: this fraction of each other...
 QUEUE_CLUSTER_TOLERANCE = 0.03
 #: ...and there are at least this many of them.
 QUEUE_CLUSTER_MIN = 10
-#: Work ready (launched + latency) this long before its stream became free was queued, not launch-bound.
+#: Work ready (launched + latency) this long before its stream became
+#: free was queued, not launch-bound.
 QUEUED_MARGIN_NS = 2_000
 
 
@@ -45,7 +48,8 @@ def median_or(values: np.ndarray, default: int, minimum_count: int = 3) -> int:
 
 
 def percentile_or(values: np.ndarray, q: float, default: int, minimum_count: int = 3) -> int:
-    """The q-th percentile of `values` (ns), or `default` when there are fewer than `minimum_count`."""
+    """The q-th percentile of `values` (ns), or `default` when there
+    are fewer than `minimum_count`."""
     if values.size < minimum_count:
         return default
     return max(0, int(np.percentile(values, q)))
@@ -60,19 +64,24 @@ def launch_latency_and_gap(
     (int64 min for the first one).
     """
     idle_at_launch = previous_end <= call_start
-    latency = median_or(gpu_start[idle_at_launch] - call_start[idle_at_launch], DEFAULT_LAUNCH_LATENCY_NS)
-    queued = (previous_end != np.iinfo(np.int64).min) & (call_start + latency + QUEUED_MARGIN_NS < previous_end)
+    latency = median_or(gpu_start[idle_at_launch] - call_start[idle_at_launch],
+                        DEFAULT_LAUNCH_LATENCY_NS)
+    queued = (previous_end != np.iinfo(np.int64).min) & (call_start + latency
+                                                         + QUEUED_MARGIN_NS < previous_end)
     gap = median_or(gpu_start[queued] - previous_end[queued], DEFAULT_KERNEL_GAP_NS)
     return latency, gap
 
 
 def outstanding_at(gpu_end: np.ndarray, call_end: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    """For each launch k of `launches` (ascending): how many earlier launches' GPU work ends after call k returns,
-    #{j < k : gpu_end[j] > call_end[k]}, in O(n log n) (a Fenwick tree over the GPU ends' ranks)."""
+    """For each launch k of `launches` (ascending): how many earlier
+    launches' GPU work ends after call k returns, #{j < k : gpu_end[j] >
+    call_end[k]}, in O(n log n) (a Fenwick tree over the GPU ends' ranks)."""
     ordered = np.sort(gpu_end)
     rank = np.searchsorted(ordered, gpu_end, side="left")
-    at_most = np.searchsorted(ordered, call_end[launches], side="right")  # of all ends, how many are <= call_end[k]
-    return _outstanding(rank.astype(np.int64), launches.astype(np.int64), at_most.astype(np.int64), gpu_end.size)
+    # of all ends, how many are <= call_end[k]
+    at_most = np.searchsorted(ordered, call_end[launches], side="right")
+    return _outstanding(rank.astype(np.int64), launches.astype(np.int64), at_most.astype(np.int64),
+                        gpu_end.size)
 
 
 @jit
@@ -97,7 +106,8 @@ def _outstanding(rank: np.ndarray, launches: np.ndarray, at_most: np.ndarray, n:
 
 
 def queue_depth(
-    launch_call_start: np.ndarray, launch_call_end: np.ndarray, usual_duration: np.ndarray, gpu_end_by_launch: np.ndarray
+    launch_call_start: np.ndarray, launch_call_end: np.ndarray, usual_duration: np.ndarray,
+    gpu_end_by_launch: np.ndarray
 ) -> tuple[int, int]:
     """(depth, blocked launch count). Inputs are per launch, in launch order; `gpu_end_by_launch`
     is the end of the GPU work each launch made."""

@@ -24,9 +24,10 @@ from daydream.mapping.collectives import CollectiveMatching, match_collectives
 from daydream.trace import Trace
 
 
-def build_job_graphs(traces: list[Trace], graphs: list[Graph] | None = None) -> tuple[list[Graph], CollectiveMatching]:
-    """Build every rank's graph (unless `graphs` holds them, built and not yet tied) and tie the matched collectives
-    across them."""
+def build_job_graphs(traces: list[Trace],
+                     graphs: list[Graph] | None = None) -> tuple[list[Graph], CollectiveMatching]:
+    """Build every rank's graph (unless `graphs` holds them, built and not yet tied) and tie the
+    matched collectives across them."""
     graphs = graphs if graphs is not None else [build_graph(trace) for trace in traces]
     matching = match_collectives(traces)
     tie_collectives(graphs, matching)
@@ -40,7 +41,8 @@ def tie_collectives(graphs: list[Graph], matching: CollectiveMatching) -> None:
         tasks = graph.tasks
         collective_tasks = np.flatnonzero(tasks["kind"] == TaskKind.COLLECTIVE)
         events = tasks["event"][collective_tasks].tolist()
-        chosen = [(task, ids[event]) for task, event in zip(collective_tasks.tolist(), events) if event in ids]
+        chosen = [(task, ids[event]) for task, event in zip(collective_tasks.tolist(), events)
+                  if event in ids]
         if not chosen:
             members.append(np.empty((0, 2), dtype=np.int64))
             continue
@@ -63,12 +65,14 @@ def tie_collectives(graphs: list[Graph], matching: CollectiveMatching) -> None:
         if table.size:
             graph.tasks["duration_ns"][table[:, 0]] = shortest[table[:, 1]]
             _recount_pinned(graph, table.shape[0])
-            graph.notes.append(f"{table.shape[0]} collectives matched across the job's ranks: each starts when "
-                               "every rank is ready for it and lasts its shortest recorded instance")
+            graph.notes.append(f"{table.shape[0]} collectives matched across the job's ranks: each "
+                               "starts when every rank is ready for it and lasts its shortest "
+                               "recorded instance")
 
 
 def _recount_pinned(graph: Graph, matched: int) -> None:
-    """The builder's count of pinned collectives, less the `matched` ones, in the calibration and the notes."""
+    """The builder's count of pinned collectives, less the `matched`
+    ones, in the calibration and the notes."""
     before = graph.calibration.pinned_collectives
     remaining = max(before - matched, 0)
     graph.calibration.pinned_collectives = remaining

@@ -47,7 +47,8 @@ class TaskKind(enum.IntEnum):
     MEMCPY = 4
     MEMSET = 5
     COLLECTIVE = 6  # a communication kernel (NCCL)
-    MARKER = 7  # an iteration boundary on its host thread (zero duration; its gap is the host time before it)
+    # an iteration boundary on its host thread (zero duration; its gap is the host time before it)
+    MARKER = 7
 
 
 # Task-kind groups, defined here only.
@@ -60,7 +61,8 @@ KERNELS = (TaskKind.KERNEL,)
 GPU_WORK = (*DEVICE_WORK, TaskKind.COLLECTIVE)
 #: Work a host thread does: API calls and CPU ops.
 HOST_WORK = (TaskKind.HOST_CALL, TaskKind.HOST_OP)
-#: Every task that sits on a host thread: its work, blocking calls' completions and iteration markers.
+#: Every task that sits on a host thread: its work, blocking calls'
+#: completions and iteration markers.
 HOST_TASKS = (*HOST_WORK, TaskKind.COMPLETION, TaskKind.MARKER)
 
 
@@ -73,8 +75,11 @@ class DepKind(enum.IntEnum):
     CROSS_THREAD = 5  # host thread -> host thread (main thread <-> autograd thread)
     COMMUNICATION = 6  # gradient producer -> collective -> consumer; across ranks
     LAUNCH_QUEUE = 7  # GPU work finishing frees a slot of CUDA's launch queue -> a blocked launch
-    DELAY_ANCHOR = 8  # iteration start -> a task with an unexplained delay that scales with the iteration's progress
-    SLOWEST_RANK = 9  # gradients ready -> the collective that meets the other ranks (latency: the wait for the slowest)
+    # iteration start -> a task with an unexplained delay that scales with the iteration's progress
+    DELAY_ANCHOR = 8
+    # gradients ready -> the collective that meets the other ranks
+    # (latency: the wait for the slowest)
+    SLOWEST_RANK = 9
 
     @property
     def is_host(self) -> bool:
@@ -103,17 +108,22 @@ TASK_COLUMNS: dict[str, Any] = {
     "name": np.int32,  # index into Graph.strings
     "duration_ns": np.int64,
     "gap_ns": np.int64,
-    "unexplained": np.bool_,  # the trace does not say what part of this task's start or duration waited for
-    "delay_ns": np.int64,  # unexplained delay after the task is ready (0 for none), see the module docstring
-    "delay_span_ns": np.int64,  # recorded progress from the DELAY_ANCHOR to ready the delay scales with (0: fixed)
+    # the trace does not say what part of this task's start or duration waited for
+    "unexplained": np.bool_,
+    # unexplained delay after the task is ready (0 for none), see the module docstring
+    "delay_ns": np.int64,
+    # recorded progress from the DELAY_ANCHOR to ready the delay scales with (0: fixed)
+    "delay_span_ns": np.int64,
     "measured_start_ns": np.int64,
     "measured_end_ns": np.int64,
     "iteration": np.int32,  # -1 outside every iteration
     "layer": np.int32,  # index into Graph.layers, -1 for none
-    "phase": np.int8,  # index into daydream.mapping.PHASES (forward, backward, optimizer, other), -1 for none
+    # index into daydream.mapping.PHASES (forward, backward, optimizer, other), -1 for none
+    "phase": np.int8,
     "priority": np.int64,  # for queue policies that order by priority (lower first)
     "bytes": np.int64,  # payload of a collective or copy, 0 when unknown
-    "collective": np.int64,  # a collective matched across ranks: its job-wide id (from 1); 0 for none
+    # a collective matched across ranks: its job-wide id (from 1); 0 for none
+    "collective": np.int64,
 }
 
 EDGE_COLUMNS: dict[str, Any] = {
@@ -131,14 +141,17 @@ def empty_columns(spec: dict[str, Any], size: int = 0) -> dict[str, np.ndarray]:
 
 @dataclass(slots=True)
 class Calibration:
-    """What the builder measured on the trace (the constants the replay uses, ns) and counted (what it derived, and
-    what it could not); every field is shown by `daydream replay --json` under "calibration"."""
+    """What the builder measured on the trace (the constants the replay
+    uses, ns) and counted (what it derived, and what it could not); every
+    field is shown by `daydream replay --json` under "calibration"."""
 
-    launch_latency_ns: int = 0  # from a launch call's start to its kernel's start, when nothing else held it
+    # from a launch call's start to its kernel's start, when nothing else held it
+    launch_latency_ns: int = 0
     kernel_gap_ns: int = 0  # between back-to-back kernels on a stream
     sync_return_ns: int = 0  # from the end of awaited work to the return of the call that waited
     sync_own_ns: int = 0  # a blocking call's own time when it had nothing to wait for
-    queue_depth: int | None = None  # launches CUDA's queue held before one blocked (None: never reached)
+    # launches CUDA's queue held before one blocked (None: never reached)
+    queue_depth: int | None = None
     blocking_calls: int = 0
     blocking_calls_pinned: int = 0
     blocking_calls_not_waiting: int = 0
@@ -150,7 +163,8 @@ class Calibration:
     pinned_orphans: int = 0
     pinned_collectives: int = 0
     pinned_unlinked: int = 0
-    early_starts: int = 0  # GPU work that began before its stream's earlier work ended (trimmed to run after it)
+    # GPU work that began before its stream's earlier work ended (trimmed to run after it)
+    early_starts: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The fields that are known, by name."""
@@ -160,32 +174,39 @@ class Calibration:
 
 @dataclass(slots=True, frozen=True)
 class DataParallel:
-    """What one communication what-if leaves for the next in a chain of --opt (no-comm → ddp → grad-compression)."""
+    """What one communication what-if leaves for the next in a chain of
+    --opt (no-comm → ddp → grad-compression)."""
 
-    #: all-reduce bytes per iteration that no-comm removed: the gradient volume a following ddp, zero or p3 uses
+    #: all-reduce bytes per iteration that no-comm removed: the
+    #: gradient volume a following ddp, zero or p3 uses
     removed_allreduce_bytes: int = 0
     #: ranks and link a data-parallel what-if modelled (0 and None before one has)
     world: int = 0
     link: Interconnect | None = None
-    #: where inserted communication overlaps compute, both take this many times as long (1: no contention), and how
-    #: the factor was found (simulate/contention.py)
+    #: where inserted communication overlaps compute, both take this many times as long (1: no
+    #: contention), and how the factor was found (simulate/contention.py)
     contention: float = 1.0
     contention_source: str = ""
-    #: the wait for the slowest rank (transforms/distributed/stragglers.py), where the ranks' spread comes from the
-    #: trace: (that spread in ns, the multiplier that turns a spread into the wait), for the contention pass to add
-    #: the spread its random share between the ranks of a host makes; None: no wait, or a given one
+    #: the wait for the slowest rank (transforms/distributed/stragglers.py),
+    #: where the ranks' spread comes from the
+    #: trace: (that spread in ns, the multiplier that turns a spread into the wait), for the
+    #: contention pass to add the spread its random share between the ranks of a host makes; None:
+    #: no wait, or a given one
     slowest_rank: tuple[float, float] | None = None
-    #: ranks that share one host's CPUs, and the scheduling events (steps) of each inserted collective
+    #: ranks that share one host's CPUs, and the scheduling events
+    #: (steps) of each inserted collective
     host_ranks: int = 1
     collective_steps: int = 0
-    #: the names (Graph.strings ids) of inserted collectives sent from one rank that runs on while they are in flight
-    #: (DDP's buffer broadcasts over gloo): the graph is the receivers' view, which waits for them
+    #: the names (Graph.strings ids) of inserted collectives sent from one
+    #: rank that runs on while they are in flight (DDP's buffer broadcasts
+    #: over gloo): the graph is the receivers' view, which waits for them
     rooted: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
 class Graph:
-    """Tasks, edges and resources of one rank; `calibration` holds what the builder measured and counted."""
+    """Tasks, edges and resources of one rank; `calibration` holds what
+    the builder measured and counted."""
 
     tasks: dict[str, np.ndarray]
     edges: dict[str, np.ndarray]
@@ -197,8 +218,9 @@ class Graph:
     iteration_markers: list[tuple[int, int]] = field(default_factory=list)
     #: Layer names (module paths) that `tasks["layer"]` indexes.
     layers: list[str] = field(default_factory=list)
-    #: Resources whose order is not fixed by program-order edges: resource id -> queue policy
-    #: (daydream.simulate.engine.POLICIES). A graph with any is simulated by the event-driven engine.
+    #: Resources whose order is not fixed by program-order edges:
+    #: resource id -> queue policy (daydream.simulate.engine.POLICIES).
+    #: A graph with any is simulated by the event-driven engine.
     queue_policies: dict[int, str] = field(default_factory=dict)
     #: State the communication what-ifs hand on (the measured constants stay in `calibration`).
     data_parallel: DataParallel = field(default_factory=DataParallel)
@@ -212,7 +234,8 @@ class Graph:
         return int(self.edges["src"].shape[0])
 
     def copy(self) -> Graph:
-        """An independent copy (arrays and lists copied), for what-ifs that must keep the original."""
+        """An independent copy (arrays and lists copied), for what-ifs
+        that must keep the original."""
         return Graph(
             tasks={k: v.copy() for k, v in self.tasks.items()},
             edges={k: v.copy() for k, v in self.edges.items()},
@@ -227,18 +250,21 @@ class Graph:
         )
 
     def has_device_work(self) -> bool:
-        """Whether this is a GPU graph (kernels, copies or memsets), as opposed to a CPU-only one."""
+        """Whether this is a GPU graph (kernels, copies or memsets), as
+        opposed to a CPU-only one."""
         return bool(np.isin(self.tasks["kind"], [int(k) for k in DEVICE_WORK]).any())
 
     def has_host_work(self) -> bool:
-        """Whether any host thread does work (API calls or CPU ops): not so in a trace of GPU activity alone."""
+        """Whether any host thread does work (API calls or CPU ops):
+        not so in a trace of GPU activity alone."""
         return bool(np.isin(self.tasks["kind"], [int(k) for k in HOST_WORK]).any())
 
     def task_name(self, task: int) -> str:
         return self.strings[int(self.tasks["name"][task])]
 
     def string_id(self, text: str) -> int:
-        """The id of `text` in the graph's strings, added if new (a name for tasks a transform adds)."""
+        """The id of `text` in the graph's strings, added if new (a
+        name for tasks a transform adds)."""
         if text not in self.strings:
             self.strings.append(text)
             return len(self.strings) - 1
@@ -255,8 +281,8 @@ class Graph:
         count = max(int(np.size(values)) for values in columns.values())
         defaults = {"event": -1, "name": 0, "gap_ns": 0, "unexplained": False, "delay_ns": 0,
                     "delay_span_ns": 0, "iteration": -1,
-                    "measured_start_ns": 0, "measured_end_ns": 0, "layer": -1, "phase": -1, "priority": 0,
-                    "bytes": 0, "collective": 0}
+                    "measured_start_ns": 0, "measured_end_ns": 0, "layer": -1, "phase": -1,
+                    "priority": 0, "bytes": 0, "collective": 0}
         first = self.task_count
         for name, dtype in TASK_COLUMNS.items():
             values = columns.get(name, defaults.get(name))
@@ -266,7 +292,8 @@ class Graph:
             self.tasks[name] = np.concatenate([self.tasks[name], block])
         return np.arange(first, first + count)
 
-    def add_edges(self, src: Any, dst: Any, kind: DepKind, latency_ns: Any = 0, from_start: bool = False) -> None:
+    def add_edges(self, src: Any, dst: Any, kind: DepKind, latency_ns: Any = 0,
+                  from_start: bool = False) -> None:
         src = np.asarray(src, dtype=np.int64).reshape(-1)
         dst = np.asarray(dst, dtype=np.int64).reshape(-1)
         count = src.size
@@ -281,43 +308,51 @@ class Graph:
             self.edges[name] = np.concatenate([self.edges[name], new[name]])
 
     def to_networkx(self) -> Any:
-        """A networkx.DiGraph view: node = task id with its fields, edge attributes kind/latency_ns."""
+        """A networkx.DiGraph view: node = task id with its fields,
+        edge attributes kind/latency_ns."""
         import networkx as nx
 
         view = nx.MultiDiGraph()
         columns = {name: values.tolist() for name, values in self.tasks.items()}
-        view.add_nodes_from((i, {name: columns[name][i] for name in columns}) for i in range(self.task_count))
+        view.add_nodes_from((i, {name: columns[name][i] for name in columns})
+                            for i in range(self.task_count))
         view.add_edges_from(
             (int(s), int(d), {"kind": DepKind(int(k)), "latency_ns": int(lat)})
-            for s, d, k, lat in zip(self.edges["src"], self.edges["dst"], self.edges["kind"], self.edges["latency_ns"])
+            for s, d, k, lat in zip(self.edges["src"], self.edges["dst"], self.edges["kind"],
+                                    self.edges["latency_ns"])
         )
         return view
 
     def validate(self) -> list[str]:
-        """Problems that make the graph unsimulatable: dangling edges, tasks without a resource, cycles."""
+        """Problems that make the graph unsimulatable: dangling edges,
+        tasks without a resource, cycles."""
         problems = []
         n = self.task_count
         src, dst = self.edges["src"], self.edges["dst"]
         dangling = (src < 0) | (src >= n) | (dst < 0) | (dst >= n)
         if dangling.any():
-            problems.append(f"{int(dangling.sum())} edges point at tasks that do not exist (first: edge {int(np.argmax(dangling))})")
+            problems.append(f"{int(dangling.sum())} edges point at tasks that do not exist (first: "
+                            f"edge {int(np.argmax(dangling))})")
         homeless = (self.tasks["resource"] < 0) | (self.tasks["resource"] >= len(self.resources))
         if homeless.any():
-            problems.append(f"{int(homeless.sum())} tasks have no resource (first: task {int(np.argmax(homeless))})")
+            problems.append(f"{int(homeless.sum())} tasks have no resource (first: task "
+                            f"{int(np.argmax(homeless))})")
         if not dangling.any():
             from daydream.graph.order import find_cycle
 
             cycle = find_cycle(n, src, dst)
             if cycle:
                 shown = " -> ".join(f"{t} ({self.task_name(t)})" for t in cycle[:6])
-                problems.append(f"dependency cycle of {len(cycle)} tasks: {shown}{' -> ...' if len(cycle) > 6 else ''}")
+                problems.append(f"dependency cycle of {len(cycle)} tasks: "
+                                f"{shown}{' -> ...' if len(cycle) > 6 else ''}")
         return problems
 
 
 @dataclass(slots=True)
 class Timeline:
-    """Simulated start and end (ns) of every task of a graph; `previous_end_ns`: where the graph was simulated behind a
-    warm-up iteration (simulate.warmup), when that iteration ended (the first iteration's window starts no earlier)."""
+    """Simulated start and end (ns) of every task of a graph; `previous_end_ns`: where the graph was
+    simulated behind a warm-up iteration (simulate.warmup), when that iteration ended (the first
+    iteration's window starts no earlier)."""
 
     start_ns: np.ndarray
     end_ns: np.ndarray

@@ -47,9 +47,11 @@ def _heap_pop(heap_key: np.ndarray, heap_id: np.ndarray, size: int) -> int:
         left = 2 * i + 1
         right = left + 1
         smallest = i
-        if left < size and _before(heap_key[left], heap_id[left], heap_key[smallest], heap_id[smallest]):
+        if (left < size
+            and _before(heap_key[left], heap_id[left], heap_key[smallest], heap_id[smallest])):
             smallest = left
-        if right < size and _before(heap_key[right], heap_id[right], heap_key[smallest], heap_id[smallest]):
+        if (right < size
+            and _before(heap_key[right], heap_id[right], heap_key[smallest], heap_id[smallest])):
             smallest = right
         if smallest == i:
             return size
@@ -59,7 +61,8 @@ def _heap_pop(heap_key: np.ndarray, heap_id: np.ndarray, size: int) -> int:
 
 
 @jit
-def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray, priority: np.ndarray) -> np.ndarray:
+def _kahn(n: int, dst: np.ndarray, offsets: np.ndarray, by_source: np.ndarray,
+          priority: np.ndarray) -> np.ndarray:
     """Kahn's algorithm; among ready tasks the lowest `priority` (then id) goes first.
 
     Returns the order; shorter than n when the graph has a cycle.
@@ -94,21 +97,25 @@ def topological_or_partial(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarr
     return _topological_or_partial(n, src, dst, None)
 
 
-def topological_order(n: int, src: np.ndarray, dst: np.ndarray, priority: np.ndarray | None = None) -> np.ndarray:
+def topological_order(n: int, src: np.ndarray, dst: np.ndarray,
+                      priority: np.ndarray | None = None) -> np.ndarray:
     """Task ids in an order where every edge goes forward; ties broken by `priority`, then id.
 
     Raises ValueError if the graph has a cycle.
     """
     order = _topological_or_partial(n, src, dst, priority)
     if order.size < n:
-        raise ValueError(f"the graph has a dependency cycle ({n - order.size} tasks on or behind it)")
+        raise ValueError(f"the graph has a dependency cycle ({n - order.size} tasks on or behind "
+                         "it)")
     return order
 
 
-def _topological_or_partial(n: int, src: np.ndarray, dst: np.ndarray, priority: np.ndarray | None) -> np.ndarray:
+def _topological_or_partial(n: int, src: np.ndarray, dst: np.ndarray,
+                            priority: np.ndarray | None) -> np.ndarray:
     src = np.ascontiguousarray(src, dtype=np.int64)
     dst = np.ascontiguousarray(dst, dtype=np.int64)
-    keys = np.zeros(n, dtype=np.int64) if priority is None else np.ascontiguousarray(priority, dtype=np.int64)
+    keys = (np.zeros(n, dtype=np.int64) if priority is None
+            else np.ascontiguousarray(priority, dtype=np.int64))
     offsets, by_source = csr(n, src, dst)
     return _kahn(n, dst, offsets, by_source, keys)
 

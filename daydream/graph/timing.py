@@ -21,7 +21,8 @@ def host_edge_mask(graph: Graph) -> np.ndarray:
 
 
 def in_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, edge ids sorted by destination): the edges into task v are order[offsets[v]:offsets[v + 1]]."""
+    """(offsets, edge ids sorted by destination): the edges into task v are
+    order[offsets[v]:offsets[v + 1]]."""
     dst = graph.edges["dst"]
     order = np.argsort(dst, kind="stable").astype(np.int64)
     offsets = np.zeros(graph.task_count + 1, dtype=np.int64)
@@ -29,7 +30,8 @@ def in_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     return offsets, order
 
 
-def forward_times(graph: Graph, order: np.ndarray, pins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def forward_times(graph: Graph, order: np.ndarray,
+                  pins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, ready) of every task (ns), in one pass over the topological `order`.
 
     `ready` is when the task's dependencies allowed it to start, before its delay. `pins`
@@ -52,12 +54,14 @@ def forward_times(graph: Graph, order: np.ndarray, pins: np.ndarray | None = Non
         np.ascontiguousarray(tasks["delay_ns"], dtype=np.int64),
         np.ascontiguousarray(tasks["delay_span_ns"], dtype=np.int64),
         np.ascontiguousarray(tasks["measured_start_ns"], dtype=np.int64),
-        np.full(graph.task_count, UNSET, dtype=np.int64) if pins is None else np.ascontiguousarray(pins, dtype=np.int64),
+        np.full(graph.task_count, UNSET, dtype=np.int64) if pins is None
+        else np.ascontiguousarray(pins, dtype=np.int64),
     )
 
 
 @jit
-def _forward_pass(  # noqa: C901  (the compiled hot loop, kept whole beside its plain-Python reference)
+# (the compiled hot loop, kept whole beside its plain-Python reference)
+def _forward_pass(  # noqa: C901
     order: np.ndarray,
     offsets: np.ndarray,
     in_edges: np.ndarray,
@@ -113,8 +117,9 @@ def _forward_pass(  # noqa: C901  (the compiled hot loop, kept whole beside its 
 
 @jit
 def _scaled_delay(delay: int, span: int, ready: int, anchor: int, unset: int) -> int:
-    """An unexplained delay: fixed, or scaled by the progress since its anchor (ready - anchor) over `span`,
-    never above the recorded delay (a what-if does not lengthen what the trace cannot explain)."""
+    """An unexplained delay: fixed, or scaled by the progress since its
+    anchor (ready - anchor) over `span`, never above the recorded delay
+    (a what-if does not lengthen what the trace cannot explain)."""
     if span <= 0 or anchor == unset:
         return delay
     progress = ready - anchor
@@ -126,7 +131,8 @@ def _scaled_delay(delay: int, span: int, ready: int, anchor: int, unset: int) ->
 
 
 def delay_plain(delay: int, span: int, ready: int, anchor: int | None) -> int:
-    """`_scaled_delay` in plain Python (the same float arithmetic, so the engines agree to the ns)."""
+    """`_scaled_delay` in plain Python (the same float arithmetic, so
+    the engines agree to the ns)."""
     if span <= 0 or anchor is None:
         return delay
     progress = ready - anchor

@@ -1,4 +1,5 @@
-"""Iteration windows: an iteration ends when its host has passed its end and its GPU work has finished.
+"""Iteration windows: an iteration ends when its host has passed its
+end and its GPU work has finished.
 
 A training loop that never waits for the GPU inside an iteration (CUDA graphs, or any loop
 without `loss.item()`) runs its host ahead: the host's step markers are then spaced by the
@@ -45,11 +46,13 @@ class Window:
 
 
 def last_gpu_tasks(graph: Graph, end_ns: np.ndarray) -> np.ndarray:
-    """Per iteration (by index into `graph.iteration_markers`), the GPU task launched in it that ends last; -1: none."""
+    """Per iteration (by index into `graph.iteration_markers`), the GPU
+    task launched in it that ends last; -1: none."""
     count = len(graph.iteration_markers)
     last = np.full(count, -1, dtype=np.int64)
     iteration = graph.tasks["iteration"]
-    gpu = np.flatnonzero(np.isin(graph.tasks["kind"], _GPU_WORK) & (iteration >= 0) & (iteration < count))
+    gpu = np.flatnonzero(np.isin(graph.tasks["kind"],
+                                 _GPU_WORK) & (iteration >= 0) & (iteration < count))
     if gpu.size:
         # Sorted by (iteration, end): the last of each iteration's run is its latest-ending task.
         order = gpu[np.lexsort((end_ns[gpu], iteration[gpu]))]
@@ -60,20 +63,23 @@ def last_gpu_tasks(graph: Graph, end_ns: np.ndarray) -> np.ndarray:
 
 
 def iteration_windows(graph: Graph, timeline: Timeline) -> list[Window]:
-    """The windows of `graph`'s iterations on `timeline`; the first starts no earlier than `timeline.previous_end_ns`
-    (the warm-up iteration's end, where there was one)."""
+    """The windows of `graph`'s iterations on `timeline`; the first starts no earlier than
+    `timeline.previous_end_ns` (the warm-up iteration's end, where there was one)."""
     start_ns, end_ns = timeline.start_ns, timeline.end_ns
     last_gpu = last_gpu_tasks(graph, end_ns)
     markers = graph.iteration_markers
     gpu_ends = [int(end_ns[g]) if g >= 0 else None for g in last_gpu.tolist()]
     host_ends = [int(start_ns[b]) for _, b in markers]
-    settled = settle([int(start_ns[a]) for a, _ in markers], host_ends, gpu_ends, timeline.previous_end_ns)
+    settled = settle([int(start_ns[a]) for a, _ in markers], host_ends, gpu_ends,
+                     timeline.previous_end_ns)
     windows = []
-    for (start, end), (first, marker), gpu, host_end in zip(settled, markers, last_gpu.tolist(), host_ends):
+    for (start, end), (first, marker), gpu, host_end in zip(settled, markers, last_gpu.tolist(),
+                                                            host_ends):
         windows.append(Window(start, end, first, gpu if end > host_end else marker))
     return windows
 
 
 def measured_windows(graph: Graph) -> list[Window]:
     """The windows as recorded."""
-    return iteration_windows(graph, Timeline(graph.tasks["measured_start_ns"], graph.tasks["measured_end_ns"]))
+    return iteration_windows(graph, Timeline(graph.tasks["measured_start_ns"],
+                                             graph.tasks["measured_end_ns"]))

@@ -6,7 +6,13 @@ events to iterations, model layers and phases (forward, backward, optimizer, oth
     iterations = find_iterations(trace)
 """
 
-from daydream.mapping.attribution import PHASES, Attribution, PhaseLayerTimes, attribute, phase_layer_times
+from daydream.mapping.attribution import (
+    PHASES,
+    Attribution,
+    PhaseLayerTimes,
+    attribute,
+    phase_layer_times,
+)
 from daydream.mapping.iterations import Iteration, find_iterations
 from daydream.mapping.linking import EXTERNAL_ID, TIME_NESTING, Links, link
 

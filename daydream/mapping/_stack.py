@@ -1,4 +1,5 @@
-"""`nearest_earlier_at_least` compiled: one pass with a stack, O(n) memory (linking.py uses it for large traces)."""
+"""`nearest_earlier_at_least` compiled: one pass with a stack, O(n)
+memory (linking.py uses it for large traces)."""
 
 from __future__ import annotations
 

@@ -39,9 +39,12 @@ from daydream.trace.kineto import MODULE_SPAN_PREFIX
 PHASES = ("forward", "backward", "optimizer", "other")
 FORWARD, BACKWARD, OPTIMIZER, OTHER = range(4)
 AUTOGRAD_ENGINE_PREFIX = "autograd::engine::evaluate_function"
-#: An autograd node as the profiler names it: `AddmmBackward0`, `CudnnConvolutionBackward` (no version suffix before
-#: 2021's renaming), `torch::autograd::AccumulateGrad`, a Python Function's `MyFunctionBackward`.
-_AUTOGRAD_NODE = re.compile(r"(?:struct )?(?:torch::autograd::)?(?:[A-Z]\w*Backward\w*|AccumulateGrad|GraphRoot|CopySlices)")
+#: An autograd node as the profiler names it: `AddmmBackward0`,
+#: `CudnnConvolutionBackward` (no version suffix before 2021's renaming),
+#: `torch::autograd::AccumulateGrad`, a Python Function's `MyFunctionBackward`.
+_AUTOGRAD_NODE = (re.compile(r"(?:struct "
+                             r")?(?:torch::autograd::)?(?:[A-Z]\w*Backward\w*|AccumulateGrad|"
+                             r"GraphRoot|CopySlices)"))
 _PHASE_ANNOTATIONS = {
     "## forward ##": FORWARD,
     "## backward ##": BACKWARD,
@@ -69,7 +72,8 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     label = trace.name[annotations]
     layer_name = np.array([_layer_name(s) for s in names], dtype=object)
     phase_code = np.array([_phase_of_name(s) for s in names], dtype=np.int8)
-    layer_rows = annotations[np.array([layer_name[i] is not None for i in label.tolist()], dtype=bool)]
+    layer_rows = annotations[np.array([layer_name[i] is not None for i in label.tolist()],
+                                      dtype=bool)]
     phase_rows = annotations[phase_code[label] >= 0]
     engine_rows = _engine_rows(trace)
 
@@ -81,7 +85,8 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     enclosing_phase = innermost_enclosing(trace, np.concatenate([phase_rows, engine_rows]), work)
     phase[work] = OTHER
     has = enclosing_phase >= 0
-    codes = np.where(np.isin(enclosing_phase[has], engine_rows), BACKWARD, phase_code[trace.name[enclosing_phase[has]]])
+    codes = np.where(np.isin(enclosing_phase[has], engine_rows), BACKWARD,
+                     phase_code[trace.name[enclosing_phase[has]]])
     phase[work[has]] = codes
     # The engine op itself is backward work too.
     phase[engine_rows] = BACKWARD
@@ -108,14 +113,18 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     return Attribution(phase=phase, layer=layer, layers=layers, leaf=leaf, source=source)
 
 
-def _phases_from_nodes(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, phase_rows: np.ndarray,
-                       phase_code: np.ndarray, phase: np.ndarray, enclosing_phase: np.ndarray) -> None:
-    """Where no range says what is forward (or backward), the autograd nodes do: the forward runs from one op that
-    recorded a node to the next until backward work starts, the backward from one node to the next until forward
-    work starts (a gradient summed between two nodes on the autograd thread is backward work)."""
+def _phases_from_nodes(trace: Trace, work: np.ndarray, engine_rows: np.ndarray,
+                       phase_rows: np.ndarray, phase_code: np.ndarray, phase: np.ndarray,
+                       enclosing_phase: np.ndarray) -> None:
+    """Where no range says what is forward (or backward), the autograd nodes do: the forward runs
+    from one op that recorded a node to the next until backward work starts, the backward from one
+    node to the next until forward work starts (a gradient summed between two nodes on the autograd
+    thread is backward work)."""
     recorded = phase_code[trace.name[phase_rows]]
-    forward_recorded, backward_recorded = bool(np.any(recorded == FORWARD)), bool(np.any(recorded == BACKWARD))
-    if forward_recorded and backward_recorded:  # a daydream recording, or one with ## forward ## / ## backward ##
+    forward_recorded, backward_recorded = (bool(np.any(recorded == FORWARD)),
+                                           bool(np.any(recorded == BACKWARD)))
+    if forward_recorded and backward_recorded:
+        # a daydream recording, or one with ## forward ## / ## backward ##
         return
     forward_ops = _forward_ops(trace, work, engine_rows)
     if forward_ops.size == 0:
@@ -125,12 +134,13 @@ def _phases_from_nodes(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, 
         phase[work[loose & _runs(trace, work, forward_ops, engine_rows)]] = FORWARD
     if not backward_recorded:
         loose &= phase[work] == OTHER
-        phase[work[loose & _runs(trace, work, engine_rows, np.union1d(forward_ops, phase_rows))]] = BACKWARD
+        phase[work[loose & _runs(trace, work, engine_rows,
+                                 np.union1d(forward_ops, phase_rows))]] = BACKWARD
 
 
 def _engine_rows(trace: Trace) -> np.ndarray:
-    """The ops that run one autograd node: the engine's `evaluate_function` ops, and where a trace has none around
-    them (2021 and before), the nodes themselves."""
+    """The ops that run one autograd node: the engine's `evaluate_function` ops, and where a trace
+    has none around them (2021 and before), the nodes themselves."""
     names = trace.strings
     ops = trace.indices(EventKind.CPU_OP)
     op_names = np.unique(trace.name[ops]).tolist()  # not the kernels' names, which can be many more
@@ -144,7 +154,8 @@ def _engine_rows(trace: Trace) -> np.ndarray:
 
 
 def _forward_ops(trace: Trace, work: np.ndarray, engine_rows: np.ndarray) -> np.ndarray:
-    """The ops of `work` whose sequence number a backward node carries: the forward ops that recorded a node."""
+    """The ops of `work` whose sequence number a backward node carries:
+    the forward ops that recorded a node."""
     sequence = trace.sequence
     wanted = np.unique(sequence[engine_rows])
     wanted = wanted[wanted != NO_VALUE]
@@ -154,8 +165,8 @@ def _forward_ops(trace: Trace, work: np.ndarray, engine_rows: np.ndarray) -> np.
 def _runs(trace: Trace, work: np.ndarray, anchors: np.ndarray, breakers: np.ndarray) -> np.ndarray:
     """Per row of `work`: whether it lies in a run of `anchors` on its thread.
 
-    A run goes from an anchor's start to the latest end of the anchors after it on the same thread, up to where
-    one of `breakers` (any thread) starts between two anchors.
+    A run goes from an anchor's start to the latest end of the anchors after it on the same thread,
+    up to where one of `breakers` (any thread) starts between two anchors.
     """
     inside_any = np.zeros(work.size, dtype=bool)
     ts, end, track = trace.ts_ns, trace.end_ns, trace.track
@@ -163,7 +174,8 @@ def _runs(trace: Trace, work: np.ndarray, anchors: np.ndarray, breakers: np.ndar
     for thread in np.unique(track[anchors]).tolist():
         mine = anchors[track[anchors] == thread]
         mine = mine[np.argsort(ts[mine], kind="stable")]
-        breaks = np.flatnonzero(np.diff(np.searchsorted(breaker_starts, ts[mine], side="right")) != 0) + 1
+        breaks = np.flatnonzero(np.diff(np.searchsorted(breaker_starts, ts[mine],
+                                                        side="right")) != 0) + 1
         firsts = np.r_[0, breaks]
         starts, ends = ts[mine][firsts], np.maximum.reduceat(end[mine], firsts)
         candidates = np.flatnonzero(track[work] == thread)
@@ -183,13 +195,15 @@ def _layer_name(name: str) -> str | None:
 
 def _phase_of_name(name: str) -> int:
     if name.startswith(PHASE_PREFIX):
-        return PHASES.index(name[len(PHASE_PREFIX):]) if name[len(PHASE_PREFIX):] in PHASES else OTHER
+        return (PHASES.index(name[len(PHASE_PREFIX):]) if name[len(PHASE_PREFIX):] in PHASES
+                else OTHER)
     if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
         return OPTIMIZER
     return _PHASE_ANNOTATIONS.get(name, NO_VALUE)
 
 
-def _layer_ids(trace: Trace, layer_rows: np.ndarray, layer_name: np.ndarray) -> tuple[list[str], np.ndarray]:
+def _layer_ids(trace: Trace, layer_rows: np.ndarray,
+               layer_name: np.ndarray) -> tuple[list[str], np.ndarray]:
     """Layer names in order of first appearance, and the layer id of each layer-span row."""
     ids = np.full(len(trace), NO_VALUE, dtype=np.int32)
     index: dict[str, int] = {}
@@ -199,8 +213,8 @@ def _layer_ids(trace: Trace, layer_rows: np.ndarray, layer_name: np.ndarray) -> 
     return list(index), ids
 
 
-def _backward_layers(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, enclosing_layer: np.ndarray,
-                     layer: np.ndarray, layer_ids: np.ndarray) -> None:
+def _backward_layers(trace: Trace, work: np.ndarray, engine_rows: np.ndarray,
+                     enclosing_layer: np.ndarray, layer: np.ndarray, layer_ids: np.ndarray) -> None:
     """Backward work takes the layer of the forward op with the same autograd sequence number."""
     if engine_rows.size == 0:
         return
@@ -229,17 +243,22 @@ def _backward_layers(trace: Trace, work: np.ndarray, engine_rows: np.ndarray, en
     inside = enclosing_engine >= 0
     engine_start = np.full(work.size, np.iinfo(np.int64).min)
     engine_start[inside] = trace.ts_ns[enclosing_engine[inside]]
-    span_start = np.where(enclosing_layer >= 0, trace.ts_ns[np.maximum(enclosing_layer, 0)], np.iinfo(np.int64).min)
+    span_start = np.where(enclosing_layer >= 0, trace.ts_ns[np.maximum(enclosing_layer, 0)],
+                          np.iinfo(np.int64).min)
     use_engine = inside & (span_start < engine_start)
     engine_index = np.searchsorted(engine_rows, enclosing_engine[use_engine])
     layer[work[use_engine]] = engine_layer[engine_index]
 
 
-def _leaves(trace: Trace, layers: list[str], layer_rows: np.ndarray, layer_ids: np.ndarray) -> np.ndarray:
-    """Leaf modules: from the recorder's module table when there is one, else layers with no layer inside."""
-    recorded = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
+def _leaves(trace: Trace, layers: list[str], layer_rows: np.ndarray,
+            layer_ids: np.ndarray) -> np.ndarray:
+    """Leaf modules: from the recorder's module table when there is
+    one, else layers with no layer inside."""
+    recorded = (trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict)
+                else None)
     if isinstance(recorded, dict) and recorded:
-        return np.array([bool(recorded.get(name, {}).get("leaf", True)) for name in layers], dtype=bool)
+        return np.array([bool(recorded.get(name, {}).get("leaf", True)) for name in layers],
+                        dtype=bool)
     leaf = np.ones(len(layers), dtype=bool)
     parents = innermost_enclosing(trace, layer_rows, layer_rows)
     has = parents >= 0
@@ -247,7 +266,8 @@ def _leaves(trace: Trace, layers: list[str], layer_rows: np.ndarray, layer_ids: 
     return leaf
 
 
-def _source(layer_rows: np.ndarray, names: list[str], trace: Trace, phase_rows: np.ndarray, engine_rows: np.ndarray) -> str:
+def _source(layer_rows: np.ndarray, names: list[str], trace: Trace, phase_rows: np.ndarray,
+            engine_rows: np.ndarray) -> str:
     if layer_rows.size:
         first = names[int(trace.name[layer_rows[0]])]
         return "daydream markers" if first.startswith(LAYER_PREFIX) else "nn.Module spans"
@@ -268,9 +288,11 @@ class PhaseLayerTimes:
     backward_layer_share: float
 
 
-def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: list[tuple[int, int]],
+def phase_layer_times(trace: Trace, attribution: Attribution,
+                      iteration_spans: list[tuple[int, int]],
                       links: Links | None = None) -> PhaseLayerTimes:
-    """Where an iteration's work goes, by phase and by layer, averaged over `iteration_spans` (ns)."""
+    """Where an iteration's work goes, by phase and by layer, averaged
+    over `iteration_spans` (ns)."""
     links = links if links is not None else link(trace)
     rows, weights, when, basis = _work_and_weights(trace, links)
     count = max(len(iteration_spans), 1)
@@ -286,7 +308,8 @@ def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: l
     types = layer_types(trace, attribution.layers)
     for index, name in enumerate(attribution.layers):
         layers.append({"name": name, "type": types[index], "leaf": bool(attribution.leaf[index]),
-                       "forward_ns": int(forward_per_layer[index] / count), "backward_ns": int(backward_per_layer[index] / count)})
+                       "forward_ns": int(forward_per_layer[index] / count),
+                       "backward_ns": int(backward_per_layer[index] / count)})
     forward = phase == FORWARD
     backward = phase == BACKWARD
     leaf_layer = np.zeros(rows.size, dtype=bool)
@@ -304,22 +327,26 @@ def phase_layer_times(trace: Trace, attribution: Attribution, iteration_spans: l
 
 @dataclass(slots=True, frozen=True)
 class LayerWork:
-    """Per layer (index into `Attribution.layers`): its forward's and backward's work (ns; the trace's GPU work where it
-    has any, else its CPU ops' own time), and when its first forward work began (ns; -1 for never)."""
+    """Per layer (index into `Attribution.layers`): its forward's and backward's work (ns; the
+    trace's GPU work where it has any, else its CPU ops' own time), and when its first forward work
+    began (ns; -1 for never)."""
 
     work_ns: np.ndarray
     first_forward_ns: np.ndarray
 
 
 def layer_work(trace: Trace, attribution: Attribution, links: Links | None = None) -> LayerWork:
-    """Each layer's work and the start of its forward, over the whole trace (what a pipeline's stages balance)."""
+    """Each layer's work and the start of its forward, over the whole
+    trace (what a pipeline's stages balance)."""
     rows, weights, when, _ = _work_and_weights(trace, links if links is not None else link(trace))
-    return work_by_layer(attribution.layer[rows], attribution.phase[rows], weights, when, len(attribution.layers))
+    return work_by_layer(attribution.layer[rows], attribution.phase[rows], weights, when,
+                         len(attribution.layers))
 
 
-def work_by_layer(layer: np.ndarray, phase: np.ndarray, weights: np.ndarray, when: np.ndarray, count: int) -> LayerWork:
-    """LayerWork of pieces of work (each its layer, -1 for none; its phase; its time, ns; its start, ns) over `count`
-    layers."""
+def work_by_layer(layer: np.ndarray, phase: np.ndarray, weights: np.ndarray, when: np.ndarray,
+                  count: int) -> LayerWork:
+    """LayerWork of pieces of work (each its layer, -1 for none; its phase; its time, ns; its start,
+    ns) over `count` layers."""
     layer = layer.astype(np.int64)
     work = _per_layer(layer, weights, (phase == FORWARD) | (phase == BACKWARD), count)
     forward = (phase == FORWARD) & (layer >= 0)
@@ -340,7 +367,8 @@ def _work_and_weights(trace: Trace, links: Links) -> tuple[np.ndarray, np.ndarra
 
 
 def self_time_ns(trace: Trace, ops: np.ndarray) -> np.ndarray:
-    """Each of the CPU ops `ops`: its duration less that of the CPU ops directly inside it (ns, float)."""
+    """Each of the CPU ops `ops`: its duration less that of the CPU ops
+    directly inside it (ns, float)."""
     every = trace.indices(EventKind.CPU_OP)
     parent = innermost_enclosing(trace, every, every)
     children = np.zeros(len(trace), dtype=np.float64)
@@ -351,27 +379,33 @@ def self_time_ns(trace: Trace, ops: np.ndarray) -> np.ndarray:
 
 def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: int) -> np.ndarray:
     chosen = mask & (layer >= 0)
-    return np.bincount(layer[chosen], weights=weights[chosen], minlength=count) if count else np.zeros(0)
+    return (np.bincount(layer[chosen], weights=weights[chosen], minlength=count) if count
+            else np.zeros(0))
 
 
 def _within_any(times: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-    """Whether each time falls in one of the spans [start, end): one sorted pass, not one mask per span."""
+    """Whether each time falls in one of the spans [start, end): one
+    sorted pass, not one mask per span."""
     if not spans:
         return np.zeros(times.size, dtype=bool)
     starts = np.array([s for s, _ in spans], dtype=np.int64)
     order = np.argsort(starts, kind="stable")
     starts = starts[order]
-    reach = np.maximum.accumulate(np.array([e for _, e in spans], dtype=np.int64)[order])  # overlapping spans too
-    last = np.searchsorted(starts, times, side="right") - 1  # the latest span starting at or before each time
+    # overlapping spans too
+    reach = np.maximum.accumulate(np.array([e for _, e in spans], dtype=np.int64)[order])
+    # the latest span starting at or before each time
+    last = np.searchsorted(starts, times, side="right") - 1
     return (last >= 0) & (times < reach[np.maximum(last, 0)])
 
 
 def layer_types(trace: Trace, layers: list[str]) -> list[str]:
-    """The module type of each layer (Conv2d, Linear, ...) where the trace records it ('' where not).
+    """The module type of each layer (Conv2d, Linear, ...) where the
+    trace records it ('' where not).
 
     `daydream trace` writes each module path's type in the trace's `daydream.layers`.
     """
-    recorded = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
+    recorded = (trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict)
+                else None)
     if not isinstance(recorded, dict):
         return [""] * len(layers)
     types = []
@@ -411,9 +445,11 @@ def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray
     return targets, owner
 
 
-def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int], factor: float) -> float | None:
-    """(all parameter bytes + (factor - 1) x the matching layers' own and their children's) / all; None if unknown.
-    The time models of depth and width (transforms.model_size) grow the optimizer's work by it too."""
+def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int],
+                    factor: float) -> float | None:
+    """(all parameter bytes + (factor - 1) x the matching layers' own and
+    their children's) / all; None if unknown. The time models of depth and
+    width (transforms.model_size) grow the optimizer's work by it too."""
     total = sum(layer_bytes.values())
     if total <= 0:
         return None

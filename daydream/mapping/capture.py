@@ -1,13 +1,15 @@
-"""CUDA-graph captures in a trace: launches recorded between `cudaStreamBeginCapture` and `cudaStreamEndCapture`
-(HIP alike) are captured into a graph, not run, so they have no GPU work.
+"""CUDA-graph captures in a trace: launches recorded between `cudaStreamBeginCapture` and
+`cudaStreamEndCapture` (HIP alike) are captured into a graph, not run, so they have no GPU work.
 
-A trace of the capture itself (the profiler started around `torch.cuda.graph(...)`) holds launches and no execution:
-nothing to replay and nothing a what-if can speed up. A trace that captures once and then replays the graph
-(`cudaGraphLaunch`) runs the captured kernels under the graph launches: that is an execution like any other.
+A trace of the capture itself (the profiler started around `torch.cuda.graph(...)`) holds launches
+and no execution: nothing to replay and nothing a what-if can speed up. A trace that captures once
+and then replays the graph (`cudaGraphLaunch`) runs the captured kernels under the graph launches:
+that is an execution like any other.
 
     found = captures(trace)
-    found.launches_captured, found.graph_launches_run   # launches inside capture ranges; graph launches that ran
-    found.capture_only                          # the trace records a capture and no execution of it
+    found.launches_captured   # launches inside capture ranges
+    found.graph_launches_run  # graph launches that ran
+    found.capture_only        # the trace records a capture and no execution of it
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ _END = re.compile(r"^(?:cuda|hip)StreamEndCapture\w*$|^cuStreamEndCapture\w*$")
 
 @dataclass(slots=True, frozen=True)
 class Captures:
-    """Kernel launch calls inside capture ranges, all kernel launch calls, and graph launch calls whose GPU work ran."""
+    """Kernel launch calls inside capture ranges, all kernel launch
+    calls, and graph launch calls whose GPU work ran."""
 
     ranges: int
     launches_captured: int
@@ -35,12 +38,15 @@ class Captures:
 
     @property
     def capture_only(self) -> bool:
-        """The trace records a capture (most of its kernel launches captured) and no graph launch that ran."""
-        return self.launches_captured > 0 and 2 * self.launches_captured >= self.launches and self.graph_launches_run == 0
+        """The trace records a capture (most of its kernel launches
+        captured) and no graph launch that ran."""
+        return (self.launches_captured > 0 and 2 * self.launches_captured >= self.launches
+                and self.graph_launches_run == 0)
 
     def describe(self) -> str:
-        return (f"{self.launches_captured:,} of its {self.launches:,} kernel launches lie inside {self.ranges} CUDA-graph "
-                f"capture range(s) (cudaStreamBeginCapture … cudaStreamEndCapture): captured, not run")
+        return (f"{self.launches_captured:,} of its {self.launches:,} kernel launches lie inside "
+                f"{self.ranges} CUDA-graph capture range(s) (cudaStreamBeginCapture … "
+                "cudaStreamEndCapture): captured, not run")
 
 
 def captures(trace: Trace, links: Links | None = None) -> Captures:
@@ -52,7 +58,8 @@ def captures(trace: Trace, links: Links | None = None) -> Captures:
         return Captures(0, 0, 0, 0)
     end_names = [i for i, name in enumerate(names) if _END.match(name[:200])]
     launch_names = [i for i, name in enumerate(names) if runtime_api.LAUNCH.match(name[:200])]
-    graph_names = [i for i, name in enumerate(names) if runtime_api.role_of(name[:200]) is runtime_api.CallRole.GRAPH_LAUNCH]
+    graph_names = [i for i, name in enumerate(names)
+                   if runtime_api.role_of(name[:200]) is runtime_api.CallRole.GRAPH_LAUNCH]
     call_names = trace.name[calls]
     launches = calls[np.isin(call_names, launch_names)]
     captured = np.zeros(launches.size, dtype=bool)
@@ -65,10 +72,12 @@ def captures(trace: Trace, links: Links | None = None) -> Captures:
             after = ends[ends >= start]
             stop = int(after[0]) if after.size else int(np.iinfo(np.int64).max)
             ranges += 1
-            captured |= (trace.track[launches] == track) & (trace.ts_ns[launches] >= start) & (trace.ts_ns[launches] < stop)
+            captured |= (trace.track[launches] == track) & (trace.ts_ns[launches] >= start) & (
+                trace.ts_ns[launches] < stop)
     links = links if links is not None else link(trace)
     gpu = trace.indices(*GPU_ACTIVITY_KINDS)
     launched = np.unique(links.launch[gpu])
     graph_launches = calls[np.isin(call_names, graph_names)]
     ran = int(np.isin(graph_launches, launched).sum())
-    return Captures(ranges=ranges, launches_captured=int(captured.sum()), launches=int(launches.size), graph_launches_run=ran)
+    return Captures(ranges=ranges, launches_captured=int(captured.sum()),
+                    launches=int(launches.size), graph_launches_run=ran)

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 #: The classes, in the order reports list them.
-CLASSES = ("gemm", "convolution", "attention", "normalization", "elementwise", "reduction", "memory", "embedding",
-           "communication", "optimizer", "other")
+CLASSES = ("gemm", "convolution", "attention", "normalization", "elementwise", "reduction",
+           "memory", "embedding", "communication", "optimizer", "other")
 
 #: Number formats, from the widest; "unknown" where the name does not say.
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "unknown")
@@ -43,54 +43,68 @@ FULL_PRECISION = ("fp32", "tf32")
 REDUCED_PRECISION = ("bf16", "fp16", "fp8", "int8")
 
 _ATEN_ELEMENTWISE = (
-    "add|sub|rsub|mul|div|neg|abs|sign|exp|log|log1p|sqrt|rsqrt|pow|reciprocal|sin|cos|tanh|sigmoid|relu|gelu|silu|"
-    "elu|leaky_relu|hardtanh|threshold|threshold_backward|clamp|clamp_min|clamp_max|where|masked_fill|dropout|"
-    "native_dropout|addcmul|addcdiv|lerp|maximum|minimum|eq|ne|lt|le|gt|ge|erf|floor|ceil|round|logical_\\w+|"
-    "bitwise_\\w+|gelu_backward|silu_backward|sigmoid_backward|tanh_backward"
+    "add|sub|rsub|mul|div|neg|abs|sign|exp|log|log1p|sqrt|rsqrt|pow|reciprocal|sin|cos|tanh|"
+    "sigmoid|relu|gelu|silu|elu|leaky_relu|hardtanh|threshold|threshold_backward|clamp|clamp_min|"
+    "clamp_max|where|masked_fill|dropout|native_dropout|addcmul|addcdiv|lerp|maximum|minimum|eq|ne|"
+    "lt|le|gt|ge|erf|floor|ceil|round|logical_\\w+|bitwise_\\w+|gelu_backward|silu_backward|"
+    "sigmoid_backward|tanh_backward"
 )
 
 #: (class, pattern) rows, first match wins. Patterns are searched case-insensitively.
 CLASS_PATTERNS: tuple[tuple[str, str], ...] = (
     # NCCL/RCCL kernels, collectives' CPU ops, custom all-reduce kernels.
-    ("communication", r"nccl|rccl|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
-                      r"sendrecv|multimem_"),
+    ("communication",
+     r"nccl|rccl|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
+     r"sendrecv|multimem_"),
     # Inductor's kernels keep the class of their template, whatever the fused ops their names list.
     ("elementwise", r"^triton_poi_"),
     ("reduction", r"^triton_(red|per)_"),
     ("gemm", r"^triton_tem_"),
-    # Copies, layout changes, fills, gathers and cache writes (PyTorch's copy and fill kernels are elementwise instances).
-    ("memory", r"^mem(cpy|set)\b|memcpy|memset|copy_kernel|copy_device_to_device|batchedcopy|catarraybatchedcopy|"
-               r"nchwtonhwc|nhwctonchw|fillfunctor|batched_transpose|transpose_|subtensoropwithcasttensor|"
-               r"index_?select|indexselect|vectorized_gather|gather_kernel|scatter_kernel|reshape_and_cache|"
-               r"copy_page_indices|fbgemm_gpu::(permute|_block_bucketize|_offsets_range)|bounds_check_indices|"
-               r"linearize_index|indexing_backward|scatter_gather|index_elementwise_kernel|index_put|^aten::(copy_|_to_copy|to|contiguous|clone|cat|stack|fill_|zero_|zeros|"
+    # Copies, layout changes, fills, gathers and cache writes (PyTorch's copy and fill kernels are
+    # elementwise instances).
+    ("memory", r"^mem(cpy|set)\b|memcpy|memset|copy_kernel|copy_device_to_device|batchedcopy|"
+               r"catarraybatchedcopy|nchwtonhwc|nhwctonchw|fillfunctor|batched_transpose|"
+               r"transpose_|subtensoropwithcasttensor|index_?select|indexselect|vectorized_gather|"
+               r"gather_kernel|scatter_kernel|reshape_and_cache|copy_page_indices|"
+               r"fbgemm_gpu::(permute|_block_bucketize|_offsets_range)|bounds_check_indices|"
+               r"linearize_index|indexing_backward|scatter_gather|index_elementwise_kernel|"
+               r"index_put|^aten::(copy_|_to_copy|to|contiguous|clone|cat|stack|fill_|zero_|zeros|"
                r"ones|full|index_select|gather|scatter)$"),
-    ("attention", r"attention|flash_|flash::|fmha|sdpa|scaled_dot_product|\battn_(fwd|bwd)|sage_(fwd|bwd|attn)|"
-                  r"mha_(fwd|bwd|varlen)|paged_attn|unified_attention"),
-    ("normalization", r"batch_?norm|layer_?norm|group_?norm|instance_?norm|rms_?norm|bn_(fw|bw)_|bnfwd|bnbwd|"
-                      r"qknorm|rowwisemoments|gammabetabackward|miopenbatchnorm"),
-    # cuDNN/CUTLASS/MIOpen/CK convolutions (implicit GEMMs among them), winograd, im2col, ATen conv ops.
-    ("convolution", r"conv(?!ert)|scudnn|cutlass_cudnn|cask_cudnn|cudnn::cnn|cudnn::detail::(d|w)grad|winograd|"
-                    r"im2col|im2d2col|col2im|(f|d|w)grad|xmma_fprop|igemm_(fwd|bwd|wrw)|miopensp\d|gridwise_convolution"),
-    # Embedding lookups and their backward (FBGEMM's table-batched embeddings, EmbeddingBag); rotary ones are elementwise.
+    ("attention", r"attention|flash_|flash::|fmha|sdpa|scaled_dot_product|\battn_(fwd|bwd)|"
+                  r"sage_(fwd|bwd|attn)|mha_(fwd|bwd|varlen)|paged_attn|unified_attention"),
+    ("normalization",
+     r"batch_?norm|layer_?norm|group_?norm|instance_?norm|rms_?norm|bn_(fw|bw)_|bnfwd|bnbwd|"
+     r"qknorm|rowwisemoments|gammabetabackward|miopenbatchnorm"),
+    # cuDNN/CUTLASS/MIOpen/CK convolutions (implicit GEMMs among them),
+    # winograd, im2col, ATen conv ops.
+    ("convolution",
+     r"conv(?!ert)|scudnn|cutlass_cudnn|cask_cudnn|cudnn::cnn|cudnn::detail::(d|w)grad|winograd|"
+     r"im2col|im2d2col|col2im|(f|d|w)grad|xmma_fprop|igemm_(fwd|bwd|wrw)|miopensp\d|"
+     r"gridwise_convolution"),
+    # Embedding lookups and their backward (FBGEMM's table-batched
+    # embeddings, EmbeddingBag); rotary ones are elementwise.
     ("elementwise", r"rotary|\brope_|_rope_|fused_rope"),
     ("embedding", r"embedding|embbag|embedding_?bag|permute_pooled_embs"),
-    ("gemm", r"(?<!fb)gemm|gemv|matmul|cublas|nvjet|splitkreduce|magma_|^bmm_|^cijk_|rocblas|hipblaslt|"
-             r"wvspl(i)?tk|ck::kernel_(moe_)?gemm|gridwisegemm|"
-             r"aten::(addmm|mm|bmm|baddbmm|addbmm|addmv|mv|dot|linear|_addmm_activation)$|"
-             r"(addmm|mm|bmm|baddbmm|linear)backward"),
+    ("gemm",
+     r"(?<!fb)gemm|gemv|matmul|cublas|nvjet|splitkreduce|magma_|^bmm_|^cijk_|rocblas|hipblaslt|"
+     r"wvspl(i)?tk|ck::kernel_(moe_)?gemm|gridwisegemm|"
+     r"aten::(addmm|mm|bmm|baddbmm|addbmm|addmv|mv|dot|linear|_addmm_activation)$|"
+     r"(addmm|mm|bmm|baddbmm|linear)backward"),
     # Fused and foreach optimizer kernels (PyTorch's foreach kernels serve optimizer steps) and ops.
-    ("optimizer", r"multi_tensor_apply|adam|adagrad|(?<![a-z])sgd(?![a-z])|lamb(?!da)|rmsprop|optimizer\.|_foreach_"),
+    ("optimizer", r"multi_tensor_apply|adam|adagrad|(?<![a-z])sgd(?![a-z])|lamb(?!da)|rmsprop|"
+                  r"optimizer\.|_foreach_"),
     # Softmax is a reduction (a row max and sum) unless an attention kernel fuses it (rows above).
-    ("reduction", r"softmax|reduce|cub::device(reduce|scan|segmentedreduce|radixsort)|devicescan|deviceradixsort|rocprim::|"
-                  r"(max|avg)_?pool|nll_?loss|nllcriterion|cross_entropy|argmax|argmin|cumsum|topk|moesorting|"
-                  r"moe::dev::(routing|finalize)|"
+    ("reduction", r"softmax|reduce|cub::device(reduce|scan|segmentedreduce|radixsort)|devicescan|"
+                  r"deviceradixsort|rocprim::|(max|avg)_?pool|nll_?loss|nllcriterion|cross_entropy|"
+                  r"argmax|argmin|cumsum|topk|moesorting|moe::dev::(routing|finalize)|"
                   r"^aten::(sum|mean|max|min|amax|amin|norm|linalg_vector_norm|"
-                  r"prod|var|std|all|any|topk|_softmax|softmax|log_softmax|_log_softmax)$|(sum|mean)backward"),
-    ("elementwise", r"elementwise|functor|subtensorop|act_and_mul|silu|gelu|quant|scal_kernel|scalepackedtensor|"
-                    r"upsample|epilogue::|^aten::(" + _ATEN_ELEMENTWISE + r")_?$|"
-                    r"(relu|threshold|gelu|silu|sigmoid|tanh|add|sub|mul|div|neg|pow|exp|log|sqrt|rsqrt|clamp|where|"
-                    r"nativedropout|dropout)backward"),
+                  r"prod|var|std|all|any|topk|_softmax|softmax|log_softmax|_log_softmax)$|(sum|"
+                  r"mean)backward"),
+    ("elementwise",
+     r"elementwise|functor|subtensorop|act_and_mul|silu|gelu|quant|scal_kernel|scalepackedtensor|"
+     r"upsample|epilogue::|^aten::(" + _ATEN_ELEMENTWISE + r")_?$|"
+                    r"(relu|threshold|gelu|silu|sigmoid|tanh|add|sub|mul|div|neg|pow|exp|log|sqrt|"
+                    r"rsqrt|clamp|where|nativedropout|dropout)backward"),
 )
 
 #: (precision, pattern) rows, first match wins; searched in the whole name, case-insensitively.
@@ -99,31 +113,37 @@ PRECISION_PATTERNS: tuple[tuple[str, str], ...] = (
     ("fp8", r"fp8(?!kvcache)|float8|e4m3|e5m2|mxe2m1|f8f6f4|\bfp4|nvfp4"),
     # Composable Kernel stored bfloat16 as `unsigned short` before it had bhalf_t.
     ("bf16", r"bf16|bfloat16|bhalf_t|DF16b|^(void )?ck(_tile)?::[^(]*unsigned short"),
-    ("fp16", r"fp16|c10::half|__half\b|\bhalf\b|_half\b|half_t|<half|\bf16\b|_f16_|h884|h1688|h16816|hgemm|_hmma"),
+    ("fp16", r"fp16|c10::half|__half\b|\bhalf\b|_half\b|half_t|<half|\bf16\b|_f16_|h884|h1688|"
+             r"h16816|hgemm|_hmma"),
     ("int8", r"\bint8\b|i8gemm|imma_|s8s8"),
     ("tf32", r"tf32|tensorop_s(1688|16816)"),
     ("fp64", r"\bdouble\b|dgemm|fp64"),
     ("fp32", r"\bfloat\b|float,|<float|fp32|f32|sgemm|scudnn|sgemv|single"),
 )
 
-#: A GEMM or convolution on tensor cores with no other precision hint runs tf32 (an fp32 model, TF32 allowed).
+#: A GEMM or convolution on tensor cores with no other precision hint
+#: runs tf32 (an fp32 model, TF32 allowed).
 TENSOR_CORE = re.compile(r"tensorop|s1688|s884|16816|xmma|wgmma|hmma", re.IGNORECASE)
-#: Tensile / hipBLASLt names carry their data type after the layouts: Cijk_Alik_Bljk_BBS_... is bf16.
+#: Tensile / hipBLASLt names carry their data type after the layouts:
+#: Cijk_Alik_Bljk_BBS_... is bf16.
 _TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_([A-Z0-9]+)_")
-_TENSILE_TYPES = (("F8", "fp8"), ("B8", "fp8"), ("I8", "int8"), ("BB", "bf16"), ("HH", "fp16"), ("B", "bf16"),
-                  ("H", "fp16"), ("S", "fp32"), ("D", "fp64"))
+_TENSILE_TYPES = (("F8", "fp8"), ("B8", "fp8"), ("I8", "int8"), ("BB", "bf16"), ("HH", "fp16"),
+                  ("B", "bf16"), ("H", "fp16"), ("S", "fp32"), ("D", "fp64"))
 
 _COMPILED = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in CLASS_PATTERNS)
-_PRECISIONS = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in PRECISION_PATTERNS)
+_PRECISIONS = tuple((name, re.compile(pattern, re.IGNORECASE))
+                    for name, pattern in PRECISION_PATTERNS)
 
 
-#: A name is read for its class and precision up to here: what tells them apart is in its first few hundred
-#: characters, and a damaged trace's names can run to megabytes (each pattern would scan them whole).
+#: A name is read for its class and precision up to here: what tells them
+#: apart is in its first few hundred characters, and a damaged trace's
+#: names can run to megabytes (each pattern would scan them whole).
 MAX_NAME_CHARS = 4096
 
 
 def classify(name: str) -> str:
-    """The class of a kernel or op called `name` (one of CLASSES), read from its first MAX_NAME_CHARS."""
+    """The class of a kernel or op called `name` (one of CLASSES), read
+    from its first MAX_NAME_CHARS."""
     head = signature_head(name[:MAX_NAME_CHARS])
     for klass, pattern in _COMPILED:
         if pattern.search(head):
@@ -155,12 +175,14 @@ def signature_head(name: str) -> str:
 
 
 def classes_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
-    """Class index (into CLASSES) of each name id in `names`; each distinct name is classified once."""
+    """Class index (into CLASSES) of each name id in `names`; each
+    distinct name is classified once."""
     return _per_distinct_name(names, strings, lambda name: CLASSES.index(classify(name)))
 
 
 def precision_of(name: str) -> str:
-    """The number format of a kernel called `name` (one of PRECISIONS), read from its first MAX_NAME_CHARS."""
+    """The number format of a kernel called `name` (one of PRECISIONS),
+    read from its first MAX_NAME_CHARS."""
     name = name[:MAX_NAME_CHARS]
     tensile = _TENSILE.match(name)
     if tensile:
@@ -177,13 +199,15 @@ def precision_of(name: str) -> str:
 
 
 def precisions_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
-    """Precision index (into PRECISIONS) of each name id in `names`; each distinct name is read once."""
+    """Precision index (into PRECISIONS) of each name id in `names`;
+    each distinct name is read once."""
     return _per_distinct_name(names, strings, lambda name: PRECISIONS.index(precision_of(name)))
 
 
-#: Where GEMM kernel names carry their output tile (rows x columns of C one thread block computes), first match wins:
-#: Tensile/hipBLASLt `MT64x16x256`, CUTLASS/TensorRT-LLM `_t128x8x128`, cuBLAS sm90 `tilesize128x128x64`, nvjet
-#: `nvjet_sm90_tst_64x16_...`, Composable Kernel's MPerBlock and NPerBlock after the block size
+#: Where GEMM kernel names carry their output tile (rows x columns of C one thread block
+#: computes), first match wins: Tensile/hipBLASLt `MT64x16x256`, CUTLASS/TensorRT-LLM
+#: `_t128x8x128`, cuBLAS sm90 `tilesize128x128x64`, nvjet `nvjet_sm90_tst_64x16_...`,
+#: Composable Kernel's MPerBlock and NPerBlock after the block size
 #: (`GemmSpecialization)0, 256, 32, 64, ...`), cuBLAS/CUTLASS `..gemm.._128x64_`.
 _TILES = tuple(re.compile(pattern, re.IGNORECASE) for pattern in (
     r"_MT(\d+)x(\d+)x\d+",
@@ -193,13 +217,15 @@ _TILES = tuple(re.compile(pattern, re.IGNORECASE) for pattern in (
     r"GemmSpecialization\)\d+, \d+, (\d+), (\d+),",
     r"gemm[a-z0-9_]*?_(\d+)x(\d+)(?:_|$)",
 ))
-#: GEMM-class kernels that stream their operands by construction: matrix-vector products and split-K reductions.
+#: GEMM-class kernels that stream their operands by construction:
+#: matrix-vector products and split-K reductions.
 STREAMING_GEMM = re.compile(r"gemv|splitkreduce", re.IGNORECASE)
 
 
 def gemm_tile(name: str) -> tuple[int, int] | None:
-    """The output tile (rows, columns) a thread block of the GEMM kernel `name` computes, where the name says;
-    `gemm_tile("volta_sgemm_128x64_nn")` is (128, 64), `gemm_tile("Cijk_..._MT64x16x256_MI16x16x1_...")` (64, 16)."""
+    """The output tile (rows, columns) a thread block of the GEMM kernel `name` computes, where the
+    name says; `gemm_tile("volta_sgemm_128x64_nn")` is (128, 64),
+    `gemm_tile("Cijk_..._MT64x16x256_MI16x16x1_...")` (64, 16)."""
     head = name[:MAX_NAME_CHARS]
     for pattern in _TILES:
         found = pattern.search(head)
@@ -209,20 +235,26 @@ def gemm_tile(name: str) -> tuple[int, int] | None:
 
 
 def tiles_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
-    """Per name id in `names`: (rows, columns) of its output tile, (0, 0) where the name does not say; shape (n, 2)."""
+    """Per name id in `names`: (rows, columns) of its output tile, (0,
+    0) where the name does not say; shape (n, 2)."""
     unique, inverse = np.unique(np.asarray(names), return_inverse=True)
     if unique.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    tiles = np.array([gemm_tile(strings[int(n)]) or (0, 0) for n in unique], dtype=np.int64).reshape(-1, 2)
+    tiles = np.array([gemm_tile(strings[int(n)]) or (0, 0) for n in unique],
+                     dtype=np.int64).reshape(-1, 2)
     return tiles[inverse.reshape(-1)]
 
 
 def streaming_of(names: np.ndarray, strings: Sequence[str]) -> np.ndarray:
-    """Per name id in `names`: whether it names a matrix-vector product or a split-K reduction (STREAMING_GEMM)."""
-    return _per_distinct_name(names, strings, lambda name: int(bool(STREAMING_GEMM.search(name[:MAX_NAME_CHARS])))) == 1
+    """Per name id in `names`: whether it names a matrix-vector product
+    or a split-K reduction (STREAMING_GEMM)."""
+    return _per_distinct_name(names, strings,
+                              lambda name: int(
+                                  bool(STREAMING_GEMM.search(name[:MAX_NAME_CHARS])))) == 1
 
 
-def _per_distinct_name(names: np.ndarray, strings: Sequence[str], label: Callable[[str], int]) -> np.ndarray:
+def _per_distinct_name(names: np.ndarray, strings: Sequence[str],
+                       label: Callable[[str], int]) -> np.ndarray:
     unique, inverse = np.unique(np.asarray(names), return_inverse=True)
     if unique.size == 0:
         return np.zeros(0, dtype=np.int64)

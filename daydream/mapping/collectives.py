@@ -41,15 +41,17 @@ class CollectiveInfo:
 
 @dataclass(slots=True)
 class CollectiveMatching:
-    """Per trace (in job order): the matched collective id of each matched communication row (from 1)."""
+    """Per trace (in job order): the matched collective id of each
+    matched communication row (from 1)."""
 
     ids: list[dict[int, int]]
     matched: int = 0
     notes: list[str] = field(default_factory=list)
 
 
-_DTYPE_BYTES = {"float": 4, "float32": 4, "float16": 2, "half": 2, "bfloat16": 2, "double": 8, "float64": 8, "long": 8,
-                "int64": 8, "int": 4, "int32": 4, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1}
+_DTYPE_BYTES = {"float": 4, "float32": 4, "float16": 2, "half": 2, "bfloat16": 2, "double": 8,
+                "float64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "byte": 1, "char": 1,
+                "int8": 1, "uint8": 1, "bool": 1}
 
 
 def collectives_of(trace: Trace) -> CollectiveInfo:
@@ -57,7 +59,8 @@ def collectives_of(trace: Trace) -> CollectiveInfo:
     rows = trace.indices(*COLLECTIVE_KINDS)
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
     table = trace.tables.get("collective", {})
-    by_row = {int(r): i for i, r in enumerate(table.get("event", np.empty(0, dtype=np.int64)).tolist())}
+    by_row = {int(r): i
+              for i, r in enumerate(table.get("event", np.empty(0, dtype=np.int64)).tolist())}
     groups: list[str] = []
     members: list[tuple[int, ...] | None] = []
     operations: list[str] = []
@@ -78,7 +81,8 @@ def collectives_of(trace: Trace) -> CollectiveInfo:
             if width and elements > 0:
                 sizes[k] = elements * width
         operations.append(operation)
-    return CollectiveInfo(rows=rows, groups=groups, members=members, operations=operations, message_bytes=sizes)
+    return CollectiveInfo(rows=rows, groups=groups, members=members, operations=operations,
+                          message_bytes=sizes)
 
 
 def _operation(name: str) -> str:
@@ -97,17 +101,20 @@ def match_collectives(traces: list[Trace]) -> CollectiveMatching:
     """Match the collectives of a job's ranks by process group and issue order."""
     infos = [collectives_of(trace) for trace in traces]
     matching = CollectiveMatching(ids=[{} for _ in traces])
-    ranks = [trace.meta.rank if trace.meta.rank is not None else index for index, trace in enumerate(traces)]
+    ranks = [trace.meta.rank if trace.meta.rank is not None else index
+             for index, trace in enumerate(traces)]
     world = max((trace.meta.world_size or 1) for trace in traces) if traces else 1
-    sizes = {rank: trace.meta.world_size for rank, trace in zip(ranks, traces) if trace.meta.world_size is not None}
+    sizes = {rank: trace.meta.world_size for rank, trace in zip(ranks, traces)
+             if trace.meta.world_size is not None}
     if len(set(sizes.values())) > 1:
         shown = ", ".join(f"rank {rank}: {size}" for rank, size in sorted(sizes.items())[:6])
-        matching.notes.append(f"the ranks disagree on the world size ({shown}) — are they from one job? "
-                              f"the largest, {world}, is taken")
+        matching.notes.append(f"the ranks disagree on the world size ({shown}) — are they from one "
+                              f"job? the largest, {world}, is taken")
     present = set(ranks)
     next_id = 1  # 0 means unmatched in the graph's collective column
     for group in sorted({g for info in infos for g in info.groups}):
-        sequences = {t: [k for k, g in enumerate(info.groups) if g == group] for t, info in enumerate(infos)}
+        sequences = {t: [k for k, g in enumerate(info.groups) if g == group]
+                     for t, info in enumerate(infos)}
         sequences = {t: positions for t, positions in sequences.items() if positions}
         members = _group_members(infos, sequences, world)
         label = f"process group {group!r}" if group != DEFAULT_GROUP else "the collectives"
@@ -115,7 +122,8 @@ def match_collectives(traces: list[Trace]) -> CollectiveMatching:
         if missing:
             matching.notes.append(
                 f"{label}: ranks {_ranks_text(missing)} of its {len(members)} are not in the job — "
-                "its collectives are replayed as recorded (their time includes waiting for those ranks)"
+                "its collectives are replayed as recorded (their time includes waiting for those "
+                "ranks)"
             )
             continue
         problem = _disagreement(infos, sequences, ranks)
@@ -131,7 +139,8 @@ def match_collectives(traces: list[Trace]) -> CollectiveMatching:
     return matching
 
 
-def _group_members(infos: list[CollectiveInfo], sequences: dict[int, list[int]], world: int) -> tuple[int, ...]:
+def _group_members(infos: list[CollectiveInfo], sequences: dict[int, list[int]],
+                   world: int) -> tuple[int, ...]:
     for t, positions in sequences.items():
         named = infos[t].members[positions[0]]
         if named:
@@ -139,7 +148,8 @@ def _group_members(infos: list[CollectiveInfo], sequences: dict[int, list[int]],
     return tuple(range(world))
 
 
-def _disagreement(infos: list[CollectiveInfo], sequences: dict[int, list[int]], ranks: list[int]) -> str | None:
+def _disagreement(infos: list[CollectiveInfo], sequences: dict[int, list[int]],
+                  ranks: list[int]) -> str | None:
     lengths = {ranks[t]: len(p) for t, p in sequences.items()}
     if len(set(lengths.values())) > 1:
         shown = ", ".join(f"rank {r}: {n}" for r, n in sorted(lengths.items()))
@@ -153,8 +163,8 @@ def _disagreement(infos: list[CollectiveInfo], sequences: dict[int, list[int]], 
                         f"{ranks[reference_trace]} but {infos[t].operations[b]} on rank {ranks[t]}")
             size_a, size_b = int(first.message_bytes[a]), int(infos[t].message_bytes[b])
             if min(size_a, size_b) >= 0 and size_a != size_b:
-                return (f"collective #{index + 1} ({first.operations[a]}) moves {size_a:,} bytes on rank "
-                        f"{ranks[reference_trace]} but {size_b:,} on rank {ranks[t]}")
+                return (f"collective #{index + 1} ({first.operations[a]}) moves {size_a:,} bytes "
+                        f"on rank {ranks[reference_trace]} but {size_b:,} on rank {ranks[t]}")
     return None
 
 

@@ -94,7 +94,8 @@ def _optimizer_iterations(trace: Trace) -> list[Iteration]:
     start = _host_start(trace)
     iterations = []
     for number, (row, end) in enumerate(zip(rows.tolist(), ends.tolist()), start=1):
-        iterations.append(Iteration(f"{trace.name_of(row)} [{number}]", start, int(end), SOURCE_OPTIMIZER_STEP))
+        iterations.append(Iteration(f"{trace.name_of(row)} [{number}]", start, int(end),
+                                    SOURCE_OPTIMIZER_STEP))
         start = int(end)
     return iterations
 
@@ -106,8 +107,9 @@ def _host_start(trace: Trace) -> int:
 
 def settle(starts: list[int], ends: list[int], gpu_ends: list[int | None],
            previous_end: int | None = None) -> list[tuple[int, int]]:
-    """The rule above on plain numbers: per iteration, its markers' times and the end of its last GPU work
-    (None: it launched none) -> its window (start, end). `previous_end`: the end of an iteration before the first."""
+    """The rule above on plain numbers: per iteration, its markers' times and the end of its last
+    GPU work (None: it launched none) -> its window (start, end). `previous_end`: the end of an
+    iteration before the first."""
     windows: list[tuple[int, int]] = []
     for start, end, gpu_end in zip(starts, ends, gpu_ends):
         end = max(end, gpu_end) if gpu_end is not None else end
@@ -119,9 +121,9 @@ def settle(starts: list[int], ends: list[int], gpu_ends: list[int | None],
 
 
 def completed(trace: Trace, iterations: list[Iteration], launch: np.ndarray) -> list[Iteration]:
-    """`iterations`, each to its completion: its end marker passed and the GPU work launched inside it
-    finished (`launch`: per row, the row of the call that launched it, -1 for none; mapping.link).
-    See daydream.graph.windows for why; the graph's windows follow the same rule."""
+    """`iterations`, each to its completion: its end marker passed and the GPU work launched inside
+    it finished (`launch`: per row, the row of the call that launched it, -1 for none;
+    mapping.link). See daydream.graph.windows for why; the graph's windows follow the same rule."""
     if not iterations:
         return iterations
     starts = np.array([it.start_ns for it in iterations], dtype=np.int64)
@@ -134,4 +136,5 @@ def completed(trace: Trace, iterations: list[Iteration], launch: np.ndarray) -> 
     np.maximum.at(last, owner[inside], trace.end_ns[rows[inside]])
     gpu_ends = [int(v) if v != np.iinfo(np.int64).min else None for v in last.tolist()]
     settled = settle(starts.tolist(), ends.tolist(), gpu_ends)
-    return [Iteration(it.name, start, end, it.source) for it, (start, end) in zip(iterations, settled)]
+    return ([Iteration(it.name, start, end, it.source)
+             for it, (start, end) in zip(iterations, settled)])

@@ -51,7 +51,8 @@ class Links:
         trace.derived["mapping.launch"] = self.launch
         trace.derived["mapping.op"] = self.op
         trace.derived["mapping.orphan"] = self.orphan
-        trace.derived["mapping.convention"] = np.array([_CONVENTIONS.index(self.convention)], dtype=np.int8)
+        trace.derived["mapping.convention"] = np.array([_CONVENTIONS.index(self.convention)],
+                                                       dtype=np.int8)
 
     @classmethod
     def from_trace(cls, trace: Trace) -> Links | None:
@@ -115,7 +116,8 @@ def link_launches(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def detect_convention(trace: Trace) -> str:
-    """EXTERNAL_ID when API calls' external ids point at ops, TIME_NESTING when they repeat the correlation."""
+    """EXTERNAL_ID when API calls' external ids point at ops,
+    TIME_NESTING when they repeat the correlation."""
     api_rows = trace.indices(*API_KINDS)
     external = trace.external_id[api_rows]
     has_external = external != NO_VALUE
@@ -173,7 +175,8 @@ def _link_by_nesting(trace: Trace, call_rows: np.ndarray, op: np.ndarray) -> Non
     op[call_rows[found]] = enclosing[found]
 
 
-def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
+def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray,
+                        query_rows: np.ndarray) -> np.ndarray:
     """For each query row, the innermost candidate row enclosing it on the same thread (-1 if none).
 
     With rows ordered by (thread, start, longest first), the innermost candidate that
@@ -183,11 +186,14 @@ def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray, query_rows: np
     result = np.full(query_rows.size, NO_VALUE, dtype=np.int64)
     if candidate_rows.size == 0 or query_rows.size == 0:
         return result
-    candidate_rows = candidate_rows[np.isin(trace.track[candidate_rows], np.unique(trace.track[query_rows]))]
+    candidate_rows = candidate_rows[np.isin(trace.track[candidate_rows],
+                                            np.unique(trace.track[query_rows]))]
     rows = np.concatenate([candidate_rows, query_rows])
-    is_query = np.concatenate([np.zeros(candidate_rows.size, dtype=bool), np.ones(query_rows.size, dtype=bool)])
+    is_query = np.concatenate([np.zeros(candidate_rows.size, dtype=bool),
+                               np.ones(query_rows.size, dtype=bool)])
     position = np.concatenate([np.full(candidate_rows.size, -1), np.arange(query_rows.size)])
-    # Ties: by row, and a row's query copy before its own candidate copy, so it is not its own answer.
+    # Ties: by row, and a row's query copy before its own candidate
+    # copy, so it is not its own answer.
     order = np.lexsort((~is_query, rows, -trace.dur_ns[rows], trace.ts_ns[rows], trace.track[rows]))
     rows, is_query, position = rows[order], is_query[order], position[order]
     tracks = trace.track[rows]
@@ -199,8 +205,9 @@ def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray, query_rows: np
     return result
 
 
-#: Rows from which `nearest_earlier_at_least` runs compiled (numba, imported then) rather than as numpy work whose
-#: memory grows as n log n: a small trace is read without the compiler's start-up, a large one in O(n) memory.
+#: Rows from which `nearest_earlier_at_least` runs compiled (numba, imported then) rather than as
+#: numpy work whose memory grows as n log n: a small trace is read without the compiler's start-up,
+#: a large one in O(n) memory.
 COMPILED_FROM_ROWS = 1 << 17
 
 
@@ -215,7 +222,8 @@ def nearest_earlier_at_least(values: np.ndarray, candidate: np.ndarray) -> np.nd
 
 
 def _nearest_earlier_at_least_numpy(values: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-    """Vectorized binary lifting over a sparse table of window maxima: O(n log n) numpy work and memory."""
+    """Vectorized binary lifting over a sparse table of window maxima:
+    O(n log n) numpy work and memory."""
     n = values.size
     floor = np.iinfo(np.int64).min
     level = np.where(candidate, values, floor).astype(np.int64)
@@ -243,10 +251,12 @@ def link_by_nesting_reference(trace: Trace, call_rows: np.ndarray) -> np.ndarray
     op = np.full(len(trace), NO_VALUE, dtype=np.int64)
     op_rows = set(trace.indices(EventKind.CPU_OP).tolist())
     rows = sorted(op_rows | set(call_rows.tolist()),
-                  key=lambda r: (int(trace.track[r]), int(trace.ts_ns[r]), -int(trace.dur_ns[r]), r not in op_rows))
+                  key=lambda r: (int(trace.track[r]), int(trace.ts_ns[r]), -int(trace.dur_ns[r]),
+                                 r not in op_rows))
     stack: list[int] = []
     for row in rows:
-        while stack and (trace.track[stack[-1]] != trace.track[row] or trace.end_ns[stack[-1]] < trace.end_ns[row]):
+        while stack and (trace.track[stack[-1]] != trace.track[row]
+                         or trace.end_ns[stack[-1]] < trace.end_ns[row]):
             stack.pop()
         if row in op_rows:
             stack.append(row)

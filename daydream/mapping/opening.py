@@ -1,4 +1,5 @@
-"""One rank's trace opened for the stages after it: read (or taken from the cache), linked, cached with its links."""
+"""One rank's trace opened for the stages after it: read (or taken from
+the cache), linked, cached with its links."""
 
 from __future__ import annotations
 

@@ -51,8 +51,10 @@ from dataclasses import dataclass
 MIN_BLOCK_BYTES = 512  # kMinBlockSize: every request is rounded to a multiple of this
 SMALL_SIZE_BYTES = 1 << 20  # kSmallSize: largest request served by the small pool
 SMALL_SEGMENT_BYTES = 2 << 20  # kSmallBuffer: size of every small-pool segment
-LARGE_SEGMENT_BYTES = 20 << 20  # kLargeBuffer: segment for a large request under MIN_LARGE_ALLOC_BYTES
-MIN_LARGE_ALLOC_BYTES = 10 << 20  # kMinLargeAlloc: from here a request gets a segment of its own size
+# kLargeBuffer: segment for a large request under MIN_LARGE_ALLOC_BYTES
+LARGE_SEGMENT_BYTES = 20 << 20
+# kMinLargeAlloc: from here a request gets a segment of its own size
+MIN_LARGE_ALLOC_BYTES = 10 << 20
 ROUND_LARGE_BYTES = 2 << 20  # kRoundLarge: such a segment is rounded up to a multiple of this
 
 
@@ -63,7 +65,8 @@ def round_size(nbytes: int) -> int:
     (512, 512, 1024)
     """
     if nbytes < 0:
-        raise ValueError(f"round_size: a request of {nbytes} bytes is negative; sizes are byte counts >= 0")
+        raise ValueError(f"round_size: a request of {nbytes} bytes is negative; sizes are byte "
+                         "counts >= 0")
     if nbytes < MIN_BLOCK_BYTES:
         return MIN_BLOCK_BYTES
     return _round_up(nbytes, MIN_BLOCK_BYTES)
@@ -75,7 +78,8 @@ def is_small(rounded: int) -> bool:
 
 
 def segment_size(rounded: int) -> int:
-    """The bytes of the new segment PyTorch would `cudaMalloc` for a rounded request of `rounded` bytes.
+    """The bytes of the new segment PyTorch would `cudaMalloc` for a
+    rounded request of `rounded` bytes.
 
     >>> [segment_size(n) >> 20 for n in (1024, 3 << 19, 12 << 20, 25 << 20)]
     [2, 20, 12, 26]
@@ -88,7 +92,8 @@ def segment_size(rounded: int) -> int:
 
 
 def should_split(block_bytes: int, rounded: int, small: bool) -> bool:
-    """Whether a free block of `block_bytes` serving a rounded request of `rounded` bytes is split."""
+    """Whether a free block of `block_bytes` serving a rounded request
+    of `rounded` bytes is split."""
     remainder = block_bytes - rounded
     return remainder >= MIN_BLOCK_BYTES if small else remainder > SMALL_SIZE_BYTES
 
@@ -99,7 +104,8 @@ def _round_up(nbytes: int, multiple: int) -> int:
 
 @dataclass(slots=True, eq=False)
 class _Block:
-    """A contiguous piece of one segment, allocated or free; `prev`/`next` are its neighbours there."""
+    """A contiguous piece of one segment, allocated or free;
+    `prev`/`next` are its neighbours there."""
 
     address: int
     size: int  # bytes
@@ -128,7 +134,8 @@ class _FreeBlocks:
         del self._by_address[block.address]
 
     def take_best_fit(self, nbytes: int) -> _Block | None:
-        """Remove and return the smallest free block of at least `nbytes` (lowest address on ties)."""
+        """Remove and return the smallest free block of at least
+        `nbytes` (lowest address on ties)."""
         index = bisect_left(self._keys, (nbytes, -1))
         if index == len(self._keys):
             return None
@@ -153,7 +160,8 @@ class CachingAllocatorModel:
     (2048, 2)
     """
 
-    __slots__ = ("_pools", "_live", "_next_address", "_allocated", "_reserved", "_peak_allocated", "_peak_reserved")
+    __slots__ = ("_pools", "_live", "_next_address", "_allocated", "_reserved", "_peak_allocated",
+                 "_peak_reserved")
 
     def __init__(self) -> None:
         self._pools = {True: _FreeBlocks(), False: _FreeBlocks()}  # keyed by "is the small pool"
@@ -171,7 +179,8 @@ class CachingAllocatorModel:
 
     @property
     def reserved_bytes(self) -> int:
-        """Bytes in all segments the allocator holds, used or cached (PyTorch's `memory_reserved`)."""
+        """Bytes in all segments the allocator holds, used or cached
+        (PyTorch's `memory_reserved`)."""
         return self._reserved
 
     @property
@@ -187,11 +196,11 @@ class CachingAllocatorModel:
     def malloc(self, handle: int, nbytes: int) -> None:
         """Allocate `nbytes` bytes (> 0) under `handle`, which must not be live already."""
         if nbytes <= 0:
-            raise ValueError(f"malloc of handle {handle}: {nbytes} bytes; a request must be positive "
-                             "(PyTorch does not call the allocator for empty tensors)")
+            raise ValueError(f"malloc of handle {handle}: {nbytes} bytes; a request must be "
+                             "positive (PyTorch does not call the allocator for empty tensors)")
         if handle in self._live:
-            raise ValueError(f"malloc of handle {handle}: that handle is still allocated; free it first "
-                             "or give each live allocation its own handle")
+            raise ValueError(f"malloc of handle {handle}: that handle is still allocated; free it "
+                             "first or give each live allocation its own handle")
         rounded = round_size(nbytes)
         small = is_small(rounded)
         block = self._pools[small].take_best_fit(rounded) or self._new_segment(rounded, small)
@@ -203,7 +212,8 @@ class CachingAllocatorModel:
         self._peak_allocated = max(self._peak_allocated, self._allocated)
 
     def free(self, handle: int) -> None:
-        """Free the allocation made under `handle`; its block goes back to its pool, still reserved."""
+        """Free the allocation made under `handle`; its block goes back
+        to its pool, still reserved."""
         block = self._live.pop(handle, None)
         if block is None:
             raise ValueError(f"free of handle {handle}: no live allocation has that handle "

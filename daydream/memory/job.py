@@ -5,7 +5,8 @@ from __future__ import annotations
 from daydream.trace import Trace
 
 
-def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str | None = None) -> list[dict[str, object]]:
+def predict_memory_for(traces: list[Trace], specs: list[str],
+                       device_name: str | None = None) -> list[dict[str, object]]:
     """Predicted peak memory per device of each trace (rank) under `specs`, with a fits verdict."""
     from daydream.mapping import attribute
     from daydream.mapping.attribution import layer_types, layer_work
@@ -25,13 +26,15 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
         layer_bytes = gradient_bytes_of(trace)
         current = current_optimizer_of(trace.strings)
         device, _ = resolve_device(trace, device_name)
-        targets = [params["target"] for name, params in parsed if name == "gpu" and params.get("target")]
+        targets = [params["target"] for name, params in parsed if name == "gpu"
+                   and params.get("target")]
         if targets:  # gpu:target=NAME: the memory must fit the target's
             from daydream.devices import device as table_device
             device = table_device(str(targets[-1]))
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None
-            prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work, types)
+            prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work,
+                                        types)
             entry: dict[str, object] = {
                 "rank": trace.meta.rank,
                 "device": memory.device,
@@ -44,6 +47,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str], device_name: str |
                 "notes": prediction.notes,
             }
             if target is not None:
-                entry["largest_batch_factor"] = largest_batch_factor(memory, parsed, layers, current, target, layer_bytes, work, types)
+                entry["largest_batch_factor"] = largest_batch_factor(
+                    memory, parsed, layers, current, target, layer_bytes, work, types)
             results.append(entry)
     return results

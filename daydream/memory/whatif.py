@@ -4,9 +4,9 @@ The allocations of the trace (sizes, lifetimes, categories, layers) are rewritte
 way the optimization changes them, the peak is recomputed by a sweep over the new
 lifetimes, and the caching-allocator model turns the allocations into reserved memory.
 
-Each optimization's memory model is one of the `*_memory` functions here, listed by the optimization's
-name in `MEMORY_MODELS` (the one table `whatif --list` and `whatif --memory` both read); its docstring is
-the model as `whatif --list` shows it.
+Each optimization's memory model is one of the `*_memory` functions here, listed by the
+optimization's name in `MEMORY_MODELS` (the one table `whatif --list` and `whatif --memory` both
+read); its docstring is the model as `whatif --list` shows it.
 
 Memory the trace shows only as a recorded total (allocated before the window) is kept
 as it is, except where an optimization says otherwise about weights.
@@ -32,7 +32,8 @@ MemoryModel = Callable[["Allocations", dict[str, Any], "ModelFacts"], str]
 STATE_TENSORS = {"sgd": 0, "sgd-momentum": 1, "adagrad": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 _OPTIMIZER_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
 ACT, TMP, GRAD, OPT, WEIGHTS, OTHER, WORKSPACE = (
-    CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state", "weights", "other", "workspace")
+    CATEGORIES.index(c) for c in ("activations", "temporaries", "gradients", "optimizer state",
+                                  "weights", "other", "workspace")
 )
 
 
@@ -76,16 +77,16 @@ class Allocations:
 
 @dataclass(slots=True, frozen=True)
 class ModelFacts:
-    """What a memory model may consult besides the allocations: the layer names the allocations' `layer` indexes,
-    the optimizer the trace ran, each layer's own parameter bytes (where the trace records them), and the memory's
-    device ("cuda:0", "cpu")."""
+    """What a memory model may consult besides the allocations: the layer names the allocations'
+    `layer` indexes, the optimizer the trace ran, each layer's own parameter bytes (where the trace
+    records them), and the memory's device ("cuda:0", "cpu")."""
 
     layers: list[str]
     current_optimizer: str | None
     layer_bytes: dict[str, int]
     device: str = ""
-    #: per layer, its forward's and backward's work (mapping.attribution.LayerWork), where known: what pipeline stages
-    #: balance
+    #: per layer, its forward's and backward's work (mapping.attribution.LayerWork), where known:
+    #: what pipeline stages balance
     layer_work: LayerWork | None = None
     #: per layer, its module type ("Linear"; "" where not recorded): what tensor parallelism splits
     layer_types: tuple[str, ...] = ()
@@ -95,10 +96,12 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
                    current_optimizer: str | None, device: Device | None,
                    layer_bytes: dict[str, int] | None = None, layer_work: LayerWork | None = None,
                    layer_types: tuple[str, ...] = ()) -> MemoryPrediction:
-    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and width scale);
-    `layer_work`: each layer's work (what pipeline stages balance); `layer_types`: each layer's module type."""
+    """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and
+    width scale); `layer_work`: each layer's work (what pipeline stages balance); `layer_types`:
+    each layer's module type."""
     allocations = _from(memory)
-    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work, layer_types)
+    model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work,
+                       layer_types)
     notes: list[str] = []
     for name, params in specs:
         memory_model = MEMORY_MODELS.get(name)
@@ -109,16 +112,20 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
     peak = peak_bytes(allocations)
     reserved = _reserved(allocations) if memory.peak_reserved_bytes else None
     capacity = int(device.memory_gib * 2**30) if device is not None else None
-    return MemoryPrediction(memory.device, memory.peak_allocated_bytes, peak, reserved, capacity, notes)
+    return MemoryPrediction(memory.device, memory.peak_allocated_bytes, peak, reserved, capacity,
+                            notes)
 
 
-def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
-                         current_optimizer: str | None, device: Device, layer_bytes: dict[str, int] | None = None,
-                         layer_work: LayerWork | None = None, layer_types: tuple[str, ...] = ()) -> float | None:
-    """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None if even 1/64 does not."""
+def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]],
+                         layers: list[str], current_optimizer: str | None, device: Device,
+                         layer_bytes: dict[str, int] | None = None,
+                         layer_work: LayerWork | None = None,
+                         layer_types: tuple[str, ...] = ()) -> float | None:
+    """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None
+    if even 1/64 does not."""
     def fits(factor: float) -> bool:
-        prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers, current_optimizer, device,
-                                    layer_bytes, layer_work, layer_types)
+        prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers,
+                                    current_optimizer, device, layer_bytes, layer_work, layer_types)
         return bool(prediction.fits)
 
     low, high = 1 / 64, 1.0
@@ -142,7 +149,8 @@ def current_optimizer_of(names: list[str]) -> str | None:
 
 def peak_bytes(allocations: Allocations) -> int:
     """The largest sum of live allocations plus the pre-window memory, over the timeline."""
-    times = np.unique(np.concatenate([allocations.start, allocations.end[allocations.end != NEVER], allocations.baseline_times]))
+    times = np.unique(np.concatenate([allocations.start, allocations.end[allocations.end != NEVER],
+                                      allocations.baseline_times]))
     delta = np.zeros(times.size + 1, dtype=np.float64)
     np.add.at(delta, np.searchsorted(times, allocations.start), allocations.size)
     freed = allocations.end != NEVER
@@ -155,9 +163,12 @@ def peak_bytes(allocations: Allocations) -> int:
 
 def _from(memory: DeviceMemory) -> Allocations:
     a = memory.allocations
-    return Allocations(a["size"].astype(np.float64), a["start"].copy(), a["end"].copy(), a["category"].copy(),
-                        a["layer"].copy(), a["phase"].copy(), a["iteration"].copy(), memory.times_ns.copy(),
-                        memory.by_category.get("before the trace", np.zeros(memory.times_ns.size)).astype(np.float64))
+    return Allocations(a["size"].astype(np.float64), a["start"].copy(), a["end"].copy(),
+                       a["category"].copy(),
+                        a["layer"].copy(), a["phase"].copy(), a["iteration"].copy(),
+                       memory.times_ns.copy(),
+                        memory.by_category.get("before the trace",
+                                               np.zeros(memory.times_ns.size)).astype(np.float64))
 
 
 def _reserved(allocations: Allocations) -> int | None:
@@ -165,21 +176,28 @@ def _reserved(allocations: Allocations) -> int | None:
         from daydream.memory.allocator import replay_events
     except ImportError:  # pragma: no cover - the allocator model ships with daydream
         return None
-    # In time order; at the same instant frees first, as the allocator would have seen them, except the free of an
-    # allocation made at that same instant (a what-if that ends an allocation where it starts), which follows it.
+    # In time order; at the same instant frees first, as the allocator would have seen them, except
+    # the free of an allocation made at that same instant (a what-if that ends an allocation where
+    # it starts), which follows it.
     starts = allocations.start.tolist()
     allocs = [(int(t), 1, i) for i, t in enumerate(starts)]
-    frees = [(int(t), 2 if t <= starts[i] else 0, i) for i, t in enumerate(allocations.end.tolist()) if t != NEVER]
+    frees = [(int(t), 2 if t <= starts[i] else 0, i) for i, t in enumerate(allocations.end.tolist())
+             if t != NEVER]
     sizes = allocations.size.tolist()
-    stream = ((handle, int(sizes[handle]) if kind == 1 else -1) for _, kind, handle in sorted(allocs + frees))
-    peaks = replay_events((handle, size) for handle, size in stream if int(sizes[handle]) != 0)  # none made: none freed
+    stream = ((handle, int(sizes[handle]) if kind == 1 else -1)
+              for _, kind, handle in sorted(allocs + frees))
+    # none made: none freed
+    peaks = replay_events((handle, size) for handle, size in stream if int(sizes[handle]) != 0)
     baseline = int(allocations.baseline_bytes.max()) if allocations.baseline_bytes.size else 0
     return int(peaks.peak_reserved_bytes) + baseline
 
 
 def _batch_proportional(a: Allocations) -> np.ndarray:
-    """Activations, and temporaries or unclassified tensors made in forward or backward (outputs, logits, losses)."""
-    return (a.category == ACT) | (np.isin(a.category, [TMP, WORKSPACE, OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
+    """Activations, and temporaries or unclassified tensors made in
+    forward or backward (outputs, logits, losses)."""
+    return (a.category == ACT) | (np.isin(a.category,
+                                          [TMP, WORKSPACE,
+                                           OTHER]) & np.isin(a.phase, [FORWARD, BACKWARD]))
 
 
 def batch_size_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
@@ -187,11 +205,13 @@ def batch_size_memory(a: Allocations, params: dict[str, Any], model: ModelFacts)
     factor = float(params["factor"])
     chosen = _batch_proportional(a)
     a.size[chosen] *= factor
-    return f"batch-size: {int(chosen.sum())} activation and other forward/backward allocations × {factor:g}"
+    return (f"batch-size: {int(chosen.sum())} activation and other forward/backward allocations × "
+            f"{factor:g}")
 
 
 def amp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """activations and forward/backward temporaries × 0.5 (16-bit); a 16-bit copy of the weights during each forward"""
+    """activations and forward/backward temporaries × 0.5 (16-bit); a
+    16-bit copy of the weights during each forward"""
     chosen = _batch_proportional(a)
     a.size[chosen] *= 0.5
     weights = float(a.size[a.category == WEIGHTS].sum())
@@ -200,41 +220,49 @@ def amp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str
         start, end = int(a.start[forward].min()), int(a.start[forward].max())
         _add(a, weights * 0.5, start, end, TMP)
     copies = weights * 0.5 / 2**20
-    return f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies ({copies:.1f} MiB) during forward"
+    return (f"amp: {int(chosen.sum())} activation/temporary allocations halved; fp16 weight copies "
+            f"({copies:.1f} MiB) during forward")
 
 
 def checkpoint_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching layers' activations freed when the layer's forward ends, allocated again before its backward"""
+    """the matching layers' activations freed when the layer's forward
+    ends, allocated again before its backward"""
     targets, moved = _park(a, model, str(params["layers"]))
-    return (f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after their forward "
-            "and recomputed before their backward")
+    return (f"checkpoint: {moved} activation allocations of {len(targets)} layer(s) freed after "
+            "their forward and recomputed before their backward")
 
 
 def offload_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching layers' activations leave the device when the layer's forward ends and return before its backward
-    (prefetch=1: when the backward of the matching layer before it in backward order begins); host memory not counted"""
+    """the matching layers' activations leave the device when the layer's forward ends and return
+    before its backward (prefetch=1: when the backward of the matching layer before it in backward
+    order begins); host memory not counted"""
     if model.device == "cpu":
         return "offload: the memory is host memory already (a CPU trace); allocations unchanged"
-    targets, moved = _park(a, model, str(params["layers"]), early=bool(int(params.get("prefetch", 1))))
-    return (f"offload: {moved} activation allocations of {len(targets)} layer(s) in host memory between their "
-            "forward and their backward (pinned host memory is not device memory: not counted)")
+    targets, moved = _park(a, model, str(params["layers"]),
+                           early=bool(int(params.get("prefetch", 1))))
+    return (f"offload: {moved} activation allocations of {len(targets)} layer(s) in host memory "
+            "between their forward and their backward (pinned host memory is not device memory: "
+            "not counted)")
 
 
 def gist_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching layers' activations, between the layer's forward and its backward, kept encoded: × 1/32 (binarize,
-    fp32), (1 - sparsity) × 5/4 (csr, fp32), × 1/4 (fp8, fp32); decoded to full size again before its backward"""
-    format_name, sparsity = str(params.get("format", "binarize")), float(params.get("sparsity", 0.5))
+    """the matching layers' activations, between the layer's forward and its backward, kept encoded:
+    × 1/32 (binarize, fp32), (1 - sparsity) × 5/4 (csr, fp32), × 1/4 (fp8, fp32); decoded to full
+    size again before its backward"""
+    format_name, sparsity = (str(params.get("format", "binarize")),
+                             float(params.get("sparsity", 0.5)))
     ratio = encoded_ratio(format_name, 4, sparsity)
     targets, moved = _park(a, model, str(params["layers"]), kept=ratio)
-    return (f"gist: {moved} activation allocations of {len(targets)} layer(s) kept {format_name}-encoded "
-            f"(×{ratio:.3g}) between their forward and their backward")
+    return (f"gist: {moved} activation allocations of {len(targets)} layer(s) kept "
+            f"{format_name}-encoded (×{ratio:.3g}) between their forward and their backward")
 
 
-def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, early: bool = False) -> tuple[list[int], int]:
-    """The matching layers' activations leave the device when the layer's forward ends (a `kept` share of each stays:
-    an encoded copy) and come back, full size, when its backward begins until each one's original free; `early`:
-    when the backward of the matching layer whose forward came next begins (one layer ahead). Returns (the matching
-    layers, the allocations moved)."""
+def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0,
+          early: bool = False) -> tuple[list[int], int]:
+    """The matching layers' activations leave the device when the layer's forward ends (a `kept`
+    share of each stays: an encoded copy) and come back, full size, when its backward begins until
+    each one's original free; `early`: when the backward of the matching layer whose forward came
+    next begins (one layer ahead). Returns (the matching layers, the allocations moved)."""
     targets, member = layer_owners(model.layers, pattern)
     owner = member[a.layer]
     # Chosen before any returned allocation is appended.
@@ -247,15 +275,20 @@ def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, ea
             freed = mine[a.end[mine] != NEVER]
             if freed.size == 0:
                 continue
-            # The layer's activations die when its forward ends; they come back when the layer's backward begins
-            # (its first backward allocation, else its first free of them) until each one's original free.
+            # The layer's activations die when its forward ends; they come back when the layer's
+            # backward begins (its first backward allocation, else its first free of them) until
+            # each one's original free.
             backward_mine = backward_allocations[a.iteration[backward_allocations] == iteration]
-            backward_start = int(min(a.end[freed].min(), a.start[backward_mine].min() if backward_mine.size else NEVER))
+            backward_start = int(min(a.end[freed].min(), a.start[backward_mine].min()
+                                     if backward_mine.size else NEVER))
             parked.append((iteration, int(a.start[mine].max()), backward_start, freed))
     returns = [backward_start for _, _, backward_start, _ in parked]
-    if early:  # the backward of the layer whose forward came next in the same iteration runs right before this one's
+    if early:
+        # the backward of the layer whose forward came next in the same
+        # iteration runs right before this one's
         for position, (iteration, forward_end, backward_start, _) in enumerate(parked):
-            following = [other for other in parked if other[0] == iteration and other[1] > forward_end]
+            following = [other for other in parked if other[0] == iteration
+                         and other[1] > forward_end]
             if following:
                 nearest = min(following, key=lambda other: other[1])
                 returns[position] = max(forward_end, min(nearest[2], backward_start))
@@ -272,26 +305,31 @@ def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0, ea
 
 
 def bn_restructure_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching (BatchNorm) layers' forward allocations that are freed before the backward begins (the normalized
-    output only the ReLU after it reads) are never made: normalization and ReLU write one output"""
+    """the matching (BatchNorm) layers' forward allocations that are freed
+    before the backward begins (the normalized output only the ReLU after
+    it reads) are never made: normalization and ReLU write one output"""
     targets, member = layer_owners(model.layers, str(params["layers"]))
     owner = member[a.layer]
     removed = 0
     for iteration in np.unique(a.iteration[a.iteration >= 0]).tolist():
         backward = (a.iteration == iteration) & (a.phase == BACKWARD)
         backward_start = int(a.start[backward].min()) if backward.any() else NEVER
-        chosen = ((owner >= 0) & (a.iteration == iteration) & (a.phase == FORWARD) & (a.end != NEVER)
+        chosen = (
+            (owner >= 0) & (a.iteration == iteration) & (a.phase == FORWARD) & (a.end != NEVER)
                   & (a.end <= backward_start) & np.isin(a.category, [ACT, TMP, OTHER]))
         a.size[chosen] = 0
         removed += int(chosen.sum())
-    return f"bn-restructure: {removed} forward-only allocations of {len(targets)} BatchNorm layer(s) never made"
+    return (f"bn-restructure: {removed} forward-only allocations of {len(targets)} BatchNorm "
+            "layer(s) never made")
 
 
 def optimizer_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """optimizer state = state tensors per parameter (SGD 0, momentum/Adagrad/RMSprop 1, Adam/AdamW 2) × the gradients' bytes"""
+    """optimizer state = state tensors per parameter (SGD 0, momentum/Adagrad/RMSprop 1, Adam/AdamW
+    2) × the gradients' bytes"""
     name = str(params["name"]).lower()
     if name not in STATE_TENSORS:
-        raise InputError(f"--opt optimizer:name={name}: unknown optimizer (known: {', '.join(STATE_TENSORS)})")
+        raise InputError(f"--opt optimizer:name={name}: unknown optimizer (known: "
+                         f"{', '.join(STATE_TENSORS)})")
     # One iteration's gradients are the parameters' size.
     gradient_bytes = float(a.size[a.category == GRAD].sum()) / max(1, _passes(a, GRAD))
     state = a.category == OPT
@@ -300,8 +338,9 @@ def optimizer_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) 
     a.size[state] = 0
     if new:
         _add(a, new, int(a.start.min()), NEVER, OPT)
-    return (f"optimizer: state {old / 2**20:.1f} MiB ({model.current_optimizer or 'unknown'}) -> {new / 2**20:.1f} MiB "
-            f"({name}: {STATE_TENSORS[name]} tensor(s) per parameter × {gradient_bytes / 2**20:.1f} MiB of gradients)")
+    return (f"optimizer: state {old / 2**20:.1f} MiB ({model.current_optimizer or 'unknown'}) -> "
+            f"{new / 2**20:.1f} MiB ({name}: {STATE_TENSORS[name]} tensor(s) per parameter × "
+            f"{gradient_bytes / 2**20:.1f} MiB of gradients)")
 
 
 def _passes(a: Allocations, category: int) -> int:
@@ -311,22 +350,26 @@ def _passes(a: Allocations, category: int) -> int:
 
 
 def zero_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """optimizer state ÷ world (stage ≥ 1), gradients ÷ world (stage ≥ 2), weights ÷ world (stage 3)"""
+    """optimizer state ÷ world (stage ≥ 1), gradients ÷ world (stage ≥
+    2), weights ÷ world (stage 3)"""
     stage, world = int(params["stage"]), int(params["world"])
     if stage not in (1, 2, 3) or world < 1:
-        raise InputError(f"--opt zero:stage={stage},world={world}: stage is 1, 2 or 3 and world at least 1")
+        raise InputError(f"--opt zero:stage={stage},world={world}: stage is 1, 2 or 3 and world at "
+                         "least 1")
     shard = [OPT] + ([GRAD] if stage >= 2 else []) + ([WEIGHTS] if stage == 3 else [])
     chosen = np.isin(a.category, shard)
     a.size[chosen] /= world
-    return f"zero: stage {stage} over {world} ranks shards {', '.join(CATEGORIES[c] for c in shard)} (÷{world})"
+    return (f"zero: stage {stage} over {world} ranks shards "
+            f"{', '.join(CATEGORIES[c] for c in shard)} (÷{world})")
 
 
 def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """weights, gradients and optimizer state ÷ world (each rank's shards); per unit, its gathered parameters (the whole
-    unit) while its forward runs and again while its backward runs (reshard=0: from its forward to its backward's end),
-    each gather's output from the all-gather's issue to the copy-out (prefetch=1: from when the backward of the unit
-    before it in backward order begins), and its unsharded gradients from its backward's first allocation until its
-    reduce-scatter at its backward's end; on a CPU (gloo) each all-gather also stages a copy of the unit while it runs,
+    """weights, gradients and optimizer state ÷ world (each rank's shards); per unit, its gathered
+    parameters (the whole unit) while its forward runs and again while its backward runs (reshard=0:
+    from its forward to its backward's end), each gather's output from the all-gather's issue to the
+    copy-out (prefetch=1: from when the backward of the unit before it in backward order begins),
+    and its unsharded gradients from its backward's first allocation until its reduce-scatter at its
+    backward's end; on a CPU (gloo) each all-gather also stages a copy of the unit while it runs,
     and each reduce-scatter works on a clone of the unit's gradients"""
     from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, unit_of_layers
 
@@ -334,25 +377,30 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
     if world <= 1:
         return "fsdp: world=1 shards nothing; allocations unchanged"
     if not model.layer_bytes:
-        return "fsdp: the trace records no parameter sizes, so the units' gathered parameters are not counted"
+        return ("fsdp: the trace records no parameter sizes, so the units' gathered parameters are "
+                "not counted")
     units = fsdp_units(model.layers, model.layer_bytes, str(params.get("units", "")))
     a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] /= world
     reshard, prefetch = bool(int(params.get("reshard", 1))), bool(int(params.get("prefetch", 1)))
-    owner = unit_of_layers(units, len(model.layers))[np.where(a.layer >= 0, a.layer, len(model.layers))]
+    owner = unit_of_layers(units,
+                           len(model.layers))[np.where(a.layer >= 0, a.layer, len(model.layers))]
     root = next((k for k, u in enumerate(units) if u.name == ROOT), None)
     added = 0
     on_cpu = model.device == "cpu"
-    staged = 2.0 if on_cpu else 1.0  # gloo gathers into a staging copy of the output while the gather runs
-    every = [_unit_spans(a, owner, i, len(units), root) for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
+    # gloo gathers into a staging copy of the output while the gather runs
+    staged = 2.0 if on_cpu else 1.0
+    every = [_unit_spans(a, owner, i, len(units), root)
+             for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
     for spans in every:  # the spans of every iteration taken before any allocation is added
-        backward_order = sorted((span[1][0], k) for k, span in enumerate(spans) if span[1] is not None)
+        backward_order = sorted((span[1][0], k) for k, span in enumerate(spans)
+                                if span[1] is not None)
         for position, (start, k) in enumerate(backward_order):
             forward, backward = spans[k]
             assert backward is not None
             size = float(units[k].bytes)
             issued = backward_order[position - 1][0] if prefetch and position > 0 else start
-            # Each gather: its output from the all-gather's issue to the copy-out (both there at that moment), then
-            # the parameters while the unit runs.
+            # Each gather: its output from the all-gather's issue to the copy-out (both there at
+            # that moment), then the parameters while the unit runs.
             if forward is not None:
                 _add(a, size * staged, forward[0], forward[0] + 1, TMP)
                 _add(a, size, forward[0], forward[1] if reshard else backward[1], WEIGHTS)
@@ -361,19 +409,23 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
                 _add(a, size, issued, start + 1, TMP)
                 _add(a, size, start, backward[1], WEIGHTS)
             _add(a, size * (1 - 1 / world), start, backward[1], GRAD)
-            if on_cpu:  # gloo reduce-scatters a clone of the unit's gradients, beside them while it runs
+            if on_cpu:
+                # gloo reduce-scatters a clone of the unit's gradients, beside them while it runs
                 _add(a, size, backward[1] - 1, backward[1], TMP)
             added += 1
-    return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered parameters "
-            f"({sum(u.bytes for u in units) / 2**20:.1f} MiB in all, the largest {max(u.bytes for u in units) / 2**20:.1f} MiB) "
-            f"while each runs" + ("" if reshard else " (reshard=0: from forward to backward)")
-            + f", and each unit's unsharded gradients until its reduce-scatter ({added} unit passes)")
+    return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered "
+            f"parameters ({sum(u.bytes for u in units) / 2**20:.1f} MiB in all, the largest "
+            f"{max(u.bytes for u in units) / 2**20:.1f} MiB) while each runs"
+            + ("" if reshard else " (reshard=0: from forward to backward)")
+            + f", and each unit's unsharded gradients until its reduce-scatter ({added} unit "
+              "passes)")
 
 
 def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, root: int | None
                 ) -> list[tuple[tuple[int, int] | None, tuple[int, int] | None]]:
-    """Per unit, its forward's and its backward's span in `iteration` (the root's: the whole phase's): from its first
-    allocation's start to just after its last's (what it holds then is held at that allocation)."""
+    """Per unit, its forward's and its backward's span in `iteration` (the
+    root's: the whole phase's): from its first allocation's start to just
+    after its last's (what it holds then is held at that allocation)."""
     found: list[tuple[tuple[int, int] | None, tuple[int, int] | None]] = []
     mine = a.iteration == iteration
     for k in range(count):
@@ -387,17 +439,20 @@ def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, r
 
 
 def pp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """per stage: its layers' weights, gradients and optimizer state (those no layer owns by its share of the
-    parameters); its layers' forward activations of the micro-batches in flight at once (gpipe: all M; 1f1b: S − s at
-    stage s, counting from 0), each at 1/M of the batch, and from the second backward on the stage's gradients alive
-    with them (gpipe: M − 1 in flight then); its other forward and backward allocations at 1/M (one micro-batch's at a
-    time); forward and backward allocations no layer owns on the stage of the one before them. The peak: the largest
-    stage's"""
+    """per stage: its layers' weights, gradients and optimizer state (those no layer
+    owns by its share of the parameters); its layers' forward activations of the
+    micro-batches in flight at once (gpipe: all M; 1f1b: S − s at stage s, counting from
+    0), each at 1/M of the batch, and from the second backward on the stage's gradients
+    alive with them (gpipe: M − 1 in flight then); its other forward and backward
+    allocations at 1/M (one micro-batch's at a time); forward and backward allocations
+    no layer owns on the stage of the one before them. The peak: the largest stage's"""
     from daydream.transforms.distributed.pp import pipeline_stages
 
-    count, microbatches, kind = int(params["stages"]), int(params["microbatches"]), str(params["schedule"])
+    count, microbatches, kind = (int(params["stages"]), int(params["microbatches"]),
+                                 str(params["schedule"]))
     if not model.layer_bytes or model.layer_work is None:
-        return "pp: the trace records no parameter sizes or layers, so the stages' memory is not modelled"
+        return ("pp: the trace records no parameter sizes or layers, so the stages' memory is not "
+                "modelled")
     stages = pipeline_stages(model.layers, model.layer_bytes, count, model.layer_work)
     layer_stage = np.full(len(model.layers) + 1, -1, dtype=np.int64)
     for stage in stages:
@@ -416,24 +471,25 @@ def pp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
         b.size[work & ~mine] = 0
         b.size[work & ~activations & mine] /= microbatches
         first = microbatches if kind == "gpipe" else min(count - stage.index, microbatches)
-        peaks.append(max(_stage_peaks(b, activations & mine, first, microbatches, kind), key=lambda found: found[0]))
+        peaks.append(max(_stage_peaks(b, activations & mine, first, microbatches, kind),
+                         key=lambda found: found[0]))
     wanted = int(params.get("memory_stage", -1))
     if wanted >= count:
-        raise InputError(f"pp: memory_stage={wanted} but there are {count} stages — use 0..{count - 1}, or -1 for the "
-                         "stage with the largest peak")
+        raise InputError(f"pp: memory_stage={wanted} but there are {count} stages — use "
+                         f"0..{count - 1}, or -1 for the stage with the largest peak")
     chosen = wanted if wanted >= 0 else max(range(len(peaks)), key=lambda k: peaks[k][0])
     for name in Allocations.__slots__:
         setattr(a, name, getattr(peaks[chosen][1], name))
     shown = ", ".join(f"{peak / 2**20:.1f}" for peak, _ in peaks)
-    return (f"pp: per stage its own parameters and its activations of the micro-batches in flight ({kind}, "
-            f"{microbatches} micro-batches); stage peaks {shown} MiB: stage {chosen}'s is "
+    return ("pp: per stage its own parameters and its activations of the micro-batches in flight "
+            f"({kind}, {microbatches} micro-batches); stage peaks {shown} MiB: stage {chosen}'s is "
             + ("the rank's asked for" if wanted >= 0 else "the largest"))
 
 
 def tp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the split layers' weights, gradients and optimizer state ÷T (those no layer owns by the split layers' share of
-    the parameters); the forward and backward allocations of each pair's layers and those between them ÷T
-    (sequence_parallel=1: of the whole blocks)"""
+    """the split layers' weights, gradients and optimizer state ÷T (those no layer owns by the split
+    layers' share of the parameters); the forward and backward allocations of each pair's layers and
+    those between them ÷T (sequence_parallel=1: of the whole blocks)"""
     from daydream.transforms.distributed.tp import tp_pairs
 
     degree, sequence = int(params["degree"]), bool(int(params.get("sequence_parallel", 0)))
@@ -441,15 +497,21 @@ def tp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     if degree <= 1:
         return "tp: degree=1 splits nothing; allocations unchanged"
     if not linear or model.layer_work is None or not model.layer_bytes:
-        return "tp: the trace does not record which layers are linear, so the split is not modelled (record it with daydream trace)"
-    pairs, _ = tp_pairs(model.layers, model.layer_bytes, model.layer_work, linear, str(params.get("layers", "")))
+        return ("tp: the trace does not record which layers are linear, so the split is not "
+                "modelled (record it with daydream trace)")
+    pairs, _ = tp_pairs(model.layers, model.layer_bytes, model.layer_work, linear,
+                        str(params.get("layers", "")))
     split = sorted(frozenset().union(*(p.region for p in pairs))) if pairs else []
-    blocks = [k for k, path in enumerate(model.layers) for p in pairs if path == p.block or path.startswith(p.block + ".")]
-    share = sum(model.layer_bytes.get(model.layers[k], 0) for k in split) / max(sum(model.layer_bytes.values()), 1)
+    blocks = [k for k, path in enumerate(model.layers) for p in pairs if path == p.block
+              or path.startswith(p.block + ".")]
+    share = sum(model.layer_bytes.get(model.layers[k], 0)
+                for k in split) / max(sum(model.layer_bytes.values()), 1)
     parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
     a.size[parameters & np.isin(a.layer, split)] /= degree
     a.size[parameters & (a.layer < 0)] *= 1.0 - share * (1.0 - 1.0 / degree)
-    work = np.isin(a.phase, [FORWARD, BACKWARD]) & ~parameters & np.isin(a.layer, blocks if sequence else split)
+    work = np.isin(a.phase,
+                   [FORWARD, BACKWARD]) & ~parameters & np.isin(a.layer, blocks if sequence
+                                                                else split)
     a.size[work] /= degree
     return (f"tp: {len(pairs)} pairs of linear layers split {degree} ways: their parameters' share "
             f"({share:.0%}) ÷{degree}, and {int(work.sum())} forward and backward allocations of "
@@ -461,15 +523,17 @@ def layout_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> 
     from daydream.transforms.distributed.layout import layout_specs
 
     notes = [MEMORY_MODELS[name](a, values, model) for name, values in layout_specs(params)]
-    return "; ".join(notes) if notes else "layout: dp=1, tp=1, pp=1 is the step as recorded; allocations unchanged"
+    return ("; ".join(notes) if notes
+            else "layout: dp=1, tp=1, pp=1 is the step as recorded; allocations unchanged")
 
 
 def _stage_peaks(b: Allocations, activations: np.ndarray, first: int, microbatches: int, kind: str
                  ) -> list[tuple[int, Allocations]]:
-    """A stage's peak at its first backward (`first` micro-batches' activations alive, no gradients yet) and, where a
-    backward is followed by more forwards or backwards while activations remain (micro-batches > 1), at a later one:
-    the stage's gradients, made by its first backward, alive with the activations of the micro-batches still in
-    flight (gpipe: M − 1; 1f1b: as many as at the first, a forward having followed each backward)."""
+    """A stage's peak at its first backward (`first` micro-batches' activations alive, no gradients
+    yet) and, where a backward is followed by more forwards or backwards while activations remain
+    (micro-batches > 1), at a later one: the stage's gradients, made by its first backward, alive
+    with the activations of the micro-batches still in flight (gpipe: M − 1; 1f1b: as many as at the
+    first, a forward having followed each backward)."""
     at_first = b.copy()
     at_first.size[activations] *= first / microbatches
     found = [(peak_bytes(at_first), at_first)]
@@ -488,8 +552,9 @@ def _stage_peaks(b: Allocations, activations: np.ndarray, first: int, microbatch
 
 
 def _allocation_stages(a: Allocations, layer_stage: np.ndarray, count: int) -> np.ndarray:
-    """Each allocation's stage: its layer's; a forward or backward one without a layer, the stage of the one made before
-    it in its phase (the first stage's in forward, the last's in backward); others -1."""
+    """Each allocation's stage: its layer's; a forward or backward one
+    without a layer, the stage of the one made before it in its phase
+    (the first stage's in forward, the last's in backward); others -1."""
     stage = layer_stage[np.where(a.layer >= 0, a.layer, len(layer_stage) - 1)]
     for phase, default in ((FORWARD, 0), (BACKWARD, count - 1)):
         chosen = np.flatnonzero(a.phase == phase)
@@ -504,19 +569,23 @@ def _allocation_stages(a: Allocations, layer_stage: np.ndarray, count: int) -> n
 
 
 def ddp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """one more copy of the gradients for the whole run: DDP's flat bucket buffers (bucket_view=1: the gradients are
-    views of the buckets, which hold them for the whole run)"""
-    gradients = np.flatnonzero(a.category == GRAD)  # the trace's own (ids stay valid as allocations are added)
+    """one more copy of the gradients for the whole run: DDP's flat bucket buffers (bucket_view=1:
+    the gradients are views of the buckets, which hold them for the whole run)"""
+    # the trace's own (ids stay valid as allocations are added)
+    gradients = np.flatnonzero(a.category == GRAD)
     gradient_bytes = float(a.size[gradients].sum()) / max(1, _passes(a, GRAD))
     if not gradient_bytes:
         return "ddp: no gradient allocations in the trace, so its bucket buffers are not counted"
     _add(a, gradient_bytes, int(a.start.min()), NEVER, GRAD)
     if int(params.get("bucket_view", 0)):
-        # Each new gradient is copied into its bucket and freed at once; the buckets are the gradients from then on.
+        # Each new gradient is copied into its bucket and freed at once; the buckets are the
+        # gradients from then on.
         a.size[gradients] = 0
-        return (f"ddp: bucket_view=1: the buckets hold the gradients ({gradient_bytes / 2**20:.1f} MiB) for the whole run, "
-                "in place of the trace's gradients of each iteration (each is freed once copied into its bucket)")
-    return (f"ddp: gradient buckets hold one more copy of the gradients ({gradient_bytes / 2**20:.1f} MiB; "
+        return (f"ddp: bucket_view=1: the buckets hold the gradients ({gradient_bytes / 2**20:.1f} "
+                "MiB) for the whole run, in place of the trace's gradients of each iteration (each "
+                "is freed once copied into its bucket)")
+    return ("ddp: gradient buckets hold one more copy of the gradients "
+            f"({gradient_bytes / 2**20:.1f} MiB; "
             "DistributedDataParallel(gradient_as_bucket_view=True), bucket_view=1, avoids it)")
 
 
@@ -531,7 +600,8 @@ def _add(a: Allocations, size: float, start: int, end: int, category: int) -> No
 
 
 def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching blocks' activations × factor; weights, gradients and optimizer state by the parameters added"""
+    """the matching blocks' activations × factor; weights, gradients
+    and optimizer state by the parameters added"""
     factor = int(params["factor"])
     targets, owner = layer_owners(model.layers, str(params["layers"]))
     if not targets or factor <= 1:
@@ -543,12 +613,14 @@ def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
                 continue
             column = getattr(a, name)
             setattr(a, name, np.concatenate([column, column[copies]]))
-    note = f"depth: the activations of {len(targets)} block(s) ×{factor} ({copies.size} allocations each)"
+    note = (f"depth: the activations of {len(targets)} block(s) ×{factor} ({copies.size} "
+            "allocations each)")
     return note + _grow_parameters(a, model, targets, factor)
 
 
 def width_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching layers' activations × factor; weights, gradients and optimizer state by their parameters × factor²"""
+    """the matching layers' activations × factor; weights, gradients
+    and optimizer state by their parameters × factor²"""
     factor = float(params["factor"])
     targets, owner = layer_owners(model.layers, str(params["layers"]))
     if not targets:
@@ -559,22 +631,26 @@ def width_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
 
 
 def _in_layers(a: Allocations, owner: np.ndarray, model: ModelFacts) -> np.ndarray:
-    """Per allocation: made by one of the matched layers (`owner` from layer_owners; allocations without a layer: no)."""
+    """Per allocation: made by one of the matched layers (`owner` from
+    layer_owners; allocations without a layer: no)."""
     return owner[np.where(a.layer >= 0, a.layer, len(model.layers))] >= 0
 
 
 def _grow_parameters(a: Allocations, model: ModelFacts, targets: list[int], factor: float) -> str:
-    """Weights, gradients and optimizer state × the parameter ratio of `targets` grown `factor` times; the note's end."""
+    """Weights, gradients and optimizer state × the parameter ratio of `targets` grown `factor`
+    times; the note's end."""
     ratio = parameter_ratio(model.layer_bytes, model.layers, targets, factor)
     if ratio is None:
-        return "; weights, gradients and optimizer state unchanged (the trace records no parameter sizes)"
+        return ("; weights, gradients and optimizer state unchanged (the trace records no "
+                "parameter sizes)")
     a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] *= ratio
     return f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
 def gpu_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """the same allocations, checked against the target's capacity"""
-    return f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against its capacity"
+    return (f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against "
+            "its capacity")
 
 
 #: The memory model of each optimization that changes memory, by its name in the registry

@@ -1,4 +1,5 @@
-"""`daydream check` results (the summary of `daydream.check.summarize_check`) as a rich table and as JUnit XML."""
+"""`daydream check` results (the summary of
+`daydream.check.summarize_check`) as a rich table and as JUnit XML."""
 
 from __future__ import annotations
 
@@ -48,30 +49,37 @@ def render_check(summary: dict[str, Any], console: Console) -> None:
     rows = [(check, bound) for check in summary["checks"] for bound in check["bounds"]]
     broken = [(check, bound) for check, bound in rows if not bound["passed"]]
     total = summary["bounds"]
-    # The heading is a line of its own: as a table title it would be wrapped to the table's width (a long path).
+    # The heading is a line of its own: as a table title it would be
+    # wrapped to the table's width (a long path).
     if broken:
-        console.print(Text(f"{len(broken)} of {total} bounds broken in {summary['expectations']}", style="bold"))
+        console.print(Text(f"{len(broken)} of {total} bounds broken in {summary['expectations']}",
+                           style="bold"))
         console.print(_table(broken, with_miss=True))
     else:
         console.print(Text(f"{summary['expectations']}: every bound holds", style="bold"))
         console.print(_table(rows, with_miss=False))
     if summary["updated"]:
-        console.print(Text(f"stored values updated in {summary['expectations']} ({len(summary['checks'])} checks)", style="bold"))
+        console.print(Text(f"stored values updated in {summary['expectations']} "
+                           f"({len(summary['checks'])} checks)", style="bold"))
         if broken:
-            console.print(Text("the bounds above are broken whatever is stored: change the code or the limits", style="yellow"))
+            console.print(Text("the bounds above are broken whatever is stored: change the code or "
+                               "the limits", style="yellow"))
     elif broken:
         console.print(Text(f"{len(broken)} of {total} bounds broken", style="bold red")
-                      + Text(f" — if the change is intended: daydream check {summary['expectations']} --update "
-                             "(or edit the limits)", style="dim"))
+                      + Text(" — if the change is intended: daydream check "
+                             f"{summary['expectations']} --update (or edit the limits)",
+                             style="dim"))
     else:
         checks = len(summary["checks"])
-        console.print(Text(f"{_count(total, 'bound')} in {_count(checks, 'check')} hold", style="bold green"))
+        console.print(Text(f"{_count(total, 'bound')} in {_count(checks, 'check')} hold",
+                           style="bold green"))
 
 
 def _table(rows: list[tuple[dict[str, Any], dict[str, Any]]], with_miss: bool) -> Table:
     table = Table()
     for header in ("check", "bound", "limit", "now", "stored", *(("by",) if with_miss else ())):
-        table.add_column(header, justify="left" if header in ("check", "bound") else "right", overflow="fold")
+        table.add_column(header, justify="left" if header in ("check", "bound") else "right",
+                         overflow="fold")
     for check, bound in rows:
         style = "bold red" if not bound["passed"] else ""
         cells = [check["name"], bound["bound"], describe_limit(bound),
@@ -84,27 +92,34 @@ def _table(rows: list[tuple[dict[str, Any], dict[str, Any]]], with_miss: bool) -
 
 
 def write_junit(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
-    """One <testsuite> in a <testsuites> root, one <testcase> per check and bound; broken bounds carry a <failure>.
+    """One <testsuite> in a <testsuites> root, one <testcase> per check
+    and bound; broken bounds carry a <failure>.
 
-    `classname` is the check, `name` the bound, `time` the check's measuring time shared among its bounds.
-    Written atomically.
+    `classname` is the check, `name` the bound, `time` the check's measuring time shared among its
+    bounds. Written atomically.
     """
     checks = summary["checks"]
     seconds = sum(check["seconds"] for check in checks)
-    attributes = {"name": f"daydream check {summary['expectations']}", "tests": str(summary["bounds"]),
-                  "failures": str(summary["broken"]), "errors": "0", "skipped": "0", "time": f"{seconds:.3f}"}
+    attributes = {"name": f"daydream check {summary['expectations']}",
+                  "tests": str(summary["bounds"]), "failures": str(summary["broken"]),
+                  "errors": "0", "skipped": "0", "time": f"{seconds:.3f}"}
     root = ET.Element("testsuites", attributes)
     suite = ET.SubElement(root, "testsuite", attributes)
     for check in checks:
         share = check["seconds"] / max(1, len(check["bounds"]))
         for bound in check["bounds"]:
-            case = ET.SubElement(suite, "testcase", {"classname": check["name"], "name": bound["bound"], "time": f"{share:.3f}"})
-            line = (f"{bound['quantity']} {format_quantity(bound['value'], bound['unit'])}, limit {describe_limit(bound)}, "
-                    f"stored {format_quantity(bound['previous'], bound['unit'])}")
+            case = ET.SubElement(suite, "testcase",
+                                 {"classname": check["name"], "name": bound["bound"],
+                                  "time": f"{share:.3f}"})
+            line = (f"{bound['quantity']} {format_quantity(bound['value'], bound['unit'])}, limit "
+                    f"{describe_limit(bound)}, stored "
+                    f"{format_quantity(bound['previous'], bound['unit'])}")
             if not bound["passed"]:
-                failure = ET.SubElement(case, "failure", {"message": f"{check['name']}: {bound['bound']} broken: {line}",
+                failure = ET.SubElement(case, "failure", {"message": f"{check['name']}: "
+                                                          f"{bound['bound']} broken: {line}",
                                                            "type": "BoundBroken"})
-                failure.text = f"{line}; {describe_miss(bound)} (trace {check['trace']}, what-ifs {' + '.join(check['whatif']) or 'none'})"
+                failure.text = (f"{line}; {describe_miss(bound)} (trace {check['trace']}, what-ifs "
+                                f"{' + '.join(check['whatif']) or 'none'})")
             ET.SubElement(case, "system-out").text = line
     ET.indent(root)
     write_atomically(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")

@@ -30,7 +30,8 @@ def format_ns(ns: float | int | None) -> str:
     value = float(ns)
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}" if abs(value) / scale < 100 else f"{value / scale:.0f} {unit}"
+            return (f"{value / scale:.3g} {unit}" if abs(value) / scale < 100
+                    else f"{value / scale:.0f} {unit}")
     return f"{value:.0f} ns"
 
 
@@ -49,8 +50,9 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     """A kernel signature cut down to what a person recognizes.
 
     Drops `void `, the parameter list and template arguments nested deeper than
-    one level: `void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)`
-    becomes `at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, …>`.
+    one level: `void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,
+    ...>(int, ...)` becomes `at::native::vectorized_elementwise_kernel<4,
+    at::native::FillFunctor<…>, …>`.
     """
     text = name.removeprefix("void ").replace("(anonymous namespace)", "{anonymous}")
     out: list[str] = []
@@ -73,13 +75,15 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     return short if len(short) <= width else short[: width - 1] + "…"
 
 
-def render_job_summary(summary: dict[str, Any], console: Console, detail_rank: int | None = None) -> None:
-    """Draw a job summary: the captures of one process when it holds several, a table of ranks when there are
-    several, then one rank in detail."""
+def render_job_summary(summary: dict[str, Any], console: Console,
+                       detail_rank: int | None = None) -> None:
+    """Draw a job summary: the captures of one process when it holds several, a table of ranks when
+    there are several, then one rank in detail."""
     ranks = summary["ranks"]
     if summary.get("runs"):
         read = ranks[0]["source"] if ranks else ""
-        table = Table(title="captures of one process (runs, oldest first; --run N reads another)", title_justify="left")
+        table = Table(title="captures of one process (runs, oldest first; --run N reads another)",
+                      title_justify="left")
         table.add_column("run", justify="right")
         table.add_column("file")
         table.add_column("read")
@@ -105,7 +109,8 @@ def _choose_rank(ranks: list[dict[str, Any]], detail_rank: int | None) -> dict[s
 
 
 def _ranks_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"{summary['source']} — {len(summary['ranks'])} ranks", title_justify="left")
+    table = Table(title=f"{summary['source']} — {len(summary['ranks'])} ranks",
+                  title_justify="left")
     for header in ("rank", "GPU", "kernels", "iterations", "mean iteration", "orphans"):
         table.add_column(header, justify="left" if header == "GPU" else "right", no_wrap=True)
     for rank in summary["ranks"]:
@@ -141,7 +146,8 @@ def _runtime_line(runtime: dict[str, Any]) -> str:
     if not runtime:
         return "not recorded"
     versions = ", ".join(f"{key} {value}" for key, value in runtime.items() if key != "vendor")
-    return f"{runtime.get('vendor', 'unknown')}: {versions}" if versions else str(runtime.get("vendor"))
+    return (f"{runtime.get('vendor', 'unknown')}: {versions}" if versions
+            else str(runtime.get("vendor")))
 
 
 def _overview(rank: dict[str, Any]) -> Table:
@@ -159,9 +165,10 @@ def _overview(rank: dict[str, Any]) -> Table:
         ("events   ", f"{events['kept']:,} kept of {events['in_file']:,} in the file: {kinds}"),
         (
             "linking  ",
-            f"{linking['linked_to_op']:,} of {linking['gpu_activities']:,} GPU activities linked to a CPU op "
-            f"({share:.1f}% of GPU time), {linking['orphans']:,} orphans (launched before the window), "
-            f"{linking['unlinked']:,} unlinked; convention: {linking['convention']}",
+            f"{linking['linked_to_op']:,} of {linking['gpu_activities']:,} GPU activities linked "
+            f"to a CPU op ({share:.1f}% of GPU time), {linking['orphans']:,} orphans (launched "
+            f"before the window), {linking['unlinked']:,} unlinked; convention: "
+            f"{linking['convention']}",
         ),
     ]
     if rank.get("capture"):
@@ -177,7 +184,8 @@ def _iterations_table(rank: dict[str, Any]) -> Table | Text:
     if not iterations:
         return Text("no iterations found\n")
     source = _ITERATION_SOURCES.get(rank["iteration_source"], rank["iteration_source"])
-    table = Table(title="iterations", title_justify="left", caption=f"from {source}", caption_justify="left")
+    table = Table(title="iterations", title_justify="left", caption=f"from {source}",
+                  caption_justify="left")
     table.add_column("iteration")
     table.add_column("measured", justify="right")
     shown = iterations if len(iterations) <= 12 else iterations[:5] + iterations[-5:]
@@ -186,7 +194,8 @@ def _iterations_table(rank: dict[str, Any]) -> Table | Text:
             table.add_row("…", "")
         table.add_row(it["name"], format_ns(it["measured_ns"]))
     times = [it["measured_ns"] for it in iterations]
-    table.add_row(Text("mean", style="bold"), Text(format_ns(sum(times) / len(times)), style="bold"))
+    table.add_row(Text("mean", style="bold"),
+                  Text(format_ns(sum(times) / len(times)), style="bold"))
     if rank.get("samples_per_s"):
         table.add_row("samples/s", f"{rank['samples_per_s']:,.0f} (batch {rank['batch_size']})")
     return table
@@ -205,7 +214,8 @@ def _streams_table(rank: dict[str, Any]) -> Table:
     for header in ("device", "stream", "activities", "busy"):
         table.add_column(header, justify="right", no_wrap=True)
     for stream in rank["streams"]:
-        table.add_row(str(stream["device"]), str(stream["stream"]), f"{stream['activities']:,}", format_ns(stream["busy_ns"]))
+        table.add_row(str(stream["device"]), str(stream["stream"]), f"{stream['activities']:,}",
+                      format_ns(stream["busy_ns"]))
     return table
 
 
@@ -214,10 +224,13 @@ def _phases_line(rank: dict[str, Any]) -> Table:
     total = sum(phases.values()) or 1
     basis = "GPU time" if attribution["basis"] == "gpu" else "CPU op time"
     return labelled([
-        ("phases", "  ".join(f"{name} {format_ns(ns)} ({ns / total:.0%})" for name, ns in phases.items())
+        ("phases",
+         "  ".join(f"{name} {format_ns(ns)} ({ns / total:.0%})" for name, ns in phases.items())
          + f"  — {basis} per iteration"),
-        ("layers", f"from {attribution['source']}: {attribution['forward_layer_share']:.0%} of forward time on a layer "
-         f"({attribution['forward_leaf_share']:.0%} on a leaf module), {attribution['backward_layer_share']:.0%} of backward"),
+        ("layers", f"from {attribution['source']}: {attribution['forward_layer_share']:.0%} of "
+                   "forward time on a layer "
+                   f"({attribution['forward_leaf_share']:.0%} on a leaf module), "
+                   f"{attribution['backward_layer_share']:.0%} of backward"),
     ])
 
 
@@ -225,9 +238,12 @@ def _layers_table(rank: dict[str, Any], top: int = 15) -> Table:
     layers = sorted(rank["layers"], key=lambda layer: -(layer["forward_ns"] + layer["backward_ns"]))
     shown = [layer for layer in layers if layer["forward_ns"] or layer["backward_ns"]][:top]
     total = sum(layer["forward_ns"] + layer["backward_ns"] for layer in layers) or 1
-    return named_table(f"layers by time per iteration (exclusive; top {len(shown)})", ("layer", "forward", "backward", "share"),
-                       [(layer_label(layer), format_ns(layer["forward_ns"]), format_ns(layer["backward_ns"]),
-                         f"{(layer['forward_ns'] + layer['backward_ns']) / total:.1%}") for layer in shown])
+    return named_table(f"layers by time per iteration (exclusive; top {len(shown)})",
+                       ("layer", "forward", "backward", "share"),
+                       [(layer_label(layer), format_ns(layer["forward_ns"]),
+                         format_ns(layer["backward_ns"]),
+                         f"{(layer['forward_ns'] + layer['backward_ns']) / total:.1%}")
+                        for layer in shown])
 
 
 def _kernels_table(rank: dict[str, Any]) -> Table:
@@ -237,6 +253,7 @@ def _kernels_table(rank: dict[str, Any]) -> Table:
         table.add_column(header, justify="right", no_wrap=True)
     for kernel in rank["top_kernels"]:
         table.add_row(
-            short_kernel_name(kernel["name"]), f"{kernel['count']:,}", format_ns(kernel["total_ns"]), f"{kernel['share'] * 100:.1f}%"
+            short_kernel_name(kernel["name"]), f"{kernel['count']:,}",
+            format_ns(kernel["total_ns"]), f"{kernel['share'] * 100:.1f}%"
         )
     return table

@@ -24,7 +24,8 @@ from daydream.simulate.diff import Change, Comparison
 SCHEMA_VERSION = 1
 
 
-def summarize_comparisons(source_a: str, source_b: str, comparisons: list[Comparison], top: int) -> dict[str, Any]:
+def summarize_comparisons(source_a: str, source_b: str, comparisons: list[Comparison],
+                          top: int) -> dict[str, Any]:
     """JSON-ready comparison of B with A, every rank; `top` layers by absolute change per rank."""
     a = max(c.measured_a_ns for c in comparisons)
     b = max(c.measured_b_ns for c in comparisons)
@@ -45,20 +46,23 @@ def _rank(comparison: Comparison, top: int) -> dict[str, Any]:
         "basis": {"a": comparison.basis[0], "b": comparison.basis[1]},
         "iterations": {"a": comparison.iterations[0], "b": comparison.iterations[1]},
         "iteration_ns": {"a": comparison.measured_a_ns, "b": comparison.measured_b_ns,
-                         "change": comparison.measured_change_ns, "a_simulated": comparison.simulated_a_ns},
+                         "change": comparison.measured_change_ns,
+                         "a_simulated": comparison.simulated_a_ns},
         "phases": [_change(c) for c in comparison.phases],
         "classes": [_change(c) for c in comparison.classes],
         "host": _change(comparison.host),
         "layers": [_change(c, explained=False) for c in comparison.layers[:top]],
         "layers_in_common": {"a": with_a, "b": with_b, "common": common},
-        "explanation": {"together_ns": comparison.together_ns, "measured_change_ns": comparison.measured_change_ns,
+        "explanation": {"together_ns": comparison.together_ns,
+                        "measured_change_ns": comparison.measured_change_ns,
                         "not_explained_ns": comparison.not_explained_ns},
         "notes": comparison.notes,
     }
 
 
 def _change(change: Change, explained: bool = True) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": change.name, "a_ns": change.a_ns, "b_ns": change.b_ns, "change_ns": change.change_ns}
+    entry: dict[str, Any] = {"name": change.name, "a_ns": change.a_ns, "b_ns": change.b_ns,
+                             "change_ns": change.change_ns}
     if explained:
         entry["explains_ns"] = change.explains_ns
     return entry
@@ -70,10 +74,12 @@ def render_comparisons(summary: dict[str, Any], console: Console) -> None:
     rank = ranks[0]
     gpu = rank["basis"]["a"] == "gpu"
     basis = "GPU time" if gpu else "CPU op self time"
-    host = "the CPU time of API calls and between them" if gpu else "the CPU time between top-level ops"
-    classes = _explained_table(f"by kernel class ({basis} per iteration)", "class", rank["classes"], rank)
-    classes.caption = (f"explains: the simulated change of the iteration time when A's work is rescaled to B's; "
-                       f"host: {host}")
+    host = ("the CPU time of API calls and between them" if gpu
+            else "the CPU time between top-level ops")
+    classes = _explained_table(f"by kernel class ({basis} per iteration)", "class", rank["classes"],
+                               rank)
+    classes.caption = ("explains: the simulated change of the iteration time when A's work is "
+                       f"rescaled to B's; host: {host}")
     parts: list[Any] = [
         _iteration_table(rank),
         classes,
@@ -82,7 +88,8 @@ def render_comparisons(summary: dict[str, Any], console: Console) -> None:
     if rank["layers"]:
         parts.append(_layers_table(rank["layers"]))
     parts.append(_notes(rank, several=len(ranks) > 1))
-    title = f"{summary['a']} → {summary['b']}" + (f" (rank {rank['rank']})" if len(ranks) > 1 else "")
+    title = (f"{summary['a']} → {summary['b']}"
+             + (f" (rank {rank['rank']})" if len(ranks) > 1 else ""))
     console.print(Panel(Group(*parts), title=Text(str(title)), title_align="left"))
 
 
@@ -93,15 +100,18 @@ def _iteration_table(rank: dict[str, Any]) -> Table:
     table.add_column("")
     table.add_column("time", justify="right")
     table.add_column("", justify="left")
-    table.add_row("A", format_ns(times["a"]), Text(f"{iterations['a']} iterations; simulated {format_ns(times['a_simulated'])}",
+    table.add_row("A", format_ns(times["a"]), Text(f"{iterations['a']} iterations; simulated "
+                                                   f"{format_ns(times['a_simulated'])}",
                                                    style="dim"))
     table.add_row("B", format_ns(times["b"]), Text(f"{iterations['b']} iterations", style="dim"))
-    table.add_row(Text("change", style="bold"), Text(_signed(times["change"]), style=_style(times["change"])),
+    table.add_row(Text("change", style="bold"),
+                  Text(_signed(times["change"]), style=_style(times["change"])),
                   _percent(times["a"], times["b"]))
     return table
 
 
-def _explained_table(title: str, label: str, changes: list[dict[str, Any]], rank: dict[str, Any] | None = None) -> Table:
+def _explained_table(title: str, label: str, changes: list[dict[str, Any]],
+                     rank: dict[str, Any] | None = None) -> Table:
     table = Table(title=title, title_justify="left", caption_justify="left")
     table.add_column(label)
     for header in ("A", "B", "change", "", "explains"):
@@ -112,20 +122,24 @@ def _explained_table(title: str, label: str, changes: list[dict[str, Any]], rank
         table.add_section()
         table.add_row(*_row(rank["host"]))
         explanation = rank["explanation"]
-        table.add_row(Text("all together", style="bold"), "", "", "", "", Text(_signed(explanation["together_ns"]), style="bold"))
-        table.add_row(Text("not explained", style="dim"), "", "", "", "", Text(_signed(explanation["not_explained_ns"]), style="dim"))
+        table.add_row(Text("all together", style="bold"), "", "", "", "",
+                      Text(_signed(explanation["together_ns"]), style="bold"))
+        table.add_row(Text("not explained", style="dim"), "", "", "", "",
+                      Text(_signed(explanation["not_explained_ns"]), style="dim"))
     return table
 
 
 def _row(change: dict[str, Any]) -> tuple[str | Text, ...]:
     explains = change.get("explains_ns")
     return (change["name"], format_ns(change["a_ns"]), format_ns(change["b_ns"]),
-            Text(_signed(change["change_ns"]), style=_style(change["change_ns"])), _percent(change["a_ns"], change["b_ns"]),
+            Text(_signed(change["change_ns"]), style=_style(change["change_ns"])),
+            _percent(change["a_ns"], change["b_ns"]),
             Text("—" if explains is None else _signed(explains), style="bold" if explains else ""))
 
 
 def _layers_table(layers: list[dict[str, Any]]) -> Table:
-    return named_table(f"layers that changed most (top {len(layers)}, exclusive work per iteration)",
+    return named_table(
+        f"layers that changed most (top {len(layers)}, exclusive work per iteration)",
                        ("layer", "A", "B", "change", ""),
                        [(layer["name"], format_ns(layer["a_ns"]), format_ns(layer["b_ns"]),
                          Text(_signed(layer["change_ns"]), style=_style(layer["change_ns"])),
@@ -134,7 +148,8 @@ def _layers_table(layers: list[dict[str, Any]]) -> Table:
 
 def _notes(rank: dict[str, Any], several: bool) -> Table:
     rows = [("note", note) for note in rank["notes"]]
-    return labelled(rows + ([("ranks", "the first rank is shown; --json has every rank")] if several else []))
+    return labelled(rows + ([("ranks", "the first rank is shown; --json has every rank")] if several
+                            else []))
 
 
 def _signed(ns: int) -> str:

@@ -1,11 +1,12 @@
-"""`daydream whatif T --opt layout --sweep dp=1,2,tp=1,2,pp=1,2 --world N`: every layout of N ranks, and the fastest
-that fits.
+"""`daydream whatif T --opt layout --sweep dp=1,2,tp=1,2,pp=1,2 --world N`: every layout of N ranks,
+and the fastest that fits.
 
-The JSON contract: `{"world", "baseline_ns", "batch", "rows": [{"dp", "tp", "pp", "spec", "predicted_ns",
-"samples_per_s", "predicted_peak_bytes", "capacity_bytes", "fits", "error", "notes"}], "fastest"}`. Each row is the what-if
-`--opt <spec>` run alone; a layout the trace cannot take (a degree that does not divide the widths, more stages than
-blocks) has its `error` instead. Samples per second are the job's: each of the dp replicas takes the trace's batch.
-`fastest` is the row with the most samples per second (the shortest step per replica's batch: step ÷ dp) among those
+The JSON contract: `{"world", "baseline_ns", "batch", "rows": [{"dp", "tp", "pp", "spec",
+"predicted_ns", "samples_per_s", "predicted_peak_bytes", "capacity_bytes", "fits", "error",
+"notes"}], "fastest"}`. Each row is the what-if `--opt <spec>` run alone; a layout the trace cannot
+take (a degree that does not divide the widths, more stages than blocks) has its `error` instead.
+Samples per second are the job's: each of the dp replicas takes the trace's batch. `fastest` is the
+row with the most samples per second (the shortest step per replica's batch: step ÷ dp) among those
 that fit (or whose fit is unknown: no device capacity), None where none does.
 """
 
@@ -26,22 +27,26 @@ from daydream.report.throughput import samples_per_s
 SCHEMA_VERSION = 1
 
 
-def summarize_layouts(source: str, world: int, baseline_ns: int, batch: int | None, rows: list[dict[str, Any]]
+def summarize_layouts(source: str, world: int, baseline_ns: int, batch: int | None,
+                      rows: list[dict[str, Any]]
                       ) -> dict[str, Any]:
-    """`rows`: per layout, dp/tp/pp, its spec, and its prediction (predicted_ns, peak, fits) or its error."""
+    """`rows`: per layout, dp/tp/pp, its spec, and its prediction
+    (predicted_ns, peak, fits) or its error."""
     for row in rows:
-        row["samples_per_s"] = samples_per_s(batch * row["dp"] if batch else None, row.get("predicted_ns"))
+        row["samples_per_s"] = samples_per_s(batch * row["dp"] if batch else None,
+                                             row.get("predicted_ns"))
     usable = [r for r in rows if r.get("predicted_ns") and r.get("fits") is not False]
     fastest = min(usable, key=lambda r: r["predicted_ns"] / r["dp"]) if usable else None
-    return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source, "world": world,
-            "baseline_ns": baseline_ns, "batch": batch, "rows": rows,
+    return {"schema_version": SCHEMA_VERSION, "daydream_version": __version__, "source": source,
+            "world": world, "baseline_ns": baseline_ns, "batch": batch, "rows": rows,
             "fastest": {k: fastest[k] for k in ("dp", "tp", "pp", "spec")} if fastest else None}
 
 
 def render_layouts(summary: dict[str, Any], console: Console) -> None:
     table = Table(title=f"layouts of {summary['world']} ranks (one rank traced: "
                         f"{format_ns(summary['baseline_ns'])} per step)", title_justify="left")
-    for header in ("dp × tp × pp", "iteration", "samples/s", "peak memory per rank", "fits", "note"):
+    for header in ("dp × tp × pp", "iteration", "samples/s", "peak memory per rank", "fits",
+                   "note"):
         table.add_column(header, justify="left" if header in ("dp × tp × pp", "note") else "right",
                          overflow="fold")
     fastest = summary["fastest"]
@@ -53,14 +58,15 @@ def render_layouts(summary: dict[str, Any], console: Console) -> None:
                       format_ns(row["predicted_ns"]) if row.get("predicted_ns") else "—",
                       f"{row['samples_per_s']:,.1f}" if row.get("samples_per_s") else "—",
                       format_bytes(peak) if peak is not None else "—",
-                      Text("yes", style="green") if fits else Text("no", style="red") if fits is False else "—",
-                      row.get("error") or ("fastest that fits" if chosen else ""))
+                      Text("yes", style="green") if fits else Text("no", style="red")
+                      if fits is False else "—", row.get("error")
+                      or ("fastest that fits" if chosen else ""))
     console.print(table)
     if fastest is None:
         console.print("no layout of these fits", style="red")
     else:
-        console.print(f"fastest that fits: dp={fastest['dp']}, tp={fastest['tp']}, pp={fastest['pp']} "
-                      f"(--opt {fastest['spec']})", highlight=False)
+        console.print(f"fastest that fits: dp={fastest['dp']}, tp={fastest['tp']}, "
+                      f"pp={fastest['pp']} (--opt {fastest['spec']})", highlight=False)
 
 
 #: A layout's bar: fits, does not fit, fit unknown (no device capacity).
@@ -69,9 +75,9 @@ FIT_NAMES = {True: "fits", False: "does not fit", None: "fit unknown (no device 
 
 
 def plot_layouts(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
-    """Per layout that could be predicted, its samples per second (or, without a batch size, its step) and, where
-    predicted, its peak memory per rank against the device's capacity, as a PNG; the fastest that fits marked;
-    written atomically."""
+    """Per layout that could be predicted, its samples per second (or, without a batch size, its
+    step) and, where predicted, its peak memory per rank against the device's capacity, as a PNG;
+    the fastest that fits marked; written atomically."""
     plt = plotting.pyplot()
     rows = [row for row in summary["rows"] if row.get("predicted_ns")]
     labels = [f"{r['dp']}×{r['tp']}×{r['pp']}" for r in rows]
@@ -88,29 +94,35 @@ def plot_layouts(path: str | os.PathLike[str], summary: dict[str, Any]) -> None:
             speed.bar(labels, [r["predicted_ns"] / 1e6 for r in rows], color=colors)
             speed.set_ylabel("predicted step (ms)")
         fastest = summary["fastest"]
-        speed.set_ylim(0, max([p.get_height() for p in speed.patches], default=1.0) * 1.15)  # room for the mark
+        # room for the mark
+        speed.set_ylim(0, max([p.get_height() for p in speed.patches], default=1.0) * 1.15)
         if fastest is not None:
             at = next(k for k, r in enumerate(rows) if r["spec"] == fastest["spec"])
             speed.get_xticklabels()[at].set_fontweight("bold")
-            speed.annotate("fastest that fits", (at, speed.patches[at].get_height()), ha="center", va="bottom",
-                           fontsize=8)
-        speed.set_title(f"layouts of {summary['world']} ranks (dp×tp×pp) — {os.path.basename(summary['source'])}",
+            speed.annotate("fastest that fits", (at, speed.patches[at].get_height()), ha="center",
+                           va="bottom", fontsize=8)
+        speed.set_title(f"layouts of {summary['world']} ranks (dp×tp×pp) — "
+                        f"{os.path.basename(summary['source'])}",
                         fontsize=10)
         shown = sorted({r.get("fits") for r in rows}, key=list(FIT_COLORS).index)
         speed.legend([plt.Rectangle((0, 0), 1, 1, color=FIT_COLORS[fit]) for fit in shown],
-                     [FIT_NAMES[fit] for fit in shown], loc="upper left", fontsize=8, framealpha=0.8)
+                     [FIT_NAMES[fit] for fit in shown], loc="upper left", fontsize=8,
+                     framealpha=0.8)
         if with_memory:
             _memory_bars(axes[1][0], labels, rows, colors)
     finally:
         plotting.save_png(figure, path)
 
 
-def _memory_bars(memory: Any, labels: list[str], rows: list[dict[str, Any]], colors: list[str]) -> None:
-    """Each layout's peak memory per rank (GiB, or MiB where all are under a GiB), the device's capacity dashed."""
+def _memory_bars(memory: Any, labels: list[str], rows: list[dict[str, Any]],
+                 colors: list[str]) -> None:
+    """Each layout's peak memory per rank (GiB, or MiB where all are
+    under a GiB), the device's capacity dashed."""
     capacities = sorted({r["capacity_bytes"] for r in rows if r.get("capacity_bytes")})
     largest = max([r.get("predicted_peak_bytes") or 0 for r in rows] + capacities)
     unit, scale = ("GiB", 2**30) if largest >= 2**30 else ("MiB", 2**20)
     memory.bar(labels, [(r.get("predicted_peak_bytes") or 0) / scale for r in rows], color=colors)
     for capacity in capacities:
         memory.axhline(capacity / scale, color="#333333", linestyle="--", linewidth=1)
-    memory.set_ylabel(f"peak memory per rank ({unit})" + (", capacity dashed" if capacities else ""))
+    memory.set_ylabel(f"peak memory per rank ({unit})"
+                      + (", capacity dashed" if capacities else ""))

@@ -1,4 +1,5 @@
-"""matplotlib for the PNGs daydream draws (`memory --plot`, `whatif --sweep --plot`): optional, and checked first.
+"""matplotlib for the PNGs daydream draws (`memory --plot`, `whatif
+--sweep --plot`): optional, and checked first.
 
 `require()` is called by a command before any work, so a missing matplotlib is said at
 once rather than after a long read; `pyplot()` returns the module with the file-only Agg
@@ -34,7 +35,8 @@ def pyplot() -> Any:
 
 
 def save_png(figure: Any, path: str | os.PathLike[str]) -> None:
-    """`figure` laid out and written to `path` as a PNG (atomically), then closed, whether the write worked or not."""
+    """`figure` laid out and written to `path` as a PNG (atomically),
+    then closed, whether the write worked or not."""
     try:
         figure.tight_layout()
         with atomic_output(path) as out:

@@ -25,22 +25,26 @@ SCHEMA_VERSION = 1
 TOP_KERNELS = 10
 
 
-def summarize_job(job: Job, iteration_marker: str | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
+def summarize_job(job: Job, iteration_marker: str | None = None,
+                  top: int = TOP_KERNELS) -> dict[str, Any]:
     """JSON-ready summary of every rank of `job`."""
     return {
         "schema_version": SCHEMA_VERSION,
         "daydream_version": __version__,
         "source": job.source,
         "world_size": job.world_size,
-        # several captures of one process, not ranks: every capture's file, oldest first (the one read is in ranks)
+        # several captures of one process, not ranks: every capture's
+        # file, oldest first (the one read is in ranks)
         "runs": list(job.runs),
         "ranks": [summarize_trace(t, iteration_marker, top) for t in job.traces],
     }
 
 
-def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
+def summarize_trace(trace: Trace, iteration_marker: str | None = None,
+                    top: int = TOP_KERNELS) -> dict[str, Any]:
     marked = find_iterations(trace, iteration_marker)
-    # Each to its completion (GPU work done), as replay and whatif measure it; the host's own span is host_ns.
+    # Each to its completion (GPU work done), as replay and whatif
+    # measure it; the host's own span is host_ns.
     iterations = completed(trace, marked, link(trace).launch)
     busy = Utilization(trace)
     meta = trace.meta
@@ -73,14 +77,16 @@ def summarize_trace(trace: Trace, iteration_marker: str | None = None, top: int 
         "gpu_activities": trace.count(*GPU_ACTIVITY_KINDS),
         "iteration_source": iterations[0].source if iterations else None,
         "iterations": [
-            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns, "host_start_ns": host.start_ns,
-             "host_ns": host.measured_ns,
-             "source": it.source, "utilization": busy.window(it.start_ns, it.start_ns + it.measured_ns)}
+            {"name": it.name, "start_ns": it.start_ns, "measured_ns": it.measured_ns,
+             "host_start_ns": host.start_ns, "host_ns": host.measured_ns,
+             "source": it.source,
+             "utilization": busy.window(it.start_ns, it.start_ns + it.measured_ns)}
             for it, host in zip(iterations, marked)
         ],
         **_throughput(trace, iterations),
         "profiler_steps": [
-            {"name": it.name, "measured_ns": it.measured_ns} for it in marked if it.source == SOURCE_PROFILER_STEP
+            {"name": it.name, "measured_ns": it.measured_ns} for it in marked
+            if it.source == SOURCE_PROFILER_STEP
         ],
         **_phases_and_layers(trace, marked),
         "streams": _streams(trace),
@@ -97,8 +103,8 @@ def _capture(trace: Trace) -> str | None:
     if not found.ranges:
         return None
     if found.capture_only:
-        return (f"{found.describe()}; the trace records the capture and no execution of it, so what-ifs refuse it: "
-                "profile the steps that replay the graph")
+        return (f"{found.describe()}; the trace records the capture and no execution of it, so "
+                "what-ifs refuse it: profile the steps that replay the graph")
     return found.describe()
 
 
@@ -114,7 +120,8 @@ def _phases_and_layers(trace: Trace, iterations: list[Any]) -> dict[str, Any]:
     return {
         "phases": times.phases,
         "layers": [{"name": entry["name"], "type": entry["type"], "forward_ns": entry["forward_ns"],
-                    "backward_ns": entry["backward_ns"], "leaf": entry["leaf"]} for entry in times.layers],
+                    "backward_ns": entry["backward_ns"], "leaf": entry["leaf"]}
+                   for entry in times.layers],
         "attribution": {
             "source": attribution.source,
             "basis": times.basis,
@@ -134,7 +141,8 @@ def _streams(trace: Trace) -> list[dict[str, Any]]:
     for index, track in enumerate(trace.tracks):
         if track.kind is TrackKind.GPU and counts[index]:
             streams.append(
-                {"device": track.device, "stream": track.stream, "activities": int(counts[index]), "busy_ns": int(busy[index])}
+                {"device": track.device, "stream": track.stream, "activities": int(counts[index]),
+                 "busy_ns": int(busy[index])}
             )
     return sorted(streams, key=lambda s: (s["device"], s["stream"]))
 
@@ -189,8 +197,8 @@ def _linking(trace: Trace) -> dict[str, Any]:
 
 
 def gpu_labels(trace: Trace) -> list[str]:
-    """The GPUs' names as recorded; a GPU the trace leaves unnamed (some ROCm traces) as the device table tells it
-    from its architecture, memory and CU count, or said to be unnamed."""
+    """The GPUs' names as recorded; a GPU the trace leaves unnamed (some ROCm traces) as the device
+    table tells it from its architecture, memory and CU count, or said to be unnamed."""
     labels = []
     for name in trace.gpu_names:
         if name.strip():
@@ -200,7 +208,8 @@ def gpu_labels(trace: Trace) -> list[str]:
         gpu = trace.meta.gpus[0] if trace.meta.gpus else None
         facts = ", ".join(fact for fact in (
             f"{gpu.total_memory_bytes / 2**30:.0f} GiB" if gpu and gpu.total_memory_bytes else "",
-            (gpu.arch or "").split(":")[0] if gpu else "", f"{gpu.sm_count} CUs" if gpu and gpu.sm_count else "") if fact)
+            (gpu.arch or "").split(":")[0] if gpu else "", f"{gpu.sm_count} CUs" if gpu
+            and gpu.sm_count else "") if fact)
         labels.append(f"{row.name} (unnamed in the trace; told by {facts})" if row else
                       "unnamed in the trace (give --device NAME where a what-if needs it)")
     return labels

@@ -1,5 +1,5 @@
-"""Tables whose numbers are never cut: at 80 columns, or piped into a CI log, a figure keeps all its characters and
-the text columns beside it (names, critical-path summaries) wrap instead.
+"""Tables whose numbers are never cut: at 80 columns, or piped into a CI log, a figure keeps all its
+characters and the text columns beside it (names, critical-path summaries) wrap instead.
 
     from daydream.report.table import Table   # rich's Table, with that one rule
 """
@@ -15,15 +15,16 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 #: A cell that is a figure: digits with units, signs, separators and the ×, →, % a table writes.
-FIGURE = re.compile(r"^[-+−~≥≤<>]?\s?[\d.,]+\s?(?:[%x×]|[a-zA-Zµ]{1,4}(?:/s)?)?(?:\s?(?:→|->|/)\s?[-+]?[\d.,]+\s?"
-                    r"(?:[%x×]|[a-zA-Zµ]{1,4}(?:/s)?)?)?(?:\s\([^()]{0,16}\))?$")
+FIGURE = re.compile(r"^[-+−~≥≤<>]?\s?[\d.,]+\s?(?:[%x×]|[a-zA-Zµ]{1,4}(?:/s)?)?"
+                    r"(?:\s?(?:→|->|/)\s?[-+]?[\d.,]+\s?(?:[%x×]|[a-zA-Zµ]{1,4}(?:/s)?)?)?"
+                    r"(?:\s\([^()]{0,16}\))?$")
 #: The widest figure kept whole; anything longer may be folded like text.
 WIDEST = 24
 
 
 class Table(RichTable):
-    """rich's Table whose columns of figures never shrink below their widest figure or their header (nor wrap), and
-    whose columns of text wrap where the width runs out, rather than being cut."""
+    """rich's Table whose columns of figures never shrink below their widest figure or their header
+    (nor wrap), and whose columns of text wrap where the width runs out, rather than being cut."""
 
     @classmethod
     def grid(cls, *headers: Any, **options: Any) -> Table:
@@ -65,7 +66,8 @@ def labelled(rows: Iterable[tuple[str, Any]]) -> Table:
 
 
 def named_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A table of named rows (layers, kernels) across the width: the name cut with an ellipsis, figures right."""
+    """A table of named rows (layers, kernels) across the width: the
+    name cut with an ellipsis, figures right."""
     table = Table(title=title, title_justify="left", expand=True)
     table.add_column(headers[0], ratio=1, overflow="ellipsis", no_wrap=True)
     for header in headers[1:]:

@@ -1,4 +1,5 @@
-"""Samples per second and how busy the machine was, per iteration (the TBD paper's throughput and utilization).
+"""Samples per second and how busy the machine was, per iteration (the
+TBD paper's throughput and utilization).
 
 Throughput needs the samples per iteration: `daydream trace` records the batch size (the
 leading dimension of the model's first input, or `trace --batch-size`) in the trace's
@@ -11,9 +12,10 @@ Utilization of one iteration `[start, end)`:
   whose names say a reduced or tf32 precision (mapping/classes.py) — the work tensor cores run;
 * `host_busy_share`: per host thread, the union of its CPU ops and runtime calls over the span.
 
-* `gemm_flop_per_s`: the FLOPs of the matrix multiplies (aten::mm, addmm, bmm, baddbmm) that start in the
-  span, from their recorded input shapes (`record_shapes`, as `daydream trace` records), over the span;
-  None when the trace has no shapes. Convolutions and attention kernels are not counted yet.
+* `gemm_flop_per_s`: the FLOPs of the matrix multiplies (aten::mm, addmm, bmm,
+  baddbmm) that start in the span, from their recorded input shapes
+  (`record_shapes`, as `daydream trace` records), over the span; None when the
+  trace has no shapes. Convolutions and attention kernels are not counted yet.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ def samples_per_s(samples: float | None, iteration_ns: float | None) -> float | 
 
 
 class Utilization:
-    """The utilization of any window of one trace; the trace's columns are indexed once, so each window costs
-    O(log n) per host thread instead of passes over every event (a summary of thousands of iterations stays
-    linear in the trace)."""
+    """The utilization of any window of one trace; the trace's columns are indexed once, so each
+    window costs O(log n) per host thread instead of passes over every event (a summary of thousands
+    of iterations stays linear in the trace)."""
 
     def __init__(self, trace: Trace) -> None:
         ts, finish = trace.ts_ns, trace.ts_ns + trace.dur_ns
@@ -48,7 +50,8 @@ class Utilization:
         kernels = trace.indices(*KERNEL_KINDS)
         duration = trace.dur_ns[kernels].astype(np.float64)
         tensor = (np.isin(classes_of(trace.name[kernels], trace.strings), _TENSOR_CORE_CLASSES)
-                  & np.isin(precisions_of(trace.name[kernels], trace.strings), _TENSOR_CORE_PRECISIONS))
+                  & np.isin(precisions_of(trace.name[kernels], trace.strings),
+                            _TENSOR_CORE_PRECISIONS))
         self.kernel_time = Overlaps(ts[kernels], finish[kernels], duration)
         self.tensor_time = Overlaps(ts[kernels[tensor]], finish[kernels[tensor]], duration[tensor])
         work = trace.indices(EventKind.CPU_OP, EventKind.RUNTIME, EventKind.DRIVER)
@@ -57,7 +60,9 @@ class Utilization:
             info = trace.tracks[track]
             if info.kind is TrackKind.HOST:
                 mine = work[trace.track[work] == track]
-                self.threads.append((f"thread {unsigned(info.tid)}", Overlaps(ts[mine], finish[mine]), Coverage(ts[mine], finish[mine])))
+                self.threads.append((f"thread {unsigned(info.tid)}",
+                                     Overlaps(ts[mine], finish[mine]),
+                                     Coverage(ts[mine], finish[mine])))
         flops = trace.tables.get("flops")
         self.flops = None
         if flops is not None and flops["event"].size:
@@ -66,7 +71,8 @@ class Utilization:
             self.flops = np.r_[0.0, np.cumsum(flops["flops"][order])]
 
     def window(self, start: int, end: int) -> dict[str, Any]:
-        """GPU busy share, GEMM FLOP/s, tensor-core share of kernel time and host busy share per thread, over [start, end) ns."""
+        """GPU busy share, GEMM FLOP/s, tensor-core share of kernel time and host busy share per
+        thread, over [start, end) ns."""
         span = max(end - start, 1)
         kernel_ns = self.kernel_time.total(start, end)
         gemm_flop_per_s = None
@@ -74,9 +80,10 @@ class Utilization:
             first, stop = np.searchsorted(self.flop_times, [start, end], side="left")
             gemm_flop_per_s = float(self.flops[stop] - self.flops[first]) * 1e9 / span
         return {
-            "gpu_busy_share": self.gpu_busy.within(start, end) / span if self.gpu.count(start, end) else None,
-            "gemm_flop_per_s": gemm_flop_per_s,
-            "tensor_core_share": self.tensor_time.total(start, end) / kernel_ns if kernel_ns else None,
-            "host_busy_share": {label: coverage.within(start, end) / span
-                                for label, overlaps, coverage in self.threads if overlaps.count(start, end)},
+            "gpu_busy_share": self.gpu_busy.within(start, end) / span if self.gpu.count(start, end)
+            else None, "gemm_flop_per_s": gemm_flop_per_s,
+            "tensor_core_share": self.tensor_time.total(start, end) / kernel_ns if kernel_ns
+            else None, "host_busy_share": {label: coverage.within(start, end) / span
+                                for label, overlaps, coverage in self.threads
+                                           if overlaps.count(start, end)},
         }

@@ -30,7 +30,8 @@ from daydream.transforms.specs import job_ranks, samples_factor
 SCHEMA_VERSION = 1
 
 
-def summarize_predictions(source: str, specs: list[str], predictions: list[Prediction]) -> dict[str, Any]:
+def summarize_predictions(source: str, specs: list[str],
+                          predictions: list[Prediction]) -> dict[str, Any]:
     slowest = max(predictions, key=lambda p: p.predicted_ns)
     baseline = max(predictions, key=lambda p: p.simulated_ns)
     measured = max(p.measured_ns for p in predictions)
@@ -46,10 +47,11 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
         "daydream_version": __version__,
         "source": source,
         "optimizations": specs,
-        "iteration_ns": {"measured": measured, "simulated": baseline.simulated_ns, "predicted": slowest.predicted_ns},
+        "iteration_ns": {"measured": measured, "simulated": baseline.simulated_ns,
+                         "predicted": slowest.predicted_ns},
         "speedup": baseline.simulated_ns / slowest.predicted_ns if slowest.predicted_ns else None,
-        # per rank: samples per iteration (None when the trace does not say); the data-parallel ranks of the job,
-        # traced and predicted; the job's samples per second (all its ranks)
+        # per rank: samples per iteration (None when the trace does not say); the data-parallel
+        # ranks of the job, traced and predicted; the job's samples per second (all its ranks)
         "batch_size": {"baseline": samples, "predicted": predicted_samples},
         "job_ranks": ranks,
         "samples_per_s": {"measured": samples_per_s(job["baseline"], measured),
@@ -63,7 +65,8 @@ def summarize_predictions(source: str, specs: list[str], predictions: list[Predi
         "ranks": [
             {
                 "rank": p.trace.meta.rank,
-                "iteration_ns": {"measured": p.measured_ns, "simulated": p.simulated_ns, "predicted": p.predicted_ns},
+                "iteration_ns": {"measured": p.measured_ns, "simulated": p.simulated_ns,
+                                 "predicted": p.predicted_ns},
                 "speedup": p.speedup,
                 "iterations": p.per_iteration,
                 "phases": p.phases,
@@ -87,24 +90,32 @@ def render_predictions(summary: dict[str, Any], console: Console) -> None:
     table.add_column("time", justify="right")
     table.add_column("", justify="left")
     table.add_row("measured", format_ns(times["measured"]), "")
-    table.add_row("simulated baseline", format_ns(times["simulated"]), Text(_error(times), style="dim"))
+    table.add_row("simulated baseline", format_ns(times["simulated"]),
+                  Text(_error(times), style="dim"))
     speedup = summary["speedup"]
-    style = "bold green" if speedup and speedup > 1.01 else "bold red" if speedup and speedup < 0.99 else "bold"
-    table.add_row(Text("predicted", style="bold"), Text(format_ns(times["predicted"]), style="bold"),
-                  Text(f"{speedup:.2f}x" if speedup else "—", style=style) + _interval(summary.get("interval")))
+    style = ("bold green" if speedup and speedup > 1.01 else "bold red" if speedup
+             and speedup < 0.99 else "bold")
+    table.add_row(Text("predicted", style="bold"),
+                  Text(format_ns(times["predicted"]), style="bold"),
+                  Text(f"{speedup:.2f}x" if speedup else "—", style=style)
+                  + _interval(summary.get("interval")))
     throughput = summary.get("samples_per_s") or {}
     if throughput.get("predicted"):
         ranks = summary.get("job_ranks") or {"baseline": 1, "predicted": 1}
-        of_ranks = (f", {ranks['baseline']} → {ranks['predicted']} ranks" if ranks["predicted"] != ranks["baseline"]
+        of_ranks = (f", {ranks['baseline']} → {ranks['predicted']} ranks"
+                    if ranks["predicted"] != ranks["baseline"]
                     else f", {ranks['predicted']} ranks" if ranks["predicted"] > 1 else "")
         table.add_row("throughput", f"{throughput['predicted']:,.0f} samples/s",
-                      Text(f"from {throughput['simulated']:,.0f} (batch {summary['batch_size']['baseline']:g} → "
-                           f"{summary['batch_size']['predicted']:g} per rank{of_ranks})", style="dim"))
+                      Text(f"from {throughput['simulated']:,.0f} (batch "
+                           f"{summary['batch_size']['baseline']:g} → "
+                           f"{summary['batch_size']['predicted']:g} per rank{of_ranks})",
+                           style="dim"))
     if summary.get("bound_by"):
         table.add_row("critical path", "", Text(bound_line(summary["bound_by"]), style="dim"))
     rank = summary["ranks"][0]
     parts: list[Any] = [table]
-    parts += [Text(f"warning: {warning}", style="bold yellow") for warning in summary.get("warnings", [])]
+    parts += [Text(f"warning: {warning}", style="bold yellow")
+              for warning in summary.get("warnings", [])]
     parts.append(_phases_table(rank))
     if rank["layers"]:
         parts.append(_layers_table(rank))
@@ -123,7 +134,8 @@ def _interval(interval: dict[str, Any] | None) -> Text:
 def _error(times: dict[str, int]) -> str:
     if not times["measured"]:
         return ""
-    return f"replay error {(times['simulated'] - times['measured']) / times['measured'] * 100:+.2f}%"
+    return ("replay error "
+            f"{(times['simulated'] - times['measured']) / times['measured'] * 100:+.2f}%")
 
 
 def _phases_table(rank: dict[str, Any]) -> Table:
@@ -133,38 +145,48 @@ def _phases_table(rank: dict[str, Any]) -> Table:
     for phase, values in rank["phases"].items():
         before, after = values["baseline_ns"], values["predicted_ns"]
         if before or after:
-            table.add_row(phase, format_ns(before), format_ns(after), relative_change(before, after))
+            table.add_row(phase, format_ns(before), format_ns(after),
+                          relative_change(before, after))
     return table
 
 
 def _layers_table(rank: dict[str, Any]) -> Table:
-    return named_table("layers that moved most (work per iteration)", ("layer", "baseline", "predicted", "change"),
-                       [(layer["name"], format_ns(layer["baseline_ns"]), format_ns(layer["predicted_ns"]),
-                         relative_change(layer["baseline_ns"], layer["predicted_ns"])) for layer in rank["layers"]])
+    return named_table("layers that moved most (work per iteration)",
+                       ("layer", "baseline", "predicted", "change"),
+                       [(layer["name"], format_ns(layer["baseline_ns"]),
+                         format_ns(layer["predicted_ns"]),
+                         relative_change(layer["baseline_ns"], layer["predicted_ns"]))
+                        for layer in rank["layers"]])
 
 
 def render_memory_predictions(entries: list[dict[str, Any]], console: Console) -> None:
     if not entries:
-        console.print("memory: the trace has no [memory] events — record with profile_memory=True (daydream trace does)",
+        console.print("memory: the trace has no [memory] events — record with profile_memory=True "
+                      "(daydream trace does)",
                       soft_wrap=True)
         return
     table = Table(title="peak memory", title_justify="left")
-    for header in ("device", "measured", "predicted", "reserved", "fits", "headroom", "largest batch"):
+    for header in ("device", "measured", "predicted", "reserved", "fits", "headroom",
+                   "largest batch"):
         table.add_column(header, justify="left" if header == "device" else "right")
     for entry in entries:
-        fits = {True: Text("yes", style="green"), False: Text("NO", style="bold red"), None: Text("—")}[entry["fits"]]
+        fits = {True: Text("yes", style="green"), False: Text("NO", style="bold red"),
+                None: Text("—")}[entry["fits"]]
         factor = entry.get("largest_batch_factor")
+        rank = f"rank {entry['rank']} " if entry["rank"] is not None else ""
         table.add_row(
-            f"{'rank ' + str(entry['rank']) + ' ' if entry['rank'] is not None else ''}{entry['device']}",
+            f"{rank}{entry['device']}",
             format_bytes(entry["measured_peak_bytes"]), format_bytes(entry["predicted_peak_bytes"]),
             format_bytes(entry["predicted_reserved_bytes"]), fits,
             format_bytes(entry["headroom_bytes"]) if entry["headroom_bytes"] is not None else "—",
             f"×{factor:.2f}" if isinstance(factor, float) else "—",
         )
     if any(entry["device"] == "cpu" for entry in entries):
-        table.caption = "— on the CPU: host memory has no caching-allocator reserve and no device capacity to check"
+        table.caption = ("— on the CPU: host memory has no caching-allocator reserve and no device "
+                         "capacity to check")
         table.caption_justify = "left"
     elif any(entry["fits"] is None for entry in entries):
-        table.caption = "— : the GPU is not in the device table (docs/devices.md): name it with --device"
+        table.caption = ("— : the GPU is not in the device table (docs/devices.md): name it with "
+                         "--device")
         table.caption_justify = "left"
     console.print(table)

@@ -68,7 +68,8 @@ class Breakdowns:
         )
 
 
-def breakdown(graph: Graph, timeline: Timeline, window_start: int, window_end: int, recorded: bool) -> Breakdown:
+def breakdown(graph: Graph, timeline: Timeline, window_start: int, window_end: int,
+              recorded: bool) -> Breakdown:
     """Where the window's time went (one window; `Breakdowns` for many)."""
     return Breakdowns(graph, timeline, recorded).window(window_start, window_end)
 
@@ -99,7 +100,8 @@ class CriticalPath:
     top_tasks: list[tuple[str, str, int]]  # (kind, name, ns on the path), largest first
 
 
-def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_end: int, top: int = 10) -> CriticalPath:
+def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_end: int,
+                  top: int = 10) -> CriticalPath:
     """Walk back from the last task to finish inside the window along binding dependencies."""
     tasks = graph.tasks
     inside = np.flatnonzero((timeline.end_ns <= window_end) & (timeline.end_ns > window_start))
@@ -114,7 +116,8 @@ def critical_path(graph: Graph, timeline: Timeline, window_start: int, window_en
     while current >= 0 and timeline.end_ns[current] > window_start:
         path.append(current)
         kind = TaskKind(int(tasks["kind"][current])).name.lower()
-        own = int(min(timeline.end_ns[current], window_end) - max(timeline.start_ns[current], window_start))
+        own = int(min(timeline.end_ns[current],
+                      window_end) - max(timeline.start_ns[current], window_start))
         by_kind[kind] = by_kind.get(kind, 0) + max(own, 0)
         key = (kind, graph.task_name(current))
         per_task[key] = per_task.get(key, 0) + max(own, 0)

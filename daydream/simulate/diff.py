@@ -1,4 +1,5 @@
-"""Comparing two traces of the same model (A before a change, B after) and explaining the difference.
+"""Comparing two traces of the same model (A before a change, B after)
+and explaining the difference.
 
     comparison = diff_traces(trace_a, trace_b)
     comparison.measured_b_ns - comparison.measured_a_ns     # the change of the iteration time, ns
@@ -39,7 +40,8 @@ from daydream.trace import EventKind, Trace
 from daydream.transforms.primitives import scale
 
 #: GPU task kinds whose class is their kind, whatever their name says.
-_CLASS_OF_KIND = {int(TaskKind.MEMCPY): "memory", int(TaskKind.MEMSET): "memory", int(TaskKind.COLLECTIVE): "communication"}
+_CLASS_OF_KIND = {int(TaskKind.MEMCPY): "memory", int(TaskKind.MEMSET): "memory",
+                  int(TaskKind.COLLECTIVE): "communication"}
 OTHER_PHASE = PHASES.index("other")
 #: Below this share of common layers (of the larger layer set), A and B look like different models.
 COMMON_LAYER_SHARE = 0.5
@@ -67,14 +69,17 @@ class Work:
     host_ns: float  # per iteration
 
     def per_iteration(self, groups: np.ndarray, count: int) -> np.ndarray:
-        """Work per iteration (ns, float) of each group 0..count-1; rows with group -1 are left out."""
+        """Work per iteration (ns, float) of each group 0..count-1;
+        rows with group -1 are left out."""
         keep = groups >= 0
-        return np.bincount(groups[keep], weights=self.ns[keep], minlength=count)[:count] / self.iterations
+        return np.bincount(groups[keep], weights=self.ns[keep],
+                           minlength=count)[:count] / self.iterations
 
 
 @dataclass(slots=True)
 class Change:
-    """One class, phase, layer or the host: work per iteration in A and B (ns) and what the change explains.
+    """One class, phase, layer or the host: work per iteration in A and
+    B (ns) and what the change explains.
 
     `explains_ns` is the simulated change of A's iteration time when A's work of this kind
     is rescaled to B's total; None where nothing was simulated (layers, or work A lacks).
@@ -118,7 +123,8 @@ class Comparison:
 
 
 def diff_traces(trace_a: Trace, trace_b: Trace) -> Comparison:
-    """Compare one rank's trace A with B's, and explain the change by simulating A's graph rescaled."""
+    """Compare one rank's trace A with B's, and explain the change by
+    simulating A's graph rescaled."""
     return diff_pairs([trace_a], [trace_b])[0]
 
 
@@ -134,23 +140,29 @@ def diff_pairs(traces_a: list[Trace], traces_b: list[Trace]) -> list[Comparison]
     tie_collectives(graphs_a, match_collectives(traces_a))
     works_b = [measure_work(trace, build_graph(trace)) for trace in traces_b]
     explainer = _Explainer(traces_a, graphs_a, works_a)
-    comparisons = [_compare(*args) for args in zip(traces_a, traces_b, works_a, works_b, explainer.baseline)]
+    comparisons = [_compare(*args)
+                   for args in zip(traces_a, traces_b, works_a, works_b, explainer.baseline)]
     _explain(explainer, comparisons)
     return comparisons
 
 
-def _compare(trace_a: Trace, trace_b: Trace, work_a: Work, work_b: Work, replay: Replay) -> Comparison:
+def _compare(trace_a: Trace, trace_b: Trace, work_a: Work, work_b: Work,
+             replay: Replay) -> Comparison:
     """The tables of one rank, without the simulated explanation."""
     classes = _changes(work_a, work_b, work_a.klass, work_b.klass, CLASSES)
     layers, common = _layer_changes(work_a, work_b)
     return Comparison(
-        rank=trace_a.meta.rank, basis=(work_a.basis, work_b.basis), iterations=(work_a.iterations, work_b.iterations),
+        rank=trace_a.meta.rank, basis=(work_a.basis, work_b.basis),
+        iterations=(work_a.iterations, work_b.iterations),
         measured_a_ns=_mean([it.measured_ns for it in replay.iterations]),
-        measured_b_ns=_mean([it.measured_ns for it in completed(trace_b, find_iterations(trace_b), link(trace_b).launch)]),
-        simulated_a_ns=_mean([it.simulated_ns for it in replay.iterations]),
-        classes=classes, host=Change("host", round(work_a.host_ns), round(work_b.host_ns)),
-        phases=_changes(work_a, work_b, work_a.phase, work_b.phase, PHASES), layers=layers, layers_in_common=common,
-        together_ns=0, notes=_notes(trace_a, trace_b, work_a, work_b, classes, common),
+        measured_b_ns=_mean([it.measured_ns
+                             for it in completed(trace_b, find_iterations(trace_b),
+                                                 link(trace_b).launch)]),
+        simulated_a_ns=_mean([it.simulated_ns for it in replay.iterations]), classes=classes,
+        host=Change("host", round(work_a.host_ns), round(work_b.host_ns)),
+        phases=_changes(work_a, work_b, work_a.phase, work_b.phase, PHASES), layers=layers,
+        layers_in_common=common, together_ns=0,
+        notes=_notes(trace_a, trace_b, work_a, work_b, classes, common),
     )
 
 
@@ -158,19 +170,24 @@ def _explain(explainer: _Explainer, comparisons: list[Comparison]) -> None:
     """Fill in what each class, phase and the host explains, and all of them at once."""
     works = explainer.works
     for index, name in enumerate(CLASSES):
-        _explain_group(explainer, [_named(c.classes, name) for c in comparisons], [w.klass == index for w in works])
+        _explain_group(explainer, [_named(c.classes, name) for c in comparisons],
+                       [w.klass == index for w in works])
     for index, name in enumerate(PHASES):
-        _explain_group(explainer, [_named(c.phases, name) for c in comparisons], [w.phase == index for w in works])
+        _explain_group(explainer, [_named(c.phases, name) for c in comparisons],
+                       [w.phase == index for w in works])
     host_factors = [_factor(c.host) for c in comparisons]
-    for comparison, effect in zip(comparisons, explainer.rescaled([None] * len(works), host_factors)):
+    for comparison, effect in zip(comparisons,
+                                  explainer.rescaled([None] * len(works), host_factors)):
         comparison.host.explains_ns = effect
     together = [_class_factors(c.classes)[w.klass] for c, w in zip(comparisons, works)]
     for comparison, effect in zip(comparisons, explainer.rescaled(together, host_factors)):
         comparison.together_ns = effect or 0
 
 
-def _explain_group(explainer: _Explainer, changes: list[Change | None], rows: list[np.ndarray]) -> None:
-    """Per rank, rescale A's `rows` (a mask over its work) to B's total; what it does to the iteration."""
+def _explain_group(explainer: _Explainer, changes: list[Change | None],
+                   rows: list[np.ndarray]) -> None:
+    """Per rank, rescale A's `rows` (a mask over its work) to B's
+    total; what it does to the iteration."""
     factors: list[np.ndarray | None] = []
     for change, mask in zip(changes, rows):
         factor = _factor(change) if change is not None else None
@@ -192,7 +209,8 @@ def measure_work(trace: Trace, graph: Graph) -> Work:
 
 
 def _gpu_work(graph: Graph, iterations: int) -> Work:
-    """GPU tasks inside iterations; the host is every host task's own time and the gaps before it."""
+    """GPU tasks inside iterations; the host is every host task's own
+    time and the gaps before it."""
     tasks = graph.tasks
     in_iteration = tasks["iteration"] >= 0
     gpu = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in GPU_WORK]) & in_iteration)
@@ -201,9 +219,10 @@ def _gpu_work(graph: Graph, iterations: int) -> Work:
         klass[tasks["kind"][gpu] == kind] = CLASSES.index(name)
     host = _host_tasks(graph, HOST_WORK)
     return Work(basis="gpu", task=gpu, ns=tasks["duration_ns"][gpu].astype(np.float64), klass=klass,
-                phase=_phases(tasks["phase"][gpu]), layer=tasks["layer"][gpu].astype(np.int64), layers=list(graph.layers),
-                iterations=iterations, host_tasks=host,
-                host_ns=float(tasks["gap_ns"][host].sum() + tasks["duration_ns"][host].sum()) / iterations)
+                phase=_phases(tasks["phase"][gpu]), layer=tasks["layer"][gpu].astype(np.int64),
+                layers=list(graph.layers), iterations=iterations, host_tasks=host,
+                host_ns=float(tasks["gap_ns"][host].sum()
+                              + tasks["duration_ns"][host].sum()) / iterations)
 
 
 def _cpu_work(trace: Trace, graph: Graph, iterations: int) -> Work:
@@ -217,15 +236,18 @@ def _cpu_work(trace: Trace, graph: Graph, iterations: int) -> Work:
     task_of_row[tasks["event"][top_tasks]] = top_tasks
     ops = trace.indices(EventKind.CPU_OP)
     top = innermost_enclosing(trace, tasks["event"][top_tasks], ops)
-    task = np.where(task_of_row[ops] >= 0, task_of_row[ops], np.where(top >= 0, task_of_row[np.maximum(top, 0)], -1))
+    task = np.where(task_of_row[ops] >= 0, task_of_row[ops],
+                    np.where(top >= 0, task_of_row[np.maximum(top, 0)], -1))
     inside = task >= 0
     inside[inside] = tasks["iteration"][task[inside]] >= 0
     ops, task = ops[inside], task[inside]
     attribution = attribute(trace)
     host = _host_tasks(graph, (TaskKind.HOST_OP,))
-    return Work(basis="cpu", task=task, ns=self_time_ns(trace, ops), klass=classes_of(trace.name[ops], trace.strings),
-                phase=_phases(attribution.phase[ops]), layer=attribution.layer[ops].astype(np.int64),
-                layers=list(attribution.layers), iterations=iterations, host_tasks=host,
+    return Work(basis="cpu", task=task, ns=self_time_ns(trace, ops),
+                klass=classes_of(trace.name[ops], trace.strings),
+                phase=_phases(attribution.phase[ops]),
+                layer=attribution.layer[ops].astype(np.int64), layers=list(attribution.layers),
+                iterations=iterations, host_tasks=host,
                 host_ns=float(tasks["gap_ns"][host].sum()) / iterations)
 
 
@@ -251,7 +273,8 @@ def _phases(phase: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- changes
 
 
-def _changes(work_a: Work, work_b: Work, groups_a: np.ndarray, groups_b: np.ndarray, names: tuple[str, ...]) -> list[Change]:
+def _changes(work_a: Work, work_b: Work, groups_a: np.ndarray, groups_b: np.ndarray,
+             names: tuple[str, ...]) -> list[Change]:
     a = work_a.per_iteration(groups_a, len(names))
     b = work_b.per_iteration(groups_b, len(names))
     return [Change(name, round(a[i]), round(b[i])) for i, name in enumerate(names) if a[i] or b[i]]
@@ -262,7 +285,8 @@ def _layer_changes(work_a: Work, work_b: Work) -> tuple[list[Change], tuple[int,
     b = dict(zip(work_b.layers, work_b.per_iteration(work_b.layer, len(work_b.layers))))
     with_a = {name for name, ns in a.items() if ns}
     with_b = {name for name, ns in b.items() if ns}
-    changes = [Change(name, round(a.get(name, 0.0)), round(b.get(name, 0.0))) for name in _ordered(work_a.layers, work_b.layers)
+    changes = [Change(name, round(a.get(name, 0.0)), round(b.get(name, 0.0)))
+               for name in _ordered(work_a.layers, work_b.layers)
                if name in with_a | with_b]
     changes.sort(key=lambda c: -abs(c.change_ns))
     return changes, (len(with_a), len(with_b), len(with_a & with_b))
@@ -282,7 +306,8 @@ def _named(changes: list[Change], name: str) -> Change | None:
 
 
 def _class_factors(classes: list[Change]) -> np.ndarray:
-    """B's work over A's for every class in CLASSES; 1 for classes A lacks (nothing to rescale) or neither has."""
+    """B's work over A's for every class in CLASSES; 1 for classes A
+    lacks (nothing to rescale) or neither has."""
     factors = np.ones(len(CLASSES))
     for change in classes:
         factors[CLASSES.index(change.name)] = _factor(change) or 1.0
@@ -293,23 +318,26 @@ def _notes(trace_a: Trace, trace_b: Trace, work_a: Work, work_b: Work, classes: 
            common: tuple[int, int, int]) -> list[str]:
     notes = []
     if work_a.basis != work_b.basis:
-        notes.append(f"A's work is {work_a.basis.upper()} time and B's is {work_b.basis.upper()} time: "
-                     "the per-class and per-phase changes compare different things")
+        notes.append(f"A's work is {work_a.basis.upper()} time and B's is {work_b.basis.upper()} "
+                     "time: the per-class and per-phase changes compare different things")
     with_a, with_b, both = common
     if with_a or with_b:
         if both < COMMON_LAYER_SHARE * max(with_a, with_b):
-            notes.append(f"A and B have {both} layers in common (A has {with_a}, B {with_b}): they look like different "
-                         "models, so the changes compare different work")
+            notes.append(f"A and B have {both} layers in common (A has {with_a}, B {with_b}): they "
+                         "look like different models, so the changes compare different work")
     else:
-        notes.append("neither trace names layers (record with daydream trace, or the profiler's with_stack=True): "
-                     "no per-layer comparison")
+        notes.append("neither trace names layers (record with daydream trace, or the profiler's "
+                     "with_stack=True): no per-layer comparison")
     new = [c.name for c in classes if not c.a_ns and c.b_ns]
     if new:
-        notes.append(f"work only B has ({', '.join(new)}) cannot be simulated by rescaling A: it is part of what is not explained")
+        notes.append(f"work only B has ({', '.join(new)}) cannot be simulated by rescaling A: it "
+                     "is part of what is not explained")
     if work_a.iterations != work_b.iterations:
-        notes.append(f"A has {work_a.iterations} iterations and B has {work_b.iterations}: means per iteration are compared")
+        notes.append(f"A has {work_a.iterations} iterations and B has {work_b.iterations}: means "
+                     "per iteration are compared")
     if trace_a.gpu_names != trace_b.gpu_names:
-        notes.append(f"A ran on {', '.join(trace_a.gpu_names) or 'no GPU'} and B on {', '.join(trace_b.gpu_names) or 'no GPU'}")
+        notes.append(f"A ran on {', '.join(trace_a.gpu_names) or 'no GPU'} and B on "
+                     f"{', '.join(trace_b.gpu_names) or 'no GPU'}")
     return notes
 
 
@@ -331,14 +359,17 @@ class _Explainer:
         self.baseline = self._replay(graphs)
         self.baseline_ns = [_mean([it.simulated_ns for it in r.iterations]) for r in self.baseline]
 
-    def rescaled(self, row_factors: list[np.ndarray | None], host_factors: list[float | None] | None = None) -> list[int | None]:
-        """Per rank: the simulated change when each work row is multiplied by its factor and the host's
-        time by the host factor. None for a rank with nothing to rescale (its work of this kind is new
-        in B); 0, without simulating, when no factor differs from 1.
+    def rescaled(self, row_factors: list[np.ndarray | None],
+                 host_factors: list[float | None] | None = None) -> list[int | None]:
+        """Per rank: the simulated change when each work row is multiplied by its factor and the
+        host's time by the host factor. None for a rank with nothing to rescale (its work of this
+        kind is new in B); 0, without simulating, when no factor differs from 1.
         """
         host_factors = host_factors if host_factors is not None else [None] * len(row_factors)
-        rescalable = [rows is not None or host is not None for rows, host in zip(row_factors, host_factors)]
-        moves = [(rows is not None and bool(np.any(rows != 1.0))) or (host is not None and host != 1.0)
+        rescalable = [rows is not None or host is not None
+                      for rows, host in zip(row_factors, host_factors)]
+        moves = [(rows is not None and bool(np.any(rows != 1.0)))
+                 or (host is not None and host != 1.0)
                  for rows, host in zip(row_factors, host_factors)]
         if not any(moves):
             return [0 if ok else None for ok in rescalable]
@@ -353,7 +384,8 @@ class _Explainer:
                 for replay, base, ok in zip(replays, self.baseline_ns, rescalable)]
 
     def _replay(self, graphs: list[Graph]) -> list[Replay]:
-        return [measure_replay(trace, graph, timeline) for trace, graph, timeline in zip(self.traces, graphs, simulate_job(graphs))]
+        return ([measure_replay(trace, graph, timeline)
+                 for trace, graph, timeline in zip(self.traces, graphs, simulate_job(graphs))])
 
 
 def _scale_rows(graph: Graph, work: Work, row_factors: np.ndarray) -> None:
@@ -374,6 +406,7 @@ def _scale_host(graph: Graph, work: Work, factor: float) -> None:
     if work.basis == "gpu":
         scale(graph, ids, factor=factor, gaps=True)
         return
-    # On a CPU-only trace the ops' durations are the classified work; the host is the time between them.
+    # On a CPU-only trace the ops' durations are the classified work;
+    # the host is the time between them.
     gaps = graph.tasks["gap_ns"]
     gaps[ids] = np.rint(gaps[ids] * factor).astype(np.int64)

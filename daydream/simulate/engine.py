@@ -32,7 +32,8 @@ UNSET = np.iinfo(np.int64).min
 
 def simulation_order(graph: Graph) -> np.ndarray:
     """A topological order close to the recorded one (ties by recorded start)."""
-    return topological_order(graph.task_count, graph.edges["src"], graph.edges["dst"], graph.tasks["measured_start_ns"])
+    return topological_order(graph.task_count, graph.edges["src"], graph.edges["dst"],
+                             graph.tasks["measured_start_ns"])
 
 
 def simulate(graph: Graph, order: np.ndarray | None = None) -> Timeline:
@@ -60,8 +61,10 @@ def simulate_reference(graph: Graph) -> Timeline:
     start: list[int] = [0] * graph.task_count
     end: list[int] = [0] * graph.task_count
     for v in order:
-        host = [(start[src[e]] if from_start[e] else end[src[e]]) + latency[e] for e in preds[v] if is_host[e]]
-        other = [(start[src[e]] if from_start[e] else end[src[e]]) + latency[e] for e in preds[v] if not is_host[e]]
+        host = [(start[src[e]] if from_start[e] else end[src[e]]) + latency[e] for e in preds[v]
+                if is_host[e]]
+        other = [(start[src[e]] if from_start[e] else end[src[e]]) + latency[e] for e in preds[v]
+                 if not is_host[e]]
         anchors = [end[src[e]] for e in preds[v] if is_anchor[e]]
         candidates = ([max(host) + gap[v]] if host else []) + other
         start[v] = max(candidates) if candidates else measured[v]
@@ -83,9 +86,11 @@ def simulate_event_driven(
     graph: Graph,
     policies: dict[int, str] | None = None,
     priority: np.ndarray | None = None,
-    exclusive_kinds: tuple[ResourceKind, ...] = (ResourceKind.GPU_STREAM, ResourceKind.COMM_CHANNEL, ResourceKind.HOST_THREAD),
+    exclusive_kinds: tuple[ResourceKind, ...] = (ResourceKind.GPU_STREAM, ResourceKind.COMM_CHANNEL,
+                                                 ResourceKind.HOST_THREAD),
 ) -> Timeline:
-    """Replay with per-resource queues: a resource runs one task at a time, its policy picks the next.
+    """Replay with per-resource queues: a resource runs one task at a
+    time, its policy picks the next.
 
     `policies` maps a resource id to one of POLICIES (default FIFO); `priority`
     gives each task's priority for the PRIORITY policy (lower runs first).
@@ -93,9 +98,11 @@ def simulate_event_driven(
     policies = policies or {}
     for resource, policy in policies.items():
         if policy not in POLICIES:
-            raise ValueError(f"resource {resource}: unknown queue policy {policy!r} (choose from {', '.join(POLICIES)})")
+            raise ValueError(f"resource {resource}: unknown queue policy {policy!r} (choose from "
+                             f"{', '.join(POLICIES)})")
     n = graph.task_count
-    priorities = np.zeros(n, dtype=np.int64) if priority is None else np.asarray(priority, dtype=np.int64)
+    priorities = (np.zeros(n, dtype=np.int64) if priority is None
+                  else np.asarray(priority, dtype=np.int64))
     state = _EventState(graph, policies, priorities, exclusive_kinds)
     return state.run(n)
 
@@ -103,7 +110,8 @@ def simulate_event_driven(
 class _EventState:
     """Event loop state: per-task readiness, per-resource queues and clocks."""
 
-    def __init__(self, graph: Graph, policies: dict[int, str], priority: np.ndarray, exclusive: tuple[ResourceKind, ...]) -> None:
+    def __init__(self, graph: Graph, policies: dict[int, str], priority: np.ndarray,
+                 exclusive: tuple[ResourceKind, ...]) -> None:
         self.graph = graph
         self.policies = policies
         self.priority = priority.tolist()
@@ -170,7 +178,8 @@ class _EventState:
             if not self.events or self.events[0][0] > time:
                 self.dispatch_all(time)
         if done < n:
-            raise ValueError(f"event-driven replay stopped with {n - done} tasks never ready (a dependency cycle?)")
+            raise ValueError(f"event-driven replay stopped with {n - done} tasks never ready (a "
+                             "dependency cycle?)")
         return Timeline(np.array(self.start, dtype=np.int64), np.array(self.end, dtype=np.int64))
 
     def finish(self, v: int, time: int) -> None:
@@ -183,9 +192,11 @@ class _EventState:
             if self.is_anchor[e]:
                 self.anchor[w] = self.end[v]
             if self.is_host[e]:
-                self.host_ready[w] = ready if self.host_ready[w] is None else max(self.host_ready[w], ready)
+                self.host_ready[w] = (ready if self.host_ready[w] is None
+                                      else max(self.host_ready[w], ready))
             else:
-                self.other_ready[w] = ready if self.other_ready[w] is None else max(self.other_ready[w], ready)
+                self.other_ready[w] = (ready if self.other_ready[w] is None
+                                       else max(self.other_ready[w], ready))
             self.waiting[w] -= 1
             if self.waiting[w] == 0:
                 self.push_event(max(time, self.earliest_start(w)), 1, w)

@@ -1,20 +1,23 @@
-"""An interval on every prediction: how far its number can be off, from what the trace and the repository know.
+"""An interval on every prediction: how far its number can be off, from
+what the trace and the repository know.
 
 Three parts, each a share of the predicted iteration time below it and above it:
 
-- **spread**: the steady iterations' own predicted times (simulate/steady.py) around their median, the headline;
-- **validated error**: for each optimization, the errors of its rows in the repository's validation pages against
-  real runs, on traces of the same kind (GPU or CPU; `daydream/data/validated_errors.json`, from
-  `scripts/validated_errors.py`), their 10th to 90th percentile (with fewer than five rows: their extremes), turned
-  into where the real run can be: a prediction `e` too high means the run is predicted / (1 + e); with no
-  optimization, the replay's own errors (docs/accuracy.md); an optimization without validation rows adds nothing and
-  is named;
-- **unexplained**: the share of the predicted critical path the trace cannot explain (simulate/bound.py), either way.
+- **spread**: the steady iterations' own predicted times
+  (simulate/steady.py) around their median, the headline;
+- **validated error**: for each optimization, the errors of its rows in the repository's validation
+  pages against real runs, on traces of the same kind (GPU or CPU;
+  `daydream/data/validated_errors.json`, from `scripts/validated_errors.py`), their 10th to 90th
+  percentile (with fewer than five rows: their extremes), turned into where the real run can be: a
+  prediction `e` too high means the run is predicted / (1 + e); with no optimization, the replay's
+  own errors (docs/accuracy.md); an optimization without validation rows adds nothing and is named;
+- **unexplained**: the share of the predicted critical path the trace cannot explain
+  (simulate/bound.py), either way.
 
-They are independent, so they add in quadrature: below = √(spread² + Σ validated² + unexplained²), likewise above;
-the interval is predicted × (1 − below) to predicted × (1 + above), and the speed-up's is the simulated baseline over
-its ends. Its coverage on the rows it was built from is measured by `scripts/interval_coverage.py`
-(docs/intervals.md).
+They are independent, so they add in quadrature: below = √(spread² + Σ validated² + unexplained²),
+likewise above; the interval is predicted × (1 − below) to predicted × (1 + above), and the
+speed-up's is the simulated baseline over its ends. Its coverage on the rows it was built from is
+measured by `scripts/interval_coverage.py` (docs/intervals.md).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import numpy as np
 
 from daydream.simulate.steady import steady
 
-#: Rows below which an optimization's validated error is its extremes, not its 10th to 90th percentile.
+#: Rows below which an optimization's validated error is its extremes,
+#: not its 10th to 90th percentile.
 FEW_ROWS = 5
 #: The most an interval reaches below its prediction (a share of it).
 MOST_BELOW = 0.9
@@ -38,7 +42,8 @@ MOST_BELOW = 0.9
 
 @dataclass(slots=True, frozen=True)
 class Interval:
-    """Where the iteration time may really be: `low_ns` to `high_ns` around `predicted_ns`; `sources` says from what."""
+    """Where the iteration time may really be: `low_ns` to `high_ns` around `predicted_ns`;
+    `sources` says from what."""
 
     predicted_ns: int
     low_ns: int
@@ -52,28 +57,31 @@ class Interval:
 
     def as_dict(self, simulated_ns: int) -> dict[str, Any]:
         low, high = self.speedup(simulated_ns)
-        return {"iteration_ns": [self.low_ns, self.high_ns], "speedup": [low, high], "sources": list(self.sources)}
+        return {"iteration_ns": [self.low_ns, self.high_ns], "speedup": [low, high],
+                "sources": list(self.sources)}
 
 
 @functools.cache
 def validated_errors() -> dict[str, Any]:
-    """The validation pages' errors per kind of trace and optimization (daydream/data/validated_errors.json)."""
+    """The validation pages' errors per kind of trace and optimization
+    (daydream/data/validated_errors.json)."""
     text = resources.files("daydream.data").joinpath("validated_errors.json").read_text()
     return dict(json.loads(text))
 
 
-def interval_of(predicted_ns: int, per_iteration: list[dict[str, Any]], names: list[str], on_gpu: bool,
-                unexplained_share: float) -> Interval:
-    """The interval of a prediction: its headline `predicted_ns`, its iterations (measured and predicted), the
-    optimizations' names (none: a replay), the trace's kind and the unexplained share of its critical path."""
+def interval_of(predicted_ns: int, per_iteration: list[dict[str, Any]], names: list[str],
+                on_gpu: bool, unexplained_share: float) -> Interval:
+    """The interval of a prediction: its headline `predicted_ns`, its iterations (measured and
+    predicted), the optimizations' names (none: a replay), the trace's kind and the unexplained
+    share of its critical path."""
     spread_below, spread_above, spread_note = _spread(predicted_ns, per_iteration)
     below, above = [spread_below], [spread_above]
     sources = [spread_note]
     for name in names or ["replay"]:
         validated = _validated(name, "gpu" if on_gpu else "cpu")
         if validated is None:
-            sources.append(f"{name}: no validation rows on {'GPU' if on_gpu else 'CPU'} traces, its error is not in "
-                           "the interval")
+            sources.append(f"{name}: no validation rows on {'GPU' if on_gpu else 'CPU'} traces, "
+                           "its error is not in the interval")
             continue
         low, high, note = validated
         below.append(low)
@@ -82,11 +90,12 @@ def interval_of(predicted_ns: int, per_iteration: list[dict[str, Any]], names: l
     if unexplained_share > 0:
         below.append(unexplained_share)
         above.append(unexplained_share)
-        sources.append(f"{unexplained_share * 100:.1f}% of the critical path the trace cannot explain, either way")
+        sources.append(f"{unexplained_share * 100:.1f}% of the critical path the trace cannot "
+                       "explain, either way")
     share_below = min(MOST_BELOW, math.sqrt(sum(x * x for x in below)))
     share_above = math.sqrt(sum(x * x for x in above))
-    return Interval(predicted_ns, int(round(predicted_ns * (1 - share_below))), int(round(predicted_ns * (1 + share_above))),
-                    tuple(sources))
+    return Interval(predicted_ns, int(round(predicted_ns * (1 - share_below))),
+                    int(round(predicted_ns * (1 + share_above))), tuple(sources))
 
 
 def _spread(predicted_ns: int, per_iteration: list[dict[str, Any]]) -> tuple[float, float, str]:
@@ -101,8 +110,8 @@ def _spread(predicted_ns: int, per_iteration: list[dict[str, Any]]) -> tuple[flo
 
 
 def _validated(name: str, kind: str) -> tuple[float, float, str] | None:
-    """(share below, share above, note) of the run's time around a prediction of optimization `name`, from its
-    validation rows on traces of `kind`; None without any."""
+    """(share below, share above, note) of the run's time around a prediction of optimization
+    `name`, from its validation rows on traces of `kind`; None without any."""
     data = validated_errors()
     errors = np.asarray(data["errors"].get(kind, {}).get(name, []), dtype=np.float64)
     if errors.size == 0:
@@ -117,5 +126,6 @@ def _validated(name: str, kind: str) -> tuple[float, float, str] | None:
     below = max(0.0, 1 - 1 / (1 + high_error)) if high_error > 0 else 0.0
     above = max(0.0, 1 / (1 + low_error) - 1) if low_error < 0 else 0.0
     what = "replay" if name == "replay" else name
-    return below, above, (f"{what}: {errors.size} validation rows on {kind.upper()} traces ({pages}), errors "
-                          f"{low_error * 100:+.1f}% to {high_error * 100:+.1f}% ({which})")
+    return below, above, (f"{what}: {errors.size} validation rows on {kind.upper()} traces "
+                          f"({pages}), errors {low_error * 100:+.1f}% to {high_error * 100:+.1f}% "
+                          f"({which})")

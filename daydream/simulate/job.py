@@ -14,15 +14,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from daydream.graph.model import EDGE_COLUMNS, DepKind, Graph, Resource, ResourceKind, TaskKind, Timeline
+from daydream.graph.model import (
+    EDGE_COLUMNS,
+    DepKind,
+    Graph,
+    Resource,
+    ResourceKind,
+    TaskKind,
+    Timeline,
+)
 from daydream.simulate.engine import simulate, simulate_event_driven
 from daydream.simulate.warmup import extend, truncate
 
 
 def simulate_job(graphs: list[Graph], warmup: bool = False) -> list[Timeline]:
-    """Simulate every rank graph; ranks tied by matched collectives are simulated as one. `warmup`: each rank behind a
-    copy of its first iteration (simulate.warmup), for the steady state a what-if predicts; a replay, which compares
-    with the recording, goes without (the recording's first iteration started from wherever the profiler found it)."""
+    """Simulate every rank graph; ranks tied by matched collectives are simulated as one. `warmup`:
+    each rank behind a copy of its first iteration (simulate.warmup), for the steady state a what-if
+    predicts; a replay, which compares with the recording, goes without (the recording's first
+    iteration started from wherever the profiler found it)."""
     largest = max((int(g.tasks["collective"].max()) for g in graphs if g.task_count), default=0)
     extended = [extend(graph, largest)[0] if warmup else graph for graph in graphs]
     if largest <= 0:
@@ -32,11 +41,14 @@ def simulate_job(graphs: list[Graph], warmup: bool = False) -> list[Timeline]:
         _add_joins(combined, extended, offsets)
         problems = combined.validate()
         if problems:
-            raise ValueError(f"the ranks' collectives cannot be ordered consistently: {problems[0]}")
+            raise ValueError(
+                f"the ranks' collectives cannot be ordered consistently: {problems[0]}")
         timeline = simulate_graph(combined)
-        timelines = [Timeline(timeline.start_ns[a:a + g.task_count], timeline.end_ns[a:a + g.task_count])
+        timelines = [Timeline(timeline.start_ns[a:a + g.task_count],
+                              timeline.end_ns[a:a + g.task_count])
                      for g, a in zip(extended, offsets)]
-    return [truncate(timeline, graph, bigger) for timeline, graph, bigger in zip(timelines, graphs, extended)]
+    return ([truncate(timeline, graph, bigger)
+             for timeline, graph, bigger in zip(timelines, graphs, extended)])
 
 
 def simulate_graph(graph: Graph) -> Timeline:
@@ -47,7 +59,8 @@ def simulate_graph(graph: Graph) -> Timeline:
 
 
 def side_by_side(graphs: list[Graph]) -> tuple[Graph, list[int]]:
-    """One graph holding every rank's tasks and edges (ids shifted); returns it and each rank's first task id."""
+    """One graph holding every rank's tasks and edges (ids shifted);
+    returns it and each rank's first task id."""
     offsets, resources_before, strings_before = [], [], []
     tasks_so_far = resources_so_far = strings_so_far = 0
     for graph in graphs:
@@ -71,7 +84,8 @@ def side_by_side(graphs: list[Graph]) -> tuple[Graph, list[int]]:
         if column in ("src", "dst"):
             parts = [p + shift for p, shift in zip(parts, offsets)]
         edges[column] = np.concatenate(parts)
-    policies = {resource + shift: policy for g, shift in zip(graphs, resources_before) for resource, policy in g.queue_policies.items()}
+    policies = {resource + shift: policy for g, shift in zip(graphs, resources_before)
+                for resource, policy in g.queue_policies.items()}
     combined = Graph(tasks=tasks, edges=edges, resources=[r for g in graphs for r in g.resources],
                      strings=[s for g in graphs for s in g.strings], queue_policies=policies)
     return combined, offsets
@@ -97,5 +111,6 @@ def _add_joins(combined: Graph, graphs: list[Graph], offsets: list[int]) -> None
     for flag in (False, True):
         chosen = from_start == flag
         if chosen.any():
-            combined.add_edges(src[chosen], dst[chosen], DepKind.COMMUNICATION, latency_ns=latency[chosen], from_start=flag)
+            combined.add_edges(src[chosen], dst[chosen], DepKind.COMMUNICATION,
+                               latency_ns=latency[chosen], from_start=flag)
     combined.add_edges(join_of_task[members], members, DepKind.COMMUNICATION)

@@ -45,7 +45,8 @@ class IterationReplay:
 
     @property
     def error(self) -> float:
-        return abs(self.simulated_ns - self.measured_ns) / self.measured_ns if self.measured_ns else 0.0
+        return (abs(self.simulated_ns - self.measured_ns) / self.measured_ns if self.measured_ns
+                else 0.0)
 
 
 @dataclass(slots=True)
@@ -59,14 +60,15 @@ class Replay:
 
 
 def replay_trace(trace: Trace, graph: Graph | None = None) -> Replay:
-    """Build (unless given) and simulate one rank's graph on its own; compare with the measurement."""
+    """Build (unless given) and simulate one rank's graph on its own;
+    compare with the measurement."""
     graph = graph if graph is not None else build_graph(trace)
     return measure_replay(trace, graph, simulate_job([graph])[0])
 
 
 def replay_traces(traces: list[Trace], graphs: list[Graph] | None = None) -> list[Replay]:
-    """Replay a job's ranks together: collectives matched across ranks finish together (see simulate.job).
-    `graphs`: the ranks' graphs, already built (daydream.ranks)."""
+    """Replay a job's ranks together: collectives matched across ranks finish together (see
+    simulate.job). `graphs`: the ranks' graphs, already built (daydream.ranks)."""
     graphs, _ = build_job_graphs(traces, graphs)
     return [measure_replay(t, g, tl) for t, g, tl in zip(traces, graphs, simulate_job(graphs))]
 
@@ -75,18 +77,21 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
     """Measured vs simulated per iteration, given the simulated `timeline` of `graph`."""
     iterations = find_iterations(trace)
     if len(graph.iteration_markers) == len(iterations):
-        # Both to each iteration's completion (its host past its end and its GPU work done): see simulate.windows.
+        # Both to each iteration's completion (its host past its end
+        # and its GPU work done): see simulate.windows.
         measured = [(w.start_ns, w.end_ns) for w in measured_windows(graph)]
         bounds = [(w.start_ns, w.end_ns) for w in iteration_windows(graph, timeline)]
     else:
         mapper = _BoundaryMapper(graph, timeline, _anchor_resource(trace, graph, iterations))
         measured = [(it.start_ns, it.end_ns) for it in iterations]
         bounds = [(mapper.simulated(it.start_ns), mapper.simulated(it.end_ns)) for it in iterations]
-    # Tasks and pinned tasks per iteration, counted in one pass (not a full-length mask per iteration).
+    # Tasks and pinned tasks per iteration, counted in one pass (not a
+    # full-length mask per iteration).
     real = (graph.tasks["kind"] != TaskKind.MARKER) & (graph.tasks["iteration"] >= 0)
     owner = graph.tasks["iteration"][real]
     counts = np.bincount(owner, minlength=len(iterations))
-    pinned_counts = np.bincount(owner, weights=graph.pinned()[real].astype(np.float64), minlength=len(iterations))
+    pinned_counts = np.bincount(owner, weights=graph.pinned()[real].astype(np.float64),
+                                minlength=len(iterations))
     results = []
     for index, (iteration, (simulated_start, simulated_end)) in enumerate(zip(iterations, bounds)):
         count = int(counts[index]) if index < counts.size else 0
@@ -105,7 +110,8 @@ def measure_replay(trace: Trace, graph: Graph, timeline: Timeline) -> Replay:
 
 
 def _anchor_resource(trace: Trace, graph: Graph, iterations: list[Iteration]) -> int:
-    """The host thread whose tasks carry the iteration boundaries: the one holding the annotations."""
+    """The host thread whose tasks carry the iteration boundaries: the
+    one holding the annotations."""
     host = np.isin(graph.tasks["kind"], [int(k) for k in HOST_TASKS])
     resources = graph.tasks["resource"][host]
     if iterations and iterations[0].source != "whole_trace":
@@ -123,7 +129,8 @@ class _BoundaryMapper:
         on_thread = np.flatnonzero(
             (tasks["resource"] == resource) & np.isin(tasks["kind"], [int(k) for k in HOST_TASKS])
         )
-        order = np.lexsort((tasks["measured_end_ns"][on_thread], tasks["measured_start_ns"][on_thread]))
+        order = np.lexsort((tasks["measured_end_ns"][on_thread],
+                            tasks["measured_start_ns"][on_thread]))
         self.tasks = on_thread[order]
         self.measured_start = tasks["measured_start_ns"][self.tasks]
         self.measured_end = tasks["measured_end_ns"][self.tasks]

@@ -1,8 +1,10 @@
-"""Steady iterations: a prediction's headline is the median of the iterations that are neither warm-up nor outliers.
+"""Steady iterations: a prediction's headline is the median of the
+iterations that are neither warm-up nor outliers.
 
-An iteration whose measured time is more than `OUTLIER` times the median of the trace's iterations, or less than its
-inverse (a first iteration three times the rest, an empty ProfilerStep of 0.05 ms), is left out of the headline and
-said; the rest are steady. A trace of one or two iterations keeps them all.
+An iteration whose measured time is more than `OUTLIER` times the median of the
+trace's iterations, or less than its inverse (a first iteration three times the
+rest, an empty ProfilerStep of 0.05 ms), is left out of the headline and said;
+the rest are steady. A trace of one or two iterations keeps them all.
 
     chosen = steady([10, 11, 30, 10])   # [0, 1, 3]
     median_of([5, 6, 100, 5], chosen)   # 5
@@ -22,7 +24,8 @@ def steady(measured_ns: list[int]) -> list[int]:
     middle = statistics.median(measured_ns)
     if middle <= 0:
         return list(range(len(measured_ns)))
-    return [i for i, value in enumerate(measured_ns) if middle / OUTLIER <= value <= middle * OUTLIER]
+    return ([i for i, value in enumerate(measured_ns)
+             if middle / OUTLIER <= value <= middle * OUTLIER])
 
 
 def median_of(values: list[int], chosen: list[int]) -> int:
@@ -39,5 +42,6 @@ def left_out(names: list[str], measured_ns: list[int], chosen: list[int]) -> str
         return None
     parts = [f"{names[i]} ({measured_ns[i] / middle:.2g}x the median)" for i in gone[:5]]
     more = f" and {len(gone) - 5} more" if len(gone) > 5 else ""
-    return (f"{len(gone)} of {len(measured_ns)} iterations left out of the headline as warm-up or outliers: "
-            f"{', '.join(parts)}{more}; the headline is the median of the other {len(chosen)}")
+    return (f"{len(gone)} of {len(measured_ns)} iterations left out of the headline as warm-up or "
+            f"outliers: {', '.join(parts)}{more}; the headline is the median of the other "
+            f"{len(chosen)}")

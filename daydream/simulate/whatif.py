@@ -36,14 +36,22 @@ from daydream.simulate.job import simulate_job
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
-from daydream.transforms import Context, apply_pipeline, apply_spec, is_pipeline_file, load_pipeline, parse_spec
+from daydream.transforms import (
+    Context,
+    apply_pipeline,
+    apply_spec,
+    is_pipeline_file,
+    load_pipeline,
+    parse_spec,
+)
 from daydream.transforms.distributed.contention import gpu_slowdown
 from daydream.transforms.loading import loader_ranges_of
 
 
 @dataclass(slots=True)
 class Prediction:
-    """One rank: measured, simulated baseline and predicted iteration times (mean, ns) and what moved."""
+    """One rank: measured, simulated baseline and predicted iteration
+    times (mean, ns) and what moved."""
 
     trace: Trace
     optimizations: list[str]
@@ -59,7 +67,8 @@ class Prediction:
     bound: Bound | None = None  # the predicted critical path of the mean iteration, by category
     baseline_bound: Bound | None = None
     warnings: list[str] = field(default_factory=list)
-    interval: Interval | None = None  # where the iteration time may really be (simulate/interval.py)
+    # where the iteration time may really be (simulate/interval.py)
+    interval: Interval | None = None
 
     @property
     def speedup(self) -> float:
@@ -67,61 +76,73 @@ class Prediction:
 
 
 def resolve_device(trace: Trace, name: str | None) -> tuple[Device | None, str | None]:
-    """The device the trace ran on, from the device table: as the trace says, or `name` (--device) where it does not.
-    A `name` that contradicts the trace is an input error: predicting another GPU is gpu:target=."""
+    """The device the trace ran on, from the device table: as the trace
+    says, or `name` (--device) where it does not. A `name` that contradicts
+    the trace is an input error: predicting another GPU is gpu:target=."""
     recorded, recorded_name = recorded_device(trace)
     if not name:
         return recorded, recorded_name
     named = device(name)
     if recorded is not None and named is not recorded:
-        raise InputError(f"--device {name}: the trace says it ran on {recorded_name} ({recorded.key}); --device "
-                         f"only names the GPU of a trace that does not say — to predict the {named.key}, use "
-                         f"--opt gpu:target={name}")
+        raise InputError(f"--device {name}: the trace says it ran on {recorded_name} "
+                         f"({recorded.key}); --device only names the GPU of a trace that does not "
+                         f"say — to predict the {named.key}, use --opt gpu:target={name}")
     return named, name
 
 
-def predict(trace: Trace, specs: list[str], device_name: str | None = None, cost_options: CostOptions | None = None
+def predict(trace: Trace, specs: list[str], device_name: str | None = None,
+            cost_options: CostOptions | None = None
             ) -> Prediction:
-    """Apply the optimizations `specs` ("amp", "batch-size:factor=2", "path/to/opt.yaml") in order."""
+    """Apply the optimizations `specs` ("amp", "batch-size:factor=2",
+    "path/to/opt.yaml") in order."""
     return predict_traces([trace], specs, device_name, cost_options=cost_options)[0]
 
 
 def predict_traces(traces: list[Trace], specs: list[str], device_name: str | None = None,
-                   graphs: list[Graph] | None = None, cost_options: CostOptions | None = None) -> list[Prediction]:
-    """Predict every rank of a job under `specs`; the ranks are simulated together (see simulate.job). `graphs`: the
-    ranks' graphs, already built (daydream.ranks); `cost_options`: whether the cost stage may measure (daydream/cost)."""
+                   graphs: list[Graph] | None = None,
+                   cost_options: CostOptions | None = None) -> list[Prediction]:
+    """Predict every rank of a job under `specs`; the ranks are simulated together (see
+    simulate.job). `graphs`: the ranks' graphs, already built (daydream.ranks); `cost_options`:
+    whether the cost stage may measure (daydream/cost)."""
     for trace in traces:
         found = captures(trace)
         if found.capture_only:
-            raise InputError(f"{trace.meta.source}: this trace records a CUDA-graph capture and no execution of it: "
-                             f"{found.describe()}; there is no run to replay or speed up — profile the steps that "
-                             "replay the graph (cudaGraphLaunch), not its capture")
+            raise InputError(f"{trace.meta.source}: this trace records a CUDA-graph capture and no "
+                             f"execution of it: {found.describe()}; there is no run to replay or "
+                             "speed up — profile the steps that replay the graph "
+                             "(cudaGraphLaunch), not its capture")
     baseline_graphs, _ = build_job_graphs(traces, graphs)
-    baselines = [measure_replay(t, g, tl) for t, g, tl in zip(traces, baseline_graphs, simulate_job(baseline_graphs, warmup=True))]
+    baselines = [measure_replay(t, g, tl)
+                 for t, g, tl in zip(traces, baseline_graphs,
+                                     simulate_job(baseline_graphs, warmup=True))]
     graphs, notes = [], []
     for trace, baseline_graph in zip(traces, baseline_graphs):
         graph = baseline_graph.copy()
-        notes.append(transform(graph, trace, specs, device_name, simulated_ranks=len(traces), cost_options=cost_options))
+        notes.append(transform(graph, trace, specs, device_name, simulated_ranks=len(traces),
+                               cost_options=cost_options))
         problems = graph.validate()
         if problems:
             raise ValueError(f"the transformed graph cannot be simulated: {problems[0]}")
         graphs.append(graph)
     timelines = simulate_job(graphs, warmup=True)
-    timelines, contention_notes = with_contention(graphs, timelines, lambda ranks: simulate_job(ranks, warmup=True))
+    timelines, contention_notes = with_contention(graphs, timelines,
+                                                  lambda ranks: simulate_job(ranks, warmup=True))
     notes = [rank_notes + extra for rank_notes, extra in zip(notes, contention_notes)]
     predictions = [_prediction(trace, specs, baseline, graph, timeline, rank_notes)
-                   for trace, baseline, graph, timeline, rank_notes in zip(traces, baselines, graphs, timelines, notes)]
+                   for trace, baseline, graph, timeline, rank_notes in zip(
+                       traces, baselines, graphs, timelines, notes)]
     if any(p.per_iteration and p.predicted_ns <= 0 for p in predictions):
-        raise InputError(f"{' + '.join(specs)}: the optimizations leave no work in the iteration (0 ns predicted), "
-                         "so there is no speed-up to give — check what they select")
+        raise InputError(f"{' + '.join(specs)}: the optimizations leave no work in the iteration "
+                         "(0 ns predicted), so there is no speed-up to give — check what they "
+                         "select")
     return predictions
 
 
 def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | None = None,
               simulated_ranks: int = 1, cost_options: CostOptions | None = None) -> list[str]:
-    """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models applied.
-    `simulated_ranks`: the ranks of the job simulated together with it; `cost_options`: whether the cost stage may
-    measure, and for how long."""
+    """Apply `specs` to `graph` (a graph of `trace`) in place; returns the notes of the models
+    applied. `simulated_ranks`: the ranks of the job simulated together with it; `cost_options`:
+    whether the cost stage may measure, and for how long."""
     found, name = resolve_device(trace, device_name)
     options = cost_options or CostOptions()
     host = host_of(trace)
@@ -132,24 +153,30 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     update_loop = functools.cache(lambda: update_loop_of(trace, attribution(), iterations()))
 
     def costs() -> CostModel:
-        return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s, host.get("intra_op_threads", 0),
-                            elementwise_of=speed)
+        return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s,
+                            host.get("intra_op_threads", 0), elementwise_of=speed)
 
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
-                      world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks, host=host,
-                      buffers=buffer_bytes_of(trace), gradient_tensors=gradient_tensors_of(trace),
-                      derive={"launch_blocks": lambda: launch_blocks_of(trace), "gemm_shapes": lambda: gemm_shapes_of(trace),
+                      world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks,
+                      host=host, buffers=buffer_bytes_of(trace),
+                      gradient_tensors=gradient_tensors_of(trace),
+                      derive={"launch_blocks": lambda: launch_blocks_of(trace),
+                              "gemm_shapes": lambda: gemm_shapes_of(trace),
                               "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
-                              "forward_ops": lambda: forward_ops_of(trace, attribution(), iterations()),
+                              "forward_ops": lambda: forward_ops_of(
+                                  trace, attribution(), iterations()),
                               "compiler_view": lambda: compiler_view_of(trace, attribution()),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
-                              "batch_ops": lambda: functools.cache(lambda batch: batch_ops_of(trace, attribution(), update_loop(), batch)),
+                              "batch_ops": lambda: functools.cache(
+                                  lambda batch: batch_ops_of(trace, attribution(), update_loop(),
+                                                             batch)),
                               "launching_op": lambda: link(trace).op,
                               "layer_work": lambda: layer_work(trace, attribution()),
                               "loader_ranges": lambda: loader_ranges_of(trace),
-                              "backward_memory_ops": lambda: backward_memory_ops_of(trace, attribution()),
-                              "elementwise_gpu": lambda: speed(True), "elementwise_cpu": lambda: speed(False)})
+                              "backward_memory_ops": lambda: backward_memory_ops_of(
+                                  trace, attribution()), "elementwise_gpu": lambda: speed(True),
+                              "elementwise_cpu": lambda: speed(False)})
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
@@ -168,16 +195,18 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
 TIERS_NOTE = "cost stage: changed work timed "
 
 
-def forward_ops_of(trace: Trace, attribution: Attribution | None = None, iterations: list[Iteration] | None = None) -> Any:
-    """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans (transforms/amp.py).
-    `attribution` and `iterations`: the trace's, where already made."""
+def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
+                   iterations: list[Iteration] | None = None) -> Any:
+    """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans
+    (transforms/amp.py). `attribution` and `iterations`: the trace's, where already made."""
     from daydream.transforms.amp import forward_ops
 
     attribution = attribution if attribution is not None else attribute(trace)
     iterations = iterations if iterations is not None else find_iterations(trace)
     iteration = np.full(len(trace), -1, dtype=np.int64)
     if iterations:
-        bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns], dtype=np.int64)
+        bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns],
+                          dtype=np.int64)
         index = np.searchsorted(bounds, trace.ts_ns, side="right") - 1
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
@@ -185,26 +214,30 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None, iterati
 
 
 def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:
-    """The top-level CPU ops of forward and backward as torch.compile sees them (cost/compiled.py)."""
+    """The top-level CPU ops of forward and backward as torch.compile
+    sees them (cost/compiled.py)."""
     from daydream.cost.compiled import compiler_view
     from daydream.cost.shapes import top_level_ops
 
     rows = trace.indices(EventKind.CPU_OP)
-    rows = rows[np.isin(attribution.phase[rows], [PHASES.index("forward"), PHASES.index("backward")])]
+    rows = rows[np.isin(attribution.phase[rows],
+                        [PHASES.index("forward"), PHASES.index("backward")])]
     return compiler_view(trace, top_level_ops(trace, rows))
 
 
-def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray, batch: int = 0) -> Any:
-    """The trace's batch (`batch` where given) and the CPU ops that carry it (transforms/batch.py), the update loop's
-    ops left out."""
+def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray,
+                 batch: int = 0) -> Any:
+    """The trace's batch (`batch` where given) and the CPU ops that carry it (transforms/batch.py),
+    the update loop's ops left out."""
     from daydream.transforms.batch import batch_ops
 
     return batch_ops(trace, attribution.phase, update_loop, batch)
 
 
-def backward_gemms_of(trace: Trace, attribution: Attribution | None = None) -> list[tuple[int, str, list[Any], int, int, int, Any]]:
-    """The backward's matrix-multiply and convolution CPU ops with recorded shapes: (row, name, inputs, duration, start,
-    track, arguments)."""
+def backward_gemms_of(trace: Trace, attribution: Attribution | None = None
+                      ) -> list[tuple[int, str, list[Any], int, int, int, Any]]:
+    """The backward's matrix-multiply and convolution CPU ops with recorded shapes: (row, name,
+    inputs, duration, start, track, arguments)."""
     from daydream.cost.shapes import OpShapes
     from daydream.transforms.amp import BACKWARD_GEMMS
 
@@ -213,19 +246,22 @@ def backward_gemms_of(trace: Trace, attribution: Attribution | None = None) -> l
     rows = rows[np.isin(trace.name[rows], [w for w in wanted if w >= 0])]
     if rows.size == 0:
         return []
-    rows = rows[(attribution if attribution is not None else attribute(trace)).phase[rows] == PHASES.index("backward")]
+    rows = rows[(attribution if attribution is not None
+                 else attribute(trace)).phase[rows] == PHASES.index("backward")]
     shapes = OpShapes(trace)
     found = []
     for row in rows.tolist():
         inputs = shapes.tensors(row)
         if inputs:
-            found.append((row, trace.name_of(row), inputs, int(trace.dur_ns[row]), int(trace.ts_ns[row]), int(trace.track[row]),
-                          shapes.arguments(row)))
+            found.append((row, trace.name_of(row), inputs, int(trace.dur_ns[row]),
+                          int(trace.ts_ns[row]), int(trace.track[row]), shapes.arguments(row)))
     return found
 
 
-def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None) -> list[tuple[int, int, int, int, int]]:
-    """The backward's elementwise and normalization CPU ops (aten::..._backward): (row, duration, start, track, layer)."""
+def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None
+                           ) -> list[tuple[int, int, int, int, int]]:
+    """The backward's elementwise and normalization CPU ops
+    (aten::..._backward): (row, duration, start, track, layer)."""
     from daydream.mapping.classes import classify
 
     rows = trace.indices(EventKind.CPU_OP)
@@ -235,20 +271,24 @@ def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None)
     wanted = [i for i, n in names.items() if n.startswith("aten::") and n.endswith("_backward")
               and classify(n) in ("elementwise", "normalization")]
     rows = rows[np.isin(trace.name[rows], wanted)]
-    return [(r, int(trace.dur_ns[r]), int(trace.ts_ns[r]), int(trace.track[r]), int(attribution.layer[r])) for r in rows.tolist()]
+    return [(r, int(trace.dur_ns[r]), int(trace.ts_ns[r]), int(trace.track[r]),
+             int(attribution.layer[r])) for r in rows.tolist()]
 
 
-#: In-place updates a hand-written optimizer applies to each parameter (p.add_(g, alpha=-lr), p.data.sub_(...), ...).
-UPDATE_OPS = ("aten::add_", "aten::sub_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::div_")
+#: In-place updates a hand-written optimizer applies to each parameter (p.add_(g, alpha=-lr),
+#: p.data.sub_(...), ...).
+UPDATE_OPS = ("aten::add_", "aten::sub_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_",
+              "aten::lerp_", "aten::div_")
 #: Fewer updates than this per iteration are not a loop over parameters.
 MIN_UPDATES = 2
 
 
-def update_loop_of(trace: Trace, attribution: Attribution | None = None, iterations: list[Iteration] | None = None
+def update_loop_of(trace: Trace, attribution: Attribution | None = None,
+                   iterations: list[Iteration] | None = None
                    ) -> np.ndarray:
-    """Trace rows of a hand-written update loop: per iteration, the top-level in-place updates (UPDATE_OPS) outside
-    forward, backward and any optimizer step, after the iteration's last backward op; on a GPU trace, the GPU work they
-    launched. Empty where there is none."""
+    """Trace rows of a hand-written update loop: per iteration, the top-level in-place updates
+    (UPDATE_OPS) outside forward, backward and any optimizer step, after the iteration's last
+    backward op; on a GPU trace, the GPU work they launched. Empty where there is none."""
     from daydream.cost.shapes import top_level_ops
 
     wanted = [i for i in (trace.string_index(name) for name in UPDATE_OPS) if i >= 0]
@@ -258,13 +298,16 @@ def update_loop_of(trace: Trace, attribution: Attribution | None = None, iterati
     attribution = attribution if attribution is not None else attribute(trace)
     ops = trace.indices(EventKind.CPU_OP)
     backward = ops[attribution.phase[ops] == PHASES.index("backward")]
-    candidates = ops[np.isin(trace.name[ops], wanted) & (attribution.phase[ops] == PHASES.index("other"))]
+    candidates = ops[np.isin(trace.name[ops],
+                             wanted) & (attribution.phase[ops] == PHASES.index("other"))]
     candidates = top_level_ops(trace, candidates)
     chosen = []
     for it in iterations:
-        inside = backward[(trace.ts_ns[backward] >= it.start_ns) & (trace.ts_ns[backward] < it.end_ns)]
+        inside = (
+            backward[(trace.ts_ns[backward] >= it.start_ns) & (trace.ts_ns[backward] < it.end_ns)])
         after = int(trace.end_ns[inside].max()) if inside.size else it.end_ns
-        mine = candidates[(trace.ts_ns[candidates] >= after) & (trace.ts_ns[candidates] < it.end_ns)]
+        mine = (
+            candidates[(trace.ts_ns[candidates] >= after) & (trace.ts_ns[candidates] < it.end_ns)])
         if mine.size >= MIN_UPDATES:
             chosen.append(mine)
     rows = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
@@ -275,7 +318,8 @@ def update_loop_of(trace: Trace, attribution: Attribution | None = None, iterati
 
 
 def launch_blocks_of(trace: Trace) -> np.ndarray | None:
-    """Per trace row, the thread blocks of its kernel launch (grid x*y*z), -1 where not recorded; None without any."""
+    """Per trace row, the thread blocks of its kernel launch (grid
+    x*y*z), -1 where not recorded; None without any."""
     table = trace.tables.get("launch_config")
     if table is None or table["event"].size == 0:
         return None
@@ -287,16 +331,19 @@ def launch_blocks_of(trace: Trace) -> np.ndarray | None:
 
 
 def host_of(trace: Trace) -> dict[str, int]:
-    """The host facts daydream trace recorded (cpus, intra_op_threads); empty when the trace does not say."""
+    """The host facts daydream trace recorded (cpus, intra_op_threads);
+    empty when the trace does not say."""
     host = trace.meta.collector.get("host") if isinstance(trace.meta.collector, dict) else None
     if not isinstance(host, dict):
         return {}
-    return {key: int(value) for key, value in host.items() if isinstance(value, int) and not isinstance(value, bool)}
+    return {key: int(value) for key, value in host.items() if isinstance(value, int)
+            and not isinstance(value, bool)}
 
 
 def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per trace row, (FLOPs, elements moved) of the matrix-multiply op that launched the row's GPU work (the
-    innermost enclosing CPU op, mapping/linking.py), NaN where the op's shapes are not recorded; None without any."""
+    """Per trace row, (FLOPs, elements moved) of the matrix-multiply op that launched the row's GPU
+    work (the innermost enclosing CPU op, mapping/linking.py), NaN where the op's shapes are not
+    recorded; None without any."""
     table = trace.tables.get("flops")
     if table is None or table["event"].size == 0:
         return None
@@ -312,7 +359,8 @@ def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
 def _recorded_layers(trace: Trace) -> dict[str, dict[str, Any]]:
     """The layers a daydream recording lists (module path -> its facts); empty for other traces."""
     layers = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
-    return {path: info for path, info in layers.items() if isinstance(info, dict)} if isinstance(layers, dict) else {}
+    return ({path: info for path, info in layers.items() if isinstance(info, dict)}
+            if isinstance(layers, dict) else {})
 
 
 def _positive(value: Any) -> int:
@@ -321,8 +369,10 @@ def _positive(value: Any) -> int:
 
 
 def gradient_bytes_of(trace: Trace) -> dict[str, int]:
-    """Per layer (module path), the bytes of its own trainable parameters, from a daydream recording."""
-    return {path: size for path, info in _recorded_layers(trace).items() if (size := _positive(info.get("gradient_bytes")))}
+    """Per layer (module path), the bytes of its own trainable
+    parameters, from a daydream recording."""
+    return {path: size for path, info in _recorded_layers(trace).items()
+            if (size := _positive(info.get("gradient_bytes")))}
 
 
 def gradient_tensors_of(trace: Trace) -> int:
@@ -331,8 +381,9 @@ def gradient_tensors_of(trace: Trace) -> int:
 
 
 def buffer_bytes_of(trace: Trace) -> dict[str, int]:
-    """The model's buffer bytes by dtype ("float32", "int64", ...) in the order its layers list them, from a daydream
-    recording; a recording that did not note dtypes gives its buffer bytes under ""."""
+    """The model's buffer bytes by dtype ("float32", "int64", ...) in the
+    order its layers list them, from a daydream recording; a recording
+    that did not note dtypes gives its buffer bytes under ""."""
     total: dict[str, int] = {}
     for info in _recorded_layers(trace).values():
         dtypes = info.get("buffer_dtypes")
@@ -350,7 +401,8 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
     windows = iteration_windows(graph, timeline) or _whole_run(baseline, graph, timeline)
     for replayed, window in zip(baseline.iterations, windows):
         per_iteration.append({"name": replayed.name, "measured_ns": replayed.measured_ns,
-                              "simulated_ns": replayed.simulated_ns, "predicted_ns": window.duration_ns})
+                              "simulated_ns": replayed.simulated_ns,
+                              "predicted_ns": window.duration_ns})
 
     bounds = iteration_bounds(graph, timeline, windows)
     for entry, bound in zip(per_iteration, bounds):
@@ -358,12 +410,14 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
     predicted_bound = merge(bounds) if bounds else None
     baseline_windows = iteration_windows(baseline.graph, baseline.timeline) \
         or _whole_run(baseline, baseline.graph, baseline.timeline)
-    baseline_bound = merge(iteration_bounds(baseline.graph, baseline.timeline, baseline_windows)) if bounds else None
+    baseline_bound = (merge(iteration_bounds(baseline.graph, baseline.timeline, baseline_windows))
+                      if bounds else None)
 
     measured = [int(it["measured_ns"]) for it in per_iteration]
     chosen = steady(measured)
 
-    def mean(key: str) -> int:  # the headline: the median of the steady iterations (simulate/steady.py)
+    def mean(key: str) -> int:
+        # the headline: the median of the steady iterations (simulate/steady.py)
         return median_of([int(it[key]) for it in per_iteration], chosen)
 
     outliers = left_out([str(it["name"]) for it in per_iteration], measured, chosen)
@@ -382,10 +436,12 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         timeline=timeline,
         bound=predicted_bound,
         baseline_bound=baseline_bound,
-        warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"), mean("predicted_ns"), specs)
+        warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"),
+                           mean("predicted_ns"), specs)
         + ([outliers] if outliers else []) + _no_host(graph),
-        interval=interval_of(mean("predicted_ns"), per_iteration, _names(specs), graph.has_device_work(),
-                             predicted_bound.unexplained_share if predicted_bound else 0.0),
+        interval=interval_of(mean("predicted_ns"), per_iteration, _names(specs),
+                             graph.has_device_work(), predicted_bound.unexplained_share
+                             if predicted_bound else 0.0),
     )
 
 
@@ -398,14 +454,16 @@ def _no_host(graph: Graph) -> list[str]:
     """What a trace of GPU work alone cannot say."""
     if not graph.has_device_work() or graph.has_host_work():
         return []
-    return ["the trace holds GPU work and no host work (no CPU ops or runtime calls): the GPU's idle time between "
-            "its kernels is kept as recorded, as waiting the trace cannot explain, and host what-ifs change nothing; "
-            "record the host too (torch.profiler with ProfilerActivity.CPU, or daydream trace) to derive it"]
+    return ["the trace holds GPU work and no host work (no CPU ops or runtime calls): the GPU's "
+            "idle time between its kernels is kept as recorded, as waiting the trace cannot "
+            "explain, and host what-ifs change nothing; record the host too (torch.profiler with "
+            "ProfilerActivity.CPU, or daydream trace) to derive it"]
 
 
 def _whole_run(baseline: Replay, graph: Graph, timeline: Timeline) -> list[Window]:
-    """A graph with no iteration markers (a trace with no host thread to carry them: GPU work alone) whose replay is
-    one iteration, the whole trace: that iteration's window is the whole predicted run, first start to last end."""
+    """A graph with no iteration markers (a trace with no host thread to carry them: GPU work alone)
+    whose replay is one iteration, the whole trace: that iteration's window is the whole predicted
+    run, first start to last end."""
     if len(baseline.iterations) != 1 or graph.task_count == 0 or graph.iteration_markers:
         return []
     first, last = int(np.argmin(timeline.start_ns)), int(np.argmax(timeline.end_ns))
@@ -416,8 +474,10 @@ def _whole_run(baseline: Replay, graph: Graph, timeline: Timeline) -> list[Windo
 UNMOVED = 0.005
 
 
-def _warnings(bound: Bound | None, baseline: Bound | None, simulated_ns: int, predicted_ns: int, specs: list[str]) -> list[str]:
-    """What bounds the prediction, where the user must know it: unexplained waits, or a step the what-if cannot reach."""
+def _warnings(bound: Bound | None, baseline: Bound | None, simulated_ns: int, predicted_ns: int,
+              specs: list[str]) -> list[str]:
+    """What bounds the prediction, where the user must know it:
+    unexplained waits, or a step the what-if cannot reach."""
     if bound is None or baseline is None:
         return []
     warnings = warnings_for(bound)
@@ -434,14 +494,16 @@ def _work(graph: Graph) -> tuple[np.ndarray, str]:
     if graph.has_device_work():
         return np.flatnonzero(np.isin(kinds, [int(k) for k in GPU_WORK])), "gpu"
     # A CPU-only trace; communication a what-if added counts as work too.
-    return np.flatnonzero(np.isin(kinds, [int(k) for k in (*HOST_WORK, TaskKind.COLLECTIVE)])), "cpu"
+    return (np.flatnonzero(np.isin(kinds, [int(k) for k in (*HOST_WORK, TaskKind.COLLECTIVE)])),
+            "cpu")
 
 
 def _iterations(graph: Graph) -> int:
     return max(len(graph.iteration_markers), 1)
 
 
-def _work_by(before: Graph, after: Graph, column: str, labels: list[str]) -> dict[str, dict[str, int]]:
+def _work_by(before: Graph, after: Graph, column: str,
+             labels: list[str]) -> dict[str, dict[str, int]]:
     result = {}
     sums = []
     for graph in (before, after):
@@ -449,7 +511,8 @@ def _work_by(before: Graph, after: Graph, column: str, labels: list[str]) -> dic
         ids = ids[graph.tasks["iteration"][ids] >= 0]
         values = graph.tasks[column][ids].astype(np.int64)
         ok = values >= 0
-        sums.append(np.bincount(values[ok], weights=graph.tasks["duration_ns"][ids][ok], minlength=len(labels)) / _iterations(graph))
+        sums.append(np.bincount(values[ok], weights=graph.tasks["duration_ns"][ids][ok],
+                                minlength=len(labels)) / _iterations(graph))
     for index, label in enumerate(labels):
         result[label] = {"baseline_ns": int(sums[0][index]), "predicted_ns": int(sums[1][index])}
     return result
@@ -457,5 +520,7 @@ def _work_by(before: Graph, after: Graph, column: str, labels: list[str]) -> dic
 
 def _layers(before: Graph, after: Graph, top: int = 10) -> list[dict[str, Any]]:
     moved = _work_by(before, after, "layer", before.layers)
-    ranked = sorted(moved.items(), key=lambda item: -abs(item[1]["baseline_ns"] - item[1]["predicted_ns"]))
-    return [{"name": name, **values} for name, values in ranked[:top] if values["baseline_ns"] != values["predicted_ns"]]
+    ranked = sorted(moved.items(),
+                    key=lambda item: -abs(item[1]["baseline_ns"] - item[1]["predicted_ns"]))
+    return ([{"name": name, **values} for name, values in ranked[:top]
+             if values["baseline_ns"] != values["predicted_ns"]])

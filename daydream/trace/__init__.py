@@ -39,7 +39,8 @@ from daydream.trace.sources import Source, close_archives, discover, in_reading_
 
 Progress = Callable[[str, int, int], None]
 
-#: format name -> reader of one document (anything with `.label` and `.read(progress)`, e.g. a `Source`).
+#: format name -> reader of one document (anything with `.label` and
+#: `.read(progress)`, e.g. a `Source`).
 READERS: dict[str, Callable[[kineto.Readable, Progress | None], Trace]] = {"kineto": kineto.read}
 
 
@@ -54,7 +55,8 @@ def load_cached(source: Source) -> Trace | None:
 
 
 def write_cache(source: Source, trace: Trace) -> bool:
-    """Cache `trace` for `source`; False (and nothing written) if the cache folder is not writable."""
+    """Cache `trace` for `source`; False (and nothing written) if the
+    cache folder is not writable."""
     try:
         store.save(trace, store.cache_path(source.identity), stamp_of(source))
     except OSError:
@@ -74,13 +76,14 @@ def order_by_rank(traces: list[Trace]) -> list[Trace]:
 
 def rank_order(traces: list[Trace]) -> list[int]:
     """The positions of `traces` in rank order (see order_by_rank)."""
-    return sorted(range(len(traces)), key=lambda i: (traces[i].meta.rank is None, traces[i].meta.rank or 0))
+    return sorted(range(len(traces)),
+                  key=lambda i: (traces[i].meta.rank is None, traces[i].meta.rank or 0))
 
 
 @dataclass(slots=True)
 class RunChoice:
-    """Which capture a command reads when the files it is given are several captures of one process (`--run N`:
-    the N-th by start, from 0; None: the newest). Set once per command by the CLI."""
+    """Which capture a command reads when the files it is given are several captures of one process
+    (`--run N`: the N-th by start, from 0; None: the newest). Set once per command by the CLI."""
 
     run: int | None = None
 
@@ -89,8 +92,9 @@ RUN = RunChoice()
 
 
 def runs_of_one_process(traces: list[Trace]) -> bool:
-    """Whether `traces` are several captures of one process rather than ranks of a job: none records a rank and two
-    come from the same host process (a TensorBoard log folder holding captures of one run made at different times)."""
+    """Whether `traces` are several captures of one process rather than ranks of a job: none records
+    a rank and two come from the same host process (a TensorBoard log folder holding captures of one
+    run made at different times)."""
     if len(traces) < 2 or any(t.meta.rank is not None for t in traces):
         return False
     owners: dict[int | str, str] = {}
@@ -107,31 +111,37 @@ def capture_start_ns(trace: Trace) -> int:
     return trace.meta.base_time_ns + trace.span_ns()[0]
 
 
-def choose_run(path: str | os.PathLike[str], traces: list[Trace], wanted: int | None = None) -> tuple[int, list[int], str]:
-    """(the position in `traces` of the capture to read, every position in start order, the line that says so) for
-    captures of one process: run `wanted` (from 0, by start), else the newest."""
-    order = sorted(range(len(traces)), key=lambda i: (capture_start_ns(traces[i]), traces[i].meta.source))
+def choose_run(path: str | os.PathLike[str], traces: list[Trace],
+               wanted: int | None = None) -> tuple[int, list[int], str]:
+    """(the position in `traces` of the capture to read, every position in start order, the line
+    that says so) for captures of one process: run `wanted` (from 0, by start), else the newest."""
+    order = sorted(range(len(traces)),
+                   key=lambda i: (capture_start_ns(traces[i]), traces[i].meta.source))
     if wanted is not None and not 0 <= wanted < len(order):
-        raise InputError(f"{path}: --run {wanted}: it holds {len(order)} captures of one process (runs 0 to "
-                         f"{len(order) - 1}, oldest first) — daydream inspect {path} lists them")
+        raise InputError(f"{path}: --run {wanted}: it holds {len(order)} captures of one process "
+                         f"(runs 0 to {len(order) - 1}, oldest first) — daydream inspect {path} "
+                         "lists them")
     chosen = order[-1] if wanted is None else order[wanted]
     which = "the newest" if wanted is None else f"run {wanted}"
-    said = (f"{path} holds {len(order)} captures of one process, not ranks of a job: reading {which}, "
-            f"{Path(traces[chosen].meta.source).name} (run {order.index(chosen)} of 0-{len(order) - 1}, oldest first; "
-            "--run N for another)")
+    said = (f"{path} holds {len(order)} captures of one process, not ranks of a job: reading "
+            f"{which}, {Path(traces[chosen].meta.source).name} (run {order.index(chosen)} of "
+            f"0-{len(order) - 1}, oldest first; --run N for another)")
     return chosen, order, said
 
 
-def check_ranks(path: str | os.PathLike[str], traces: list[Trace]) -> tuple[list[Trace], list[str], list[str]]:
-    """(the traces to read as the job, what to say about them, every capture's file in start order where they are
-    several captures of one process: one of them, said; else all of them, nothing said, no runs)."""
+def check_ranks(path: str | os.PathLike[str],
+                traces: list[Trace]) -> tuple[list[Trace], list[str], list[str]]:
+    """(the traces to read as the job, what to say about them, every
+    capture's file in start order where they are several captures of one
+    process: one of them, said; else all of them, nothing said, no runs)."""
     if not runs_of_one_process(traces):
         return traces, [], []
     chosen, order, said = choose_run(path, traces, RUN.run)
     return [traces[chosen]], [said], [traces[i].meta.source for i in order]
 
 
-def read_job(path: str | os.PathLike[str], cache: bool = True, progress: Progress | None = None) -> Job:
+def read_job(path: str | os.PathLike[str], cache: bool = True,
+             progress: Progress | None = None) -> Job:
     """All ranks at `path` (file, folder or archive), normalized, in rank order."""
     sources = discover(path)
     read: dict[int, Trace] = {}

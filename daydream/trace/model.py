@@ -77,7 +77,8 @@ class TrackKind(enum.IntEnum):
 
 
 def unsigned(value: int | str) -> int | str:
-    """A thread or process id as the system numbers it: Kineto writes a pthread id past 2^31 as a negative int32."""
+    """A thread or process id as the system numbers it: Kineto writes a
+    pthread id past 2^31 as a negative int32."""
     return value & 0xFFFFFFFF if isinstance(value, int) and value < 0 else value
 
 
@@ -125,8 +126,10 @@ class TraceMeta:
     categories: dict[str, int] = field(default_factory=dict)  # cat -> count, as listed in the file
     skipped: dict[str, int] = field(default_factory=dict)  # malformed events skipped, by reason
     distributed: dict[str, Any] = field(default_factory=dict)  # distributedInfo, as recorded
-    collector: dict[str, Any] = field(default_factory=dict)  # the `daydream` block of traces daydream recorded
-    runtime: dict[str, Any] = field(default_factory=dict)  # vendor and runtime/driver/tracer versions, as recorded
+    # the `daydream` block of traces daydream recorded
+    collector: dict[str, Any] = field(default_factory=dict)
+    # vendor and runtime/driver/tracer versions, as recorded
+    runtime: dict[str, Any] = field(default_factory=dict)
 
     @property
     def skipped_total(self) -> int:
@@ -149,27 +152,30 @@ EVENT_COLUMNS: dict[str, Any] = {
 #: Side tables: name -> {column -> dtype}. Each has an "event" column (row in the trace).
 #: Columns ending in "_str" hold indices into `Trace.strings`.
 SIDE_TABLES: dict[str, dict[str, Any]] = {
-    # floating-point operations of matrix-multiply CPU ops, and the elements of their operands and result, from
-    # their recorded input shapes (record_shapes)
+    # floating-point operations of matrix-multiply CPU ops, and the elements of their operands and
+    # result, from their recorded input shapes (record_shapes)
     "flops": {
         "event": np.int64,
         "flops": np.float64,
         "elements": np.float64,
     },
-    # bytes the streaming elementwise ops (copy_, mul, add, ...: kineto.ELEMENTWISE_OPS) read and write, from their
-    # recorded input shapes and types
+    # bytes the streaming elementwise ops (copy_, mul, add, ...: kineto.ELEMENTWISE_OPS) read and
+    # write, from their recorded input shapes and types
     "elementwise": {
         "event": np.int64,
         "bytes": np.float64,
     },
-    # the recorded input shapes and types of CPU ops (record_shapes), as the file writes them (JSON text, interned):
-    # the cost stage re-times an op at new shapes or dtypes from them (daydream/cost/shapes.py)
+    # the recorded input shapes and types of CPU ops (record_shapes), as the file writes them (JSON
+    # text, interned): the cost stage re-times an op at new shapes or dtypes from them
+    # (daydream/cost/shapes.py)
     "shapes": {
         "event": np.int64,
         "dims_str": np.int32,
         "types_str": np.int32,
-        "concrete_str": np.int32,  # "Concrete Inputs": the non-tensor arguments' values, where recorded ("" if not)
-        "strides_str": np.int32,  # "Input Strides": each tensor input's strides, where recorded ("" if not)
+        # "Concrete Inputs": the non-tensor arguments' values, where recorded ("" if not)
+        "concrete_str": np.int32,
+        # "Input Strides": each tensor input's strides, where recorded ("" if not)
+        "strides_str": np.int32,
     },
     "memory": {
         "event": np.int64,
@@ -333,11 +339,14 @@ class Job:
 
     source: str
     traces: list[Trace]
-    #: Each rank's graph, built with the traces (daydream.ranks) for the commands that simulate; None otherwise.
+    #: Each rank's graph, built with the traces (daydream.ranks) for
+    #: the commands that simulate; None otherwise.
     graphs: list[Any] | None = None
-    #: What reading the job decided that a person should know (which of several captures of one process it took).
+    #: What reading the job decided that a person should know (which of
+    #: several captures of one process it took).
     notes: list[str] = field(default_factory=list)
-    #: Where the files were several captures of one process, not ranks: every capture's file, oldest first.
+    #: Where the files were several captures of one process, not ranks:
+    #: every capture's file, oldest first.
     runs: list[str] = field(default_factory=list)
 
     @property
@@ -348,5 +357,6 @@ class Job:
 
 def batch_size(trace: Trace) -> int | None:
     """Samples per iteration, as `daydream trace` recorded it; None when the trace does not say."""
-    value = trace.meta.collector.get("batch_size") if isinstance(trace.meta.collector, dict) else None
+    value = (trace.meta.collector.get("batch_size") if isinstance(trace.meta.collector, dict)
+             else None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -21,7 +21,8 @@ class CallRole(enum.Enum):
     """How a call relates to the GPU work of its device (what the graph builder needs to know)."""
 
     DEVICE_SYNC = "device sync"  # returns once all GPU work launched before it has finished
-    STREAM_SYNC = "stream sync"  # returns once the work launched before it on one stream has finished
+    # returns once the work launched before it on one stream has finished
+    STREAM_SYNC = "stream sync"
     EVENT_SYNC = "event sync"  # returns once the work an event recorded has finished
     BLOCKING_COPY = "blocking copy"  # returns once its own copy (or memset) has finished
     EVENT_RECORD = "event record"  # records the work launched so far on a stream
@@ -32,22 +33,27 @@ class CallRole(enum.Enum):
 
 
 _PATTERNS: tuple[tuple[CallRole, str], ...] = (
-    (CallRole.DEVICE_SYNC, r"cudaDeviceSynchronize|cuCtxSynchronize|cudaFree|cudaFreeHost|cuMemFree\w*|"
-                           r"hipDeviceSynchronize|hipCtxSynchronize|hipFree|hipHostFree|hipFreeHost"),
+    (CallRole.DEVICE_SYNC,
+     r"cudaDeviceSynchronize|cuCtxSynchronize|cudaFree|cudaFreeHost|cuMemFree\w*|"
+     r"hipDeviceSynchronize|hipCtxSynchronize|hipFree|hipHostFree|hipFreeHost"),
     (CallRole.STREAM_SYNC, r"cudaStreamSynchronize|cuStreamSynchronize|hipStreamSynchronize"),
     (CallRole.EVENT_SYNC, r"cudaEventSynchronize|cuEventSynchronize|hipEventSynchronize"),
-    # hipMemcpyWithStream is a synchronous copy on a stream (the HIP twin of a pageable cudaMemcpyAsync).
-    (CallRole.BLOCKING_COPY, r"cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|cuMemcpyDtoH\w*|cuMemcpyHtoD\w*|"
-                             r"hipMemcpy|hipMemcpy2D|hipMemcpy3D|hipMemset|hipMemcpyWithStream|hipMemcpyDtoH|"
-                             r"hipMemcpyHtoD"),
-    (CallRole.EVENT_RECORD, r"cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord\w*|hipEventRecord|"
-                            r"hipEventRecordWithFlags"),
+    # hipMemcpyWithStream is a synchronous copy on a stream (the HIP
+    # twin of a pageable cudaMemcpyAsync).
+    (CallRole.BLOCKING_COPY,
+     r"cudaMemcpy|cudaMemcpy2D|cudaMemcpy3D|cudaMemset|cuMemcpyDtoH\w*|cuMemcpyHtoD\w*|"
+     r"hipMemcpy|hipMemcpy2D|hipMemcpy3D|hipMemset|hipMemcpyWithStream|hipMemcpyDtoH|"
+     r"hipMemcpyHtoD"),
+    (CallRole.EVENT_RECORD,
+     r"cudaEventRecord|cudaEventRecordWithFlags|cuEventRecord\w*|hipEventRecord|"
+     r"hipEventRecordWithFlags"),
     (CallRole.STREAM_WAIT, r"cudaStreamWaitEvent|cuStreamWaitEvent|hipStreamWaitEvent"),
     (CallRole.GRAPH_LAUNCH, r"cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch"),
-    (CallRole.LAUNCH, r"cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|cudaLaunchCooperativeKernel|"
-                      r"cudaLaunchCooperativeKernelMultiDevice|hipLaunchKernel|hipExtLaunchKernel|hipModuleLaunchKernel|"
-                      r"hipExtModuleLaunchKernel|hipHccModuleLaunchKernel|hipLaunchCooperativeKernel|"
-                      r"hipModuleLaunchCooperativeKernel"),
+    (CallRole.LAUNCH, r"cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|"
+                      r"cudaLaunchCooperativeKernel|cudaLaunchCooperativeKernelMultiDevice|"
+                      r"hipLaunchKernel|hipExtLaunchKernel|hipModuleLaunchKernel|"
+                      r"hipExtModuleLaunchKernel|hipHccModuleLaunchKernel|"
+                      r"hipLaunchCooperativeKernel|hipModuleLaunchCooperativeKernel"),
 )
 
 _COMPILED = tuple((role, re.compile(rf"^({pattern})$")) for role, pattern in _PATTERNS)

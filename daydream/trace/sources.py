@@ -30,14 +30,16 @@ _CHUNK = 1 << 20
 BLOCK = 4 << 20
 #: Default most decompressed bytes of one trace document (DAYDREAM_MAX_BYTES overrides, e.g. 64GB).
 DEFAULT_MAX_BYTES = 32 * 2**30
-#: A gzip member this many times larger than its compressed size, once past BOMB_FLOOR bytes, is refused:
-#: profiler JSON compresses 5-50x; deflate's ceiling is about 1000x, which only filler reaches.
+#: A gzip member this many times larger than its compressed size, once
+#: past BOMB_FLOOR bytes, is refused: profiler JSON compresses 5-50x;
+#: deflate's ceiling is about 1000x, which only filler reaches.
 BOMB_RATIO = 250
 BOMB_FLOOR = 256 * 2**20
 
 
 def max_bytes() -> int:
-    """The most decompressed bytes daydream reads from one document: DAYDREAM_MAX_BYTES, else DEFAULT_MAX_BYTES."""
+    """The most decompressed bytes daydream reads from one document:
+    DAYDREAM_MAX_BYTES, else DEFAULT_MAX_BYTES."""
     return environment_size("DAYDREAM_MAX_BYTES", DEFAULT_MAX_BYTES)
 
 
@@ -49,7 +51,8 @@ class Source:
     member: str | None = None
     size: int = 0
     mtime_ns: int = 0
-    index: int = -1  # a member's place in its archive (read in that order, an archive is read in one pass)
+    # a member's place in its archive (read in that order, an archive is read in one pass)
+    index: int = -1
 
     @property
     def label(self) -> str:
@@ -67,7 +70,8 @@ class Source:
         return body
 
     def blocks(self, progress: Progress | None = None) -> Iterator[bytes]:
-        """The decompressed bytes of this document, a block at a time (at most `max_bytes()` in all)."""
+        """The decompressed bytes of this document, a block at a time
+        (at most `max_bytes()` in all)."""
         limit = max_bytes()
         if self.member is None:
             _check_regular(self.path)
@@ -77,29 +81,33 @@ class Source:
         try:
             info, member = _ArchivePass.member(self.path, self.member)
             if member is None:
-                raise TraceFormatError(self.label, "member is not a regular file", "repack the archive with the files themselves")
+                raise TraceFormatError(self.label, "member is not a regular file",
+                                       "repack the archive with the files themselves")
             yield from _blocks(member, self.label, info.size, limit, progress)
         except (tarfile.TarError, EOFError, OSError, zlib.error, KeyError) as exc:
             _ArchivePass.close()
-            raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})", "is the archive complete?") from None
+            raise TraceFormatError(self.label, f"cannot read archive member ({_first_line(exc)})",
+                                   "is the archive complete?") from None
 
 
 class _ArchivePass:
-    """One forward pass over a tar archive, kept open between the reads of its members: each member is reached by
-    reading on from the last one (a compressed archive cannot be entered in the middle), so members read in archive
-    order (`Source.index`) cost one pass in all, not one pass each. Asking for a member already passed starts a new
-    pass."""
+    """One forward pass over a tar archive, kept open between the reads of its members: each member
+    is reached by reading on from the last one (a compressed archive cannot be entered in the
+    middle), so members read in archive order (`Source.index`) cost one pass in all, not one pass
+    each. Asking for a member already passed starts a new pass."""
 
     _open: _ArchivePass | None = None
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.archive = tarfile.open(path, "r|*")  # noqa: SIM115 (closed by close(), when another archive or none is read)
+        # (closed by close(), when another archive or none is read)
+        self.archive = tarfile.open(path, "r|*")  # noqa: SIM115
         self.passed: set[str] = set()
 
     @classmethod
     def member(cls, path: Path, name: str) -> tuple[tarfile.TarInfo, IO[bytes] | None]:
-        """Member `name` of the archive at `path` and its bytes (None for a member that is not a regular file)."""
+        """Member `name` of the archive at `path` and its bytes (None
+        for a member that is not a regular file)."""
         current = cls._open
         if current is None or current.path != path or name in current.passed:
             cls.close()
@@ -124,12 +132,14 @@ def close_archives() -> None:
 
 
 def in_reading_order(sources: list[Source]) -> list[int]:
-    """The positions of `sources` in the order that reads each archive in one pass: by path, then archive place."""
-    return sorted(range(len(sources)), key=lambda i: (str(sources[i].path), sources[i].index, sources[i].member or ""))
+    """The positions of `sources` in the order that reads each archive
+    in one pass: by path, then archive place."""
+    return sorted(range(len(sources)),
+                  key=lambda i: (str(sources[i].path), sources[i].index, sources[i].member or ""))
 
 
-#: `example:NAME` names a trace shipped with daydream (daydream/data/traces), so that every example of the help runs
-#: from an installed package.
+#: `example:NAME` names a trace shipped with daydream (daydream/data/traces), so that every example
+#: of the help runs from an installed package.
 EXAMPLE_PREFIX = "example:"
 
 
@@ -139,8 +149,8 @@ def example_names() -> list[str]:
 
 
 def packaged_example(text: str) -> Path | None:
-    """The path of the shipped trace `text` names (`example:cnn_v100`), None for any other text; InputError for a
-    name that is not shipped."""
+    """The path of the shipped trace `text` names (`example:cnn_v100`), None for any other text;
+    InputError for a name that is not shipped."""
     if not text.startswith(EXAMPLE_PREFIX):
         return None
     name = text[len(EXAMPLE_PREFIX):].removesuffix(".json.gz")
@@ -156,7 +166,8 @@ def _examples_folder() -> Path:
 
 
 def discover(path: str | os.PathLike[str]) -> list[Source]:
-    """The trace documents at `path`: a trace file, a folder of them, a tar archive, or `example:NAME`."""
+    """The trace documents at `path`: a trace file, a folder of them, a
+    tar archive, or `example:NAME`."""
     root = packaged_example(str(path)) or Path(path)
     if not root.exists():
         raise InputError(f"{root}: no such file or folder — check the path")
@@ -170,16 +181,19 @@ def discover(path: str | os.PathLike[str]) -> list[Source]:
 
 
 def _check_regular(path: Path) -> None:
-    """Refuse devices, pipes and sockets before opening them: /dev/zero never ends, a pipe may never start."""
+    """Refuse devices, pipes and sockets before opening them: /dev/zero
+    never ends, a pipe may never start."""
     mode = path.stat().st_mode
     if not stat.S_ISREG(mode):
-        raise InputError(f"{path}: not a regular file (a device, pipe or socket) — save the trace to a file and name that")
+        raise InputError(f"{path}: not a regular file (a device, pipe or socket) — save the trace "
+                         "to a file and name that")
 
 
 def _folder_sources(root: Path) -> list[Source]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
     if not files:
-        raise InputError(f"{root}: folder holds no *.json or *.json.gz trace files — point at a trace file or a folder of rank files")
+        raise InputError(f"{root}: folder holds no *.json or *.json.gz trace files — point at a "
+                         "trace file or a folder of rank files")
     return [Source(p, None, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
@@ -193,19 +207,24 @@ def _archive_sources(root: Path) -> list[Source]:
         with tarfile.open(root, "r:*") as archive:
             listed = [m for m in archive.getmembers() if m.name.endswith(_TRACE_SUFFIXES)]
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise TraceFormatError(str(root), f"not a readable tar archive ({_first_line(exc)})", "is the archive complete?") from None
+        raise TraceFormatError(str(root), f"not a readable tar archive ({_first_line(exc)})",
+                               "is the archive complete?") from None
     counts = Counter(m.name for m in listed)
     twice = sorted(name for name, count in counts.items() if count > 1)
     if twice:
-        raise TraceFormatError(str(root), f"archive lists {twice[0]!r} more than once", "repack it with one file per rank")
+        raise TraceFormatError(str(root), f"archive lists {twice[0]!r} more than once",
+                               "repack it with one file per rank")
     place = {m.name: index for index, m in enumerate(listed)}
     members = sorted(m.name for m in listed if m.isfile())
     if not members:
-        raise InputError(f"{root}: archive holds no *.json or *.json.gz trace files — pack one trace file per rank")
-    return [Source(root, member, info.st_size, info.st_mtime_ns, place[member]) for member in members]
+        raise InputError(f"{root}: archive holds no *.json or *.json.gz trace files — pack one "
+                         "trace file per rank")
+    return ([Source(root, member, info.st_size, info.st_mtime_ns, place[member])
+             for member in members])
 
 
-def _blocks(handle: IO[bytes], label: str, size: int, limit: int, progress: Progress | None) -> Iterator[bytes]:
+def _blocks(handle: IO[bytes], label: str, size: int, limit: int,
+            progress: Progress | None) -> Iterator[bytes]:
     """The document's bytes, decompressed when gzip, a block (at most BLOCK bytes) at a time."""
     head = handle.read(2)
     if head == _GZIP_MAGIC:
@@ -239,15 +258,15 @@ def _isal_zlib() -> Any:
 
 
 def inflater() -> Any:
-    """A gzip decompressor with zlib's interface (bounded output, `unconsumed_tail`, `unused_data`, `eof`): python-isal's
-    where it is installed (about twice zlib's speed), else zlib's."""
+    """A gzip decompressor with zlib's interface (bounded output, `unconsumed_tail`, `unused_data`,
+    `eof`): python-isal's where it is installed (about twice zlib's speed), else zlib's."""
     return (_isal_zlib() or zlib).decompressobj(wbits=31)
 
 
 def _gunzipped_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: int,
                       progress: Progress | None) -> Iterator[bytes]:
-    """Each gzip member in turn (a file may hold several back to back), BLOCK bytes at most at a time, refusing
-    output past `limit` or growing like a bomb."""
+    """Each gzip member in turn (a file may hold several back to back), BLOCK bytes at most at a
+    time, refusing output past `limit` or growing like a bomb."""
     stream, data = inflater(), head
     consumed = produced = 0
     try:
@@ -268,14 +287,16 @@ def _gunzipped_blocks(handle: IO[bytes], head: bytes, label: str, size: int, lim
             if not data:
                 break
     except (zlib.error, _isal_error()) as exc:
-        raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})", "re-copy the file; it is damaged") from None
+        raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})",
+                               "re-copy the file; it is damaged") from None
     if not stream.eof:
-        raise TraceFormatError(label, "gzip stream is truncated", "the file was cut short; re-copy or re-record it")
+        raise TraceFormatError(label, "gzip stream is truncated",
+                               "the file was cut short; re-copy or re-record it")
 
 
 def _next_block(stream: Any) -> tuple[bytes | None, Any]:
-    """The next block of what `stream` holds already, and the stream that holds the rest (a new one for a next
-    member); None when it needs more input."""
+    """The next block of what `stream` holds already, and the stream that holds the rest (a new one
+    for a next member); None when it needs more input."""
     if stream.eof:  # first: past a member's end zlib keeps its input in `unconsumed_tail` too
         if not stream.unused_data:
             return None, stream
@@ -297,13 +318,16 @@ def _check_growth(label: str, produced: int, consumed: int, limit: int) -> None:
     if produced > limit:
         raise _too_large(label, produced, limit)
     if produced > BOMB_FLOOR and produced > BOMB_RATIO * max(consumed, 1):
-        raise TraceFormatError(label, f"gzip data expands over {BOMB_RATIO} times (to more than {produced / 2**20:.0f} MiB)",
-                               "a profiler trace does not compress this well; the file is damaged or not a trace")
+        raise TraceFormatError(label, f"gzip data expands over {BOMB_RATIO} times (to more than "
+                                      f"{produced / 2**20:.0f} MiB)",
+                               "a profiler trace does not compress this well; the file is damaged "
+                               "or not a trace")
 
 
 def _too_large(label: str, size: int, limit: int) -> InputError:
-    return InputError(f"{label}: decompresses to more than {limit / 2**30:.3g} GiB (DAYDREAM_MAX_BYTES) — "
-                      f"raise the limit if the trace is real, e.g. DAYDREAM_MAX_BYTES={max(2 * size, limit * 2) // 2**30 + 1}GiB")
+    return InputError(f"{label}: decompresses to more than {limit / 2**30:.3g} GiB "
+                      "(DAYDREAM_MAX_BYTES) — raise the limit if the trace is real, e.g. "
+                      f"DAYDREAM_MAX_BYTES={max(2 * size, limit * 2) // 2**30 + 1}GiB")
 
 
 def _first_line(exc: BaseException) -> str:

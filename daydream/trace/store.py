@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from daydream._files import atomic_output
-from daydream.trace.model import EVENT_COLUMNS, SIDE_TABLES, GpuInfo, Trace, TraceMeta, Track, TrackKind
+from daydream.trace.model import (
+    EVENT_COLUMNS,
+    SIDE_TABLES,
+    GpuInfo,
+    Trace,
+    TraceMeta,
+    Track,
+    TrackKind,
+)
 
 #: Bump whenever the normalized model or what readers put in it changes.
 STORE_VERSION = 13
@@ -37,13 +45,15 @@ def cache_dir() -> Path:
     home = os.environ["HOME"] if "HOME" in os.environ else os.path.expanduser("~")
     if home and home != "/" and os.path.isdir(home):
         return Path(home) / ".cache" / "daydream"
-    # No usable home (HOME empty, "/" or missing): a per-user folder in the temporary directory, never "/.cache"
-    # or a home folder created on the way.
-    return Path(tempfile.gettempdir()) / f"daydream-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    # No usable home (HOME empty, "/" or missing): a per-user folder in the temporary directory,
+    # never "/.cache" or a home folder created on the way.
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"daydream-cache-{user}"
 
 
 def cache_path(identity: str) -> Path:
-    digest = hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()[:32]  # a path of non-UTF-8 bytes
+    # a path of non-UTF-8 bytes
+    digest = hashlib.sha256(identity.encode("utf-8", errors="surrogateescape")).hexdigest()[:32]
     return cache_dir() / f"{digest}.npz"
 
 
@@ -68,19 +78,23 @@ def save(trace: Trace, path: Path, stamp: dict[str, Any]) -> None:
     for key, column in trace.derived.items():
         arrays[f"der.{key}"] = column
     with atomic_output(path, cache=True) as out:
-        np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stubs omit the binary file object it takes
+        # numpy's stubs omit the binary file object it takes
+        np.savez(out, **arrays)  # type: ignore[arg-type]
     remove_stale_temporaries(path.parent)
 
 
 def load(path: Path, stamp: dict[str, Any] | None = None) -> Trace | None:
-    """Read a stored trace; None when it is missing, stale (stamp differs), unreadable or inconsistent.
+    """Read a stored trace; None when it is missing, stale (stamp
+    differs), unreadable or inconsistent.
 
     A cache file is checked as untrusted input: any defect (empty, truncated, columns of
     different lengths, string offsets or row references out of range) means "read the
     trace again", never a wrong answer or an error.
     """
     try:
-        if not path.is_file():  # missing, or a FIFO / device / folder in its place (or a link to one): opening would hang
+        if not path.is_file():
+            # missing, or a FIFO / device / folder in its place (or a
+            # link to one): opening would hang
             return None
         with np.load(path, allow_pickle=False) as stored:
             header = json.loads(stored["header"].tobytes().decode("utf-8"))
@@ -106,11 +120,13 @@ def _consistent(trace: Trace) -> bool:
     for key, dtype in EVENT_COLUMNS.items():
         if key not in trace.columns or trace.columns[key].dtype != np.dtype(dtype):
             return False
-    if count and (_out_of(trace.columns["name"], len(trace.strings)) or _out_of(trace.columns["track"], len(trace.tracks))):
+    if count and (_out_of(trace.columns["name"], len(trace.strings))
+                  or _out_of(trace.columns["track"], len(trace.tracks))):
         return False
     for name, table in trace.tables.items():
         lengths = {column.shape[0] for column in table.values()}
-        if len(lengths) > 1 or ("event" in table and table["event"].size and _out_of(table["event"], count)):
+        if (len(lengths) > 1
+            or ("event" in table and table["event"].size and _out_of(table["event"], count))):
             return False
         if name not in SIDE_TABLES or set(table) != set(SIDE_TABLES[name]):
             return False
@@ -122,7 +138,8 @@ def _out_of(references: np.ndarray, size: int) -> bool:
 
 
 def remove_stale_temporaries(folder: Path, older_than_s: float = 3600.0) -> None:
-    """Delete temporary files a killed writer left in `folder` (atomic_output's .tmp-*), once they are old."""
+    """Delete temporary files a killed writer left in `folder`
+    (atomic_output's .tmp-*), once they are old."""
     now = time.time()
     for leftover in folder.glob(".tmp-*"):
         try:
@@ -144,7 +161,8 @@ def _assemble(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
             tables.setdefault(table, {})[column] = array
         elif key.startswith("der."):
             derived[key[4:]] = array
-    tracks = [Track(TrackKind(k), pid, tid, device, stream) for k, pid, tid, device, stream in header["tracks"]]
+    tracks = [Track(TrackKind(k), pid, tid, device, stream)
+              for k, pid, tid, device, stream in header["tracks"]]
     strings = _unpack_strings(arrays["strings.blob"], arrays["strings.offsets"])
     return Trace(
         meta=_meta_from_json(header["meta"]),
@@ -165,7 +183,8 @@ def _pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def _unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
     data = blob.tobytes()
-    if offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0 or offsets[-1] != len(data) or np.any(np.diff(offsets) < 0):
+    if (offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0 or offsets[-1] != len(data)
+        or np.any(np.diff(offsets) < 0)):
         raise ValueError("string offsets do not fit the string table")
     bounds = offsets.tolist()
     return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip(bounds, bounds[1:])]

@@ -20,7 +20,18 @@ from daydream.transforms import (
     target,  # noqa: F401  (registers gpu)
 )
 from daydream.transforms.pipeline import Pipeline, apply_pipeline, is_pipeline_file, load_pipeline
-from daydream.transforms.primitives import GPU_WORK, HOST_WORK, KERNELS, PRIMITIVES, insert, remove, reschedule, scale, select, unpin
+from daydream.transforms.primitives import (
+    GPU_WORK,
+    HOST_WORK,
+    KERNELS,
+    PRIMITIVES,
+    insert,
+    remove,
+    reschedule,
+    scale,
+    select,
+    unpin,
+)
 from daydream.transforms.registry import ALIASES, OPTIMIZATIONS, Context, Optimization
 from daydream.transforms.specs import apply_spec, parse_spec
 

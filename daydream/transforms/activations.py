@@ -1,21 +1,25 @@
 """What-ifs that change what the forward keeps for the backward: `offload` (vDNN) and `gist` (Gist).
 
-Both trade time for memory, so each has a time model here and a memory model in `daydream.memory.whatif`.
+Both trade time for memory, so each has a time model here and a memory model in
+`daydream.memory.whatif`.
 
-- `offload`: each saved activation of the matching layers is copied to host memory after the layer's forward and
-  back before its backward (vDNN, Rhu et al., MICRO 2016; `torch.autograd.graph.save_on_cpu` in PyTorch). The copies
-  run on copy streams beside the compute (`stream=copy`, vDNN) or on the compute stream itself (`stream=compute`, as
-  `save_on_cpu` issues them); with `prefetch=1` the copy back is issued when the backward of the matching layer before
-  it (in backward order) begins, else when its own begins. Each copy is timed by the host link (PCIe of the device
-  table's GPU, or `link=`).
-- `gist`: each ReLU output the matching layers save is encoded right after the ReLU in forward and decoded right
-  before its layer's backward (Gist, Jain et al., ISCA 2018): `binarize` keeps one bit per element (what ReLU's
-  backward needs), `csr` the non-zeros with a one-byte index, `fp8` one byte per element. Encode and decode are
+- `offload`: each saved activation of the matching layers is copied to host memory after the layer's
+  forward and back before its backward (vDNN, Rhu et al., MICRO 2016;
+  `torch.autograd.graph.save_on_cpu` in PyTorch). The copies run on copy streams beside the compute
+  (`stream=copy`, vDNN) or on the compute stream itself (`stream=compute`, as `save_on_cpu` issues
+  them); with `prefetch=1` the copy back is issued when the backward of the matching layer before it
+  (in backward order) begins, else when its own begins. Each copy is timed by the host link (PCIe of
+  the device table's GPU, or `link=`).
+- `gist`: each ReLU output the matching layers save is encoded right after the ReLU
+  in forward and decoded right before its layer's backward (Gist, Jain et al., ISCA
+  2018): `binarize` keeps one bit per element (what ReLU's backward needs), `csr` the
+  non-zeros with a one-byte index, `fp8` one byte per element. Encode and decode are
   streaming passes timed by the cost stage at this trace's own elementwise speed.
 
-What an op saves for its backward is read from its recorded inputs: ops save their first floating-point tensor input
-(the activation; a parameter it also saves is not an activation), except ops autograd saves nothing for (views,
-reshapes, additions, copies). A trace without recorded shapes (`record_shapes`) changes nothing, and says so.
+What an op saves for its backward is read from its recorded inputs: ops save their first
+floating-point tensor input (the activation; a parameter it also saves is not an activation), except
+ops autograd saves nothing for (views, reshapes, additions, copies). A trace without recorded shapes
+(`record_shapes`) changes nothing, and says so.
 """
 
 from __future__ import annotations
@@ -36,36 +40,41 @@ from daydream.transforms.autocast import ForwardOp
 from daydream.transforms.primitives import HostSpans, Spans, launched_by, splice
 from daydream.transforms.registry import Context, Optimization, Parameter, bandwidth, register
 
-#: Ops autograd saves no activation for: views and reshapes, additions and subtractions, copies, concatenation.
+#: Ops autograd saves no activation for: views and reshapes, additions
+#: and subtractions, copies, concatenation.
 SAVES_NOTHING = frozenset({
-    "aten::view", "aten::reshape", "aten::flatten", "aten::unflatten", "aten::squeeze", "aten::unsqueeze",
-    "aten::transpose", "aten::permute", "aten::t", "aten::expand", "aten::contiguous", "aten::select", "aten::slice",
-    "aten::narrow", "aten::split", "aten::chunk", "aten::unbind", "aten::alias", "aten::detach", "aten::add",
-    "aten::add_", "aten::sub", "aten::sub_", "aten::cat", "aten::stack", "aten::copy_", "aten::clone", "aten::to",
-    "aten::_to_copy", "aten::empty", "aten::zeros", "aten::ones", "aten::zeros_like", "aten::ones_like",
-    "aten::empty_like", "aten::size", "aten::dropout",  # dropout: eval mode or p=0 runs nothing
+    "aten::view", "aten::reshape", "aten::flatten", "aten::unflatten", "aten::squeeze",
+    "aten::unsqueeze", "aten::transpose", "aten::permute", "aten::t", "aten::expand",
+    "aten::contiguous", "aten::select", "aten::slice", "aten::narrow", "aten::split", "aten::chunk",
+    "aten::unbind", "aten::alias", "aten::detach", "aten::add", "aten::add_", "aten::sub",
+    "aten::sub_", "aten::cat", "aten::stack", "aten::copy_", "aten::clone", "aten::to",
+    "aten::_to_copy", "aten::empty", "aten::zeros", "aten::ones", "aten::zeros_like",
+    "aten::ones_like", "aten::empty_like", "aten::size",
+    "aten::dropout",  # dropout: eval mode or p=0 runs nothing
 })
 #: ReLU as the aten ops that run it: what Gist encodes.
 RELU_OPS = frozenset({"aten::relu", "aten::relu_", "aten::threshold", "aten::threshold_"})
 
-#: Host links GPU <-> host memory: 80% of PCIe's peak per direction (128b/130b encoding and packet overheads), pinned
-#: memory; GB/s. PCIe 3.0 x16 15.75, 4.0 31.5, 5.0 63, 6.0 126 GB/s peak per direction (PCI-SIG base specifications).
+#: Host links GPU <-> host memory: 80% of PCIe's peak per direction (128b/130b encoding and packet
+#: overheads), pinned memory; GB/s. PCIe 3.0 x16 15.75, 4.0 31.5, 5.0 63, 6.0 126 GB/s peak per
+#: direction (PCI-SIG base specifications).
 HOST_LINKS = {"pcie3": 12.6, "pcie4": 25.2, "pcie5": 50.4, "pcie6": 100.8}
 #: The host link of the device table's GPUs, by the start of their key (their vendors' data sheets).
-DEVICE_HOST_LINK = (("V100", "pcie3"), ("T4", "pcie3"), ("RTX 2080", "pcie3"), ("A100", "pcie4"), ("A10", "pcie4"),
-                    ("L4", "pcie4"), ("L40", "pcie4"), ("RTX 3090", "pcie4"), ("RTX 4090", "pcie4"),
-                    ("MI2", "pcie4"), ("H100", "pcie5"), ("H200", "pcie5"), ("B200", "pcie5"), ("B300", "pcie5"),
-                    ("RTX 5090", "pcie5"), ("MI3", "pcie5"))
+DEVICE_HOST_LINK = (("V100", "pcie3"), ("T4", "pcie3"), ("RTX 2080", "pcie3"), ("A100", "pcie4"),
+                    ("A10", "pcie4"), ("L4", "pcie4"), ("L40", "pcie4"), ("RTX 3090", "pcie4"),
+                    ("RTX 4090", "pcie4"), ("MI2", "pcie4"), ("H100", "pcie5"), ("H200", "pcie5"),
+                    ("B200", "pcie5"), ("B300", "pcie5"), ("RTX 5090", "pcie5"), ("MI3", "pcie5"))
 #: Without a known GPU: the link most training GPUs of the table have.
 DEFAULT_HOST_LINK = "pcie4"
-#: A copy's own set-up on the copy engine, beside its bytes (an assumed order of magnitude of cudaMemcpyAsync's
-#: latency over PCIe; no measurement in this project yet), ns.
+#: A copy's own set-up on the copy engine, beside its bytes (an assumed order of magnitude of
+#: cudaMemcpyAsync's latency over PCIe; no measurement in this project yet), ns.
 COPY_SETUP_NS = 2_000
 
 
 @dataclass(slots=True, frozen=True)
 class Stash:
-    """One activation a forward op saves for its backward: the op (trace row), its own layer, the tensor."""
+    """One activation a forward op saves for its backward: the op
+    (trace row), its own layer, the tensor."""
 
     row: int
     layer: int
@@ -78,7 +87,8 @@ class Stash:
 
 
 def saved_tensor(op: ForwardOp) -> Tensor | None:
-    """What `op` saves for its backward: its first floating-point tensor input; None for ops that save nothing."""
+    """What `op` saves for its backward: its first floating-point
+    tensor input; None for ops that save nothing."""
     if op.name in SAVES_NOTHING:
         return None
     for tensor in op.inputs:
@@ -87,10 +97,11 @@ def saved_tensor(op: ForwardOp) -> Tensor | None:
     return None
 
 
-def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray, names: frozenset[str] | None = None
+def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray,
+            names: frozenset[str] | None = None
             ) -> dict[tuple[int, int], list[Stash]]:
-    """Per (iteration, matching layer: `owner` from layer_owners), the activations its forward ops save, in program
-    order; only ops named in `names` where given."""
+    """Per (iteration, matching layer: `owner` from layer_owners), the activations its forward ops
+    save, in program order; only ops named in `names` where given."""
     found: dict[tuple[int, int], list[Stash]] = {}
     for iteration, ops in facts.items():
         for op in ops:
@@ -99,14 +110,16 @@ def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray, names: frozens
                 continue
             tensor = saved_tensor(op)
             if tensor is not None:
-                found.setdefault((iteration, target), []).append(Stash(op.row, op.layer, tensor[0], tensor[1]))
+                found.setdefault((iteration, target),
+                                 []).append(Stash(op.row, op.layer, tensor[0], tensor[1]))
     return found
 
 
 @dataclass(slots=True)
 class LayerWork:
-    """One layer's work in one iteration: the last host task and GPU task of its forward, the first of its backward
-    (-1 where none), and when the last host task of its forward began (recorded: the layers' forward order)."""
+    """One layer's work in one iteration: the last host task and GPU task of its forward, the first
+    of its backward (-1 where none), and when the last host task of its forward began (recorded: the
+    layers' forward order)."""
 
     forward_host: int = -1
     forward_gpu: int = -1
@@ -116,19 +129,21 @@ class LayerWork:
 
 
 def layer_work(graph: Graph, layer_of_task: np.ndarray) -> dict[tuple[int, int], LayerWork]:
-    """Per (iteration, layer as `layer_of_task` gives it per task), where its forward ends and its backward begins, on
-    the host and on the GPU; only tasks read from the trace."""
+    """Per (iteration, layer as `layer_of_task` gives it per task), where its forward ends and its
+    backward begins, on the host and on the GPU; only tasks read from the trace."""
     tasks = graph.tasks
     found: dict[tuple[int, int], LayerWork] = {}
     read = (tasks["event"] >= 0) & (tasks["iteration"] >= 0) & (layer_of_task >= 0)
-    for kinds, last, first in ((HOST_WORK, "forward_host", "backward_host"), (GPU_WORK, "forward_gpu", "backward_gpu")):
+    for kinds, last, first in ((HOST_WORK, "forward_host", "backward_host"),
+                               (GPU_WORK, "forward_gpu", "backward_gpu")):
         chosen = np.flatnonzero(read & np.isin(tasks["kind"], [int(k) for k in kinds]))
         for phase, attribute, latest in ((FORWARD, last, True), (BACKWARD, first, False)):
             mine = chosen[tasks["phase"][chosen] == phase]
             key = tasks["measured_end_ns"][mine] if latest else -tasks["measured_start_ns"][mine]
             mine = mine[np.argsort(key, kind="stable")]  # the chosen one last
             for task in mine.tolist():
-                work = found.setdefault((int(tasks["iteration"][task]), int(layer_of_task[task])), LayerWork())
+                work = found.setdefault((int(tasks["iteration"][task]), int(layer_of_task[task])),
+                                        LayerWork())
                 setattr(work, attribute, task)
     for work in found.values():
         if work.forward_host >= 0:
@@ -145,7 +160,8 @@ def _recorded(context: Context) -> dict[int, list[ForwardOp]]:
 def _owner(graph: Graph, pattern: str, name: str) -> tuple[list[int], np.ndarray]:
     targets, owner = layer_owners(graph.layers, pattern)
     if not targets:
-        raise InputError(f"--opt {name}:layers={pattern}: no layer matches; see the layers in daydream inspect")
+        raise InputError(f"--opt {name}:layers={pattern}: no layer matches; see the layers in "
+                         "daydream inspect")
     return targets, owner
 
 
@@ -153,21 +169,23 @@ def _owner(graph: Graph, pattern: str, name: str) -> tuple[list[int], np.ndarray
 
 
 def host_link(text: str, context: Context) -> tuple[float, str]:
-    """(GB/s, where from) of the GPU <-> host link: `text` a HOST_LINKS name or a bandwidth ('25GB/s'); empty: the
-    device table's GPU's PCIe, else DEFAULT_HOST_LINK."""
+    """(GB/s, where from) of the GPU <-> host link: `text` a HOST_LINKS name or a bandwidth
+    ('25GB/s'); empty: the device table's GPU's PCIe, else DEFAULT_HOST_LINK."""
     name = text.strip().lower()
     if not name:
         key = context.device.key if context.device is not None else ""
-        name = next((link for prefix, link in DEVICE_HOST_LINK if key.startswith(prefix)), DEFAULT_HOST_LINK)
-        where = f"the {context.device.name}'s host link" if context.device is not None and key else "no GPU known: default"
+        name = next((link for prefix, link in DEVICE_HOST_LINK if key.startswith(prefix)),
+                    DEFAULT_HOST_LINK)
+        where = (f"the {context.device.name}'s host link" if context.device is not None and key
+                 else "no GPU known: default")
         return HOST_LINKS[name], f"{name}, {HOST_LINKS[name]:g} GB/s ({where})"
     if name in HOST_LINKS:
         return HOST_LINKS[name], f"{name}, {HOST_LINKS[name]:g} GB/s"
     try:
         speed = bandwidth(text)
     except ValueError:
-        raise InputError(f"--opt offload:link={text}: not a host link ({', '.join(HOST_LINKS)}) or a bandwidth such as "
-                         "25GB/s") from None
+        raise InputError(f"--opt offload:link={text}: not a host link ({', '.join(HOST_LINKS)}) or "
+                         "a bandwidth such as 25GB/s") from None
     if speed <= 0:
         raise InputError(f"--opt offload:link={text}: the bandwidth must be positive")
     return speed, f"{speed:g} GB/s (link=)"
@@ -175,54 +193,65 @@ def host_link(text: str, context: Context) -> tuple[float, str]:
 
 def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not graph.has_device_work():
-        return ["offload: the trace has no GPU work: its activations are in host memory already; nothing changed"]
-    pattern, prefetch, on_copy = str(params["layers"]), bool(params["prefetch"]), str(params["stream"]) == "copy"
+        return (["offload: the trace has no GPU work: its activations are in host memory already; "
+                 "nothing changed"])
+    pattern, prefetch, on_copy = (str(params["layers"]), bool(params["prefetch"]),
+                                  str(params["stream"]) == "copy")
     if str(params["stream"]) not in ("copy", "compute"):
-        raise InputError(f"--opt offload:stream={params['stream']}: write stream=copy or stream=compute")
+        raise InputError(f"--opt offload:stream={params['stream']}: write stream=copy or "
+                         "stream=compute")
     targets, owner = _owner(graph, pattern, "offload")
     facts = _recorded(context)
     if not facts:
-        return ["offload: the trace recorded no op shapes (record_shapes), so the activations' sizes are unknown; "
-                "nothing changed"]
+        return ["offload: the trace recorded no op shapes (record_shapes), so the activations' "
+                "sizes are unknown; nothing changed"]
     speed, link = host_link(str(params["link"]), context)
     found = stashes(facts, owner)
     work = layer_work(graph, owner[graph.tasks["layer"]])
     costs = context.costs
-    host_ns = int(round(CAST_CHAIN_UNITS * costs.host.unit_ns)) + costs.host.launch_ns if costs is not None else 0
+    host_ns = (int(round(CAST_CHAIN_UNITS * costs.host.unit_ns)) + costs.host.launch_ns
+               if costs is not None else 0)
     plan = _offload_plan(found, work, prefetch)
     if not plan:
-        return [f"offload: no activation of the layers matching {pattern!r} has both a forward and a backward on the "
-                "GPU; nothing changed"]
+        return [f"offload: no activation of the layers matching {pattern!r} has both a forward and "
+                "a backward on the GPU; nothing changed"]
     copies = _insert_copies(graph, plan, speed, host_ns, on_copy)
     if costs is not None:
         costs.count(Tier.MODELLED, 2 * copies)
     iterations = max(1, len({key[0] for key in found}))
     moved = sum(item.bytes for items, *_ in plan for item in items) / iterations
-    how = ("on two copy streams beside the compute (vDNN)" if on_copy else "on the compute stream (as save_on_cpu)")
-    when = "prefetched one matching layer ahead" if prefetch else "fetched when its layer's backward begins"
-    return [f"offload: {copies // iterations} saved activations ({moved / 2**20:.1f} MiB) of {len(targets)} layer(s) "
-            f"per iteration copied to host memory after their layer's forward and back before its backward ({when}), "
-            f"{how}, over {link} plus {COPY_SETUP_NS / 1e3:g} µs per copy; each copy's host work "
-            f"{host_ns / 1e3:.1f} µs (a copy's dispatch chain and launch at this trace's host unit)"]
+    how = ("on two copy streams beside the compute (vDNN)" if on_copy
+           else "on the compute stream (as save_on_cpu)")
+    when = ("prefetched one matching layer ahead" if prefetch
+            else "fetched when its layer's backward begins")
+    return [f"offload: {copies // iterations} saved activations ({moved / 2**20:.1f} MiB) of "
+            f"{len(targets)} layer(s) per iteration copied to host memory after their layer's "
+            f"forward and back before its backward ({when}), {how}, over {link} plus "
+            f"{COPY_SETUP_NS / 1e3:g} µs per copy; each copy's host work {host_ns / 1e3:.1f} µs (a "
+            "copy's dispatch chain and launch at this trace's host unit)"]
 
 
-#: One layer's offload in one iteration: its activations, its work, and where the copy back is issued (the host task
-#: it is issued before, the GPU task it may start with, or -1).
+#: One layer's offload in one iteration: its activations, its work, and where the copy back is
+#: issued (the host task it is issued before, the GPU task it may start with, or -1).
 Plan = list[tuple[list[Stash], LayerWork, int, int]]
 
 
-def _offload_plan(found: dict[tuple[int, int], list[Stash]], work: dict[tuple[int, int], LayerWork], prefetch: bool
+def _offload_plan(found: dict[tuple[int, int], list[Stash]], work: dict[tuple[int, int], LayerWork],
+                  prefetch: bool
                   ) -> Plan:
     plan: Plan = []
     for iteration in sorted({key[0] for key in found}):
-        layers = [(work[key].forward_start_ns, key) for key in found if key[0] == iteration and key in work]
+        layers = [(work[key].forward_start_ns, key) for key in found if key[0] == iteration
+                  and key in work]
         ordered = [key for _, key in sorted(layers)]
         ordered = [key for key in ordered if min(work[key].forward_gpu, work[key].backward_gpu,
-                                                 work[key].forward_host, work[key].backward_host) >= 0]
+                                                 work[key].forward_host,
+                                                 work[key].backward_host) >= 0]
         for position, key in enumerate(ordered):
             mine = work[key]
             issue_host, issue_gpu = mine.backward_host, -1
-            if prefetch and position + 1 < len(ordered):  # the next layer's backward runs right before this one's
+            if prefetch and position + 1 < len(ordered):
+                # the next layer's backward runs right before this one's
                 before = work[ordered[position + 1]]
                 issue_host, issue_gpu = before.backward_host, before.backward_gpu
             plan.append((found[key], mine, issue_host, issue_gpu))
@@ -230,16 +259,21 @@ def _offload_plan(found: dict[tuple[int, int], list[Stash]], work: dict[tuple[in
 
 
 def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_copy: bool) -> int:
-    """The copies out after each layer's forward and back before its backward, with their host work; the count."""
+    """The copies out after each layer's forward and back before its
+    backward, with their host work; the count."""
     count = sum(len(items) for items, *_ in plan)
     sizes = [sum(item.bytes for item in items) for items, *_ in plan]
-    durations = [int(round(len(items) * COPY_SETUP_NS + size / speed_gbs)) for (items, *_), size in zip(plan, sizes)]
+    durations = [int(round(len(items) * COPY_SETUP_NS + size / speed_gbs))
+                 for (items, *_), size in zip(plan, sizes)]
     calls = [len(items) * host_ns for items, *_ in plan]
-    packs = splice(graph, [w.forward_host for _, w, _, _ in plan], calls, "offload: pack (host)", after=True)
-    unpacks = splice(graph, [issue for *_, issue, _ in plan], calls, "offload: unpack (host)", after=False)
+    packs = splice(graph, [w.forward_host for _, w, _, _ in plan], calls, "offload: pack (host)",
+                   after=True)
+    unpacks = splice(graph, [issue for *_, issue, _ in plan], calls, "offload: unpack (host)",
+                     after=False)
     latency = graph.calibration.launch_latency_ns
     if on_copy:
-        out = _on_stream(graph, "offload: device to host copies", [w for _, w, _, _ in plan], durations, sizes)
+        out = _on_stream(graph, "offload: device to host copies", [w for _, w, _, _ in plan],
+                         durations, sizes)
         # Back in backward order: each iteration's layers last to first.
         iteration = [int(graph.tasks["iteration"][w.forward_gpu]) for _, w, _, _ in plan]
         order = sorted(range(len(plan)), key=lambda i: (iteration[i], -i))
@@ -251,12 +285,14 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
         graph.add_edges(out, back, DepKind.EVENT_WAIT)
         early = [(b, issue) for b, (*_, issue) in zip(back.tolist(), plan) if issue >= 0]
         if early:
-            graph.add_edges([issue for _, issue in early], [b for b, _ in early], DepKind.EVENT_WAIT, from_start=True)
+            graph.add_edges([issue for _, issue in early], [b for b, _ in early],
+                            DepKind.EVENT_WAIT, from_start=True)
         graph.add_edges(back, [w.backward_gpu for _, w, _, _ in plan], DepKind.EVENT_WAIT)
     else:
-        out = splice(graph, [w.forward_gpu for _, w, _, _ in plan], durations, "offload: device to host copy", after=True)
-        back = splice(graph, [w.backward_gpu for _, w, _, _ in plan], durations, "offload: host to device copy",
-                      after=False)
+        out = splice(graph, [w.forward_gpu for _, w, _, _ in plan], durations,
+                     "offload: device to host copy", after=True)
+        back = splice(graph, [w.backward_gpu for _, w, _, _ in plan], durations,
+                      "offload: host to device copy", after=False)
         graph.tasks["kind"][np.concatenate([out, back])] = int(TaskKind.MEMCPY)
         graph.tasks["bytes"][out], graph.tasks["bytes"][back] = sizes, sizes
     graph.add_edges(packs, out, DepKind.LAUNCH, latency_ns=latency, from_start=True)
@@ -264,45 +300,55 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
     return count
 
 
-def _on_stream(graph: Graph, label: str, work: list[LayerWork], durations: list[int], sizes: list[int]) -> np.ndarray:
-    """Copies on a new copy stream, one after another in the order given, each of its layer's iteration."""
+def _on_stream(graph: Graph, label: str, work: list[LayerWork], durations: list[int],
+               sizes: list[int]) -> np.ndarray:
+    """Copies on a new copy stream, one after another in the order
+    given, each of its layer's iteration."""
     graph.resources.append(Resource(ResourceKind.GPU_STREAM, label))
     resource = len(graph.resources) - 1
     iteration = [int(graph.tasks["iteration"][w.forward_gpu]) for w in work]
-    made = graph.add_tasks(kind=int(TaskKind.MEMCPY), resource=resource, duration_ns=durations, bytes=sizes,
-                           name=graph.string_id(label.replace("copies", "copy")), iteration=iteration)
+    made = graph.add_tasks(kind=int(TaskKind.MEMCPY), resource=resource, duration_ns=durations,
+                           bytes=sizes, name=graph.string_id(label.replace("copies", "copy")),
+                           iteration=iteration)
     graph.add_edges(made[:-1], made[1:], DepKind.STREAM_ORDER)
     return made
 
 
 register(Optimization(
-    "offload", "activations offloaded to host memory between forward and backward (vDNN, save_on_cpu)",
-    "each activation the matching layers' forward ops save (their first floating-point input, from the recorded "
-    "shapes) copied to host memory after the layer's forward and back before its backward: on two copy streams beside "
-    "the compute (stream=copy, as vDNN) or on the compute stream (stream=compute, as torch.autograd.graph.save_on_cpu "
-    "issues them); the copy back issued when the backward of the matching layer before it in backward order begins "
-    "(prefetch=1) or its own (prefetch=0), and the layer's backward waits for it; each copy takes its bytes over the "
-    "host link (80% of the PCIe peak of the device table's GPU, or link=) plus 2 µs of set-up, and each costs the host "
-    "a copy's dispatch chain and launch (cost stage, this trace's host unit)",
+    "offload",
+    "activations offloaded to host memory between forward and backward (vDNN, save_on_cpu)",
+    "each activation the matching layers' forward ops save (their first floating-point input, from "
+    "the recorded shapes) copied to host memory after the layer's forward and back before its "
+    "backward: on two copy streams beside the compute (stream=copy, as vDNN) or on the compute "
+    "stream (stream=compute, as torch.autograd.graph.save_on_cpu issues them); the copy back "
+    "issued when the backward of the matching layer before it in backward order begins "
+    "(prefetch=1) or its own (prefetch=0), and the layer's backward waits for it; each copy takes "
+    "its bytes over the host link (80% of the PCIe peak of the device table's GPU, or link=) plus "
+    "2 µs of set-up, and each costs the host a copy's dispatch chain and launch (cost stage, this "
+    "trace's host unit)",
     _offload,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths"),
-     "prefetch": Parameter(int, 1, "1: copy back one matching layer ahead; 0: when the layer's backward begins", 0, 1),
-     "stream": Parameter(str, "copy", "copy: copy streams beside the compute; compute: the compute stream"),
-     "link": Parameter(str, "", "pcie3, pcie4, pcie5, pcie6 or a bandwidth (25GB/s); empty: the GPU's own")},
+     "prefetch": Parameter(int, 1, "1: copy back one matching layer ahead; 0: when the layer's "
+                                   "backward begins", 0, 1),
+     "stream": Parameter(str, "copy",
+                         "copy: copy streams beside the compute; compute: the compute stream"),
+     "link": Parameter(str, "",
+                       "pcie3, pcie4, pcie5, pcie6 or a bandwidth (25GB/s); empty: the GPU's own")},
 ))
 
 
 # --------------------------------------------------------------------------- gist
 
 def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    pattern, format_name, sparsity = str(params["layers"]), str(params["format"]), float(params["sparsity"])
+    pattern, format_name, sparsity = (str(params["layers"]), str(params["format"]),
+                                      float(params["sparsity"]))
     encoded_ratio(format_name, 4, sparsity)  # an unknown format is refused before anything changes
     targets, owner = _owner(graph, pattern, "gist")
     facts = _recorded(context)
     costs = context.costs
     if not facts or costs is None:
-        return ["gist: the trace recorded no op shapes (record_shapes), so the activations' sizes are unknown; "
-                "nothing changed"]
+        return ["gist: the trace recorded no op shapes (record_shapes), so the activations' sizes "
+                "are unknown; nothing changed"]
     found = [item for items in stashes(facts, owner, RELU_OPS).values() for item in items]
     work = layer_work(graph, graph.tasks["layer"])
     iteration_of = {op.row: iteration for iteration, ops in facts.items() for op in ops}
@@ -311,25 +357,28 @@ def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     encoded = [(item, work.get((iteration_of[item.row], item.layer), empty)) for item in found]
     encoded = [(item, w) for item, w in encoded if w.backward_host >= 0]
     if not encoded:
-        return [f"gist: no ReLU of the layers matching {pattern!r} saves an activation that its backward reads; "
-                "nothing changed"]
+        return [f"gist: no ReLU of the layers matching {pattern!r} saves an activation that its "
+                "backward reads; nothing changed"]
     sizes = np.array([item.bytes for item, _ in encoded], dtype=np.float64)
-    ratios = np.array([encoded_ratio(format_name, ITEM_BYTES.get(item.type, 4), sparsity) for item, _ in encoded])
+    ratios = np.array([encoded_ratio(format_name, ITEM_BYTES.get(item.type, 4), sparsity)
+                       for item, _ in encoded])
     passes = np.array([costs.stream_ns(moved) for moved in sizes * (1 + ratios)], dtype=np.int64)
     costs.count(Tier.MODELLED, 2 * len(encoded))
-    added = _add_passes(graph, [item.row for item, _ in encoded], [w for _, w in encoded], spans, passes,
-                        costs.host.launch_ns)
+    added = _add_passes(graph, [item.row for item, _ in encoded], [w for _, w in encoded], spans,
+                        passes, costs.host.launch_ns)
     iterations = max(1, len({iteration_of[item.row] for item, _ in encoded}))
     saved = float((sizes * (1 - ratios)).sum()) / iterations
-    return [f"gist: {len(encoded) // iterations} ReLU outputs per iteration of {len(targets)} layer(s) encoded "
-            f"({format_name}, {saved / 2**20:.2f} MiB fewer stashed) after the ReLU and decoded before its layer's "
-            f"backward: {added} tasks, each pass timed by its bytes at this trace's elementwise speed (cost stage)"]
+    return [f"gist: {len(encoded) // iterations} ReLU outputs per iteration of {len(targets)} "
+            f"layer(s) encoded ({format_name}, {saved / 2**20:.2f} MiB fewer stashed) after the "
+            f"ReLU and decoded before its layer's backward: {added} tasks, each pass timed by its "
+            "bytes at this trace's elementwise speed (cost stage)"]
 
 
-def _add_passes(graph: Graph, rows: list[int], work: list[LayerWork], spans: Spans, durations: np.ndarray,
-                launch_ns: int) -> int:
-    """An encode pass after each op (trace row) and a decode pass before its layer's backward: on a CPU graph host ops,
-    on a GPU graph kernels on the op's stream with their launches. Returns the tasks added."""
+def _add_passes(graph: Graph, rows: list[int], work: list[LayerWork], spans: Spans,
+                durations: np.ndarray, launch_ns: int) -> int:
+    """An encode pass after each op (trace row) and a decode pass before
+    its layer's backward: on a CPU graph host ops, on a GPU graph kernels
+    on the op's stream with their launches. Returns the tasks added."""
     holding = HostSpans(graph)
     within = [holding.within(spans[row]) for row in rows]
     after_host = np.array([tasks[-1] if tasks.size else -1 for tasks in within], dtype=np.int64)
@@ -340,11 +389,12 @@ def _add_passes(graph: Graph, rows: list[int], work: list[LayerWork], spans: Spa
         decode = splice(graph, before_host[usable], durations[usable], "gist: decode", after=False)
         return int(encode.size + decode.size)
     launched = launched_by(graph)
-    after_gpu = np.array([launched[task][-1] if task in launched else -1 for task in after_host.tolist()], dtype=np.int64)
+    after_gpu = np.array([launched[task][-1] if task in launched else -1
+                          for task in after_host.tolist()], dtype=np.int64)
     before_gpu = np.array([w.backward_gpu for w in work], dtype=np.int64)
     usable &= (after_gpu >= 0) & (before_gpu >= 0)
-    calls = splice(graph, np.concatenate([after_host[usable], before_host[usable]]), launch_ns, "gist: launch (host)",
-                   after=False)
+    calls = splice(graph, np.concatenate([after_host[usable], before_host[usable]]), launch_ns,
+                   "gist: launch (host)", after=False)
     encode = splice(graph, after_gpu[usable], durations[usable], "gist: encode", after=True)
     decode = splice(graph, before_gpu[usable], durations[usable], "gist: decode", after=False)
     graph.add_edges(calls, np.concatenate([encode, decode]), DepKind.LAUNCH,
@@ -354,13 +404,15 @@ def _add_passes(graph: Graph, rows: list[int], work: list[LayerWork], spans: Spa
 
 register(Optimization(
     "gist", "ReLU outputs stashed encoded between forward and backward (Gist)",
-    "each ReLU output (aten::relu, threshold) of the matching layers that its backward reads gets an encode pass "
-    "right after the ReLU and a decode pass right before its layer's backward, each a streaming pass over the "
-    "activation and its encoded form timed at this trace's own elementwise speed (cost stage; on a GPU trace a "
-    "kernel on the ReLU's stream with its launch); formats: binarize (1 bit per element: ReLU's backward needs the "
-    "sign only), csr (the non-zeros with a 1-byte index, at `sparsity` zeros), fp8 (1 byte per element)",
+    "each ReLU output (aten::relu, threshold) of the matching layers that its backward reads gets "
+    "an encode pass right after the ReLU and a decode pass right before its layer's backward, each "
+    "a streaming pass over the activation and its encoded form timed at this trace's own "
+    "elementwise speed (cost stage; on a GPU trace a kernel on the ReLU's stream with its launch); "
+    "formats: binarize (1 bit per element: ReLU's backward needs the sign only), csr (the "
+    "non-zeros with a 1-byte index, at `sparsity` zeros), fp8 (1 byte per element)",
     _gist,
-    {"layers": Parameter(str, "relu", "regular expression over layer paths (match the ReLU modules)"),
+    {"layers": Parameter(str, "relu",
+                         "regular expression over layer paths (match the ReLU modules)"),
      "format": Parameter(str, "binarize", "binarize, csr or fp8"),
      "sparsity": Parameter(float, 0.5, "share of zeros in the ReLU outputs (csr)", 0.0, 1.0)},
 ))

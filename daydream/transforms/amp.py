@@ -2,15 +2,17 @@
 
 What changes, and who times it:
 
-- the casts autocast inserts (transforms/autocast.py: which inputs of which ops, from the recorded shapes and types),
-  each a host dispatch and a device copy, and, for a tensor that requires grad, its gradient's cast back in backward:
-  timed by the cost stage (daydream/cost), a copy at the trace's own elementwise speed;
+- the casts autocast inserts (transforms/autocast.py: which inputs of which ops, from the recorded
+  shapes and types), each a host dispatch and a device copy, and, for a tensor that requires grad,
+  its gradient's cast back in backward: timed by the cost stage (daydream/cost), a copy at the
+  trace's own elementwise speed;
 - the autocast wrapper's own dispatch on every op it decides;
-- GPU kernels of fp32/tf32 work: GEMM/convolution kernels at the reduced-precision peak over the fp32 (or tf32) peak
-  of the device table, never faster than the bytes they move at the trace's own memory speed or the trace's
-  shortest kernel; other forward and backward kernels ÷`memory` (half the bytes), with the same floor; optimizer
-  kernels unchanged (fp32 master weights);
-- a CPU trace: casts and dispatch as above; the ops' own time unchanged unless the measured tier runs (torch here).
+- GPU kernels of fp32/tf32 work: GEMM/convolution kernels at the reduced-precision peak over the
+  fp32 (or tf32) peak of the device table, never faster than the bytes they move at the trace's own
+  memory speed or the trace's shortest kernel; other forward and backward kernels ÷`memory` (half
+  the bytes), with the same floor; optimizer kernels unchanged (fp32 master weights);
+- a CPU trace: casts and dispatch as above; the ops' own time unchanged
+  unless the measured tier runs (torch here).
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import HOST_WORK, KERNELS
 from daydream.mapping import PHASES
-from daydream.mapping.classes import CLASSES, FULL_PRECISION, PRECISIONS, REDUCED_PRECISION, classify
+from daydream.mapping.classes import (
+    CLASSES,
+    FULL_PRECISION,
+    PRECISIONS,
+    REDUCED_PRECISION,
+    classify,
+)
 from daydream.trace import EventKind, Trace
 from daydream.transforms.autocast import REDUCED_NAME, Cast, ForwardOp, decides, plan
 from daydream.transforms.kernels import kernel_classes, kernel_precisions, launchers, of_labels
@@ -36,10 +44,11 @@ from daydream.transforms.registry import Context, Optimization, Parameter, regis
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 
 
-def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray, iteration_of_row: np.ndarray
+def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray,
+                iteration_of_row: np.ndarray
                 ) -> tuple[dict[int, list[ForwardOp]], Spans]:
-    """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor inputs; and each
-    op's recorded span and thread."""
+    """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor
+    inputs; and each op's recorded span and thread."""
     shapes = OpShapes(trace)
     rows = trace.indices(EventKind.CPU_OP)
     rows = rows[(phase_of_row[rows] == FORWARD) & (iteration_of_row[rows] >= 0)]
@@ -51,7 +60,8 @@ def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray
     for row in rows.tolist():
         inputs = shapes.tensors(row) or []
         found.setdefault(int(iteration_of_row[row]), []).append(
-            ForwardOp(row, trace.name_of(row), int(layer_of_row[row]), inputs, arguments=shapes.arguments(row)))
+            ForwardOp(row, trace.name_of(row), int(layer_of_row[row]), inputs,
+                      arguments=shapes.arguments(row)))
         spans[row] = (int(trace.ts_ns[row]), int(end_ns[row]), int(trace.track[row]))
     return found, spans
 
@@ -60,19 +70,23 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     recorded = context.forward_ops
     costs = context.costs
     gpu = graph.has_device_work()
-    ratio_cast_ns = _ratio_cast_ns(graph) if gpu else 0  # of the fp32 kernels, before they are re-timed
+    # of the fp32 kernels, before they are re-timed
+    ratio_cast_ns = _ratio_cast_ns(graph) if gpu else 0
     notes = [_retime_kernels(graph, params, context)] if gpu else []
     facts, spans = recorded if recorded is not None else ({}, {})
     if costs is None or not any(facts.values()):
-        notes.append("amp: no recorded forward ops with shapes (record_shapes): autocast's casts are not modelled")
+        notes.append("amp: no recorded forward ops with shapes (record_shapes): autocast's casts "
+                     "are not modelled")
         return notes
     device_type = "cuda" if gpu else "cpu"
     shapes_known = sum(1 for ops in facts.values() for op in ops if op.inputs)
     if shapes_known == 0:
         notes.append(_ratio_casts(graph, costs, ratio_cast_ns) if gpu else
-                     "amp: the trace recorded no op shapes (record_shapes): autocast's casts are not modelled")
+                     "amp: the trace recorded no op shapes (record_shapes): autocast's casts are "
+                     "not modelled")
         return notes
-    planned = {iteration: plan(ops, device_type, str(params["dtype"])) for iteration, ops in facts.items()}
+    planned = {iteration: plan(ops, device_type, str(params["dtype"]))
+               for iteration, ops in facts.items()}
     casts = {iteration: found for iteration, (found, _) in planned.items()}
     types = {row: kind for _, computes in planned.values() for row, kind in computes.items()}
     decided = sum(1 for ops in facts.values() for op in ops if decides(op.name, device_type))
@@ -82,11 +96,13 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     count = sum(len(c) for c in casts.values())
     backward = sum(c.backward for cs in casts.values() for c in cs)
     iterations = max(1, len(casts))
-    notes.append(f"amp: autocast ({device_type}, {params['dtype']}) decides {decided // iterations} ops per forward; "
-                 f"{count // iterations} casts per forward and {backward // iterations} gradient casts back per backward "
-                 f"inserted ({added} tasks in all), each timed by the cost stage ({costs.tiers_note()}); its own dispatch "
-                 f"on {dispatch // iterations} ops per forward ({costs.dispatch_ns() / 1e3:.1f} µs each, host unit "
-                 f"{costs.host.unit_ns} ns); {shapes_known} of the forward's ops had recorded shapes")
+    notes.append(f"amp: autocast ({device_type}, {params['dtype']}) decides "
+                 f"{decided // iterations} ops per forward; {count // iterations} casts per "
+                 f"forward and {backward // iterations} gradient casts back per backward inserted "
+                 f"({added} tasks in all), each timed by the cost stage ({costs.tiers_note()}); "
+                 f"its own dispatch on {dispatch // iterations} ops per forward "
+                 f"({costs.dispatch_ns() / 1e3:.1f} µs each, host unit {costs.host.unit_ns} ns); "
+                 f"{shapes_known} of the forward's ops had recorded shapes")
     if not gpu:
         notes.append(_retime_cpu_ops(graph, facts, types, str(params["dtype"]), costs, context))
     if costs.measurer is not None:
@@ -94,27 +110,31 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     return notes
 
 
-#: Matrix multiplies, convolutions and attention a CPU backward runs (inside autograd's nodes): under autocast they run
-#: in the reduced type too (bf16 flash attention's backward on a CPU without bf16 arithmetic can take several times its
+#: Matrix multiplies, convolutions and attention a CPU backward runs (inside autograd's nodes):
+#: under autocast they run in the reduced type too (bf16 flash attention's backward on a CPU without
+#: bf16 arithmetic can take several times its
 #: fp32 time: measured, not assumed).
-BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::convolution_backward",
+BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul",
+                  "aten::convolution_backward",
                   "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
-#: The forward ops a CPU trace's amp re-times by measurement: matrix multiplies and convolutions, whose time is their
-#: arithmetic.
-#: Elementwise and pooling ops are left as recorded: alone, in a loop, a bf16 relu of this CPU measured 1.9x its
-#: fp32 time, while in the real bf16 training run the same ops took less (half the bytes to allocate and touch).
-RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-                            "aten::scaled_dot_product_attention", *BACKWARD_GEMMS})
+#: The forward ops a CPU trace's amp re-times by measurement: matrix multiplies and convolutions,
+#: whose time is their arithmetic.
+#: Elementwise and pooling ops are left as recorded: alone, in a loop, a bf16 relu of this CPU
+#: measured 1.9x its fp32 time, while in the real bf16 training run the same ops took less (half the
+#: bytes to allocate and touch).
+RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "aten::conv2d",
+                            "aten::conv3d", "aten::scaled_dot_product_attention", *BACKWARD_GEMMS})
 
 
-def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str], reduced: str,
-                    costs: CostModel, context: Context) -> str:
-    """On a CPU trace, each forward matrix multiply autocast runs in the reduced type, and each of backward, at the time
-    the measured tier gives for it in that type over its time in fp32 (both run here at the recorded shapes)."""
+def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
+                    reduced: str, costs: CostModel, context: Context) -> str:
+    """On a CPU trace, each forward matrix multiply autocast runs in the reduced type, and each of
+    backward, at the time the measured tier gives for it in that type over its time in fp32 (both
+    run here at the recorded shapes)."""
     measurer = costs.measurer
     if measurer is None:
-        return ("amp: on the CPU the ops' own time is kept: the measured tier is off or torch is not importable, and "
-                "this CPU's bf16 speed has no model")
+        return ("amp: on the CPU the ops' own time is kept: the measured tier is off or torch is "
+                "not importable, and this CPU's bf16 speed has no model")
     low = REDUCED_NAME[reduced]
     of_event = task_of_event(graph)
     # Only tasks read from the trace hold nested ops: taken before anything is re-timed or halved.
@@ -123,7 +143,8 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     for ops in facts.values():
         for op in ops:
             task = of_event.get(op.row, -1)
-            if types.get(op.row) != low or task < 0 or not op.inputs or op.name not in RETIMED_ON_CPU:
+            if (types.get(op.row) != low or task < 0 or not op.inputs
+                or op.name not in RETIMED_ON_CPU):
                 continue
             ratio = _measured_ratio(measurer, op.name, op.inputs, low, op.arguments)
             if ratio is None:
@@ -148,22 +169,26 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     costs.count(Tier.RATIO, halved)
     iterations = max(1, len(facts))
     why = f"; {unmeasured} could not be measured and keep their time" if unmeasured else ""
-    return (f"amp: {retimed} CPU ops re-timed in {reduced} by the measured tier (this CPU, the recorded shapes, "
-            f"{measurer.threads} thread(s); {len(measurer.ran)} signatures run now, the rest from the cache): "
-            f"{saved / iterations / 1e3:.0f} µs less per iteration{why}; {halved} elementwise and normalization ops "
-            f"of the {len(low_layers)} layers that run in {reduced}, forward and backward, ÷2 (half the bytes; by ratio)")
+    return (f"amp: {retimed} CPU ops re-timed in {reduced} by the measured tier (this CPU, the "
+            f"recorded shapes, {measurer.threads} thread(s); {len(measurer.ran)} signatures run "
+            f"now, the rest from the cache): {saved / iterations / 1e3:.0f} µs less per "
+            f"iteration{why}; {halved} elementwise and normalization ops of the {len(low_layers)} "
+            f"layers that run in {reduced}, forward and backward, ÷2 (half the bytes; by ratio)")
 
 
-#: Kernel classes of the memory-bound CPU ops a reduced type halves (their bytes), when their layer runs in it.
+#: Kernel classes of the memory-bound CPU ops a reduced type halves
+#: (their bytes), when their layer runs in it.
 HALVED_CLASSES = ("elementwise", "normalization")
 
 
-def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str], low: str,
-                        of_event: dict[int, int], enclosing: HostSpans, context: Context) -> tuple[int, set[int]]:
-    """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type, and the backward
-    ones of the same layers, take half their time: they move half the bytes. (Timed alone they mislead, see
-    RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm, relu and their backward took 0.34-0.77 of
-    their fp32 time.) Returns how many ops, and the layers that run in the reduced type."""
+def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
+                        low: str, of_event: dict[int, int], enclosing: HostSpans,
+                        context: Context) -> tuple[int, set[int]]:
+    """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type,
+    and the backward ones of the same layers, take half their time: they move half the bytes. (Timed
+    alone they mislead, see RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm,
+    relu and their backward took 0.34-0.77 of their fp32 time.) Returns how many ops, and the layers
+    that run in the reduced type."""
     low_layers: set[int] = set()
     halved = 0
     for ops in facts.values():
@@ -179,19 +204,22 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: 
     for _, duration, start, track, layer in context.backward_memory_ops or []:
         task = enclosing.holding(start, track)
         if task >= 0 and layer in low_layers:
-            graph.tasks["duration_ns"][task] = max(0, int(graph.tasks["duration_ns"][task]) - duration // 2)
+            remaining = int(graph.tasks["duration_ns"][task]) - duration // 2
+            graph.tasks["duration_ns"][task] = max(0, remaining)
             halved += 1
     return halved, low_layers
 
 
-def _measured_ratio(measurer: Any, name: str, inputs: list[Any], low: str, arguments: list[Any] | None = None
+def _measured_ratio(measurer: Any, name: str, inputs: list[Any], low: str,
+                    arguments: list[Any] | None = None
                     ) -> float | None:
-    """The op's measured time in the reduced type over its time in fp32, both run here in turns; None if either cannot
-    run."""
+    """The op's measured time in the reduced type over its time in fp32, both run here in turns;
+    None if either cannot run."""
     if name in CALLED_AGAIN:
         if arguments is None:
             return None
-        return measurer.call_ratio(name, _retyped_arguments(arguments, low, name), _retyped_arguments(arguments, "float", name))
+        return measurer.call_ratio(name, _retyped_arguments(arguments, low, name),
+                                   _retyped_arguments(arguments, "float", name))
     return measurer.op_ratio(name, _retyped(inputs, low), _retyped(inputs, "float"))
 
 
@@ -200,32 +228,37 @@ def _retyped(inputs: list[Any], kind: str) -> list[Any]:
     return [(t[0], kind if t[1] in FLOATING else t[1]) if t is not None else None for t in inputs]
 
 
-#: Tensor arguments (by position) an op takes in fp32 whatever autocast runs it in: flash attention's log-sum-exp is
-#: kept in its accumulation type.
+#: Tensor arguments (by position) an op takes in fp32 whatever autocast runs it in: flash
+#: attention's log-sum-exp is kept in its accumulation type.
 KEPT_FP32 = {"aten::_scaled_dot_product_flash_attention_for_cpu_backward": frozenset({5})}
 
 
 def _retyped_arguments(arguments: list[Any], kind: str, name: str = "") -> list[Any]:
     kept = KEPT_FP32.get(name, frozenset())
-    return [("tensor", a[1], kind if a[2] in FLOATING and i not in kept else a[2], *a[3:4]) if a[0] == "tensor" else a
+    return [("tensor", a[1], kind if a[2] in FLOATING and i not in kept else a[2],
+             *a[3:4]) if a[0] == "tensor" else a
             for i, a in enumerate(arguments)]
 
 
-#: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes read and 2 written
-#: per element against an fp32 elementwise pass's 4 + 4 + 4), one before each forward GEMM/convolution kernel.
+#: Without recorded shapes, a cast is taken as half the trace's median elementwise kernel (4 bytes
+#: read and 2 written per element against an fp32 elementwise pass's 4 + 4 + 4), one before each
+#: forward GEMM/convolution kernel.
 CAST_OF_ELEMENTWISE = 0.5
 
 
 def _ratio_cast_ns(graph: Graph) -> int:
-    """A weight cast by ratio: half the trace's median (fp32) elementwise kernel, ns (0 without any)."""
+    """A weight cast by ratio: half the trace's median (fp32)
+    elementwise kernel, ns (0 without any)."""
     kernels = select(graph, kind=KERNELS)
     elementwise = kernels[kernel_classes(graph, kernels) == CLASSES.index("elementwise")]
-    return int(np.median(graph.tasks["duration_ns"][elementwise]) * CAST_OF_ELEMENTWISE) if elementwise.size else 0
+    return (int(np.median(graph.tasks["duration_ns"][elementwise]) * CAST_OF_ELEMENTWISE)
+            if elementwise.size else 0)
 
 
 def _ratio_casts(graph: Graph, costs: CostModel, cast_ns: int) -> str:
-    """The casts of a trace without op shapes, by ratio: each forward GEMM/convolution kernel gets a weight cast
-    (`cast_ns`, from `_ratio_cast_ns`) and its launch (the trace's median launch call) on the host."""
+    """The casts of a trace without op shapes, by ratio: each forward
+    GEMM/convolution kernel gets a weight cast (`cast_ns`, from `_ratio_cast_ns`)
+    and its launch (the trace's median launch call) on the host."""
     kernels = select(graph, kind=KERNELS)
     classes = kernel_classes(graph, kernels)
     forward = graph.tasks["phase"][kernels] == FORWARD
@@ -234,16 +267,18 @@ def _ratio_casts(graph: Graph, costs: CostModel, cast_ns: int) -> str:
     graph.tasks["duration_ns"][compute] += cast_ns
     graph.tasks["gap_ns"][calls] += costs.host.launch_ns
     costs.count(Tier.RATIO, int(compute.size))
-    return (f"amp: the trace recorded no op shapes (record_shapes), so autocast's casts are taken by ratio: one weight "
-            f"cast per forward GEMM/convolution kernel ({compute.size}), {cast_ns} ns on the device (half the median "
-            f"elementwise kernel) and {costs.host.launch_ns} ns of launch on the host each")
+    return ("amp: the trace recorded no op shapes (record_shapes), so autocast's casts are taken "
+            f"by ratio: one weight cast per forward GEMM/convolution kernel ({compute.size}), "
+            f"{cast_ns} ns on the device (half the median elementwise kernel) and "
+            f"{costs.host.launch_ns} ns of launch on the host each")
 
 
 def _backward_anchors(graph: Graph, facts: dict[int, list[ForwardOp]]) -> dict[int, int]:
-    """Per forward op (trace row), the first host-work task of its layer's backward in the same iteration: where the
-    gradient of a cast made for it is cast back."""
+    """Per forward op (trace row), the first host-work task of its layer's backward in the same
+    iteration: where the gradient of a cast made for it is cast back."""
     tasks = graph.tasks
-    host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["phase"] == BACKWARD))
+    host = np.flatnonzero(np.isin(tasks["kind"],
+                                  [int(k) for k in HOST_WORK]) & (tasks["phase"] == BACKWARD))
     first: dict[tuple[int, int], int] = {}
     for task in host[np.argsort(tasks["measured_start_ns"][host], kind="stable")].tolist():
         first.setdefault((int(tasks["iteration"][task]), int(tasks["layer"][task])), task)
@@ -251,8 +286,8 @@ def _backward_anchors(graph: Graph, facts: dict[int, list[ForwardOp]]) -> dict[i
             if op.layer >= 0 and (iteration, op.layer) in first}
 
 
-def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel, host_anchor: dict[int, int],
-                  backward_anchor: dict[int, int]) -> int:
+def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel,
+                  host_anchor: dict[int, int], backward_anchor: dict[int, int]) -> int:
     hosts: list[int] = []
     host_ns: list[int] = []
     device_ns: list[int] = []
@@ -281,27 +316,32 @@ def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel, 
     return int(added)
 
 
-def _cast_kernels(graph: Graph, anchors: np.ndarray, host_tasks: np.ndarray, device_ns: np.ndarray) -> int:
-    """A copy kernel per cast, on the stream of the first kernel its anchor call launched, right before it."""
+def _cast_kernels(graph: Graph, anchors: np.ndarray, host_tasks: np.ndarray,
+                  device_ns: np.ndarray) -> int:
+    """A copy kernel per cast, on the stream of the first kernel its
+    anchor call launched, right before it."""
     edges = graph.edges
     launch = graph.edges_of_kind(DepKind.LAUNCH)
     first_kernel: dict[int, int] = {}
+    starts = graph.tasks["measured_start_ns"]
     for src, dst in zip(edges["src"][launch].tolist(), edges["dst"][launch].tolist()):
-        if src not in first_kernel or graph.tasks["measured_start_ns"][dst] < graph.tasks["measured_start_ns"][first_kernel[src]]:
+        if src not in first_kernel or starts[dst] < starts[first_kernel[src]]:
             first_kernel[src] = dst
     chosen = [i for i, a in enumerate(anchors.tolist()) if a in first_kernel and device_ns[i] > 0]
     if not chosen:
         return 0
-    kernels = splice(graph, [first_kernel[int(anchors[i])] for i in chosen], device_ns[chosen], "autocast: cast kernel",
-                     after=False)
-    graph.add_edges(host_tasks[chosen], kernels, DepKind.LAUNCH, latency_ns=graph.calibration.launch_latency_ns)
+    kernels = splice(graph, [first_kernel[int(anchors[i])] for i in chosen], device_ns[chosen],
+                     "autocast: cast kernel", after=False)
+    graph.add_edges(host_tasks[chosen], kernels, DepKind.LAUNCH,
+                    latency_ns=graph.calibration.launch_latency_ns)
     return int(kernels.size)
 
 
-def _add_dispatch(graph: Graph, facts: dict[int, list[ForwardOp]], device_type: str, costs: CostModel,
-                  anchors: dict[int, int]) -> int:
+def _add_dispatch(graph: Graph, facts: dict[int, list[ForwardOp]], device_type: str,
+                  costs: CostModel, anchors: dict[int, int]) -> int:
     """The autocast wrapper's own host work before each op it decides; how many ops got it."""
-    chosen = [anchors[op.row] for ops in facts.values() for op in ops if decides(op.name, device_type) and op.row in anchors]
+    chosen = [anchors[op.row] for ops in facts.values() for op in ops
+              if decides(op.name, device_type) and op.row in anchors]
     splice(graph, chosen, costs.dispatch_ns(), "autocast: dispatch (host)", after=False)
     return len(chosen)
 
@@ -318,7 +358,8 @@ def _retime_kernels(graph: Graph, params: dict[str, Any], context: Context) -> s
     reduced_share = float(durations[reduced].sum()) / known_ns if known_ns else 0.0
     unknown = precisions == PRECISIONS.index("unknown")
     convertible = full | (unknown & (reduced_share < 0.5))
-    kernels, classes, precisions = kernels[convertible], classes[convertible], precisions[convertible]
+    kernels, classes, precisions = (kernels[convertible], classes[convertible],
+                                    precisions[convertible])
     is_compute = of_labels(classes, CLASSES, ("gemm", "convolution"))
     tensor_core = kernels[is_compute & (precisions == PRECISIONS.index("tf32"))]
     simt = np.setdiff1d(kernels[is_compute], tensor_core)
@@ -328,7 +369,8 @@ def _retime_kernels(graph: Graph, params: dict[str, Any], context: Context) -> s
         simt_factor = core_factor = float(params["compute"])
         source = "--opt amp:compute="
     elif device is not None:
-        simt_factor, core_factor = device.amp_compute_factor_from_fp32, device.amp_compute_factor_from_tf32
+        simt_factor, core_factor = (device.amp_compute_factor_from_fp32,
+                                    device.amp_compute_factor_from_tf32)
         source = f"the device table ({device.name})"
     else:
         simt_factor = core_factor = FALLBACK_COMPUTE_FACTOR
@@ -336,23 +378,28 @@ def _retime_kernels(graph: Graph, params: dict[str, Any], context: Context) -> s
     memory_factor = float(params["memory"]) if params["memory"] > 0 else FALLBACK_MEMORY_FACTOR
     costs = context.costs
     floor = costs.floor_ns if costs is not None else 0
-    for chosen, factor in ((simt, simt_factor), (tensor_core, core_factor), (memory, memory_factor)):
+    for chosen, factor in ((simt, simt_factor), (tensor_core, core_factor),
+                           (memory, memory_factor)):
         before = graph.tasks["duration_ns"][chosen]
         scale(graph, chosen, factor=1 / factor)
         # No kernel gets faster than the trace's shortest: launch, ramp-up and drain stay.
-        graph.tasks["duration_ns"][chosen] = np.maximum(graph.tasks["duration_ns"][chosen], np.minimum(before, floor))
+        graph.tasks["duration_ns"][chosen] = np.maximum(graph.tasks["duration_ns"][chosen],
+                                                        np.minimum(before, floor))
     memory_bound = _gemm_memory_floor(graph, np.concatenate([simt, tensor_core]), context)
-    already = (f"{reduced_share:.0%} of the GPU time whose precision the kernel names state already runs in "
-               f"bf16/fp16/fp8 and is left as it is" if known_ns else "no kernel name states its precision")
-    return (f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} tf32 tensor-core kernels "
-            f"÷{core_factor:.2f} (from {source}), {memory_bound} of them held at the time their 16-bit operands take to "
-            f"move (shapes recorded, the trace's own memory speed); {memory.size} memory-bound kernels "
-            f"÷{memory_factor:g}; none below {floor} ns, the trace's shortest kernel (1st percentile); {already}")
+    already = (f"{reduced_share:.0%} of the GPU time whose precision the kernel names state "
+               "already runs in bf16/fp16/fp8 and is left as it is" if known_ns
+               else "no kernel name states its precision")
+    return (f"amp: {simt.size} fp32 GEMM/conv kernels ÷{simt_factor:.2f} and {tensor_core.size} "
+            f"tf32 tensor-core kernels ÷{core_factor:.2f} (from {source}), {memory_bound} of them "
+            "held at the time their 16-bit operands take to move (shapes recorded, the trace's "
+            f"own memory speed); {memory.size} memory-bound kernels ÷{memory_factor:g}; none below "
+            f"{floor} ns, the trace's shortest kernel (1st percentile); {already}")
 
 
 def _gemm_memory_floor(graph: Graph, kernels: np.ndarray, context: Context) -> int:
-    """A sped-up GEMM whose op recorded its shapes takes at least the time its operands and result take to move in 16
-    bits at the trace's memory speed: small GEMMs are memory-bound in bf16. How many that held."""
+    """A sped-up GEMM whose op recorded its shapes takes at least the time
+    its operands and result take to move in 16 bits at the trace's memory
+    speed: small GEMMs are memory-bound in bf16. How many that held."""
     shapes, costs = context.gemm_shapes, context.costs
     if shapes is None or costs is None or kernels.size == 0:
         return 0
@@ -360,7 +407,8 @@ def _gemm_memory_floor(graph: Graph, kernels: np.ndarray, context: Context) -> i
     known = events >= 0
     elements = np.full(kernels.size, np.nan)
     elements[known] = shapes[1][events[known]]
-    floor = np.array([costs.memory_bound_ns(2.0 * e) if np.isfinite(e) else 0 for e in elements], dtype=np.int64)
+    floor = np.array([costs.memory_bound_ns(2.0 * e) if np.isfinite(e) else 0 for e in elements],
+                     dtype=np.int64)
     held = floor > graph.tasks["duration_ns"][kernels]
     graph.tasks["duration_ns"][kernels[held]] = floor[held]
     return int(np.count_nonzero(held))
@@ -368,15 +416,17 @@ def _gemm_memory_floor(graph: Graph, kernels: np.ndarray, context: Context) -> i
 
 register(Optimization(
     "amp", "automatic mixed precision (bf16/fp16 autocast)",
-    "torch.autocast's rules on the recorded forward (transforms/autocast.py): the casts it inserts (inputs of the ops "
-    "it runs in 16 bits, each weight once per forward; reduced inputs of the ops it keeps in fp32), each a host "
-    "dispatch and a copy kernel timed by the cost stage, and its gradient's cast back in backward; the wrapper's "
-    "dispatch on every op it decides. GPU kernels of fp32/tf32 work (precision from kernel names): GEMM/convolution ÷ "
-    "the device table's fp16-tensor-core / fp32 (or tf32) peak ratio (÷3 when the GPU is unknown), other forward and "
-    "backward kernels ÷2 (half the bytes), none below the trace's shortest kernel; optimizer kernels unchanged "
-    "(fp32 master weights). On a CPU trace, the ops autocast runs in 16 bits and backward's matrix multiplies at the "
-    "time the measured tier gives them here in that type over fp32. Host costs from this trace's own ops, and what it "
-    "cannot show in host units recorded from real bf16 runs (daydream/cost)",
+    "torch.autocast's rules on the recorded forward (transforms/autocast.py): the casts it inserts "
+    "(inputs of the ops it runs in 16 bits, each weight once per forward; reduced inputs of the "
+    "ops it keeps in fp32), each a host dispatch and a copy kernel timed by the cost stage, and "
+    "its gradient's cast back in backward; the wrapper's dispatch on every op it decides. GPU "
+    "kernels of fp32/tf32 work (precision from kernel names): GEMM/convolution ÷ the device "
+    "table's fp16-tensor-core / fp32 (or tf32) peak ratio (÷3 when the GPU is unknown), other "
+    "forward and backward kernels ÷2 (half the bytes), none below the trace's shortest kernel; "
+    "optimizer kernels unchanged (fp32 master weights). On a CPU trace, the ops autocast runs in "
+    "16 bits and backward's matrix multiplies at the time the measured tier gives them here in "
+    "that type over fp32. Host costs from this trace's own ops, and what it cannot show in host "
+    "units recorded from real bf16 runs (daydream/cost)",
     _amp,
     {"compute": Parameter(float, 0.0, "override the compute speed-up (0: device table)", 0.0, 1e3),
      "memory": Parameter(float, 0.0, "override the memory-bound speed-up (0: 2)", 0.0, 1e3),

@@ -1,17 +1,21 @@
 """PyTorch's autocast rules, and the casts they insert into a recorded fp32 forward.
 
-torch.autocast decides per op, at the dispatcher, on the first op of its lists that a call reaches (aten::linear,
-not the aten::addmm inside it): ops of the *lower* list run in bf16/fp16 (their fp32 floating inputs are cast down,
-each weight once per forward: autocast caches the cast of a leaf tensor), ops of the *fp32* list run in fp32 (their
-reduced inputs are cast up), and every other op runs in the type of its inputs (an elementwise op of an fp32 and a
-bf16 tensor promotes to fp32). Lists as PyTorch documents them ("Autocast Op Reference", torch 2.x), CUDA and CPU.
+torch.autocast decides per op, at the dispatcher, on the first op of its lists that a call reaches
+(aten::linear, not the aten::addmm inside it): ops of the *lower* list run in bf16/fp16 (their fp32
+floating inputs are cast down, each weight once per forward: autocast caches the cast of a leaf
+tensor), ops of the *fp32* list run in fp32 (their reduced inputs are cast up), and every other op
+runs in the type of its inputs (an elementwise op of an fp32 and a bf16 tensor promotes to fp32).
+Lists as PyTorch documents them ("Autocast Op Reference", torch 2.x), CUDA and CPU.
 
-`plan_casts` follows the type of the activation through one iteration's forward, op by op, and says which inputs
-of which op get a cast, and which of those casts autograd runs again, backward, on the gradient (every cast of a
-tensor that requires grad: weights, and activations after the first op, whose input is the data).
+`plan_casts` follows the type of the activation through one iteration's forward, op by op, and says
+which inputs of which op get a cast, and which of those casts autograd runs again, backward, on the
+gradient (every cast of a tensor that requires grad: weights, and activations after the first op,
+whose input is the data).
 
-    ops = [ForwardOp(row=1, name="aten::linear", layer=0, inputs=[((64, 256), "float"), ((512, 256), "float"), ((512,), "float")])]
-    plan_casts(ops, "cuda")   # three casts: the input, the weight and the bias; the weight's and bias's again in backward
+    inputs = [((64, 256), "float"), ((512, 256), "float"), ((512,), "float")]
+    ops = [ForwardOp(row=1, name="aten::linear", layer=0, inputs=inputs)]
+    plan_casts(ops, "cuda")
+    # three casts: the input, the weight and the bias; the weight's and bias's again in backward
 """
 
 from __future__ import annotations
@@ -21,54 +25,71 @@ from typing import Any
 
 from daydream.cost.shapes import FULL, Tensor
 
-_COMMON_LOWER = ("addbmm", "addmm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
-                 "conv_transpose2d", "conv_transpose3d", "_convolution", "linear", "matmul", "mm", "prelu",
-                 "scaled_dot_product_attention")
+_COMMON_LOWER = ("addbmm", "addmm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d", "conv_tbc",
+                 "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",
+                 "linear", "matmul", "mm", "prelu", "scaled_dot_product_attention")
 #: Ops autocast runs in the reduced type, per device type.
 LOWER = {
-    "cuda": frozenset(f"aten::{op}" for op in (*_COMMON_LOWER, "addmv", "addr", "chain_matmul", "linalg_multi_dot", "mv",
-                                               "gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell")),
-    "cpu": frozenset(f"aten::{op}" for op in (*_COMMON_LOWER, "linalg_vecdot", "_native_multi_head_attention")),
+    "cuda": frozenset(f"aten::{op}" for op in (*_COMMON_LOWER, "addmv", "addr", "chain_matmul",
+                                               "linalg_multi_dot", "mv", "gru_cell", "lstm_cell",
+                                               "rnn_tanh_cell", "rnn_relu_cell")),
+    "cpu": frozenset(f"aten::{op}"
+                     for op in (*_COMMON_LOWER, "linalg_vecdot", "_native_multi_head_attention")),
 }
-_COMMON_FP32 = ("binary_cross_entropy", "cdist", "cosine_embedding_loss", "hinge_embedding_loss", "huber_loss", "kl_div",
-                "l1_loss", "margin_ranking_loss", "mse_loss", "multi_margin_loss", "multilabel_margin_loss", "nll_loss",
-                "nll_loss2d", "poisson_nll_loss", "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss", "prod",
-                "cross_entropy_loss")
+_COMMON_FP32 = ("binary_cross_entropy", "cdist", "cosine_embedding_loss", "hinge_embedding_loss",
+                "huber_loss", "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss",
+                "multi_margin_loss", "multilabel_margin_loss", "nll_loss", "nll_loss2d",
+                "poisson_nll_loss", "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss",
+                "prod", "cross_entropy_loss")
 #: Ops autocast runs in fp32, per device type.
 FP32 = {
-    "cuda": frozenset(f"aten::{op}" for op in (*_COMMON_FP32, "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log",
-                                               "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh", "tan", "pow",
-                                               "softplus", "layer_norm", "native_layer_norm", "group_norm", "norm",
-                                               "frobenius_norm", "nuclear_norm", "cosine_similarity", "dist", "pdist",
-                                               "renorm", "logsumexp", "softmax", "log_softmax", "cumprod", "cumsum",
-                                               "sum", "binary_cross_entropy_with_logits")),
-    "cpu": frozenset(f"aten::{op}" for op in (*_COMMON_FP32, "avg_pool3d", "grid_sampler", "polar", "quantile",
-                                              "nanquantile", "stft", "trace", "cholesky", "inverse", "lu_solve", "orgqr",
-                                              "ormqr", "pinverse", "max_pool3d", "max_unpool2d", "max_unpool3d",
-                                              "adaptive_avg_pool3d", "reflection_pad1d", "reflection_pad2d",
-                                              "replication_pad1d", "replication_pad2d", "replication_pad3d",
+    "cuda": frozenset(f"aten::{op}" for op in (*_COMMON_FP32, "acos", "asin", "cosh", "erfinv",
+                                               "exp", "expm1", "log", "log10", "log2", "log1p",
+                                               "reciprocal", "rsqrt", "sinh", "tan", "pow",
+                                               "softplus", "layer_norm", "native_layer_norm",
+                                               "group_norm", "norm", "frobenius_norm",
+                                               "nuclear_norm", "cosine_similarity", "dist", "pdist",
+                                               "renorm", "logsumexp", "softmax", "log_softmax",
+                                               "cumprod", "cumsum", "sum",
+                                               "binary_cross_entropy_with_logits")),
+    "cpu": frozenset(f"aten::{op}"
+                     for op in (*_COMMON_FP32, "avg_pool3d", "grid_sampler", "polar", "quantile",
+                                              "nanquantile", "stft", "trace", "cholesky", "inverse",
+                                "lu_solve", "orgqr",
+                                              "ormqr", "pinverse", "max_pool3d", "max_unpool2d",
+                                "max_unpool3d",
+                                              "adaptive_avg_pool3d", "reflection_pad1d",
+                                "reflection_pad2d",
+                                              "replication_pad1d", "replication_pad2d",
+                                "replication_pad3d",
                                               "fft_fft", "fft_ifft", "fft_rfft", "fft_irfft")),
 }
-#: Inputs that are a module's parameters (cast once per forward and again, as a gradient, in backward), per op.
-PARAMETER_INPUTS = {"aten::linear": (1, 2), "aten::conv1d": (1, 2), "aten::conv2d": (1, 2), "aten::conv3d": (1, 2),
-                    "aten::conv_transpose1d": (1, 2), "aten::conv_transpose2d": (1, 2), "aten::conv_transpose3d": (1, 2),
-                    "aten::_convolution": (1, 2), "aten::conv_tbc": (1, 2), "aten::prelu": (1,), "aten::addmm": (0, 2)}
+#: Inputs that are a module's parameters (cast once per forward and
+#: again, as a gradient, in backward), per op.
+PARAMETER_INPUTS = {"aten::linear": (1, 2), "aten::conv1d": (1, 2), "aten::conv2d": (1, 2),
+                    "aten::conv3d": (1, 2), "aten::conv_transpose1d": (1, 2),
+                    "aten::conv_transpose2d": (1, 2), "aten::conv_transpose3d": (1, 2),
+                    "aten::_convolution": (1, 2), "aten::conv_tbc": (1, 2), "aten::prelu": (1,),
+                    "aten::addmm": (0, 2)}
 #: Elementwise ops of two tensors: their result takes the wider type.
-PROMOTING = frozenset(f"aten::{op}" for op in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "cat",
+PROMOTING = frozenset(f"aten::{op}"
+                      for op in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "cat",
                                                 "stack", "where", "addcmul", "addcdiv"))
 REDUCED_NAME = {"bf16": "c10::BFloat16", "fp16": "c10::Half"}
 
 
 @dataclass(slots=True, frozen=True)
 class ForwardOp:
-    """One top-level op of a recorded forward, in program order: its trace row, name, layer and tensor inputs."""
+    """One top-level op of a recorded forward, in program order: its
+    trace row, name, layer and tensor inputs."""
 
     row: int
     name: str
     layer: int
     inputs: list[Tensor | None]
     layer_entry: bool = False  # the first op of its layer in this forward
-    arguments: list[Any] | None = None  # every input as it could be passed again (cost/shapes.OpShapes.arguments)
+    # every input as it could be passed again (cost/shapes.OpShapes.arguments)
+    arguments: list[Any] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,7 +104,8 @@ class Cast:
 
 
 def decides(name: str, device_type: str) -> str | None:
-    """'lower', 'fp32' or None: what autocast does with op `name` on `device_type` ("cuda" or "cpu")."""
+    """'lower', 'fp32' or None: what autocast does with op `name` on
+    `device_type` ("cuda" or "cpu")."""
     if name in LOWER[device_type]:
         return "lower"
     if name in FP32[device_type]:
@@ -92,17 +114,20 @@ def decides(name: str, device_type: str) -> str | None:
 
 
 def plan_casts(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> list[Cast]:
-    """The casts autocast inserts into one forward of `ops` (its top-level ops in order, recorded in fp32)."""
+    """The casts autocast inserts into one forward of `ops` (its
+    top-level ops in order, recorded in fp32)."""
     return plan(ops, device_type, reduced)[0]
 
 
-def plan(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> tuple[list[Cast], dict[int, str]]:
-    """Follow the activation's type through one forward of `ops`: the casts autocast inserts, and per op (trace row)
-    the type it computes in (the reduced type or "float")."""
+def plan(ops: list[ForwardOp], device_type: str,
+         reduced: str = "bf16") -> tuple[list[Cast], dict[int, str]]:
+    """Follow the activation's type through one forward of `ops`: the casts autocast inserts, and
+    per op (trace row) the type it computes in (the reduced type or "float")."""
     low = REDUCED_NAME[reduced]
     activation = FULL  # the data comes in as fp32
     entry_type: dict[int, str] = {}  # the activation's type when each layer began
-    cached: set[tuple[int, int, tuple[int, ...]]] = set()  # weights cast in this forward: (layer, input, shape)
+    # weights cast in this forward: (layer, input, shape)
+    cached: set[tuple[int, int, tuple[int, ...]]] = set()
     casts: list[Cast] = []
     types: dict[int, str] = {}
     first = True
@@ -112,19 +137,25 @@ def plan(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> tuple
         rule = decides(op.name, device_type)
         tensors = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
         floats = tensors
-        if floats and all(op.inputs[i][1] == low for i in floats) and op.name not in PROMOTING:  # type: ignore[index]  # a recorded input: None ones filtered out
-            activation = low  # recorded in the reduced type already (a bf16 model): nothing for autocast to cast
+        # a recorded input: None ones filtered out
+        in_low = all(op.inputs[i][1] == low for i in floats)  # type: ignore[index]
+        if floats and in_low and op.name not in PROMOTING:
+            # recorded in the reduced type already (a bf16 model): nothing for autocast to cast
+            activation = low
             types[op.row] = low
             first = False
             continue
-        floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]  # a recorded input: None ones filtered out
+        # a recorded input: None ones filtered out
+        floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]
         if rule == "lower":
             casts += _lower_casts(op, floats, activation, low, cached, first)
             activation = low
         elif rule == "fp32":
             if floats and activation == low:
                 index = floats[0]
-                casts.append(Cast(op.row, index, op.inputs[index][0], low, FULL, weight=False, backward=True))  # type: ignore[index]  # a recorded input: None ones filtered out
+                # a recorded input: None ones filtered out
+                shape = op.inputs[index][0]  # type: ignore[index]
+                casts.append(Cast(op.row, index, shape, low, FULL, weight=False, backward=True))
             activation = FULL
         elif op.name in PROMOTING and len(tensors) >= 2:
             activation = FULL if FULL in (activation, entry_type[op.layer]) else low
@@ -136,11 +167,13 @@ def plan(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> tuple
 
 def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,
                  cached: set[tuple[int, int, tuple[int, ...]]], first: bool) -> list[Cast]:
-    """The casts of an op autocast runs in the reduced type: its parameters once per forward, its fp32 activations."""
+    """The casts of an op autocast runs in the reduced type: its
+    parameters once per forward, its fp32 activations."""
     parameters = PARAMETER_INPUTS.get(op.name, ())
     casts = []
     for index in floats:
-        shape = op.inputs[index][0]  # type: ignore[index]  # a recorded input: None ones filtered out
+        # a recorded input: None ones filtered out
+        shape = op.inputs[index][0]  # type: ignore[index]
         if index in parameters:
             key = (op.layer, index, shape)
             if key not in cached:

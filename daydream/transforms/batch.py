@@ -1,22 +1,25 @@
-"""`batch-size`: the same step at a batch `factor` times as large, each op re-timed at its new shapes.
+"""`batch-size`: the same step at a batch `factor` times as large, each
+op re-timed at its new shapes.
 
 What changes, and who times it:
 
-- which work grows: every CPU op whose recorded inputs carry the batch (a tensor with an axis of the batch size, or
-  of a whole multiple of it where leading dims were flattened into it; a factory op such as `aten::randn` whose size
-  list holds the batch size) and the GPU work it launched. Ops whose inputs carry no batch keep their time: weight
-  transposes, AccumulateGrad, zeroing, the optimizer, a hand-written update loop, collectives. Parameters are told
-  apart from activations by the shapes the optimizer (or update loop) touches;
-- how much: the cost stage (daydream/cost). On a CPU trace a matrix multiply or convolution runs here at its scaled
-  and its recorded shapes (the measured tier) and its own time grows by their ratio; other ops by the work their
-  inputs carry (FLOPs of a GEMM, bytes otherwise), past one host unit of dispatch. On a GPU trace a kernel keeps the
-  trace's shortest kernel as its fixed part and grows by the roofline of its op's GEMM at the new shapes (wave
-  quantization, the device table) or by its bytes; host work that made no GPU work (making the batch on the CPU) as
-  on a CPU trace; launches and the rest of the host side keep their time;
-- without recorded shapes: every forward, backward and data task as fixed + (t - fixed) x factor, the fixed cost a
-  low percentile of the trace's durations, marked as by ratio.
+- which work grows: every CPU op whose recorded inputs carry the batch (a tensor with an axis of the
+  batch size, or of a whole multiple of it where leading dims were flattened into it; a factory op
+  such as `aten::randn` whose size list holds the batch size) and the GPU work it launched. Ops
+  whose inputs carry no batch keep their time: weight transposes, AccumulateGrad, zeroing, the
+  optimizer, a hand-written update loop, collectives. Parameters are told apart from activations by
+  the shapes the optimizer (or update loop) touches;
+- how much: the cost stage (daydream/cost). On a CPU trace a matrix multiply or convolution runs
+  here at its scaled and its recorded shapes (the measured tier) and its own time grows by their
+  ratio; other ops by the work their inputs carry (FLOPs of a GEMM, bytes otherwise), past one host
+  unit of dispatch. On a GPU trace a kernel keeps the trace's shortest kernel as its fixed part and
+  grows by the roofline of its op's GEMM at the new shapes (wave quantization, the device table) or
+  by its bytes; host work that made no GPU work (making the batch on the CPU) as on a CPU trace;
+  launches and the rest of the host side keep their time;
+- without recorded shapes: every forward, backward and data task as fixed + (t - fixed) x factor,
+  the fixed cost a low percentile of the trace's durations, marked as by ratio.
 
-    found = batch_ops(trace, attribution.phase, update_rows)   # BatchOps: the batch and the ops that carry it
+    found = batch_ops(trace, attribution.phase, update_rows)  # the batch and the ops that carry it
 """
 
 from __future__ import annotations
@@ -57,8 +60,9 @@ from daydream.transforms.registry import Context, Optimization, Parameter, regis
 
 SCALED_PHASES = tuple(PHASES.index(p) for p in ("forward", "backward", "other"))
 #: Ops that make a tensor from a size list: with the batch size in that list, they make the batch.
-FACTORIES = frozenset(f"aten::{op}" for op in ("randn", "rand", "randint", "randperm", "empty", "zeros", "ones", "full",
-                                               "normal", "arange", "new_empty", "new_zeros", "new_ones"))
+FACTORIES = frozenset(f"aten::{op}" for op in ("randn", "rand", "randint", "randperm", "empty",
+                                               "zeros", "ones", "full", "normal", "arange",
+                                               "new_empty", "new_zeros", "new_ones"))
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,18 +77,21 @@ class BatchOp:
     start_ns: int
     track: int
     launched: bool  # it, or an op nested in it, launched GPU work
-    wrapper: bool  # it encloses another matrix multiply or convolution, or is an autograd node: others do the work
+    # it encloses another matrix multiply or convolution, or is an autograd node: others do the work
+    wrapper: bool
 
 
 @dataclass(slots=True)
 class BatchOps:
-    """The trace's batch: its size (and where that came from) and the ops that carry it; `shaped` ops had shapes."""
+    """The trace's batch: its size (and where that came from) and the
+    ops that carry it; `shaped` ops had shapes."""
 
     shape: BatchShape | None = None
     source: str = ""  # "recorded" (daydream trace) or "inferred" (the forward's first input)
     ops: list[BatchOp] = field(default_factory=list)
     by_row: dict[int, BatchOp] = field(default_factory=dict)
-    shaped: set[int] = field(default_factory=set)  # rows of CPU ops with recorded shapes, carrying the batch or not
+    # rows of CPU ops with recorded shapes, carrying the batch or not
+    shaped: set[int] = field(default_factory=set)
     has_shapes: bool = False  # the trace recorded op shapes at all
 
     @property
@@ -94,21 +101,24 @@ class BatchOps:
 
 @dataclass(slots=True, frozen=True)
 class BatchShape:
-    """How to tell the batch in a shape: `batch` samples, `tokens` the sizes that count samples × positions (a sequence
-    input's batch × length, flattened), and the shapes of the parameters (which the batch leaves alone)."""
+    """How to tell the batch in a shape: `batch` samples, `tokens` the sizes that count samples ×
+    positions (a sequence input's batch × length, flattened), and the shapes of the parameters
+    (which the batch leaves alone)."""
 
     batch: int
     tokens: frozenset[int] = frozenset()
     parameters: frozenset[tuple[int, ...]] = frozenset()
 
     def axis(self, shape: tuple[int, ...]) -> int | None:
-        """The axis of `shape` that holds the batch: the first of the batch size (dim 1 of a sequence-first input) or
-        of a token count (of a batch of 1, only a leading 1); a parameter's shape only by a token count (a weight as
-        wide as the tokens are many is ambiguous and taken as activation); else the first that is a whole multiple of
-        the batch (leading dims flattened into it, attention heads folded into it); None where no axis is."""
+        """The axis of `shape` that holds the batch: the first of the batch size (dim 1 of a
+        sequence-first input) or of a token count (of a batch of 1, only a leading 1); a parameter's
+        shape only by a token count (a weight as wide as the tokens are many is ambiguous and taken
+        as activation); else the first that is a whole multiple of the batch (leading dims flattened
+        into it, attention heads folded into it); None where no axis is."""
         parameter = shape in self.parameters
         for axis, size in enumerate(shape):
-            if size in self.tokens or (size == self.batch and not parameter and (self.batch > 1 or axis == 0)):
+            if (size in self.tokens
+                or (size == self.batch and not parameter and (self.batch > 1 or axis == 0))):
                 return axis
         if parameter or self.batch < 2:  # every size is a multiple of 1
             return None
@@ -130,31 +140,39 @@ class BatchShape:
         return tuple(new), tensor[1]
 
 
-#: Of ops whose inputs mix activations and weights in a known order, the positions of the activations.
-ACTIVATION_INPUTS = {**{f"aten::{op}": (0,) for op in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution",
-                                                        "mkldnn_convolution", "cudnn_convolution", "conv_transpose2d")},
+#: Of ops whose inputs mix activations and weights in a known order,
+#: the positions of the activations.
+ACTIVATION_INPUTS = {**{f"aten::{op}": (0,)
+                        for op in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution",
+                                                        "mkldnn_convolution", "cudnn_convolution",
+                                   "conv_transpose2d")},
                      "aten::convolution_backward": (0, 1)}
 
 
 def scale_inputs(name: str, tensors: list[Tensor | None], shape: BatchShape, factor: float
                  ) -> list[Tensor | None] | None:
-    """The op's inputs with every batch axis scaled, or None where no input carries the batch. A multiply whose
-    operands would no longer fit scales only its first matrix operand (the same FLOPs)."""
+    """The op's inputs with every batch axis scaled, or None where no
+    input carries the batch. A multiply whose operands would no longer
+    fit scales only its first matrix operand (the same FLOPs)."""
     positions = ACTIVATION_INPUTS.get(name)
-    scaled = [shape.scaled(t, factor) if positions is None or i in positions else None for i, t in enumerate(tensors)]
+    scaled = [shape.scaled(t, factor) if positions is None or i in positions else None
+              for i, t in enumerate(tensors)]
     if all(s is None for s in scaled):
         return None
     found = [s if s is not None else t for s, t in zip(scaled, tensors)]
     if name in MULTIPLIES and not _one_dimension_grows(name, tensors, found, factor):
         first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
         alone = [shape.scaled(t, factor) if i == first else t for i, t in enumerate(tensors)]
-        return alone if alone[first] is not None and _one_dimension_grows(name, tensors, alone, factor) else None
+        return (alone if alone[first] is not None
+                and _one_dimension_grows(name, tensors, alone, factor) else None)
     return found
 
 
-def _one_dimension_grows(name: str, old: list[Tensor | None], new: list[Tensor | None], factor: float) -> bool:
-    """Whether the scaled operands of a multiply still fit and grow exactly one of its dimensions (its FLOPs by
-    `factor`): a weight as wide as the tokens are many must not grow along with the activation."""
+def _one_dimension_grows(name: str, old: list[Tensor | None], new: list[Tensor | None],
+                         factor: float) -> bool:
+    """Whether the scaled operands of a multiply still fit and grow exactly
+    one of its dimensions (its FLOPs by `factor`): a weight as wide as the
+    tokens are many must not grow along with the activation."""
     if not _fits(name, new):
         return False
     before, after = gemm_dims(name, old), gemm_dims(name, new)
@@ -185,14 +203,17 @@ def _fits(name: str, tensors: list[Tensor | None]) -> bool:
     return True
 
 
-def scale_arguments(name: str, arguments: list[Argument], shape: BatchShape, factor: float) -> list[Argument]:
-    """Recorded call arguments with each activation tensor's batch axis scaled (values as recorded)."""
+def scale_arguments(name: str, arguments: list[Argument], shape: BatchShape,
+                    factor: float) -> list[Argument]:
+    """Recorded call arguments with each activation tensor's batch axis
+    scaled (values as recorded)."""
     positions = ACTIVATION_INPUTS.get(name)
     found: list[Argument] = []
     for index, argument in enumerate(arguments):
         scaled = shape.scaled((argument[1], argument[2]), factor) if argument[0] == "tensor" and (
             positions is None or index in positions) else None
-        found.append(("tensor", *scaled, *argument[3:4]) if scaled is not None else argument)  # its layout kept
+        # its layout kept
+        found.append(("tensor", *scaled, *argument[3:4]) if scaled is not None else argument)
     return found
 
 
@@ -203,19 +224,21 @@ def _makes_batch(name: str, arguments: list[Argument] | None, batch: int) -> boo
     return any(a[0] == "value" and isinstance(a[1], list) and batch in a[1] for a in arguments)
 
 
-#: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is the engine's, the
-#: ops they run do the work (in examples/mlp.py at twice the batch, AddmmBackward0 took the same time).
-#: Per-parameter and bookkeeping ops whose time does not follow the batch.
+#: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is
+#: the engine's, the ops they run do the work (in examples/mlp.py at twice the batch, AddmmBackward0
+#: took the same time). Per-parameter and bookkeeping ops whose time does not follow the batch.
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
 AUTOGRAD_NODE = re.compile(r"^autograd::|^torch::autograd::|^[A-Za-z0-9_]+Backward\d*$")
 #: Autograd's and the optimizers' per-parameter scopes: nothing inside them grows with the batch.
 PER_PARAMETER = ("AccumulateGrad", "Optimizer.", "optimizer_step", "zero_grad")
 
 
-def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | None = None, batch: int = 0) -> BatchOps:
-    """The trace's batch and the CPU ops of forward, backward and data work that carry it (ops in `excluded`, a
-    hand-written update loop, and those inside per-parameter scopes left out). The batch size is `batch` where given,
-    else the one `daydream trace` recorded, else the size most of the forward's data inputs lead with."""
+def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | None = None,
+              batch: int = 0) -> BatchOps:
+    """The trace's batch and the CPU ops of forward, backward and data work that carry it (ops in
+    `excluded`, a hand-written update loop, and those inside per-parameter scopes left out). The
+    batch size is `batch` where given, else the one `daydream trace` recorded, else the size most of
+    the forward's data inputs lead with."""
     shapes = OpShapes(trace)
     found = BatchOps()
     if not len(shapes):
@@ -223,7 +246,8 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     found.has_shapes = True
     ops = trace.indices(EventKind.CPU_OP)
     excluded = excluded if excluded is not None else np.zeros(0, dtype=np.int64)
-    parameters = _parameter_shapes(shapes, ops[phase_of_row[ops] == PHASES.index("optimizer")], excluded)
+    parameters = _parameter_shapes(shapes, ops[phase_of_row[ops] == PHASES.index("optimizer")],
+                                   excluded)
     first = _first_input(trace, shapes, ops, phase_of_row, parameters)
     size, found.source = (batch, "given") if batch > 0 else (batch_size(trace), "recorded")
     if size is None and first is not None:
@@ -233,14 +257,16 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     found.shape = BatchShape(size, _token_counts(first, size), frozenset(parameters))
     scoped = [i for i, name in enumerate(trace.strings) if any(p in name for p in PER_PARAMETER)]
     scopes = ops[np.isin(trace.name[ops], scoped)]
-    ops = ops[np.isin(phase_of_row[ops], SCALED_PHASES) & ~np.isin(ops, excluded) & ~np.isin(ops, scopes)]
+    ops = ops[np.isin(phase_of_row[ops],
+                      SCALED_PHASES) & ~np.isin(ops, excluded) & ~np.isin(ops, scopes)]
     ops = ops[innermost_enclosing(trace, scopes, ops) < 0]
     unit_names = [i for i in (trace.string_index(n) for n in UNIT_OPS) if i >= 0]
     ops = ops[~np.isin(trace.name[ops], unit_names)]
     rows, exclusive = exclusive_host_ns(trace)
     own = dict(zip(rows.tolist(), exclusive.tolist()))
     launched = _launching(trace, link(trace).op[trace.indices(*GPU_ACTIVITY_KINDS)])
-    compute_names = [i for i in (trace.string_index(n) for n in (*MULTIPLIES, *CALLED_AGAIN)) if i >= 0]
+    compute_names = [i for i in (trace.string_index(n) for n in (*MULTIPLIES, *CALLED_AGAIN))
+                     if i >= 0]
     compute = ops[np.isin(trace.name[ops], compute_names)]
     wrappers = set(innermost_enclosing(trace, compute, compute).tolist())
     for row in ops.tolist():
@@ -250,17 +276,21 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         tensors = shapes.tensors(row) or []
         arguments = shapes.arguments(row)
         name = trace.name_of(row)
-        if scale_inputs(name, tensors, found.shape, 2.0) is None and not _makes_batch(name, arguments, size):
+        if (scale_inputs(name, tensors, found.shape, 2.0) is None
+            and not _makes_batch(name, arguments, size)):
             continue
-        op = BatchOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])), int(trace.ts_ns[row]),
-                     int(trace.track[row]), row in launched, row in wrappers or bool(AUTOGRAD_NODE.search(name)))
+        op = BatchOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])),
+                     int(trace.ts_ns[row]), int(trace.track[row]), row in launched, row in wrappers
+                     or bool(AUTOGRAD_NODE.search(name)))
         found.ops.append(op)
         found.by_row[row] = op
     if not found.ops and found.source == "recorded" and first is not None and first[0][0] != size:
-        # `daydream trace --batch-size` counts samples (environment steps of a rollout, say), not an axis of any
+        # `daydream trace --batch-size` counts samples (environment
+        # steps of a rollout, say), not an axis of any
         # input: the batch the inputs show is the one that grows
         inferred = batch_ops(trace, phase_of_row, excluded, batch=first[0][0])
-        inferred.source = f"inferred: the recorded {size} is in no op's inputs; if wrong, give batch-size:batch=N"
+        inferred.source = (f"inferred: the recorded {size} is in no op's inputs; if wrong, give "
+                           "batch-size:batch=N")
         return inferred
     return found
 
@@ -277,9 +307,11 @@ def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
     return found
 
 
-def _parameter_shapes(shapes: OpShapes, optimizer_rows: np.ndarray, update_rows: np.ndarray) -> set[tuple[int, ...]]:
-    """The shapes of the tensors the optimizer step (or a hand-written update loop) touches, and the transposes of the
-    2-D ones (a linear layer's weight enters its multiply transposed): parameters, whose size the batch leaves."""
+def _parameter_shapes(shapes: OpShapes, optimizer_rows: np.ndarray,
+                      update_rows: np.ndarray) -> set[tuple[int, ...]]:
+    """The shapes of the tensors the optimizer step (or a hand-written update loop) touches, and the
+    transposes of the 2-D ones (a linear layer's weight enters its multiply transposed): parameters,
+    whose size the batch leaves."""
     found: set[tuple[int, ...]] = set()
     for row in np.concatenate([optimizer_rows, update_rows]).tolist():
         for tensor in shapes.tensors(row) or []:
@@ -296,9 +328,10 @@ INFERRED_SHARE = 0.3
 
 def _first_input(trace: Trace, shapes: OpShapes, ops: np.ndarray, phase_of_row: np.ndarray,
                  parameters: set[tuple[int, ...]]) -> Tensor | None:
-    """The model's input as the forward's ops show it: the first tensor input, not a parameter's shape, of the first
-    forward op whose data input leads with the size most of them lead with (the batch); None where no size leads
-    `INFERRED_SHARE` of them (a weight first, then activations of changing shapes)."""
+    """The model's input as the forward's ops show it: the first tensor input, not a
+    parameter's shape, of the first forward op whose data input leads with the size
+    most of them lead with (the batch); None where no size leads `INFERRED_SHARE` of
+    them (a weight first, then activations of changing shapes)."""
     forward = top_level_ops(trace, ops[phase_of_row[ops] == PHASES.index("forward")])
     forward = forward[np.argsort(trace.ts_ns[forward], kind="stable")]
     firsts = []
@@ -317,9 +350,9 @@ def _first_input(trace: Trace, shapes: OpShapes, ops: np.ndarray, phase_of_row: 
 
 
 def _token_counts(first: Tensor | None, batch: int) -> frozenset[int]:
-    """The sizes that count the batch's samples × positions: of token ids ([batch, length], integers) all their other
-    dims, of a sequence of vectors ([batch, length, features], 3-D) its length, times the batch. Images and flat
-    features have none."""
+    """The sizes that count the batch's samples × positions: of token ids ([batch, length],
+    integers) all their other dims, of a sequence of vectors ([batch, length, features], 3-D) its
+    length, times the batch. Images and flat features have none."""
     if first is None or batch not in first[0]:
         return frozenset()
     shape = list(first[0])
@@ -341,15 +374,17 @@ def _token_counts(first: Tensor | None, batch: int) -> frozenset[int]:
 def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     factor = float(params["factor"])
     if not factor > 0 or not np.isfinite(factor):
-        raise InputError(f"--opt batch-size:factor={factor:g}: the factor must be a positive number")
+        raise InputError(
+            f"--opt batch-size:factor={factor:g}: the factor must be a positive number")
     of_batch = context.batch_ops
     found: BatchOps | None = of_batch(int(params["batch"])) if of_batch is not None else None
     costs = context.costs
     if found is None or not found.has_shapes or costs is None:
         return _by_ratio(graph, params, context, "the trace recorded no op shapes (record_shapes)")
     if found.batch is None:
-        return _by_ratio(graph, params, context, "the trace records no batch size and its forward's inputs do not make "
-                                                 "one clear (give it: batch-size:batch=N)")
+        return _by_ratio(graph, params, context,
+                         "the trace records no batch size and its forward's inputs do not make "
+                         "one clear (give it: batch-size:batch=N)")
     if graph.has_device_work():
         notes = _retime_gpu(graph, found, factor, costs, context, params)
     else:
@@ -359,10 +394,12 @@ def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[
     return notes
 
 
-def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel, measure: bool) -> tuple[float, Tier]:
+def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel,
+              measure: bool) -> tuple[float, Tier]:
     """How many times its own work the op does at the new batch, and the tier that said so."""
     scaled = scale_inputs(op.name, op.tensors, shape, factor)
-    if scaled is None:  # a factory op whose size list holds the batch, or a multiply whose scaling is ambiguous
+    if scaled is None:
+        # a factory op whose size list holds the batch, or a multiply whose scaling is ambiguous
         return factor, Tier.MODELLED
     measurer = costs.measurer
     if measure and measurer is not None and not op.wrapper:
@@ -370,7 +407,9 @@ def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel, m
         if op.name in MULTIPLIES:
             ratio = measurer.op_ratio(op.name, scaled, op.tensors)
         elif op.name in CALLED_AGAIN and op.arguments is not None:
-            ratio = measurer.call_ratio(op.name, scale_arguments(op.name, op.arguments, shape, factor), op.arguments)
+            ratio = measurer.call_ratio(op.name,
+                                        scale_arguments(op.name, op.arguments, shape, factor),
+                                        op.arguments)
         if ratio is not None:
             return ratio, Tier.MEASURED
     old_dims, new_dims = gemm_dims(op.name, op.tensors), gemm_dims(op.name, scaled)
@@ -383,7 +422,8 @@ def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel, m
 
 def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float, costs: CostModel,
                 ops: list[BatchOp]) -> str:
-    """Each of `ops`' own time, past one host unit of dispatch, times its work ratio, added to the task holding it."""
+    """Each of `ops`' own time, past one host unit of dispatch, times
+    its work ratio, added to the task holding it."""
     of_event = task_of_event(graph)
     spans = HostSpans(graph)
     unit = costs.host.unit_ns
@@ -404,17 +444,19 @@ def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float,
         before_ns += work
         after_ns += work + delta
     iterations = max(1, len(np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0])))
-    return (f"{changed} CPU ops whose inputs carry it re-timed at their new shapes ({unit} ns of dispatch each kept): "
-            f"their own work {before_ns / iterations / 1e3:.0f} → {after_ns / iterations / 1e3:.0f} µs per iteration; "
-            f"{wrappers} wrappers (of a multiply or convolution, autograd nodes) keep their time")
+    return (f"{changed} CPU ops whose inputs carry it re-timed at their new shapes ({unit} ns of "
+            f"dispatch each kept): their own work {before_ns / iterations / 1e3:.0f} → "
+            f"{after_ns / iterations / 1e3:.0f} µs per iteration; {wrappers} wrappers (of a "
+            "multiply or convolution, autograd nodes) keep their time")
 
 
 def _batch_note(found: BatchOps, factor: float) -> str:
     shape = found.shape
     assert shape is not None
     tokens = f", tokens {'/'.join(str(t) for t in sorted(shape.tokens))}" if shape.tokens else ""
-    source = "inferred from the forward's inputs; if wrong, give batch-size:batch=N" if found.source == "inferred" \
-        else found.source
+    source = found.source
+    if found.source == "inferred":
+        source = "inferred from the forward's inputs; if wrong, give batch-size:batch=N"
     return f"batch-size: batch {shape.batch} ({source}{tokens}) ×{factor:g}"
 
 
@@ -423,21 +465,24 @@ def _retime_cpu_trace(graph: Graph, found: BatchOps, factor: float, costs: CostM
     assert shape is not None
     done = _retime_cpu(graph, found, shape, factor, costs, found.ops)
     still = len(found.shaped) - len(found.ops)
-    return [f"{_batch_note(found, factor)}: {done}; {still} ops whose inputs carry no batch (weights, per-parameter "
-            f"work) keep their time, as do the optimizer and host gaps; timed by the cost stage ({costs.tiers_note()})"]
+    return [f"{_batch_note(found, factor)}: {done}; {still} ops whose inputs carry no batch "
+            "(weights, per-parameter work) keep their time, as do the optimizer and host gaps; "
+            f"timed by the cost stage ({costs.tiers_note()})"]
 
 
 def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, context: Context,
                 params: dict[str, Any]) -> list[str]:
-    """Each GPU task whose op carries the batch grows past the trace's shortest kernel by its op's ratio; GPU tasks whose
-    op recorded no shapes by ratio; host work that launched nothing and carries the batch as on a CPU trace."""
+    """Each GPU task whose op carries the batch grows past the trace's shortest kernel by its op's
+    ratio; GPU tasks whose op recorded no shapes by ratio; host work that launched nothing and
+    carries the batch as on a CPU trace."""
     shape = found.shape
     assert shape is not None
     trace_op = context.launching_op
     work = select(graph, kind=GPU_WORK, phase=[PHASES[p] for p in SCALED_PHASES])
     work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
     events = graph.tasks["event"][work]
-    ops = np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None else np.full(work.size, -1)
+    ops = (np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None
+           else np.full(work.size, -1))
     floor = costs.floor_ns
     unknown = []
     grown, kept = 0, 0
@@ -457,18 +502,21 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
         _grow(graph, by_ratio, factor, float(params["fixed_percentile"]))
         costs.count(Tier.RATIO, int(by_ratio.size))
     host = [o for o in found.ops if not o.launched]
-    host_note = f"; host work that launched no GPU work (making the batch): {_retime_cpu(graph, found, shape, factor, costs, host)}" \
-        if host else ""
-    return [f"{_batch_note(found, factor)}: {grown} GPU tasks whose op's inputs carry it grown past {floor} ns (the "
-            f"trace's shortest kernel) by their op's work at the new shapes (GEMMs by the roofline with wave "
-            f"quantization, others by bytes); {kept} GPU tasks of ops that carry no batch (per-parameter work) kept; "
-            f"{by_ratio.size} GPU tasks whose op recorded no shapes by ratio (fixed + linear){host_note}; launches, the "
-            f"optimizer and collectives kept; timed by the cost stage ({costs.tiers_note()})"]
+    host_note = ""
+    if host:
+        retimed = _retime_cpu(graph, found, shape, factor, costs, host)
+        host_note = f"; host work that launched no GPU work (making the batch): {retimed}"
+    return [f"{_batch_note(found, factor)}: {grown} GPU tasks whose op's inputs carry it grown "
+            f"past {floor} ns (the trace's shortest kernel) by their op's work at the new shapes "
+            f"(GEMMs by the roofline with wave quantization, others by bytes); {kept} GPU tasks of "
+            f"ops that carry no batch (per-parameter work) kept; {by_ratio.size} GPU tasks whose "
+            f"op recorded no shapes by ratio (fixed + linear){host_note}; launches, the optimizer "
+            f"and collectives kept; timed by the cost stage ({costs.tiers_note()})"]
 
 
 def op_layers(graph: Graph, found: BatchOps, context: Context) -> dict[int, int]:
-    """Per op of `found` (trace row), its layer: that of the host task holding it (a CPU graph) or of the GPU work it
-    launched (a GPU graph); ops without one are left out."""
+    """Per op of `found` (trace row), its layer: that of the host task holding it (a CPU graph) or
+    of the GPU work it launched (a GPU graph); ops without one are left out."""
     layers: dict[int, int] = {}
     if graph.has_device_work():
         trace_op = context.launching_op
@@ -490,10 +538,11 @@ def op_layers(graph: Graph, found: BatchOps, context: Context) -> dict[int, int]
     return layers
 
 
-def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, costs: CostModel, context: Context) -> str:
-    """The ops `rows` of `found` (and on a GPU graph the work they launched) at `factor` of the batch, by the cost stage
-    as the batch-size what-if times them: what a layout that splits some layers' work `factor`-fold does to those
-    layers' ops. Returns what was done, in words."""
+def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, costs: CostModel,
+               context: Context) -> str:
+    """The ops `rows` of `found` (and on a GPU graph the work they launched) at `factor` of the
+    batch, by the cost stage as the batch-size what-if times them: what a layout that splits some
+    layers' work `factor`-fold does to those layers' ops. Returns what was done, in words."""
     shape = found.shape
     if shape is None:
         return "no batch found, nothing re-timed"
@@ -504,7 +553,8 @@ def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, cos
     work = select(graph, kind=GPU_WORK)
     work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
     events = graph.tasks["event"][work]
-    launched = np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None else np.full(work.size, -1)
+    launched = (np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None
+                else np.full(work.size, -1))
     floor, grown = costs.floor_ns, 0
     for task, row in zip(work.tolist(), launched.tolist()):
         op = found.by_row.get(row) if row in rows else None
@@ -512,11 +562,14 @@ def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, cos
             continue
         _grow_kernel(graph, task, op, shape, factor, costs)
         grown += 1
-    return f"{grown} GPU tasks of {len(chosen)} ops grown past {floor} ns by their op's work at the new shapes"
+    return (f"{grown} GPU tasks of {len(chosen)} ops grown past {floor} ns by their op's work at "
+            "the new shapes")
 
 
-def _grow_kernel(graph: Graph, task: int, op: BatchOp, shape: BatchShape, factor: float, costs: CostModel) -> None:
-    """GPU task `task` of `op` grown past the trace's shortest kernel by its op's ratio at the new batch."""
+def _grow_kernel(graph: Graph, task: int, op: BatchOp, shape: BatchShape, factor: float,
+                 costs: CostModel) -> None:
+    """GPU task `task` of `op` grown past the trace's shortest kernel
+    by its op's ratio at the new batch."""
     ratio, tier = _kernel_ratio(op, shape, factor, costs)
     duration = int(graph.tasks["duration_ns"][task])
     fixed = min(duration, costs.floor_ns)
@@ -524,22 +577,27 @@ def _grow_kernel(graph: Graph, task: int, op: BatchOp, shape: BatchShape, factor
     costs.count(tier)
 
 
-def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel) -> tuple[float, Tier]:
-    """How many times its time a kernel of `op` takes at the new batch: a GEMM by the roofline of the device table at
-    the old and new shapes (wave quantization included), other work by its op's bytes."""
+def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float,
+                  costs: CostModel) -> tuple[float, Tier]:
+    """How many times its time a kernel of `op` takes at the new batch:
+    a GEMM by the roofline of the device table at the old and new shapes
+    (wave quantization included), other work by its op's bytes."""
     scaled = scale_inputs(op.name, op.tensors, shape, factor)
     device = costs.device
     old_dims = gemm_dims(op.name, op.tensors)
     new_dims = gemm_dims(op.name, scaled) if scaled is not None else None
-    if old_dims is not None and new_dims is not None and device is not None and device.fp32_tflops > 0:
+    if (old_dims is not None and new_dims is not None and device is not None
+        and device.fp32_tflops > 0):
         kind = next((t[1] for t in op.tensors if t is not None), "float")
-        peak = (device.bf16_tflops or device.fp16_tflops) if kind in REDUCED else (device.tf32_tflops or device.fp32_tflops)
+        peak = ((device.bf16_tflops or device.fp16_tflops) if kind in REDUCED
+                else (device.tf32_tflops or device.fp32_tflops))
         roofline = Roofline(peak, device.memory_bandwidth_gbs, device.sm_count)
         item = ITEM_BYTES.get(kind, 4)
 
         def model(dims: tuple[int, int, int, int]) -> float:
             waves = gemm_waves(dims[0], dims[1], dims[2], device.sm_count)
-            return max(roofline.compute_ns(gemm_flops(dims), waves), roofline.memory_ns(gemm_bytes(dims, item)))
+            return max(roofline.compute_ns(gemm_flops(dims), waves),
+                       roofline.memory_ns(gemm_bytes(dims, item)))
 
         old = model(old_dims)
         if old > 0:
@@ -548,7 +606,8 @@ def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostMode
 
 
 def _grow(graph: Graph, tasks: np.ndarray, factor: float, percentile: float) -> int:
-    """fixed + (t - fixed) × factor, the fixed cost the `percentile`th duration of `tasks`; returns it."""
+    """fixed + (t - fixed) × factor, the fixed cost the `percentile`th
+    duration of `tasks`; returns it."""
     durations = graph.tasks["duration_ns"][tasks]
     fixed = low_percentile(durations, percentile)
     part = np.minimum(durations, fixed)
@@ -557,35 +616,42 @@ def _grow(graph: Graph, tasks: np.ndarray, factor: float, percentile: float) -> 
 
 
 def _by_ratio(graph: Graph, params: dict[str, Any], context: Context, why: str) -> list[str]:
-    """Every forward, backward and data task (GPU tasks; CPU ops on a CPU trace) as fixed + (t - fixed) × factor."""
+    """Every forward, backward and data task (GPU tasks; CPU ops on a
+    CPU trace) as fixed + (t - fixed) × factor."""
     factor = float(params["factor"])
     gpu = graph.has_device_work()
     kinds = GPU_WORK if gpu else (TaskKind.HOST_OP,)
     work = select(graph, kind=kinds, phase=["forward", "backward", "other"])
     work = np.setdiff1d(work, matching(graph, work, NOT_BATCH_PROPORTIONAL))
-    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]  # gradients do not grow with the batch
+    # gradients do not grow with the batch
+    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
     fixed = _grow(graph, work, factor, float(params["fixed_percentile"]))
     if context.costs is not None:
         context.costs.count(Tier.RATIO, int(work.size))
     unit = "GPU tasks" if gpu else "CPU ops"
-    return [f"batch-size: {why}, so by ratio: {work.size} batch-proportional {unit} rescaled ×{factor:g} above a fixed "
-            f"cost of {fixed} ns each (the {params['fixed_percentile']:g}th-percentile duration); optimizer, gradient "
+    return [f"batch-size: {why}, so by ratio: {work.size} batch-proportional {unit} rescaled "
+            f"×{factor:g} above a fixed cost of {fixed} ns each (the "
+            f"{params['fixed_percentile']:g}th-percentile duration); optimizer, gradient "
             "accumulation, collectives and host overhead kept"]
 
 
 register(Optimization(
     "batch-size", "change the batch size by a factor",
-    "each CPU op whose recorded inputs carry the batch (an axis of the batch size, or a multiple of it; parameters "
-    "told apart by the shapes the optimizer touches) re-timed at its new shapes by the cost stage: on a CPU trace "
-    "multiplies and convolutions measured here at both shapes, other ops by their FLOPs or bytes, one host unit of "
-    "dispatch kept; on a GPU trace each kernel past the trace's shortest by its op's roofline (GEMMs, wave "
-    "quantization) or bytes, and host work that launched nothing (making the batch) as on a CPU trace. Ops carrying no "
-    "batch (weights, AccumulateGrad, zeroing), the optimizer, collectives, launches and host gaps keep their time. "
-    "Without recorded shapes: fixed + (t - fixed) × factor with a low-percentile fixed cost, by ratio",
+    "each CPU op whose recorded inputs carry the batch (an axis of the batch size, or a multiple "
+    "of it; parameters told apart by the shapes the optimizer touches) re-timed at its new shapes "
+    "by the cost stage: on a CPU trace multiplies and convolutions measured here at both shapes, "
+    "other ops by their FLOPs or bytes, one host unit of dispatch kept; on a GPU trace each kernel "
+    "past the trace's shortest by its op's roofline (GEMMs, wave quantization) or bytes, and host "
+    "work that launched nothing (making the batch) as on a CPU trace. Ops carrying no batch "
+    "(weights, AccumulateGrad, zeroing), the optimizer, collectives, launches and host gaps keep "
+    "their time. Without recorded shapes: fixed + (t - fixed) × factor with a low-percentile fixed "
+    "cost, by ratio",
     _batch_size,
     {"factor": Parameter(float, 2.0, "new batch size / old batch size", 1e-3, 1e4),
-     "batch": Parameter(int, 0, "the trace's batch size where it does not record it (0: recorded, else inferred from "
-                        "the forward's inputs)", 0, 2**31),
-     "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed cost where shapes "
-                                   "are not recorded", 0.0, 100.0)},
+     "batch": Parameter(int, 0, "the trace's batch size where it does not record it (0: recorded, "
+                                "else inferred from "
+                                "the forward's inputs)", 0, 2**31),
+     "fixed_percentile": Parameter(float, 10.0, "percentile of durations taken as a task's fixed "
+                                                "cost where shapes "
+                                                "are not recorded", 0.0, 100.0)},
 ))

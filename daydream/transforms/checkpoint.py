@@ -1,5 +1,5 @@
-"""Activation checkpointing: the matching layers' forward work again before their backward, with the wrapper's own
-host work."""
+"""Activation checkpointing: the matching layers' forward work again before their backward, with the
+wrapper's own host work."""
 
 from __future__ import annotations
 
@@ -31,39 +31,46 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
     for iteration in np.unique(iterations[iterations >= 0]).tolist():
         for target in targets:
             in_layer = (layer_of == target) & (iterations == iteration)
-            work.append((np.flatnonzero(in_layer & (phases == forward)), np.flatnonzero(in_layer & (phases == backward))))
+            work.append((np.flatnonzero(in_layer & (phases == forward)),
+                         np.flatnonzero(in_layer & (phases == backward))))
     recomputed, calls = 0, 0
     wrapper = _wrapper_costs(graph, context)
     previous = _previous_host_task(graph)
     for forward_tasks, backward_tasks in work:
         if forward_tasks.size and backward_tasks.size:
-            added, invocations = _recompute_before(graph, forward_tasks, backward_tasks, wrapper, previous)
+            added, invocations = _recompute_before(graph, forward_tasks, backward_tasks, wrapper,
+                                                   previous)
             recomputed += added
             calls += invocations
     forward_ns, backward_ns, source = wrapper
     if context.costs is not None and (forward_ns or backward_ns):
-        context.costs.count(Tier.MODELLED, 2 * calls)  # the wrapper's host work, forward and backward of each call
-    return [f"checkpoint: the forward work of {len(targets)} layer(s) matching {params['layers']!r} recomputed before "
-            f"their backward ({recomputed} tasks per run added); the checkpoint wrapper's own host work on each of "
-            f"{calls} checkpointed calls: {forward_ns / 1e3:.1f} µs in forward and {backward_ns / 1e3:.1f} µs in "
+        # the wrapper's host work, forward and backward of each call
+        context.costs.count(Tier.MODELLED, 2 * calls)
+    return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
+            f"{params['layers']!r} recomputed before their backward ({recomputed} tasks per run "
+            f"added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
+            f"calls: {forward_ns / 1e3:.1f} µs in forward and {backward_ns / 1e3:.1f} µs in "
             f"backward ({source})"]
 
 
 def _wrapper_costs(graph: Graph, context: Context) -> tuple[int, int, str]:
-    """(forward ns, backward ns, where from) of torch.utils.checkpoint's own host work per checkpointed call."""
+    """(forward ns, backward ns, where from) of
+    torch.utils.checkpoint's own host work per checkpointed call."""
     costs = context.costs
     if costs is None:
         return 0, 0, "no host costs: not added"
     kind = "cuda" if graph.has_device_work() else "cpu"
     forward = costs.host.recorded_ns(f"checkpoint.forward.{kind}")
     backward = costs.host.recorded_ns(f"checkpoint.backward.{kind}")
-    unit = f"{costs.host.unit_ns} ns" + (" from this trace's own ops" if costs.host.unit_from == "trace" else ", a default")
-    return forward, backward, f"recorded in host units (daydream/cost/host.py, {kind}), at this host's unit of {unit}"
+    unit = (f"{costs.host.unit_ns} ns"
+            + (" from this trace's own ops" if costs.host.unit_from == "trace" else ", a default"))
+    return (forward, backward, f"recorded in host units (daydream/cost/host.py, {kind}), at this "
+                               f"host's unit of {unit}")
 
 
 def _previous_host_task(graph: Graph) -> np.ndarray:
-    """Per task, the host task that ran right before it on its thread (by recorded start; -1 for the first one and
-    for tasks that are not host work)."""
+    """Per task, the host task that ran right before it on its thread (by recorded start; -1 for the
+    first one and for tasks that are not host work)."""
     tasks = graph.tasks
     host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]))
     ordered = host[np.lexsort((tasks["measured_start_ns"][host], tasks["resource"][host]))]
@@ -74,18 +81,21 @@ def _previous_host_task(graph: Graph) -> np.ndarray:
 
 
 def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray,
-                      wrapper: tuple[int, int, str] = (0, 0, ""), previous: np.ndarray | None = None) -> tuple[int, int]:
-    """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task; the checkpoint
-    wrapper's own host work (`wrapper`: forward ns, backward ns) before each call of the layer's forward and before
-    its recomputation. A layer called several times in an iteration (a policy network in each step of a rollout) is
-    that many checkpointed calls: each run of its host tasks that some other host work on the thread precedes
-    (`previous`: `_previous_host_task`). Returns (tasks added, checkpointed calls)."""
+                      wrapper: tuple[int, int, str] = (0, 0, ""),
+                      previous: np.ndarray | None = None) -> tuple[int, int]:
+    """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task;
+    the checkpoint wrapper's own host work (`wrapper`: forward ns, backward ns) before each call of
+    the layer's forward and before its recomputation. A layer called several times in an iteration
+    (a policy network in each step of a rollout) is that many checkpointed calls: each run of its
+    host tasks that some other host work on the thread precedes (`previous`: `_previous_host_task`).
+    Returns (tasks added, checkpointed calls)."""
     tasks = graph.tasks
     host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
     host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
     if host.size == 0:
         return 0, 0
-    backward_host = backward_tasks[np.isin(tasks["kind"][backward_tasks], [int(k) for k in HOST_WORK])]
+    backward_host = backward_tasks[np.isin(tasks["kind"][backward_tasks],
+                                           [int(k) for k in HOST_WORK])]
     if backward_host.size == 0:
         return 0, 0
     first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
@@ -94,11 +104,13 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
     graph.tasks["phase"][copies] = PHASES.index("backward")
     _splice_host(graph, copies, first_backward)
     gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
-    starts = np.flatnonzero(~np.isin(previous[host], host)) if previous is not None else np.zeros(1, dtype=np.int64)
+    starts = (np.flatnonzero(~np.isin(previous[host], host)) if previous is not None
+              else np.zeros(1, dtype=np.int64))
     forward_ns, backward_ns, _ = wrapper
     if forward_ns or backward_ns:
         anchors = np.concatenate([host[starts], copies[starts]])
-        durations = np.concatenate([np.full(starts.size, forward_ns), np.full(starts.size, backward_ns)])
+        durations = np.concatenate([np.full(starts.size, forward_ns),
+                                    np.full(starts.size, backward_ns)])
         splice(graph, anchors, durations, "checkpoint wrapper (host)", after=False)
     return int(copies.size + gpu_copies), int(starts.size)
 
@@ -116,32 +128,40 @@ def _splice_host(graph: Graph, chain: np.ndarray, before: int) -> None:
     graph.add_edges([int(chain[-1])], [before], DepKind.HOST_ORDER)
 
 
-def copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Copy the GPU work that `calls` launched, each copy launched by the copy of its call (`call_copies`, in the
-    order of `calls`) with the same latency; returns (the originals, in recorded start order, their copies)."""
+def copy_launched_work(graph: Graph, calls: np.ndarray,
+                       call_copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Copy the GPU work that `calls` launched, each copy launched by the copy of its call
+    (`call_copies`, in the order of `calls`) with the same latency; returns (the originals, in
+    recorded start order, their copies)."""
     edges = graph.edges
     launch = graph.edges_of_kind(DepKind.LAUNCH)
     launched = launch[np.isin(edges["src"][launch], calls)]
     if launched.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    kernels, sources, latency = edges["dst"][launched], edges["src"][launched], edges["latency_ns"][launched]
+    kernels, sources, latency = (edges["dst"][launched], edges["src"][launched],
+                                 edges["latency_ns"][launched])
     order = np.argsort(graph.tasks["measured_start_ns"][kernels], kind="stable")
     kernels, sources, latency = kernels[order], sources[order], latency[order]
-    kernel_copies = graph.add_tasks(**{column: values[kernels] for column, values in graph.tasks.items()})
+    kernel_copies = graph.add_tasks(**{column: values[kernels]
+                                       for column, values in graph.tasks.items()})
     unpin(graph, kernel_copies)
     copy_of_call = dict(zip(calls.tolist(), call_copies.tolist()))
-    graph.add_edges([copy_of_call[int(s)] for s in sources], kernel_copies, DepKind.LAUNCH, latency_ns=latency, from_start=True)
+    graph.add_edges([copy_of_call[int(s)] for s in sources], kernel_copies, DepKind.LAUNCH,
+                    latency_ns=latency, from_start=True)
     return kernels, kernel_copies
 
 
-def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray, backward_tasks: np.ndarray) -> int:
-    """Copy the GPU work the original calls launched, and queue it before the layer's first backward GPU work."""
+def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray,
+                        backward_tasks: np.ndarray) -> int:
+    """Copy the GPU work the original calls launched, and queue it
+    before the layer's first backward GPU work."""
     _, kernel_copies = copy_launched_work(graph, calls, call_copies)
     if kernel_copies.size == 0:
         return 0
     gap = graph.calibration.kernel_gap_ns
     graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
-    backward_gpu = backward_tasks[np.isin(graph.tasks["kind"][backward_tasks], [int(k) for k in GPU_WORK])]
+    backward_gpu = backward_tasks[np.isin(graph.tasks["kind"][backward_tasks],
+                                          [int(k) for k in GPU_WORK])]
     if backward_gpu.size:
         first = int(backward_gpu[np.argmin(graph.tasks["measured_start_ns"][backward_gpu])])
         graph.add_edges([int(kernel_copies[-1])], [first], DepKind.STREAM_ORDER, latency_ns=gap)
@@ -150,11 +170,12 @@ def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray
 
 register(Optimization(
     "checkpoint", "activation checkpointing of the matching layers",
-    "for each iteration and each matching layer, its forward work (host tasks and the GPU work they launch, children "
-    "included) runs again right before the layer's first backward task; torch.utils.checkpoint's own host work on "
-    "each checkpointed call (saved-tensor hooks, RNG state, the recomputation's frames) before the layer's forward "
-    "and before its recomputation, in host units recorded from real runs (daydream/cost/host.py) times this trace's "
-    "host unit; everything else unchanged (the memory it saves is reported by the memory what-if)",
+    "for each iteration and each matching layer, its forward work (host tasks and the GPU work "
+    "they launch, children included) runs again right before the layer's first backward task; "
+    "torch.utils.checkpoint's own host work on each checkpointed call (saved-tensor hooks, RNG "
+    "state, the recomputation's frames) before the layer's forward and before its recomputation, "
+    "in host units recorded from real runs (daydream/cost/host.py) times this trace's host unit; "
+    "everything else unchanged (the memory it saves is reported by the memory what-if)",
     _checkpoint,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},
 ))

@@ -1,17 +1,19 @@
 """`compile`: torch.compile (inductor) of the model's modules, on a CPU trace.
 
-What changes inside each call of a compiled module, forward and backward (cost/compiled.py reads the recorded ops the
-way the compiler sees them):
+What changes inside each call of a compiled module, forward and backward (cost/compiled.py reads the
+recorded ops the way the compiler sees them):
 
-- the host work between its ops (Python, module calls, hooks, autograd's per-node overhead) is gone: the compiled
-  graph runs as one call, whose own wrapper (guards, runtime wrappers) costs what real runs recorded, in host units
-  (cost/host.py `compile.forward.cpu`, `compile.backward.cpu`);
-- extern ops (matrix multiplies, convolutions, CPU attention) run as recorded, except that a convolution runs
-  channels-last, as inductor lays it out: the measured tier times each recorded convolution both ways here;
-- every other op between two externs becomes part of one fused loop: the runs of them take `FUSED_SHARE` of their
-  recorded time (cost/compiled.py).
+- the host work between its ops (Python, module calls, hooks, autograd's per-node overhead) is gone:
+  the compiled graph runs as one call, whose own wrapper (guards, runtime wrappers) costs what real
+  runs recorded, in host units (cost/host.py `compile.forward.cpu`, `compile.backward.cpu`);
+- extern ops (matrix multiplies, convolutions, CPU attention) run as recorded, except that a
+  convolution runs channels-last, as inductor lays it out: the measured tier times each recorded
+  convolution both ways here;
+- every other op between two externs becomes part of one fused loop: the runs of them take
+  `FUSED_SHARE` of their recorded time (cost/compiled.py).
 
-The loss stays as recorded unless `modules` names it, and the optimizer step always does. What the trace cannot show is said in the
+The loss stays as recorded unless `modules` names it, and the optimizer step always does. What the
+trace cannot show is said in the
 note: graph breaks and recompilation, and how fast inductor's own loops are on a given op.
 """
 
@@ -54,7 +56,8 @@ class _Tally:
     convolutions: int = 0
     convolution_change_ns: int = 0
     unmeasured: int = 0
-    laid_out: int = 0  # convolutions recorded channels-last already, or without the arguments to re-run them
+    # convolutions recorded channels-last already, or without the arguments to re-run them
+    laid_out: int = 0
     recurrent: int = 0  # recurrent layers (LSTM, GRU) kept as recorded
     fused_runs: int = 0
     fused_before_ns: int = 0
@@ -69,7 +72,8 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     costs = context.costs
     calls = regions(graph, roots)
     if view is None or costs is None or not calls:
-        return ["compile: no forward or backward work of the compiled modules in the trace; nothing changed"]
+        return (["compile: no forward or backward work of the compiled modules in the trace; "
+                 "nothing changed"])
     tally = _Tally()
     wrapper = {FORWARD: costs.host.recorded_ns("compile.forward.cpu"),
                BACKWARD: costs.host.recorded_ns("compile.backward.cpu")}
@@ -83,37 +87,44 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
 
 
 def _why_unchanged(graph: Graph, pattern: str) -> str:
-    """Why compile cannot apply to `graph` ("" where it can); InputError for modules that match nothing."""
+    """Why compile cannot apply to `graph` ("" where it can);
+    InputError for modules that match nothing."""
     if graph.has_device_work():
-        return ("on a GPU trace, what torch.compile does on the host is not modelled yet; for its kernels see "
-                "fuse-elementwise (chains of elementwise kernels fused) and for its launches cuda-graphs")
+        return ("on a GPU trace, what torch.compile does on the host is not modelled yet; for its "
+                "kernels see fuse-elementwise (chains of elementwise kernels fused) and for its "
+                "launches cuda-graphs")
     if not graph.layers:
-        return ("the trace records no module structure (record it with daydream trace, or torch.profiler's "
-                "with_modules), so which ops a compiled module would hold is unknown")
+        return ("the trace records no module structure (record it with daydream trace, or "
+                "torch.profiler's with_modules), so which ops a compiled module would hold is "
+                "unknown")
     if compiled_roots(graph, pattern):
         return ""
     if not pattern:
-        return (f"the trace's outermost modules are all loss functions ({', '.join(sorted(_all_roots(graph)))}); "
-                "name the compiled ones with compile:modules=REGEX")
-    raise InputError(f"--opt compile:modules={pattern}: no outermost module of the trace matches; see the layers in "
-                     "daydream inspect")
+        return ("the trace's outermost modules are all loss functions "
+                f"({', '.join(sorted(_all_roots(graph)))}); name the compiled ones with "
+                "compile:modules=REGEX")
+    raise InputError(f"--opt compile:modules={pattern}: no outermost module of the trace matches; "
+                     "see the layers in daydream inspect")
 
 
-def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: CompilerView, costs: CostModel,
-                 wrapper: dict[int, int], tally: _Tally) -> None:
-    """Each call becomes its first task, lasting what the compiled call takes; its other tasks and the host work
-    between them go."""
+def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: CompilerView,
+                 costs: CostModel, wrapper: dict[int, int], tally: _Tally) -> None:
+    """Each call becomes its first task, lasting what the compiled call takes; its other tasks and
+    the host work between them go."""
     gone: list[int] = []
-    # the merged task is the call of the whole module: its time is the module's, not its first layer's
+    # the merged task is the call of the whole module: its time is the
+    # module's, not its first layer's
     root_layer = {name: index for index, name in enumerate(graph.layers) if name in roots}
     for region in calls:
         tasks = region.tasks
         units = [u for task in tasks for u in view.units.get(int(graph.tasks["event"][task]), [])]
-        compiled_ns = _externs_ns(units, view, costs, tally) + _fused_ns(units, tally) + wrapper[region.phase]
+        compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(units, tally)
+                       + wrapper[region.phase])
         tally.calls[region.phase] += 1
         tally.saved_gap_ns += int(graph.tasks["gap_ns"][tasks[1:]].sum())
         graph.tasks["duration_ns"][tasks[0]] = compiled_ns
-        graph.tasks["layer"][tasks[0]] = root_layer.get(_root(graph, tasks[0]), graph.tasks["layer"][tasks[0]])
+        graph.tasks["layer"][tasks[0]] = root_layer.get(_root(graph, tasks[0]),
+                                                        graph.tasks["layer"][tasks[0]])
         gone.extend(tasks[1:])
     tally.removed = len(gone)
     remove(graph, np.array(gone, dtype=np.int64))
@@ -129,8 +140,8 @@ def _all_roots(graph: Graph) -> set[str]:
 
 
 def compiled_roots(graph: Graph, pattern: str) -> set[str]:
-    """The outermost modules compiled: those `pattern` matches (a regex on the module's class name), or, by default,
-    every outermost module that is not a loss function."""
+    """The outermost modules compiled: those `pattern` matches (a regex on the module's class name),
+    or, by default, every outermost module that is not a loss function."""
     roots = _all_roots(graph)
     if pattern:
         chosen = user_regex(pattern, "--opt compile:modules", example="'Transformer|Encoder'")
@@ -139,22 +150,27 @@ def compiled_roots(graph: Graph, pattern: str) -> set[str]:
 
 
 def regions(graph: Graph, roots: set[str]) -> list[Region]:
-    """The calls of the compiled modules: per thread and iteration, each run of consecutive forward (or backward) host
-    tasks of their layers; any other host task ends a run, except that in backward a task of no layer (AccumulateGrad)
-    does not: the compiled backward is one autograd node, and the gradients it returns are accumulated after it."""
+    """The calls of the compiled modules: per thread and iteration, each run of consecutive forward
+    (or backward) host tasks of their layers; any other host task ends a run, except that in
+    backward a task of no layer (AccumulateGrad)
+    does not: the compiled backward is one autograd node, and the
+    gradients it returns are accumulated after it."""
     tasks = graph.tasks
     host = select(graph, kind=HOST_WORK)
     host = host[(tasks["iteration"][host] >= 0) & (tasks["event"][host] >= 0)]
     host = host[np.lexsort((tasks["measured_start_ns"][host], tasks["resource"][host]))]
-    compiled_layer = np.array([layer.split(".", 1)[0] in roots for layer in graph.layers] + [False], dtype=bool)
+    compiled_layer = np.array([layer.split(".", 1)[0] in roots for layer in graph.layers] + [False],
+                              dtype=bool)
     phase = tasks["phase"][host]
-    inside = compiled_layer[tasks["layer"][host]] & np.isin(phase, [FORWARD, BACKWARD])  # -1 reads the trailing False
+    # -1 reads the trailing False
+    inside = compiled_layer[tasks["layer"][host]] & np.isin(phase, [FORWARD, BACKWARD])
     transparent = (phase == BACKWARD) & (tasks["layer"][host] < 0)
     found: list[Region] = []
     current: Region | None = None
     previous: tuple[int, int, int] | None = None
     for task, compiled, passes in zip(host.tolist(), inside.tolist(), transparent.tolist()):
-        key = (int(tasks["resource"][task]), int(tasks["iteration"][task]), int(tasks["phase"][task]))
+        key = (int(tasks["resource"][task]), int(tasks["iteration"][task]),
+               int(tasks["phase"][task]))
         if key != previous or not (compiled or passes):
             current = None
         previous = key
@@ -167,7 +183,8 @@ def regions(graph: Graph, roots: set[str]) -> list[Region]:
 
 
 def _externs_ns(units: list[Unit], view: CompilerView, costs: CostModel, tally: _Tally) -> int:
-    """The extern ops' time in the compiled call: as recorded, a convolution channels-last where measured."""
+    """The extern ops' time in the compiled call: as recorded, a
+    convolution channels-last where measured."""
     total = 0
     for unit in units:
         if not unit.extern:
@@ -178,7 +195,8 @@ def _externs_ns(units: list[Unit], view: CompilerView, costs: CostModel, tally: 
         laid_out = channels_last(arguments) if arguments is not None else None
         tally.laid_out += unit.convolution and laid_out is None
         if laid_out is not None and arguments is not None:
-            ratio = costs.measurer.call_ratio(view.name(unit.row), laid_out, arguments) if costs.measurer else None
+            ratio = (costs.measurer.call_ratio(view.name(unit.row), laid_out, arguments)
+                     if costs.measurer else None)
             if ratio is None:
                 tally.unmeasured += 1
             else:
@@ -190,8 +208,8 @@ def _externs_ns(units: list[Unit], view: CompilerView, costs: CostModel, tally: 
 
 
 def _fused_ns(units: list[Unit], tally: _Tally) -> int:
-    """The fusible ops' time in the compiled call: each run between externs, one fused loop, FUSED_SHARE of its
-    recorded time."""
+    """The fusible ops' time in the compiled call: each run between externs, one fused loop,
+    FUSED_SHARE of its recorded time."""
     total = 0
     for run in fused_runs(units):
         recorded = sum(unit.ns for unit in run)
@@ -204,36 +222,42 @@ def _fused_ns(units: list[Unit], tally: _Tally) -> int:
 def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostModel) -> list[str]:
     calls = tally.calls
     unit = costs.host.unit_ns
-    convolutions = (f"; {tally.convolutions} convolutions re-timed channels-last by the measured tier "
-                    f"({tally.convolution_change_ns / 1e3:+.0f} µs in all)" if tally.convolutions else "")
-    unmeasured = (f"; {tally.unmeasured} convolutions could not be measured channels-last here and keep their time"
+    convolutions = (f"; {tally.convolutions} convolutions re-timed channels-last by the measured "
+                    f"tier ({tally.convolution_change_ns / 1e3:+.0f} µs in all)"
+                    if tally.convolutions else "")
+    unmeasured = (f"; {tally.unmeasured} convolutions could not be measured channels-last here and "
+                  "keep their time"
                   if tally.unmeasured else "")
     if tally.laid_out:
-        unmeasured += (f"; {tally.laid_out} convolutions keep their time (recorded channels-last already, or without "
-                       "the arguments to run them again)")
+        unmeasured += (f"; {tally.laid_out} convolutions keep their time (recorded channels-last "
+                       "already, or without the arguments to run them again)")
     return [
-        f"compile: {', '.join(sorted(roots))} compiled; {calls[FORWARD]} forward and {calls[BACKWARD]} backward calls, "
-        f"each one compiled graph: {tally.removed} host tasks merged into them and the host work between them gone "
-        f"({tally.saved_gap_ns / 1e3:.0f} µs in all); the compiled wrapper's own work per call "
-        f"{wrapper[FORWARD] / 1e3:.0f} µs forward, {wrapper[BACKWARD] / 1e3:.0f} µs backward (host units of "
-        f"{unit} ns, recorded from real runs)"
-        f"{convolutions}{unmeasured}; {tally.fused_runs} runs of other ops between externs fused, at {FUSED_SHARE:.2f} "
-        f"of their recorded {tally.fused_before_ns / 1e3:.0f} µs (by ratio, from real runs)",
-        "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation (each break is one more "
-        "compiled call), the first iterations' compilation, and how fast inductor's own loops are on a given op"
-        + (f"; {tally.recurrent} recurrent layers (LSTM, GRU) are kept as recorded, though torch.compile decomposes "
-           "them into per-step ops whose time is not modelled" if tally.recurrent else ""),
+        f"compile: {', '.join(sorted(roots))} compiled; {calls[FORWARD]} forward and "
+        f"{calls[BACKWARD]} backward calls, each one compiled graph: {tally.removed} host tasks "
+        f"merged into them and the host work between them gone ({tally.saved_gap_ns / 1e3:.0f} µs "
+        f"in all); the compiled wrapper's own work per call {wrapper[FORWARD] / 1e3:.0f} µs "
+        f"forward, {wrapper[BACKWARD] / 1e3:.0f} µs backward (host units of {unit} ns, recorded "
+        f"from real runs){convolutions}{unmeasured}; {tally.fused_runs} runs of other ops between "
+        f"externs fused, at {FUSED_SHARE:.2f} of their recorded {tally.fused_before_ns / 1e3:.0f} "
+        "µs (by ratio, from real runs)",
+        "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation "
+        "(each break is one more compiled call), the first iterations' compilation, and how fast "
+        "inductor's own loops are on a given op"
+        + (f"; {tally.recurrent} recurrent layers (LSTM, GRU) are kept as recorded, though "
+           "torch.compile decomposes them into per-step ops whose time is not modelled"
+           if tally.recurrent else ""),
     ]
 
 
 register(Optimization(
     "compile", "torch.compile (inductor) the model's modules, on a CPU trace",
-    "per call of a compiled module, forward and backward: its host tasks merged into one, the host work between "
-    "them gone, plus the compiled wrapper's own work (host units recorded from real runs); extern ops (matrix "
-    "multiplies, convolutions, attention) as recorded, convolutions channels-last where the measured tier times them; "
-    "the other ops between two externs fused at a share of their recorded time (from real runs); the loss, the "
-    "optimizer and everything outside the modules unchanged",
+    "per call of a compiled module, forward and backward: its host tasks merged into one, the host "
+    "work between them gone, plus the compiled wrapper's own work (host units recorded from real "
+    "runs); extern ops (matrix multiplies, convolutions, attention) as recorded, convolutions "
+    "channels-last where the measured tier times them; the other ops between two externs fused at "
+    "a share of their recorded time (from real runs); the loss, the optimizer and everything "
+    "outside the modules unchanged",
     _compile,
-    {"modules": Parameter(str, "", "regex on the outermost modules' class names that are compiled (default: every "
-                                   "outermost module but loss functions)")},
+    {"modules": Parameter(str, "", "regex on the outermost modules' class names that are compiled "
+                                   "(default: every outermost module but loss functions)")},
 ))

@@ -1,4 +1,5 @@
-"""Fewer, larger launches: a fused / multi-tensor optimizer step, CUDA graphs, fused elementwise kernels."""
+"""Fewer, larger launches: a fused / multi-tensor optimizer step, CUDA
+graphs, fused elementwise kernels."""
 
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     found_in = "the optimizer's step"
     if work.size == 0:
         work = _update_loop_tasks(graph, kinds, context.update_loop)
-        found_in = "a hand-written update loop over the parameters (in-place updates after backward)"
+        found_in = ("a hand-written update loop over the parameters (in-place updates after "
+                    "backward)")
     if work.size == 0:
-        return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?), and no hand-written "
-                "update loop after backward; nothing changed"]
+        return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?), "
+                "and no hand-written update loop after backward; nothing changed"]
     keep_per_iteration = max(1, int(params["kernels"]))
     fixed = low_percentile(graph.tasks["duration_ns"][work])
     removed: list[np.ndarray] = []
@@ -43,7 +45,8 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
         mine = mine[np.argsort(graph.tasks["measured_start_ns"][mine], kind="stable")]
         keep = mine[:keep_per_iteration]
         total = int(graph.tasks["duration_ns"][mine].sum())
-        # The same bytes move through fewer, larger kernels: each removed one takes its fixed cost with it.
+        # The same bytes move through fewer, larger kernels: each
+        # removed one takes its fixed cost with it.
         fused = max(total - fixed * (mine.size - keep.size), fixed * keep.size)
         graph.tasks["duration_ns"][keep] = fused // keep.size
         removed.append(mine[keep.size:])
@@ -53,16 +56,20 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     calls = np.setdiff1d(calls, launchers(graph, np.setdiff1d(work, gone)))
     remove(graph, np.concatenate([gone, calls]))
     if context.costs is not None:
-        context.costs.count(Tier.RATIO, kept_total)  # the fused ones: the bytes left, at a percentile's fixed cost
+        # the fused ones: the bytes left, at a percentile's fixed cost
+        context.costs.count(Tier.RATIO, kept_total)
     unit = "kernels" if gpu else "CPU ops"
-    return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} of {found_in} became {kept_total} multi-tensor ones "
-            f"(fixed cost {fixed} ns each removed, from the trace's 10th-percentile optimizer {unit[:-1]}); "
-            f"{calls.size} launches and the CPU work between them removed"]
+    return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} of {found_in} became "
+            f"{kept_total} multi-tensor ones (fixed cost {fixed} ns each removed, from the trace's "
+            f"10th-percentile optimizer {unit[:-1]}); {calls.size} launches and the CPU work "
+            "between them removed"]
 
 
-def _update_loop_tasks(graph: Graph, kinds: tuple[TaskKind, ...], rows: np.ndarray | None) -> np.ndarray:
-    """The tasks of a hand-written update loop (`rows`: its ops' trace rows): the ops themselves on a CPU graph, the
-    kernels they launched on a GPU one (a task's `event` is its trace row; a kernel's op is the trace's link)."""
+def _update_loop_tasks(graph: Graph, kinds: tuple[TaskKind, ...],
+                       rows: np.ndarray | None) -> np.ndarray:
+    """The tasks of a hand-written update loop (`rows`: its ops' trace rows): the ops themselves on
+    a CPU graph, the kernels they launched on a GPU one (a task's `event` is its trace row; a
+    kernel's op is the trace's link)."""
     if rows is None or rows.size == 0:
         return np.zeros(0, dtype=np.int64)
     work = select(graph, kind=kinds)
@@ -72,11 +79,12 @@ def _update_loop_tasks(graph: Graph, kinds: tuple[TaskKind, ...], rows: np.ndarr
 
 register(Optimization(
     "fused-optimizer", "a fused / multi-tensor optimizer step (e.g. Adam(fused=True) or foreach)",
-    "per-parameter optimizer kernels (CPU ops on a CPU trace) — of the optimizer's step, or else of a hand-written "
-    "update loop (per-parameter in-place updates after backward) — and their launches replaced by `kernels` multi-tensor "
-    "ones per iteration, whose time follows the bytes moved: the removed ones' total minus, for each removed one, the "
-    "fixed cost of a near-empty one (10th percentile of the optimizer's kernels in this trace); the CPU work between "
-    "the removed launches goes too",
+    "per-parameter optimizer kernels (CPU ops on a CPU trace) — of the optimizer's step, or else "
+    "of a hand-written update loop (per-parameter in-place updates after backward) — and their "
+    "launches replaced by `kernels` multi-tensor ones per iteration, whose time follows the bytes "
+    "moved: the removed ones' total minus, for each removed one, the fixed cost of a near-empty "
+    "one (10th percentile of the optimizer's kernels in this trace); the CPU work between the "
+    "removed launches goes too",
     _fused_optimizer,
     {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration", 1, 1e6)},
 ))
@@ -95,14 +103,15 @@ def _cuda_graphs(graph: Graph, params: dict[str, Any], context: Context) -> list
     kept = np.array(keep, dtype=np.int64)
     gone = np.setdiff1d(calls, kept)
     remove(graph, gone)
-    return [f"cuda-graphs: {gone.size} kernel launches in {'+'.join(phases)} and the CPU work before them removed; "
-            f"one graph launch per iteration kept; GPU work unchanged"]
+    return [f"cuda-graphs: {gone.size} kernel launches in {'+'.join(phases)} and the CPU work "
+            "before them removed; one graph launch per iteration kept; GPU work unchanged"]
 
 
 register(Optimization(
     "cuda-graphs", "capture the training step in CUDA graphs",
-    "kernel launch calls of the captured phases removed with the CPU work before them (a graph replay runs no Python "
-    "and no dispatcher); one launch per iteration stays as the graph launch; every kernel keeps its time and order",
+    "kernel launch calls of the captured phases removed with the CPU work before them (a graph "
+    "replay runs no Python and no dispatcher); one launch per iteration stays as the graph launch; "
+    "every kernel keeps its time and order",
     _cuda_graphs,
     {"phases": Parameter(str, "forward+backward+optimizer", "captured phases, joined by +")},
 ))
@@ -110,9 +119,9 @@ register(Optimization(
 
 def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not graph.has_device_work():
-        return ["fuse-elementwise: the trace has no GPU kernels, and what a compiler does to CPU ops (torch.compile's "
-                "C++ kernels) is not modelled: nothing changed, so this prediction is the baseline, not what compiling "
-                "would do"]
+        return ["fuse-elementwise: the trace has no GPU kernels, and what a compiler does to CPU "
+                "ops (torch.compile's C++ kernels) is not modelled: nothing changed, so this "
+                "prediction is the baseline, not what compiling would do"]
     kernels = select(graph, kind=KERNELS)
     elementwise = np.zeros(graph.task_count, dtype=bool)
     elementwise[kernels[kernel_classes(graph, kernels) == CLASSES.index("elementwise")]] = True
@@ -123,29 +132,35 @@ def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) ->
         mine = mine[np.argsort(graph.tasks["measured_start_ns"][mine], kind="stable")]
         chain: list[int] = []
         for task in [*mine.tolist(), -1]:
-            # Without layer information (-1 on both), consecutive elementwise kernels still form a chain.
-            same_layer = bool(chain) and task >= 0 and graph.tasks["layer"][task] == graph.tasks["layer"][chain[0]]
+            # Without layer information (-1 on both), consecutive
+            # elementwise kernels still form a chain.
+            same_layer = (bool(chain) and task >= 0
+                          and graph.tasks["layer"][task] == graph.tasks["layer"][chain[0]])
             if task >= 0 and elementwise[task] and (not chain or same_layer):
                 chain.append(task)
                 continue
             if len(chain) > 1:
                 durations = graph.tasks["duration_ns"][chain]
-                graph.tasks["duration_ns"][chain[0]] = int(durations.max() + (1 - saving) * (durations.sum() - durations.max()))
+                graph.tasks["duration_ns"][chain[0]] = int(durations.max()
+                                                           + (1 - saving) * (
+                                                               durations.sum() - durations.max()))
                 removed.extend(chain[1:])
                 chains += 1
             chain = [task] if task >= 0 and elementwise[task] else []
     gone = np.array(removed, dtype=np.int64)
     calls = launchers(graph, gone)
     remove(graph, np.concatenate([gone, calls]))
-    return [f"fuse-elementwise: {chains} chains of elementwise kernels fused ({gone.size} kernels and launches removed)"]
+    return ([f"fuse-elementwise: {chains} chains of elementwise kernels fused ({gone.size} kernels "
+             "and launches removed)"])
 
 
 register(Optimization(
     "fuse-elementwise", "fuse chains of elementwise kernels inside each layer, as a compiler would",
-    "consecutive elementwise kernels of one layer (or, in traces without layers, of one stream) become one kernel "
-    "lasting as long as the longest plus "
-    "(1 - saving) of the others (the intermediate tensors are no longer written and read back); the other kernels and "
-    "their launches are removed",
+    "consecutive elementwise kernels of one layer (or, in traces without layers, of one stream) "
+    "become one kernel lasting as long as the longest plus "
+    "(1 - saving) of the others (the intermediate tensors are no longer written and read back); "
+    "the other kernels and their launches are removed",
     _fuse_elementwise,
-    {"saving": Parameter(float, 0.8, "share of the non-longest kernels' time the fusion saves", 0.0, 1.0)},
+    {"saving": Parameter(float, 0.8, "share of the non-longest kernels' time the fusion saves", 0.0,
+                         1.0)},
 ))

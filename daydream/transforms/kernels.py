@@ -1,5 +1,6 @@
-"""What the optimizations ask about a graph's tasks: their names, which match a pattern, the calls that launched
-them, their class and precision (mapping/classes.py), a low percentile of their durations."""
+"""What the optimizations ask about a graph's tasks: their names, which
+match a pattern, the calls that launched them, their class and
+precision (mapping/classes.py), a low percentile of their durations."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def kernel_classes(graph: Graph, ids: np.ndarray) -> np.ndarray:
 
 
 def kernel_precisions(graph: Graph, ids: np.ndarray) -> np.ndarray:
-    """The precision (index into mapping.classes.PRECISIONS) of each task in `ids`, from its name."""
+    """The precision (index into mapping.classes.PRECISIONS) of each
+    task in `ids`, from its name."""
     return precisions_of(graph.tasks["name"][ids], graph.strings)
 
 

@@ -36,19 +36,25 @@ from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, u
 from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
 
 
-def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str, whose: str) -> str:
-    """Scale the optimizer's work by the parameter ratio (the matching layers' parameters x factor); the note."""
+def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str,
+                    whose: str) -> str:
+    """Scale the optimizer's work by the parameter ratio (the matching
+    layers' parameters x factor); the note."""
     ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor)
     if ratio is None:
-        return (f"{name}: the trace records no parameter sizes per layer (record with daydream trace): the optimizer's "
-                f"work is unchanged, so the prediction is low by {whose} share of it")
+        return (f"{name}: the trace records no parameter sizes per layer (record with daydream "
+                f"trace): the optimizer's work is unchanged, so the prediction is low by {whose} "
+                "share of it")
     optimizer = select(graph, kind=(*GPU_WORK, *HOST_WORK), phase=["optimizer"])
     scale(graph, optimizer, factor=ratio)
-    return f"{name}: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + {factor - 1:g} × {whose})"
+    return (f"{name}: the optimizer's {optimizer.size} tasks ×{ratio:.2f} (parameters: all + "
+            f"{factor - 1:g} × {whose})")
 
 
-def _splice_after(graph: Graph, chain: np.ndarray, after: int, kind: DepKind, latency_ns: int = 0) -> None:
-    """Put `chain` right after task `after` in its order of `kind`: after -> chain... -> after's old successors."""
+def _splice_after(graph: Graph, chain: np.ndarray, after: int, kind: DepKind,
+                  latency_ns: int = 0) -> None:
+    """Put `chain` right after task `after` in its order of `kind`:
+    after -> chain... -> after's old successors."""
     edges = graph.edges
     out = np.flatnonzero((edges["src"] == after) & (edges["kind"] == kind))
     successors = edges["dst"][out].tolist()
@@ -62,8 +68,9 @@ def _splice_after(graph: Graph, chain: np.ndarray, after: int, kind: DepKind, la
 
 
 def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
-    """Run the host tasks in `tasks` once more right after the last of them, with copies of the GPU work they launch
-    queued after the last of the originals on each stream; returns the tasks added."""
+    """Run the host tasks in `tasks` once more right after the last of
+    them, with copies of the GPU work they launch queued after the last
+    of the originals on each stream; returns the tasks added."""
     columns = graph.tasks
     host = tasks[np.isin(columns["kind"][tasks], [int(k) for k in HOST_WORK])]
     if host.size == 0:
@@ -85,7 +92,8 @@ def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     factor = int(params["factor"])
     targets, owner = layer_owners(graph.layers, str(params["layers"]))
     if not targets:
-        raise InputError(f"--opt depth:layers={params['layers']}: no layer matches; see the layers in daydream inspect")
+        raise InputError(f"--opt depth:layers={params['layers']}: no layer matches; see the layers "
+                         "in daydream inspect")
     if factor == 1:
         return ["depth: factor=1 is the model as traced; nothing changed"]
     layer_of = owner[graph.tasks["layer"]]
@@ -97,18 +105,20 @@ def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
             for phase in (PHASES.index("forward"), PHASES.index("backward")):
                 chosen.append(np.flatnonzero(in_block & (phases == phase)))
     added = sum(repeat_after(graph, tasks) for tasks in chosen for _ in range(factor - 1))
-    notes = [f"depth: {len(targets)} block(s) matching {params['layers']!r} ×{factor}: their forward and backward work "
-             f"repeated ({added} tasks added)"]
+    notes = [f"depth: {len(targets)} block(s) matching {params['layers']!r} ×{factor}: their "
+             f"forward and backward work repeated ({added} tasks added)"]
     return [*notes, _grow_optimizer(graph, context, targets, factor, "depth", "the blocks'")]
 
 
 register(Optimization(
     "depth", "a deeper model: the matching repeated blocks N times over",
-    "in every iteration each matching block's forward and backward work (host tasks, children included, and the GPU "
-    "work they launch) runs factor - 1 more times right after the original; the optimizer's work grows by the "
-    "parameter ratio (all + (factor - 1) x the blocks') where the trace records parameter sizes",
+    "in every iteration each matching block's forward and backward work (host tasks, children "
+    "included, and the GPU work they launch) runs factor - 1 more times right after the original; "
+    "the optimizer's work grows by the parameter ratio (all + (factor - 1) x the blocks') where "
+    "the trace records parameter sizes",
     _depth,
-    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the repeated blocks"),
+    {"layers": Parameter(str, r"blocks\.\d+$",
+                         "regular expression over layer paths: the repeated blocks"),
      "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
 ))
 
@@ -117,7 +127,8 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     factor = float(params["factor"])
     targets, owner = layer_owners(graph.layers, str(params["layers"]))
     if not targets:
-        raise InputError(f"--opt width:layers={params['layers']}: no layer matches; see the layers in daydream inspect")
+        raise InputError(f"--opt width:layers={params['layers']}: no layer matches; see the layers "
+                         "in daydream inspect")
     kinds = (*GPU_WORK,) if graph.has_device_work() else HOST_WORK
     work = select(graph, kind=kinds, phase=["forward", "backward"])
     work = work[owner[graph.tasks["layer"][work]] >= 0]
@@ -126,17 +137,19 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     scale(graph, work[square], factor=factor ** 2)
     scale(graph, work[~square], factor=factor)
     unit = "kernels" if graph.has_device_work() else "CPU ops"
-    notes = [f"width: {len(targets)} layer(s) matching {params['layers']!r} ×{factor:g} wide: {int(square.sum())} GEMM/conv "
-             f"{unit} ×{factor ** 2:g}, {int((~square).sum())} other {unit} ×{factor:g}"]
+    notes = [f"width: {len(targets)} layer(s) matching {params['layers']!r} ×{factor:g} wide: "
+             f"{int(square.sum())} GEMM/conv {unit} ×{factor ** 2:g}, {int((~square).sum())} other "
+             f"{unit} ×{factor:g}"]
     return [*notes, _grow_optimizer(graph, context, targets, factor ** 2, "width", "the layers'")]
 
 
 register(Optimization(
     "width", "a wider model: the matching layers' hidden sizes times F",
-    "the matching layers' GEMM and convolution work (kernels, or CPU ops on a CPU trace) x factor^2, their other "
-    "forward and backward work x factor; the optimizer's work by the parameter ratio (all + (factor^2 - 1) x the "
-    "layers')",
+    "the matching layers' GEMM and convolution work (kernels, or CPU ops on a CPU trace) x "
+    "factor^2, their other forward and backward work x factor; the optimizer's work by the "
+    "parameter ratio (all + (factor^2 - 1) x the layers')",
     _width,
-    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths: the layers made wider"),
+    {"layers": Parameter(str, r"blocks\.\d+$",
+                         "regular expression over layer paths: the layers made wider"),
      "factor": Parameter(float, 2.0, "how many times wider", **FACTOR_RANGE)},
 ))

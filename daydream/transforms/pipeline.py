@@ -30,15 +30,19 @@ from daydream.transforms.primitives import remove, reschedule, scale, select, un
 SUPPORTED_VERSIONS = (1,)
 _ACTIONS = ("scale", "remove", "unpin", "reschedule")
 _SELECT_KEYS = ("kind", "name", "layer", "phase", "iteration")
-_ACTION_FUNCTIONS: dict[str, Callable[..., Any]] = {"scale": scale, "remove": remove, "unpin": unpin, "reschedule": reschedule}
+_ACTION_FUNCTIONS: dict[str, Callable[..., Any]] = {"scale": scale, "remove": remove,
+                                                    "unpin": unpin, "reschedule": reschedule}
 #: action -> {argument: (what it must be, the check)}
 _ARGUMENTS: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
-    "scale": {"factor": ("a finite number of 0 or more, e.g. 0.667", lambda v: _number(v) and v >= 0 and not math.copysign(1, v) < 0),
+    "scale": {"factor": ("a finite number of 0 or more, e.g. 0.667", lambda v: _number(v) and v >= 0
+                         and not math.copysign(1, v) < 0),
               "gaps": ("true or false", lambda v: isinstance(v, bool))},
     "remove": {"keep_gaps": ("true or false", lambda v: isinstance(v, bool))},
     "unpin": {},
-    "reschedule": {"resource": ("a whole number of 0 or more", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
-                   "priority": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool))},
+    "reschedule": {"resource": ("a whole number of 0 or more", lambda v: isinstance(v, int)
+                                and not isinstance(v, bool) and v >= 0),
+                   "priority": ("a whole number", lambda v: isinstance(v, int)
+                                and not isinstance(v, bool))},
 }
 
 
@@ -48,7 +52,8 @@ def _number(value: Any) -> bool:
 
 def is_pipeline_file(spec: str) -> bool:
     """Whether an --opt spec names a YAML pipeline file rather than a registered optimization."""
-    name = spec.partition(":")[0]  # "ddp:bandwidth=25GB/s" names ddp; a "/" in a parameter is not a path
+    # "ddp:bandwidth=25GB/s" names ddp; a "/" in a parameter is not a path
+    name = spec.partition(":")[0]
     return spec.endswith((".yaml", ".yml")) or "/" in name or os.path.sep in name
 
 
@@ -86,7 +91,8 @@ def _check_step(source: str, number: int, step: Any) -> None:
     actions = [key for key in step if key in _ACTIONS]
     unknown = [key for key in step if key not in (*_ACTIONS, "select")]
     if unknown:
-        raise InputError(f"{where}: unknown key {unknown[0]!r} (expected select and one of {', '.join(_ACTIONS)})")
+        raise InputError(f"{where}: unknown key {unknown[0]!r} (expected select and one of "
+                         f"{', '.join(_ACTIONS)})")
     if len(actions) != 1:
         raise InputError(f"{where}: needs exactly one action of {', '.join(_ACTIONS)}")
     _check_action(where, actions[0], step[actions[0]] if step[actions[0]] is not None else {})
@@ -95,8 +101,8 @@ def _check_step(source: str, number: int, step: Any) -> None:
 
 def _check_action(where: str, action: str, arguments: Any) -> None:
     if not isinstance(arguments, dict):
-        raise InputError(f"{where}: {action} takes a mapping of {', '.join(_ARGUMENTS[action]) or 'nothing'}, "
-                         f"e.g. {action}: {{}}")
+        raise InputError(f"{where}: {action} takes a mapping of "
+                         f"{', '.join(_ARGUMENTS[action]) or 'nothing'}, e.g. {action}: {{}}")
     for key, value in arguments.items():
         if key not in _ARGUMENTS[action]:
             raise InputError(f"{where}: {action} has no argument {key!r} (it takes "
@@ -115,7 +121,8 @@ def _check_selector(where: str, selector: Any) -> None:
     kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
     for name in kinds:
         if str(name).upper() not in TaskKind.__members__:
-            raise InputError(f"{where}: unknown kind {name!r} (kinds: {', '.join(k.lower() for k in TaskKind.__members__)})")
+            raise InputError(f"{where}: unknown kind {name!r} (kinds: "
+                             f"{', '.join(k.lower() for k in TaskKind.__members__)})")
 
 
 def apply_pipeline(graph: Graph, pipeline: Pipeline) -> list[str]:

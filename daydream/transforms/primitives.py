@@ -1,4 +1,5 @@
-"""The five primitives every optimization is written with: select, insert, remove, scale, reschedule.
+"""The five primitives every optimization is written with: select,
+insert, remove, scale, reschedule.
 
 Each is a plain function over a `Graph`. They change the graph in place and return
 it, so that steps chain; take `graph.copy()` first to keep the original.
@@ -22,7 +23,8 @@ from daydream.graph.order import topological_order
 from daydream.graph.timing import host_edge_mask
 from daydream.mapping import PHASES
 
-__all__ = ["GPU_WORK", "HOST_WORK", "KERNELS", "PRIMITIVES", "insert", "remove", "reschedule", "scale", "select", "unpin"]
+__all__ = ["GPU_WORK", "HOST_WORK", "KERNELS", "PRIMITIVES", "insert", "remove", "reschedule",
+           "scale", "select", "unpin"]
 
 
 def select(
@@ -63,9 +65,11 @@ def select(
             raise ValueError(f"unknown phase {unknown[0]!r} (choose from {', '.join(PHASES)})")
         keep &= np.isin(tasks["phase"][ids], [PHASES.index(p) for p in wanted])
     if iteration is not None:
-        keep &= np.isin(tasks["iteration"][ids], [iteration] if isinstance(iteration, int) else list(iteration))
+        keep &= np.isin(tasks["iteration"][ids], [iteration] if isinstance(iteration, int)
+                        else list(iteration))
     if resource is not None:
-        keep &= np.isin(tasks["resource"][ids], [resource] if isinstance(resource, int) else list(resource))
+        keep &= np.isin(tasks["resource"][ids], [resource] if isinstance(resource, int)
+                        else list(resource))
     if predicate is not None:
         keep &= np.asarray(predicate(graph, ids), dtype=bool)
     return ids[keep]
@@ -76,7 +80,8 @@ def _compile(pattern: str, what: str) -> Pattern:
 
 
 def scale(graph: Graph, selection: np.ndarray, factor: float | None = None,
-          function: Callable[[Graph, np.ndarray], np.ndarray] | None = None, gaps: bool = False) -> Graph:
+          function: Callable[[Graph, np.ndarray], np.ndarray] | None = None,
+          gaps: bool = False) -> Graph:
     """Multiply the durations (and, with `gaps`, the host gaps) of the selected tasks.
 
     Either a constant `factor` or `function(graph, ids) -> factors`. Unexplained delays are
@@ -85,17 +90,23 @@ def scale(graph: Graph, selection: np.ndarray, factor: float | None = None,
     if (factor is None) == (function is None):
         raise ValueError("scale needs exactly one of factor= or function=")
     selection = np.asarray(selection, dtype=np.int64)
-    factors = np.full(selection.size, factor, dtype=np.float64) if factor is not None else np.asarray(function(graph, selection))  # type: ignore[misc]  # not None: one of the two, checked above
+    # not None: one of the two, checked above
+    factors = np.full(selection.size, factor,
+                      dtype=np.float64) if factor is not None else np.asarray(
+                          function(graph, selection))  # type: ignore[misc]
     if not np.all(np.isfinite(factors)) or np.any(factors < 0) or np.any(np.signbit(factors)):
-        raise ValueError("scale factors must be finite numbers of 0 or more (not NaN, infinite, negative or -0.0)")
+        raise ValueError("scale factors must be finite numbers of 0 or more (not NaN, infinite, "
+                         "negative or -0.0)")
     tasks = graph.tasks
-    tasks["duration_ns"][selection] = np.rint(tasks["duration_ns"][selection] * factors).astype(np.int64)
+    tasks["duration_ns"][selection] = np.rint(tasks["duration_ns"][selection] * factors).astype(
+        np.int64)
     if gaps:
         tasks["gap_ns"][selection] = np.rint(tasks["gap_ns"][selection] * factors).astype(np.int64)
     return graph
 
 
-def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, DepKind, int, bool]] = ()) -> np.ndarray:
+def insert(graph: Graph, tasks: dict[str, Any],
+           edges: Iterable[tuple[Any, Any, DepKind, int, bool]] = ()) -> np.ndarray:
     """Add tasks (columns as for `Graph.add_tasks`) and edges; returns the new task ids.
 
     Edge endpoints may be existing task ids, or ("new", k) for the k-th inserted task.
@@ -108,25 +119,30 @@ def insert(graph: Graph, tasks: dict[str, Any], edges: Iterable[tuple[Any, Any, 
         return int(endpoint)
 
     for src, dst, kind, latency, from_start in edges:
-        graph.add_edges([resolve(src)], [resolve(dst)], kind, latency_ns=latency, from_start=from_start)
+        graph.add_edges([resolve(src)], [resolve(dst)], kind, latency_ns=latency,
+                        from_start=from_start)
     return ids
 
 
-#: Out-edges that follow GPU work on its stream: a task spliced in after it takes them over (on a host thread: the
-#: host edges, graph.timing.host_edge_mask).
+#: Out-edges that follow GPU work on its stream: a task spliced in after it takes them over (on a
+#: host thread: the host edges, graph.timing.host_edge_mask).
 _FOLLOWS_GPU = (int(DepKind.STREAM_ORDER), int(DepKind.SYNC))
 
 
-def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str | Sequence[str], after: bool) -> np.ndarray:
-    """New tasks of `durations_ns`, each on its anchor's resource right after it (`after`) or right before it, in its
-    program order: what followed the anchor on its thread or stream (host order and cross-thread signals on a
-    thread; stream order and the syncs that wait for it on a stream) follows the new task instead, or what the anchor
-    waited for in program order, the new task waits for. Each is a host op on a thread, a kernel on a stream, of its
-    anchor's iteration, layer and phase, named `name` (or each its own, given one name per anchor); returns their ids,
-    in the order of `anchors`.
+def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str | Sequence[str],
+           after: bool) -> np.ndarray:
+    """New tasks of `durations_ns`, each on its anchor's resource right
+    after it (`after`) or right before it, in its
+    program order: what followed the anchor on its thread or stream (host order and
+    cross-thread signals on a thread; stream order and the syncs that wait for it on
+    a stream) follows the new task instead, or what the anchor waited for in program
+    order, the new task waits for. Each is a host op on a thread, a kernel on a
+    stream, of its anchor's iteration, layer and phase, named `name` (or each its
+    own, given one name per anchor); returns their ids, in the order of `anchors`.
 
-    One pass over the edges for all anchors. Anchors given more than once get their tasks one after another as if
-    spliced one at a time in the order given: after an anchor the last given is nearest to it, before it the first.
+    One pass over the edges for all anchors. Anchors given more than once get their tasks one after
+    another as if spliced one at a time in the order given: after an anchor the last given is
+    nearest to it, before it the first.
     """
     anchors = np.asarray(anchors, dtype=np.int64).reshape(-1)
     durations = np.broadcast_to(np.asarray(durations_ns, dtype=np.int64), anchors.shape)
@@ -134,15 +150,17 @@ def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str | Sequence[s
         return np.zeros(0, dtype=np.int64)
     tasks = graph.tasks
     resource = tasks["resource"][anchors]
-    host_resources = np.array([r.kind == ResourceKind.HOST_THREAD for r in graph.resources], dtype=bool)
+    host_resources = np.array([r.kind == ResourceKind.HOST_THREAD for r in graph.resources],
+                              dtype=bool)
     on_host = host_resources[resource]
     at = tasks["measured_end_ns"][anchors] if after else tasks["measured_start_ns"][anchors]
     names = graph.string_id(name) if isinstance(name, str) else [graph.string_id(n) for n in name]
-    new = graph.add_tasks(kind=np.where(on_host, int(TaskKind.HOST_OP), int(TaskKind.KERNEL)), resource=resource,
-                          duration_ns=durations, name=names, iteration=tasks["iteration"][anchors],
-                          layer=tasks["layer"][anchors], phase=tasks["phase"][anchors],
-                          measured_start_ns=at, measured_end_ns=at)
-    # Each anchor's chain, as one-at-a-time splicing leaves it: after it, the last given first; before it, in order.
+    new = graph.add_tasks(kind=np.where(on_host, int(TaskKind.HOST_OP), int(TaskKind.KERNEL)),
+                          resource=resource, duration_ns=durations, name=names,
+                          iteration=tasks["iteration"][anchors], layer=tasks["layer"][anchors],
+                          phase=tasks["phase"][anchors], measured_start_ns=at, measured_end_ns=at)
+    # Each anchor's chain, as one-at-a-time splicing leaves it: after
+    # it, the last given first; before it, in order.
     order = np.lexsort((np.arange(anchors.size) * (-1 if after else 1), anchors))
     chained, links = anchors[order], new[order]
     first = np.r_[True, chained[1:] != chained[:-1]]
@@ -160,7 +178,8 @@ def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str | Sequence[s
         _add_program_order(graph, sources, links, on_host[order])
     else:
         start = links[first]  # the task that now waits for what the anchor waited for
-        wanted = np.where(host_resources[tasks["resource"][edges["dst"]]], int(DepKind.HOST_ORDER), int(DepKind.STREAM_ORDER))
+        wanted = np.where(host_resources[tasks["resource"][edges["dst"]]], int(DepKind.HOST_ORDER),
+                          int(DepKind.STREAM_ORDER))
         position = np.minimum(np.searchsorted(unique, edges["dst"]), unique.size - 1)
         moved = (edges["kind"] == wanted) & (unique[position] == edges["dst"])
         edges["dst"][moved] = start[position[moved]]
@@ -213,11 +232,12 @@ def remove(graph: Graph, selection: np.ndarray, keep_gaps: bool = False) -> Grap
 
 def _edges_at_removed(edges: dict[str, np.ndarray], touching: np.ndarray, removed: np.ndarray
                       ) -> tuple[dict[int, set[int]], dict[int, list[tuple[int, int, int]]]]:
-    """(per removed task, its kept predecessors over transferable edges; per removed task, its out-edges as
-    (successor, kind, latency))."""
+    """(per removed task, its kept predecessors over transferable edges; per removed task, its
+    out-edges as (successor, kind, latency))."""
     incoming: dict[int, set[int]] = {}
     outgoing: dict[int, list[tuple[int, int, int]]] = {}
-    for s, d, k, lat in zip(*(edges[c][touching].tolist() for c in ("src", "dst", "kind", "latency_ns"))):
+    for s, d, k, lat in zip(*(edges[c][touching].tolist()
+                              for c in ("src", "dst", "kind", "latency_ns"))):
         if removed[d] and not removed[s] and k in _TRANSFERABLE:
             incoming.setdefault(d, set()).add(s)
         if removed[s]:
@@ -226,9 +246,11 @@ def _edges_at_removed(edges: dict[str, np.ndarray], touching: np.ndarray, remove
 
 
 def _bridges(graph: Graph, removed: np.ndarray, incoming: dict[int, set[int]],
-             outgoing: dict[int, list[tuple[int, int, int]]], keep_gaps: bool) -> set[tuple[int, int, int, int]]:
-    """The edges (src, dst, kind, latency) from each removed task's predecessors to its successors, handed on
-    through chains of removed tasks in topological order; with `keep_gaps`, host gaps handed on too."""
+             outgoing: dict[int, list[tuple[int, int, int]]],
+             keep_gaps: bool) -> set[tuple[int, int, int, int]]:
+    """The edges (src, dst, kind, latency) from each removed task's
+    predecessors to its successors, handed on through chains of removed tasks
+    in topological order; with `keep_gaps`, host gaps handed on too."""
     gap = graph.tasks["gap_ns"]
     new_edges: set[tuple[int, int, int, int]] = set()
     order = topological_order(graph.task_count, graph.edges["src"], graph.edges["dst"])
@@ -246,10 +268,11 @@ def _bridges(graph: Graph, removed: np.ndarray, incoming: dict[int, set[int]],
 
 
 class _LatestPerResource:
-    """Prunes the predecessors a removed task hands on: of those on one program-ordered resource (a host thread or
-    a stream, not a queue whose order the simulator picks), only the last in program order can bind — it starts
-    after the others end — so the rest add nothing. Keeps a chain of removed tasks (a stream of collectives) from
-    handing on every predecessor of every earlier link: quadratic in the chain's length otherwise."""
+    """Prunes the predecessors a removed task hands on: of those on one program-ordered resource (a
+    host thread or a stream, not a queue whose order the simulator picks), only the last in program
+    order can bind — it starts after the others end — so the rest add nothing. Keeps a chain of
+    removed tasks (a stream of collectives) from handing on every predecessor of every earlier link:
+    quadratic in the chain's length otherwise."""
 
     def __init__(self, graph: Graph, order: np.ndarray) -> None:
         self.position = np.empty(order.size, dtype=np.int64)
@@ -292,7 +315,8 @@ def reschedule(graph: Graph, selection: np.ndarray, resource: int | None = None,
     selection = np.asarray(selection, dtype=np.int64)
     if resource is not None:
         if not 0 <= resource < len(graph.resources):
-            raise ValueError(f"resource {resource} does not exist (the graph has {len(graph.resources)})")
+            raise ValueError(f"resource {resource} does not exist (the graph has "
+                             f"{len(graph.resources)})")
         graph.tasks["resource"][selection] = resource
     if priority is not None:
         graph.tasks["priority"][selection] = priority
@@ -300,7 +324,8 @@ def reschedule(graph: Graph, selection: np.ndarray, resource: int | None = None,
 
 
 def unpin(graph: Graph, selection: np.ndarray) -> Graph:
-    """Let the selected tasks start as their dependencies allow (a what-if changes what they waited for)."""
+    """Let the selected tasks start as their dependencies allow (a
+    what-if changes what they waited for)."""
     selection = np.asarray(selection, dtype=np.int64)
     graph.tasks["unexplained"][selection] = False
     graph.tasks["delay_ns"][selection] = 0
@@ -327,23 +352,27 @@ def task_of_event(graph: Graph) -> dict[int, int]:
 
 
 class HostSpans:
-    """The host tasks of each thread read from the trace, by recorded start: to find the one whose span holds a nested
-    op, and the first one inside an op's span."""
+    """The host tasks of each thread read from the trace, by recorded start: to find the one whose
+    span holds a nested op, and the first one inside an op's span."""
 
     def __init__(self, graph: Graph) -> None:
         tasks = graph.tasks
         track_of_resource = np.array([r.track for r in graph.resources], dtype=np.int64)
-        # Only tasks read from the trace: spliced-in ones (casts, dispatch) have no recorded span to hold anything.
-        host = np.flatnonzero(np.isin(tasks["kind"], [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
+        # Only tasks read from the trace: spliced-in ones (casts,
+        # dispatch) have no recorded span to hold anything.
+        host = np.flatnonzero(np.isin(tasks["kind"],
+                                      [int(k) for k in HOST_WORK]) & (tasks["event"] >= 0))
         self.by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         tracks = track_of_resource[tasks["resource"][host]]
         for track in np.unique(tracks).tolist():
             mine = host[tracks == track]
             mine = mine[np.argsort(tasks["measured_start_ns"][mine], kind="stable")]
-            self.by_track[track] = (mine, tasks["measured_start_ns"][mine], tasks["measured_end_ns"][mine])
+            self.by_track[track] = (mine, tasks["measured_start_ns"][mine],
+                                    tasks["measured_end_ns"][mine])
 
     def first_within(self, spans: Spans) -> dict[int, int]:
-        """Per op (trace row -> its recorded span and thread), the first task that starts within that span on its
+        """Per op (trace row -> its recorded span and thread), the
+        first task that starts within that span on its
         thread: the op itself on a CPU graph, its first API call on a GPU one."""
         found: dict[int, int] = {}
         for row, (start, end, track) in spans.items():
@@ -355,7 +384,8 @@ class HostSpans:
         return found
 
     def within(self, span: tuple[int, int, int] | None) -> np.ndarray:
-        """The tasks that start within an op's recorded span (start, end, track) on its thread, in order."""
+        """The tasks that start within an op's recorded span (start,
+        end, track) on its thread, in order."""
         if span is None or span[2] not in self.by_track:
             return np.zeros(0, dtype=np.int64)
         tasks, starts, _ = self.by_track[span[2]]

@@ -1,9 +1,11 @@
-"""The registry of what-ifs: each `Optimization` (its parameters, its time model in code and in words) under its name.
+"""The registry of what-ifs: each `Optimization` (its parameters, its
+time model in code and in words) under its name.
 
-An optimization's `apply(graph, params, context)` changes the graph in place and returns notes for people (what it
-did, with numbers); `describe()` states its model: which tasks it touches, by what factor, where the factor comes
-from. The families of optimizations register themselves from their own modules (transforms/__init__.py imports
-them); memory models are listed by name on the memory side (daydream.memory.whatif.MEMORY_MODELS).
+An optimization's `apply(graph, params, context)` changes the graph in place and returns notes for
+people (what it did, with numbers); `describe()` states its model: which tasks it touches, by what
+factor, where the factor comes from. The families of optimizations register themselves from their
+own modules (transforms/__init__.py imports them); memory models are listed by name on the memory
+side (daydream.memory.whatif.MEMORY_MODELS).
 """
 
 from __future__ import annotations
@@ -26,20 +28,23 @@ class Context:
 
     device: Device | None = None
     device_name: str | None = None
-    #: Gradient bytes of each layer's own parameters (module path -> bytes), where the trace records them.
+    #: Gradient bytes of each layer's own parameters (module path ->
+    #: bytes), where the trace records them.
     gradient_bytes: dict[str, int] = field(default_factory=dict)
     #: How many trainable parameter tensors those are, where the recording counts them (0: unknown).
     gradient_tensors: int = 0
     world_size: int = 0  # ranks of the job the trace comes from (0: unknown)
-    #: Ranks of the job simulated together with this one (their recorded differences are in the job's time).
+    #: Ranks of the job simulated together with this one (their
+    #: recorded differences are in the job's time).
     simulated_ranks: int = 1
-    #: Bytes of the model's buffers (BatchNorm statistics) by dtype, in the model's order, where a daydream recording
-    #: lists them (empty: none or unknown; "": bytes of a recording that did not note their dtypes).
+    #: Bytes of the model's buffers (BatchNorm statistics) by dtype, in the
+    #: model's order, where a daydream recording lists them (empty: none or
+    #: unknown; "": bytes of a recording that did not note their dtypes).
     buffers: dict[str, int] = field(default_factory=dict)
     #: The host daydream trace recorded (cpus, intra_op_threads); empty for other traces.
     host: dict[str, int] = field(default_factory=dict)
-    #: Facts that take a pass over the trace, computed the first time an optimization asks for one (name -> how);
-    #: see the properties below.
+    #: Facts that take a pass over the trace, computed the first time an optimization asks for one
+    #: (name -> how); see the properties below.
     derive: dict[str, Callable[[], Any]] = field(default_factory=dict)
     _derived: dict[str, Any] = field(default_factory=dict)
 
@@ -58,45 +63,49 @@ class Context:
 
     @property
     def launch_blocks(self) -> np.ndarray | None:
-        """Per trace row, the thread blocks its kernel launched (grid x*y*z; -1 where not recorded)."""
+        """Per trace row, the thread blocks its kernel launched (grid
+        x*y*z; -1 where not recorded)."""
         return self._fact("launch_blocks")
 
     @property
     def gemm_shapes(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Per trace row, (FLOPs, elements read and written) of the matrix multiply whose op launched the kernel, from
-        the op's recorded input shapes (NaN where not known)."""
+        """Per trace row, (FLOPs, elements read and written) of the matrix multiply whose op
+        launched the kernel, from the op's recorded input shapes (NaN where not known)."""
         return self._fact("gemm_shapes")
 
     def elementwise_speed(self, on_gpu: bool) -> Any:
-        """The trace's streaming elementwise ops' speed (transforms/distributed/copies.CopySpeed), timed by their kernels
-        (`on_gpu`) or on the CPU; None without enough of them."""
+        """The trace's streaming elementwise ops' speed (transforms/distributed/copies.CopySpeed),
+        timed by their kernels (`on_gpu`) or on the CPU; None without enough of them."""
         return self._fact("elementwise_gpu" if on_gpu else "elementwise_cpu")
 
     @property
     def costs(self) -> CostModel | None:
-        """The cost stage's model of this trace (daydream/cost): what added or re-shaped work takes, host and device."""
+        """The cost stage's model of this trace (daydream/cost): what
+        added or re-shaped work takes, host and device."""
         return self._fact("costs")
 
     @property
     def compiler_view(self) -> Any:
-        """The forward's and backward's top-level CPU ops as torch.compile sees them (cost/compiled.CompilerView)."""
+        """The forward's and backward's top-level CPU ops as torch.compile sees them
+        (cost/compiled.CompilerView)."""
         return self._fact("compiler_view")
 
     @property
     def forward_ops(self) -> Any:
-        """Per iteration, the recorded forward's top-level ops with their inputs, and their spans (transforms/amp.py)."""
+        """Per iteration, the recorded forward's top-level ops with
+        their inputs, and their spans (transforms/amp.py)."""
         return self._fact("forward_ops")
 
     @property
     def backward_gemms(self) -> Any:
-        """The backward's matrix-multiply and convolution CPU ops: (row, name, inputs, duration ns, start ns, track,
-        arguments) each."""
+        """The backward's matrix-multiply and convolution CPU ops: (row, name, inputs, duration ns,
+        start ns, track, arguments) each."""
         return self._fact("backward_gemms")
 
     @property
     def backward_memory_ops(self) -> Any:
-        """The backward's elementwise and normalization CPU ops (aten::*_backward): (row, duration ns, start ns, track,
-        layer) each."""
+        """The backward's elementwise and normalization CPU ops (aten::*_backward): (row, duration
+        ns, start ns, track, layer) each."""
         return self._fact("backward_memory_ops")
 
     @property
@@ -107,29 +116,33 @@ class Context:
 
     @property
     def layer_work(self) -> Any:
-        """Per layer of the trace's attribution (the graph's `layers`), its forward's and backward's work and its
-        forward's start (mapping.attribution.LayerWork); None without a trace."""
+        """Per layer of the trace's attribution (the graph's `layers`), its forward's and backward's
+        work and its forward's start (mapping.attribution.LayerWork); None without a trace."""
         return self._fact("layer_work")
 
     @property
     def launching_op(self) -> np.ndarray | None:
-        """Per trace row, the CPU op whose launch made that GPU work (mapping/linking.py), -1 where none."""
+        """Per trace row, the CPU op whose launch made that GPU work
+        (mapping/linking.py), -1 where none."""
         return self._fact("launching_op")
 
     @property
     def update_loop(self) -> np.ndarray | None:
-        """Trace rows of a hand-written optimizer: the per-parameter in-place updates after backward (for a GPU trace,
-        the kernels they launched), outside any optimizer step; None or empty where there is none."""
+        """Trace rows of a hand-written optimizer: the per-parameter in-place
+        updates after backward (for a GPU trace, the kernels they launched),
+        outside any optimizer step; None or empty where there is none."""
         return self._fact("update_loop")
 
     @property
     def loader_ranges(self) -> Any:
-        """The trace's DataLoader `__next__` ranges (transforms/loading.LoaderRanges); None where not derived."""
+        """The trace's DataLoader `__next__` ranges
+        (transforms/loading.LoaderRanges); None where not derived."""
         return self._fact("loader_ranges")
 
     @property
     def gpu_contention(self) -> tuple[float, int] | None:
-        """(factor, kernels) of compute kernels slowed beside the trace's own collectives (None: no evidence)."""
+        """(factor, kernels) of compute kernels slowed beside the
+        trace's own collectives (None: no evidence)."""
         return self._fact("gpu_contention")
 
 
@@ -155,12 +168,14 @@ class Parameter:
 MAX_WORLD = 65536
 #: Bounds of a speed-up (or slow-down) factor: beyond them the prediction means nothing.
 FACTOR_RANGE = {"low": 1e-3, "high": 1e6}
-_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?:([kKmMgGtT])(B|b|bit)(?:ps|/s)?)?\s*$")
+_RATE = (re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?:([kKmMgGtT])(B|b|bit)(?:ps|"
+                    r"/s)?)?\s*$"))
 _RATE_SCALE = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 def bandwidth(text: str) -> float:
-    """A bandwidth in GB/s: '25' (GB/s), '25GB/s' or '25GBps' (bytes), '200Gbps', '200Gb/s' or '200Gbit/s' (bits)."""
+    """A bandwidth in GB/s: '25' (GB/s), '25GB/s' or '25GBps' (bytes),
+    '200Gbps', '200Gb/s' or '200Gbit/s' (bits)."""
     found = _RATE.match(str(text))
     if not found:
         raise ValueError(text)
@@ -172,8 +187,9 @@ def bandwidth(text: str) -> float:
 
 @dataclass(slots=True, frozen=True)
 class Optimization:
-    """One what-if: its parameters and its time model (`apply`, a graph rewrite, and `model`, in words). Its memory
-    model, where it has one, is in daydream.memory.whatif.MEMORY_MODELS under the same name."""
+    """One what-if: its parameters and its time model (`apply`, a graph
+    rewrite, and `model`, in words). Its memory model, where it has one,
+    is in daydream.memory.whatif.MEMORY_MODELS under the same name."""
 
     name: str
     summary: str

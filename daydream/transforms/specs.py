@@ -1,4 +1,5 @@
-"""Optimization specs as users write them (`name:key=value,...`): parsed against the registry, swept, applied.
+"""Optimization specs as users write them (`name:key=value,...`):
+parsed against the registry, swept, applied.
 
     spec = parse_spec("batch-size:factor=2")
     notes = apply_spec(graph, spec, Context(device=find_device("V100")))
@@ -22,7 +23,8 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
     name = ALIASES.get(name.strip(), name.strip())
     if name not in OPTIMIZATIONS:
         close = difflib.get_close_matches(name, [*OPTIMIZATIONS, *ALIASES], n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? (daydream whatif --list)" if close else "see daydream whatif --list"
+        hint = (f"did you mean {close[0]!r}? (daydream whatif --list)" if close
+                else "see daydream whatif --list")
         raise InputError(f"--opt {text}: unknown optimization {name!r} — {hint}")
     optimization = OPTIMIZATIONS[name]
     params = optimization.defaults()
@@ -34,7 +36,8 @@ def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
             known = ", ".join(optimization.parameters) or "none"
             close = difflib.get_close_matches(key, list(optimization.parameters), n=1, cutoff=0.6)
             hint = f" — did you mean {close[0]!r}?" if close else ""
-            raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: {known}){hint}")
+            raise InputError(f"--opt {text}: {name} has no parameter {key!r} (parameters: "
+                             f"{known}){hint}")
         params[key] = _convert(text, key, value, optimization.parameters[key])
     return name, params
 
@@ -55,7 +58,8 @@ def with_value(spec: str, key: str, value: str) -> str:
     name, _, rest = spec.partition(":")
     if key not in OPTIMIZATIONS[ALIASES.get(name.strip(), name.strip())].parameters:
         return spec
-    items = [item for item in rest.split(",") if item.strip() and item.partition("=")[0].strip() != key]
+    items = [item for item in rest.split(",") if item.strip()
+             and item.partition("=")[0].strip() != key]
     return f"{name}:{','.join([*items, f'{key}={value}'])}"
 
 
@@ -65,10 +69,12 @@ def _convert(spec: str, key: str, value: str, parameter: Parameter) -> Any:
         converted = kind(value)
     except (ValueError, OverflowError):
         example = " (e.g. 25GB/s or 200Gbps)" if kind is bandwidth else ""
-        raise InputError(f"--opt {spec}: {key}={value!r} is not a {getattr(kind, '__name__', 'value')}{example}") from None
+        raise InputError(f"--opt {spec}: {key}={value!r} is not a "
+                         f"{getattr(kind, '__name__', 'value')}{example}") from None
     if isinstance(converted, (int, float)):
         if not math.isfinite(converted):
-            raise InputError(f"--opt {spec}: {key}={value!r} is not a finite number — give a value such as {parameter.default!r}")
+            raise InputError(f"--opt {spec}: {key}={value!r} is not a finite number — give a value "
+                             f"such as {parameter.default!r}")
         low, high = parameter.low, parameter.high
         if (low is not None and converted < low) or (high is not None and converted > high):
             span = f"from {low:g} to {high:g}" if low is not None and high is not None else (
@@ -78,7 +84,8 @@ def _convert(spec: str, key: str, value: str, parameter: Parameter) -> Any:
 
 
 def samples_factor(specs: list[str]) -> float:
-    """How many times the samples per iteration the optimizations `specs` process (batch-size:factor=F multiplies)."""
+    """How many times the samples per iteration the optimizations `specs` process
+    (batch-size:factor=F multiplies)."""
     factor = 1.0
     for spec in specs:
         if is_pipeline_file(spec):
@@ -90,8 +97,9 @@ def samples_factor(specs: list[str]) -> float:
 
 
 def job_ranks(specs: list[str], traced: int) -> int:
-    """How many data-parallel ranks run the step under the optimizations `specs`: the last `world` one of them sets
-    (ddp:world=8, zero:world=64, ...), else `traced`, the ranks simulated from their traces."""
+    """How many data-parallel ranks run the step under the optimizations
+    `specs`: the last `world` one of them sets (ddp:world=8, zero:world=64,
+    ...), else `traced`, the ranks simulated from their traces."""
     ranks = traced
     for spec in specs:
         if is_pipeline_file(spec):

@@ -1,5 +1,5 @@
-"""A faster host, no host at all, a faster GPU or faster kernels of a class; and what-ifs whose time this version
-does not model (their memory it does)."""
+"""A faster host, no host at all, a faster GPU or faster kernels of a class; and what-ifs whose time
+this version does not model (their memory it does)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from daydream.graph.model import GPU_WORK, HOST_TASKS
 from daydream.mapping.classes import CLASSES
 from daydream.transforms.kernels import kernel_classes
 from daydream.transforms.primitives import scale, select
-from daydream.transforms.registry import FACTOR_RANGE, Apply, Context, Optimization, Parameter, register
+from daydream.transforms.registry import (
+    FACTOR_RANGE,
+    Apply,
+    Context,
+    Optimization,
+    Parameter,
+    register,
+)
 
 
 def _faster_host(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -25,8 +32,9 @@ def _faster_host(graph: Graph, params: dict[str, Any], context: Context) -> list
 
 def _no_host_overhead(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if select(graph, kind=GPU_WORK).size == 0:
-        raise InputError("no-host-overhead: the trace holds no GPU work, so all of its time is host work and an "
-                         "infinitely fast host would take no time at all — for a faster CPU, try faster-host:factor=2")
+        raise InputError("no-host-overhead: the trace holds no GPU work, so all of its time is "
+                         "host work and an infinitely fast host would take no time at all — for a "
+                         "faster CPU, try faster-host:factor=2")
     host = select(graph, kind=HOST_TASKS)
     scale(graph, host, factor=0.0, gaps=True)
     return [f"no-host-overhead: {host.size} host tasks and the CPU time between them set to zero"]
@@ -34,12 +42,14 @@ def _no_host_overhead(graph: Graph, params: dict[str, Any], context: Context) ->
 
 register(Optimization(
     "faster-host", "a faster host (CPU, Python, framework)",
-    "every host call and CPU op, and the CPU time between them, ÷factor; GPU work and waits unchanged",
+    "every host call and CPU op, and the CPU time between them, ÷factor; GPU work and waits "
+    "unchanged",
     _faster_host, {"factor": Parameter(float, 2.0, "host speed-up", **FACTOR_RANGE)},
 ))
 register(Optimization(
     "no-host-overhead", "an infinitely fast host: is the step launch-bound?",
-    "every host call and CPU op, and the CPU time between them, take no time; GPU work and waits unchanged",
+    "every host call and CPU op, and the CPU time between them, take no time; GPU work and waits "
+    "unchanged",
     _no_host_overhead,
 ))
 
@@ -62,16 +72,19 @@ def _faster_gpu(graph: Graph, params: dict[str, Any], context: Context) -> list[
 
 register(Optimization(
     "faster-gpu", "a faster (factor > 1) or slower (factor < 1) GPU, or faster matching kernels",
-    "GPU kernels, copies and memsets (or only those whose name matches `kernels`) ÷factor; host unchanged",
+    "GPU kernels, copies and memsets (or only those whose name matches `kernels`) ÷factor; host "
+    "unchanged",
     _faster_gpu,
     {"factor": Parameter(float, 2.0, "GPU speed-up", **FACTOR_RANGE),
-     "kernels": Parameter(str, "", "a kernel class (gemm, convolution, attention, ...) or a regular expression over kernel names")},
+     "kernels": Parameter(str, "", "a kernel class (gemm, convolution, attention, ...) or a "
+                                   "regular expression over kernel names")},
 ))
 
 
 def _memory_only(name: str) -> Apply:
     def apply(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-        return [f"{name}: time unchanged — this version models its memory only (daydream whatif --memory)"]
+        return ([f"{name}: time unchanged — this version models its memory only (daydream whatif "
+                 "--memory)"])
 
     return apply
 

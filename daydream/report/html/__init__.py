@@ -43,15 +43,18 @@ TOP_LAYERS = 12
 __all__ = ["build_report", "choose_iteration", "json_for_script", "render_page", "write_report"]
 
 
-def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[str], list[Prediction]]], rank_index: int = 0,
-                 iteration: int | None = None, memory: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+def build_report(source: str, replays: list[Replay],
+                 whatifs: list[tuple[list[str], list[Prediction]]], rank_index: int = 0,
+                 iteration: int | None = None,
+                 memory: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The report document of one job.
 
     `replays` has one replay per rank; `whatifs` one (specs, predictions per rank) per
     row of the what-if table, the last row being the one whose predicted timeline is
-    drawn; with no rows the simulated replay is drawn instead. `rank_index` picks the
-    rank drawn and broken down; `iteration` the iteration (default: the whole one of median time); `memory`, per
-    row, the drawn rank's predicted peak per device (`daydream.api.predict_memory_for`; none where not given).
+    drawn; with no rows the simulated replay is drawn instead. `rank_index`
+    picks the rank drawn and broken down; `iteration` the iteration (default:
+    the whole one of median time); `memory`, per row, the drawn rank's predicted
+    peak per device (`daydream.api.predict_memory_for`; none where not given).
     """
     replay = replays[rank_index]
     trace = replay.trace
@@ -61,15 +64,18 @@ def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[st
     specs = whatifs[-1][0] if whatifs else []
     memory = memory or [[] for _ in whatifs]
     rows = [_whatif_row(source, row_specs, predictions, rank_index, row_memory)
-            for (row_specs, predictions), row_memory in zip(whatifs, memory)] or [_replay_row(replays)]
+            for (row_specs, predictions), row_memory in zip(whatifs,
+                                                            memory)] or [_replay_row(replays)]
     if whatifs:
         prediction = whatifs[-1][1][rank_index]
         assert prediction.graph is not None and prediction.timeline is not None
         window = predicted_window(prediction.graph, prediction.timeline, index)
-        predicted = simulated_run(f"predicted: {' + '.join(specs)}", prediction.graph, prediction.timeline, window)
+        predicted = simulated_run(f"predicted: {' + '.join(specs)}", prediction.graph,
+                                  prediction.timeline, window)
     else:
         it = replay.iterations[index]
-        predicted = simulated_run("simulated (no --opt)", replay.graph, replay.timeline, (it.simulated_start_ns, it.simulated_end_ns))
+        predicted = simulated_run("simulated (no --opt)", replay.graph, replay.timeline,
+                                  (it.simulated_start_ns, it.simulated_end_ns))
     return {
         "schema_version": SCHEMA_VERSION,
         "daydream_version": __version__,
@@ -79,7 +85,8 @@ def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[st
         "ranks": [r.trace.meta.rank for r in replays],
         "gpu": trace.gpu_names,
         "optimizations": specs,
-        "iteration": {"index": index, "name": replay.iterations[index].name, "names": [it.name for it in replay.iterations],
+        "iteration": {"index": index, "name": replay.iterations[index].name,
+                      "names": [it.name for it in replay.iterations],
                       "source": find_iterations(trace)[0].source},
         "whatif": rows,
         "replay": summarize_replays(source, replays),
@@ -90,7 +97,8 @@ def build_report(source: str, replays: list[Replay], whatifs: list[tuple[list[st
 
 
 def choose_iteration(replay: Replay, wanted: str | None) -> int | None:
-    """The index of the iteration named or numbered (0 for the first) by `wanted`; None for the default."""
+    """The index of the iteration named or numbered (0 for the first)
+    by `wanted`; None for the default."""
     if wanted is None:
         return None
     names = [it.name for it in replay.iterations]
@@ -99,8 +107,8 @@ def choose_iteration(replay: Replay, wanted: str | None) -> int | None:
     if wanted.lstrip("-").isdigit() and 0 <= int(wanted) < len(names):
         return int(wanted)
     shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
-    raise InputError(f"--iteration {wanted}: the trace has {len(names)} iterations ({shown}) — give a position from 0 to "
-                     f"{len(names) - 1} or a name")
+    raise InputError(f"--iteration {wanted}: the trace has {len(names)} iterations ({shown}) — "
+                     f"give a position from 0 to {len(names) - 1} or a name")
 
 
 def write_report(path: str | os.PathLike[str], document: dict[str, Any]) -> int:
@@ -114,20 +122,24 @@ def _whatif_row(source: str, specs: list[str], predictions: list[Prediction], ra
                 memory: list[dict[str, Any]]) -> dict[str, Any]:
     summary = summarize_predictions(source, specs, predictions)
     return {"label": " + ".join(specs), "notes": summary["ranks"][rank_index]["notes"], **summary,
-            "memory": [{key: entry.get(key) for key in ("device", "measured_peak_bytes", "predicted_peak_bytes",
-                                                        "capacity_bytes", "fits")} for entry in memory]}
+            "memory": [{key: entry.get(key)
+                        for key in ("device", "measured_peak_bytes", "predicted_peak_bytes",
+                                                        "capacity_bytes", "fits")}
+                       for entry in memory]}
 
 
 def _replay_row(replays: list[Replay]) -> dict[str, Any]:
     """The table row without optimizations: the simulated replay is the prediction."""
     def mean(replay: Replay, key: str) -> int:
-        return int(np.mean([getattr(it, key) for it in replay.iterations])) if replay.iterations else 0
+        return (int(np.mean([getattr(it, key) for it in replay.iterations])) if replay.iterations
+                else 0)
 
     simulated = max(mean(r, "simulated_ns") for r in replays)
     return {
         "label": "none (simulated replay)",
         "optimizations": [],
-        "iteration_ns": {"measured": max(mean(r, "measured_ns") for r in replays), "simulated": simulated, "predicted": simulated},
+        "iteration_ns": {"measured": max(mean(r, "measured_ns") for r in replays),
+                         "simulated": simulated, "predicted": simulated},
         "speedup": 1.0,
         "notes": [],
         "ranks": [],
@@ -137,12 +149,14 @@ def _replay_row(replays: list[Replay]) -> dict[str, Any]:
 def _inspect(trace: Any) -> dict[str, Any]:
     """Phases, top layers and top kernels, as `daydream inspect` finds them."""
     summary = summarize_trace(trace)
-    layers = sorted(summary["layers"], key=lambda layer: -(layer["forward_ns"] + layer["backward_ns"]))
+    layers = sorted(summary["layers"],
+                    key=lambda layer: -(layer["forward_ns"] + layer["backward_ns"]))
     return {
         "phases": summary["phases"],
         "attribution": summary["attribution"],
         "layer_total_ns": sum(layer["forward_ns"] + layer["backward_ns"] for layer in layers),
-        "layers": [layer for layer in layers if layer["forward_ns"] or layer["backward_ns"]][:TOP_LAYERS],
+        "layers": [layer for layer in layers if layer["forward_ns"]
+                   or layer["backward_ns"]][:TOP_LAYERS],
         "top_kernels": summary["top_kernels"],
     }
 

@@ -4,8 +4,8 @@ Sizes are bounded so that a page stays a few MB for any trace: on a track, boxes
 narrower than 1/TIMELINE_COLUMNS of the drawn span that lie next to each other are
 merged into one (named after its longest task, with the count), and a track whose
 boxes still exceed its share of MAX_BOXES_PER_VIEW (at most MAX_BOXES_PER_TRACK) is
-merged at a coarser resolution until it fits. A memory timeline keeps at most MEMORY_POINTS points per device (the highest
-of each time bucket, so the peak is always kept). All times are integer ns.
+merged at a coarser resolution until it fits. A memory timeline keeps at most MEMORY_POINTS points
+per device (the highest of each time bucket, so the peak is always kept). All times are integer ns.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ BOX_FIELDS = ("start_ns", "duration_ns", "name", "phase", "kind", "count")
 
 @dataclass(slots=True, frozen=True)
 class TimelineRun:
-    """One drawn timeline: a graph, when each task ran (ns) and the iteration's window on that clock."""
+    """One drawn timeline: a graph, when each task ran (ns) and the
+    iteration's window on that clock."""
 
     title: str
     graph: Graph
@@ -60,20 +61,24 @@ def typical_iteration(trace: Trace, iterations: list[Iteration]) -> int:
              and not np.any((orphans >= iteration.start_ns) & (orphans < iteration.end_ns))]
     if not whole:
         return 0
-    times = np.array([iterations[i].end_ns - iterations[i].start_ns for i in whole], dtype=np.float64)
+    times = np.array([iterations[i].end_ns - iterations[i].start_ns for i in whole],
+                     dtype=np.float64)
     return whole[int(np.argmin(np.abs(times - np.median(times))))]
 
 
 def measured_run(replay: Replay, index: int) -> TimelineRun:
-    """The recorded timeline of iteration `index`, from the untouched graph's recorded task times."""
+    """The recorded timeline of iteration `index`, from the untouched
+    graph's recorded task times."""
     tasks = replay.graph.tasks
     it = replay.iterations[index]
-    return TimelineRun("measured", replay.graph, tasks["measured_start_ns"], tasks["measured_end_ns"],
-                       (it.measured_start_ns, it.measured_end_ns))
+    return TimelineRun("measured", replay.graph, tasks["measured_start_ns"],
+                       tasks["measured_end_ns"], (it.measured_start_ns, it.measured_end_ns))
 
 
-def simulated_run(title: str, graph: Graph, timeline: Timeline, window_ns: tuple[int, int]) -> TimelineRun:
-    """A simulated timeline; a blocking call is drawn until it returns (its completion), as it was recorded."""
+def simulated_run(title: str, graph: Graph, timeline: Timeline,
+                  window_ns: tuple[int, int]) -> TimelineRun:
+    """A simulated timeline; a blocking call is drawn until it returns
+    (its completion), as it was recorded."""
     end = timeline.end_ns.copy()
     completions = completions_of_calls(graph)
     if completions:
@@ -84,7 +89,8 @@ def simulated_run(title: str, graph: Graph, timeline: Timeline, window_ns: tuple
 
 
 def predicted_window(graph: Graph, timeline: Timeline, index: int) -> tuple[int, int]:
-    """Iteration `index`'s simulated (start, end) ns, its window (simulate.windows); the whole run without markers."""
+    """Iteration `index`'s simulated (start, end) ns, its window
+    (simulate.windows); the whole run without markers."""
     if index < len(graph.iteration_markers):
         window = iteration_windows(graph, timeline)[index]
         return window.start_ns, window.end_ns
@@ -92,7 +98,8 @@ def predicted_window(graph: Graph, timeline: Timeline, index: int) -> tuple[int,
 
 
 def timeline_data(runs: list[TimelineRun]) -> dict[str, Any]:
-    """Tracks (the same in every run) and, per run, the boxes on each track, offset from the run's window start.
+    """Tracks (the same in every run) and, per run, the boxes on each
+    track, offset from the run's window start.
 
     A track is a host thread or GPU stream with a task in the window of any run. Boxes
     are flat lists of BOX_FIELDS per track; `name` indexes `names`, `phase` indexes
@@ -104,11 +111,13 @@ def timeline_data(runs: list[TimelineRun]) -> dict[str, Any]:
     tracks = _tracks(runs, chosen)
     cap = min(MAX_BOXES_PER_TRACK, MAX_BOXES_PER_VIEW // max(len(tracks), 1))
     names: dict[str, int] = {}  # filled by the views
-    views = [_view(run, tasks, tracks, resolution_ns, cap, names) for run, tasks in zip(runs, chosen)]
+    views = [_view(run, tasks, tracks, resolution_ns, cap, names)
+             for run, tasks in zip(runs, chosen)]
     return {
         "axis_ns": axis_ns,
         "fields": list(BOX_FIELDS),
-        "tracks": [{"label": track.label, "kind": "gpu" if track.kind is ResourceKind.GPU_STREAM else "host"} for track in tracks],
+        "tracks": [{"label": track.label, "kind": "gpu" if track.kind is ResourceKind.GPU_STREAM
+                    else "host"} for track in tracks],
         "views": views,
         "names": list(names),
         "phases": [*PHASES, "none"],
@@ -117,7 +126,8 @@ def timeline_data(runs: list[TimelineRun]) -> dict[str, Any]:
 
 
 def _in_window(run: TimelineRun) -> np.ndarray:
-    """Drawn tasks of `run` that overlap its window (a zero-length task counts when it starts inside)."""
+    """Drawn tasks of `run` that overlap its window (a zero-length task
+    counts when it starts inside)."""
     first, last = run.window_ns
     drawn = np.isin(run.graph.tasks["kind"], [int(kind) for kind in DRAWN_KINDS])
     overlaps = (run.start_ns < last) & ((run.end_ns > first) | (run.start_ns >= first))
@@ -125,9 +135,10 @@ def _in_window(run: TimelineRun) -> np.ndarray:
 
 
 def _tracks(runs: list[TimelineRun], chosen: list[np.ndarray]) -> list[Resource]:
-    """Resources with work in any run (matched by value: each run has its own graph), host threads first,
-    then GPU streams by device and stream."""
-    used = {run.graph.resources[int(index)] for run, tasks in zip(runs, chosen) for index in np.unique(run.graph.tasks["resource"][tasks])}
+    """Resources with work in any run (matched by value: each run has its own graph), host threads
+    first, then GPU streams by device and stream."""
+    used = {run.graph.resources[int(index)] for run, tasks in zip(runs, chosen)
+            for index in np.unique(run.graph.tasks["resource"][tasks])}
     return sorted(used, key=lambda r: (int(r.kind), r.device, r.stream, r.track, r.label))
 
 
@@ -136,7 +147,8 @@ def _view(run: TimelineRun, tasks: np.ndarray, tracks: list[Resource], resolutio
     """One run's boxes, track by track, with what was merged."""
     position = {resource: index for index, resource in enumerate(run.graph.resources)}
     resource = run.graph.tasks["resource"][tasks]
-    boxes = [_track_boxes(run, tasks[resource == position[track]], resolution_ns, cap, names) if track in position else ([], resolution_ns)
+    boxes = [_track_boxes(run, tasks[resource == position[track]], resolution_ns, cap, names)
+             if track in position else ([], resolution_ns)
              for track in tracks]
     return {
         "title": run.title,
@@ -149,8 +161,10 @@ def _view(run: TimelineRun, tasks: np.ndarray, tracks: list[Resource], resolutio
     }
 
 
-def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, cap: int, names: dict[str, int]) -> tuple[list[int], int]:
-    """One track's boxes as a flat list of BOX_FIELDS, merged until there are at most `cap`; and the resolution used."""
+def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, cap: int,
+                 names: dict[str, int]) -> tuple[list[int], int]:
+    """One track's boxes as a flat list of BOX_FIELDS, merged until
+    there are at most `cap`; and the resolution used."""
     order = np.lexsort((tasks, run.start_ns[tasks]))
     tasks = tasks[order]
     start = run.start_ns[tasks] - run.window_ns[0]
@@ -170,7 +184,8 @@ def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, cap: i
     columns = np.stack([
         start[first],
         group_end - start[first],
-        np.array([_intern(names, graph.task_name(int(task))) for task in tasks[longest]], dtype=np.int64),
+        np.array([_intern(names, graph.task_name(int(task))) for task in tasks[longest]],
+                 dtype=np.int64),
         np.where(phase >= 0, phase, len(PHASES)),
         graph.tasks["kind"][tasks[longest]].astype(np.int64),
         count,
@@ -179,7 +194,8 @@ def _track_boxes(run: TimelineRun, tasks: np.ndarray, resolution_ns: int, cap: i
 
 
 def merge_groups(start_ns: np.ndarray, end_ns: np.ndarray, resolution_ns: int) -> np.ndarray:
-    """Group id of each box (sorted by start): runs of neighbouring boxes narrower than `resolution_ns` share one.
+    """Group id of each box (sorted by start): runs of neighbouring boxes narrower than
+    `resolution_ns` share one.
 
     A group spans at most `resolution_ns` and its boxes are less than `resolution_ns` apart,
     so merging never hides anything wider than one column of the drawn span.
@@ -191,7 +207,8 @@ def merge_groups(start_ns: np.ndarray, end_ns: np.ndarray, resolution_ns: int) -
     group_start = group_end = 0
     group_small = False
     for i, (begin, finish) in enumerate(zip(starts, ends)):
-        joins = group_small and small[i] and begin - group_end < resolution_ns and finish - group_start <= resolution_ns
+        joins = (group_small and small[i] and begin - group_end < resolution_ns
+                 and finish - group_start <= resolution_ns)
         if not joins:
             current += 1
             group_start, group_end, group_small = begin, finish, small[i]
@@ -214,13 +231,16 @@ def _intern(names: dict[str, int], name: str) -> int:
 
 
 def memory_data(memory: list[DeviceMemory], origin_ns: int) -> list[dict[str, Any]]:
-    """Per device with memory events: allocated bytes per category over time (ns since `origin_ns`), and the peak."""
+    """Per device with memory events: allocated bytes per category over
+    time (ns since `origin_ns`), and the peak."""
     devices = []
     for device in memory:
         if not device.times_ns.size:
             continue
-        categories = [name for name in CATEGORIES if name in device.by_category and device.by_category[name].any()]
-        stacked = np.zeros((len(categories), device.times_ns.size), dtype=np.int64)  # no category held memory: no rows
+        categories = [name for name in CATEGORIES if name in device.by_category
+                      and device.by_category[name].any()]
+        # no category held memory: no rows
+        stacked = np.zeros((len(categories), device.times_ns.size), dtype=np.int64)
         for row, name in enumerate(categories):
             stacked[row] = device.by_category[name]
         kept = downsample_peaks(device.times_ns, stacked.sum(axis=0), MEMORY_POINTS)
@@ -237,7 +257,8 @@ def memory_data(memory: list[DeviceMemory], origin_ns: int) -> list[dict[str, An
 
 
 def downsample_peaks(times_ns: np.ndarray, total: np.ndarray, points: int) -> np.ndarray:
-    """Indices of at most `points` samples: per equal time bucket, the highest `total` (first of equals), in time order.
+    """Indices of at most `points` samples: per equal time bucket, the
+    highest `total` (first of equals), in time order.
 
     The first and last samples are always kept, and the highest sample overall is the
     highest of its bucket, so the peak survives.

@@ -1,4 +1,5 @@
-"""What the collector and its backends share: the options of a capture, its error, the metadata block it writes."""
+"""What the collector and its backends share: the options of a capture,
+its error, the metadata block it writes."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ Status = Callable[[str], None]
 class CaptureError(DaydreamError):
     """The script ran but the wanted iterations could not be recorded.
 
-    `script_error` is the script's own traceback when it failed, for the user to read above the one-line error.
+    `script_error` is the script's own traceback when it failed, for
+    the user to read above the one-line error.
     """
 
     def __init__(self, message: str, script_error: str = "", exit_code: int = 1) -> None:
@@ -40,7 +42,8 @@ class CaptureOptions:
     step_fn: str | None = None
     memory: bool = True
     module: bool = False  # `script` names a module, run as `python -m module` would
-    batch_size: int | None = None  # samples per iteration, when the model's first input does not say
+    # samples per iteration, when the model's first input does not say
+    batch_size: int | None = None
 
     @property
     def path(self) -> str:
@@ -49,14 +52,17 @@ class CaptureOptions:
 
     @property
     def search_path(self) -> str:
-        """Where the script's own imports are found first: its folder (the current folder under -m)."""
+        """Where the script's own imports are found first: its folder
+        (the current folder under -m)."""
         return os.getcwd() if self.module else os.path.dirname(os.path.abspath(self.script))
 
 
-def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any], batch_size: int | None = None,
+def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any],
+                      batch_size: int | None = None,
                       memory_before: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
-    """The `daydream` block of a recorded trace. `memory_before`: per device, what the models and optimizers held at the
-    start of the first recorded iteration (hooks.memory_snapshot); None when nothing ran before it (--warmup 0)."""
+    """The `daydream` block of a recorded trace. `memory_before`: per device, what the models and
+    optimizers held at the start of the first recorded iteration (hooks.memory_snapshot); None when
+    nothing ran before it (--warmup 0)."""
     return {
         "collector": "daydream trace",
         "version": __version__,
@@ -75,8 +81,8 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
 
 
 def host_facts() -> dict[str, int]:
-    """The CPUs this process may run on and torch's intra-op threads: how much room the host leaves for
-    communication threads (the contention model of the distributed what-ifs)."""
+    """The CPUs this process may run on and torch's intra-op threads: how much room the host leaves
+    for communication threads (the contention model of the distributed what-ifs)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

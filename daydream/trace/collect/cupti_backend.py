@@ -93,7 +93,8 @@ from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_sc
 if TYPE_CHECKING:
     from daydream.trace.collect.common import CaptureOptions, Status
 
-INSTALL_HINT = "cupti-python is not installed (pip install cupti-python: 13.x for CUDA 13, 12.8.0 for CUDA 12)"
+INSTALL_HINT = ("cupti-python is not installed (pip install cupti-python: 13.x for CUDA 13, 12.8.0 "
+                "for CUDA 12)")
 NO_DRIVER = "no CUDA driver found"
 NO_DEVICE = "torch sees no CUDA device"
 BUFFER_BYTES = 8 * 1024 * 1024
@@ -131,21 +132,25 @@ THREAD_ID_TYPE_SYSTEM = 1  # cupti.ActivityThreadIdType.SYSTEM
 SYNC_INVALID = 0xFFFF_FFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE
 NO_VALUE = -1
 
-MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+                8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
                 6: "Device Static", 7: "Managed Static"}
 SYNC_TYPES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 _WAITS_ON_EVENT = (1, 2)
-# cudaGetDevice, cudaSetDevice, cudaGetLastError, cudaEventCreate, cudaEventCreateWithFlags, cudaEventDestroy
+# cudaGetDevice, cudaSetDevice, cudaGetLastError, cudaEventCreate,
+# cudaEventCreateWithFlags, cudaEventDestroy
 BLOCKLISTED_RUNTIME_CBIDS = frozenset({17, 16, 10, 133, 134, 136})
 
 _API_FIELDS = ("cbid", "correlation_id", "start", "end", "process_id", "thread_id")
 _GPU_FIELDS = ("start", "end", "device_id", "context_id", "stream_id", "correlation_id")
-_KERNEL_FIELDS = ("name", *_GPU_FIELDS, "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                  "registers_per_thread", "static_shared_memory", "dynamic_shared_memory")
+_KERNEL_FIELDS = ("name", *_GPU_FIELDS, "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                  "block_z", "registers_per_thread", "static_shared_memory",
+                  "dynamic_shared_memory")
 _MEMCPY_FIELDS = (*_GPU_FIELDS, "copy_kind", "src_kind", "dst_kind", "bytes")
 _MEMSET_FIELDS = (*_GPU_FIELDS, "memory_kind", "bytes")
-_SYNC_FIELDS = ("type", "start", "end", "context_id", "stream_id", "cuda_event_id", "correlation_id")
+_SYNC_FIELDS = ("type", "start", "end", "context_id", "stream_id", "cuda_event_id",
+                "correlation_id")
 _EXTERNAL_FIELDS = ("external_kind", "external_id", "correlation_id")
 _EVENT_FIELDS = ("correlation_id", "context_id", "stream_id", "event_id")
 
@@ -192,7 +197,8 @@ class CaptureMeta:
     """What `convert` needs besides the records: the process, the GPUs, how to name things."""
 
     process_id: int
-    device_properties: list[dict[str, Any]] = field(default_factory=list)  # Kineto `deviceProperties`
+    # Kineto `deviceProperties`
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
     distributed: dict[str, Any] | None = None  # Kineto `distributedInfo`
     api_name: Callable[[int, int], str] = cbid_label  # (ActivityKind, cbid) -> "cudaLaunchKernel"
     kernel_name: Callable[[str], str] = str  # mangled -> readable
@@ -237,13 +243,16 @@ def _driver_works(cupti: Any) -> bool:
 
 
 def _profiler_enabled(torch: Any) -> Callable[[], bool]:
-    """Whether torch's own profiler records now (the C binding torch.autograd does not re-export)."""
+    """Whether torch's own profiler records now (the C binding
+    torch.autograd does not re-export)."""
     enabled = torch.autograd._profiler_enabled
     return lambda: bool(enabled())
 
 
-def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
-    """(trace document or None, iterations recorded, how the script ended); the contract of torch_backend.record."""
+def record(options: CaptureOptions,
+           status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
+    """(trace document or None, iterations recorded, how the script
+    ended); the contract of torch_backend.record."""
     import torch
     from cupti import cupti
 
@@ -256,24 +265,29 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
         recorder.on_step()
         before.after_step(recorder.steps)
 
-    installed = hook_module.install(on_step, options.step_fn, recorder.open_range, search_path=options.search_path)
+    installed = hook_module.install(on_step, options.step_fn, recorder.open_range,
+                                    search_path=options.search_path)
     if options.step_fn and ":" not in options.step_fn:
         hook_module.watch_script_function(options.step_fn, options.path, installed)
     try:
         recorder.begin()
-        outcome = run_script(options.script, options.args, module=options.module) if recorder.failure is None else ScriptOutcome()
+        outcome = (run_script(options.script, options.args, module=options.module)
+                   if recorder.failure is None else ScriptOutcome())
     finally:
         installed.remove()
         recorder.stop()
     outcome.steps = recorder.steps
     if recorder.failure is not None:
-        raise CaptureError(f"{options.script}: CUPTI could not record ({recorder.failure}) — use --backend torch")
+        raise CaptureError(f"{options.script}: CUPTI could not record ({recorder.failure}) — use "
+                           "--backend torch")
     if not recorder.complete:
         return None, recorder.recorded, outcome
-    meta = CaptureMeta(os.getpid(), _device_properties(torch), recorder.distributed, api_namer(cupti), demangle)
+    meta = CaptureMeta(os.getpid(), _device_properties(torch), recorder.distributed,
+                       api_namer(cupti), demangle)
     document = convert(recorder.records, recorder.spans, meta)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
-    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size, before.recorded()),
+    document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size,
+                                                before.recorded()),
                             **document["daydream"]}
     return document, recorder.recorded, outcome
 
@@ -286,9 +300,11 @@ class Recorder:
     """
 
     def __init__(self, cupti: Any, options: CaptureOptions, status: Status | None = None,
-                 synchronize: Callable[[], None] | None = None, profiler_running: Callable[[], bool] | None = None) -> None:
+                 synchronize: Callable[[], None] | None = None,
+                 profiler_running: Callable[[], bool] | None = None) -> None:
         self.cupti = cupti
-        self.warmup, self.iterations, self.finish = options.warmup, options.iterations, options.finish
+        self.warmup, self.iterations, self.finish = (options.warmup, options.iterations,
+                                                     options.finish)
         self.status = status
         self.synchronize = synchronize
         self.profiler_running = profiler_running
@@ -315,7 +331,8 @@ class Recorder:
     def begin(self) -> None:
         """Before the script runs: report, and start at once when there is no warmup."""
         if self.status:
-            self.status("warming up" if self.warmup else f"recording iteration 1 of {self.iterations}")
+            self.status("warming up" if self.warmup
+                        else f"recording iteration 1 of {self.iterations}")
         if self.warmup == 0:
             self._start_or_fail()
 
@@ -339,7 +356,8 @@ class Recorder:
         return _Range(self, name)
 
     def stop(self) -> None:
-        """Wait for the GPU, disable every kind, and collect what is left. Idempotent, never raises."""
+        """Wait for the GPU, disable every kind, and collect what is
+        left. Idempotent, never raises."""
         if not self.enabled:
             self.recording = False
             return
@@ -363,10 +381,12 @@ class Recorder:
 
     def _start(self) -> None:
         if self.profiler_running is not None and self.profiler_running():
-            raise RuntimeError("torch.profiler is already running in the script; only one CUPTI client can record")
+            raise RuntimeError("torch.profiler is already running in the script; only one CUPTI "
+                               "client can record")
         try:
             self.cupti.set_thread_id_type(THREAD_ID_TYPE_SYSTEM)
-        except Exception:  # noqa: BLE001 - CUPTI's default thread id is pthread_self(), Python's get_ident()
+        # CUPTI's default thread id is pthread_self(), Python's get_ident()
+        except Exception:  # noqa: BLE001
             self.thread_id = threading.get_ident
         self.cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         for kind in RECORDED_KINDS:
@@ -385,7 +405,8 @@ class Recorder:
         if self._step_span is None:
             return
         step, start_ns, span_id = self._step_span
-        self.spans.append(HostSpan(f"ProfilerStep#{step}", start_ns, self.cupti.get_timestamp(), self.thread_id(), span_id))
+        self.spans.append(HostSpan(f"ProfilerStep#{step}", start_ns, self.cupti.get_timestamp(),
+                                   self.thread_id(), span_id))
         self._step_span = None
 
     def _report(self) -> None:
@@ -403,20 +424,23 @@ class Recorder:
         for activity in activities:
             try:
                 self.records.append(snapshot(activity))
-            except Exception:  # noqa: BLE001 - an unreadable record is counted by convert, never fatal
+            # an unreadable record is counted by convert, never fatal
+            except Exception:  # noqa: BLE001
                 self.records.append(SimpleNamespace(kind=NO_VALUE))
 
     @staticmethod
     def _attempt(action: Callable[..., Any], *args: Any) -> bool:
         try:
             action(*args)
-        except Exception:  # noqa: BLE001 - cleanup goes on; the record is as good as what was delivered
+        # cleanup goes on; the record is as good as what was delivered
+        except Exception:  # noqa: BLE001
             return False
         return True
 
 
 class _Range:
-    """A layer or phase range: host times in CUPTI ns and an external correlation id while it is open."""
+    """A layer or phase range: host times in CUPTI ns and an external
+    correlation id while it is open."""
 
     __slots__ = ("recorder", "name", "span_id", "start_ns", "thread_id")
 
@@ -431,18 +455,21 @@ class _Range:
             self.span_id = next(recorder._ids)
             self.thread_id = recorder.thread_id()
             self.start_ns = recorder.cupti.get_timestamp()
-            recorder.cupti.activity_push_external_correlation_id(EXTERNAL_KIND_CUSTOM0, self.span_id)
+            recorder.cupti.activity_push_external_correlation_id(
+                EXTERNAL_KIND_CUSTOM0, self.span_id)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.span_id:
             cupti = self.recorder.cupti
             cupti.activity_pop_external_correlation_id(EXTERNAL_KIND_CUSTOM0)
-            self.recorder.spans.append(HostSpan(self.name, self.start_ns, cupti.get_timestamp(), self.thread_id, self.span_id))
+            self.recorder.spans.append(HostSpan(self.name, self.start_ns, cupti.get_timestamp(),
+                                                self.thread_id, self.span_id))
 
 
 def snapshot(activity: Any) -> SimpleNamespace:
-    """A plain copy of the attributes `convert` reads (the record's own memory is CUPTI's buffer)."""
+    """A plain copy of the attributes `convert` reads (the record's own
+    memory is CUPTI's buffer)."""
     kind = int(activity.kind)
     fields = RECORD_FIELDS.get(kind)
     if fields is None:
@@ -465,7 +492,8 @@ def _distributed_info() -> dict[str, Any] | None:
 
         if not (dist.is_available() and dist.is_initialized()):
             return None
-        return {"backend": str(dist.get_backend()), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+        return {"backend": str(dist.get_backend()), "rank": dist.get_rank(),
+                "world_size": dist.get_world_size()}
     except Exception:  # noqa: BLE001 - the trace is still useful without it
         return None
 
@@ -483,12 +511,14 @@ _DEVICE_PROPERTY_ATTRS = (
 
 
 def _device_properties(torch: Any) -> list[dict[str, Any]]:
-    """Kineto's `deviceProperties` entries, from torch (which names the same devices CUPTI numbers)."""
+    """Kineto's `deviceProperties` entries, from torch (which names the
+    same devices CUPTI numbers)."""
     devices = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        entry: dict[str, Any] = {"id": index, "name": props.name, "totalGlobalMem": props.total_memory,
-                                 "computeMajor": props.major, "computeMinor": props.minor}
+        entry: dict[str, Any] = {"id": index, "name": props.name,
+                                 "totalGlobalMem": props.total_memory, "computeMajor": props.major,
+                                 "computeMinor": props.minor}
         for key, attr in _DEVICE_PROPERTY_ATTRS:
             value = getattr(props, attr, None)
             if isinstance(value, int):
@@ -498,7 +528,8 @@ def _device_properties(torch: Any) -> list[dict[str, Any]]:
 
 
 def _enum(cupti: Any, name: str) -> Any:
-    """One of cupti-python's enums by its 13.x name: 13.0 spells it in snake case (`runtime_api_trace_cbid`), 13.2+ both."""
+    """One of cupti-python's enums by its 13.x name: 13.0 spells it in snake case
+    (`runtime_api_trace_cbid`), 13.2+ both."""
     snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
     for spelling in (name, snake):
         if hasattr(cupti, spelling):
@@ -508,7 +539,8 @@ def _enum(cupti: Any, name: str) -> Any:
 
 def api_namer(cupti: Any) -> Callable[[int, int], str]:
     """(kind, cbid) -> API name, from cupti-python's callback-id enums (no driver needed)."""
-    runtime = {int(member): _RUNTIME_VERSION.sub("", member.name) for member in _enum(cupti, "RuntimeApiTraceCbid")}
+    runtime = {int(member): _RUNTIME_VERSION.sub("", member.name)
+               for member in _enum(cupti, "RuntimeApiTraceCbid")}
     driver = {int(member): member.name for member in _enum(cupti, "DriverApiTraceCbid")}
 
     def name(kind: int, cbid: int) -> str:
@@ -525,7 +557,8 @@ def _cxxabi() -> tuple[Any, Any] | None:
         library = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
         demangler = library.__cxa_demangle
         demangler.restype = ctypes.c_void_p
-        demangler.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        demangler.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.POINTER(ctypes.c_int)]
         free = ctypes.CDLL(None).free
         free.argtypes = [ctypes.c_void_p]
         return demangler, free
@@ -608,12 +641,14 @@ def convert(records: Iterable[Any], spans: Iterable[HostSpan], meta: CaptureMeta
             tally[event.cat] += 1
     base_ns = min((event.start_ns for event in pending), default=0)
     pending.sort(key=lambda e: (e.start_ns, e.start_ns - e.end_ns, e.cat, e.name, e.pid, e.tid))
-    document: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": list(meta.device_properties)}
+    document: dict[str, Any] = {"schemaVersion": 1,
+                                "deviceProperties": list(meta.device_properties)}
     if meta.distributed is not None:
         document["distributedInfo"] = dict(meta.distributed)
     document["traceEvents"] = [_finish(event, base_ns) for event in pending]
     document["baseTimeNanoseconds"] = base_ns
-    document["daydream"] = {"cupti": {"events": dict(sorted(tally.items())), "skipped": dict(sorted(skipped.items()))}}
+    document["daydream"] = {"cupti": {"events": dict(sorted(tally.items())),
+                                      "skipped": dict(sorted(skipped.items()))}}
     return document
 
 
@@ -621,7 +656,8 @@ def _collect_correlations(records: list[Any], skipped: Counter[str]) -> _Correla
     found = _Correlations()
     for record in records:
         kind = getattr(record, "kind", NO_VALUE)
-        if kind in (ActivityKind.EXTERNAL_CORRELATION, ActivityKind.CUDA_EVENT) and not _has_fields(record, kind):
+        if (kind in (ActivityKind.EXTERNAL_CORRELATION, ActivityKind.CUDA_EVENT)
+            and not _has_fields(record, kind)):
             skipped[f"malformed {ActivityKind(kind).name.lower()} record"] += 1
         elif kind == ActivityKind.EXTERNAL_CORRELATION:
             if record.external_kind == EXTERNAL_KIND_CUSTOM0:
@@ -641,7 +677,8 @@ def _add_event_record(found: _Correlations, record: Any) -> None:
     sync_id = getattr(record, "cuda_event_sync_id", None)
     if sync_id:
         found.event_by_sync_id[sync_id] = record
-    found.events_by_id.setdefault((record.context_id, record.event_id), []).append((record.correlation_id, record))
+    found.events_by_id.setdefault((record.context_id, record.event_id),
+                                  []).append((record.correlation_id, record))
     device = getattr(record, "device_id", None)
     if device is not None:
         found.context_device.setdefault(record.context_id, device)
@@ -651,7 +688,8 @@ def _has_fields(record: Any, kind: int) -> bool:
     return all(hasattr(record, name) for name in RECORD_FIELDS[kind])
 
 
-def _convert_record(record: Any, correlations: _Correlations, meta: CaptureMeta, skipped: Counter[str]) -> _Event | None:
+def _convert_record(record: Any, correlations: _Correlations, meta: CaptureMeta,
+                    skipped: Counter[str]) -> _Event | None:
     kind = getattr(record, "kind", NO_VALUE)
     converter = _CONVERTERS.get(kind)
     if converter is None:
@@ -674,14 +712,16 @@ def _convert_record(record: Any, correlations: _Correlations, meta: CaptureMeta,
         return None
 
 
-def _with_external(args: dict[str, Any], correlation: int, correlations: _Correlations) -> dict[str, Any]:
+def _with_external(args: dict[str, Any], correlation: int,
+                   correlations: _Correlations) -> dict[str, Any]:
     external = correlations.external.get(correlation)
     if external is not None:
         args["External id"] = external
     return args
 
 
-def _api_event(record: Any, correlations: _Correlations, meta: CaptureMeta, skipped: Counter[str]) -> _Event | None:
+def _api_event(record: Any, correlations: _Correlations, meta: CaptureMeta,
+               skipped: Counter[str]) -> _Event | None:
     kind = int(record.kind)
     if kind == ActivityKind.RUNTIME and record.cbid in BLOCKLISTED_RUNTIME_CBIDS:
         skipped["runtime call Kineto leaves out"] += 1
@@ -689,17 +729,19 @@ def _api_event(record: Any, correlations: _Correlations, meta: CaptureMeta, skip
     args = _with_external({}, record.correlation_id, correlations)
     args.update({"cbid": record.cbid, "correlation": record.correlation_id})
     category = "cuda_runtime" if kind == ActivityKind.RUNTIME else "cuda_driver"
-    return _Event(category, meta.api_name(kind, record.cbid), record.process_id, record.thread_id, record.start, record.end, args)
+    return _Event(category, meta.api_name(kind, record.cbid), record.process_id, record.thread_id,
+                  record.start, record.end, args)
 
 
 def _gpu_args(record: Any, correlations: _Correlations) -> dict[str, Any]:
     args = _with_external({}, record.correlation_id, correlations)
-    args.update({"device": record.device_id, "context": record.context_id, "stream": record.stream_id,
-                 "correlation": record.correlation_id})
+    args.update({"device": record.device_id, "context": record.context_id,
+                 "stream": record.stream_id, "correlation": record.correlation_id})
     return args
 
 
-def _kernel_event(record: Any, correlations: _Correlations, meta: CaptureMeta, skipped: Counter[str]) -> _Event:
+def _kernel_event(record: Any, correlations: _Correlations, meta: CaptureMeta,
+                  skipped: Counter[str]) -> _Event:
     args = _gpu_args(record, correlations)
     args.update({
         "registers per thread": record.registers_per_thread,
@@ -707,11 +749,14 @@ def _kernel_event(record: Any, correlations: _Correlations, meta: CaptureMeta, s
         "grid": [record.grid_x, record.grid_y, record.grid_z],
         "block": [record.block_x, record.block_y, record.block_z],
     })
-    name = record.name.decode("utf-8", "replace") if isinstance(record.name, bytes) else str(record.name)
-    return _Event("kernel", meta.kernel_name(name), record.device_id, record.stream_id, record.start, record.end, args)
+    name = (record.name.decode("utf-8", "replace") if isinstance(record.name, bytes)
+            else str(record.name))
+    return _Event("kernel", meta.kernel_name(name), record.device_id, record.stream_id,
+                  record.start, record.end, args)
 
 
-def _memcpy_event(record: Any, correlations: _Correlations, meta: CaptureMeta, skipped: Counter[str]) -> _Event:
+def _memcpy_event(record: Any, correlations: _Correlations, meta: CaptureMeta,
+                  skipped: Counter[str]) -> _Event:
     copy = MEMCPY_KINDS.get(record.copy_kind, "<unknown>")
     source = MEMORY_KINDS.get(record.src_kind, "<unknown>")
     destination = MEMORY_KINDS.get(record.dst_kind, "<unknown>")
@@ -719,15 +764,18 @@ def _memcpy_event(record: Any, correlations: _Correlations, meta: CaptureMeta, s
     args["bytes"] = record.bytes
     _add_bandwidth(args, record)
     name = f"Memcpy {copy} ({source} -> {destination})"
-    return _Event("gpu_memcpy", name, record.device_id, record.stream_id, record.start, record.end, args)
+    return _Event("gpu_memcpy", name, record.device_id, record.stream_id, record.start, record.end,
+                  args)
 
 
-def _memset_event(record: Any, correlations: _Correlations, meta: CaptureMeta, skipped: Counter[str]) -> _Event:
+def _memset_event(record: Any, correlations: _Correlations, meta: CaptureMeta,
+                  skipped: Counter[str]) -> _Event:
     args = _gpu_args(record, correlations)
     args["bytes"] = record.bytes
     _add_bandwidth(args, record)
     name = f"Memset ({MEMORY_KINDS.get(record.memory_kind, '<unknown>')})"
-    return _Event("gpu_memset", name, record.device_id, record.stream_id, record.start, record.end, args)
+    return _Event("gpu_memset", name, record.device_id, record.stream_id, record.start, record.end,
+                  args)
 
 
 def _add_bandwidth(args: dict[str, Any], record: Any) -> None:
@@ -736,7 +784,8 @@ def _add_bandwidth(args: dict[str, Any], record: Any) -> None:
         args["memory bandwidth (GB/s)"] = record.bytes / duration_ns  # bytes per ns = GB/s
 
 
-def _sync_event(record: Any, correlations: _Correlations, meta: CaptureMeta, skipped: Counter[str]) -> _Event:
+def _sync_event(record: Any, correlations: _Correlations, meta: CaptureMeta,
+                skipped: Counter[str]) -> _Event:
     label = SYNC_TYPES.get(record.type, "Unknown Sync")
     stream = _valid(record.stream_id)
     device = correlations.context_device.get(record.context_id, NO_VALUE)
@@ -744,7 +793,8 @@ def _sync_event(record: Any, correlations: _Correlations, meta: CaptureMeta, ski
     args["cuda_sync_kind"] = label
     if record.type in _WAITS_ON_EVENT:
         args.update(_wait_args(record, correlations))
-    args.update({"stream": stream, "correlation": record.correlation_id, "device": device, "context": record.context_id})
+    args.update({"stream": stream, "correlation": record.correlation_id, "device": device,
+                 "context": record.context_id})
     return _Event("cuda_sync", label, device, stream, record.start, record.end, args)
 
 
@@ -773,12 +823,13 @@ _CONVERTERS: dict[int, _Converter] = {
     ActivityKind.MEMSET: _memset_event,
     ActivityKind.SYNCHRONIZATION: _sync_event,
 }
-_GPU_KINDS = (ActivityKind.KERNEL, ActivityKind.CONCURRENT_KERNEL, ActivityKind.MEMCPY, ActivityKind.MEMCPY2, ActivityKind.MEMSET)
+_GPU_KINDS = (ActivityKind.KERNEL, ActivityKind.CONCURRENT_KERNEL, ActivityKind.MEMCPY,
+              ActivityKind.MEMCPY2, ActivityKind.MEMSET)
 
 
 def _span_event(span: HostSpan, process_id: int) -> _Event:
-    return _Event("user_annotation", span.name, process_id, span.thread_id, span.start_ns, span.end_ns,
-                  {"External id": span.external_id})
+    return _Event("user_annotation", span.name, process_id, span.thread_id, span.start_ns,
+                  span.end_ns, {"External id": span.external_id})
 
 
 def _finish(event: _Event, base_ns: int) -> dict[str, Any]:

@@ -34,8 +34,10 @@ class LayerInfo:
     type: str
     leaf: bool
     gradient_bytes: int = 0  # the module's own trainable parameters (not its children's), bytes
-    gradient_tensors: int = 0  # how many tensors they are (DDP's used-parameter map has one entry per tensor)
-    buffer_bytes: int = 0  # the module's own buffers (BatchNorm's running statistics): what DDP broadcasts each step
+    # how many tensors they are (DDP's used-parameter map has one entry per tensor)
+    gradient_tensors: int = 0
+    # the module's own buffers (BatchNorm's running statistics): what DDP broadcasts each step
+    buffer_bytes: int = 0
     #: The same bytes by dtype ("float32", "int64", ...): DDP coalesces its broadcasts per dtype.
     buffer_dtypes: dict[str, int] = field(default_factory=dict)
 
@@ -57,34 +59,39 @@ class Hooks:
     _open: list[Any] = field(default_factory=list)
     _depth: int = 0
     _in_backward: int = 0  # > 0 while torch.autograd.backward runs (recomputation is backward work)
-    #: what the script has done so far: top-level forward passes, backward passes and optimizer steps
-    seen: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0, "optimizer": 0})
-    #: the models' weight and gradient versions (in-place writes) when the last backward pass ended; None before one
+    #: what the script has done so far: top-level forward passes,
+    #: backward passes and optimizer steps
+    seen: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0,
+                                                          "optimizer": 0})
+    #: the models' weight and gradient versions (in-place writes) when
+    #: the last backward pass ended; None before one
     _versions_after_backward: tuple[int, int, int] | None = None
-    #: said once on stderr when iterations end at hand-written weight updates (see `_updated_by_hand`)
+    #: said once on stderr when iterations end at hand-written weight
+    #: updates (see `_updated_by_hand`)
     said_by_hand: bool = False
     _primary_optimizer: int | None = None
     _roots: dict[str, int] = field(default_factory=dict)
     #: the leading dimension of the first tensor a top-level module's forward received, once seen
     leading_size: int | None = None
-    #: (length, batch) of the first 3-D input a sequence-first module (batch_first=False: nn.LSTM, nn.GRU, nn.RNN,
-    #: nn.MultiheadAttention, nn.Transformer*) received, once seen
+    #: (length, batch) of the first 3-D input a sequence-first module (batch_first=False: nn.LSTM,
+    #: nn.GRU, nn.RNN, nn.MultiheadAttention, nn.Transformer*) received, once seen
     sequence_first: tuple[int, int] | None = None
     _models: Any = None  # weak set of the modules called at the top level (the models)
     _optimizers: Any = None  # weak set of the optimizers that stepped
 
     @property
     def batch_size(self) -> int | None:
-        """The samples per iteration: the leading dimension of the model's input, unless that is the length of a
-        sequence a sequence-first module received, whose batch is then its dim 1."""
+        """The samples per iteration: the leading dimension of the model's input, unless that is the
+        length of a sequence a sequence-first module received, whose batch is then its dim 1."""
         if self.sequence_first is not None and self.sequence_first[0] == self.leading_size:
             return self.sequence_first[1]
         return self.leading_size
 
     def memory_snapshot(self) -> MemorySnapshot:
-        """Per device ("cuda:0", "cpu"), the tensors the models, optimizers and script hold now: weights (parameters
-        and buffers), gradients, optimizer state and other tensors, each storage once; on a GPU also the allocator's
-        allocated and reserved bytes. Taken when the first traced iteration begins; see MemorySnapshot."""
+        """Per device ("cuda:0", "cpu"), the tensors the models, optimizers and script hold now:
+        weights (parameters and buffers), gradients, optimizer state and other tensors, each storage
+        once; on a GPU also the allocator's allocated and reserved bytes. Taken when the first
+        traced iteration begins; see MemorySnapshot."""
         return MemorySnapshot.take(list(self._models or ()), list(self._optimizers or ()))
 
     def remove(self) -> None:
@@ -105,7 +112,8 @@ class RangeScope(Protocol):
 
 
 def install(on_step: Callable[[], None], step_fn: str | None = None,
-            open_range: Callable[[str], RangeScope] | None = None, search_path: str | None = None) -> Hooks:
+            open_range: Callable[[str], RangeScope] | None = None,
+            search_path: str | None = None) -> Hooks:
     """Install the global hooks; `on_step` is called at every iteration boundary.
 
     `search_path` is where the script's own modules are (its folder): a `--step-fn module:function`
@@ -140,8 +148,9 @@ def install(on_step: Callable[[], None], step_fn: str | None = None,
 
 
 def _layer_name(hooks: Hooks, module: Any) -> str:
-    """The layer path of `module` (its model's class, numbered from the second model of a class, then the path);
-    the first time a model is seen, every module in it is named and its LayerInfo recorded."""
+    """The layer path of `module` (its model's class, numbered from the
+    second model of a class, then the path); the first time a model is
+    seen, every module in it is named and its LayerInfo recorded."""
     known = hooks._names.get(module)
     if known is not None:
         return known
@@ -156,8 +165,10 @@ def _layer_name(hooks: Hooks, module: Any) -> str:
         hooks._names[child] = full
         gradient_bytes, gradient_tensors = _own_gradients(child)
         buffers = _own_buffer_bytes(child)
-        hooks.layers[full] = LayerInfo(full, type(child).__name__, leaf=not any(True for _ in child.children()),
-                                       gradient_bytes=gradient_bytes, gradient_tensors=gradient_tensors,
+        hooks.layers[full] = LayerInfo(full, type(child).__name__,
+                                       leaf=not any(True for _ in child.children()),
+                                       gradient_bytes=gradient_bytes,
+                                       gradient_tensors=gradient_tensors,
                                        buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
     return hooks._names[module]
 
@@ -167,12 +178,14 @@ def _hook_modules(hooks: Hooks, record_function: Callable[[str], RangeScope], st
     """Every module's forward marked as its layer, the outermost one also as the forward phase."""
     from torch.nn.modules import module as module_hooks
 
-    # torch.compile warns that global module hooks fire once more for its wrapper: these are daydream's, not the
-    # script's, and the wrapper's extra call is a layer like any other.
-    warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
+    # torch.compile warns that global module hooks fire once more for its wrapper: these are
+    # daydream's, not the script's, and the wrapper's extra call is a layer like any other.
+    warnings.filterwarnings("ignore",
+                            message=r"Using `torch\.compile\(module\)` when there are global hooks")
 
     def before_forward(module: Any, args: Any) -> None:
-        if compiling():  # inside torch.compile's tracing: a marker there would break the compile (and never run)
+        if compiling():
+            # inside torch.compile's tracing: a marker there would break the compile (and never run)
             return
         scopes = _forward_phase(hooks, module, args, record_function, step_fn)
         if hooks.sequence_first is None and getattr(module, "batch_first", True) is False:
@@ -191,13 +204,16 @@ def _hook_modules(hooks: Hooks, record_function: Callable[[str], RangeScope], st
             scope.__exit__(None, None, None)
 
     hooks._handles.append(module_hooks.register_module_forward_pre_hook(before_forward))
-    hooks._handles.append(module_hooks.register_module_forward_hook(after_forward, always_call=True))
+    hooks._handles.append(
+        module_hooks.register_module_forward_hook(after_forward, always_call=True))
 
 
-def _forward_phase(hooks: Hooks, module: Any, args: Any, record_function: Callable[[str], RangeScope],
+def _forward_phase(hooks: Hooks, module: Any, args: Any,
+                   record_function: Callable[[str], RangeScope],
                    step_fn: str | None) -> list[RangeScope]:
-    """The forward phase's scope when `module` is an outermost forward (none otherwise); a hand-written update before
-    it ends the iteration, and the first one's inputs give the batch's leading size."""
+    """The forward phase's scope when `module` is an outermost forward
+    (none otherwise); a hand-written update before it ends the iteration,
+    and the first one's inputs give the batch's leading size."""
     if hooks._depth or hooks._in_backward:
         return []
     if step_fn is None and _updated_by_hand(hooks):
@@ -209,8 +225,10 @@ def _forward_phase(hooks: Hooks, module: Any, args: Any, record_function: Callab
     return [record_function(PHASE_PREFIX + "forward")]
 
 
-def _hook_optimizers(hooks: Hooks, record_function: Callable[[str], RangeScope], step_fn: str | None) -> None:
-    """Every optimizer step marked as the optimizer phase; the first optimizer's step ends an iteration."""
+def _hook_optimizers(hooks: Hooks, record_function: Callable[[str], RangeScope],
+                     step_fn: str | None) -> None:
+    """Every optimizer step marked as the optimizer phase; the first
+    optimizer's step ends an iteration."""
     from torch.optim import optimizer as optimizer_hooks
 
     optimizer_scope: list[Any] = []
@@ -234,7 +252,8 @@ def _hook_optimizers(hooks: Hooks, record_function: Callable[[str], RangeScope],
     hooks._handles.append(optimizer_hooks.register_optimizer_step_post_hook(after_step))
 
 
-def _hook_backward(hooks: Hooks, record_function: Callable[[str], RangeScope], step_fn: str | None) -> None:
+def _hook_backward(hooks: Hooks, record_function: Callable[[str], RangeScope],
+                   step_fn: str | None) -> None:
     """torch.autograd.backward wrapped to mark the backward phase (restored by Hooks.remove)."""
     import torch
 
@@ -242,7 +261,8 @@ def _hook_backward(hooks: Hooks, record_function: Callable[[str], RangeScope], s
 
     def backward(*args: Any, **kwargs: Any) -> Any:
         hooks._in_backward += 1
-        if hooks._in_backward == 1:  # a backward inside a backward (double backward, recomputation) is the same pass
+        if hooks._in_backward == 1:
+            # a backward inside a backward (double backward, recomputation) is the same pass
             hooks.seen["backward"] += 1
         try:
             with record_function(PHASE_PREFIX + "backward"):
@@ -257,8 +277,9 @@ def _hook_backward(hooks: Hooks, record_function: Callable[[str], RangeScope], s
 
 
 def _parameter_versions(hooks: Hooks) -> tuple[int, int, int]:
-    """What in-place writes to the models' weights and gradients change: the weights' versions, the gradients'
-    versions and how many gradients are None (`p -= lr * p.grad` moves the first; `p.data.add_(...)`, which bypasses
+    """What in-place writes to the models' weights and gradients change: the
+    weights' versions, the gradients' versions and how many gradients are None
+    (`p -= lr * p.grad` moves the first; `p.data.add_(...)`, which bypasses
     the version counter, comes with a zero_grad() that moves the others)."""
     weights = gradients = missing = 0
     for model in list(hooks._models or ()):
@@ -272,10 +293,10 @@ def _parameter_versions(hooks: Hooks) -> tuple[int, int, int]:
 
 
 def _updated_by_hand(hooks: Hooks) -> bool:
-    """Whether a training step without optimizer.step() just ended: no optimizer has stepped, a backward pass ended
-    and the models' weights or gradients were written since (`p -= lr * p.grad` under no_grad, `p.data.add_(...)`
-    and zero_grad()), now that the next forward begins. Gradient accumulation writes neither between its backward
-    passes."""
+    """Whether a training step without optimizer.step() just ended: no optimizer has stepped, a
+    backward pass ended and the models' weights or gradients were written since (`p -= lr * p.grad`
+    under no_grad, `p.data.add_(...)` and zero_grad()), now that the next forward begins. Gradient
+    accumulation writes neither between its backward passes."""
     if hooks.seen["optimizer"] or hooks._versions_after_backward is None:
         return False
     updated = _parameter_versions(hooks) != hooks._versions_after_backward
@@ -284,8 +305,9 @@ def _updated_by_hand(hooks: Hooks) -> bool:
         import sys
 
         hooks.said_by_hand = True
-        sys.stderr.write("daydream: the script updates its weights by hand (no optimizer.step()): each iteration ends "
-                         "where the next forward pass begins after an update (--step-fn FUNCTION to choose otherwise)\n")
+        sys.stderr.write("daydream: the script updates its weights by hand (no optimizer.step()): "
+                         "each iteration ends where the next forward pass begins after an update "
+                         "(--step-fn FUNCTION to choose otherwise)\n")
         sys.stderr.flush()
     return updated
 
@@ -300,7 +322,9 @@ def watch_script_function(name: str, script: str, hooks: Hooks) -> None:
     import sys
 
     script_path = os.path.realpath(script)
-    depth = [0]  # calls of the function under way: a recursive one ends an iteration at its outermost return only
+    # calls of the function under way: a recursive one ends an
+    # iteration at its outermost return only
+    depth = [0]
 
     def profiler(frame: Any, event: str, arg: Any) -> None:
         if event not in ("call", "return") or frame.f_code.co_name != name:
@@ -325,14 +349,16 @@ def _wrap_step_fn(spec: str, hooks: Hooks, search_path: str | None = None) -> No
 
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
-        raise InputError(f"--step-fn {spec!r}: expected module:function (or a function of the script), e.g. train:train_step")
+        raise InputError(f"--step-fn {spec!r}: expected module:function (or a function of the "
+                         "script), e.g. train:train_step")
     added = search_path is not None and search_path not in sys.path
     if added:
         sys.path.insert(0, str(search_path))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError(f"--step-fn {spec!r}: cannot import {module_name!r} ({exc}) — is it on the script's path?") from None
+        raise InputError(f"--step-fn {spec!r}: cannot import {module_name!r} ({exc}) — is it on "
+                         "the script's path?") from None
     finally:
         if added:
             sys.path.remove(str(search_path))
@@ -343,8 +369,8 @@ def _wrap_step_fn(spec: str, hooks: Hooks, search_path: str | None = None) -> No
     depth = [0]
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        # A recursive step function (the word language model's repackage_hidden) calls itself through this name:
-        # only the outermost return ends an iteration.
+        # A recursive step function (the word language model's repackage_hidden) calls itself
+        # through this name: only the outermost return ends an iteration.
         depth[0] += 1
         try:
             result = original(*args, **kwargs)
@@ -359,7 +385,8 @@ def _wrap_step_fn(spec: str, hooks: Hooks, search_path: str | None = None) -> No
 
 
 def _leading_dimension(args: Any) -> int | None:
-    """The size of the first dimension of the first tensor among a forward's arguments, if any has one."""
+    """The size of the first dimension of the first tensor among a
+    forward's arguments, if any has one."""
     for value in args if isinstance(args, (tuple, list)) else (args,):
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) >= 1:
@@ -372,10 +399,12 @@ NO_STEP_NOTICE_S = 10.0
 
 
 class _NoStepNotice:
-    """Once, if no iteration has ended `NO_STEP_NOTICE_S` after the hooks went in: a line on stderr saying what ends
-    one, so that a script that never calls optimizer.step() (weights updated by hand) is not a silent wait."""
+    """Once, if no iteration has ended `NO_STEP_NOTICE_S` after the hooks went in: a line on stderr
+    saying what ends one, so that a script that never calls optimizer.step() (weights updated by
+    hand) is not a silent wait."""
 
-    def __init__(self, step_fn: str | None, after_s: float | None = None, seen: dict[str, int] | None = None) -> None:
+    def __init__(self, step_fn: str | None, after_s: float | None = None,
+                 seen: dict[str, int] | None = None) -> None:
         import threading
 
         self.step_fn = step_fn
@@ -387,15 +416,19 @@ class _NoStepNotice:
     def message(self) -> str:
         waited = f"{self.timer.interval:.0f} s"
         counts = ", ".join(f"{self.seen.get(what, 0):,} {label}" for what, label in
-                           (("forward", "forward passes"), ("backward", "backward passes"), ("optimizer", "optimizer steps")))
+                           (("forward", "forward passes"), ("backward", "backward passes"),
+                            ("optimizer", "optimizer steps")))
         seen = f" (seen so far: {counts})" if self.seen else ""
         if self.step_fn:
-            return f"daydream: no iteration has ended in {waited}{seen}: --step-fn {self.step_fn} has not returned yet"
-        hint = ("the script runs backward passes without optimizer.step(): if it updates its weights by hand, name the "
-                "function that runs one step with --step-fn FUNCTION" if self.seen.get("backward") else
-                "if the script updates its weights by hand, name its step function with --step-fn FUNCTION")
-        return (f"daydream: no iteration has ended in {waited}{seen}: iterations end at optimizer.step(), and none has "
-                f"run — {hint}")
+            return (f"daydream: no iteration has ended in {waited}{seen}: --step-fn {self.step_fn} "
+                    "has not returned yet")
+        hint = ("the script runs backward passes without optimizer.step(): if it updates its "
+                "weights by hand, name the function that runs one step with --step-fn FUNCTION"
+                if self.seen.get("backward") else
+                "if the script updates its weights by hand, name its step function with --step-fn "
+                "FUNCTION")
+        return (f"daydream: no iteration has ended in {waited}{seen}: iterations end at "
+                f"optimizer.step(), and none has run — {hint}")
 
     def say(self) -> None:
         import sys
@@ -408,16 +441,16 @@ class _NoStepNotice:
 
 
 def _is_compiling(torch: Any) -> Callable[[], bool]:
-    """Whether torch.compile (dynamo) is tracing the code that runs now: `torch.compiler.is_compiling` where this torch
-    has it, else never."""
+    """Whether torch.compile (dynamo) is tracing the code that runs now:
+    `torch.compiler.is_compiling` where this torch has it, else never."""
     compiler = getattr(torch, "compiler", None)
     found = getattr(compiler, "is_compiling", None)
     return found if callable(found) else (lambda: False)
 
 
 def _sequence_and_batch(args: Any) -> tuple[int, int] | None:
-    """(length, batch) of the first 3-D tensor among a sequence-first module's arguments ((L, N, features)); None
-    where there is none (an unbatched 2-D input)."""
+    """(length, batch) of the first 3-D tensor among a sequence-first module's arguments ((L, N,
+    features)); None where there is none (an unbatched 2-D input)."""
     for value in args if isinstance(args, (tuple, list)) else (args,):
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) == 3:
@@ -426,14 +459,16 @@ def _sequence_and_batch(args: Any) -> tuple[int, int] | None:
 
 
 def _own_gradients(module: Any) -> tuple[int, int]:
-    """Bytes of the gradients a module's own parameters get (what data parallelism all-reduces), and how many tensors."""
+    """Bytes of the gradients a module's own parameters get (what data
+    parallelism all-reduces), and how many tensors."""
     trainable = [p for p in module.parameters(recurse=False) if p.requires_grad]
     return sum(int(p.numel()) * int(p.element_size()) for p in trainable), len(trainable)
 
 
 def _own_buffer_bytes(module: Any) -> dict[str, int]:
-    """Bytes of a module's own buffers by dtype, in the order the module lists them (DistributedDataParallel
-    broadcasts them from rank 0 before each forward, one coalesced broadcast per dtype)."""
+    """Bytes of a module's own buffers by dtype, in the order the
+    module lists them (DistributedDataParallel broadcasts them from
+    rank 0 before each forward, one coalesced broadcast per dtype)."""
     by_dtype: dict[str, int] = {}
     for buffer in module.buffers(recurse=False):
         dtype = str(buffer.dtype).removeprefix("torch.")
@@ -446,22 +481,26 @@ SNAPSHOT_CATEGORIES = ("weights", "gradients", "optimizer state", "other tensors
 
 
 def _held_tensors(models: list[Any], optimizers: list[Any]) -> Iterator[tuple[Any, str]]:
-    """(tensor or None, category) of what the models and optimizers hold, in the order that decides a shared
-    tensor's category (parameters and buffers as weights first), then every other tensor Python holds."""
+    """(tensor or None, category) of what the models and optimizers hold,
+    in the order that decides a shared tensor's category (parameters and
+    buffers as weights first), then every other tensor Python holds."""
     import gc
 
     import torch
 
-    groups = [group.get("params", []) for optimizer in optimizers for group in getattr(optimizer, "param_groups", [])]
-    parameters = [p for model in models for p in model.parameters()] + [p for group in groups for p in group]
+    groups = [group.get("params", []) for optimizer in optimizers
+              for group in getattr(optimizer, "param_groups", [])]
+    parameters = ([p for model in models for p in model.parameters()]
+                  + [p for group in groups for p in group])
     yield from ((parameter, "weights") for parameter in parameters)
     yield from ((buffer, "weights") for model in models for buffer in model.buffers())
     yield from ((getattr(parameter, "grad", None), "gradients") for parameter in parameters)
     for optimizer in optimizers:
         for state in getattr(optimizer, "state", {}).values():
-            yield from ((value, "optimizer state") for value in (state.values() if isinstance(state, dict) else ()))
-    # Every other tensor alive: what the trace will call "before the trace". type(), not isinstance(): some
-    # objects (deprecated module proxies) warn when asked for their __class__.
+            yield from ((value, "optimizer state")
+                        for value in (state.values() if isinstance(state, dict) else ()))
+    # Every other tensor alive: what the trace will call "before the trace". type(), not
+    # isinstance(): some objects (deprecated module proxies) warn when asked for their __class__.
     tensor_type, parameter_type = torch.Tensor, torch.nn.Parameter
     for candidate in gc.get_objects():
         kind = type(candidate)
@@ -470,21 +509,25 @@ def _held_tensors(models: list[Any], optimizers: list[Any]) -> Iterator[tuple[An
 
 
 class MemorySnapshot:
-    """The tensors the models, optimizers and script hold at one moment, by device and category, each storage once.
+    """The tensors the models, optimizers and script hold at one
+    moment, by device and category, each storage once.
 
-    `take` looks at them when the first traced iteration begins; `surviving()`, called when that iteration has
-    ended, counts only those still alive: what the trace cannot see allocated and does not see freed either (a
-    batch or gradients replaced during the iteration are freed inside it, where the trace would miss the free).
+    `take` looks at them when the first traced iteration begins; `surviving()`, called when that
+    iteration has ended, counts only those still alive: what the trace cannot see allocated and does
+    not see freed either (a batch or gradients replaced during the iteration are freed inside it,
+    where the trace would miss the free).
     """
 
     def __init__(self) -> None:
-        self.entries: list[tuple[Any, str, str, int]] = []  # (weak reference, device, category, bytes)
+        # (weak reference, device, category, bytes)
+        self.entries: list[tuple[Any, str, str, int]] = []
         self.gpu: dict[str, dict[str, int]] = {}
 
     @classmethod
     def take(cls, models: list[Any], optimizers: list[Any]) -> MemorySnapshot:
-        """See Hooks.memory_snapshot. A tensor shared by a model and an optimizer (its parameters) counts once, as
-        weights; "other tensors" are the rest of the tensors Python holds (a dataset in memory, say)."""
+        """See Hooks.memory_snapshot. A tensor shared by a model and an
+        optimizer (its parameters) counts once, as weights; "other tensors" are
+        the rest of the tensors Python holds (a dataset in memory, say)."""
         import torch
 
         snapshot = cls()
@@ -493,29 +536,37 @@ class MemorySnapshot:
             snapshot._add(tensor, category, seen)
         if torch.cuda.is_available():
             for index in range(torch.cuda.device_count()):
-                snapshot.gpu[f"cuda:{index}"] = {"allocated": int(torch.cuda.memory_allocated(index)),
+                snapshot.gpu[f"cuda:{index}"] = {
+                    "allocated": int(torch.cuda.memory_allocated(index)),
                                                  "reserved": int(torch.cuda.memory_reserved(index)),
-                                                 **allocator_summary(torch.cuda.memory_stats(index))}
+                                                 **allocator_summary(
+                                                     torch.cuda.memory_stats(index))}
         return snapshot
 
     def _add(self, tensor: Any, category: str, seen: set[tuple[str, int]]) -> None:
-        """`tensor`'s storage under `category`, unless a storage already counted or no real memory."""
+        """`tensor`'s storage under `category`, unless a storage
+        already counted or no real memory."""
         import torch
 
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" or type(tensor).__name__ == "FakeTensor":
+        if (not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta"
+            or type(tensor).__name__ == "FakeTensor"):
             return  # FakeTensor: torch.compile's stand-in while tracing, holding no memory
-        local = getattr(tensor, "_local_tensor", None)  # a DTensor (FSDP2, tensor parallel): this rank's shard is its memory
+        # a DTensor (FSDP2, tensor parallel): this rank's shard is its memory
+        local = getattr(tensor, "_local_tensor", None)
         if isinstance(local, torch.Tensor):
             tensor = local
         try:
             storage = tensor.untyped_storage()
             key, size = (str(tensor.device), int(storage.data_ptr())), int(storage.nbytes())
-        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, wrapped): its elements
-            key, size = (str(tensor.device), id(tensor)), int(tensor.numel()) * int(tensor.element_size())
+        except (RuntimeError, NotImplementedError):
+            # a tensor without storage (sparse, wrapped): its elements
+            key, size = ((str(tensor.device), id(tensor)),
+                         int(tensor.numel()) * int(tensor.element_size()))
         if key in seen or size <= 0:
             return
         seen.add(key)
-        label = "cpu" if tensor.device.type == "cpu" else f"{tensor.device.type}:{tensor.device.index or 0}"
+        label = ("cpu" if tensor.device.type == "cpu"
+                 else f"{tensor.device.type}:{tensor.device.index or 0}")
         try:
             reference: Any = weakref.ref(tensor)
         except TypeError:
@@ -538,29 +589,35 @@ class MemorySnapshot:
 
 
 def memory_snapshot(models: list[Any], optimizers: list[Any]) -> dict[str, dict[str, int]]:
-    """Everything the models, optimizers and script hold now, per device and category (MemorySnapshot.take)."""
+    """Everything the models, optimizers and script hold now, per device and category
+    (MemorySnapshot.take)."""
     return MemorySnapshot.take(models, optimizers).counts(surviving_only=False)
 
 
 #: torch.cuda.memory_stats keys -> the names the trace's memory_before stores them under
-ALLOCATOR_SUMMARY = {"segment.all.current": "segments", "segment.large_pool.current": "large pool segments",
+ALLOCATOR_SUMMARY = {"segment.all.current": "segments",
+                     "segment.large_pool.current": "large pool segments",
                      "segment.small_pool.current": "small pool segments",
                      "inactive_split_bytes.all.current": "inactive split bytes"}
 
 
 def allocator_summary(stats: dict[str, Any]) -> dict[str, int]:
-    """The caching allocator's segment summary from torch.cuda.memory_stats(): segments held (large and small pool) and
-    the bytes cached in split blocks no tensor uses (fragmentation). Keys the allocator does not report are left out."""
-    return {name: int(stats[key]) for key, name in ALLOCATOR_SUMMARY.items() if isinstance(stats.get(key), (int, float))}
+    """The caching allocator's segment summary from torch.cuda.memory_stats(): segments held (large
+    and small pool) and the bytes cached in split blocks no tensor uses (fragmentation). Keys the
+    allocator does not report are left out."""
+    return {name: int(stats[key]) for key, name in ALLOCATOR_SUMMARY.items()
+            if isinstance(stats.get(key), (int, float))}
 
 
 class MemoryBeforeTrace:
-    """The `memory_before` a recorded trace carries: when the warm-up ends, a snapshot of what exists (the next
-    iteration is the first the trace records); once that iteration has ended, what of it is still alive.
+    """The `memory_before` a recorded trace carries: when the warm-up ends,
+    a snapshot of what exists (the next iteration is the first the trace
+    records); once that iteration has ended, what of it is still alive.
 
-    The snapshot walks every object Python holds (tens of milliseconds), so it is taken at the step boundary before
-    the profiler begins the recorded iteration (`before_step`), where its time lands in no recorded iteration;
-    the survivors are counted (cheaply) after the next boundary (`after_step`)."""
+    The snapshot walks every object Python holds (tens of milliseconds), so it is
+    taken at the step boundary before the profiler begins the recorded iteration
+    (`before_step`), where its time lands in no recorded iteration; the survivors
+    are counted (cheaply) after the next boundary (`after_step`)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
@@ -568,7 +625,8 @@ class MemoryBeforeTrace:
         self._surviving: dict[str, dict[str, int]] = {}
 
     def before_step(self, steps: int, hooks: Hooks) -> None:
-        """Call at each step boundary, before the profiler moves on, with the steps taken so far (this one counted)."""
+        """Call at each step boundary, before the profiler moves on,
+        with the steps taken so far (this one counted)."""
         if self.warmup and steps == self.warmup:
             self._snapshot = hooks.memory_snapshot()
 

@@ -35,7 +35,8 @@ class ScriptOutcome:
 
 @contextmanager
 def script_environment(script: str, args: list[str], module: bool = False) -> Iterator[None]:
-    """sys.argv and sys.path as `python script args` (or `python -m module args`) would have them; restored afterwards."""
+    """sys.argv and sys.path as `python script args` (or `python -m
+    module args`) would have them; restored afterwards."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [module_file(script) if module else script, *args]
     sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(script)))
@@ -46,24 +47,29 @@ def script_environment(script: str, args: list[str], module: bool = False) -> It
 
 
 def module_file(module: str) -> str:
-    """The file `python -m module` would run ('' if there is none), found from the current folder."""
+    """The file `python -m module` would run ('' if there is none),
+    found from the current folder."""
     added = os.getcwd() not in sys.path
     if added:
         sys.path.insert(0, os.getcwd())
     try:
         spec = importlib.util.find_spec(module)
-        if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+        if spec is not None and spec.submodule_search_locations is not None:
+            # a package: its __main__
             spec = importlib.util.find_spec(f"{module}.__main__")
     except (ImportError, ValueError):
         spec = None
     finally:
         if added:
             sys.path.remove(os.getcwd())
-    return str(spec.origin) if spec is not None and spec.origin and os.path.isfile(spec.origin) else ""
+    return (str(spec.origin) if spec is not None and spec.origin and os.path.isfile(spec.origin)
+            else "")
 
 
-def run_script(script: str, args: list[str], on_start: Callable[[], None] | None = None, module: bool = False) -> ScriptOutcome:
-    """Run `script` (a module name when `module`) as __main__; never raises what the script raises, reports it instead."""
+def run_script(script: str, args: list[str], on_start: Callable[[], None] | None = None,
+               module: bool = False) -> ScriptOutcome:
+    """Run `script` (a module name when `module`) as __main__; never
+    raises what the script raises, reports it instead."""
     outcome = ScriptOutcome()
     with script_environment(script, args, module):
         if on_start is not None:
@@ -92,7 +98,8 @@ def run_script(script: str, args: list[str], on_start: Callable[[], None] | None
 def _script_traceback(exc: BaseException, script: str) -> str:
     """The traceback from the script's first frame on (daydream's own frames left out)."""
     frames = list(traceback.extract_tb(exc.__traceback__))
-    script_path = os.path.realpath(module_file(script) or script) if not os.path.isfile(script) else os.path.realpath(script)
+    script_path = (os.path.realpath(module_file(script) or script) if not os.path.isfile(script)
+                   else os.path.realpath(script))
     for index, frame in enumerate(frames):
         if os.path.realpath(frame.filename) == script_path:
             frames = frames[index:]

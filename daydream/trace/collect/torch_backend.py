@@ -1,4 +1,5 @@
-"""The torch.profiler backend: CPU ops (and CUDA kernels and runtime calls on a GPU), memory events."""
+"""The torch.profiler backend: CPU ops (and CUDA kernels and runtime
+calls on a GPU), memory events."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
+def record(options: CaptureOptions,
+           status: Status | None) -> tuple[dict[str, Any] | None, int, ScriptOutcome]:
     """(trace document or None, iterations recorded, how the script ended)."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     scratch = tempfile.mkdtemp(prefix="daydream-capture-")
@@ -55,8 +57,8 @@ def record(options: CaptureOptions, status: Status | None) -> tuple[dict[str, An
 
 
 class _Capture:
-    """One torch.profiler recording of the script: the profiler stepped at each iteration boundary the hooks see,
-    its trace exported into `scratch` when the schedule's active iterations end."""
+    """One torch.profiler recording of the script: the profiler stepped at each iteration boundary
+    the hooks see, its trace exported into `scratch` when the schedule's active iterations end."""
 
     def __init__(self, options: CaptureOptions, status: Status | None, scratch: str) -> None:
         self.options, self.status, self.scratch = options, status, scratch
@@ -64,7 +66,8 @@ class _Capture:
         self.exported: dict[str, str] = {}
         self.before = hook_module.MemoryBeforeTrace(options.warmup)
         self.profiler = self._profiler()
-        self.installed = hook_module.install(self.on_step, options.step_fn, search_path=options.search_path)
+        self.installed = hook_module.install(self.on_step, options.step_fn,
+                                             search_path=options.search_path)
         if options.step_fn and ":" not in options.step_fn:
             hook_module.watch_script_function(options.step_fn, options.path, self.installed)
 
@@ -72,13 +75,15 @@ class _Capture:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        activities = ([ProfilerActivity.CPU]
+                      + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []))
         warmup, active = self.options.warmup, self.options.iterations
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")  # no profiler warmup with --warmup 0: asked for
+            # no profiler warmup with --warmup 0: asked for
+            warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
             plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=active, repeat=1)
-            return profile(activities=activities, schedule=plan, on_trace_ready=self.ready, record_shapes=True,
-                           profile_memory=self.options.memory, with_stack=False)
+            return profile(activities=activities, schedule=plan, on_trace_ready=self.ready,
+                           record_shapes=True, profile_memory=self.options.memory, with_stack=False)
 
     def ready(self, profiler: Any) -> None:
         path = os.path.join(self.scratch, "trace.json")
@@ -106,15 +111,18 @@ class _Capture:
             self.status(f"recording iteration {self.steps - warmup + 1} of {active}")
 
     def run(self) -> ScriptOutcome:
-        """Run the script under the profiler; the hooks come off and the profiler stops however it ends."""
+        """Run the script under the profiler; the hooks come off and
+        the profiler stops however it ends."""
         if self.status:
-            self.status("warming up" if self.options.warmup else f"recording iteration 1 of {self.options.iterations}")
+            self.status("warming up" if self.options.warmup
+                        else f"recording iteration 1 of {self.options.iterations}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
             with _quiet_stderr():
                 self.profiler.start()
             try:
-                outcome = run_script(self.options.script, self.options.args, module=self.options.module)
+                outcome = run_script(self.options.script, self.options.args,
+                                     module=self.options.module)
             finally:
                 self.installed.remove()
                 if "path" not in self.exported:
@@ -122,7 +130,8 @@ class _Capture:
                 with _quiet_stderr():
                     try:
                         self.profiler.stop()
-                    except Exception:  # noqa: BLE001 - a profiler that never started recording has nothing to stop
+                    # a profiler that never started recording has nothing to stop
+                    except Exception:  # noqa: BLE001
                         pass
         outcome.steps = self.steps
         return outcome

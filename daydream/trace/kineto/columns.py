@@ -47,23 +47,35 @@ from daydream.trace.kineto.schema import (
     _table,
 )
 from daydream.trace.kineto.shapes import _elementwise_bytes, _gemm_flops
-from daydream.trace.model import NO_VALUE, SIDE_TABLES, EventKind, Trace, Track, TrackKind, empty_table
+from daydream.trace.model import (
+    NO_VALUE,
+    SIDE_TABLES,
+    EventKind,
+    Trace,
+    Track,
+    TrackKind,
+    empty_table,
+)
 
-#: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish` turns the values
-#: into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str" columns into string ids).
+#: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish`
+#: turns the values into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str"
+#: columns into string ids).
 _SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
     "memory": [(column, attrgetter(column)) for column in
                ("addr", "total_allocated", "total_reserved", "device_type", "device_id")],
-    "collective": [("collective_str", attrgetter("collective")), ("in_nelems", attrgetter("in_nelems")),
-                   ("out_nelems", attrgetter("out_nelems")), ("group_size", attrgetter("group_size")),
-                   ("dtype_str", lambda a: str(a.dtype)), ("group_name_str", lambda a: str(a.group_name)),
+    "collective": [("collective_str", attrgetter("collective")),
+                   ("in_nelems", attrgetter("in_nelems")), ("out_nelems", attrgetter("out_nelems")),
+                   ("group_size", attrgetter("group_size")), ("dtype_str", lambda a: str(a.dtype)),
+                   ("group_name_str", lambda a: str(a.group_name)),
                    ("group_ranks_str", lambda a: str(a.group_ranks))],
-    "launch_config": [(column, attrgetter(column)) for column in ("grid", "block", "registers", "shared_memory")],
+    "launch_config": [(column, attrgetter(column))
+                      for column in ("grid", "block", "registers", "shared_memory")],
     "shapes": [("dims_str", lambda a: bytes(a.input_dims).decode("utf-8", "replace")),
                ("types_str", lambda a: bytes(a.input_types).decode("utf-8", "replace")),
                ("concrete_str", lambda a: bytes(a.concrete_inputs).decode("utf-8", "replace")),
                ("strides_str", lambda a: bytes(a.input_strides).decode("utf-8", "replace"))],
-    "sync": [("sync_kind_str", attrgetter("sync_kind"))] + [(column, attrgetter(column)) for column in
+    "sync": [("sync_kind_str", attrgetter("sync_kind"))]
+    + [(column, attrgetter(column)) for column in
              ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
 }
 
@@ -78,15 +90,18 @@ class _Columns:
 
     def __init__(self) -> None:
         self.decoded = 0  # events decoded, kept or not
-        self.classified = 0  # events of a kind daydream keeps, before the malformed ones are dropped
+        # events of a kind daydream keeps, before the malformed ones are dropped
+        self.classified = 0
         self.cats: dict[Any, int] = {}  # category -> provisional id
         self.cat_counts = np.zeros(0, dtype=np.int64)
         self.names = _Interner()
         self.pids: dict[Any, int] = {}
         self.tids: dict[Any, int] = {}
-        self.track_args: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # first (device, stream) per track
+        # first (device, stream) per track
+        self.track_args: dict[tuple[int, int, int], tuple[Any, Any]] = {}
         self.pieces: defaultdict[str, list[np.ndarray]] = defaultdict(list)
-        self.side: defaultdict[str, defaultdict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+        self.side: defaultdict[str, defaultdict[str, list[Any]]] = (
+            defaultdict(lambda: defaultdict(list)))
         self.flows: defaultdict[str, list[Any]] = defaultdict(list)
         self.rows = 0
 
@@ -124,13 +139,15 @@ class _Columns:
             if track not in self.track_args:
                 self.track_args[track] = (args[row].device, args[row].stream)
         bytes_column = _ints(list(map(_get_bytes, args)))
-        collective_arg = np.fromiter(map(bool, map(_get_collective, args)), dtype=bool, count=len(args))
+        collective_arg = np.fromiter(map(bool, map(_get_collective, args)), dtype=bool,
+                                     count=len(args))
         self._add_side_rows(kind, args, names, bytes_column, collective_arg)
         for key, values in (
-            ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns), ("is_gpu", is_gpu),
-            ("pid", pids), ("tid", tids),
+            ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns),
+            ("is_gpu", is_gpu), ("pid", pids), ("tid", tids),
             ("correlation", _ints(list(map(_get_correlation, args)))),
-            ("external_id", _ints([a.external_id if a.external_id != NO_VALUE else a.external_id_legacy for a in args])),
+            ("external_id", _ints([a.external_id if a.external_id != NO_VALUE
+                                   else a.external_id_legacy for a in args])),
             ("sequence", _ints(list(map(_get_sequence, args)))),
             ("bytes", bytes_column),
             ("collective_arg", collective_arg),
@@ -146,19 +163,22 @@ class _Columns:
                 self.flows["host"].append((e.pid, e.tid))
                 self.flows["is_start"].append(e.ph == "s")
 
-    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray, bytes_column: np.ndarray,
-                       collective_arg: np.ndarray) -> None:
-        """This chunk's rows of the side tables, as the file writes them (`finish` makes the columns)."""
+    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray,
+                       bytes_column: np.ndarray, collective_arg: np.ndarray) -> None:
+        """This chunk's rows of the side tables, as the file writes
+        them (`finish` makes the columns)."""
         memory = np.flatnonzero(kind == EventKind.MEMORY)
         if memory.size:
             bytes_column[memory] = _ints([args[i].memory_bytes for i in memory.tolist()])
         chosen = {
             "memory": memory,
             "collective": np.flatnonzero(collective_arg),
-            "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args), repeat(None)), dtype=bool,
+            "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args),
+                                                            repeat(None)), dtype=bool,
                                                         count=len(args))),
             "sync": np.flatnonzero(kind == EventKind.SYNC),
-            "shapes": np.flatnonzero((kind == EventKind.CPU_OP) & np.fromiter(map(len, map(_get_dims, args)), dtype=bool,
+            "shapes": np.flatnonzero(
+                (kind == EventKind.CPU_OP) & np.fromiter(map(len, map(_get_dims, args)), dtype=bool,
                                                                               count=len(args))),
         }
         for name, rows in chosen.items():
@@ -186,18 +206,21 @@ class _Columns:
             found = ", ".join(f"{cat} {n}" for cat, n in list(categories.items())[:6])
             raise TraceFormatError(
                 source,
-                f"none of its {self.decoded} events is a profiler event daydream reads (found: {found})",
+                f"none of its {self.decoded} events is a profiler event daydream reads (found: "
+                f"{found})",
                 "expected cpu_op / cuda_runtime / kernel events from torch.profiler",
             )
         if self.rows == 0:
             reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
             raise TraceFormatError(source, f"every profiler event is malformed ({reasons})")
-        column = {key: np.concatenate(self.pieces.pop(key)) for key in list(self.pieces)}  # one column's copy at a time
+        # one column's copy at a time
+        column = {key: np.concatenate(self.pieces.pop(key)) for key in list(self.pieces)}
         ts_ns, dur_ns = column["ts_ns"], column["dur_ns"]
         span = int((ts_ns + dur_ns).max()) - int(ts_ns.min())
         if span + int(dur_ns.sum()) > SPAN_LIMIT_NS:
             raise TraceFormatError(source, f"its events span {span / 1e9 / 86400:.0f} days",
-                                   "timestamps are damaged (a profiler trace covers seconds to hours)")
+                                   "timestamps are damaged (a profiler trace covers seconds to "
+                                   "hours)")
         strings = _Interner()
         strings("")
         names = strings.many(self.names.strings)[column["name"]].astype(np.int32)
@@ -217,20 +240,24 @@ class _Columns:
         tables = self._side_tables(strings)
         tables["flow"] = self._flow_table(tracks)
         meta = _meta(envelope, source, self.decoded, categories, skipped)
-        trace = Trace(meta=meta, strings=strings.strings, tracks=tracks, columns=columns, tables=tables)
+        trace = Trace(meta=meta, strings=strings.strings, tracks=tracks, columns=columns,
+                      tables=tables)
         _sort_by_time(trace)
         return trace
 
-    def _tracks(self, is_gpu: np.ndarray, pids: np.ndarray, tids: np.ndarray) -> tuple[list[Track], np.ndarray]:
-        """One track per (host or GPU, pid, tid), ordered host first, then by pid and tid as written (numbers before
-        names); each row's track id."""
+    def _tracks(self, is_gpu: np.ndarray, pids: np.ndarray,
+                tids: np.ndarray) -> tuple[list[Track], np.ndarray]:
+        """One track per (host or GPU, pid, tid), ordered host first, then by pid and tid as written
+        (numbers before names); each row's track id."""
         pid_values, tid_values = list(self.pids), list(self.tids)
-        combined = (is_gpu.astype(np.int64) << 62) | (_ranks(pid_values)[pids] << 31) | _ranks(tid_values)[tids]
+        combined = (is_gpu.astype(np.int64) << 62) | (_ranks(pid_values)[pids] << 31) | _ranks(
+            tid_values)[tids]
         _, first_row, ids = np.unique(combined, return_index=True, return_inverse=True)
         tracks = []
         for row in first_row.tolist():
             key = (int(is_gpu[row]), int(pids[row]), int(tids[row]))
-            tracks.append(_make_track(bool(is_gpu[row]), pid_values[pids[row]], tid_values[tids[row]], *self.track_args[key]))
+            tracks.append(_make_track(bool(is_gpu[row]), pid_values[pids[row]],
+                                      tid_values[tids[row]], *self.track_args[key]))
         return tracks, ids.astype(np.int32).reshape(-1)
 
     def _side_tables(self, strings: _Interner) -> dict[str, dict[str, np.ndarray]]:
@@ -264,7 +291,8 @@ class _Columns:
 
 
 def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
-    """Provisional ids of `values` (categories, pids or tids as written), new ones numbered as they come."""
+    """Provisional ids of `values` (categories, pids or tids as
+    written), new ones numbered as they come."""
     try:
         return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
     except KeyError:  # values not seen before (most chunks after the first have none)
@@ -276,7 +304,8 @@ def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
 def _ranks(values: list[Any]) -> np.ndarray:
     """Each value's position among `values` sorted numbers first, then names."""
     order = sorted(range(len(values)), key=lambda i: (isinstance(values[i], str),
-                                                      values[i] if isinstance(values[i], str) else int(values[i])))
+                                                      values[i] if isinstance(values[i], str)
+                                                      else int(values[i])))
     ranks = np.empty(len(values), dtype=np.int64)
     ranks[order] = np.arange(len(values))
     return ranks
@@ -293,7 +322,8 @@ _KIND_OF_CATEGORY = {c: int(k) for c, k in _CATEGORY_KIND.items()}
 
 
 def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray:
-    """Kind per event from its category (`cats`: ids into `ids`); -1 for events daydream does not keep."""
+    """Kind per event from its category (`cats`: ids into `ids`); -1
+    for events daydream does not keep."""
     kind_of_id = np.full(len(ids), -1, dtype=np.int16)
     for cat, index in ids.items():
         kind_of_id[index] = _KIND_OF_CATEGORY.get(cat, -1)
@@ -304,20 +334,24 @@ def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np
         rows = np.flatnonzero(np.isin(cats, instant)).tolist()
         memory = [i for i in rows if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
         kinds[memory] = int(EventKind.MEMORY)
-    # Module spans recorded with with_stack=True: the only python_function events kept (layer attribution).
+    # Module spans recorded with with_stack=True: the only
+    # python_function events kept (layer attribution).
     if "python_function" in ids:
         rows = np.flatnonzero(cats == ids["python_function"]).tolist()
-        modules = [i for i in rows if events[i].name.startswith(MODULE_SPAN_PREFIX) and events[i].ph == "X"]
+        modules = [i for i in rows if events[i].name.startswith(MODULE_SPAN_PREFIX)
+                   and events[i].ph == "X"]
         kinds[modules] = int(EventKind.ANNOTATION)
     return kinds
 
 
-def _refine_kinds(kind: np.ndarray, collective_arg: np.ndarray, names: np.ndarray, strings: _Interner) -> np.ndarray:
+def _refine_kinds(kind: np.ndarray, collective_arg: np.ndarray, names: np.ndarray,
+                  strings: _Interner) -> np.ndarray:
     kind = kind.copy()
     # Collective kernels are communication tasks (still kernels, as the file lists them).
     kernel_rows = np.flatnonzero(kind == EventKind.KERNEL)
     table = strings.strings
-    collective_names = np.array([bool(_COLLECTIVE_KERNEL.match(text)) for text in table], dtype=bool)
+    collective_names = np.array([bool(_COLLECTIVE_KERNEL.match(text)) for text in table],
+                                dtype=bool)
     is_collective = collective_names[names[kernel_rows]] | collective_arg[kernel_rows]
     kind[kernel_rows[is_collective]] = EventKind.COMMUNICATION
     # gloo runs a CPU collective on its own worker threads, under a `gloo:<op>` annotation.
@@ -329,7 +363,8 @@ def _refine_kinds(kind: np.ndarray, collective_arg: np.ndarray, names: np.ndarra
     return kind
 
 
-def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _times(kept: list[_Event], kind: np.ndarray,
+           skipped: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Integer ns from fractional µs, exact to the precision the file's doubles carry."""
     ts_us = np.fromiter(map(_get_ts, kept), dtype=np.float64, count=len(kept))
     dur_us = np.fromiter(map(_get_dur, kept), dtype=np.float64, count=len(kept))
@@ -341,8 +376,9 @@ def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tup
         negative = ~bad_ts & ~bad_dur & (dur_us < 0)
         far_ts = ~bad_ts & (np.abs(ts_us) > TIME_LIMIT_US)
         long_dur = ~bad_ts & ~bad_dur & ~far_ts & (dur_us > DURATION_LIMIT_US)
-    for reason, mask in (("missing ts", bad_ts), ("missing dur", bad_dur), ("negative dur", negative),
-                         ("ts out of range", far_ts), ("dur over a day", long_dur)):
+    for reason, mask in (("missing ts", bad_ts), ("missing dur", bad_dur),
+                         ("negative dur", negative), ("ts out of range", far_ts),
+                         ("dur over a day", long_dur)):
         count = int(np.count_nonzero(mask))
         if count:
             skipped[reason] = skipped.get(reason, 0) + count
@@ -354,17 +390,19 @@ def _times(kept: list[_Event], kind: np.ndarray, skipped: dict[str, int]) -> tup
 
 def _us_to_ns(us: np.ndarray) -> np.ndarray:
     # Split off the whole µs first: 1.7e18 ns does not fit a double exactly.
-    us = np.clip(us, -TIME_LIMIT_US, TIME_LIMIT_US)  # callers skip events beyond it; this keeps the rest exact
+    # callers skip events beyond it; this keeps the rest exact
+    us = np.clip(us, -TIME_LIMIT_US, TIME_LIMIT_US)
     whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 def _make_track(is_gpu: bool, pid: Any, tid: Any, device: Any, stream: Any) -> Track:
-    """A track from its first event: a host thread, or a GPU stream (device and stream from its args, else from the
-    pid and tid as older files write them)."""
+    """A track from its first event: a host thread, or a GPU stream (device and stream from its
+    args, else from the pid and tid as older files write them)."""
     if not is_gpu:
         return Track(TrackKind.HOST, pid, tid)
-    device = _as_int(device) if device != NO_VALUE else (_as_int(pid) if isinstance(pid, int) else NO_VALUE)
+    device = (_as_int(device) if device != NO_VALUE
+              else (_as_int(pid) if isinstance(pid, int) else NO_VALUE))
     stream = _as_int(stream)
     if stream == NO_VALUE:
         if isinstance(tid, int):

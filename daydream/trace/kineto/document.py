@@ -1,5 +1,5 @@
-"""The whole-document path: the text decoded at once, malformed events skipped one by one and counted by reason,
-and the precise error for what is not a trace at all.
+"""The whole-document path: the text decoded at once, malformed events skipped one by one and
+counted by reason, and the precise error for what is not a trace at all.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ _EVENTS = msgspec.json.Decoder(list[_Event])
 _ONE_EVENT = msgspec.json.Decoder(_Event)
 
 
-def _split_checked(raw: bytes | bytearray, source: str, progress: Progress | None) -> tuple[Any, list[msgspec.Raw]]:
+def _split_checked(raw: bytes | bytearray, source: str,
+                   progress: Progress | None) -> tuple[Any, list[msgspec.Raw]]:
     if _is_blank(raw):
         raise TraceFormatError(source, "file is empty")
     if progress:
@@ -53,10 +54,11 @@ def _first_byte(raw: bytes | bytearray) -> bytes:
     return bytes(head[:1] if head else raw.lstrip()[:1])
 
 
-def _split_events(raw: bytes | bytearray, source: str, repaired: bool = False) -> tuple[Any, list[msgspec.Raw]]:
-    """(the envelope, each event's undecoded JSON): one pass that only checks the JSON and finds where each
-    event begins and ends. A document whose strings hold bytes that are not UTF-8 (in its envelope too: a device
-    name) is read again with those bytes replaced by U+FFFD."""
+def _split_events(raw: bytes | bytearray, source: str,
+                  repaired: bool = False) -> tuple[Any, list[msgspec.Raw]]:
+    """(the envelope, each event's undecoded JSON): one pass that only checks the JSON and finds
+    where each event begins and ends. A document whose strings hold bytes that are not UTF-8 (in its
+    envelope too: a device name) is read again with those bytes replaced by U+FFFD."""
     try:
         if _first_byte(raw) == b"[":
             return None, msgspec.json.decode(raw, type=list[msgspec.Raw])
@@ -73,9 +75,10 @@ def _split_events(raw: bytes | bytearray, source: str, repaired: bool = False) -
     return document, events
 
 
-def _decoded_chunks(events: list[msgspec.Raw], skipped: dict[str, int], source: str) -> Iterator[list[_Event]]:
-    """The events, decoded `CHUNK_EVENTS` at a time; a chunk the fast typed decode rejects is decoded event by
-    event, and the malformed events are skipped and counted by reason."""
+def _decoded_chunks(events: list[msgspec.Raw], skipped: dict[str, int],
+                    source: str) -> Iterator[list[_Event]]:
+    """The events, decoded `CHUNK_EVENTS` at a time; a chunk the fast typed decode rejects is
+    decoded event by event, and the malformed events are skipped and counted by reason."""
     for start in range(0, len(events), CHUNK_EVENTS):
         chunk = events[start:start + CHUNK_EVENTS]
         try:
@@ -108,14 +111,14 @@ def _not_utf8(exc: msgspec.DecodeError) -> bool:
 
 
 def _utf8(raw: bytes | bytearray | msgspec.Raw) -> bytes:
-    """`raw` with every byte sequence that is not UTF-8 (a lone surrogate's bytes, Latin-1 text) replaced by U+FFFD:
-    a name keeps its readable part."""
+    """`raw` with every byte sequence that is not UTF-8 (a lone surrogate's bytes, Latin-1 text)
+    replaced by U+FFFD: a name keeps its readable part."""
     return bytes(raw).decode("utf-8", "replace").encode("utf-8")
 
 
 def _repaired_events(text: bytes, skipped: dict[str, int]) -> list[_Event] | None:
-    """The events of `text` (a JSON list) with what is not UTF-8 replaced; None when it is still not a list of
-    events (a false cut)."""
+    """The events of `text` (a JSON list) with what is not UTF-8 replaced; None when it is still not
+    a list of events (a false cut)."""
     repaired = _utf8(text)
     try:
         try:
@@ -145,7 +148,8 @@ def _describe_non_trace(raw: bytes | bytearray) -> str:
 
 
 def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             type(None): "null"}
     return names.get(type(value), "a number")
 
 
@@ -164,7 +168,8 @@ def _short(exc: Exception) -> str:
 
 
 
-def _build_trace(envelope: Any, events: list[msgspec.Raw], source: str, progress: Progress | None) -> Trace:
+def _build_trace(envelope: Any, events: list[msgspec.Raw], source: str,
+                 progress: Progress | None) -> Trace:
     skipped: dict[str, int] = {}
     columns = _Columns()
     for chunk in _decoded_chunks(events, skipped, source):
@@ -173,5 +178,6 @@ def _build_trace(envelope: Any, events: list[msgspec.Raw], source: str, progress
             progress("decoding events", columns.decoded, len(events))
     if columns.decoded == 0:
         reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
-        raise TraceFormatError(source, f"none of its {len(events)} events could be read ({reasons})")
+        raise TraceFormatError(source,
+                               f"none of its {len(events)} events could be read ({reasons})")
     return columns.finish(envelope, source, skipped)

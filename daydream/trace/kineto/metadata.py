@@ -9,11 +9,13 @@ from daydream.trace.kineto.schema import _LEGACY_CATEGORIES, INT_LIMIT, MAX_WORL
 from daydream.trace.model import GpuInfo, TraceMeta
 
 
-def _meta(envelope: Any, source: str, event_count: int, categories: dict[str, int], skipped: dict[str, int]) -> TraceMeta:
+def _meta(envelope: Any, source: str, event_count: int, categories: dict[str, int],
+          skipped: dict[str, int]) -> TraceMeta:
     distributed = envelope.distributedInfo if envelope is not None else None
     distributed = distributed if isinstance(distributed, dict) else {}
     base = envelope.baseTimeNanoseconds if envelope is not None else None
-    collector = envelope.daydream if envelope is not None and isinstance(envelope.daydream, dict) else {}
+    collector = (envelope.daydream if envelope is not None and isinstance(envelope.daydream, dict)
+                 else {})
     features = _features(categories, isinstance(base, int))
     rank, world = _int_or_none(distributed.get("rank")), _int_or_none(distributed.get("world_size"))
     if world is not None and not 1 <= world <= MAX_WORLD_SIZE:
@@ -45,18 +47,21 @@ _RUNTIME_FIELDS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version
 
 
 def _runtime(envelope: Any) -> dict[str, Any]:
-    """{"vendor": "NVIDIA CUDA" | "AMD ROCm", and each version field the file records}; empty when none is."""
+    """{"vendor": "NVIDIA CUDA" | "AMD ROCm", and each version field
+    the file records}; empty when none is."""
     if envelope is None:
         return {}
     found = {name: value for name in _RUNTIME_FIELDS
-             if isinstance(value := getattr(envelope, name, None), (int, float, str)) and not isinstance(value, bool)}
+             if isinstance(value := getattr(envelope, name, None), (int, float, str))
+             and not isinstance(value, bool)}
     if any(name.startswith(("hip", "roctracer")) for name in found):
         return {"vendor": "AMD ROCm", **found}
     return {"vendor": "NVIDIA CUDA", **found} if found else {}
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT_LIMIT else None
+    return (value if isinstance(value, int) and not isinstance(value, bool)
+            and abs(value) <= INT_LIMIT else None)
 
 
 def _gpus(properties: Any) -> list[GpuInfo]:
@@ -73,8 +78,8 @@ def _gpus(properties: Any) -> list[GpuInfo]:
                 device=device if device is not None else position,
                 name=entry["name"],
                 total_memory_bytes=_int_or_none(entry.get("totalGlobalMem")),
-                compute_capability=f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else None,
-                sm_count=_int_or_none(entry.get("numSms")),
+                compute_capability=f"{major}.{minor}" if isinstance(major, int)
+                and isinstance(minor, int) else None, sm_count=_int_or_none(entry.get("numSms")),
                 arch=entry["gcnArchName"] if isinstance(entry.get("gcnArchName"), str) else None,
             )
         )
@@ -97,7 +102,8 @@ def _format_label(features: list[str]) -> str:
     if "legacy categories" in features:
         return "Kineto 2021 (Operator/Runtime/Kernel)"
     if "cuda_driver" in features or "overhead" in features:
-        return "Kineto 2025 (cuda_driver, relative time)" if "baseTimeNanoseconds" in features else "Kineto 2025 (cuda_driver)"
+        return ("Kineto 2025 (cuda_driver, relative time)" if "baseTimeNanoseconds" in features
+                else "Kineto 2025 (cuda_driver)")
     if "baseTimeNanoseconds" in features:
         return "Kineto 2024 (relative time)"
     return "Kineto 2022 (cpu_op/cuda_runtime)"

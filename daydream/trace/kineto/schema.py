@@ -1,5 +1,5 @@
-"""The Kineto document as msgspec decodes it: the structs of its events and envelope, what each category is, the
-limits of the values daydream accepts.
+"""The Kineto document as msgspec decodes it: the structs of its events and envelope, what each
+category is, the limits of the values daydream accepts.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ import numpy as np
 from daydream.trace.model import NO_VALUE, SIDE_TABLES, EventKind
 
 _NAN = math.nan
-#: Integers beyond this magnitude (ids, sizes, devices written as 2^64 - 1 or garbage) are read as missing:
-#: columns are int64 and sums and differences of them must not overflow.
+#: Integers beyond this magnitude (ids, sizes, devices written as 2^64 - 1 or garbage) are read as
+#: missing: columns are int64 and sums and differences of them must not overflow.
 INT_LIMIT = 2**62
 _INT32_MAX = 2**31 - 1
-#: Timestamps beyond ±TIME_LIMIT_US (2^62 ns, year 2116 as Unix time) and durations over DURATION_LIMIT_US
-#: (a day) are not times a profiler writes; such events are skipped and counted.
+#: Timestamps beyond ±TIME_LIMIT_US (2^62 ns, year 2116 as Unix time) and durations over
+#: DURATION_LIMIT_US (a day) are not times a profiler writes; such events are skipped and counted.
 TIME_LIMIT_US = 2**62 / 1000
 DURATION_LIMIT_US = 86_400e6
-#: A trace whose events span more than this cannot be simulated in int64 nanoseconds with room to spare.
+#: A trace whose events span more than this cannot be simulated in
+#: int64 nanoseconds with room to spare.
 SPAN_LIMIT_NS = 2**60
 #: ranks beyond this are not a job daydream can read (distributedInfo written wrong)
 MAX_WORLD_SIZE = 2**20
@@ -70,8 +71,8 @@ class _Args(msgspec.Struct, gc=False):
         default=NO_VALUE, name="wait_on_cuda_event_record_corr_id"
     )
     wait_on_event_id: _Int = msgspec.field(default=NO_VALUE, name="wait_on_cuda_event_id")
-    # input shapes and types (record_shapes): kept undecoded, read only for the matrix multiplies whose FLOPs they give
-    # and the elementwise ops whose bytes they give
+    # input shapes and types (record_shapes): kept undecoded, read only for the matrix multiplies
+    # whose FLOPs they give and the elementwise ops whose bytes they give
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
@@ -94,7 +95,8 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _Envelope(msgspec.Struct, kw_only=True):
-    """The file's fields around its events: devices, ranks, time base, versions of the GPU software stack."""
+    """The file's fields around its events: devices, ranks, time base,
+    versions of the GPU software stack."""
 
     deviceProperties: Any = None
     distributedInfo: Any = None
@@ -183,12 +185,14 @@ class _Interner:
 
 
 def _table(name: str, **columns: Any) -> dict[str, np.ndarray]:
-    return {col: _fit(_ints(columns[col]), dt) if isinstance(columns[col], list) and np.dtype(dt).kind == "i"
+    return {col: _fit(_ints(columns[col]), dt) if isinstance(columns[col], list)
+            and np.dtype(dt).kind == "i"
             else np.asarray(columns[col], dtype=dt) for col, dt in SIDE_TABLES[name].items()}
 
 
 def _fit(column: np.ndarray, dtype: Any) -> np.ndarray:
-    """`column` as `dtype`; values that do not fit it are missing (NO_VALUE), never wrapped around."""
+    """`column` as `dtype`; values that do not fit it are missing
+    (NO_VALUE), never wrapped around."""
     limits = np.iinfo(dtype)
     if column.size and (column.min() < limits.min or column.max() > limits.max):
         column = np.where((column < limits.min) | (column > limits.max), NO_VALUE, column)
@@ -210,7 +214,8 @@ def _ints(values: list[Any]) -> np.ndarray:
 
 
 def _as_int(value: Any) -> int:
-    """One number as written (decimal or 0x-hex string, int, or float); NO_VALUE when it is not one or is beyond ±INT_LIMIT."""
+    """One number as written (decimal or 0x-hex string, int, or float); NO_VALUE when it is not one
+    or is beyond ±INT_LIMIT."""
     if isinstance(value, bool):
         number = int(value)
     elif isinstance(value, int):

@@ -1,5 +1,5 @@
-"""What recorded shapes say about the work of an op: FLOPs and elements of matrix multiplies, bytes of streaming
-elementwise ops (the `flops` and `elementwise` side tables).
+"""What recorded shapes say about the work of an op: FLOPs and elements of matrix multiplies, bytes
+of streaming elementwise ops (the `flops` and `elementwise` side tables).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def _numel(dims: list[Any]) -> float:
     return float(math.prod(dims))
 
 
-#: op name -> (FLOPs, elements read and written) from its input shapes: 2 x multiply-adds, and the operands plus
-#: the result, for the matrix multiplies that do the work themselves (aten::linear and aten::matmul call these, so
-#: they are not counted again).
+#: op name -> (FLOPs, elements read and written) from its input shapes: 2 x multiply-adds, and the
+#: operands plus the result, for the matrix multiplies that do the work themselves (aten::linear and
+#: aten::matmul call these, so they are not counted again).
 _GEMM_SHAPES: dict[str, Callable[[list[Any]], tuple[float, float]]] = {
     "aten::mm": lambda d: (2.0 * d[0][0] * d[0][1] * d[1][1],
                            _numel(d[0]) + _numel(d[1]) + d[0][0] * d[1][1]),
@@ -31,12 +31,15 @@ _GEMM_SHAPES: dict[str, Callable[[list[Any]], tuple[float, float]]] = {
     "aten::bmm": lambda d: (2.0 * d[0][0] * d[0][1] * d[0][2] * d[1][2],
                             _numel(d[0]) + _numel(d[1]) + d[0][0] * d[0][1] * d[1][2]),
     "aten::baddbmm": lambda d: (2.0 * d[1][0] * d[1][1] * d[1][2] * d[2][2],
-                                _numel(d[0]) + _numel(d[1]) + _numel(d[2]) + d[1][0] * d[1][1] * d[2][2]),
+                                _numel(d[0]) + _numel(d[1]) + _numel(d[2])
+                                + d[1][0] * d[1][1] * d[2][2]),
 }
 
 
-def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner, names: np.ndarray) -> dict[str, np.ndarray]:
-    gemm_names = {strings.index[name]: formula for name, formula in _GEMM_SHAPES.items() if name in strings.index}
+def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner,
+                names: np.ndarray) -> dict[str, np.ndarray]:
+    gemm_names = {strings.index[name]: formula for name, formula in _GEMM_SHAPES.items()
+                  if name in strings.index}
     if not gemm_names:
         return empty_table("flops")
     rows = np.flatnonzero((kind == EventKind.CPU_OP) & np.isin(names, list(gemm_names)))
@@ -56,22 +59,28 @@ def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner, names: 
     return _table("flops", event=events, flops=flops, elements=elements)
 
 
-#: Elementwise ops that only stream their operands (a copy, a scale, a sum): what DDP's bucket copies are.
-ELEMENTWISE_OPS = ("aten::copy_", "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::div", "aten::div_",
-                   "aten::sub", "aten::sub_")
-#: Bytes per element of the tensor types torch.profiler names ("Input type"); other types are not counted.
-_ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
-               "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+#: Elementwise ops that only stream their operands (a copy, a scale, a
+#: sum): what DDP's bucket copies are.
+ELEMENTWISE_OPS = ("aten::copy_", "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::div",
+                   "aten::div_", "aten::sub", "aten::sub_")
+#: Bytes per element of the tensor types torch.profiler names ("Input
+#: type"); other types are not counted.
+_ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+               "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+               "c10::complex<float>": 8, "c10::complex<double>": 16}
 
 
 def _streamed_bytes(dims: list[Any], types: list[Any]) -> float:
-    """Bytes an elementwise op reads and writes: every tensor operand once, and its result (the largest operand, as
-    broadcasting gives) once more. Scalars and untyped operands count nothing."""
-    sizes = [_numel(d) * _ITEM_BYTES[t] for d, t in zip(dims, types) if isinstance(d, list) and t in _ITEM_BYTES]
+    """Bytes an elementwise op reads and writes: every tensor operand
+    once, and its result (the largest operand, as broadcasting gives)
+    once more. Scalars and untyped operands count nothing."""
+    sizes = [_numel(d) * _ITEM_BYTES[t] for d, t in zip(dims, types) if isinstance(d, list)
+             and t in _ITEM_BYTES]
     return float(sum(sizes) + max(sizes)) if sizes else 0.0
 
 
-def _elementwise_bytes(kind: np.ndarray, args: list[_Args], strings: _Interner, names: np.ndarray) -> dict[str, np.ndarray]:
+def _elementwise_bytes(kind: np.ndarray, args: list[_Args], strings: _Interner,
+                       names: np.ndarray) -> dict[str, np.ndarray]:
     ids = [strings.index[name] for name in ELEMENTWISE_OPS if name in strings.index]
     if not ids:
         return empty_table("elementwise")

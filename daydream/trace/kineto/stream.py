@@ -1,5 +1,6 @@
-"""Reading a document a window at a time: the decompressed text cut where two events meet, each window decoded and
-turned into column pieces before the next is read; a document that cannot be cut with certainty is read whole.
+"""Reading a document a window at a time: the decompressed text cut where two events meet, each
+window decoded and turned into column pieces before the next is read; a document that cannot be cut
+with certainty is read whole.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import msgspec
 
 from daydream._heap import give_back
 from daydream.trace.kineto.columns import _Columns
-from daydream.trace.kineto.document import _EVENTS, _decoded_chunks, _first_byte, _not_utf8, _repaired_events, _tolerant, decode
+from daydream.trace.kineto.document import (
+    _EVENTS,
+    _decoded_chunks,
+    _first_byte,
+    _not_utf8,
+    _repaired_events,
+    _tolerant,
+    decode,
+)
 from daydream.trace.kineto.schema import _Envelope, _RawFile
 from daydream.trace.model import Trace
 
@@ -40,7 +49,8 @@ def read(document: Readable, progress: Progress | None = None) -> Trace:
     """
     skipped: dict[str, int] = {}
     columns = _Columns()
-    streamable = callable(getattr(document, "blocks", None))  # a document that can only be read whole is read whole
+    # a document that can only be read whole is read whole
+    streamable = callable(getattr(document, "blocks", None))
     envelope = _stream(document, columns, skipped, progress) if streamable else _NOT_STREAMED
     if envelope is not _NOT_STREAMED:
         trace = columns.finish(envelope, document.label, skipped)
@@ -58,7 +68,8 @@ WINDOW = 8 << 20
 _NOT_STREAMED: Any = object()
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
-#: Cuts tried per window before the document is read whole (a cut inside a string or a nested list fails to decode).
+#: Cuts tried per window before the document is read whole (a cut
+#: inside a string or a nested list fails to decode).
 _CUT_ATTEMPTS = 8
 
 
@@ -85,9 +96,11 @@ class _Window:
             self.more()
 
 
-def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], progress: Progress | None) -> Any:
-    """Read `document`'s events into `columns` a window at a time; its envelope (None for a bare list of events), or
-    _NOT_STREAMED when the text cannot be cut with certainty (`columns` is then partly filled: discard it)."""
+def _stream(document: Readable, columns: _Columns, skipped: dict[str, int],
+            progress: Progress | None) -> Any:
+    """Read `document`'s events into `columns` a window at a time; its envelope (None for a bare
+    list of events), or _NOT_STREAMED when the text cannot be cut with certainty (`columns` is then
+    partly filled: discard it)."""
     window = _Window(document, progress)
     window.fill(4096)
     opened = _open_events(window)
@@ -101,7 +114,8 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int], prog
 
 
 def _open_events(window: _Window) -> Any:
-    """(the envelope before the events, or None for a bare list; where the first event starts), or _NOT_STREAMED."""
+    """(the envelope before the events, or None for a bare list; where
+    the first event starts), or _NOT_STREAMED."""
     buffer = window.buffer
     first = _first_byte(buffer)
     if first == b"[":
@@ -113,26 +127,32 @@ def _open_events(window: _Window) -> Any:
         found = _EVENTS_KEY.search(buffer)
     if found is None:
         return _NOT_STREAMED
-    try:  # the key is the document's own, not text inside another value, when what precedes it closes as a document
-        envelope = msgspec.json.decode(bytes(buffer[:found.start()]) + b'"traceEvents":[]}', type=_RawFile)
+    try:
+        # the key is the document's own, not text inside another value,
+        # when what precedes it closes as a document
+        envelope = msgspec.json.decode(bytes(buffer[:found.start()]) + b'"traceEvents":[]}',
+                                       type=_RawFile)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _NOT_STREAMED
     return envelope, found.end()
 
 
 def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) -> bool:
-    """Decode the events a window at a time, up to the text's end; False when the text cannot be cut with certainty."""
+    """Decode the events a window at a time, up to the text's end;
+    False when the text cannot be cut with certainty."""
     buffer = window.buffer
     while True:
         window.fill(WINDOW)
         try:
             cut = _cut(buffer, columns, skipped) if not window.at_end else None
-        except RecursionError:  # an event nested deeper than the decoder goes: the whole-document path says so
+        except RecursionError:
+            # an event nested deeper than the decoder goes: the whole-document path says so
             return False
         if cut is None:
             if window.at_end:
                 return True
-            if len(buffer) > 8 * WINDOW:  # no event ends in this much text: not a layout the stream can cut
+            if len(buffer) > 8 * WINDOW:
+                # no event ends in this much text: not a layout the stream can cut
                 return False
             window.more()
             continue
@@ -142,9 +162,10 @@ def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) ->
             buffer[:] = b"[" + bytes(buffer[cut:])
 
 
-def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns, skipped: dict[str, int],
-                 label: str) -> Any:
-    """The rest: the last events, the array's end and the keys after it; the whole envelope, or _NOT_STREAMED."""
+def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
+                 skipped: dict[str, int], label: str) -> Any:
+    """The rest: the last events, the array's end and the keys after
+    it; the whole envelope, or _NOT_STREAMED."""
     try:
         if prefix_envelope is None:
             tail_events = msgspec.json.decode(bytes(buffer), type=list[msgspec.Raw])
@@ -164,9 +185,9 @@ def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns, ski
 
 
 def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int | None:
-    """Decode the events of `buffer` ("[" and then events) up to the last place two events meet, into `columns`; the
-    offset of the next event's start, or None when no place decodes (the text ends inside one event, or only false
-    cuts were found)."""
+    """Decode the events of `buffer` ("[" and then events) up to the last place two events meet,
+    into `columns`; the offset of the next event's start, or None when no place decodes (the text
+    ends inside one event, or only false cuts were found)."""
     end = len(buffer)
     for _ in range(_CUT_ATTEMPTS):
         brace = buffer.rfind(b"}", 1, end)
@@ -175,19 +196,23 @@ def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int |
             brace = buffer.rfind(b"}", 1, brace)
         if found is None:
             return None
-        # Close the list in place of the byte after the brace (a space or the comma), decode, put the byte back.
+        # Close the list in place of the byte after the brace (a space
+        # or the comma), decode, put the byte back.
         after = buffer[brace + 1]
         buffer[brace + 1] = ord("]")
         try:
             events = _EVENTS.decode(memoryview(buffer)[:brace + 2])
         except msgspec.ValidationError:
             try:
-                events = _tolerant(msgspec.json.decode(bytes(buffer[:brace + 2]), type=list[msgspec.Raw]), skipped)
+                events = _tolerant(msgspec.json.decode(bytes(buffer[:brace + 2]),
+                                                       type=list[msgspec.Raw]), skipped)
             except msgspec.DecodeError:
                 events = None
         except msgspec.DecodeError as exc:
-            # a "},{" inside a string or a nested list: try the one before; text that is not UTF-8: replaced
-            events = _repaired_events(bytes(buffer[:brace + 2]), skipped) if _not_utf8(exc) else None
+            # a "},{" inside a string or a nested list: try the one
+            # before; text that is not UTF-8: replaced
+            events = (_repaired_events(bytes(buffer[:brace + 2]), skipped) if _not_utf8(exc)
+                      else None)
         finally:
             buffer[brace + 1] = after
         if events is None:

@@ -13,7 +13,14 @@ from daydream.interconnect import normalize_operation
 from daydream.transforms.distributed.buckets import collectives, iterations_of
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
 from daydream.transforms.primitives import remove
-from daydream.transforms.registry import FACTOR_RANGE, MAX_WORLD, Context, Optimization, Parameter, register
+from daydream.transforms.registry import (
+    FACTOR_RANGE,
+    MAX_WORLD,
+    Context,
+    Optimization,
+    Parameter,
+    register,
+)
 
 
 def _no_comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -29,8 +36,9 @@ def _no_comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     remove(graph, chosen)
     if payload:
         graph.data_parallel = replace(graph.data_parallel, removed_allreduce_bytes=payload)
-    return [f"no-comm: removed {chosen.size} collectives ({busy / 1e6:.2f} ms of communication kernels; "
-            f"{payload / 2**20:.1f} MiB of all-reduce per iteration, which a following ddp uses as the gradient volume)"]
+    return [f"no-comm: removed {chosen.size} collectives ({busy / 1e6:.2f} ms of communication "
+            f"kernels; {payload / 2**20:.1f} MiB of all-reduce per iteration, which a following "
+            "ddp uses as the gradient volume)"]
 
 
 def is_allreduce(name: str) -> bool:
@@ -42,8 +50,9 @@ def is_allreduce(name: str) -> bool:
 
 register(Optimization(
     "no-comm", "the step without communication",
-    "removes every collective (NCCL kernel); what waited for one waits for what it waited for. Records the all-reduce "
-    "bytes per iteration, so that a following ddp models the job from this rank's compute",
+    "removes every collective (NCCL kernel); what waited for one waits for what it waited for. "
+    "Records the all-reduce bytes per iteration, so that a following ddp models the job from this "
+    "rank's compute",
     _no_comm,
 ))
 
@@ -57,7 +66,8 @@ def _comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         raise InputError(f"comm: factor={factor} must be positive")
     tasks = graph.tasks
     if params.get("interconnect", "auto") == "auto" and not params.get("bandwidth"):
-        tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / factor).astype(np.int64)
+        tasks["duration_ns"][chosen] = np.round(tasks["duration_ns"][chosen] / factor).astype(
+            np.int64)
         return [f"comm: {chosen.size} collectives {factor:g}x faster"]
     world = int(params["world"]) or context.world_size
     if world < 2:
@@ -73,7 +83,8 @@ def _comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         if size > 0:
             tasks["duration_ns"][task] = int(round(net.time_ns(operation, size) / factor))
             timed += 1
-    note = f"comm: {timed} of {chosen.size} collectives re-timed among {world} ranks over {net.describe()}"
+    note = (f"comm: {timed} of {chosen.size} collectives re-timed among {world} ranks over "
+            f"{net.describe()}")
     if timed < chosen.size:
         note += f"; {chosen.size - timed} without a recorded size kept their time"
     return [note]
@@ -81,11 +92,14 @@ def _comm(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
 
 register(Optimization(
     "comm", "re-time the trace's collectives",
-    "factor=F: every collective F times faster. interconnect=/bandwidth=: each collective with a recorded size "
-    "(elements × dtype from its metadata) takes the cost model's time for its operation among world ranks "
-    "(the trace's world size unless world= is given), divided by factor",
+    "factor=F: every collective F times faster. interconnect=/bandwidth=: each collective with a "
+    "recorded size (elements × dtype from its metadata) takes the cost model's time for its "
+    "operation among world ranks (the trace's world size unless world= is given), divided by "
+    "factor",
     _comm,
-    {"factor": Parameter(float, 1.0, "speed-up of every collective", **FACTOR_RANGE), **LINK_PARAMETERS,
-     "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)", 0, MAX_WORLD)},
+    {"factor": Parameter(float, 1.0, "speed-up of every collective", **FACTOR_RANGE),
+     **LINK_PARAMETERS,
+     "world": Parameter(int, 0, "ranks in the job (default: the trace's world size)", 0,
+                        MAX_WORLD)},
 ))
 

@@ -8,9 +8,9 @@ simulate/contention.py applies the factor; this module finds it, per trace:
   spent beside collectives. A trace with no such overlap (one GPU, or collectives that never overlap
   compute) gives no evidence: no contention is modelled, and the note says so.
 - **CPU** (gloo): compute threads and gloo's threads share the host's cores. The ranks on one host
-  (`gpus_per_node`, at most `world`) each run their intra-op threads plus one gloo thread; where they
-  all want a core, each gets cpus / demand of one: factor max(1, demand / cpus), from the CPUs and
-  threads `daydream trace` records (an older trace does not say them: no contention, said).
+  (`gpus_per_node`, at most `world`) each run their intra-op threads plus one gloo thread; where
+  they all want a core, each gets cpus / demand of one: factor max(1, demand / cpus), from the CPUs
+  and threads `daydream trace` records (an older trace does not say them: no contention, said).
 
 `contention=F` sets the factor; `contention=1` turns it off.
 """
@@ -28,8 +28,9 @@ from daydream.trace import EventKind, Trace
 from daydream.transforms.registry import Context, Parameter
 
 CONTENTION_PARAMETER = Parameter(
-    str, "auto", "auto: calibrated from the trace (GPU: kernels with and without a recorded collective beside them; "
-                 "CPU: the host's CPUs against the ranks' compute and gloo threads); F >= 1 sets it; 1: none")
+    str, "auto", "auto: calibrated from the trace (GPU: kernels with and without a recorded "
+                 "collective beside them; CPU: the host's CPUs against the ranks' compute and gloo "
+                 "threads); F >= 1 sets it; 1: none")
 #: Samples of a kernel name needed on each side (beside a collective, alone) for its ratio to count.
 MIN_SAMPLES = 3
 #: A kernel counts as beside a collective when one runs for at least this share of its time.
@@ -39,8 +40,8 @@ MAX_FACTOR = 4.0
 
 
 def gpu_slowdown(trace: Trace) -> tuple[float, int] | None:
-    """(the factor, kernels it rests on) from the trace's compute kernels beside and away from its collectives; None
-    without evidence."""
+    """(the factor, kernels it rests on) from the trace's compute kernels beside and away from its
+    collectives; None without evidence."""
     kernels = trace.indices(EventKind.KERNEL)
     collectives = trace.indices(EventKind.COMMUNICATION)
     if kernels.size == 0 or collectives.size == 0:
@@ -51,7 +52,8 @@ def gpu_slowdown(trace: Trace) -> tuple[float, int] | None:
     names, durations = trace.name[kernels], trace.dur_ns[kernels]
     near_names, near_median, near_count, near_total = _per_name(names[beside], durations[beside])
     away_names, away_median, away_count, _ = _per_name(names[alone], durations[alone])
-    _, near_at, away_at = np.intersect1d(near_names, away_names, assume_unique=True, return_indices=True)
+    _, near_at, away_at = np.intersect1d(near_names, away_names, assume_unique=True,
+                                         return_indices=True)
     usable = ((near_count[near_at] >= MIN_SAMPLES) & (away_count[away_at] >= MIN_SAMPLES)
               & (away_median[away_at] > 0))
     if not usable.any():
@@ -75,8 +77,10 @@ def _per_name(names: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, ...
     return names[first], median, count, np.add.reduceat(durations, first)
 
 
-def calibrate(graph: Graph, params: dict[str, Any], context: Context, ranks_per_host: int) -> tuple[float, str]:
-    """(factor, how it was found) for the communication a data-parallel what-if inserts into `graph`."""
+def calibrate(graph: Graph, params: dict[str, Any], context: Context,
+              ranks_per_host: int) -> tuple[float, str]:
+    """(factor, how it was found) for the communication a data-parallel
+    what-if inserts into `graph`."""
     text = str(params.get("contention", "auto")).strip().lower()
     if text != "auto":
         try:
@@ -84,20 +88,25 @@ def calibrate(graph: Graph, params: dict[str, Any], context: Context, ranks_per_
         except ValueError:
             factor = float("nan")
         if not 1.0 <= factor <= 100.0:
-            raise InputError(f"contention={text!r}: write auto, or a factor from 1 (no contention) to 100")
+            raise InputError(f"contention={text!r}: write auto, or a factor from 1 (no contention) "
+                             "to 100")
         return factor, "set by contention=" if factor > 1.0 else "off (contention=1)"
     if graph.has_device_work():
         if context.gpu_contention is None:
-            return 1.0, "none: the trace shows no compute kernel beside a collective to calibrate from"
+            return (1.0, "none: the trace shows no compute kernel beside a collective to calibrate "
+                         "from")
         factor, kernels = context.gpu_contention
         return factor, f"calibrated on {kernels} kernels the trace ran beside its collectives"
-    cpus, threads = int(context.host.get("cpus", 0) or 0), int(context.host.get("intra_op_threads", 0) or 0)
+    cpus, threads = (int(context.host.get("cpus", 0) or 0),
+                     int(context.host.get("intra_op_threads", 0) or 0))
     if cpus <= 0 or threads <= 0:
-        return 1.0, "none: the trace does not record the host's CPUs and threads (record it with daydream trace)"
-    return cpu_factor(cpus, threads, ranks_per_host), f"{ranks_per_host} ranks × ({threads} compute + 1 gloo thread) on {cpus} CPUs"
+        return (1.0, "none: the trace does not record the host's CPUs and threads (record it with "
+                     "daydream trace)")
+    return (cpu_factor(cpus, threads, ranks_per_host),
+            f"{ranks_per_host} ranks × ({threads} compute + 1 gloo thread) on {cpus} CPUs")
 
 
 def cpu_factor(cpus: int, threads: int, ranks_per_host: int) -> float:
-    """The CPU contention factor: `ranks_per_host` ranks × (`threads` computing + 1 gloo thread) on `cpus` CPUs, where
-    they all want a core (at least 1)."""
+    """The CPU contention factor: `ranks_per_host` ranks × (`threads` computing + 1 gloo thread) on
+    `cpus` CPUs, where they all want a core (at least 1)."""
     return max(1.0, ranks_per_host * (threads + 1) / cpus)

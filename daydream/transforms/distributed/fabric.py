@@ -1,13 +1,14 @@
-"""The link a data-parallel job communicates over: presets, overrides, and flat or hierarchical collectives.
+"""The link a data-parallel job communicates over: presets, overrides,
+and flat or hierarchical collectives.
 
     net = fabric({"interconnect": "nvlink3"}, context, world=8)
     net.time_ns("allreduce", 100 * 2**20)
 
-Flat: one ring (or tree) over all `world` ranks on one link: the GPUs' own link within a node, the network
-between nodes once `world` exceeds `gpus_per_node`. Hierarchical (BlueConnect, NCCL's tree across nodes):
-an all-reduce of S bytes among g ranks per node and m nodes is a reduce-scatter of S inside each node, an
-all-reduce of each rank's S/g shard across the m nodes (every rank on its own NIC, at once), and an
-all-gather of S inside the node.
+Flat: one ring (or tree) over all `world` ranks on one link: the GPUs' own link within a node, the
+network between nodes once `world` exceeds `gpus_per_node`. Hierarchical (BlueConnect, NCCL's tree
+across nodes): an all-reduce of S bytes among g ranks per node and m nodes is a reduce-scatter of S
+inside each node, an all-reduce of each rank's S/g shard across the m nodes (every rank on its own
+NIC, at once), and an all-gather of S inside the node.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from daydream.errors import InputError
-from daydream.interconnect import Interconnect, collective_time_ns, interconnect, interconnect_of_device, normalize_operation
+from daydream.interconnect import (
+    Interconnect,
+    collective_time_ns,
+    interconnect,
+    interconnect_of_device,
+    normalize_operation,
+)
 from daydream.transforms.registry import Context, Parameter, bandwidth
 
 GPUS_PER_NODE = 8
@@ -49,8 +56,9 @@ topology.__name__ = "topology (flat or hierarchical)"
 
 @dataclass(slots=True, frozen=True)
 class Fabric:
-    """The link a data-parallel job of `world` ranks communicates over: `link` for a flat ring or tree; with
-    `network` and more than one node, `link` is the link inside a node and `network` the one between nodes."""
+    """The link a data-parallel job of `world` ranks communicates over:
+    `link` for a flat ring or tree; with `network` and more than one node,
+    `link` is the link inside a node and `network` the one between nodes."""
 
     link: Interconnect
     world: int
@@ -69,26 +77,32 @@ class Fabric:
     def time_ns(self, operation: str, message_bytes: float) -> int:
         """One collective of `message_bytes` (the whole buffer) among the job's ranks, ns."""
         network = self.network
-        if network is None or not self.hierarchical or normalize_operation(operation) != "allreduce":
-            return collective_time_ns(operation, message_bytes, self.world, self.link, self.algorithm)
+        if (network is None or not self.hierarchical
+            or normalize_operation(operation) != "allreduce"):
+            return collective_time_ns(operation, message_bytes, self.world, self.link,
+                                      self.algorithm)
         inside = min(self.per_node, self.world)
-        return (collective_time_ns("reducescatter", message_bytes, inside, self.link, self.algorithm)
-                + collective_time_ns("allreduce", message_bytes / inside, self.nodes, network, self.algorithm)
+        return (collective_time_ns("reducescatter", message_bytes, inside, self.link,
+                                   self.algorithm)
+                + collective_time_ns("allreduce", message_bytes / inside, self.nodes, network,
+                                     self.algorithm)
                 + collective_time_ns("allgather", message_bytes, inside, self.link, self.algorithm))
 
     def describe(self) -> str:
         if self.network is not None and self.hierarchical:
-            return (f"hierarchical: {self.link.name} inside each of {self.nodes} nodes of {self.per_node} "
-                    f"({self.link.bus_bandwidth_gbs:g} GB/s), {self.network.name} between them "
-                    f"({self.network.bus_bandwidth_gbs:g} GB/s, {self.network.step_latency_us:g} µs per step), {self.algorithm}")
+            return (f"hierarchical: {self.link.name} inside each of {self.nodes} nodes of "
+                    f"{self.per_node} ({self.link.bus_bandwidth_gbs:g} GB/s), {self.network.name} "
+                    f"between them ({self.network.bus_bandwidth_gbs:g} GB/s, "
+                    f"{self.network.step_latency_us:g} µs per step), {self.algorithm}")
         link = self.link
-        return (f"{link.name} ({link.bus_bandwidth_gbs:g} GB/s bus, {link.step_latency_us:g} µs per step, "
-                f"{self.algorithm})")
+        return (f"{link.name} ({link.bus_bandwidth_gbs:g} GB/s bus, {link.step_latency_us:g} µs "
+                f"per step, {self.algorithm})")
 
 
 def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
-    """interconnect= (preset), else the trace's GPU's link within a node and network= across nodes; bandwidth=/latency=
-    override the link the collectives cross (the network's, once world exceeds gpus_per_node)."""
+    """interconnect= (preset), else the trace's GPU's link within a node
+    and network= across nodes; bandwidth=/latency= override the link the
+    collectives cross (the network's, once world exceeds gpus_per_node)."""
     if world < 1:
         raise InputError(f"world={world}: the number of ranks must be at least 1")
     per_node = int(params.get("gpus_per_node", GPUS_PER_NODE))
@@ -102,8 +116,9 @@ def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
     else:
         found = interconnect_of_device(context.device.interconnect if context.device else None)
         if found is None and not params.get("bandwidth"):
-            raise InputError("the trace's GPU is not in the device table, so its interconnect is unknown — "
-                             "give interconnect=NAME (e.g. nvlink3, pcie4, ib-hdr) or bandwidth=GB/s")
+            raise InputError("the trace's GPU is not in the device table, so its interconnect is "
+                             "unknown — give interconnect=NAME (e.g. nvlink3, pcie4, ib-hdr) or "
+                             "bandwidth=GB/s")
         link = found or Interconnect("custom", 1.0, 10.0)
     network = interconnect(str(params.get("network", "ib-hdr"))) if hierarchical else None
     network = _override(network, params) if network is not None else None
@@ -125,13 +140,17 @@ def _override(link: Interconnect, params: dict[str, Any]) -> Interconnect:
 
 #: What `fabric` reads: the link a collective is timed over.
 LINK_PARAMETERS: dict[str, Parameter] = {
-    "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, ethernet-10g/25g/100g"),
-    "network": Parameter(str, "ib-hdr", "the preset between nodes, when world exceeds gpus_per_node"),
+    "interconnect": Parameter(str, "auto", "preset: nvlink2..5, pcie3..5, ib-edr/hdr/ndr, "
+                                           "ethernet-10g/25g/100g"),
+    "network": Parameter(str, "ib-hdr",
+                         "the preset between nodes, when world exceeds gpus_per_node"),
     "gpus_per_node": Parameter(int, GPUS_PER_NODE, "ranks that share the intra-node link", 1, 4096),
-    "topology": Parameter(topology, "flat", "flat (one ring over the slowest link) or hierarchical (reduce-scatter in "
+    "topology": Parameter(topology, "flat", "flat (one ring over the slowest link) or hierarchical "
+                                            "(reduce-scatter in "
                           "the node, all-reduce across nodes, all-gather in the node)"),
-    "bandwidth": Parameter(bandwidth, 0.0, "bus bandwidth in GB/s, or with a unit: 25GB/s, 200Gbps (overrides the preset; "
-                           "the network's when the job spans nodes)", 0.0, 1e6),
+    "bandwidth": Parameter(bandwidth, 0.0, "bus bandwidth in GB/s, or with a unit: 25GB/s, 200Gbps "
+                                           "(overrides the preset; "
+                                           "the network's when the job spans nodes)", 0.0, 1e6),
     "latency": Parameter(float, -1.0, "per-step latency in µs (overrides the preset)", -1.0, 1e7),
     "algorithm": Parameter(str, "auto", "ring, tree or auto (the faster per message)"),
 }

@@ -1,4 +1,5 @@
-"""`zero`: ZeRO / FSDP, data parallelism with sharded optimizer state, gradients (stage 2) and weights (stage 3)."""
+"""`zero`: ZeRO / FSDP, data parallelism with sharded optimizer state,
+gradients (stage 2) and weights (stage 3)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from daydream.transforms.distributed.fabric import Fabric, fabric
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
 
-def _gather_before(graph: Graph, resource: int, iteration: int, items: list[tuple[int, int, int]], net: Fabric,
-                   anchor: int | None, label: str) -> int:
-    """One all-gather per layer on `resource`, in order after `anchor` (prefetching), each before its layer's first task."""
+def _gather_before(graph: Graph, resource: int, iteration: int, items: list[tuple[int, int, int]],
+                   net: Fabric, anchor: int | None, label: str) -> int:
+    """One all-gather per layer on `resource`, in order after `anchor` (prefetching), each before
+    its layer's first task."""
     if not items or anchor is None:
         return 0
-    plan = [(anchor, size, f"zero all-gather ({label}, {graph.layers[layer]})", net.time_ns("allgather", size))
+    plan = [(anchor, size, f"zero all-gather ({label}, {graph.layers[layer]})",
+             net.time_ns("allgather", size))
             for layer, size, _ in items]
     ids = insert_collectives(graph, resource, iteration, plan)
     graph.add_edges(ids, [task for _, _, task in items], DepKind.COMMUNICATION)
@@ -52,32 +55,43 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         if stage < 3:
             last = last_task(graph, iteration, OPTIMIZER)
             if last is not None and volume:
-                ids = insert_collectives(graph, gather, iteration, [(last, volume, "zero all-gather (parameters)",
-                                                                     net.time_ns("allgather", volume))])
+                ids = insert_collectives(graph, gather, iteration,
+                                         [(last, volume, "zero all-gather (parameters)",
+                                                                     net.time_ns("allgather",
+                                                                                 volume))])
                 before_next_iteration(graph, iteration, int(ids[0]))
                 gathers += 1
             continue
-        start = graph.iteration_markers[iteration][0] if iteration < len(graph.iteration_markers) else None
-        gathers += _gather_before(graph, gather, iteration, first_tasks(graph, iteration, context, FORWARD), net, start, "forward")
-        gathers += _gather_before(graph, gather, iteration, first_tasks(graph, iteration, context, BACKWARD), net,
+        start = (graph.iteration_markers[iteration][0] if iteration < len(graph.iteration_markers)
+                 else None)
+        gathers += _gather_before(graph, gather, iteration,
+                                  first_tasks(graph, iteration, context, FORWARD), net, start,
+                                  "forward")
+        gathers += _gather_before(graph, gather, iteration,
+                                  first_tasks(graph, iteration, context, BACKWARD), net,
                                   last_task(graph, iteration, FORWARD), "backward")
-    notes.append(f"zero stage {stage}: reduce-scatter instead of all-reduce; the optimizer's device work ÷{world} "
-                 f"({scaled // iterations} tasks per iteration); {gathers // iterations} parameter all-gathers per iteration "
+    notes.append(f"zero stage {stage}: reduce-scatter instead of all-reduce; the optimizer's "
+                 f"device work ÷{world} ({scaled // iterations} tasks per iteration); "
+                 f"{gathers // iterations} parameter all-gathers per iteration "
                  + ("after each optimizer step, before the next forward" if stage < 3 else
-                    "per layer before its forward and its backward (prefetched in order on their own stream)"))
+                    "per layer before its forward and its backward (prefetched in order on their "
+                    "own stream)"))
     if stage == 3 and not context.gradient_bytes:
-        notes.append("zero stage 3: the trace lists no per-layer parameters, so no per-layer all-gathers were added "
-                     "(record it with daydream trace)")
+        notes.append("zero stage 3: the trace lists no per-layer parameters, so no per-layer "
+                     "all-gathers were added (record it with daydream trace)")
     return notes
 
 
 register(Optimization(
-    "zero", "ZeRO / FSDP: data parallelism with sharded optimizer state, gradients (stage 2) and weights (stage 3)",
-    "as ddp, but each bucket is reduce-scattered; the optimizer's device work ÷world; stages 1-2 all-gather "
-    "the updated parameters after the optimizer, before the next forward; stage 3 all-gathers each layer's "
-    "parameters before its forward and before its backward, on a stream of their own, in order",
+    "zero", "ZeRO / FSDP: data parallelism with sharded optimizer state, gradients (stage 2) and "
+            "weights (stage 3)",
+    "as ddp, but each bucket is reduce-scattered; the optimizer's device work ÷world; stages 1-2 "
+    "all-gather the updated parameters after the optimizer, before the next forward; stage 3 "
+    "all-gathers each layer's parameters before its forward and before its backward, on a stream "
+    "of their own, in order",
     _zero,
-    {"stage": Parameter(int, 2, "1, 2 or 3", 1, 3), "world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD),
+    {"stage": Parameter(int, 2, "1, 2 or 3", 1, 3),
+     "world": Parameter(int, 8, "data-parallel ranks", 1, MAX_WORLD),
      **{k: v for k, v in DATA_PARALLEL_PARAMETERS.items() if k != "world"}},
 ))
 
