@@ -53,7 +53,7 @@ def test_the_limit_is_ruffs_line_length() -> None:
 
 def test_the_check_finds_a_wide_line(tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
-    wide = "x = '" + "a" * (MOST_CHARACTERS - 6) + "'"  # exactly one character too wide
+    wide = "x = '" + "a" * (MOST_CHARACTERS - 5) + "'"  # exactly one character too wide
     (tmp_path / "p" / "m.py").write_text(f"y = 1\n{wide}\n{wide[:-2]}'\n")
     assert wide_lines(tmp_path / "p") == [f"p/m.py:2 ({MOST_CHARACTERS + 1} characters)"]
 
