@@ -216,13 +216,14 @@ def _iterations_section(document: dict[str, Any]) -> str:
     predicted: dict[str, int] = {}
     if document["optimizations"]:
         headers.append("predicted")
-        rank = document["whatif"][-1]["ranks"][document["rank_index"]]
-        predicted = {it["name"]: it["predicted_ns"] for it in rank["iterations"]}
+        whatif_rank = document["whatif"][-1]["ranks"][document["rank_index"]]
+        predicted = {it["name"]: it["predicted_ns"] for it in whatif_rank["iterations"]}
     rows, classes = [], []
     for index, it in enumerate(rank["iterations"]):
+        unexplained = (f"{it['pinned_on_critical_path'] * 100:.1f}%"
+                       if "pinned_on_critical_path" in it else "—")
         row = [it["name"], format_ns(it["measured_ns"]), format_ns(it["simulated_ns"]),
-               f"{it['signed_error'] * 100:+.2f}%", f"{it['pinned_on_critical_path'] * 100:.1f}%"
-               if "pinned_on_critical_path" in it else "—"]
+               f"{it['signed_error'] * 100:+.2f}%", unexplained]
         rows.append(row + [format_ns(predicted.get(it["name"]))] if predicted else row)
         classes.append("chosen" if index == document["iteration"]["index"] else "")
     table = _table(headers, rows, "iterations", classes)
