@@ -509,9 +509,8 @@ def tp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     parameters = np.isin(a.category, [WEIGHTS, GRAD, OPT])
     a.size[parameters & np.isin(a.layer, split)] /= degree
     a.size[parameters & (a.layer < 0)] *= 1.0 - share * (1.0 - 1.0 / degree)
-    work = np.isin(a.phase,
-                   [FORWARD, BACKWARD]) & ~parameters & np.isin(a.layer, blocks if sequence
-                                                                else split)
+    layers = blocks if sequence else split
+    work = np.isin(a.phase, [FORWARD, BACKWARD]) & ~parameters & np.isin(a.layer, layers)
     a.size[work] /= degree
     return (f"tp: {len(pairs)} pairs of linear layers split {degree} ways: their parameters' share "
             f"({share:.0%}) ÷{degree}, and {int(work.sum())} forward and backward allocations of "

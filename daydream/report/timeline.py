@@ -121,9 +121,8 @@ def _names(trace: Trace, graph: Graph, main: tuple[Any, Any]) -> list[dict[str, 
             threads[(pid, tid)] = resource.label
         elif resource.kind is ResourceKind.HOST_THREAD:
             processes.setdefault(pid, f"host (pid {pid})")
-            threads[(pid, tid)] = _thread_name(graph, index,
-                                               (pid, tid) == (unsigned(host_pid),
-                                                              unsigned(host_tid)), tid)
+            is_main = (pid, tid) == (unsigned(host_pid), unsigned(host_tid))
+            threads[(pid, tid)] = _thread_name(graph, index, is_main, tid)
         else:
             gpu = gpu_names.get(resource.device)
             processes.setdefault(pid, f"GPU {resource.device}" + (f" ({gpu})" if gpu else ""))

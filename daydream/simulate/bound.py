@@ -203,11 +203,11 @@ def binding_edges(graph: Graph, timeline: Timeline) -> Binding:
                     _LATENCY)
     wait = np.where(delayed, np.where(tasks["delay_span_ns"] <= 0, CATEGORIES.index("pinned"),
                                       CATEGORIES.index("unexplained")), wait)
+    edge_category = np.where(edges["kind"] == DepKind.SLOWEST_RANK,
+                             CATEGORIES.index("communication"), _LATENCY).astype(np.int64)
     return Binding(best, ready, _CATEGORY_INDEX[tasks["kind"]], wait.astype(np.int64),
                    tasks["gap_ns"].astype(np.int64), host_edge, edges["src"].astype(np.int64),
-                   edges["from_start"].astype(bool), np.where(edges["kind"] == DepKind.SLOWEST_RANK,
-                                                              CATEGORIES.index("communication"),
-                                                              _LATENCY).astype(np.int64))
+                   edges["from_start"].astype(bool), edge_category)
 
 
 def bound_line(bound: dict[str, object], top: int = 6) -> str:

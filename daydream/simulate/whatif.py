@@ -169,8 +169,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
                               "batch_ops": lambda: functools.cache(
-                                  lambda batch: batch_ops_of(trace, attribution(), update_loop(),
-                                                             batch)),
+                                  lambda batch: batch_ops_of(trace, attribution(),
+                                                             update_loop(), batch)),
                               "launching_op": lambda: link(trace).op,
                               "layer_work": lambda: layer_work(trace, attribution()),
                               "loader_ranges": lambda: loader_ranges_of(trace),

@@ -74,10 +74,8 @@ def pairs(facts: dict[int, list[ForwardOp]],
 
 def _work_ns(graph: Graph, gpu: bool) -> int:
     """The time of the graph's kernels (of its CPU ops on a CPU trace), ns."""
-    return int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"],
-                                                  [int(k)
-                                                   for k in (KERNELS if gpu
-                                                             else HOST_WORK)])].sum())
+    kinds = [int(k) for k in (KERNELS if gpu else HOST_WORK)]
+    return int(graph.tasks["duration_ns"][np.isin(graph.tasks["kind"], kinds)].sum())
 
 
 def _input_bytes(op: ForwardOp) -> int:

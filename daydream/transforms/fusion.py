@@ -141,9 +141,8 @@ def _fuse_elementwise(graph: Graph, params: dict[str, Any], context: Context) ->
                 continue
             if len(chain) > 1:
                 durations = graph.tasks["duration_ns"][chain]
-                graph.tasks["duration_ns"][chain[0]] = int(durations.max()
-                                                           + (1 - saving) * (
-                                                               durations.sum() - durations.max()))
+                rest = durations.sum() - durations.max()
+                graph.tasks["duration_ns"][chain[0]] = int(durations.max() + (1 - saving) * rest)
                 removed.extend(chain[1:])
                 chains += 1
             chain = [task] if task >= 0 and elementwise[task] else []

@@ -64,8 +64,8 @@ def build_report(source: str, replays: list[Replay],
     specs = whatifs[-1][0] if whatifs else []
     memory = memory or [[] for _ in whatifs]
     rows = [_whatif_row(source, row_specs, predictions, rank_index, row_memory)
-            for (row_specs, predictions), row_memory in zip(whatifs,
-                                                            memory)] or [_replay_row(replays)]
+            for (row_specs, predictions), row_memory in zip(whatifs, memory)]
+    rows = rows or [_replay_row(replays)]
     if whatifs:
         prediction = whatifs[-1][1][rank_index]
         assert prediction.graph is not None and prediction.timeline is not None

@@ -139,8 +139,7 @@ class _Columns:
             if track not in self.track_args:
                 self.track_args[track] = (args[row].device, args[row].stream)
         bytes_column = _ints(list(map(_get_bytes, args)))
-        collective_arg = np.fromiter(map(bool, map(_get_collective, args)), dtype=bool,
-                                     count=len(args))
+        collective_arg = _flags(map(bool, map(_get_collective, args)), len(args))
         self._add_side_rows(kind, args, names, bytes_column, collective_arg)
         for key, values in (
             ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns),
@@ -173,13 +172,11 @@ class _Columns:
         chosen = {
             "memory": memory,
             "collective": np.flatnonzero(collective_arg),
-            "launch_config": np.flatnonzero(np.fromiter(map(is_not, map(_get_grid, args),
-                                                            repeat(None)), dtype=bool,
-                                                        count=len(args))),
+            "launch_config": np.flatnonzero(_flags(map(is_not, map(_get_grid, args), repeat(None)),
+                                                   len(args))),
             "sync": np.flatnonzero(kind == EventKind.SYNC),
-            "shapes": np.flatnonzero(
-                (kind == EventKind.CPU_OP) & np.fromiter(map(len, map(_get_dims, args)), dtype=bool,
-                                                                              count=len(args))),
+            "shapes": np.flatnonzero((kind == EventKind.CPU_OP)
+                                     & _flags(map(len, map(_get_dims, args)), len(args))),
         }
         for name, rows in chosen.items():
             if rows.size:
@@ -288,6 +285,11 @@ class _Columns:
             track=[host_track.get(key, NO_VALUE) for key in self.flows["host"]],
             is_start=self.flows["is_start"],
         )
+
+
+def _flags(values: Iterable[Any], count: int) -> np.ndarray:
+    """`count` truth values as a boolean column."""
+    return np.fromiter(values, dtype=bool, count=count)
 
 
 def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:

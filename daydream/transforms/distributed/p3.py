@@ -106,14 +106,12 @@ def _push_pull(graph: Graph, channels: tuple[int, int], iteration: int, ready: i
     returns the pulls (what the layer's next forward waits for)."""
     push_channel, pull_channel = channels
     duration = server.time_ns(slice_bytes)
-    pushes = insert_collectives(graph, push_channel, iteration,
-                                [(ready, slice_bytes, f"p3 push ({layer}, slice {k})", duration)
-                                                                 for k in range(priority.size)],
-                                chain=False)
-    pulls = insert_collectives(graph, pull_channel, iteration,
-                               [(int(push), slice_bytes, f"p3 pull ({layer}, slice {k})", duration)
-                                                                for k, push in enumerate(
-                                                                    pushes.tolist())], chain=False)
+    pushed = [(ready, slice_bytes, f"p3 push ({layer}, slice {k})", duration)
+              for k in range(priority.size)]
+    pushes = insert_collectives(graph, push_channel, iteration, pushed, chain=False)
+    pulled = [(int(push), slice_bytes, f"p3 pull ({layer}, slice {k})", duration)
+              for k, push in enumerate(pushes.tolist())]
+    pulls = insert_collectives(graph, pull_channel, iteration, pulled, chain=False)
     graph.tasks["priority"][pushes] = graph.tasks["priority"][pulls] = priority
     return pulls
 

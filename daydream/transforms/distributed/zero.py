@@ -55,10 +55,9 @@ def _zero(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         if stage < 3:
             last = last_task(graph, iteration, OPTIMIZER)
             if last is not None and volume:
-                ids = insert_collectives(graph, gather, iteration,
-                                         [(last, volume, "zero all-gather (parameters)",
-                                                                     net.time_ns("allgather",
-                                                                                 volume))])
+                gathered = (last, volume, "zero all-gather (parameters)",
+                            net.time_ns("allgather", volume))
+                ids = insert_collectives(graph, gather, iteration, [gathered])
                 before_next_iteration(graph, iteration, int(ids[0]))
                 gathers += 1
             continue
