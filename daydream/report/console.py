@@ -16,11 +16,12 @@ from daydream.mapping.attribution import layer_label
 from daydream.report.table import Table, labelled, named_table
 
 
-def relative_change(before: int, after: int) -> str:
-    """`after` against `before` as a signed percentage; "new" where there was nothing before."""
+def relative_change(before: int, after: int, decimals: int = 0) -> str:
+    """`after` against `before` as a signed percentage with `decimals` decimals; "new" where there
+    was nothing before."""
     if not before:
         return "new" if after else ""
-    return f"{(after - before) / before * 100:+.0f}%"
+    return f"{(after - before) / before * 100:+.{decimals}f}%"
 
 
 def format_ns(ns: float | int | None) -> str:

@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from daydream import __version__
-from daydream.report.console import format_ns
+from daydream.report.console import format_ns, relative_change
 from daydream.report.table import Table, labelled, named_table
 from daydream.simulate.diff import Change, Comparison
 
@@ -163,6 +163,4 @@ def _style(ns: int) -> str:
 
 
 def _percent(before: int, after: int) -> str:
-    if not before:
-        return "new" if after else ""
-    return f"{(after - before) / before * 100:+.1f}%"
+    return relative_change(before, after, decimals=1)
