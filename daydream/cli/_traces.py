@@ -7,6 +7,7 @@ multi-rank run (as new as its newest rank file).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +15,17 @@ from typing import Any, TypeVar
 import click
 
 from daydream.errors import InputError
+
+#: The examples' header of a command whose examples read the traces shipped with daydream.
+SHIPPED_EXAMPLES = ("Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100, "
+                    "example:ddp_a100_rank0):")
+
+
+def with_examples(text: str, header: str, examples: list[str]) -> str:
+    """A command's help: `text` (a docstring), then `header` and one example per line, each shown
+    whole however long (click's \\b), as a newcomer pastes it."""
+    shown = "\n".join(f"  {example}" for example in examples)
+    return f"{inspect.cleandoc(text)}\n\n\b\n{header}\n{shown}"
 
 DEFAULT_FOLDER = Path("daydream-traces")
 

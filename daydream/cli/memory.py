@@ -6,13 +6,23 @@ import click
 
 from daydream.api import open_job
 from daydream.cli._progress import emit, err, with_progress
-from daydream.cli._traces import chosen_trace, rank_options, trace_argument
+from daydream.cli._traces import chosen_trace, rank_options, trace_argument, with_examples
 from daydream.memory import analyze_memory
 from daydream.report import plotting
 from daydream.report.memory import plot_memory, render_memory, summarize_memory
 
+#: The command's help (`with_examples`).
+HELP = with_examples(
+    """Peak allocated and reserved memory per device of TRACE, broken down into weights,
+    activations, gradients, optimizer state, temporaries and other, at the peak.
+    TRACE defaults to the newest trace in ./daydream-traces/.""",
+    ("Examples (from daydream's repository folder; run.json.gz is what the daydream "
+     "trace --help example writes):"),
+    ["daydream memory run.json.gz",
+     "daydream memory run.json.gz --json --plot memory.png"])
 
-@click.command("memory")
+
+@click.command("memory", help=HELP)
 @trace_argument
 @rank_options
 @click.option("--json", "as_json", is_flag=True,
@@ -23,16 +33,7 @@ from daydream.report.memory import plot_memory, render_memory, summarize_memory
 @click.option("--no-cache", is_flag=True,
               help="Read the trace afresh; neither use nor write the cache.")
 def memory_command(trace: str | None, as_json: bool, plot_path: str | None, no_cache: bool) -> None:
-    """Peak allocated and reserved memory per device of TRACE, broken down into weights,
-    activations, gradients, optimizer state, temporaries and other, at the peak.
-    TRACE defaults to the newest trace in ./daydream-traces/.
-
-    \b
-    Examples (from daydream's repository folder; run.json.gz is what
-    the daydream trace --help example writes):
-      daydream memory run.json.gz
-      daydream memory run.json.gz --json --plot memory.png
-    """
+    """See HELP."""
     if plot_path:
         plotting.require()
     status = err()

@@ -6,10 +6,31 @@ import click
 
 from daydream.api import replay_job
 from daydream.cli._progress import emit, err, with_progress
-from daydream.cli._traces import chosen_trace, rank_options, trace_argument
+from daydream.cli._traces import (
+    SHIPPED_EXAMPLES,
+    chosen_trace,
+    rank_options,
+    trace_argument,
+    with_examples,
+)
+
+#: The command's help (`with_examples`).
+HELP = with_examples(
+    """Replay TRACE's dependency graph in the simulator: measured vs simulated time per iteration.
+
+    TRACE is a trace file, a folder of rank files or an archive; the ranks of a job are
+    replayed together, each collective matched across its ranks (docs/distributed.md).
+
+    Every wait (synchronization, the launch queue, cross-stream events, the autograd
+    thread) is re-derived from dependencies; what cannot be (a missing peer's lateness,
+    an unnamed event) is a delay relative to its anchor, reported as "unexplained".
+    TRACE defaults to the newest trace in ./daydream-traces/.""",
+    SHIPPED_EXAMPLES,
+    ["daydream replay example:cnn_v100",
+     "daydream replay example:cnn_v100 --critical-path --timeline simulated.json.gz"])
 
 
-@click.command("replay")
+@click.command("replay", help=HELP)
 @trace_argument
 @rank_options
 @click.option("--json", "as_json", is_flag=True,
@@ -25,22 +46,7 @@ from daydream.cli._traces import chosen_trace, rank_options, trace_argument
               help="Read the trace afresh; neither use nor write the cache.")
 def replay_command(trace: str | None, as_json: bool, timeline_path: str | None, critical_path: bool,
                    no_cache: bool) -> None:
-    """Replay TRACE's dependency graph in the simulator: measured vs simulated time per iteration.
-
-    TRACE is a trace file, a folder of rank files or an archive; the ranks of a job are
-    replayed together, each collective matched across its ranks (docs/distributed.md).
-
-    Every wait (synchronization, the launch queue, cross-stream events, the autograd
-    thread) is re-derived from dependencies; what cannot be (a missing peer's lateness,
-    an unnamed event) is a delay relative to its anchor, reported as "unexplained".
-    TRACE defaults to the newest trace in ./daydream-traces/.
-
-    \b
-    Examples (example:NAME reads a trace shipped with daydream:
-    example:cnn_v100, example:ddp_a100_rank0):
-      daydream replay example:cnn_v100
-      daydream replay example:cnn_v100 --critical-path --timeline simulated.json.gz
-    """
+    """See HELP."""
     # Imported here, not with the module: `daydream --help` lists this
     # command without loading the simulator.
     from daydream.report.replay import render_replays, summarize_replays

@@ -10,12 +10,28 @@ import click
 from daydream.api import predict_job, replay_job
 from daydream.cli._complete import complete_device, complete_opt
 from daydream.cli._progress import err, progress_bar
-from daydream.cli._traces import chosen_trace, rank_options, trace_argument
+from daydream.cli._traces import (
+    SHIPPED_EXAMPLES,
+    chosen_trace,
+    rank_options,
+    trace_argument,
+    with_examples,
+)
 from daydream.errors import InputError
 from daydream.report.console import format_bytes
 
+#: The command's help (`with_examples`).
+HELP = with_examples(
+    """Write one HTML page about TRACE: the measured and predicted timelines of one iteration,
+    the time per phase and layer, the what-if table (each --opt alone, then all of them
+    together) and the memory timeline with the breakdown at its peak.
+    TRACE defaults to the newest trace in ./daydream-traces/.""",
+    SHIPPED_EXAMPLES,
+    ["daydream report example:cnn_v100 --opt amp -o report.html",
+     "daydream report example:cnn_v100 --opt amp --opt fused-optimizer -o report.html"])
 
-@click.command("report")
+
+@click.command("report", help=HELP)
 @trace_argument
 @rank_options
 @click.option("-o", "--output", "output_path", required=True,
@@ -38,17 +54,7 @@ from daydream.report.console import format_bytes
 def report_command(trace: str | None, output_path: str, specs: tuple[str, ...],
                    device_name: str | None, iteration: str | None, rank: int | None,
                    no_cache: bool) -> None:
-    """Write one HTML page about TRACE: the measured and predicted timelines of one iteration,
-    the time per phase and layer, the what-if table (each --opt alone, then all of them
-    together) and the memory timeline with the breakdown at its peak.
-    TRACE defaults to the newest trace in ./daydream-traces/.
-
-    \b
-    Examples (example:NAME reads a trace shipped with daydream:
-    example:cnn_v100, example:ddp_a100_rank0):
-      daydream report example:cnn_v100 --opt amp -o report.html
-      daydream report example:cnn_v100 --opt amp --opt fused-optimizer -o report.html
-    """
+    """See HELP."""
     # Imported here, not with the module: `daydream --help` lists this
     # command without loading the simulator.
     from daydream.report.html import build_report, choose_iteration, write_report

@@ -16,13 +16,37 @@ from daydream.api import (
 )
 from daydream.cli._complete import complete_device, complete_opt, complete_sweep
 from daydream.cli._progress import emit, err, with_progress
-from daydream.cli._traces import chosen_trace, rank_options, trace_argument
+from daydream.cli._traces import (
+    SHIPPED_EXAMPLES,
+    chosen_trace,
+    rank_options,
+    trace_argument,
+    with_examples,
+)
 from daydream.cost import CostOptions
 from daydream.report import plotting
 from daydream.report.table import Table
 
+#: The command's help (`with_examples`).
+HELP = with_examples(
+    """Predict the iteration time of TRACE with the optimizations applied.
 
-@click.command("whatif")
+    TRACE defaults to the newest trace in ./daydream-traces/, so that
+    `daydream trace train.py && daydream whatif --opt amp` works.""",
+    SHIPPED_EXAMPLES,
+    ["daydream whatif example:cnn_v100 --opt amp",
+     "daydream whatif example:cnn_v100 --opt fused-optimizer --opt cuda-graphs --json",
+     "daydream whatif example:cnn_v100 --opt batch-size:factor=2 --memory",
+     "daydream whatif example:ddp_a100_rank0 --opt no-comm --opt ddp:bandwidth=100Gbps "
+     "--sweep world=1,8,64",
+     "daydream whatif example:cnn_v100 --opt gpu --sweep target=A100,H100,MI300X,L4 --memory "
+     "--price A100=1.8,H100=2.9",
+     "daydream whatif example:cnn_v100 --opt layout:params=97MB "
+     "--sweep dp=1,2,4,8,tp=1,2,pp=1,2 --world 8 --memory",
+     "daydream whatif --list"])
+
+
+@click.command("whatif", help=HELP)
 @trace_argument
 @rank_options
 @click.option("--opt", "specs", multiple=True, metavar="NAME[:k=v,...]|FILE.yaml",
@@ -68,25 +92,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool,
                    with_memory: bool, sweep: str | None, plot_path: str | None, prices: str | None,
                    world: int | None, no_cache: bool, measure: bool | None,
                    measure_budget: float) -> None:
-    """Predict the iteration time of TRACE with the optimizations applied.
-
-    TRACE defaults to the newest trace in ./daydream-traces/, so that
-    `daydream trace train.py && daydream whatif --opt amp` works.
-
-    \b
-    Examples (example:NAME reads a trace shipped with daydream: example:cnn_v100,
-    example:ddp_a100_rank0):
-      daydream whatif example:cnn_v100 --opt amp
-      daydream whatif example:cnn_v100 --opt fused-optimizer --opt cuda-graphs --json
-      daydream whatif example:cnn_v100 --opt batch-size:factor=2 --memory
-      daydream whatif example:ddp_a100_rank0 --opt no-comm --opt ddp:bandwidth=100Gbps \
-        --sweep world=1,8,64
-      daydream whatif example:cnn_v100 --opt gpu --sweep target=A100,H100,MI300X,L4 --memory \
-        --price A100=1.8,H100=2.9
-      daydream whatif example:cnn_v100 --opt layout:params=97MB \
-        --sweep dp=1,2,4,8,tp=1,2,pp=1,2 --world 8 --memory
-      daydream whatif --list
-    """
+    """See HELP."""
     if show_list:
         _print_list(as_json)
         return
