@@ -280,12 +280,16 @@ MISSES = [
     "whose baseline ran slow over-predicts, one whose runs did under-predicts); the medians of the rounds are "
     "what the what-if is held to.",
     "- Memory: the measured peak is each rank's steady peak, the lowest of its iterations' peaks; the whole trace's "
-    "peak is the column beside it. FSDP2 on gloo frees some buffers on gloo's worker threads, where the profiler "
-    "records no free: `daydream memory` ends such a block where its address is handed out again (and says how many), "
-    "but a block never reused stays counted, so the ranks' recorded peaks climb from iteration to iteration (a 300-step "
-    "run of the same FSDP2 transformer kept its resident memory within 40 MB while its traces' totals grew about 2 MB "
-    "an iteration). What is left of the a2c miss is such blocks: at its ranks' peaks, 66 KB gradient blocks of earlier "
-    "iterations, never freed in the trace.",
+    "peak is the column beside it. The fsdp memory model holds a unit's buffers as the ranks' traces show FSDP2 "
+    "holding them (`fsdp_memory` in daydream/memory/whatif.py): each gradient whole from when the unit's backward "
+    "makes it until the unit's reduce-scatter, the reduce-scatter's input until the next reduce-scatter is issued, "
+    "the backward all-gather prefetched in the pre-backward hook of the unit before, after that unit's copy-out. "
+    "FSDP2 on gloo frees some buffers on gloo's worker threads, where the profiler records no free: `daydream memory` "
+    "ends such a block where its address is handed out again (and says how many), but a block never reused stays "
+    "counted, so the ranks' recorded peaks climb from iteration to iteration (a 300-step run of the same FSDP2 "
+    "transformer kept its resident memory within 40 MB while its traces' totals grew about 2 MB an iteration): the "
+    "whole trace's peak carries such blocks (the transformer's 3 MiB reduce-scatter clone, a2c's 66 KB gradient "
+    "blocks of earlier iterations), which is why the predictions sit under that column.",
     "- The hooks' host costs were measured with the two ranks sharing two cores; a GPU host, where each rank has "
     "cores of its own, will pay less than these units carry. No GPU run has checked the what-ifs yet.",
     "- pp: two stages of one block each have the same bubble under 1F1B and GPipe, so both predict one step, as the "

@@ -364,13 +364,16 @@ def zero_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
 
 
 def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """weights, gradients and optimizer state ÷ world (each rank's shards); per unit, its gathered
-    parameters (the whole unit) while its forward runs and again while its backward runs (reshard=0:
-    from its forward to its backward's end), each gather's output from the all-gather's issue to the
-    copy-out (prefetch=1: from when the backward of the unit before it in backward order begins),
-    and its unsharded gradients from its backward's first allocation until its reduce-scatter at its
-    backward's end; on a CPU (gloo) each all-gather also stages a copy of the unit while it runs,
-    and each reduce-scatter works on a clone of the unit's gradients"""
+    """weights, gradients and optimizer state ÷ world (each rank's shards); per unit, as FSDP2 holds
+    them: its gathered parameters (the whole unit) while its forward runs and again while its
+    backward runs (reshard=0: from its forward to its backward's end); each backward gather's output
+    from the all-gather's issue to the copy-out in the unit's pre-backward hook (prefetch=1: issued
+    in the hook of the unit before it in backward order, after that unit's copy-out); each gradient
+    the unit's backward makes whole until the unit's reduce-scatter at its backward's end, its shard
+    after; the reduce-scatter's input (the unit's gradients) from then until the next unit's
+    reduce-scatter (FSDP2 frees it only when it issues the next one); on a CPU (gloo) each
+    all-gather also stages a copy of the unit while it runs, and each reduce-scatter works on a
+    clone of the unit's gradients"""
     from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, unit_of_layers
 
     world = int(params["world"])
@@ -381,52 +384,94 @@ def fsdp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> st
                 "not counted")
     units = fsdp_units(model.layers, model.layer_bytes, str(params.get("units", "")))
     a.size[np.isin(a.category, [WEIGHTS, GRAD, OPT])] /= world
-    reshard, prefetch = bool(int(params.get("reshard", 1))), bool(int(params.get("prefetch", 1)))
     owner = unit_of_layers(units,
                            len(model.layers))[np.where(a.layer >= 0, a.layer, len(model.layers))]
     root = next((k for k, u in enumerate(units) if u.name == ROOT), None)
-    added = 0
-    on_cpu = model.device == "cpu"
-    # gloo gathers into a staging copy of the output while the gather runs
-    staged = 2.0 if on_cpu else 1.0
-    every = [_unit_spans(a, owner, i, len(units), root)
+    sizes = [float(u.bytes) for u in units]
+    gather = _Gathers(bool(int(params.get("reshard", 1))), bool(int(params.get("prefetch", 1))),
+                      2.0 if model.device == "cpu" else 1.0)
+    passes = 0
+    # the spans of every iteration taken before any allocation is added
+    every = [(i, _unit_spans(a, owner, i, len(units), root))
              for i in np.unique(a.iteration[a.iteration >= 0]).tolist()]
-    for spans in every:  # the spans of every iteration taken before any allocation is added
-        backward_order = sorted((span[1][0], k) for k, span in enumerate(spans)
-                                if span[1] is not None)
-        for position, (start, k) in enumerate(backward_order):
+    for iteration, spans in every:
+        _whole_until_reduced(a, owner, iteration, spans, root, world)
+        passes += gather.add(a, spans, sizes)
+    return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered "
+            f"parameters ({sum(sizes) / 2**20:.1f} MiB in all, the largest "
+            f"{max(sizes) / 2**20:.1f} MiB) while each runs"
+            + ("" if gather.reshard else " (reshard=0: from forward to backward)")
+            + f", each unit's gradients whole until its reduce-scatter ({passes} unit passes)")
+
+
+#: a unit's forward and backward span in one iteration (`_unit_spans`)
+_Spans = tuple[tuple[int, int] | None, tuple[int, int] | None]
+
+
+@dataclass(slots=True, frozen=True)
+class _Gathers:
+    """How FSDP2 holds a unit's gathered parameters and its gradients' buffers (`fsdp_memory`)."""
+
+    reshard: bool
+    prefetch: bool
+    #: the all-gather's output over the unit's size while it runs: 2 on a CPU, where gloo stages a
+    #: copy of it
+    staged: float
+
+    def add(self, a: Allocations, spans: list[_Spans], sizes: list[float]) -> int:
+        """One iteration's gathers and reduce-scatters; how many units had a backward."""
+        order = sorted((span[1][0], k) for k, span in enumerate(spans) if span[1] is not None)
+        reduced = sorted(span[1][1] for span in spans if span[1] is not None)
+        for position, (start, k) in enumerate(order):
             forward, backward = spans[k]
             assert backward is not None
-            size = float(units[k].bytes)
-            issued = backward_order[position - 1][0] if prefetch and position > 0 else start
-            # Each gather: its output from the all-gather's issue to the copy-out (both there at
-            # that moment), then the parameters while the unit runs.
+            size = sizes[k]
             if forward is not None:
-                _add(a, size * staged, forward[0], forward[0] + 1, TMP)
-                _add(a, size, forward[0], forward[1] if reshard else backward[1], WEIGHTS)
-            if reshard or forward is None:
-                _add(a, size * (staged - 1), issued, issued + 1, TMP)
-                _add(a, size, issued, start + 1, TMP)
-                _add(a, size, start, backward[1], WEIGHTS)
-            _add(a, size * (1 - 1 / world), start, backward[1], GRAD)
-            if on_cpu:
+                # the gather's output (and its staging) at the copy-out, then the parameters
+                _add(a, size * self.staged, forward[0], forward[0] + 1, TMP)
+                _add(a, size, forward[0], forward[1] if self.reshard else backward[1], WEIGHTS)
+            if self.reshard or forward is None:
+                # The pre-backward hook runs just before the unit's first allocation: the copy-out
+                # (the output and the parameters both there), then the next unit's gather issued
+                # (prefetch=1); without prefetch a unit's own hook issues its gather first.
+                issued = (order[position - 1][0] - 1 if self.prefetch and position > 0
+                          else start - 3)
+                _add(a, size * (self.staged - 1), issued, issued + 1, TMP)
+                _add(a, size, issued, start - 1, TMP)
+                _add(a, size, start - 2, backward[1], WEIGHTS)
+            if self.staged > 1:
                 # gloo reduce-scatters a clone of the unit's gradients, beside them while it runs
                 _add(a, size, backward[1] - 1, backward[1], TMP)
-            added += 1
-    return (f"fsdp: weights, gradients and optimizer state ÷{world}; {len(units)} units' gathered "
-            f"parameters ({sum(u.bytes for u in units) / 2**20:.1f} MiB in all, the largest "
-            f"{max(u.bytes for u in units) / 2**20:.1f} MiB) while each runs"
-            + ("" if reshard else " (reshard=0: from forward to backward)")
-            + f", and each unit's unsharded gradients until its reduce-scatter ({added} unit "
-              "passes)")
+            # the reduce-scatter's input, freed when the next unit's reduce-scatter is issued
+            later = [end for end in reduced if end > backward[1]]
+            if later:
+                _add(a, size, backward[1], later[0], TMP)
+        return len(order)
+
+
+def _whole_until_reduced(a: Allocations, owner: np.ndarray, iteration: int, spans: list[_Spans],
+                         root: int | None, world: int) -> None:
+    """Each gradient a unit's backward makes in `iteration`: whole (it was divided by `world` with
+    the rest) from when it is made until the unit's reduce-scatter at its backward's end."""
+    # the trace's own allocations (`owner`'s), not those added before
+    start = a.start[:owner.size]
+    mine = (a.category[:owner.size] == GRAD) & (a.iteration[:owner.size] == iteration)
+    for k, (_, backward) in enumerate(spans):
+        if backward is None:
+            continue
+        owned = (owner == k) | (owner < 0) if k == root else owner == k
+        rows = np.flatnonzero(mine & owned & (start >= backward[0]) & (start < backward[1]))
+        ends = np.minimum(a.end[rows], backward[1])
+        kept = ends > a.start[rows]
+        _add_many(a, a.size[rows][kept] * (world - 1), a.start[rows][kept], ends[kept], GRAD)
 
 
 def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, root: int | None
-                ) -> list[tuple[tuple[int, int] | None, tuple[int, int] | None]]:
+                ) -> list[_Spans]:
     """Per unit, its forward's and its backward's span in `iteration` (the
     root's: the whole phase's): from its first allocation's start to just
     after its last's (what it holds then is held at that allocation)."""
-    found: list[tuple[tuple[int, int] | None, tuple[int, int] | None]] = []
+    found: list[_Spans] = []
     mine = a.iteration == iteration
     for k in range(count):
         spans: list[tuple[int, int] | None] = []
@@ -596,6 +641,19 @@ def _add(a: Allocations, size: float, start: int, end: int, category: int) -> No
     a.layer = np.append(a.layer, -1)
     a.phase = np.append(a.phase, -1)
     a.iteration = np.append(a.iteration, -1)
+
+
+def _add_many(a: Allocations, sizes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+              category: int) -> None:
+    """`_add` of several allocations of one category at once."""
+    count = sizes.size
+    a.size = np.concatenate([a.size, sizes.astype(a.size.dtype)])
+    a.start = np.concatenate([a.start, starts.astype(a.start.dtype)])
+    a.end = np.concatenate([a.end, ends.astype(a.end.dtype)])
+    a.category = np.concatenate([a.category, np.full(count, category, dtype=a.category.dtype)])
+    for name in ("layer", "phase", "iteration"):
+        column = getattr(a, name)
+        setattr(a, name, np.concatenate([column, np.full(count, -1, dtype=column.dtype)]))
 
 
 def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:

@@ -206,28 +206,41 @@ def _allocations(device: str = "cuda:0") -> tuple[Allocations, ModelFacts]:
     return a, ModelFacts(["blocks.0", "blocks.1"], None, {"blocks.0": 4, "blocks.1": 4}, device)
 
 
+def _live(a: Allocations, at: int) -> float:
+    """Bytes of the allocations alive at `at` (the hand-made window has no memory from before it)."""
+    return float(a.size[(a.start <= at) & (a.end > at)].sum())
+
+
 def test_memory_per_rank_is_the_shards_plus_the_gathered_units_in_flight() -> None:
     a, facts = _allocations()
     assert peak_bytes(a) == 328
-    # ÷2: weights 4, state 8, gradients 2 each. At 60 (blocks.1's backward begins): the activations (300), blocks.1's
-    # gradient shard (2) and its unsharded rest (2), blocks.1's all-gather output and its parameters at the copy-out
-    # (4 + 4) and, prefetched, blocks.0's all-gather output (4). In forward, at 10: 12 + 300 + 4 + 4 = 320.
+    # ÷2: weights 4, state 8, gradients 2 each. blocks.1's pre-backward hook runs just before its first allocation
+    # (60): its all-gather issued at 57, the copy-out at 58 (output and parameters both there), the output freed at
+    # 59, when the hook prefetches blocks.0 (its output, 4, until blocks.0's own copy-out at 88). At 60: the
+    # activations (300), blocks.1's parameters (4), blocks.0's prefetched output (4), blocks.1's gradient whole
+    # (2 + 2) until its reduce-scatter at its backward's end (61). In forward, at 10: 12 + 300 + 4 + 4 = 320.
     fsdp_memory(a, {"world": 2}, facts)
-    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4
-    # Without prefetch blocks.0 is gathered only when its own backward begins, at 90, after blocks.1's activation is
-    # freed: the peak is at 60 without it.
+    assert peak_bytes(a) == 4 + 8 + 300 + 4 + 4 + 2 + 2
+    assert [_live(a, t) for t in (57, 58, 59)] == [12 + 300 + 4, 12 + 300 + 4 + 4, 12 + 300 + 4 + 4]
+    # After blocks.1's reduce-scatter, at 70: its gradient's shard (2, the rest gone) and the reduce-scatter's input
+    # (4), which FSDP2 frees only at the next reduce-scatter (blocks.0's, at 91), beside blocks.0's prefetched output.
+    assert _live(a, 70) == 12 + 300 + 2 + 4 + 4
+    # Without prefetch blocks.0 is gathered only in its own hook (at 87), after blocks.1's activation is freed: at
+    # 60 the same less its output.
     a, facts = _allocations()
     fsdp_memory(a, {"world": 2, "prefetch": 0}, facts)
-    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4
+    assert peak_bytes(a) == 4 + 8 + 300 + 4 + 2 + 2
 
 
 def test_on_a_cpu_gloo_stages_each_all_gather_and_clones_the_gradients_it_reduce_scatters() -> None:
-    # As above, and each all-gather's staging copy (4) while it runs: at 60 blocks.1's and the prefetched blocks.0's
-    # (4 + 4) beside the 328 of the GPU case; and the clone of blocks.1's gradients (4) that its reduce-scatter works
-    # on, at the end of its backward (60, its only allocation). The clone is gone after it: nothing is added later.
+    # As above, and each all-gather's staging copy (4) while it runs (blocks.0's prefetch: at 59, beside blocks.1's
+    # parameters and blocks.0's output); and the clone of blocks.1's gradients (4) that its reduce-scatter works on,
+    # at the end of its backward (60, its only allocation): the peak, 324 of the GPU case and the clone. The clone
+    # is gone after it: nothing is added that stays.
     a, facts = _allocations("cpu")
     fsdp_memory(a, {"world": 2}, facts)
-    assert peak_bytes(a) == 4 + 8 + 300 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 4
+    assert _live(a, 59) == 12 + 300 + 4 + 4 + 4
+    assert peak_bytes(a) == 4 + 8 + 300 + 4 + 4 + 2 + 2 + 4
     assert int((a.end == NEVER).sum()) == 4  # the weights, the state and the two gradients, as recorded: no clone stays
 
 
