@@ -462,8 +462,8 @@ def _whole_until_reduced(a: Allocations, owner: np.ndarray, iteration: int, span
         owned = (owner == k) | (owner < 0) if k == root else owner == k
         rows = np.flatnonzero(mine & owned & (start >= backward[0]) & (start < backward[1]))
         ends = np.minimum(a.end[rows], backward[1])
-        kept = ends > a.start[rows]
-        _add_many(a, a.size[rows][kept] * (world - 1), a.start[rows][kept], ends[kept], GRAD)
+        kept = ends > start[rows]
+        _add_many(a, a.size[rows][kept] * (world - 1), start[rows][kept], ends[kept], GRAD)
 
 
 def _unit_spans(a: Allocations, owner: np.ndarray, iteration: int, count: int, root: int | None
@@ -634,13 +634,8 @@ def ddp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str
 
 
 def _add(a: Allocations, size: float, start: int, end: int, category: int) -> None:
-    a.size = np.append(a.size, size)
-    a.start = np.append(a.start, start)
-    a.end = np.append(a.end, end)
-    a.category = np.append(a.category, np.int8(category))
-    a.layer = np.append(a.layer, -1)
-    a.phase = np.append(a.phase, -1)
-    a.iteration = np.append(a.iteration, -1)
+    """One allocation of no layer, phase or iteration (`_add_many` of one)."""
+    _add_many(a, np.array([size]), np.array([start]), np.array([end]), category)
 
 
 def _add_many(a: Allocations, sizes: np.ndarray, starts: np.ndarray, ends: np.ndarray,

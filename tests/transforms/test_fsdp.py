@@ -6,6 +6,7 @@ import gzip
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -253,8 +254,12 @@ def _per_step(trace: Path, name: str) -> list[int]:
     """How many events named `name` each ProfilerStep of a raw trace holds (on any thread)."""
     with gzip.open(trace, "rt") as handle:
         events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#")]
-    return [sum(1 for e in events if e["name"] == name and start <= e["ts"] < end) for start, end in steps]
+    return [sum(1 for e in events if e["name"] == name and start <= e["ts"] < end) for start, end in _steps(events)]
+
+
+def _steps(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """Each ProfilerStep's (start, end) in a raw trace's events, µs."""
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
 
 
 def test_the_what_if_issues_the_collectives_the_real_fsdp2_run_did() -> None:
@@ -299,10 +304,8 @@ def test_the_predicted_peak_per_rank_is_the_real_fsdp2_ranks_steady_peak() -> No
         with gzip.open(ROUND / f"transformer-fsdp-rank{rank}.json.gz", "rt") as handle:
             document = json.load(handle)
         events = document["traceEvents"]
-        steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
-                 if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
         totals = [(e["ts"], e["args"]["Total Allocated"]) for e in events if e.get("name") == "[memory]"]
-        lowest = min(max(total for at, total in totals if start <= at < end) for start, end in steps)
+        lowest = min(max(total for at, total in totals if start <= at < end) for start, end in _steps(events))
         steady.append(lowest + sum(int(v) for v in document["daydream"]["memory_before"]["cpu"].values()))
     [predicted] = predict_memory_for(open_job(ROUND / "transformer-baseline.json.gz").traces,
                                      ["fsdp:world=2,bandwidth=1,latency=1000"])
