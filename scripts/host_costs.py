@@ -11,8 +11,10 @@ phase's host time per iteration (median over iterations, the phase's annotation)
 - backward: (checkpointed backward - baseline backward - the recomputed blocks' baseline forward) / calls.
 
 The median over the examples is what `RECORDED_HOST_UNITS` holds. `--measure` times the wrapper on this machine
-instead: a checkpointed and a plain call of a tiny linear layer, interleaved rounds, forward and backward apart (the
-recomputation, one plain forward, taken out of backward), in the units of a profile of cheap ops on the same host.
+instead: checkpointed and plain calls of blocks of 1, 4 and 16 tanh (each saves one tensor for backward), interleaved
+rounds, forward and backward apart (the recomputation, one plain forward, taken out of backward), a line through the
+block sizes: a part per call and a part per saved tensor (daydream/cost/saved.py), in the units of a profile of cheap
+ops on the same host.
 
     OMP_NUM_THREADS=1 python scripts/host_costs.py --loader    # receiving a DataLoader worker's batch, this CPU
 
@@ -27,6 +29,7 @@ import re
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,39 +77,63 @@ def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int]:
     return forward, backward, calls
 
 
-def measure(rounds: int = 7, calls: int = 300) -> tuple[float, float, int]:
-    """(forward, backward) units per checkpointed call on this machine, and the unit (ns)."""
+def _forward_ns(block: Any, checkpointed: bool, calls: int) -> float:
+    """Mean ns of one forward call of `block` (checkpointed or plain)."""
     import time
 
     import torch
     import torch.utils.checkpoint
 
-    torch.set_num_threads(1)
-    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8, requires_grad=True)
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
+    return (time.perf_counter_ns() - start) / calls
 
-    def forward_ns(checkpointed: bool) -> float:
-        x = torch.randn(4, 8, requires_grad=True)
+
+def _backward_ns(block: Any, checkpointed: bool, calls: int) -> float:
+    """Mean ns of the backward of one call of `block` (checkpointed or plain)."""
+    import time
+
+    import torch
+    import torch.utils.checkpoint
+
+    x, spent = torch.randn(4, 8, requires_grad=True), 0
+    for _ in range(calls):
+        loss = (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)).sum()
         start = time.perf_counter_ns()
-        for _ in range(calls):
-            torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) if checkpointed else layer(x)
-        return (time.perf_counter_ns() - start) / calls
+        loss.backward()
+        spent += time.perf_counter_ns() - start
+    return spent / calls
 
-    def backward_ns(checkpointed: bool) -> float:
-        x, spent = torch.randn(4, 8, requires_grad=True), 0
-        for _ in range(calls):
-            loss = (torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) if checkpointed else layer(x)).sum()
-            start = time.perf_counter_ns()
-            loss.backward()
-            spent += time.perf_counter_ns() - start
-        return spent / calls
 
-    for checkpointed in (False, True, False, True):  # warm-up
-        forward_ns(checkpointed), backward_ns(checkpointed)
-    forward = statistics.median(forward_ns(True) - forward_ns(False) for _ in range(rounds))
-    backward = statistics.median(backward_ns(True) - backward_ns(False) for _ in range(rounds))
-    recompute = statistics.median(forward_ns(False) for _ in range(rounds))
+def measure(rounds: int = 7, calls: int = 300, blocks: tuple[int, ...] = (1, 4, 16)) -> dict[str, float]:
+    """Units per checkpointed call and per tensor its ops save, forward and backward, on this machine, and the unit
+    (ns): checkpointed and plain calls of blocks of 1, 4 and 16 `tanh` (each saves one tensor), interleaved rounds,
+    a line fitted through the medians of (checkpointed - plain) over the block sizes; backward less the
+    recomputation (one plain forward of the block)."""
+    import torch
+
+    torch.set_num_threads(1)
+    made = {size: torch.nn.Sequential(*(torch.nn.Tanh() for _ in range(size))) for size in blocks}
+    for block in made.values():  # warm-up
+        for checkpointed in (False, True):
+            _forward_ns(block, checkpointed, calls), _backward_ns(block, checkpointed, calls)
+    extra: dict[str, list[float]] = {"forward": [], "backward": []}
+    for block in made.values():
+        forward, backward = [], []
+        for _ in range(rounds):
+            plain = _forward_ns(block, False, calls)
+            forward.append(_forward_ns(block, True, calls) - plain)
+            backward.append(_backward_ns(block, True, calls) - _backward_ns(block, False, calls) - plain)
+        extra["forward"].append(statistics.median(forward))
+        extra["backward"].append(statistics.median(backward))
     unit = unit_ns()
-    return forward / unit, (backward - recompute) / unit, unit
+    found: dict[str, float] = {"unit": float(unit)}
+    for side, values in extra.items():
+        per_tensor, per_call = np.polyfit(list(blocks), values, 1)
+        found[f"{side}.call"], found[f"{side}.tensor"] = per_call / unit, per_tensor / unit
+    return found
 
 
 def unit_ns() -> int:
@@ -180,8 +207,9 @@ def main() -> int:
         print(f"this host: a DataLoader batch received in {batch:.1f} units + {tensor:.1f} units per tensor (unit {unit} ns)")
         return 0
     if options.measure:
-        forward, backward, unit = measure()
-        print(f"this host: forward {forward:.1f}, backward {backward:.1f} units per call (unit {unit} ns)")
+        found = measure()
+        print(f"this host: forward {found['forward.call']:.1f} units per call + {found['forward.tensor']:.1f} per saved "
+              f"tensor, backward {found['backward.call']:.1f} + {found['backward.tensor']:.1f} (unit {found['unit']:.0f} ns)")
         return 0
     if options.folder is None:
         parser.error("give a folder of EXAMPLE-baseline / EXAMPLE-checkpoint traces, or --measure")

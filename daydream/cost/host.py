@@ -36,20 +36,29 @@ DEFAULT_UNIT_NS = 1_500
 
 #: Host costs a trace cannot show, in host units (`HostCosts.unit_ns`), per kind of trace ("cuda": a
 #: GPU trace, "cpu": a CPU-only one), each with where it was measured. The checkpoint wrapper's own
-#: work per checkpointed call (torch.utils.checkpoint, use_reentrant=False: saved-tensor hooks, the
-#: RNG-state stash, the frames around the recomputation), forward and backward apart, beyond the
-#: recomputed ops themselves.
-#: cuda: `python scripts/host_costs.py examples/h200` (torch 2.11 +
-#: CUDA 13, H200 host, under daydream trace; the median of mlp 232/332,
-#: cnn 241/90, transformer 87/42 units per call, forward/backward).
+#: work (torch.utils.checkpoint, use_reentrant=False: the RNG-state stash, the frames around the
+#: recomputation; the saved-tensor hooks, which grow with the tensors the call's ops save for
+#: backward, cost/saved.py), beyond the recomputed ops themselves: per checkpointed call
+#: ("checkpoint.forward", "checkpoint.backward") and per saved tensor ("..._tensor"), forward and
+#: backward apart.
 #: cpu: `OMP_NUM_THREADS=1 python scripts/host_costs.py --measure` (torch 2.13 CPU, this project's
-#: 2-core development host; the median of five runs on 2026-12-01: forward 52-189, backward 198-380
-#: units per call, units of 475-786 ns).
+#: 2-core development host; the median of six runs on 2026-12-03, units of 742-1383 ns: per call
+#: forward 58-97 and backward 136-296 units, per saved tensor forward 6.5-11.4 and backward
+#: 8.7-22.1 units).
+#: cuda: `python scripts/host_costs.py examples/h200` (torch 2.11 + CUDA 13, H200 host, under
+#: daydream trace; per call, the median of mlp 232/332, cnn 241/90, transformer 87/42 units,
+#: forward/backward, their saved tensors included: 8, 11 and 27 per block, so on these pairs the
+#: cost per call does not grow with them, and no per-tensor part is added on a GPU trace until a
+#: GPU run measures one).
 RECORDED_HOST_UNITS: dict[str, float] = {
     "checkpoint.forward.cuda": 232.0,
     "checkpoint.backward.cuda": 90.0,
-    "checkpoint.forward.cpu": 91.0,
-    "checkpoint.backward.cpu": 255.0,
+    "checkpoint.forward_tensor.cuda": 0.0,
+    "checkpoint.backward_tensor.cuda": 0.0,
+    "checkpoint.forward.cpu": 74.4,
+    "checkpoint.backward.cpu": 175.1,
+    "checkpoint.forward_tensor.cpu": 7.5,
+    "checkpoint.backward_tensor.cpu": 14.2,
     # Receiving a ready batch from a DataLoader worker, on the training thread
     # (transforms/loading.py): the index and batch queues and the batch's unpickling, per batch and
     # per tensor in it (each a shared-memory handle rebuilt).

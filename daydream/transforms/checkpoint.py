@@ -3,6 +3,7 @@ wrapper's own host work."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,36 +37,79 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
     recomputed, calls = 0, 0
     wrapper = _wrapper_costs(graph, context)
     previous = _previous_host_task(graph)
+    saved = _saved_per_task(graph, np.concatenate([f for f, _ in work] or [np.zeros(0, int)]),
+                            context)
     for forward_tasks, backward_tasks in work:
         if forward_tasks.size and backward_tasks.size:
             added, invocations = _recompute_before(graph, forward_tasks, backward_tasks, wrapper,
-                                                   previous)
+                                                   previous, saved.tensors)
             recomputed += added
             calls += invocations
-    forward_ns, backward_ns, source = wrapper
-    if context.costs is not None and (forward_ns or backward_ns):
+    if context.costs is not None and wrapper.forward_ns + wrapper.backward_ns:
         # the wrapper's host work, forward and backward of each call
         context.costs.count(Tier.MODELLED, 2 * calls)
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
             f"{params['layers']!r} recomputed before their backward ({recomputed} tasks per run "
             f"added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
-            f"calls: {forward_ns / 1e3:.1f} µs in forward and {backward_ns / 1e3:.1f} µs in "
-            f"backward ({source})"]
+            f"calls: {wrapper.forward_ns / 1e3:.1f} µs in forward and "
+            f"{wrapper.backward_ns / 1e3:.1f} µs in backward, and for each of the "
+            f"{saved.total} tensors their ops save for backward "
+            f"{wrapper.forward_tensor_ns / 1e3:.1f} µs and "
+            f"{wrapper.backward_tensor_ns / 1e3:.1f} µs ({wrapper.source}){saved.said}"]
 
 
-def _wrapper_costs(graph: Graph, context: Context) -> tuple[int, int, str]:
-    """(forward ns, backward ns, where from) of
-    torch.utils.checkpoint's own host work per checkpointed call."""
+@dataclass(slots=True, frozen=True)
+class Wrapper:
+    """torch.utils.checkpoint's own host work, ns: per checkpointed call, and per tensor the call's
+    ops save for backward (a pack hook in forward; an unpack and the recomputation's pack in
+    backward), forward and backward apart."""
+
+    forward_ns: int = 0
+    backward_ns: int = 0
+    forward_tensor_ns: int = 0
+    backward_tensor_ns: int = 0
+    source: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class _Saved:
+    """Per task of the graph, the tensors its ops save for backward (0 where not counted)."""
+
+    tensors: np.ndarray | None
+    total: int
+    said: str
+
+
+def _wrapper_costs(graph: Graph, context: Context) -> Wrapper:
+    """torch.utils.checkpoint's own host work on this trace's host."""
     costs = context.costs
     if costs is None:
-        return 0, 0, "no host costs: not added"
+        return Wrapper(source="no host costs: not added")
     kind = "cuda" if graph.has_device_work() else "cpu"
-    forward = costs.host.recorded_ns(f"checkpoint.forward.{kind}")
-    backward = costs.host.recorded_ns(f"checkpoint.backward.{kind}")
     unit = (f"{costs.host.unit_ns} ns"
             + (" from this trace's own ops" if costs.host.unit_from == "trace" else ", a default"))
-    return (forward, backward, f"recorded in host units (daydream/cost/host.py, {kind}), at this "
-                               f"host's unit of {unit}")
+    forward, backward, forward_tensor, backward_tensor = (
+        costs.host.recorded_ns(f"checkpoint.{part}.{kind}")
+        for part in ("forward", "backward", "forward_tensor", "backward_tensor"))
+    return Wrapper(forward, backward, forward_tensor, backward_tensor,
+                   f"recorded in host units (daydream/cost/host.py, {kind}), at this host's unit "
+                   f"of {unit}")
+
+
+def _saved_per_task(graph: Graph, tasks: np.ndarray, context: Context) -> _Saved:
+    """The tensors each of `tasks` (host tasks among them) saves for backward, from the trace's ops
+    under it (cost/saved.py)."""
+    count = context.saved_tensors
+    host = tasks[np.isin(graph.tasks["kind"][tasks], [int(k) for k in HOST_WORK])]
+    if count is None or host.size == 0:
+        return _Saved(None, 0, "; the trace is not at hand: no tensors counted")
+    found = count(graph.tasks["event"][host])
+    tensors = np.zeros(graph.task_count, dtype=np.int64)
+    tensors[host] = found.tensors
+    unknown = int(found.unknown.sum())
+    said = (f"; {unknown} of their ops are not in the table of saved tensors (cost/saved.py) and "
+            "count as saving none" if unknown else "")
+    return _Saved(tensors, int(found.tensors.sum()), said)
 
 
 def _previous_host_task(graph: Graph) -> np.ndarray:
@@ -81,14 +125,15 @@ def _previous_host_task(graph: Graph) -> np.ndarray:
 
 
 def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray,
-                      wrapper: tuple[int, int, str] = (0, 0, ""),
-                      previous: np.ndarray | None = None) -> tuple[int, int]:
+                      wrapper: Wrapper = Wrapper(), previous: np.ndarray | None = None,
+                      saved: np.ndarray | None = None) -> tuple[int, int]:
     """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task;
-    the checkpoint wrapper's own host work (`wrapper`: forward ns, backward ns) before each call of
-    the layer's forward and before its recomputation. A layer called several times in an iteration
-    (a policy network in each step of a rollout) is that many checkpointed calls: each run of its
-    host tasks that some other host work on the thread precedes (`previous`: `_previous_host_task`).
-    Returns (tasks added, checkpointed calls)."""
+    the checkpoint wrapper's own host work before each call of the layer's forward and before its
+    recomputation: per call, and per tensor the call's tasks save (`saved`: per task of the graph).
+    A layer called several times in an iteration (a policy network in each step of a rollout) is
+    that many checkpointed calls: each run of its host tasks that some other host work on the
+    thread precedes (`previous`: `_previous_host_task`). Returns (tasks added, checkpointed
+    calls)."""
     tasks = graph.tasks
     host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
     host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
@@ -106,12 +151,14 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
     gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
     starts = (np.flatnonzero(~np.isin(previous[host], host)) if previous is not None
               else np.zeros(1, dtype=np.int64))
-    forward_ns, backward_ns, _ = wrapper
-    if forward_ns or backward_ns:
+    tensors = (np.add.reduceat(saved[host], starts) if saved is not None
+               else np.zeros(starts.size, dtype=np.int64))
+    forward_ns = wrapper.forward_ns + tensors * wrapper.forward_tensor_ns
+    backward_ns = wrapper.backward_ns + tensors * wrapper.backward_tensor_ns
+    if forward_ns.any() or backward_ns.any():
         anchors = np.concatenate([host[starts], copies[starts]])
-        durations = np.concatenate([np.full(starts.size, forward_ns),
-                                    np.full(starts.size, backward_ns)])
-        splice(graph, anchors, durations, "checkpoint wrapper (host)", after=False)
+        splice(graph, anchors, np.concatenate([forward_ns, backward_ns]),
+               "checkpoint wrapper (host)", after=False)
     return int(copies.size + gpu_copies), int(starts.size)
 
 
@@ -172,9 +219,11 @@ register(Optimization(
     "checkpoint", "activation checkpointing of the matching layers",
     "for each iteration and each matching layer, its forward work (host tasks and the GPU work "
     "they launch, children included) runs again right before the layer's first backward task; "
-    "torch.utils.checkpoint's own host work on each checkpointed call (saved-tensor hooks, RNG "
-    "state, the recomputation's frames) before the layer's forward and before its recomputation, "
-    "in host units recorded from real runs (daydream/cost/host.py) times this trace's host unit; "
+    "torch.utils.checkpoint's own host work on each checkpointed call (RNG state, the "
+    "recomputation's frames) and on each tensor its ops save for backward (the saved-tensor hooks; "
+    "the tensors counted from the trace's ops, cost/saved.py) before the layer's forward and "
+    "before its recomputation, in host units recorded from real runs (daydream/cost/host.py) "
+    "times this trace's host unit; "
     "everything else unchanged (the memory it saves is reported by the memory what-if)",
     _checkpoint,
     {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},

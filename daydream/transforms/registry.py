@@ -121,6 +121,13 @@ class Context:
         return self._fact("layer_work")
 
     @property
+    def saved_tensors(self) -> Callable[[np.ndarray], Any] | None:
+        """rows (top-level host ops of the trace) -> the tensors autograd saves for backward under
+        each, and its ops the table does not know (cost/saved.SavedTensors); None without a
+        trace."""
+        return self._fact("saved_tensors")
+
+    @property
     def launching_op(self) -> np.ndarray | None:
         """Per trace row, the CPU op whose launch made that GPU work
         (mapping/linking.py), -1 where none."""

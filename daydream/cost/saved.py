@@ -1,0 +1,95 @@
+"""The tensors autograd saves for backward in each host op: what checkpointing's hooks handle.
+
+`torch.utils.checkpoint` (use_reentrant=False) installs saved-tensor hooks around a checkpointed
+call: each tensor an op saves for backward goes through a Python pack hook in forward, and in
+backward through an unpack hook and, in the recomputation, a second pack. Its host cost therefore
+grows with the tensors the call's ops save, beside a fixed part per call (cost/host.py records
+both).
+
+Autograd saves at the level of the ops that have a derivative formula of their own; a composite op
+(`aten::linear`, `aten::conv2d`, `aten::gru`...) saves nothing itself, its recorded children do. So
+the tensors a host op saves are those of the outermost ops under it (itself included) that
+`saved_per_op()` lists, where autograd recorded them (an op with a sequence number, in a trace that
+records them; an op run under no_grad has none and saves nothing). An op that is not listed and has
+no child ops is not known: it counts as saving nothing, and `SavedTensors.unknown` says how many
+such ops there were. The table counts every float input as requiring grad: where one does not
+(dropout's mask in its `aten::mul`), the op saves less than it says.
+
+    saved = saved_tensors_of(trace, rows)   # per row of `rows` (top-level host ops)
+    saved.tensors, saved.unknown
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from daydream.mapping.linking import innermost_enclosing
+from daydream.trace import EventKind, Trace
+
+#: Where the table of tensors saved per op lies (`python scripts/saved_tensors.py` writes it).
+_TABLE = "saved_tensors.json"
+
+
+@functools.cache
+def saved_per_op() -> dict[str, int]:
+    """Op name -> the tensors autograd saves for backward in it, every float input requiring grad,
+    as torch 2.13 defines and counts them (daydream/data/saved_tensors.json)."""
+    table: dict[str, int] = json.loads(resources.files("daydream.data").joinpath(_TABLE)
+                                       .read_text())
+    return table
+
+
+@dataclass(slots=True, frozen=True)
+class SavedTensors:
+    """Per row asked about: the tensors its ops save, and its ops the table does not know."""
+
+    tensors: np.ndarray
+    unknown: np.ndarray
+
+
+def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
+    """The tensors saved for backward under each of `rows`: host tasks, each a top-level CPU op, or
+    an API call (a launch) whose top-level op's tensors go to the first of its calls in `rows`."""
+    rows = np.asarray(rows, dtype=np.int64)
+    tensors = np.zeros(rows.size, dtype=np.int64)
+    unknown = np.zeros(rows.size, dtype=np.int64)
+    ops = trace.indices(EventKind.CPU_OP)
+    if rows.size == 0 or ops.size == 0:
+        return SavedTensors(tensors, unknown)
+    parents = innermost_enclosing(trace, ops, ops)
+    top_level = ops[parents < 0]
+    top = np.where(np.isin(rows, ops), rows, innermost_enclosing(trace, top_level, rows))
+    # each top-level op once: at the first of `rows` it is (or encloses)
+    order = np.lexsort((trace.ts_ns[rows], top))
+    first = order[np.r_[True, top[order][1:] != top[order][:-1]]]
+    first = first[top[first] >= 0]
+    table = saved_per_op()
+    per_name = np.array([table.get(name, -1) for name in trace.strings], dtype=np.int64)
+    listed = per_name[trace.name[ops]] >= 0
+    # the outermost listed ops: what they call runs below autograd
+    under_listed = innermost_enclosing(trace, ops[listed], ops) >= 0
+    has_children = np.isin(ops, parents[parents >= 0])
+    sequence = trace.sequence[ops]
+    # an op autograd recorded carries a sequence number; one run under no_grad saves nothing
+    recorded = sequence >= 0 if (sequence >= 0).any() else np.ones(ops.size, dtype=bool)
+    counted = ops[listed & ~under_listed & recorded]
+    unlisted = ops[~listed & ~under_listed & ~has_children & recorded]
+    for found, into, values in ((counted, tensors, per_name[trace.name[counted]]),
+                                (unlisted, unknown, np.ones(unlisted.size, dtype=np.int64))):
+        at = _position_of_owner(trace, top[first], found)
+        np.add.at(into, first[at[at >= 0]], values[at >= 0])
+    return SavedTensors(tensors, unknown)
+
+
+def _position_of_owner(trace: Trace, tops: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Per row of `found`, the position in `tops` (top-level ops) of itself or of the one
+    enclosing it (-1: none)."""
+    owner = np.where(np.isin(found, tops), found, innermost_enclosing(trace, tops, found))
+    order = np.argsort(tops, kind="stable")
+    at = np.minimum(np.searchsorted(tops[order], owner), tops.size - 1)
+    return np.where(tops[order][at] == owner, order[at], -1)

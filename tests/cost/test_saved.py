@@ -1,0 +1,95 @@
+"""The tensors autograd saves for backward under each host op (cost/saved.py): the table against torch's own count,
+a hand-made op tree, and a recorded trace against the saved-tensor hooks of the same run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.cost.saved import saved_per_op, saved_tensors_of
+from daydream.mapping.opening import open_trace
+from daydream.trace import EventKind, discover
+from tests.builders import op, write_trace
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+import saved_tensors  # noqa: E402  (scripts/saved_tensors.py)
+
+
+def _torch() -> None:
+    if os.environ.get("CI") == "true":
+        import torch  # noqa: F401  (in CI the test extras install torch; its absence is a failure)
+    else:
+        pytest.importorskip("torch")
+
+
+def test_the_table_is_what_torch_saves_for_each_op() -> None:
+    _torch()
+    # the shipped file is the script's output (torch's formulas and hooks), and the ops the script can call save, under
+    # checkpoint's own kind of hooks, what the file says
+    assert saved_per_op() == saved_tensors.table()
+    counted = {name: saved_tensors.count(call) for name, call in saved_tensors.calls().items()}
+    assert counted == {name: saved_per_op()[name] for name in counted}
+    # the formulas alone agree with the hooks on nearly every op both know (they differ where the usual call leaves
+    # an optional input out, or picks another overload)
+    formulas = saved_tensors.from_formulas()
+    both = [name for name in counted if name in formulas]
+    assert len(both) > 50 and sum(formulas[name] != counted[name] for name in both) <= 3
+
+
+def _op(name: str, ts: int, dur: int, sequence: int | None = 1) -> dict:
+    return op(name, ts, dur, ext=ts, **({} if sequence is None else {"Sequence number": sequence}))
+
+
+def test_an_op_tree_counts_the_outermost_listed_ops_under_each_row(tmp_path: Path) -> None:
+    # linear (composite, not listed) -> t (0) and addmm (2), whose own child copy_ runs below autograd;
+    # tanh (1) on its own; a custom leaf the table does not know; a tanh under no_grad (no sequence number) saves
+    # nothing; layer_norm (composite) -> native_layer_norm (5).
+    events = [_op("aten::linear", 0, 50), _op("aten::t", 2, 5), _op("aten::addmm", 10, 30),
+              _op("aten::copy_", 15, 5, None),
+              _op("aten::tanh", 60, 10),
+              _op("my::mystery", 80, 10),
+              _op("aten::tanh", 100, 10, None),
+              _op("aten::layer_norm", 120, 40), _op("aten::native_layer_norm", 125, 30)]
+    trace = open_trace(discover(write_trace(tmp_path, events))[0], cache=False)
+    names = [trace.name_of(r) for r in range(len(trace))]
+    top = np.array([names.index("aten::linear"), names.index("aten::tanh"), names.index("my::mystery"),
+                    [r for r in range(len(trace)) if names[r] == "aten::tanh"][1], names.index("aten::layer_norm")])
+    found = saved_tensors_of(trace, top)
+    assert found.tensors.tolist() == [2, 1, 0, 0, 5]
+    assert found.unknown.tolist() == [0, 0, 1, 0, 0]
+
+
+def test_a_recorded_block_saves_what_the_hooks_of_the_same_run_count(tmp_path: Path) -> None:
+    _torch()
+    import torch
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 8),
+                                torch.nn.GELU(), torch.nn.Sigmoid())
+    x = torch.randn(4, 8, requires_grad=True)
+    packed = [0]
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        packed[0] += 1
+        return tensor
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            block(x)
+        with torch.no_grad():  # saves nothing
+            block(x)
+    path = tmp_path / "block.json"
+    profile.export_chrome_trace(str(path))
+    trace = open_trace(discover(path)[0], cache=False)
+    ops = trace.indices(EventKind.CPU_OP)
+    names = np.array([trace.name_of(r) for r in ops])
+    top = ops[np.isin(names, ["aten::linear", "aten::tanh", "aten::layer_norm", "aten::gelu", "aten::sigmoid"])]
+    found = saved_tensors_of(trace, top)
+    assert packed[0] > 0 and found.unknown.sum() == 0
+    assert int(found.tensors.sum()) == packed[0]
