@@ -14,7 +14,8 @@ The median over the examples is what `RECORDED_HOST_UNITS` holds. `--measure` ti
 instead: checkpointed and plain calls of blocks of 1, 4 and 16 tanh (each saves one tensor for backward), interleaved
 rounds, forward and backward apart (the recomputation, one plain forward, taken out of backward), a line through the
 block sizes: a part per call and a part per saved tensor (daydream/cost/saved.py), in the units of a profile of cheap
-ops on the same host.
+ops on the same host. Each timed under the profiler as `daydream trace` records (shapes and memory), as the traces
+the units are used with and the unit itself are.
 
     OMP_NUM_THREADS=1 python scripts/host_costs.py --loader    # receiving a DataLoader worker's batch, this CPU
 
@@ -77,6 +78,15 @@ def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int]:
     return forward, backward, calls
 
 
+def _as_traced() -> Any:
+    """A CPU profile as `daydream trace` records one (shapes and memory): the costs it adds to the wrapper's own ops
+    (the recomputation detaches each tensor it saves) are in the traces the units are used with, as the unit is."""
+    import torch
+
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                  profile_memory=True)
+
+
 def _forward_ns(block: Any, checkpointed: bool, calls: int) -> float:
     """Mean ns of one forward call of `block` (checkpointed or plain)."""
     import time
@@ -85,10 +95,11 @@ def _forward_ns(block: Any, checkpointed: bool, calls: int) -> float:
     import torch.utils.checkpoint
 
     x = torch.randn(4, 8, requires_grad=True)
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
-    return (time.perf_counter_ns() - start) / calls
+    with _as_traced():
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
+        return (time.perf_counter_ns() - start) / calls
 
 
 def _backward_ns(block: Any, checkpointed: bool, calls: int) -> float:
@@ -99,11 +110,12 @@ def _backward_ns(block: Any, checkpointed: bool, calls: int) -> float:
     import torch.utils.checkpoint
 
     x, spent = torch.randn(4, 8, requires_grad=True), 0
-    for _ in range(calls):
-        loss = (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)).sum()
-        start = time.perf_counter_ns()
-        loss.backward()
-        spent += time.perf_counter_ns() - start
+    with _as_traced():
+        for _ in range(calls):
+            loss = (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)).sum()
+            start = time.perf_counter_ns()
+            loss.backward()
+            spent += time.perf_counter_ns() - start
     return spent / calls
 
 
@@ -120,15 +132,17 @@ def measure(rounds: int = 7, calls: int = 300, blocks: tuple[int, ...] = (1, 4, 
         for checkpointed in (False, True):
             _forward_ns(block, checkpointed, calls), _backward_ns(block, checkpointed, calls)
     extra: dict[str, list[float]] = {"forward": [], "backward": []}
+    units = []  # the unit measured between the rounds, as the machine's speed drifts
     for block in made.values():
         forward, backward = [], []
         for _ in range(rounds):
             plain = _forward_ns(block, False, calls)
             forward.append(_forward_ns(block, True, calls) - plain)
             backward.append(_backward_ns(block, True, calls) - _backward_ns(block, False, calls) - plain)
+            units.append(unit_ns())
         extra["forward"].append(statistics.median(forward))
         extra["backward"].append(statistics.median(backward))
-    unit = unit_ns()
+    unit = statistics.median(units)
     found: dict[str, float] = {"unit": float(unit)}
     for side, values in extra.items():
         per_tensor, per_call = np.polyfit(list(blocks), values, 1)

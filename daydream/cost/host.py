@@ -42,9 +42,9 @@ DEFAULT_UNIT_NS = 1_500
 #: ("checkpoint.forward", "checkpoint.backward") and per saved tensor ("..._tensor"), forward and
 #: backward apart.
 #: cpu: `OMP_NUM_THREADS=1 python scripts/host_costs.py --measure` (torch 2.13 CPU, this project's
-#: 2-core development host; the median of six runs on 2026-12-03, units of 742-1383 ns: per call
-#: forward 58-97 and backward 136-296 units, per saved tensor forward 6.5-11.4 and backward
-#: 8.7-22.1 units).
+#: 2-core development host, timed under the profiler as daydream trace records; the median of six
+#: runs on 2026-12-03, units of 1167-1372 ns: per call forward 68-111 and backward 179-230 units,
+#: per saved tensor forward 28.8-36.3 and backward 9.1-17.5 units).
 #: cuda: `python scripts/host_costs.py examples/h200` (torch 2.11 + CUDA 13, H200 host, under
 #: daydream trace; per call, the median of mlp 232/332, cnn 241/90, transformer 87/42 units,
 #: forward/backward, their saved tensors included: 8, 11 and 27 per block, so on these pairs the
@@ -55,10 +55,10 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     "checkpoint.backward.cuda": 90.0,
     "checkpoint.forward_tensor.cuda": 0.0,
     "checkpoint.backward_tensor.cuda": 0.0,
-    "checkpoint.forward.cpu": 74.4,
-    "checkpoint.backward.cpu": 175.1,
-    "checkpoint.forward_tensor.cpu": 7.5,
-    "checkpoint.backward_tensor.cpu": 14.2,
+    "checkpoint.forward.cpu": 78.4,
+    "checkpoint.backward.cpu": 206.3,
+    "checkpoint.forward_tensor.cpu": 32.0,
+    "checkpoint.backward_tensor.cpu": 12.7,
     # Receiving a ready batch from a DataLoader worker, on the training thread
     # (transforms/loading.py): the index and batch queues and the batch's unpickling, per batch and
     # per tensor in it (each a shared-memory handle rebuilt).
