@@ -101,8 +101,10 @@ def _saved_per_task(graph: Graph, tasks: np.ndarray, context: Context) -> _Saved
     under it (cost/saved.py)."""
     count = context.saved_tensors
     host = tasks[np.isin(graph.tasks["kind"][tasks], [int(k) for k in HOST_WORK])]
-    if count is None or host.size == 0:
+    if count is None:
         return _Saved(None, 0, "; the trace is not at hand: no tensors counted")
+    if host.size == 0:
+        return _Saved(None, 0, "")
     found = count(graph.tasks["event"][host])
     tensors = np.zeros(graph.task_count, dtype=np.int64)
     tensors[host] = found.tensors

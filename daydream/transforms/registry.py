@@ -122,9 +122,9 @@ class Context:
 
     @property
     def saved_tensors(self) -> Callable[[np.ndarray], Any] | None:
-        """rows (top-level host ops of the trace) -> the tensors autograd saves for backward under
-        each, and its ops the table does not know (cost/saved.SavedTensors); None without a
-        trace."""
+        """rows (host tasks' events: top-level CPU ops or launch calls) -> the tensors autograd
+        saves for backward under each, and its ops the table does not know
+        (cost/saved.SavedTensors); None without a trace."""
         return self._fact("saved_tensors")
 
     @property
