@@ -72,8 +72,7 @@ def attribute(trace: Trace, links: Links | None = None) -> Attribution:
     label = trace.name[annotations]
     layer_name = np.array([_layer_name(s) for s in names], dtype=object)
     phase_code = np.array([_phase_of_name(s) for s in names], dtype=np.int8)
-    layer_rows = annotations[np.array([layer_name[i] is not None for i in label.tolist()],
-                                      dtype=bool)]
+    layer_rows = annotations[np.array([n is not None for n in layer_name], dtype=bool)[label]]
     phase_rows = annotations[phase_code[label] >= 0]
     engine_rows = _engine_rows(trace)
 

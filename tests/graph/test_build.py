@@ -77,6 +77,27 @@ def test_builder_derives_each_dependency_kind(tmp_path: Path) -> None:
     assert graph.tasks["measured_start_ns"][start] == 0 and graph.tasks["measured_start_ns"][end] == 1_000_000
 
 
+def test_a_copy_call_blocks_only_when_all_it_launched_is_a_pageable_copy(tmp_path: Path) -> None:
+    """cudaMemcpyAsync is not a sync by name: it blocks (a completion waiting for its copy) only where every piece of
+    GPU work it launched moves pageable memory; a device-to-device copy, or a pageable copy beside other work, does
+    not."""
+    def completions(copies: list[dict]) -> int:  # type: ignore[type-arg]
+        events = [e for e in _events() if e.get("cat") != "gpu_memcpy"] + copies
+        graph = build_graph(read_job(write_trace(tmp_path, events), cache=False).traces[0])
+        names = [graph.task_name(t) for t in range(graph.task_count)]
+        return sum(1 for t, n in enumerate(names) if n == "cudaMemcpyAsync" and graph.tasks["kind"][t] == TaskKind.COMPLETION)
+
+    def copy(name: str, ts: int) -> dict:  # type: ignore[type-arg]
+        return {"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 20,
+                "args": {"correlation": 6, "External id": 6, "device": 0, "stream": 7, "bytes": 4}}
+
+    pageable, device = "Memcpy DtoH (Device -> Pageable)", "Memcpy DtoD (Device -> Device)"
+    assert completions([copy(pageable, 650)]) == 1
+    assert completions([copy(pageable, 650), copy(pageable, 675)]) == 1
+    assert completions([copy(device, 650)]) == 0
+    assert completions([copy(pageable, 650), copy(device, 675)]) == 0
+
+
 def test_wait_without_a_recorded_side_keeps_order_and_a_relative_delay(tmp_path: Path) -> None:
     events = [e for e in _events() if e["name"] != "cudaEventRecord"]
     trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]

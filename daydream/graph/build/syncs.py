@@ -50,10 +50,8 @@ def blocking_calls(trace: Trace, graph: Graph, tasks: Tasks, launches: Launches,
     # Only calls that may block are looked at one by one: a sync or blocking copy by name, or a
     # call that launched a copy (a pageable copy blocks whatever the call's name).
     waits = np.array([launches.roles[name] in _WAITING_ROLES for name in names], dtype=bool)
-    copies = (columns["kind"][tasks.gpu_tasks] == TaskKind.MEMCPY) & (launches.launch_task >= 0)
-    launched_copy = np.zeros(graph.task_count, dtype=bool)
-    launched_copy[launches.launch_task[copies]] = True
-    host = host[waits[columns["name"][host]] | launched_copy[host]]
+    host = host[waits[columns["name"][host]] | _launched_only_pageable_copies(graph, tasks,
+                                                                              launches)[host]]
     awaited: list[Awaited] = []
     ends = columns["measured_end_ns"]
     for call in host.tolist():
@@ -73,6 +71,20 @@ def blocking_calls(trace: Trace, graph: Graph, tasks: Tasks, launches: Launches,
         return Completions(completion, np.zeros(0, dtype=np.int64))
     graph.calibration.blocking_calls = len(awaited)
     return _add_completions(graph, awaited, completion, index)
+
+
+def _launched_only_pageable_copies(graph: Graph, tasks: Tasks, launches: Launches) -> np.ndarray:
+    """Per task: a call whose launched GPU work is all copies from or to pageable memory (such a
+    call blocks whatever its name; `_awaited`'s last case, found here for every call at once)."""
+    columns = graph.tasks
+    launched = launches.launch_task >= 0
+    pageable = np.array([bool(PAGEABLE_COPY.search(text)) for text in graph.strings], dtype=bool)
+    gpu = tasks.gpu_tasks
+    blocks = (columns["kind"][gpu] == TaskKind.MEMCPY) & pageable[columns["name"][gpu]]
+    found = np.zeros(graph.task_count, dtype=bool)
+    found[launches.launch_task[launched & blocks]] = True
+    found[launches.launch_task[launched & ~blocks]] = False
+    return found
 
 
 def _awaited(graph: Graph, index: LaunchIndex, call: int,

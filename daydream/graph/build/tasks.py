@@ -30,6 +30,9 @@ _GPU_TASK_KIND = {
     # gloo's work on its own CPU thread, placed like GPU work
     EventKind.HOST_COMMUNICATION: TaskKind.COLLECTIVE,
 }
+#: `_GPU_TASK_KIND` as a lookup table by the event kind's value.
+_GPU_TASK_KIND_OF = np.full(max(int(k) for k in EventKind) + 1, -1, dtype=np.int8)
+_GPU_TASK_KIND_OF[[int(k) for k in _GPU_TASK_KIND]] = [int(v) for v in _GPU_TASK_KIND.values()]
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,7 @@ def make_tasks(trace: Trace, links: Links) -> Tasks:
     tasks["phase"] = attribution.phase[rows]
     host_kind = np.where(np.isin(trace.kind[host_rows], [int(k) for k in API_KINDS]),
                          TaskKind.HOST_CALL, TaskKind.HOST_OP)
-    gpu_kind = np.array([_GPU_TASK_KIND[EventKind(int(k))] for k in trace.kind[gpu_rows]],
-                        dtype=np.int8)
+    gpu_kind = _GPU_TASK_KIND_OF[trace.kind[gpu_rows]]
     tasks["kind"] = np.concatenate([host_kind.astype(np.int8), gpu_kind])
     # The calibration and the notes are the graph's: what the rules measure and count, and what
     # they could not derive.
