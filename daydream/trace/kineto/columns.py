@@ -71,10 +71,10 @@ _SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
                    ("group_ranks_str", lambda a: str(a.group_ranks))],
     "launch_config": [(column, attrgetter(column))
                       for column in ("grid", "block", "registers", "shared_memory")],
-    "shapes": [("dims_str", lambda a: bytes(a.input_dims).decode("utf-8", "replace")),
-               ("types_str", lambda a: bytes(a.input_types).decode("utf-8", "replace")),
-               ("concrete_str", lambda a: bytes(a.concrete_inputs).decode("utf-8", "replace")),
-               ("strides_str", lambda a: bytes(a.input_strides).decode("utf-8", "replace"))],
+    # kept as the file's bytes (`finish` decodes each distinct one once)
+    "shapes": [("dims_str", attrgetter("input_dims")), ("types_str", attrgetter("input_types")),
+               ("concrete_str", attrgetter("concrete_inputs")),
+               ("strides_str", attrgetter("input_strides"))],
     "sync": [("sync_kind_str", attrgetter("sync_kind"))]
     + [(column, attrgetter(column)) for column in
              ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
@@ -105,6 +105,8 @@ class _Columns:
             defaultdict(lambda: defaultdict(list)))
         self.flows: defaultdict[str, list[Any]] = defaultdict(list)
         self.rows = 0
+        # what an op's recorded shapes give (shapes.py), by its shapes: a step repeats them
+        self.shape_memo: dict[Any, Any] = {}
 
     def add(self, events: list[_Event], skipped: dict[str, int]) -> None:
         self.decoded += len(events)
@@ -194,14 +196,15 @@ class _Columns:
                 table["event"].extend((rows + self.rows).tolist())
                 picked = [args[i] for i in rows.tolist()]
                 for column, field in _SIDE_FIELDS[name]:
-                    table[column].extend(map(field, picked))
-        flops = _gemm_flops(kind, args, self.names, names)
+                    values = map(field, picked)
+                    table[column].extend(map(bytes, values) if name == "shapes" else values)
+        flops = _gemm_flops(kind, args, self.names, names, self.shape_memo)
         if flops["event"].size:
             table = self.side["flops"]
             table["event"].extend((flops["event"] + self.rows).tolist())
             table["flops"].extend(flops["flops"].tolist())
             table["elements"].extend(flops["elements"].tolist())
-        moved = _elementwise_bytes(kind, args, self.names, names)
+        moved = _elementwise_bytes(kind, args, self.names, names, self.shape_memo)
         if moved["event"].size:
             table = self.side["elementwise"]
             table["event"].extend((moved["event"] + self.rows).tolist())
@@ -280,7 +283,7 @@ class _Columns:
         for name in ("collective", "sync", "shapes"):
             for key in [k for k in SIDE_TABLES[name] if k.endswith("_str")]:
                 if key in tables[name] and isinstance(tables[name][key], list):
-                    tables[name][key] = list(map(strings, tables[name][key]))
+                    tables[name][key] = strings.in_order(tables[name][key])
         return {name: _table(name, **columns) if isinstance(columns.get("event"), list) else columns
                 for name, columns in tables.items()}
 

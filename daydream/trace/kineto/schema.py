@@ -182,6 +182,16 @@ class _Interner:
             index[text] = len(index)
         return np.fromiter(map(index.__getitem__, texts), dtype=np.int32, count=len(texts))
 
+    def in_order(self, values: list[Any]) -> np.ndarray:
+        """Ids of `values` (strings, or UTF-8 bytes read with replacement), new ones numbered in
+        the order they first appear, as calling the interner on each in turn numbers them."""
+        index = self.index
+        unique = dict.fromkeys(values)
+        for value in unique:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            unique[value] = index.setdefault(text, len(index))
+        return np.fromiter(map(unique.__getitem__, values), dtype=np.int64, count=len(values))
+
     @property
     def strings(self) -> list[str]:
         return list(self.index)

@@ -36,8 +36,22 @@ _GEMM_SHAPES: dict[str, Callable[[list[Any]], tuple[float, float]]] = {
 }
 
 
+#: Distinct shapes remembered per read (`memo`): past this many, new ones are worked out each time.
+MEMO_LIMIT = 1 << 16
+
+
+def _remembered(memo: dict[Any, Any], key: Any, work: Callable[..., Any], *arguments: Any) -> Any:
+    """`work(*arguments)`, once per `key` (a training step repeats its ops' shapes)."""
+    if key in memo:
+        return memo[key]
+    value = work(*arguments)
+    if len(memo) < MEMO_LIMIT:
+        memo[key] = value
+    return value
+
+
 def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner,
-                names: np.ndarray) -> dict[str, np.ndarray]:
+                names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
     gemm_names = {strings.index[name]: formula for name, formula in _GEMM_SHAPES.items()
                   if name in strings.index}
     if not gemm_names:
@@ -48,15 +62,26 @@ def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner,
         raw = args[row].input_dims
         if not len(raw):
             continue
-        try:
-            value, moved = gemm_names[int(names[row])](msgspec.json.decode(raw))
-        except (msgspec.DecodeError, TypeError, IndexError, KeyError, ValueError, RecursionError):
-            continue  # shapes missing or written otherwise: no FLOPs for this op
-        if all(isinstance(v, float) and math.isfinite(v) and 0 <= v < 1e21 for v in (value, moved)):
+        name = int(names[row])
+        found = _remembered(memo, ("gemm", name, bytes(raw)), _gemm_work, gemm_names[name], raw)
+        if found is not None:
             events.append(row)
-            flops.append(value)
-            elements.append(moved)
+            flops.append(found[0])
+            elements.append(found[1])
     return _table("flops", event=events, flops=flops, elements=elements)
+
+
+def _gemm_work(formula: Callable[[list[Any]], tuple[float, float]],
+               raw: msgspec.Raw) -> tuple[float, float] | None:
+    """(FLOPs, elements) of a matrix multiply from its recorded dims; None where they do not
+    give them."""
+    try:
+        value, moved = formula(msgspec.json.decode(raw))
+    except (msgspec.DecodeError, TypeError, IndexError, KeyError, ValueError, RecursionError):
+        return None  # shapes missing or written otherwise: no FLOPs for this op
+    if all(isinstance(v, float) and math.isfinite(v) and 0 <= v < 1e21 for v in (value, moved)):
+        return value, moved
+    return None
 
 
 #: Elementwise ops that only stream their operands (a copy, a scale, a
@@ -80,7 +105,7 @@ def _streamed_bytes(dims: list[Any], types: list[Any]) -> float:
 
 
 def _elementwise_bytes(kind: np.ndarray, args: list[_Args], strings: _Interner,
-                       names: np.ndarray) -> dict[str, np.ndarray]:
+                       names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
     ids = [strings.index[name] for name in ELEMENTWISE_OPS if name in strings.index]
     if not ids:
         return empty_table("elementwise")
@@ -89,11 +114,18 @@ def _elementwise_bytes(kind: np.ndarray, args: list[_Args], strings: _Interner,
         dims, types = args[row].input_dims, args[row].input_types
         if not len(dims) or not len(types):
             continue
-        try:
-            value = _streamed_bytes(msgspec.json.decode(dims), msgspec.json.decode(types))
-        except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
-            continue  # shapes written otherwise: no bytes for this op
-        if math.isfinite(value) and 0 < value < 1e18:
+        value = _remembered(memo, ("streamed", bytes(dims), bytes(types)), _streamed_work, dims,
+                            types)
+        if value is not None:
             events.append(row)
             moved.append(value)
     return _table("elementwise", event=events, bytes=moved)
+
+
+def _streamed_work(dims: msgspec.Raw, types: msgspec.Raw) -> float | None:
+    """`_streamed_bytes` from the recorded dims and types; None where they do not give it."""
+    try:
+        value = _streamed_bytes(msgspec.json.decode(dims), msgspec.json.decode(types))
+    except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
+        return None  # shapes written otherwise: no bytes for this op
+    return value if math.isfinite(value) and 0 < value < 1e18 else None
