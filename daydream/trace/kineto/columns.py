@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from itertools import repeat
-from operator import attrgetter, eq, is_not
+from operator import attrgetter, is_not
 from typing import Any
 
 import numpy as np
@@ -29,14 +30,12 @@ from daydream.trace.kineto.schema import (
     _Args,
     _as_int,
     _Event,
-    _get_args,
     _get_bytes,
     _get_cat,
     _get_collective,
     _get_correlation,
     _get_dims,
     _get_dur,
-    _get_external_id,
     _get_grid,
     _get_name,
     _get_pid,
@@ -130,9 +129,7 @@ class _Columns:
             kind, ts_ns, dur_ns = kind[select], ts_ns[select], dur_ns[select]
             if not kept:
                 return
-        args = list(map(_get_args, kept))
-        if None in args:
-            args = [a if a is not None else _EMPTY_ARGS for a in args]
+        args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
         names = self.names.many(list(map(_get_name, kept)))
         is_gpu = np.isin(kind, [int(k) for k in _GPU_KINDS])
         pids = _codes(self.pids, list(map(_get_pid, kept)))
@@ -150,7 +147,8 @@ class _Columns:
             ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns),
             ("is_gpu", is_gpu), ("pid", pids), ("tid", tids),
             ("correlation", _ints(list(map(_get_correlation, args)))),
-            ("external_id", _external_ids(args)),
+            ("external_id", _ints([a.external_id if a.external_id != NO_VALUE
+                                   else a.external_id_legacy for a in args])),
             ("sequence", _ints(list(map(_get_sequence, args)))),
             ("bytes", bytes_column),
             ("collective_arg", collective_arg),
@@ -159,20 +157,12 @@ class _Columns:
         self.rows += len(kept)
 
     def _add_flows(self, events: list[_Event], rows: np.ndarray) -> None:
-        """The flow starts and ends ("s", "f") among `rows` that carry an integer id."""
-        picked = list(map(events.__getitem__, rows.tolist()))
-        phases, ids = list(map(_get_ph, picked)), list(map(_get_id, picked))
-        chosen = np.flatnonzero(_flags(map(_FLOW_PHASES.__contains__, phases), len(picked))
-                                & _flags(map(isinstance, ids, repeat(int)), len(picked)))
-        if chosen.size == 0:
-            return
-        flows = list(map(picked.__getitem__, chosen.tolist()))
-        self.flows["flow_id"].extend(map(ids.__getitem__, chosen.tolist()))
-        ts = np.fromiter(map(_get_ts, flows), dtype=np.float64, count=len(flows))
-        self.flows["ts"].extend(np.where(np.isfinite(ts), ts, 0.0).tolist())
-        self.flows["host"].extend(zip(map(_get_pid, flows), map(_get_tid, flows)))
-        self.flows["is_start"].extend(map(eq, map(phases.__getitem__, chosen.tolist()),
-                                          repeat("s")))
+        for e in map(events.__getitem__, rows.tolist()):
+            if e.ph in ("s", "f") and isinstance(e.id, int):
+                self.flows["flow_id"].append(e.id)
+                self.flows["ts"].append(e.ts if math.isfinite(e.ts) else 0.0)
+                self.flows["host"].append((e.pid, e.tid))
+                self.flows["is_start"].append(e.ph == "s")
 
     def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray,
                        bytes_column: np.ndarray, collective_arg: np.ndarray) -> None:
@@ -300,17 +290,6 @@ class _Columns:
         )
 
 
-def _external_ids(args: list[_Args]) -> np.ndarray:
-    """Each event's "External id", or its 2021 spelling "external id" where the first is not
-    written."""
-    written = list(map(_get_external_id, args))
-    column = _ints(written)
-    legacy = np.flatnonzero(_flags(map(eq, written, repeat(NO_VALUE)), len(written)))
-    if legacy.size:
-        column[legacy] = _ints([args[i].external_id_legacy for i in legacy.tolist()])
-    return column
-
-
 def _flags(values: Iterable[Any], count: int) -> np.ndarray:
     """`count` truth values as a boolean column."""
     return np.fromiter(values, dtype=bool, count=count)
@@ -345,9 +324,6 @@ def _count_categories(counts: dict[str, int]) -> dict[str, int]:
 
 
 _KIND_OF_CATEGORY = {c: int(k) for c, k in _CATEGORY_KIND.items()}
-_FLOW_PHASES = frozenset(("s", "f"))
-_get_ph = attrgetter("ph")
-_get_id = attrgetter("id")
 
 
 def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray:

@@ -36,7 +36,7 @@ _Int = Union[int, str]
 _NO_RAW = msgspec.Raw(b"")
 
 
-class _Args(msgspec.Struct, gc=False, frozen=True):
+class _Args(msgspec.Struct, gc=False):
     correlation: _Int = NO_VALUE
     external_id: _Int = msgspec.field(default=NO_VALUE, name="External id")
     external_id_legacy: _Int = msgspec.field(default=NO_VALUE, name="external id")
@@ -91,8 +91,7 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = _NAN
     dur: float = _NAN
     id: int | str | None = None
-    # no "args": the shared empty one (a file's "args": null stays None)
-    args: _Args | None = _EMPTY_ARGS
+    args: _Args | None = None
 
 
 class _Envelope(msgspec.Struct, kw_only=True):
@@ -155,8 +154,6 @@ _get_bytes = attrgetter("bytes")
 _get_collective = attrgetter("collective")
 _get_grid = attrgetter("grid")
 _get_dims = attrgetter("input_dims")
-_get_args = attrgetter("args")
-_get_external_id = attrgetter("external_id")
 _STREAM_TID = re.compile(r"stream\s*(-?\d+)")
 _COLLECTIVE_KERNEL = re.compile(r"^(nccl|rccl)", re.IGNORECASE)
 _GLOO_PREFIX = "gloo:"
