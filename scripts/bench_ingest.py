@@ -8,6 +8,8 @@ excluded); the CLI rows time whole `daydream inspect --json` processes.
     python scripts/bench_ingest.py                      # the 216k-event corpus trace
     python scripts/bench_ingest.py --trace my.json.gz --repeat 5
     python scripts/bench_ingest.py --hta-python /path/to/venv/bin/python   # HTA in another env
+    python scripts/bench_ingest.py --against /path/to/other/checkout       # cold read and graph build of another
+                                                                           # version of daydream, interleaved
 
 HTA (`pip install holistictraceanalysis`) is optional; without it, its rows say so.
 """
@@ -70,6 +72,21 @@ summarize_job(job)
 print(json.dumps({"seconds": read, "with_summary": time.perf_counter() - start}))
 """
 
+#: The graph build of an opened trace (cached), the best of three builds.
+_BUILD = """
+import json, sys, time
+from daydream.api import open_job
+from daydream.graph import build_graph
+job = open_job(sys.argv[1], cache=True)
+times = []
+for _ in range(3):
+    start = time.perf_counter()
+    for trace in job.traces:
+        build_graph(trace)
+    times.append(time.perf_counter() - start)
+print(json.dumps({"seconds": min(times)}))
+"""
+
 _HTA = """
 import json, sys, time, logging
 logging.disable(logging.CRITICAL)
@@ -80,10 +97,11 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
 
-def run_child(python: str, code: str, argument: str, env: dict[str, str]) -> dict[str, float]:
-    """Run `code` in a fresh interpreter; the JSON line it prints, plus its wall seconds."""
+def run_child(python: str, code: str, argument: str, env: dict[str, str], cwd: Path | None = None) -> dict[str, float]:
+    """Run `code` in a fresh interpreter (in `cwd`: `python -c` puts it first on the import path); the JSON line it
+    prints, plus its wall seconds."""
     start = time.perf_counter()
-    done = subprocess.run([python, "-c", code, argument], capture_output=True, text=True, env=env)
+    done = subprocess.run([python, "-c", code, argument], capture_output=True, text=True, env=env, cwd=cwd)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "child failed")
@@ -113,6 +131,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is shown")
     parser.add_argument("--hta-python", default=sys.executable, help="interpreter that has holistictraceanalysis")
     parser.add_argument("--no-hta", action="store_true")
+    parser.add_argument("--against", type=Path, help="another daydream checkout: its cold read and graph build "
+                                                     "measured beside this one's, interleaved")
     options = parser.parse_args()
     trace = options.trace.resolve()
     if not trace.is_file():
@@ -128,6 +148,7 @@ def main() -> int:
             bare.append(run_child(sys.executable, _BARE_DECODE, str(trace), env))
             cold_zlib.append(run_child(sys.executable, _DAYDREAM_COLD_ZLIB, str(trace), env))
         cold_peak = peak_rss_mib(sys.executable, _DAYDREAM_COLD, str(trace), env)
+        against = _against(options, trace, env)
         run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env)  # first cached open writes the cache
         warm = [run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env) for _ in range(options.repeat)]
         shutil.rmtree(cache)
@@ -156,6 +177,8 @@ def main() -> int:
         ("daydream cached + summary", f"{warm_summary_s:.4f} s  ({cold_summary_s / warm_summary_s:.0f}x faster than cold + summary)"),
         ("CLI inspect, first / second", f"{cli_first:.2f} s / {cli_second:.2f} s (whole processes, imports included)"),
     ]
+    for label, (this, other) in against.items():
+        rows.append((f"{label}, this / --against", f"{this:.3f} s / {other:.3f} s ({this / other:.2f}x)"))
     if hta_seconds is not None:
         rows.append(("HTA TraceAnalysis parse", f"{hta_seconds:.3f} s, peak {hta_peak:.0f} MiB"))
         rows.append(("HTA / daydream cold", f"{hta_seconds / cold_s:.1f}x time, {hta_peak / cold_peak:.2f}x peak memory"))
@@ -165,6 +188,28 @@ def main() -> int:
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
     return 0
+
+
+def _against(options: argparse.Namespace, trace: Path, env: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """Cold read and graph build (median seconds) of this checkout and of `--against`'s, runs interleaved; {} without
+    --against."""
+    if options.against is None:
+        return {}
+    other_cache = Path(tempfile.mkdtemp(prefix="daydream-bench-against-"))
+    # each version first on the import path, from a folder holding neither
+    this = {**env, "PYTHONPATH": str(REPO)}
+    other = {**env, "PYTHONPATH": str(options.against.resolve()), "DAYDREAM_CACHE_DIR": str(other_cache)}
+    try:
+        found: dict[str, tuple[float, float]] = {}
+        for label, code in (("cold read+link", _DAYDREAM_COLD), ("graph build", _BUILD)):
+            runs: tuple[list[float], list[float]] = ([], [])
+            for _ in range(options.repeat):
+                runs[0].append(run_child(sys.executable, code, str(trace), this, cwd=other_cache)["seconds"])
+                runs[1].append(run_child(sys.executable, code, str(trace), other, cwd=other_cache)["seconds"])
+            found[label] = (statistics.median(runs[0]), statistics.median(runs[1]))
+        return found
+    finally:
+        shutil.rmtree(other_cache, ignore_errors=True)
 
 
 def _hta(options: argparse.Namespace, trace: Path) -> tuple[float | None, float, str]:
