@@ -46,10 +46,12 @@ def saved_per_op() -> dict[str, int]:
 
 @dataclass(slots=True, frozen=True)
 class SavedTensors:
-    """Per row asked about: the tensors its ops save, and its ops the table does not know."""
+    """Per row asked about: the tensors its ops save, its ops the table does not know, and whether
+    autograd recorded any op of its (False: its top-level op ran whole under no_grad)."""
 
     tensors: np.ndarray
     unknown: np.ndarray
+    recorded: np.ndarray
 
 
 def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
@@ -60,7 +62,7 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
     unknown = np.zeros(rows.size, dtype=np.int64)
     ops = trace.indices(EventKind.CPU_OP)
     if rows.size == 0 or ops.size == 0:
-        return SavedTensors(tensors, unknown)
+        return SavedTensors(tensors, unknown, np.ones(rows.size, dtype=bool))
     parents = innermost_enclosing(trace, ops, ops)
     top_level = ops[parents < 0]
     top = np.where(np.isin(rows, ops), rows, innermost_enclosing(trace, top_level, rows))
@@ -83,7 +85,11 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
                                 (unlisted, unknown, np.ones(unlisted.size, dtype=np.int64))):
         at = _position_of_owner(trace, top[first], found)
         np.add.at(into, first[at[at >= 0]], values[at >= 0])
-    return SavedTensors(tensors, unknown)
+    # a row outside any op, or in a trace that records no sequence numbers, is taken as recorded
+    graded = ops[recorded]
+    owners = np.where(np.isin(graded, top_level), graded,
+                      innermost_enclosing(trace, top_level, graded))
+    return SavedTensors(tensors, unknown, (top < 0) | np.isin(top, owners[owners >= 0]))
 
 
 def _position_of_owner(trace: Trace, tops: np.ndarray, found: np.ndarray) -> np.ndarray:

@@ -34,24 +34,27 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
             in_layer = (layer_of == target) & (iterations == iteration)
             work.append((np.flatnonzero(in_layer & (phases == forward)),
                          np.flatnonzero(in_layer & (phases == backward))))
-    recomputed, calls = 0, 0
+    recomputed, calls, ungraded = 0, 0, 0
     wrapper = _wrapper_costs(graph, context)
     previous = _previous_host_task(graph)
     saved = _saved_per_task(graph, np.concatenate([f for f, _ in work] or [np.zeros(0, int)]),
                             context)
     for forward_tasks, backward_tasks in work:
         if forward_tasks.size and backward_tasks.size:
-            added, invocations = _recompute_before(graph, forward_tasks, backward_tasks, wrapper,
-                                                   previous, saved.tensors)
-            recomputed += added
-            calls += invocations
+            found = _recompute_before(graph, forward_tasks, backward_tasks, wrapper, previous,
+                                      saved.tensors, saved.recorded)
+            recomputed += found.added
+            calls += found.calls
+            ungraded += found.ungraded
     if context.costs is not None and wrapper.forward_ns + wrapper.backward_ns:
-        # the wrapper's host work, forward and backward of each call
-        context.costs.count(Tier.MODELLED, 2 * calls)
+        # the wrapper's host work, forward of each call and backward of each one recomputed
+        context.costs.count(Tier.MODELLED, 2 * calls - ungraded)
+    under_no_grad = (f" ({ungraded} of them under no_grad, which autograd does not record: run "
+                     "once, not recomputed, no backward part)" if ungraded else "")
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
             f"{params['layers']!r} recomputed before their backward ({recomputed} tasks per run "
             f"added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
-            f"calls: {wrapper.forward_ns / 1e3:.1f} µs in forward and "
+            f"calls{under_no_grad}: {wrapper.forward_ns / 1e3:.1f} µs in forward and "
             f"{wrapper.backward_ns / 1e3:.1f} µs in backward, and for each of the "
             f"{saved.total} tensors their ops save for backward "
             f"{wrapper.forward_tensor_ns / 1e3:.1f} µs and "
@@ -73,11 +76,23 @@ class Wrapper:
 
 @dataclass(slots=True, frozen=True)
 class _Saved:
-    """Per task of the graph, the tensors its ops save for backward (0 where not counted)."""
+    """Per task of the graph, the tensors its ops save for backward (0 where not counted), and
+    whether autograd recorded its ops (None: all taken as recorded)."""
 
     tensors: np.ndarray | None
     total: int
     said: str
+    recorded: np.ndarray | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class _Recomputed:
+    """What `_recompute_before` did to one layer's iteration: tasks added, checkpointed calls, and
+    those of them autograd did not record (run under no_grad: nothing to recompute)."""
+
+    added: int
+    calls: int
+    ungraded: int = 0
 
 
 def _wrapper_costs(graph: Graph, context: Context) -> Wrapper:
@@ -108,10 +123,12 @@ def _saved_per_task(graph: Graph, tasks: np.ndarray, context: Context) -> _Saved
     found = count(graph.tasks["event"][host])
     tensors = np.zeros(graph.task_count, dtype=np.int64)
     tensors[host] = found.tensors
+    recorded = np.ones(graph.task_count, dtype=bool)
+    recorded[host] = found.recorded
     unknown = int(found.unknown.sum())
     said = (f"; {unknown} of their ops are not in the table of saved tensors (cost/saved.py) and "
             "count as saving none" if unknown else "")
-    return _Saved(tensors, int(found.tensors.sum()), said)
+    return _Saved(tensors, int(found.tensors.sum()), said, recorded)
 
 
 def _previous_host_task(graph: Graph) -> np.ndarray:
@@ -128,40 +145,51 @@ def _previous_host_task(graph: Graph) -> np.ndarray:
 
 def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray,
                       wrapper: Wrapper = Wrapper(), previous: np.ndarray | None = None,
-                      saved: np.ndarray | None = None) -> tuple[int, int]:
+                      saved: np.ndarray | None = None,
+                      recorded: np.ndarray | None = None) -> _Recomputed:
     """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task;
     the checkpoint wrapper's own host work before each call of the layer's forward and before its
     recomputation: per call, and per tensor the call's tasks save (`saved`: per task of the graph).
     A layer called several times in an iteration (a policy network in each step of a rollout) is
     that many checkpointed calls: each run of its host tasks that some other host work on the
-    thread precedes (`previous`: `_previous_host_task`). Returns (tasks added, checkpointed
-    calls)."""
+    thread precedes (`previous`: `_previous_host_task`). A call none of whose tasks autograd
+    recorded (`recorded`: per task of the graph; a call under no_grad) is not recomputed and pays
+    only the wrapper's forward part per call."""
     tasks = graph.tasks
     host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
     host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
-    if host.size == 0:
-        return 0, 0
     backward_host = backward_tasks[np.isin(tasks["kind"][backward_tasks],
                                            [int(k) for k in HOST_WORK])]
-    if backward_host.size == 0:
-        return 0, 0
-    first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
-    copies = graph.add_tasks(**{column: values[host] for column, values in tasks.items()})
-    unpin(graph, copies)
-    graph.tasks["phase"][copies] = PHASES.index("backward")
-    _splice_host(graph, copies, first_backward)
-    gpu_copies = _copy_launched_work(graph, host, copies, backward_tasks)
+    if host.size == 0 or backward_host.size == 0:
+        return _Recomputed(0, 0)
     starts = (np.flatnonzero(~np.isin(previous[host], host)) if previous is not None
               else np.zeros(1, dtype=np.int64))
+    run_of = np.cumsum(np.isin(np.arange(host.size), starts)) - 1
+    graded = (np.logical_or.reduceat(recorded[host], starts) if recorded is not None
+              else np.ones(starts.size, dtype=bool))
+    again = host[graded[run_of]]  # the calls' tasks that are recomputed, in order
+    added = 0
+    if again.size:
+        first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
+        copies = graph.add_tasks(**{column: values[again] for column, values in tasks.items()})
+        unpin(graph, copies)
+        graph.tasks["phase"][copies] = PHASES.index("backward")
+        _splice_host(graph, copies, first_backward)
+        added = int(copies.size + _copy_launched_work(graph, again, copies, backward_tasks))
+        # each recomputed call's first copy: where its run starts among the copies
+        copied_runs = run_of[graded[run_of]]
+        recomputed_at = copies[np.flatnonzero(np.r_[True, copied_runs[1:] != copied_runs[:-1]])]
+    else:
+        recomputed_at = np.zeros(0, dtype=np.int64)
     tensors = (np.add.reduceat(saved[host], starts) if saved is not None
                else np.zeros(starts.size, dtype=np.int64))
     forward_ns = wrapper.forward_ns + tensors * wrapper.forward_tensor_ns
-    backward_ns = wrapper.backward_ns + tensors * wrapper.backward_tensor_ns
+    backward_ns = (wrapper.backward_ns + tensors * wrapper.backward_tensor_ns)[graded]
     if forward_ns.any() or backward_ns.any():
-        anchors = np.concatenate([host[starts], copies[starts]])
+        anchors = np.concatenate([host[starts], recomputed_at])
         splice(graph, anchors, np.concatenate([forward_ns, backward_ns]),
                "checkpoint wrapper (host)", after=False)
-    return int(copies.size + gpu_copies), int(starts.size)
+    return _Recomputed(added, int(starts.size), int((~graded).sum()))
 
 
 def _splice_host(graph: Graph, chain: np.ndarray, before: int) -> None:

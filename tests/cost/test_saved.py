@@ -63,6 +63,8 @@ def test_an_op_tree_counts_the_outermost_listed_ops_under_each_row(tmp_path: Pat
     found = saved_tensors_of(trace, top)
     assert found.tensors.tolist() == [2, 1, 0, 0, 5]
     assert found.unknown.tolist() == [0, 0, 1, 0, 0]
+    # autograd recorded some op under each, but for the tanh run under no_grad
+    assert found.recorded.tolist() == [True, True, True, False, True]
 
 
 def test_a_recorded_block_saves_what_the_hooks_of_the_same_run_count(tmp_path: Path) -> None:

@@ -145,9 +145,33 @@ def test_a_layer_called_twice_an_iteration_is_two_checkpointed_calls() -> None:
               [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False), (2, 3, DepKind.HOST_ORDER, 0, False)],
               layers=["net.blocks.0", "net.head"])
     assert simulate(g).end_ns.max() == 45
-    added, calls = _recompute_before(g, np.array([0, 2]), np.array([3]), Wrapper(7, 3), _previous_host_task(g))
-    assert (added, calls) == (2, 2) and g.validate() == []
+    found = _recompute_before(g, np.array([0, 2]), np.array([3]), Wrapper(7, 3), _previous_host_task(g))
+    assert (found.added, found.calls, found.ungraded) == (2, 2, 0) and g.validate() == []
     assert simulate(g).end_ns.max() == 10 + 5 + 10 + 2 * 7 + 2 * (10 + 3) + 20
+
+
+def test_a_checkpointed_call_under_no_grad_is_not_recomputed() -> None:
+    # blocks.0 runs twice, the second time under no_grad (autograd records none of its ops): torch.utils.checkpoint runs
+    # it once and returns; only the first call is recomputed, both pay the wrapper's forward part (7 ns), only the first
+    # its backward part (3 ns).
+    from daydream.transforms.checkpoint import Wrapper, _previous_host_task, _recompute_before
+
+    g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("other", 5, phase="forward", layer="net.head"),
+               op("fwd", 10, phase="forward", layer="net.blocks.0"), op("bwd", 20, phase="backward", layer="net.blocks.0")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False), (2, 3, DepKind.HOST_ORDER, 0, False)],
+              layers=["net.blocks.0", "net.head"])
+    recorded = np.array([True, True, False, True])
+    found = _recompute_before(g, np.array([0, 2]), np.array([3]), Wrapper(7, 3), _previous_host_task(g),
+                              recorded=recorded)
+    assert (found.added, found.calls, found.ungraded) == (1, 2, 1) and g.validate() == []
+    assert simulate(g).end_ns.max() == 10 + 5 + 10 + 2 * 7 + (10 + 3) + 20
+    # none recorded: nothing recomputed, the forward parts still paid
+    g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("bwd", 20, phase="backward", layer="net.blocks.0")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False)], layers=["net.blocks.0"])
+    found = _recompute_before(g, np.array([0]), np.array([1]), Wrapper(7, 3), _previous_host_task(g),
+                              recorded=np.array([False, True]))
+    assert (found.added, found.calls, found.ungraded) == (0, 1, 1)
+    assert simulate(g).end_ns.max() == 10 + 7 + 20
 
 
 def test_the_checkpoint_wrapper_pays_for_each_tensor_its_call_saves() -> None:
