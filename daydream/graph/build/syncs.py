@@ -47,8 +47,8 @@ def blocking_calls(trace: Trace, graph: Graph, tasks: Tasks, launches: Launches,
     columns, names = graph.tasks, trace.strings
     host = tasks.host_tasks
     host = host[columns["kind"][host] == TaskKind.HOST_CALL]
-    # Only calls that may block are looked at one by one: a sync or blocking copy by name, or a
-    # call that launched a copy (a pageable copy blocks whatever the call's name).
+    # Only calls that block are looked at one by one: a sync or blocking copy by name, or a call
+    # that launched only pageable copies (such a copy blocks whatever the call's name).
     waits = np.array([launches.roles[name] in _WAITING_ROLES for name in names], dtype=bool)
     host = host[waits[columns["name"][host]] | _launched_only_pageable_copies(graph, tasks,
                                                                               launches)[host]]
@@ -56,8 +56,6 @@ def blocking_calls(trace: Trace, graph: Graph, tasks: Tasks, launches: Launches,
     ends = columns["measured_end_ns"]
     for call in host.tolist():
         targets = _awaited(graph, index, call, names[int(columns["name"][call])])
-        if targets is None:
-            continue
         gpu_targets, _ = targets
         if gpu_targets and int(ends[gpu_targets].max()) > int(ends[call]) + RETURNED_EARLY_NS:
             # It returned while that work was still running, so it did
@@ -75,7 +73,7 @@ def blocking_calls(trace: Trace, graph: Graph, tasks: Tasks, launches: Launches,
 
 def _launched_only_pageable_copies(graph: Graph, tasks: Tasks, launches: Launches) -> np.ndarray:
     """Per task: a call whose launched GPU work is all copies from or to pageable memory (such a
-    call blocks whatever its name; `_awaited`'s last case, found here for every call at once)."""
+    call blocks whatever its name, waiting for its own copies)."""
     columns = graph.tasks
     launched = launches.launch_task >= 0
     pageable = np.array([bool(PAGEABLE_COPY.search(text)) for text in graph.strings], dtype=bool)
@@ -87,10 +85,9 @@ def _launched_only_pageable_copies(graph: Graph, tasks: Tasks, launches: Launche
     return found
 
 
-def _awaited(graph: Graph, index: LaunchIndex, call: int,
-             name: str) -> tuple[list[int], bool] | None:
+def _awaited(graph: Graph, index: LaunchIndex, call: int, name: str) -> tuple[list[int], bool]:
     """The GPU tasks a blocking call waits for (and whether that is
-    derivable), or None if it does not block."""
+    derivable)."""
     tasks = graph.tasks
     start = int(tasks["measured_start_ns"][call])
     resource = int(tasks["resource"][call])
@@ -109,15 +106,9 @@ def _awaited(graph: Graph, index: LaunchIndex, call: int,
         # record call names no stream): the wait becomes an unexplained
         # delay rather than a guess from the thread's current stream.
         return (targets, True) if targets is not None else ([], False)
-    own_copies = index.launched_by(call)
-    if role is CallRole.BLOCKING_COPY:
-        return own_copies, True
-    if own_copies and all(
-        tasks["kind"][t] == TaskKind.MEMCPY
-        and PAGEABLE_COPY.search(graph.strings[int(tasks["name"][t])]) for t in own_copies
-    ):
-        return own_copies, True
-    return None
+    # a blocking copy by name, or a call `blocking_calls` chose because all it launched are
+    # pageable copies (`_launched_only_pageable_copies`): it waits for its own copies
+    return index.launched_by(call), True
 
 
 def _add_completions(graph: Graph, awaited: list[Awaited], completion: np.ndarray,
