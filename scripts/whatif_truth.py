@@ -121,9 +121,14 @@ class Row:
 
 
 def combined(rounds: list[list[Row]]) -> list[Row]:
-    """One row per what-if from the same rows of several rounds: medians of the times and of the errors."""
+    """One row per (example, what-if) from its rows in the rounds that have it (a round cut off part-way has
+    fewer), in the order they first appear: medians of the times and of the errors."""
+    by_key: dict[tuple[str, str], list[Row]] = {}
+    for this_round in rounds:
+        for row in this_round:
+            by_key.setdefault((row.example, row.whatif), []).append(row)
     rows = []
-    for same in zip(*rounds):
+    for same in by_key.values():
         measured = [r for r in same if r.error is not None]
         first = same[0]
         if not measured:

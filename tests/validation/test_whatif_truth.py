@@ -87,6 +87,17 @@ def test_the_table_from_hand_computed_rows() -> None:
         "others predict their baseline): mean 12.5%, median 12.5%, worst 20.0%, 1 within 10%.\n")
 
 
+def test_rounds_combine_by_example_and_whatif_when_a_round_is_cut_short() -> None:
+    # Round 2 stopped after its first example (the table is written as each example ends): the second example keeps
+    # its round-1 row, and each row's medians come from its own rounds only.
+    first = [whatif_truth.Row("cnn", "amp", 10e6, 12e6, 10e6), whatif_truth.Row("transformer", "amp", 20e6, 18e6, 20e6)]
+    second = [whatif_truth.Row("cnn", "amp", 10e6, 8e6, 10e6)]
+    rows = whatif_truth.combined([first, second])
+    assert [(r.example, r.whatif) for r in rows] == [("cnn", "amp"), ("transformer", "amp")]
+    assert rows[0].round_errors == [0.2, -0.2] and rows[0].predicted_ns == 10e6
+    assert rows[1].round_errors == [-0.1] and rows[1].predicted_ns == 18e6
+
+
 def test_a_variant_replaces_the_baselines_flag() -> None:
     assert whatif_truth._merged(["--batch-size", "64", "--optim", "loop"], ["--optim", "fused"]) == \
         ["--batch-size", "64", "--optim", "fused"]
