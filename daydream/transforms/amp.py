@@ -17,6 +17,7 @@ What changes, and who times it:
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     # Only tasks read from the trace hold nested ops: taken before anything is re-timed or halved.
     enclosing = HostSpans(graph)
     retimed, unmeasured, saved = 0, 0, 0
+    ratios: list[float] = []
     for ops in facts.values():
         for op in ops:
             task = of_event.get(op.row, -1)
@@ -150,6 +152,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             if ratio is None:
                 unmeasured += 1
                 continue
+            ratios.append(ratio)
             before = int(graph.tasks["duration_ns"][task])
             graph.tasks["duration_ns"][task] = int(round(before * ratio))
             saved += before - int(graph.tasks["duration_ns"][task])
@@ -161,6 +164,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
         if ratio is None:
             unmeasured += task >= 0
             continue
+        ratios.append(ratio)
         change = int(round(duration * (1 - ratio)))
         graph.tasks["duration_ns"][task] = max(0, int(graph.tasks["duration_ns"][task]) - change)
         saved += change
@@ -171,9 +175,26 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     why = f"; {unmeasured} could not be measured and keep their time" if unmeasured else ""
     return (f"amp: {retimed} CPU ops re-timed in {reduced} by the measured tier (this CPU, the "
             f"recorded shapes, {measurer.threads} thread(s); {len(measurer.ran)} signatures run "
-            f"now, the rest from the cache): {saved / iterations / 1e3:.0f} µs less per "
-            f"iteration{why}; {halved} elementwise and normalization ops of the {len(low_layers)} "
-            f"layers that run in {reduced}, forward and backward, ÷2 (half the bytes; by ratio)")
+            f"now, the rest from the cache): {abs(saved) / iterations / 1e3:.0f} µs "
+            f"{'less' if saved >= 0 else 'more'} per "
+            f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} elementwise and "
+            f"normalization ops of the {len(low_layers)} layers that run in {reduced}, forward and "
+            f"backward, ÷2 (half the bytes; by ratio)")
+
+
+def measured_ratios(ratios: list[float], reduced: str) -> str:
+    """What the measured tier found, for the note: the range and median of the re-timed ops' time
+    in the reduced type over fp32; and, where most of them ran slower in it, that autocast slows
+    them on this CPU (one without native arithmetic in that type takes a slow path)."""
+    if not ratios:
+        return ""
+    middle = statistics.median(ratios)
+    text = (f" (each op's {reduced} time over its fp32 time, measured: {min(ratios):.2f}x to "
+            f"{max(ratios):.2f}x, median {middle:.2f}x)")
+    if middle > 1:
+        text += (f"; most of these ops run slower in {reduced} than in fp32 on this CPU, so "
+                 f"autocast slows them here")
+    return text
 
 
 #: Kernel classes of the memory-bound CPU ops a reduced type halves

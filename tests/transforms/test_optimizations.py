@@ -339,3 +339,15 @@ def test_amp_without_recorded_shapes_takes_its_casts_by_ratio() -> None:
     assert g.tasks["duration_ns"][2] == round(796 / ratio) + 20
     assert g.tasks["gap_ns"][0] == 5
     assert any("taken by ratio" in note for note in notes)
+
+
+def test_the_amp_note_says_what_the_measured_tier_found_and_when_the_reduced_type_is_slower() -> None:
+    from daydream.transforms.amp import measured_ratios
+
+    assert measured_ratios([], "bf16") == ""
+    faster = measured_ratios([0.5, 0.8, 1.2], "bf16")
+    assert "0.50x to 1.20x, median 0.80x" in faster and "slower" not in faster
+    # an AVX2-only CPU runs bf16 convolutions on a slow path: most ops slower, said plainly
+    slower = measured_ratios([0.99, 4.5, 20.04], "bf16")
+    assert "0.99x to 20.04x, median 4.50x" in slower
+    assert "most of these ops run slower in bf16 than in fp32 on this CPU" in slower
