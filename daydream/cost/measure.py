@@ -134,12 +134,28 @@ class Measurer:
             return None
         return self._ratio(self._call(name, new, None), self._call(name, old, None))
 
-    def _op(self, name: str, inputs: list[Tensor | None], as_type: str | None) -> _Signature:
+    def op_pair_ns(self, name: str, new: list[Operand | None],
+                   old: list[Operand | None]) -> tuple[int, int] | None:
+        """Op `name`'s median times on tensors of `new` and of `old` ((shape, type) or (shape,
+        type, memory order) each), ns, both run here in turns; None where either cannot run."""
+        return self._pair(self._op(name, new, None), self._op(name, old, None))
+
+    def call_pair_ns(self, name: str, new: list[Any], old: list[Any]) -> tuple[int, int] | None:
+        """As `op_pair_ns`, for an op of `CALLED_AGAIN` called with
+        recorded arguments `new` and `old`."""
+        if name not in CALLED_AGAIN:
+            return None
+        return self._pair(self._call(name, new, None), self._call(name, old, None))
+
+    def _op(self, name: str, inputs: list[Operand | None], as_type: str | None) -> _Signature:
+        """Op `name` on `inputs`, (shape, type) or (shape, type, memory order) each; a memory order
+        is part of the signature only where given (contiguous signatures keep their cache keys)."""
         tensors = [t for t in inputs if t is not None]
         if as_type is not None:
-            tensors = [(shape, as_type if kind in ("float", "c10::BFloat16", "c10::Half") else kind)
-                       for shape, kind in tensors]
-        key = f"{name}|{json.dumps([[list(s), k] for s, k in tensors])}"
+            tensors = [(t[0], as_type if t[1] in ("float", "c10::BFloat16", "c10::Half") else t[1],
+                        *t[2:]) for t in tensors]
+        listed = [[list(t[0]), t[1], *[list(order) for order in t[2:3]]] for t in tensors]
+        key = f"{name}|{json.dumps(listed)}"
         return key, lambda: _runner(name), tensors
 
     def _call(self, name: str, arguments: list[Any], as_type: str | None) -> _Signature:
@@ -180,14 +196,34 @@ class Measurer:
         key = f"ratio|{new[0]}|{old[0]}"
         if key in self.cache:
             return self.cache[key] / RATIO_SCALE
-        if not self._may_run(key, [*new[2], *old[2]]):
+        pair = self._pair(new, old)
+        if pair is None:
+            return None
+        self.cache[key] = max(1, int(round(pair[0] / pair[1] * RATIO_SCALE)))
+        return self.cache[key] / RATIO_SCALE
+
+    def _pair(self, new: _Signature, old: _Signature) -> tuple[int, int] | None:
+        """The median times of signatures `new` and `old`, ns, measured in
+        turns (cached as two entries)."""
+        keys = f"pair|{new[0]}|{old[0]}|new", f"pair|{new[0]}|{old[0]}|old"
+        if all(key in self.cache for key in keys):
+            return self.cache[keys[0]], self.cache[keys[1]]
+        if not self._may_run(keys[0], [*new[2], *old[2]]):
             return None
         run_new, run_old = new[1](), old[1]()
         if run_new is None or run_old is None:
-            self.failed[key] = "not an op the measured tier runs"
+            self.failed[keys[0]] = "not an op the measured tier runs"
             return None
-        value = self._run(key, lambda: self._time_pair((run_new, new[2]), (run_old, old[2])))
-        return value / RATIO_SCALE if value is not None else None
+        measured: list[int] = []
+
+        def measure() -> int:
+            measured.extend(self._median_ns([(run_new, new[2]), (run_old, old[2])]))
+            return measured[0]
+
+        if self._run(keys[0], measure) is None:
+            return None
+        self.cache[keys[1]] = measured[1]
+        return measured[0], measured[1]
 
     def cast_ns(self, shape: tuple[int, ...], to_type: str) -> int | None:
         """A cast of an fp32 tensor of `shape` to `to_type`, ns (None: not measured)."""
@@ -247,12 +283,6 @@ class Measurer:
 
     def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Operand]) -> int:
         return self._median_ns([(runner, tensors)])[0]
-
-    def _time_pair(self, new: tuple[Callable[[Any, list[Any]], Any], list[Operand]],
-                   old: tuple[Callable[[Any, list[Any]], Any], list[Operand]]) -> int:
-        """new's median over old's, in parts per million, the two run in turns."""
-        new_ns, old_ns = self._median_ns([new, old])
-        return max(1, int(round(new_ns / old_ns * RATIO_SCALE)))
 
     def _median_ns(self,
                    runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]]) -> list[int]:

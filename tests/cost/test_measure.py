@@ -220,3 +220,47 @@ def test_attention_is_called_again_with_its_keyword_only_arguments_in_schema_ord
     low = _retyped_arguments(backward, "c10::BFloat16", name)
     assert [a[2] for a in low if a[0] == "tensor"] == ["c10::BFloat16"] * 5 + ["float"]
     assert measurer.call_ratio(name, low, _retyped_arguments(backward, "float", name)) is not None, measurer.failed
+
+
+def test_a_pair_keeps_both_times_and_gives_the_same_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _recording(monkeypatch)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    bigger = [((16, 16), "float"), ((16, 4), "float")]
+    pair = measurer.op_pair_ns("aten::mm", bigger, MM)
+    assert pair is not None and min(pair) > 0
+    assert len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS) and len(measurer.ran) == 1
+    # the ratio of the same two signatures comes from the pair, nothing run again
+    ratio = measurer.op_ratio("aten::mm", bigger, MM)
+    assert ratio == pytest.approx(pair[0] / pair[1], rel=1e-5) and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
+    measurer.save()
+    seen.clear()
+    again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert again.op_pair_ns("aten::mm", bigger, MM) == pair and seen == []
+    assert again.op_pair_ns("aten::mm", [((8, 16), "float"), ((5, 4), "float")], MM) is None  # cannot run
+    assert again.call_pair_ns("aten::empty", [("value", [2**40])], [("value", [1])]) is None
+
+
+def test_a_multiply_of_a_transposed_operand_is_measured_transposed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # attention's scores, q @ k.transpose(-2, -1): the second operand recorded with strides (.., 1, 16)
+    from daydream.transforms.amp import _ordered, _retyped
+
+    arguments = [("tensor", (2, 8, 16), "float", None), ("tensor", (2, 16, 8), "float", (0, 2, 1))]
+    operands = _ordered(arguments)
+    assert operands == [((2, 8, 16), "float"), ((2, 16, 8), "float", (0, 2, 1))]
+    made: list[Any] = []
+    real = measure._make
+
+    def recording(*a: Any) -> Any:
+        made.append(real(*a))
+        return made[-1]
+
+    monkeypatch.setattr(measure, "_make", recording)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.op_pair_ns("aten::bmm", _retyped(operands, "c10::BFloat16"), _retyped(operands, "float")) is not None
+    transposed = [t for t in made if tuple(t.shape) == (2, 16, 8)]
+    assert len(transposed) == 2 and not any(t.is_contiguous() for t in transposed)
+    assert {t.dtype for t in transposed} == {torch.bfloat16, torch.float32}
+    assert all(t.is_contiguous() for t in made if tuple(t.shape) == (2, 8, 16))
+    # the order is part of the signature; a contiguous one keeps the key it had
+    assert "[0, 2, 1]" in measurer.ran[0]
+    assert measurer._op("aten::bmm", [((2, 8, 16), "float")], None)[0] == 'aten::bmm|[[[2, 8, 16], "float"]]'

@@ -351,3 +351,18 @@ def test_the_amp_note_says_what_the_measured_tier_found_and_when_the_reduced_typ
     slower = measured_ratios([0.99, 4.5, 20.04], "bf16")
     assert "0.99x to 20.04x, median 4.50x" in slower
     assert "most of these ops run slower in bf16 than in fp32 on this CPU" in slower
+    assert "by the time it measured beyond fp32, added to its recorded time" in slower
+
+
+def test_amp_on_a_cpu_takes_the_measured_overhead_off_once_where_the_reduced_type_is_slower() -> None:
+    from daydream.transforms.amp import reduced_ns
+
+    # In the run 600 µs; alone 1000 µs in fp32 (400 µs of it the emptied caches), 12,000 µs in bf16: 11,600.
+    assert reduced_ns(600_000, 12_000_000, 1_000_000) == 11_600_000
+    # Faster in bf16: scaled with the measured ratio, 600 x 0.5.
+    assert reduced_ns(600_000, 500_000, 1_000_000) == 300_000
+    # The run slower than alone (other work competing there): scaled, either way.
+    assert reduced_ns(2_000_000, 12_000_000, 1_000_000) == 24_000_000
+    assert reduced_ns(2_000_000, 500_000, 1_000_000) == 1_000_000
+    # Equal times measured: unchanged.
+    assert reduced_ns(600_000, 1_000_000, 1_000_000) == 600_000
