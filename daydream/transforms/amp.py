@@ -18,6 +18,7 @@ What changes, and who times it:
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -140,39 +141,31 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     of_event = task_of_event(graph)
     # Only tasks read from the trace hold nested ops: taken before anything is re-timed or halved.
     enclosing = HostSpans(graph)
-    retimed, unmeasured, saved = 0, 0, 0
-    ratios: list[float] = []
+    found: list[_Retimed] = []
     for ops in facts.values():
         for op in ops:
             task = of_event.get(op.row, -1)
-            if (types.get(op.row) != low or task < 0 or not op.inputs
-                or op.name not in RETIMED_ON_CPU):
-                continue
-            pair = _measured_pair(measurer, op.name, op.inputs, low, op.arguments)
-            if pair is None:
-                unmeasured += 1
-                continue
-            ratios.append(pair[0] / pair[1])
-            before = int(graph.tasks["duration_ns"][task])
-            graph.tasks["duration_ns"][task] = reduced_ns(before, *pair)
-            saved += before - int(graph.tasks["duration_ns"][task])
-            retimed += 1
+            if (types.get(op.row) == low and task >= 0 and op.inputs
+                    and op.name in RETIMED_ON_CPU):
+                found.append(_Retimed(task, int(graph.tasks["duration_ns"][task]), op.name,
+                                      _measured_pair(measurer, op.name, op.inputs, low,
+                                                     op.arguments)))
     halved, low_layers = _halve_memory_bound(graph, facts, types, low, of_event, enclosing, context)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = of_event.get(row, enclosing.holding(start, track))
-        pair = _measured_pair(measurer, name, inputs, low, arguments) if task >= 0 else None
-        if pair is None:
-            unmeasured += task >= 0
-            continue
-        ratios.append(pair[0] / pair[1])
-        change = duration - reduced_ns(duration, *pair)
-        graph.tasks["duration_ns"][task] = max(0, int(graph.tasks["duration_ns"][task]) - change)
-        saved += change
-        retimed += 1
+        if task >= 0:
+            found.append(_Retimed(task, duration, name,
+                                  _measured_pair(measurer, name, inputs, low, arguments)))
+    saved, by_kind = _apply_retimed(graph, found)
+    retimed = sum(item.pair is not None for item in found)
+    ratios = [item.pair[0] / item.pair[1] for item in found if item.pair is not None]
+    unmeasured = len(found) - retimed - by_kind
     costs.count(Tier.MEASURED, retimed)
-    costs.count(Tier.RATIO, halved)
+    costs.count(Tier.RATIO, halved + by_kind)
     iterations = max(1, len(facts))
-    why = f"; {unmeasured} could not be measured and keep their time" if unmeasured else ""
+    why = (f"; {by_kind} could not be measured (the measuring budget, or shapes that do not run "
+           f"here) and take the median change measured for ops of their name" if by_kind else "")
+    why += f"; {unmeasured} could not be measured and keep their time" if unmeasured else ""
     return (f"amp: {retimed} CPU ops re-timed in {reduced} by the measured tier (this CPU, the "
             f"recorded shapes, {measurer.threads} thread(s); {len(measurer.ran)} signatures run "
             f"now, the rest from the cache): {abs(saved) / iterations / 1e3:.0f} µs "
@@ -180,6 +173,43 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} elementwise and "
             f"normalization ops of the {len(low_layers)} layers that run in {reduced}, forward and "
             f"backward, ÷2 (half the bytes; by ratio)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Retimed:
+    """An op amp re-times on a CPU: its task (the op itself, or the backward node that ran it), its
+    recorded time, its name, and its measured (reduced, fp32) times (None: not measured)."""
+    task: int
+    recorded_ns: int
+    name: str
+    pair: tuple[int, int] | None
+
+
+def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:
+    """Each measured op's task changed by its new time less its recorded one (`reduced_ns`); an op
+    that could not be measured changes by the median new-over-recorded of the measured ops of its
+    name, where there are any (a budget that ran out before a model's last convolutions leaves
+    them no faster or slower than the ones measured), and keeps its time otherwise. Returns the
+    time saved (ns, all iterations) and how many ops took their name's median."""
+    durations = graph.tasks["duration_ns"]
+    factors: dict[str, list[float]] = {}
+    for item in found:
+        if item.pair is not None and item.recorded_ns > 0:
+            factors.setdefault(item.name, []).append(
+                reduced_ns(item.recorded_ns, *item.pair) / item.recorded_ns)
+    median = {name: statistics.median(values) for name, values in factors.items()}
+    saved, by_kind = 0, 0
+    for item in found:
+        if item.pair is not None:
+            change = item.recorded_ns - reduced_ns(item.recorded_ns, *item.pair)
+        elif item.name in median:
+            change = item.recorded_ns - int(round(item.recorded_ns * median[item.name]))
+            by_kind += 1
+        else:
+            continue
+        durations[item.task] = max(0, int(durations[item.task]) - change)
+        saved += change
+    return saved, by_kind
 
 
 def measured_ratios(ratios: list[float], reduced: str) -> str:

@@ -366,3 +366,21 @@ def test_amp_on_a_cpu_takes_the_measured_overhead_off_once_where_the_reduced_typ
     assert reduced_ns(2_000_000, 500_000, 1_000_000) == 1_000_000
     # Equal times measured: unchanged.
     assert reduced_ns(600_000, 1_000_000, 1_000_000) == 600_000
+
+
+def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_name() -> None:
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import _apply_retimed, _Retimed
+
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([600, 1000, 2000, 800, 500, 3000], dtype=np.int64)})
+    found = [_Retimed(0, 600, "aten::conv2d", (12_000, 1_000)),  # slower: 600 + 11,000 = 11,600 (19.33x)
+             _Retimed(1, 1000, "aten::conv2d", (5_000, 1_000)),  # 5,000 (5x)
+             _Retimed(2, 2000, "aten::conv2d", (8_000, 2_500)),  # 2,000 + 5,500 = 7,500 (3.75x)
+             _Retimed(3, 800, "aten::conv2d", None),  # not measured: the median, 5x
+             _Retimed(4, 500, "aten::linear", None),  # not measured, none of its name measured: kept
+             _Retimed(5, 1000, "aten::mm", (500, 1_000))]  # a backward op inside a 3,000 ns node: -500
+    saved, by_kind = _apply_retimed(graph, found)  # type: ignore[arg-type]
+    assert graph.tasks["duration_ns"].tolist() == [11_600, 5_000, 7_500, 4_000, 500, 2_500]
+    assert by_kind == 1
+    assert saved == (600 - 11_600) + (1000 - 5_000) + (2000 - 7_500) + (800 - 4_000) + 500
