@@ -287,19 +287,17 @@ def reduced_ns(recorded: int, reduced: int, full: int) -> int:
     """An op's time in the reduced type from its `recorded` (fp32) time in the run and its measured
     times alone in the `reduced` type and in `full` fp32, ns.
 
-    Measured alone, after the caches were emptied (cost/measure.FLUSH_BYTES), an op can take longer
-    than it did in the run, whose caches still held its operands: an extra time that comes from its
-    bytes, not its arithmetic. The reduced type moves no more bytes than fp32, so where the op
-    measured slower in it (a CPU without native bf16 arithmetic), the extra time is taken off once:
-    recorded + (reduced - full). Scaled (recorded x reduced / full) where it measured faster, its
-    bytes and arithmetic shrinking together, and where the run was the slower one (other work
-    competing with it there). On an AVX2-only CPU, examples/cnn.py's three forward convolutions
-    ran 0.57-0.69 ms in the fp32 run and measured 0.89-1.37 ms alone; their bf16 times, 12-30 ms,
-    agreed in the run and alone: scaled, the three came to 32.3 ms, taken off once 59.3 ms, and the
-    bf16 run took 56.1 ms."""
-    if recorded >= full or reduced <= full:
-        return int(round(recorded * reduced / full))
-    return recorded + reduced - full
+    Where the op measured slower in the reduced type (a CPU without native bf16 arithmetic runs it
+    on a slow path), the time it measured beyond fp32 is that path's own arithmetic, and is added:
+    recorded + (reduced - full). Scaling instead (recorded x reduced / full) would multiply
+    whatever set the run apart from the measurement by the slow path's factor: the emptied caches
+    of the measurement (examples/cnn.py's forward convolutions ran 0.57-0.69 ms in the fp32 run,
+    0.89-1.37 ms alone, and their bf16 times, 12-30 ms, agreed in the run and alone), or a run
+    slower than the measurement (resnet's largest convolution backward). Where it measured faster,
+    scaled: its bytes and arithmetic shrink together."""
+    if reduced > full:
+        return recorded + reduced - full
+    return int(round(recorded * reduced / full))
 
 
 def _retyped(inputs: list[Any], kind: str) -> list[Any]:
