@@ -17,6 +17,7 @@ What changes, and who times it:
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -132,7 +133,8 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
                     reduced: str, costs: CostModel, context: Context) -> str:
     """On a CPU trace, each forward matrix multiply autocast runs in the reduced type, and each of
     backward, at the time the measured tier gives for it in that type over its time in fp32 (both
-    run here at the recorded shapes)."""
+    run here at the recorded shapes; `reduced_ns`), the signatures that hold the most time measured
+    first (`_measure_most_first`)."""
     measurer = costs.measurer
     if measurer is None:
         return ("amp: on the CPU the ops' own time is kept: the measured tier is off or torch is "
@@ -148,14 +150,13 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             if (types.get(op.row) == low and task >= 0 and op.inputs
                     and op.name in RETIMED_ON_CPU):
                 found.append(_Retimed(task, int(graph.tasks["duration_ns"][task]), op.name,
-                                      _measured_pair(measurer, op.name, op.inputs, low,
-                                                     op.arguments)))
+                                      inputs=op.inputs, arguments=op.arguments))
     halved, low_layers = _halve_memory_bound(graph, facts, types, low, of_event, enclosing, context)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = of_event.get(row, enclosing.holding(start, track))
         if task >= 0:
-            found.append(_Retimed(task, duration, name,
-                                  _measured_pair(measurer, name, inputs, low, arguments)))
+            found.append(_Retimed(task, duration, name, inputs=inputs, arguments=arguments))
+    _measure_most_first(measurer, found, low)
     saved, by_kind = _apply_retimed(graph, found)
     retimed = sum(item.pair is not None for item in found)
     ratios = [item.pair[0] / item.pair[1] for item in found if item.pair is not None]
@@ -175,14 +176,46 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             f"backward, ÷2 (half the bytes; by ratio)")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Retimed:
     """An op amp re-times on a CPU: its task (the op itself, or the backward node that ran it), its
-    recorded time, its name, and its measured (reduced, fp32) times (None: not measured)."""
+    recorded time, its name, its measured (reduced, fp32) times (None: not measured), and what it
+    is measured on (its recorded tensor inputs and arguments)."""
     task: int
     recorded_ns: int
     name: str
-    pair: tuple[int, int] | None
+    pair: tuple[int, int] | None = None
+    inputs: list[Any] | None = None
+    arguments: list[Any] | None = None
+
+
+def _measure_most_first(measurer: Any, found: list[_Retimed], low: str) -> None:
+    """Each op's measured times (`pair`), its distinct signatures measured in the order that spends
+    the measuring budget where it matters: first the signature of each name that holds the most
+    recorded time, names by their recorded time; then the rest, most recorded time first. A budget
+    that runs out then leaves the ops that hold the least time, and no name unmeasured that has a
+    median to share (`_apply_retimed`): in program order, a large model's backward was never
+    reached."""
+    signatures: dict[str, list[_Retimed]] = {}
+    for item in found:
+        key = json.dumps([item.name, item.inputs, item.arguments], default=str)
+        signatures.setdefault(key, []).append(item)
+    held = {key: sum(item.recorded_ns for item in items) for key, items in signatures.items()}
+    by_name: dict[str, int] = {}
+    for key, items in signatures.items():
+        by_name[items[0].name] = by_name.get(items[0].name, 0) + held[key]
+    order = sorted(held, key=lambda key: -held[key])
+    first: dict[str, str] = {}
+    for key in order:
+        first.setdefault(signatures[key][0].name, key)
+    leading = sorted(first.values(), key=lambda key: -by_name[signatures[key][0].name])
+    chosen = set(leading)
+    for key in [*leading, *[key for key in order if key not in chosen]]:
+        items = signatures[key]
+        pair = _measured_pair(measurer, items[0].name, items[0].inputs or [], low,
+                              items[0].arguments)
+        for item in items:
+            item.pair = pair
 
 
 def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -384,3 +385,36 @@ def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_
     assert graph.tasks["duration_ns"].tolist() == [11_600, 5_000, 7_500, 4_000, 500, 2_500]
     assert by_kind == 1
     assert saved == (600 - 11_600) + (1000 - 5_000) + (2000 - 7_500) + (800 - 4_000) + 500
+
+
+def test_amp_on_a_cpu_measures_each_names_largest_signature_first() -> None:
+    # Three signatures' worth of budget: each name's signature that holds the most recorded time comes first (names
+    # by their time), so the one left out is conv2d's smaller one, which then takes conv2d's median.
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import _apply_retimed, _measure_most_first, _Retimed
+
+    asked: list[tuple[str, Any]] = []
+
+    def pair(name: str, new: list[Any], old: list[Any]) -> tuple[int, int] | None:
+        asked.append((name, new[0][1] if new[0][0] == "tensor" else new[0][0]))  # an argument, or a (shape, type)
+        return (3_000, 1_000) if len(asked) <= 3 else None
+
+    measurer = SimpleNamespace(call_pair_ns=pair, op_pair_ns=pair)
+
+    def conv(shape: tuple[int, ...]) -> list[Any]:
+        return [("tensor", shape, "float"), ("tensor", (4, 3, 3, 3), "float"), ("none",), ("value", [1, 1])]
+
+    found = [_Retimed(0, 100, "aten::conv2d", arguments=conv((8, 3, 8, 8)), inputs=[((8, 3, 8, 8), "float")]),
+             _Retimed(1, 100, "aten::conv2d", arguments=conv((8, 3, 8, 8)), inputs=[((8, 3, 8, 8), "float")]),
+             _Retimed(2, 150, "aten::conv2d", arguments=conv((2, 3, 8, 8)), inputs=[((2, 3, 8, 8), "float")]),
+             _Retimed(3, 120, "aten::convolution_backward", arguments=conv((1, 3, 8, 8)), inputs=[((1, 3, 8, 8), "float")]),
+             _Retimed(4, 10, "aten::mm", inputs=[((5, 6), "float"), ((6, 7), "float")])]
+    _measure_most_first(measurer, found, "c10::BFloat16")
+    assert asked == [("aten::conv2d", (8, 3, 8, 8)), ("aten::convolution_backward", (1, 3, 8, 8)), ("aten::mm", (5, 6)),
+                     ("aten::conv2d", (2, 3, 8, 8))]
+    assert [item.pair for item in found] == [(3_000, 1_000)] * 2 + [None] + [(3_000, 1_000)] * 2
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([100, 100, 150, 120, 10], dtype=np.int64)})
+    _, by_kind = _apply_retimed(graph, found)  # type: ignore[arg-type]
+    # slower in bf16: recorded + 2,000 each; the unmeasured conv2d takes conv2d's median, (100 + 2,000) / 100 = 21x
+    assert graph.tasks["duration_ns"].tolist() == [2_100, 2_100, 3_150, 2_120, 2_010] and by_kind == 1
