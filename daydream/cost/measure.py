@@ -134,18 +134,21 @@ class Measurer:
             return None
         return self._ratio(self._call(name, new, None), self._call(name, old, None))
 
-    def op_pair_ns(self, name: str, new: list[Operand | None],
-                   old: list[Operand | None]) -> tuple[int, int] | None:
+    def op_pair_ns(self, name: str, new: list[Operand | None], old: list[Operand | None],
+                   hot: bool = False) -> tuple[int, int] | None:
         """Op `name`'s median times on tensors of `new` and of `old` ((shape, type) or (shape,
-        type, memory order) each), ns, both run here in turns; None where either cannot run."""
-        return self._pair(self._op(name, new, None), self._op(name, old, None))
+        type, memory order) each), ns, both run here in turns; None where either cannot run.
+        `hot`: each repetition finds the caches as the previous one left them (operands just
+        written, as a cast leaves them), instead of emptied (`FLUSH_BYTES`)."""
+        return self._pair(self._op(name, new, None), self._op(name, old, None), hot)
 
-    def call_pair_ns(self, name: str, new: list[Any], old: list[Any]) -> tuple[int, int] | None:
+    def call_pair_ns(self, name: str, new: list[Any], old: list[Any],
+                     hot: bool = False) -> tuple[int, int] | None:
         """As `op_pair_ns`, for an op of `CALLED_AGAIN` called with
         recorded arguments `new` and `old`."""
         if name not in CALLED_AGAIN:
             return None
-        return self._pair(self._call(name, new, None), self._call(name, old, None))
+        return self._pair(self._call(name, new, None), self._call(name, old, None), hot)
 
     def _op(self, name: str, inputs: list[Operand | None], as_type: str | None) -> _Signature:
         """Op `name` on `inputs`, (shape, type) or (shape, type, memory order) each; a memory order
@@ -202,10 +205,12 @@ class Measurer:
         self.cache[key] = max(1, int(round(pair[0] / pair[1] * RATIO_SCALE)))
         return self.cache[key] / RATIO_SCALE
 
-    def _pair(self, new: _Signature, old: _Signature) -> tuple[int, int] | None:
+    def _pair(self, new: _Signature, old: _Signature,
+              hot: bool = False) -> tuple[int, int] | None:
         """The median times of signatures `new` and `old`, ns, measured in
-        turns (cached as two entries)."""
-        keys = f"pair|{new[0]}|{old[0]}|new", f"pair|{new[0]}|{old[0]}|old"
+        turns (cached as two entries; hot: caches not emptied between runs)."""
+        kind = "pair-hot" if hot else "pair"
+        keys = f"{kind}|{new[0]}|{old[0]}|new", f"{kind}|{new[0]}|{old[0]}|old"
         if all(key in self.cache for key in keys):
             return self.cache[keys[0]], self.cache[keys[1]]
         if not self._may_run(keys[0], [*new[2], *old[2]]):
@@ -217,7 +222,7 @@ class Measurer:
         measured: list[int] = []
 
         def measure() -> int:
-            measured.extend(self._median_ns([(run_new, new[2]), (run_old, old[2])]))
+            measured.extend(self._median_ns([(run_new, new[2]), (run_old, old[2])], flush=not hot))
             return measured[0]
 
         if self._run(keys[0], measure) is None:
@@ -284,10 +289,10 @@ class Measurer:
     def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Operand]) -> int:
         return self._median_ns([(runner, tensors)])[0]
 
-    def _median_ns(self,
-                   runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]]) -> list[int]:
-        """Each (runner, tensors) warmed up, then all timed in turns
-        `REPETITIONS` times: their medians, ns."""
+    def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
+                   flush: bool = True) -> list[int]:
+        """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times (each
+        after the caches were emptied, where `flush`): their medians, ns."""
         import torch
 
         previous = torch.get_num_threads()
@@ -299,12 +304,12 @@ class Measurer:
                     for _ in range(WARMUP):
                         runner(torch, made)
                 times: list[list[int]] = [[] for _ in runs]
-                flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32)
+                emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
                 for _ in range(REPETITIONS):
                     for (runner, _), made, mine in zip(runs, values, times):
                         # caches emptied of the operands, as in a
                         # training step that streams through them
-                        flush.zero_()
+                        emptied.zero_()
                         start = time.perf_counter_ns()
                         runner(torch, made)
                         mine.append(time.perf_counter_ns() - start)

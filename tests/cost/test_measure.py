@@ -236,6 +236,9 @@ def test_a_pair_keeps_both_times_and_gives_the_same_ratio(tmp_path: Path, monkey
     seen.clear()
     again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     assert again.op_pair_ns("aten::mm", bigger, MM) == pair and seen == []
+    # hot (caches not emptied between repetitions) is another measurement, cached apart
+    assert again.op_pair_ns("aten::mm", bigger, MM, hot=True) is not None and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
+    assert again.ran[0].startswith("pair-hot|") and not next(iter(measurer.cache)).startswith("pair-hot|")
     assert again.op_pair_ns("aten::mm", [((8, 16), "float"), ((5, 4), "float")], MM) is None  # cannot run
     assert again.call_pair_ns("aten::empty", [("value", [2**40])], [("value", [1])]) is None
 

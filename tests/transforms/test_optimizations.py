@@ -396,7 +396,8 @@ def test_amp_on_a_cpu_measures_each_names_largest_signature_first() -> None:
 
     asked: list[tuple[str, Any]] = []
 
-    def pair(name: str, new: list[Any], old: list[Any]) -> tuple[int, int] | None:
+    def pair(name: str, new: list[Any], old: list[Any], hot: bool) -> tuple[int, int] | None:
+        assert hot  # measured as autocast leaves the operands: just written
         asked.append((name, new[0][1] if new[0][0] == "tensor" else new[0][0]))  # an argument, or a (shape, type)
         return (3_000, 1_000) if len(asked) <= 3 else None
 
