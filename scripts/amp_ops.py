@@ -6,7 +6,7 @@ measured tier, in turns, from an empty cache), and the two ways of turning them 
     OMP_NUM_THREADS=1 python scripts/amp_ops.py examples/cpu-avx2/round-1/cnn-baseline.json.gz \\
         examples/cpu-avx2/round-1/cnn-amp.json.gz
 
-Ops are matched between the two traces by name and input shapes (their types differ); each row gives the medians over
+Ops are matched between the two traces by name, input shapes and memory order (their types differ); each row gives the medians over
 the ops of that signature, µs, and how many there are. `scaled` is recorded x bf16 / fp32 (both measured alone);
 `added` is what amp predicts (`daydream/transforms/amp.py:reduced_ns`). The last line sums each column over every op.
 """
@@ -42,7 +42,7 @@ def signatures(path: Path, names: set[str]) -> dict[tuple[str, str], tuple[list[
         if not tensors:
             continue
         arguments = shapes.arguments(row)
-        listed = ([a[1] if a[0] == "tensor" else a for a in arguments] if arguments is not None
+        listed = ([(a[1], *a[3:4]) if a[0] == "tensor" else a for a in arguments] if arguments is not None
                   else [t[0] if t else None for t in tensors])
         key = (name, json.dumps(listed, default=str))
         found.setdefault(key, ([], tensors, arguments))[0].append(int(trace.dur_ns[row]))

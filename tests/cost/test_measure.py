@@ -41,6 +41,19 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[tuple[int, ..
     return seen
 
 
+def _made_tensors(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every tensor the measured tier makes from here on."""
+    made: list[Any] = []
+    real = measure._make
+
+    def recording(*a: Any) -> Any:
+        made.append(real(*a))
+        return made[-1]
+
+    monkeypatch.setattr(measure, "_make", recording)
+    return made
+
+
 def test_it_runs_the_op_at_the_recorded_shapes_in_the_asked_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _recording(monkeypatch)
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
@@ -186,14 +199,7 @@ def test_a_channels_last_convolution_is_measured_channels_last(tmp_path: Path, m
     row = int(trace.indices(EventKind.CPU_OP)[0])
     arguments = OpShapes(trace).arguments(row)
     assert arguments is not None and arguments[0] == ("tensor", (2, 3, 8, 8), "float", (0, 2, 3, 1))
-    made: list[Any] = []
-    real = measure._make
-
-    def recording(*a: Any) -> Any:
-        made.append(real(*a))
-        return made[-1]
-
-    monkeypatch.setattr(measure, "_make", recording)
+    made = _made_tensors(monkeypatch)
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     assert measurer.call_ns("aten::conv2d", arguments) > 0
     image = next(t for t in made if tuple(t.shape) == (2, 3, 8, 8))
@@ -250,14 +256,7 @@ def test_a_multiply_of_a_transposed_operand_is_measured_transposed(tmp_path: Pat
     arguments = [("tensor", (2, 8, 16), "float", None), ("tensor", (2, 16, 8), "float", (0, 2, 1))]
     operands = _ordered(arguments)
     assert operands == [((2, 8, 16), "float"), ((2, 16, 8), "float", (0, 2, 1))]
-    made: list[Any] = []
-    real = measure._make
-
-    def recording(*a: Any) -> Any:
-        made.append(real(*a))
-        return made[-1]
-
-    monkeypatch.setattr(measure, "_make", recording)
+    made = _made_tensors(monkeypatch)
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     assert measurer.op_pair_ns("aten::bmm", _retyped(operands, "c10::BFloat16"), _retyped(operands, "float")) is not None
     transposed = [t for t in made if tuple(t.shape) == (2, 16, 8)]
