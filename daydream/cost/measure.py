@@ -7,7 +7,9 @@ and its median kept. Results are cached on disk, one JSON file per (device, torc
 threads) under the trace cache folder (`cost/`), written atomically and validated on read: a
 damaged file is ignored and rewritten. A budget (seconds per what-if) caps the time spent
 measuring; past it, or for an op it cannot run (unsupported, shapes missing, an error while
-running), the caller falls back to the modelled tier. It never touches a GPU.
+running), the caller falls back to the modelled tier. It never touches a GPU. Repetitions start
+with emptied caches (`FLUSH_BYTES`), as an op of a training step that streams through memory, or
+hot (`hot=`), as an op whose operands were just written (autocast's casts).
 
     measurer = Measurer.for_cpu(threads=1, budget_s=5.0)
     measurer.op_ns("aten::mm", [((64, 512), "float"), ((512, 512), "float")],
