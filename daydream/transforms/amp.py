@@ -225,16 +225,17 @@ def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:
     them no faster or slower than the ones measured), and keeps its time otherwise. Returns the
     time saved (ns, all iterations) and how many ops took their name's median."""
     durations = graph.tasks["duration_ns"]
+    predicted = [reduced_ns(item.recorded_ns, *item.pair) if item.pair is not None else None
+                 for item in found]
     factors: dict[str, list[float]] = {}
-    for item in found:
-        if item.pair is not None and item.recorded_ns > 0:
-            factors.setdefault(item.name, []).append(
-                reduced_ns(item.recorded_ns, *item.pair) / item.recorded_ns)
+    for item, new in zip(found, predicted):
+        if new is not None and item.recorded_ns > 0:
+            factors.setdefault(item.name, []).append(new / item.recorded_ns)
     median = {name: statistics.median(values) for name, values in factors.items()}
     saved, by_kind = 0, 0
-    for item in found:
-        if item.pair is not None:
-            change = item.recorded_ns - reduced_ns(item.recorded_ns, *item.pair)
+    for item, new in zip(found, predicted):
+        if new is not None:
+            change = item.recorded_ns - new
         elif item.name in median:
             change = item.recorded_ns - int(round(item.recorded_ns * median[item.name]))
             by_kind += 1

@@ -358,7 +358,7 @@ def test_the_amp_note_says_what_the_measured_tier_found_and_when_the_reduced_typ
 def test_amp_on_a_cpu_adds_the_time_a_slower_reduced_type_measured_beyond_fp32() -> None:
     from daydream.transforms.amp import reduced_ns
 
-    # In the run 600 µs; alone 1000 µs in fp32 (400 µs of it the emptied caches), 12,000 µs in bf16: 11,600.
+    # In the run 600 µs; alone 1000 µs in fp32 (400 µs more than in the run), 12,000 µs in bf16: 11,600.
     assert reduced_ns(600_000, 12_000_000, 1_000_000) == 11_600_000
     # Faster in bf16: scaled with the measured ratio, 600 x 0.5.
     assert reduced_ns(600_000, 500_000, 1_000_000) == 300_000
