@@ -189,6 +189,7 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
 
     if args.cuda_graphs:
         _train_captured(model, batch_of, forward_backward, opt, args)
+        _write_peak(device)
         return
     batches = loaded(batch_of, args, device) if args.loader_workers >= 0 else map(batch_of, range(args.steps))
     for step, batch in zip(range(args.steps), batches):
@@ -201,8 +202,18 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
             opt.step()
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}")
+    _write_peak(device)
     if args.ddp or getattr(args, "fsdp", False) or getattr(args, "tp", False):
         torch.distributed.destroy_process_group()
+
+
+def _write_peak(device: str) -> None:
+    """Where DAYDREAM_PEAK_FILE names a file (scripts/whatif_truth.py on a GPU asks), the peak of the device memory
+    this run allocated (torch.cuda.max_memory_allocated, bytes) is written there: what the memory what-if predicts."""
+    path = os.environ.get("DAYDREAM_PEAK_FILE")
+    if path and device.startswith("cuda"):
+        with open(path, "w") as out:
+            out.write(str(torch.cuda.max_memory_allocated(device)))
 
 
 def tensor_parallel(model: nn.Module, plan: dict[str, str], device: str) -> nn.Module:

@@ -8,7 +8,8 @@
 #      traced, amp, fused-optimizer, cuda-graphs, batch-size:factor=2, checkpoint, fuse-elementwise and
 #      offload predicted, and each variant (bf16 autocast, fused AdamW/SGD, CUDA graphs, twice the batch,
 #      checkpointing, torch.compile, save_on_cpu around each block) run for real and compared (at most
-#      90 s a trace or prediction).
+#      90 s a trace or prediction); each what-if's predicted peak memory against its real run's
+#      torch.cuda.max_memory_allocated.
 # It writes docs/gpu-validation.md (and $OUT/gpu-validation.md when $OUT is set) with both
 # tables, keeping what it has when a part fails. Under 8 minutes in all: the what-if part gets what
 # the collectors left of GPU_CHECK_DEADLINE (450 s from the start), a row that did not fit says so.
@@ -65,5 +66,5 @@ timeout "$left" "$PY" scripts/whatif_truth.py --device cuda --sizes realistic --
 if [ -n "${GPU_CHECK_KEEP:-}" ]; then
   mkdir -p "$GPU_CHECK_KEEP/truth"
   cp "$WORK"/*.json.gz "$WORK"/*.log "$WORK"/device.txt "$WORK"/whatif.md "$GPU_CHECK_KEEP/" 2>/dev/null || true
-  cp "$WORK"/truth/*.json.gz "$GPU_CHECK_KEEP/truth/" 2>/dev/null || true
+  cp "$WORK"/truth/*.json.gz "$WORK"/truth/*.peak "$GPU_CHECK_KEEP/truth/" 2>/dev/null || true
 fi

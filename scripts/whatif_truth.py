@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,11 @@ class Row:
     round_errors: list[float] | None = None  # each round's error, where the row combines several
     drift: tuple[str, float] | None = None  # (a phase the variant leaves alone, its time in the variant / the baseline)
     tiers: str = ""  # how the cost stage timed the changed work ("12 measured, 30 modelled"), from the prediction
+    # on a GPU, peak allocated device memory, bytes: predicted (daydream whatif --memory) and as the runs' allocator
+    # counted it (torch.cuda.max_memory_allocated), the baseline's and the variant's
+    predicted_peak: int | None = None
+    baseline_peak: int | None = None
+    real_peak: int | None = None
 
     @property
     def error(self) -> float | None:
@@ -141,7 +147,8 @@ def combined(rounds: list[list[Row]]) -> list[Row]:
                         statistics.median(r.measured_ns for r in measured if r.measured_ns is not None),
                         round_errors=[r.error for r in measured if r.error is not None],
                         drift=(first.drift[0], statistics.median(drifts)) if first.drift and drifts else None,
-                        tiers=first.tiers))
+                        tiers=first.tiers, predicted_peak=first.predicted_peak,
+                        baseline_peak=first.baseline_peak, real_peak=first.real_peak))
     return rows
 
 
@@ -149,11 +156,12 @@ class Failed(Exception):
     """A part did not produce its number; the message says why, in one line."""
 
 
-def daydream(arguments: list[str], budget: float) -> str:
-    """Run `python -m daydream ARGUMENTS`; its stdout, or Failed with its last line of stderr."""
+def daydream(arguments: list[str], budget: float, env: dict[str, str] | None = None) -> str:
+    """Run `python -m daydream ARGUMENTS` (with `env` added to the environment); its stdout, or Failed with its last
+    line of stderr."""
     try:
         done = subprocess.run([sys.executable, "-m", "daydream", *arguments], capture_output=True, text=True,
-                              timeout=budget, cwd=REPO, check=False)
+                              timeout=budget, cwd=REPO, check=False, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         raise Failed(f"ran past its {budget:.0f} s budget") from None
     if done.returncode != 0:
@@ -166,10 +174,24 @@ def trace(script: Path, out: Path, script_arguments: list[str], options: argpars
           step_fn: str | None = None, daydream_options: tuple[str, ...] = ()) -> float:
     """Trace one configuration of `script`; the median of its recorded iterations, ns."""
     extra = ["--step-fn", step_fn] if step_fn else []
+    peak = peak_file(out)
+    peak.unlink(missing_ok=True)
     daydream(["trace", "--backend", options.backend, "--warmup", str(options.warmup), "--iterations", str(options.iterations),
               *extra, *daydream_options, "-o", str(out), str(script), "--", "--device", options.device,
-              "--steps", str(options.warmup + options.iterations + 2), *script_arguments], options.budget)
+              "--steps", str(options.warmup + options.iterations + 2), *script_arguments], options.budget,
+             env={"DAYDREAM_PEAK_FILE": str(peak)} if options.device == "cuda" else None)
     return measured_ns(out, options.budget)
+
+
+def peak_file(trace_path: Path) -> Path:
+    """Where the run traced into `trace_path` writes its allocator's peak (examples/training.py, on a GPU)."""
+    return trace_path.with_name(trace_path.name.removesuffix(".json.gz") + ".peak")
+
+
+def real_peak(trace_path: Path) -> int | None:
+    """The peak allocated device memory of the run traced into `trace_path`, bytes; None where it wrote none."""
+    path = peak_file(trace_path)
+    return int(path.read_text()) if path.exists() and path.read_text().strip().isdigit() else None
 
 
 def measured_ns(path: Path, budget: float) -> float:
@@ -201,12 +223,16 @@ def drift(variant: Variant, measured: Path, base: Path) -> tuple[str, float] | N
     return variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched)
 
 
-def predicted_ns(path: Path, whatif: str, budget: float) -> tuple[float, str]:
-    """The predicted iteration, ns, and how the cost stage timed the changed work ("" where it timed none)."""
-    document = json.loads(daydream(["whatif", str(path), "--opt", whatif, "--json"], budget))
+def predicted_ns(path: Path, whatif: str, budget: float, memory: bool = False) -> tuple[float, str, int | None]:
+    """The predicted iteration, ns; how the cost stage timed the changed work ("" where it timed none); with `memory`,
+    the predicted peak allocated memory of the trace's GPU, bytes (None without one)."""
+    document = json.loads(daydream(["whatif", str(path), "--opt", whatif, "--json", *(["--memory"] if memory else [])],
+                                   budget))
     prefix = "cost stage: changed work timed "
     tiers = [n[len(prefix):] for n in document["ranks"][0].get("notes", []) if n.startswith(prefix)]
-    return float(document["iteration_ns"]["predicted"]), tiers[0] if tiers else ""
+    peaks = [int(m["predicted_peak_bytes"]) for m in document.get("memory") or []
+             if str(m.get("device", "")).startswith("cuda") and m.get("predicted_peak_bytes") is not None]
+    return float(document["iteration_ns"]["predicted"]), tiers[0] if tiers else "", max(peaks) if peaks else None
 
 
 @dataclass(frozen=True)
@@ -266,11 +292,13 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
             row.problem = "needs a CUDA device"
             continue
         try:
-            row.predicted_ns, row.tiers = predicted_ns(base, variant.whatif, options.budget)
+            row.predicted_ns, row.tiers, row.predicted_peak = predicted_ns(base, variant.whatif, options.budget,
+                                                                           memory=options.device == "cuda")
             # The variant replaces the baseline's values where it sets the same flag.
             arguments = _merged(baseline_arguments, variant.arguments)
             measured = work / f"{example}-{variant.slug}.json.gz"
             row.measured_ns = trace(script, measured, arguments, options, variant.step_fn)
+            row.baseline_peak, row.real_peak = real_peak(base), real_peak(measured)
             row.drift = drift(variant, measured, base)
         except Failed as exc:
             row.problem = str(exc)
@@ -293,7 +321,7 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
         row = Row(example, variant.whatif, baseline_ns=baseline_ns)
         rows.append(row)
         try:
-            row.predicted_ns, row.tiers = predicted_ns(base, variant.whatif, options.budget)
+            row.predicted_ns, row.tiers, _ = predicted_ns(base, variant.whatif, options.budget)
             row.measured_ns = measured_ns(measured, options.budget)
             row.drift = drift(variant, measured, base)
         except Failed as exc:
@@ -355,6 +383,31 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def memory_table(rows: list[Row]) -> str:
+    """The markdown table of the peak allocated memory each what-if predicts against its real run's allocator
+    (torch.cuda.max_memory_allocated); "" where no row has a real peak (the CPU, or recorded traces)."""
+    real = [r for r in rows if r.real_peak]
+    if not real:
+        return ""
+    lines = ["", "Peak allocated device memory: `daydream whatif --memory` from the baseline's trace against the real run's",
+             "`torch.cuda.max_memory_allocated` (over all its steps).", "",
+             "| example | what-if | baseline (allocator) | predicted | real (allocator) | error |", "|---|---|---:|---:|---:|---:|"]
+    errors = []
+    for row in real:
+        error = (row.predicted_peak - row.real_peak) / row.real_peak if row.predicted_peak is not None else None
+        errors += [abs(error)] if error is not None else []
+        lines.append(f"| {row.example} | `{row.whatif}` | {_mib(row.baseline_peak)} | {_mib(row.predicted_peak)} | "
+                     f"{_mib(row.real_peak)} | {f'{error * 100:+.1f}%' if error is not None else '—'} |")
+    if errors:
+        lines += ["", f"{len(errors)} peaks compared; mean |error| {statistics.mean(errors) * 100:.1f}%, "
+                      f"median {statistics.median(errors) * 100:.1f}%, worst {max(errors) * 100:.1f}%."]
+    return "\n".join(lines) + "\n"
+
+
+def _mib(size: int | None) -> str:
+    return f"{size / 2**20:,.0f} MiB" if size is not None else "—"
+
+
 def _ms(ns: float | None) -> str:
     return f"{ns / 1e6:.2f} ms" if ns is not None else "—"
 
@@ -402,13 +455,14 @@ def main() -> int:
             for example in chosen_examples(options.examples, options.device):
                 this_round += compare(example, options, folder)
                 if options.out != "-":  # each example as it ends: a run cut off by a deadline keeps what it did
-                    Path(options.out).write_text(table(combined([*rounds, this_round]) if rounds else this_round))
+                    so_far = combined([*rounds, this_round]) if rounds else this_round
+                    Path(options.out).write_text(table(so_far) + memory_table(so_far))
             rounds.append(this_round)
             rows = combined(rounds) if len(rounds) > 1 else this_round
             if options.out != "-":
-                Path(options.out).write_text(table(rows))  # what there is so far, in case a later part is cut off
+                Path(options.out).write_text(table(rows) + memory_table(rows))  # what there is so far, in case a later part is cut off
     if options.out == "-":
-        print(table(rows), end="")
+        print(table(rows) + memory_table(rows), end="")
     return 0
 
 

@@ -87,6 +87,25 @@ def test_the_table_from_hand_computed_rows() -> None:
         "others predict their baseline): mean 12.5%, median 12.5%, worst 20.0%, 1 within 10%.\n")
 
 
+def test_the_memory_table_compares_predicted_peaks_with_the_allocators(tmp_path: Path) -> None:
+    mib = 2**20
+    rows = [whatif_truth.Row("cnn", "amp", 10e6, 6e6, 5e6, predicted_peak=300 * mib, baseline_peak=500 * mib,
+                             real_peak=400 * mib),
+            whatif_truth.Row("cnn", "checkpoint", 10e6, 6e6, 5e6, predicted_peak=None, baseline_peak=500 * mib,
+                             real_peak=250 * mib),
+            whatif_truth.Row("cnn", "fused-optimizer", 10e6, 6e6, 5e6)]  # no real peak (the CPU): no row
+    text = whatif_truth.memory_table(rows)
+    assert "| cnn | `amp` | 500 MiB | 300 MiB | 400 MiB | -25.0% |" in text
+    assert "| cnn | `checkpoint` | 500 MiB | — | 250 MiB | — |" in text and "fused-optimizer" not in text
+    assert "1 peaks compared; mean |error| 25.0%" in text
+    assert whatif_truth.memory_table(rows[2:]) == ""
+    # examples/training.py writes the allocator's peak beside the trace; a missing or empty file is no peak
+    trace = tmp_path / "cnn-amp.json.gz"
+    assert whatif_truth.real_peak(trace) is None
+    whatif_truth.peak_file(trace).write_text("123456")
+    assert whatif_truth.peak_file(trace).name == "cnn-amp.peak" and whatif_truth.real_peak(trace) == 123456
+
+
 def test_rounds_combine_by_example_and_whatif_when_a_round_is_cut_short() -> None:
     # Round 2 stopped after its first example (the table is written as each example ends): the second example keeps
     # its round-1 row, and each row's medians come from its own rounds only.
