@@ -26,6 +26,7 @@ after the capture, so a trace marks iterations by the step function instead:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
 import re
@@ -179,6 +180,7 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
           opt: torch.optim.Optimizer, args: argparse.Namespace, device: str) -> None:
     """Run args.steps training steps: batch_of(step) -> tensors on `device`; loss_of(model, batch) -> scalar loss."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp or "")
+    _write_peak_at_exit(device)
     scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
 
     def forward_backward(batch: Batch) -> torch.Tensor:
@@ -189,7 +191,6 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
 
     if args.cuda_graphs:
         _train_captured(model, batch_of, forward_backward, opt, args)
-        _write_peak(device)
         return
     batches = loaded(batch_of, args, device) if args.loader_workers >= 0 else map(batch_of, range(args.steps))
     for step, batch in zip(range(args.steps), batches):
@@ -202,18 +203,23 @@ def train(model: nn.Module, batch_of: Callable[[int], Batch], loss_of: Callable[
             opt.step()
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}")
-    _write_peak(device)
     if args.ddp or getattr(args, "fsdp", False) or getattr(args, "tp", False):
         torch.distributed.destroy_process_group()
 
 
-def _write_peak(device: str) -> None:
+def _write_peak_at_exit(device: str) -> None:
     """Where DAYDREAM_PEAK_FILE names a file (scripts/whatif_truth.py on a GPU asks), the peak of the device memory
-    this run allocated (torch.cuda.max_memory_allocated, bytes) is written there: what the memory what-if predicts."""
+    this run allocated (torch.cuda.max_memory_allocated, bytes) is written there when the process exits (a tracer
+    may stop the script after the steps it records): what the memory what-if predicts."""
     path = os.environ.get("DAYDREAM_PEAK_FILE")
-    if path and device.startswith("cuda"):
+    if not path or not device.startswith("cuda"):
+        return
+
+    def write() -> None:
         with open(path, "w") as out:
             out.write(str(torch.cuda.max_memory_allocated(device)))
+
+    atexit.register(write)
 
 
 def tensor_parallel(model: nn.Module, plan: dict[str, str], device: str) -> nn.Module:

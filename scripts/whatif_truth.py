@@ -179,8 +179,17 @@ def trace(script: Path, out: Path, script_arguments: list[str], options: argpars
     daydream(["trace", "--backend", options.backend, "--warmup", str(options.warmup), "--iterations", str(options.iterations),
               *extra, *daydream_options, "-o", str(out), str(script), "--", "--device", options.device,
               "--steps", str(options.warmup + options.iterations + 2), *script_arguments], options.budget,
-             env={"DAYDREAM_PEAK_FILE": str(peak)} if options.device == "cuda" else None)
+             env=_trace_environment(peak, options.device, step_fn))
     return measured_ns(out, options.budget)
+
+
+def _trace_environment(peak: Path, device: str, step_fn: str | None) -> dict[str, str]:
+    """What a traced run adds to the environment: on a GPU, where to write its allocator's peak; with a step function,
+    examples/ on the path (its module, training, lives there, also for the suite's scripts one folder down)."""
+    env = {"DAYDREAM_PEAK_FILE": str(peak)} if device == "cuda" else {}
+    if step_fn:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "examples"), os.environ.get("PYTHONPATH")) if p)
+    return env
 
 
 def peak_file(trace_path: Path) -> Path:

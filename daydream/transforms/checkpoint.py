@@ -174,7 +174,7 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
         copies = graph.add_tasks(**{column: values[again] for column, values in tasks.items()})
         unpin(graph, copies)
         graph.tasks["phase"][copies] = PHASES.index("backward")
-        _splice_host(graph, copies, first_backward)
+        _splice_before(graph, copies, first_backward)
         added = int(copies.size + _copy_launched_work(graph, again, copies, backward_tasks))
         # each recomputed call's first copy: where its run starts among the copies
         copied_runs = run_of[graded[run_of]]
@@ -192,17 +192,19 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
     return _Recomputed(added, int(starts.size), int((~graded).sum()))
 
 
-def _splice_host(graph: Graph, chain: np.ndarray, before: int) -> None:
-    """Put `chain` in host program order right before `before`: pred -> chain... -> before."""
+def _splice_before(graph: Graph, chain: np.ndarray, before: int,
+                   kind: DepKind = DepKind.HOST_ORDER, latency_ns: int = 0) -> None:
+    """Put `chain` in `kind`'s order (the host's program order, a stream's queue) right before
+    `before`: pred -> chain... -> before."""
     edges = graph.edges
-    into = np.flatnonzero((edges["dst"] == before) & (edges["kind"] == DepKind.HOST_ORDER))
+    into = np.flatnonzero((edges["dst"] == before) & (edges["kind"] == kind))
     predecessors = edges["src"][into].tolist()
     keep = np.ones(graph.edge_count, dtype=bool)
     keep[into] = False
     graph.edges = {c: v[keep] for c, v in edges.items()}
-    graph.add_edges(predecessors, [int(chain[0])] * len(predecessors), DepKind.HOST_ORDER)
-    graph.add_edges(chain[:-1], chain[1:], DepKind.HOST_ORDER)
-    graph.add_edges([int(chain[-1])], [before], DepKind.HOST_ORDER)
+    graph.add_edges(predecessors, [int(chain[0])] * len(predecessors), kind, latency_ns=latency_ns)
+    graph.add_edges(chain[:-1], chain[1:], kind, latency_ns=latency_ns)
+    graph.add_edges([int(chain[-1])], [before], kind, latency_ns=latency_ns)
 
 
 def copy_launched_work(graph: Graph, calls: np.ndarray,
@@ -230,18 +232,19 @@ def copy_launched_work(graph: Graph, calls: np.ndarray,
 
 def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray,
                         backward_tasks: np.ndarray) -> int:
-    """Copy the GPU work the original calls launched, and queue it
-    before the layer's first backward GPU work."""
+    """Copy the GPU work the original calls launched, and queue it on the stream right before the
+    layer's first backward GPU work."""
     _, kernel_copies = copy_launched_work(graph, calls, call_copies)
     if kernel_copies.size == 0:
         return 0
     gap = graph.calibration.kernel_gap_ns
-    graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
     backward_gpu = backward_tasks[np.isin(graph.tasks["kind"][backward_tasks],
                                           [int(k) for k in GPU_WORK])]
-    if backward_gpu.size:
+    if backward_gpu.size:  # in the stream's queue: after what ran before that work, not beside it
         first = int(backward_gpu[np.argmin(graph.tasks["measured_start_ns"][backward_gpu])])
-        graph.add_edges([int(kernel_copies[-1])], [first], DepKind.STREAM_ORDER, latency_ns=gap)
+        _splice_before(graph, kernel_copies, first, DepKind.STREAM_ORDER, gap)
+    else:
+        graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
     return int(kernel_copies.size)
 
 
