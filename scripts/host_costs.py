@@ -1,16 +1,19 @@
 """The host costs daydream/cost/host.py records in host units, measured from pairs of real traces.
 
-    python scripts/host_costs.py examples/h200          # the checkpoint wrapper, from EXAMPLE-{baseline,checkpoint}
+    python scripts/host_costs.py examples/h200 examples/h200/realistic/round-*   # the checkpoint wrapper, from
+                                                                                 # EXAMPLE-{baseline,checkpoint}
     OMP_NUM_THREADS=1 python scripts/host_costs.py --measure   # the same on this machine's CPU, with torch
 
-Per example, the baseline and the checkpointed run of the same script (torch.utils.checkpoint on every block): each
-phase's host time per iteration (median over iterations, the phase's annotation), in each trace's own host units
-(`HostCosts.unit_ns`, so that two runs on hosts of different speed compare), then per checkpointed call:
+Per folder and example, the baseline and the checkpointed run of the same script (torch.utils.checkpoint on every
+block), recorded one after the other on one machine: each phase's host time per iteration (median over iterations,
+the phase's annotation), in the baseline's host units (`HostCosts.unit_ns`), then per checkpointed call:
 
 - forward: (checkpointed forward - baseline forward) / calls;
 - backward: (checkpointed backward - baseline backward - the recomputed blocks' baseline forward) / calls.
 
-The median over the examples is what `RECORDED_HOST_UNITS` holds. `--measure` times the wrapper on this machine
+Both runs are read in the baseline's unit: the checkpointed run's own unit comes out higher in every pair (its cheap
+ops run slower beside the wrapper's hooks), so dividing by it would take part of the wrapper's cost away. The median
+over the pairs is what `RECORDED_HOST_UNITS` holds. `--measure` times the wrapper on this machine
 instead: checkpointed and plain calls of blocks of 1, 4 and 16 tanh (each saves one tensor for backward), interleaved
 rounds, forward and backward apart (the recomputation, one plain forward, taken out of backward), a line through the
 block sizes: a part per call and a part per saved tensor (daydream/cost/saved.py), in the units of a profile of cheap
@@ -68,13 +71,23 @@ def per_iteration(trace: Trace) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in found.items() if values}
 
 
-def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int]:
-    base, checkpointed = (open_trace(discover(folder / f"{example}-{v}.json.gz")[0]) for v in ("baseline", "checkpoint"))
-    unit_base, unit_checkpointed = HostCosts.of(base).unit_ns, HostCosts.of(checkpointed).unit_ns
+def kept(folder: Path, stem: str) -> Path | None:
+    """folder/STEM.json.gz or folder/STEM.json.xz, whichever is there; None for neither."""
+    found = [folder / f"{stem}{suffix}" for suffix in (".json.gz", ".json.xz") if (folder / f"{stem}{suffix}").exists()]
+    return found[0] if found else None
+
+
+def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int] | None:
+    """(forward, backward) host units per checkpointed call and the calls per iteration; None without the pair."""
+    paths = [kept(folder, f"{example}-{v}") for v in ("baseline", "checkpoint")]
+    if None in paths:
+        return None
+    base, checkpointed = (open_trace(discover(path)[0]) for path in paths)
+    unit = HostCosts.of(base).unit_ns
     a, b = per_iteration(base), per_iteration(checkpointed)
     calls = int(a["calls"])
-    forward = (b["forward"] / unit_checkpointed - a["forward"] / unit_base) / calls
-    backward = (b["backward"] / unit_checkpointed - a["backward"] / unit_base - a["blocks"] / unit_base) / calls
+    forward = (b["forward"] - a["forward"]) / unit / calls
+    backward = (b["backward"] - a["backward"] - a["blocks"]) / unit / calls
     return forward, backward, calls
 
 
@@ -210,8 +223,8 @@ def measure_loader(rounds: int = 5, batches: int = 40, counts: tuple[int, ...] =
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, nargs="?")
-    parser.add_argument("--examples", default="mlp,cnn,transformer")
+    parser.add_argument("folders", type=Path, nargs="*", help="folders of EXAMPLE-baseline / EXAMPLE-checkpoint traces")
+    parser.add_argument("--examples", default="mlp,cnn,transformer,resnet", help="the pairs to look for in each folder")
     parser.add_argument("--measure", action="store_true", help="time the wrapper on this machine's CPU instead")
     parser.add_argument("--loader", action="store_true",
                         help="time receiving a batch from a DataLoader worker on this machine's CPU")
@@ -225,15 +238,21 @@ def main() -> int:
         print(f"this host: forward {found['forward.call']:.1f} units per call + {found['forward.tensor']:.1f} per saved "
               f"tensor, backward {found['backward.call']:.1f} + {found['backward.tensor']:.1f} (unit {found['unit']:.0f} ns)")
         return 0
-    if options.folder is None:
-        parser.error("give a folder of EXAMPLE-baseline / EXAMPLE-checkpoint traces, or --measure")
+    if not options.folders:
+        parser.error("give folders of EXAMPLE-baseline / EXAMPLE-checkpoint traces, or --measure")
     rows = []
-    print("| example | checkpointed calls | forward (units per call) | backward (units per call) |")
-    print("|---|---:|---:|---:|")
-    for example in options.examples.split(","):
-        forward, backward, calls = checkpoint_units(options.folder, example)
-        rows.append((forward, backward))
-        print(f"| {example} | {calls} | {forward:.1f} | {backward:.1f} |")
+    print("| folder | example | checkpointed calls | forward (units per call) | backward (units per call) |")
+    print("|---|---|---:|---:|---:|")
+    for folder in options.folders:
+        for example in options.examples.split(","):
+            found = checkpoint_units(folder, example)
+            if found is None:
+                continue
+            forward, backward, calls = found
+            rows.append((forward, backward))
+            print(f"| {folder} | {example} | {calls} | {forward:.1f} | {backward:.1f} |")
+    if not rows:
+        parser.error(f"no EXAMPLE-baseline / EXAMPLE-checkpoint pair of {options.examples} in {', '.join(map(str, options.folders))}")
     print(f"\nmedian: forward {statistics.median(r[0] for r in rows):.1f}, backward {statistics.median(r[1] for r in rows):.1f} units")
     return 0
 

@@ -141,14 +141,15 @@ def combined(rounds: list[list[Row]]) -> list[Row]:
             rows.append(Row(first.example, first.whatif, first.baseline_ns, problem=first.problem))
             continue
         drifts = [r.drift[1] for r in measured if r.drift]
+        peaked = next((r for r in same if r.real_peak), first)  # the round that kept the allocator's peaks
         rows.append(Row(first.example, first.whatif,
                         statistics.median(r.baseline_ns for r in measured if r.baseline_ns is not None),
                         statistics.median(r.predicted_ns for r in measured if r.predicted_ns is not None),
                         statistics.median(r.measured_ns for r in measured if r.measured_ns is not None),
                         round_errors=[r.error for r in measured if r.error is not None],
                         drift=(first.drift[0], statistics.median(drifts)) if first.drift and drifts else None,
-                        tiers=first.tiers, predicted_peak=first.predicted_peak,
-                        baseline_peak=first.baseline_peak, real_peak=first.real_peak))
+                        tiers=first.tiers, predicted_peak=peaked.predicted_peak,
+                        baseline_peak=peaked.baseline_peak, real_peak=peaked.real_peak))
     return rows
 
 
@@ -194,7 +195,7 @@ def _trace_environment(peak: Path, device: str, step_fn: str | None) -> dict[str
 
 def peak_file(trace_path: Path) -> Path:
     """Where the run traced into `trace_path` writes its allocator's peak (examples/training.py, on a GPU)."""
-    return trace_path.with_name(trace_path.name.removesuffix(".json.gz") + ".peak")
+    return trace_path.with_name(trace_path.name.removesuffix(".json.gz").removesuffix(".json.xz") + ".peak")
 
 
 def real_peak(trace_path: Path) -> int | None:
@@ -315,8 +316,10 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
 
 
 def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint: str = CHECKPOINT) -> list[Row]:
-    """Rows of `example` from traces recorded earlier (--keep): no run, so no GPU needed to redo the comparison."""
-    base = folder / f"{example}-baseline.json.gz"
+    """Rows of `example` from traces recorded earlier (--keep; each EXAMPLE-SLUG.json.gz, or .json.xz as kept in the
+    repository): no run, so no GPU needed to redo the comparison. Where the runs' allocator peaks were kept
+    (EXAMPLE-SLUG.peak), each what-if's predicted peak too."""
+    base = kept(folder, f"{example}-baseline")
     known = setup(example, options.device, getattr(options, "sizes", "default"))
     chosen = variants(options.device, known.arguments, checkpoint if checkpoint != CHECKPOINT else known.checkpoint)
     if not base.exists():
@@ -324,18 +327,26 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
     baseline_ns = measured_ns(base, options.budget)
     rows = []
     for variant in chosen:
-        measured = folder / f"{example}-{variant.slug}.json.gz"
+        measured = kept(folder, f"{example}-{variant.slug}")
         if not measured.exists():
             continue  # a variant that run did not include (torch.compile, in examples/h200)
         row = Row(example, variant.whatif, baseline_ns=baseline_ns)
+        row.baseline_peak, row.real_peak = real_peak(base), real_peak(measured)
         rows.append(row)
         try:
-            row.predicted_ns, row.tiers, _ = predicted_ns(base, variant.whatif, options.budget)
+            row.predicted_ns, row.tiers, row.predicted_peak = predicted_ns(base, variant.whatif, options.budget,
+                                                                           memory=row.real_peak is not None)
             row.measured_ns = measured_ns(measured, options.budget)
             row.drift = drift(variant, measured, base)
         except Failed as exc:
             row.problem = str(exc)
     return rows
+
+
+def kept(folder: Path, stem: str) -> Path:
+    """folder/STEM.json.gz, or folder/STEM.json.xz where only that is there."""
+    xz = folder / f"{stem}.json.xz"
+    return xz if xz.exists() and not (folder / f"{stem}.json.gz").exists() else folder / f"{stem}.json.gz"
 
 
 def _merged(base: list[str], changes: list[str]) -> list[str]:
@@ -450,7 +461,7 @@ def main() -> int:
             if any(options.recorded.glob("round-*")) else [options.recorded]  # --keep with --rounds: one per round
         per_round = [[row for example in examples for row in recorded(example, folder, options)] for folder in folders]
         rows = combined(per_round) if len(per_round) > 1 else per_round[0]
-        text = table(rows)
+        text = table(rows) + memory_table(rows)
         print(text, end="") if options.out == "-" else Path(options.out).write_text(text)
         return 0
     with tempfile.TemporaryDirectory(prefix="daydream-truth-") as scratch:

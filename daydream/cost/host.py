@@ -45,14 +45,15 @@ DEFAULT_UNIT_NS = 1_500
 #: 2-core development host, timed under the profiler as daydream trace records; the median of six
 #: runs on 2026-12-03, units of 1167-1372 ns: per call forward 68-111 and backward 179-230 units,
 #: per saved tensor forward 28.8-36.3 and backward 9.1-17.5 units).
-#: cuda: `python scripts/host_costs.py examples/h200` (torch 2.11 + CUDA 13, H200 host, under
-#: daydream trace; per call, the median of mlp 232/332, cnn 241/90, transformer 87/42 units,
-#: forward/backward, their saved tensors included: 8, 11 and 27 per block, so on these pairs the
-#: cost per call does not grow with them, and no per-tensor part is added on a GPU trace until a
-#: GPU run measures one).
+#: cuda: `python scripts/host_costs.py examples/h200 examples/h200/realistic/round-1
+#: examples/h200/realistic/round-2` (torch 2.11 + CUDA 13, H200 host, under daydream trace): the
+#: median of nine pairs (the three small examples; cnn, a BERT-base-sized transformer and ResNet-50,
+#: two runs each), each pair read in its baseline's unit, per call forward 233-631 and backward
+#: 209-1188 units, their saved tensors included (8 to 32 per call: the cost per call shows no
+#: growth with them over this spread, so no per-tensor part is added on a GPU trace).
 RECORDED_HOST_UNITS: dict[str, float] = {
-    "checkpoint.forward.cuda": 232.0,
-    "checkpoint.backward.cuda": 90.0,
+    "checkpoint.forward.cuda": 408.2,
+    "checkpoint.backward.cuda": 481.5,
     "checkpoint.forward_tensor.cuda": 0.0,
     "checkpoint.backward_tensor.cuda": 0.0,
     "checkpoint.forward.cpu": 78.4,

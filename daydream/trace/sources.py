@@ -1,12 +1,13 @@
 """Where trace bytes come from: a file, a folder of rank files, or an archive.
 
 A `Source` names one rank's trace document (a file, or a member of a tar
-archive) and knows how to read its bytes, decompressing gzip as it goes. The
+archive) and knows how to read its bytes, decompressing gzip or xz as it goes. The
 identity of a source (path, member, size, mtime) is what the cache is keyed on.
 """
 
 from __future__ import annotations
 
+import lzma
 import os
 import stat
 import tarfile
@@ -23,7 +24,9 @@ from daydream.errors import InputError, TraceFormatError
 Progress = Callable[[str, int, int], None]
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_TRACE_SUFFIXES = (".json", ".json.gz")
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+#: .json.xz: profiler JSON in xz (`xz -9`) takes about a quarter less room than in gzip
+_TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _CHUNK = 1 << 20
 #: The most bytes one block of a document holds when it is read a block at a time.
@@ -192,8 +195,8 @@ def _check_regular(path: Path) -> None:
 def _folder_sources(root: Path) -> list[Source]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
     if not files:
-        raise InputError(f"{root}: folder holds no *.json or *.json.gz trace files — point at a "
-                         "trace file or a folder of rank files")
+        raise InputError(f"{root}: folder holds no *.json, *.json.gz or *.json.xz trace files — "
+                         "point at a trace file or a folder of rank files")
     return [Source(p, None, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
@@ -217,18 +220,22 @@ def _archive_sources(root: Path) -> list[Source]:
     place = {m.name: index for index, m in enumerate(listed)}
     members = sorted(m.name for m in listed if m.isfile())
     if not members:
-        raise InputError(f"{root}: archive holds no *.json or *.json.gz trace files — pack one "
-                         "trace file per rank")
+        raise InputError(f"{root}: archive holds no *.json, *.json.gz or *.json.xz trace files — "
+                         "pack one trace file per rank")
     return ([Source(root, member, info.st_size, info.st_mtime_ns, place[member])
              for member in members])
 
 
 def _blocks(handle: IO[bytes], label: str, size: int, limit: int,
             progress: Progress | None) -> Iterator[bytes]:
-    """The document's bytes, decompressed when gzip, a block (at most BLOCK bytes) at a time."""
+    """The document's bytes, decompressed when gzip or xz, a block (at most BLOCK bytes) at a
+    time."""
     head = handle.read(2)
     if head == _GZIP_MAGIC:
         yield from _gunzipped_blocks(handle, head, label, size, limit, progress)
+    elif head == _XZ_MAGIC[:2]:
+        yield from _unxzed_blocks(handle, head + handle.read(len(_XZ_MAGIC) - 2), label, size,
+                                  limit, progress)
     else:
         yield from _plain_blocks(handle, head, label, size, limit, progress)
 
@@ -294,6 +301,40 @@ def _gunzipped_blocks(handle: IO[bytes], head: bytes, label: str, size: int, lim
                                "the file was cut short; re-copy or re-record it")
 
 
+def _unxzed_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: int,
+                   progress: Progress | None) -> Iterator[bytes]:
+    """Each xz stream in turn (the null padding xz allows between them skipped), BLOCK bytes at
+    most at a time, refusing output past `limit` or growing like a bomb."""
+    stream, data = lzma.LZMADecompressor(lzma.FORMAT_XZ), head
+    consumed = produced = 0
+    try:
+        while True:
+            if stream.eof:  # what follows a stream: padding, then maybe another stream
+                data = (stream.unused_data + data).lstrip(b"\x00")
+                if data:
+                    stream = lzma.LZMADecompressor(lzma.FORMAT_XZ)
+            if data or not (stream.eof or stream.needs_input):
+                block = stream.decompress(data, BLOCK)
+                data = b""
+                produced += len(block)
+                _check_growth(label, produced, consumed, limit, "xz")
+                if block:
+                    yield block
+                continue
+            data = handle.read(_CHUNK)
+            consumed += len(data)
+            if progress:
+                progress("decompressing", min(consumed, size), size)
+            if not data:
+                break
+    except lzma.LZMAError as exc:
+        raise TraceFormatError(label, f"corrupt xz data ({_first_line(exc)})",
+                               "re-copy the file; it is damaged") from None
+    if not stream.eof:
+        raise TraceFormatError(label, "xz stream is truncated",
+                               "the file was cut short; re-copy or re-record it")
+
+
 def _next_block(stream: Any) -> tuple[bytes | None, Any]:
     """The next block of what `stream` holds already, and the stream that holds the rest (a new one
     for a next member); None when it needs more input."""
@@ -314,12 +355,13 @@ def _isal_error() -> type[Exception]:
     return error
 
 
-def _check_growth(label: str, produced: int, consumed: int, limit: int) -> None:
+def _check_growth(label: str, produced: int, consumed: int, limit: int,
+                  compression: str = "gzip") -> None:
     if produced > limit:
         raise _too_large(label, produced, limit)
     if produced > BOMB_FLOOR and produced > BOMB_RATIO * max(consumed, 1):
-        raise TraceFormatError(label, f"gzip data expands over {BOMB_RATIO} times (to more than "
-                                      f"{produced / 2**20:.0f} MiB)",
+        raise TraceFormatError(label, f"{compression} data expands over {BOMB_RATIO} times (to "
+                                      f"more than {produced / 2**20:.0f} MiB)",
                                "a profiler trace does not compress this well; the file is damaged "
                                "or not a trace")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import lzma
 import zlib
 from pathlib import Path
 
@@ -59,5 +60,26 @@ def test_damaged_gzip_is_one_error_naming_the_file(tmp_path: Path, decompressor:
 def test_output_past_the_limit_is_refused(tmp_path: Path, decompressor: str) -> None:
     path = tmp_path / "big.json.gz"
     path.write_bytes(gzip.compress(TEXT))
+    with pytest.raises(DaydreamError, match="DAYDREAM_MAX_BYTES"):
+        _read(path, limit=len(TEXT) // 2)
+
+
+def test_xz_streams_back_to_back_read_whole_and_damage_is_one_error(tmp_path: Path) -> None:
+    # `cat a.xz b.xz` (with the padding xz allows between streams) is one file to unxz; blocks at most BLOCK bytes.
+    path = tmp_path / "two.json.xz"
+    path.write_bytes(lzma.compress(TEXT[:5_000_000]) + b"\x00" * 4 + lzma.compress(TEXT[5_000_000:]))
+    with open(path, "rb") as handle:
+        blocks = list(sources._blocks(handle, str(path), path.stat().st_size, 1 << 40, None))
+    assert b"".join(blocks) == TEXT and max(len(b) for b in blocks) <= sources.BLOCK
+    assert [s.path.name for s in sources.discover(tmp_path)] == ["two.json.xz"]
+    packed = bytearray(lzma.compress(TEXT))
+    truncated, corrupt = tmp_path / "cut.json.xz", tmp_path / "bad.json.xz"
+    truncated.write_bytes(bytes(packed[: len(packed) // 2]))
+    packed[40:80] = b"\xff" * 40
+    corrupt.write_bytes(bytes(packed))
+    with pytest.raises(DaydreamError, match="xz stream is truncated"):
+        _read(truncated)
+    with pytest.raises(DaydreamError, match=r"bad\.json\.xz.*corrupt xz data"):
+        _read(corrupt)
     with pytest.raises(DaydreamError, match="DAYDREAM_MAX_BYTES"):
         _read(path, limit=len(TEXT) // 2)
