@@ -47,6 +47,8 @@ def collector_rows(work: Path) -> list[str]:
         for backend in BACKENDS:
             base = work / f"{example}-{backend}"
             trace = base.with_suffix(".json.gz")
+            if not trace.exists() and base.with_suffix(".json.xz").exists():  # as kept in examples/h200
+                trace = base.with_suffix(".json.xz")
             inspect = _json_of("inspect", trace, base.with_suffix(".inspect.json")) if trace.exists() else None
             replay = _json_of("replay", trace, base.with_suffix(".replay.json")) if inspect else None
             if not inspect or not replay:

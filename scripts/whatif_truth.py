@@ -411,7 +411,7 @@ def memory_table(rows: list[Row]) -> str:
         return ""
     lines = ["", "Peak allocated device memory: `daydream whatif --memory` from the baseline's trace against the real run's",
              "`torch.cuda.max_memory_allocated` (over all its steps).", "",
-             "| example | what-if | baseline (allocator) | predicted | real (allocator) | error |", "|---|---|---:|---:|---:|---:|"]
+             "| example | what-if | baseline (allocator) | predicted | real (allocator) | peak error |", "|---|---|---:|---:|---:|---:|"]
     errors = []
     for row in real:
         error = (row.predicted_peak - row.real_peak) / row.real_peak if row.predicted_peak is not None else None
