@@ -287,18 +287,13 @@ def _gunzipped_blocks(handle: IO[bytes], head: bytes, label: str, size: int, lim
                 block, stream = _next_block(stream)
                 if block is None:
                     break
-            data = handle.read(_CHUNK)
-            consumed += len(data)
-            if progress:
-                progress("decompressing", min(consumed, size), size)
+            data, consumed = _more(handle, consumed, size, progress)
             if not data:
                 break
     except (zlib.error, _isal_error()) as exc:
-        raise TraceFormatError(label, f"corrupt gzip data ({_first_line(exc)})",
-                               "re-copy the file; it is damaged") from None
+        raise _damaged(label, "gzip", exc) from None
     if not stream.eof:
-        raise TraceFormatError(label, "gzip stream is truncated",
-                               "the file was cut short; re-copy or re-record it")
+        raise _damaged(label, "gzip")
 
 
 def _unxzed_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit: int,
@@ -321,18 +316,32 @@ def _unxzed_blocks(handle: IO[bytes], head: bytes, label: str, size: int, limit:
                 if block:
                     yield block
                 continue
-            data = handle.read(_CHUNK)
-            consumed += len(data)
-            if progress:
-                progress("decompressing", min(consumed, size), size)
+            data, consumed = _more(handle, consumed, size, progress)
             if not data:
                 break
     except lzma.LZMAError as exc:
-        raise TraceFormatError(label, f"corrupt xz data ({_first_line(exc)})",
-                               "re-copy the file; it is damaged") from None
+        raise _damaged(label, "xz", exc) from None
     if not stream.eof:
-        raise TraceFormatError(label, "xz stream is truncated",
-                               "the file was cut short; re-copy or re-record it")
+        raise _damaged(label, "xz")
+
+
+def _more(handle: IO[bytes], consumed: int, size: int,
+          progress: Progress | None) -> tuple[bytes, int]:
+    """The next chunk of compressed input and the bytes consumed with it, said to `progress`."""
+    data = handle.read(_CHUNK)
+    consumed += len(data)
+    if progress:
+        progress("decompressing", min(consumed, size), size)
+    return data, consumed
+
+
+def _damaged(label: str, compression: str, exc: BaseException | None = None) -> TraceFormatError:
+    """Corrupt compressed data (the decoder's `exc`), or, without one, a stream cut short."""
+    if exc is not None:
+        return TraceFormatError(label, f"corrupt {compression} data ({_first_line(exc)})",
+                                "re-copy the file; it is damaged")
+    return TraceFormatError(label, f"{compression} stream is truncated",
+                            "the file was cut short; re-copy or re-record it")
 
 
 def _next_block(stream: Any) -> tuple[bytes | None, Any]:
