@@ -215,13 +215,14 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     if not plan:
         return [f"offload: no activation of the layers matching {pattern!r} has both a forward and "
                 "a backward on the GPU; nothing changed"]
-    copies = _insert_copies(graph, plan, speed, host_ns, on_copy)
+    copies = _insert_copies(graph, plan, speed, host_ns, on_copy, context.forward_ops[1])
     if costs is not None:
         costs.count(Tier.MODELLED, 2 * copies)
     iterations = max(1, len({key[0] for key in found}))
     moved = sum(item.bytes for items, *_ in plan for item in items) / iterations
     how = ("on two copy streams beside the compute (vDNN)" if on_copy
-           else "on the compute stream (as save_on_cpu)")
+           else "on the compute stream, each after the op that saves it with the host waiting for "
+                "it (as save_on_cpu)")
     when = ("prefetched one matching layer ahead" if prefetch
             else "fetched when its layer's backward begins")
     return [f"offload: {copies // iterations} saved activations ({moved / 2**20:.1f} MiB) of "
@@ -258,7 +259,8 @@ def _offload_plan(found: dict[tuple[int, int], list[Stash]], work: dict[tuple[in
     return plan
 
 
-def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_copy: bool) -> int:
+def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_copy: bool,
+                   spans: Spans) -> int:
     """The copies out after each layer's forward and back before its
     backward, with their host work; the count."""
     count = sum(len(items) for items, *_ in plan)
@@ -266,12 +268,12 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
     durations = [int(round(len(items) * COPY_SETUP_NS + size / speed_gbs))
                  for (items, *_), size in zip(plan, sizes)]
     calls = [len(items) * host_ns for items, *_ in plan]
-    packs = splice(graph, [w.forward_host for _, w, _, _ in plan], calls, "offload: pack (host)",
-                   after=True)
     unpacks = splice(graph, [issue for *_, issue, _ in plan], calls, "offload: unpack (host)",
                      after=False)
     latency = graph.calibration.launch_latency_ns
     if on_copy:
+        packs = splice(graph, [w.forward_host for _, w, _, _ in plan], calls,
+                       "offload: pack (host)", after=True)
         out = _on_stream(graph, "offload: device to host copies", [w for _, w, _, _ in plan],
                          durations, sizes)
         # Back in backward order: each iteration's layers last to first.
@@ -289,15 +291,41 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
                             DepKind.EVENT_WAIT, from_start=True)
         graph.add_edges(back, [w.backward_gpu for _, w, _, _ in plan], DepKind.EVENT_WAIT)
     else:
-        out = splice(graph, [w.forward_gpu for _, w, _, _ in plan], durations,
-                     "offload: device to host copy", after=True)
+        packs, out = _blocking_copies_out(graph, plan, speed_gbs, host_ns, spans)
         back = splice(graph, [w.backward_gpu for _, w, _, _ in plan], durations,
                       "offload: host to device copy", after=False)
-        graph.tasks["kind"][np.concatenate([out, back])] = int(TaskKind.MEMCPY)
-        graph.tasks["bytes"][out], graph.tasks["bytes"][back] = sizes, sizes
+        graph.tasks["kind"][back] = int(TaskKind.MEMCPY)
+        graph.tasks["bytes"][back] = sizes
     graph.add_edges(packs, out, DepKind.LAUNCH, latency_ns=latency, from_start=True)
     graph.add_edges(unpacks, back, DepKind.LAUNCH, latency_ns=latency, from_start=True)
     return count
+
+
+def _blocking_copies_out(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int,
+                         spans: Spans) -> tuple[np.ndarray, np.ndarray]:
+    """save_on_cpu's copies out, one per saved tensor, packed when the op that saves it has run
+    (`spans`: its recorded span; its layer's forward where that is not known) and copied on the
+    compute stream after the op's GPU work: the pack copies into pinned memory with a blocking
+    copy_, so the host waits for each copy (and all the stream ran before it) before it goes on.
+    Returns (the packs, the copies), pairwise."""
+    items = [(w, item) for stashed, w, _, _ in plan for item in stashed]
+    holding, launched = HostSpans(graph), launched_by(graph)
+    hosts, gpus = [], []
+    for w, item in items:
+        inside = holding.within(spans.get(item.row))
+        work = [k for task in inside.tolist() for k in launched.get(task, [])]
+        usable = inside.size > 0 and bool(work)
+        hosts.append(int(inside[-1]) if usable else w.forward_host)
+        gpus.append(max(work, key=lambda k: int(graph.tasks["measured_start_ns"][k]))
+                    if usable else w.forward_gpu)
+    packs = splice(graph, hosts, host_ns, "offload: pack (host)", after=True)
+    out = splice(graph, gpus, [int(round(COPY_SETUP_NS + item.bytes / speed_gbs))
+                               for _, item in items], "offload: device to host copy", after=True)
+    graph.tasks["kind"][out] = int(TaskKind.MEMCPY)
+    graph.tasks["bytes"][out] = [item.bytes for _, item in items]
+    waits = splice(graph, packs, 0, "offload: wait for the copy out (host)", after=True)
+    graph.add_edges(out, waits, DepKind.SYNC, latency_ns=graph.calibration.sync_return_ns)
+    return packs, out
 
 
 def _on_stream(graph: Graph, label: str, work: list[LayerWork], durations: list[int],
@@ -320,7 +348,9 @@ register(Optimization(
     "each activation the matching layers' forward ops save (their first floating-point input, from "
     "the recorded shapes) copied to host memory after the layer's forward and back before its "
     "backward: on two copy streams beside the compute (stream=copy, as vDNN) or on the compute "
-    "stream (stream=compute, as torch.autograd.graph.save_on_cpu issues them); the copy back "
+    "stream (stream=compute, as torch.autograd.graph.save_on_cpu issues them: one per saved "
+    "tensor right after the op that saves it, the host waiting for each, as its copy into pinned "
+    "memory blocks); the copy back "
     "issued when the backward of the matching layer before it in backward order begins "
     "(prefetch=1) or its own (prefetch=0), and the layer's backward waits for it; each copy takes "
     "its bytes over the host link (80% of the PCIe peak of the device table's GPU, or link=) plus "

@@ -66,7 +66,40 @@ def test_offload_on_the_compute_stream_adds_every_copy() -> None:
     g, context = _gpu_step()
     apply_spec(g, parse_spec("offload:link=4GB/s,stream=compute"), context)
     assert g.validate() == []
-    assert simulate(g).end_ns.max() == 40_007 + 4 * (COPY_SETUP_NS + 1000)
+    copy = COPY_SETUP_NS + 1000
+    timeline = simulate(g)
+    # save_on_cpu's copy out blocks the host: blocks.1's forward call starts when blocks.0's copy out ends (k0 ends at
+    # 10004, its copy 3000 ns later), so its kernel starts its launch's 4 ns after that, not the stream's 1 ns gap: every
+    # copy back to back on the stream, plus those 3 ns.
+    assert timeline.start_ns[1] == 10_004 + copy
+    assert timeline.end_ns.max() == 40_007 + 4 * copy + 3
+
+
+def test_offload_on_the_compute_stream_packs_each_tensor_when_its_op_has_run() -> None:
+    # blocks.0 runs two ops, each one call launching a 10 µs kernel and saving a 4000-byte activation; blocks.0's
+    # backward one call and kernel. Each task's recorded start is 10 ns after the one before (tests/transforms/graphs.py).
+    tasks, edges = launch_chain(
+        [call(phase="forward", layer="blocks.0"), call(phase="forward", layer="blocks.0"),
+         call(phase="backward", layer="blocks.0")],
+        [kernel("k", KERNEL_NS, phase=p, layer="blocks.0") for p in ("forward", "forward", "backward")])
+    g = graph(tasks, edges, layers=LAYERS)
+    g.tasks["event"][:] = np.arange(g.task_count)
+    g.tasks["measured_end_ns"][:] = g.tasks["measured_start_ns"] + 5
+    ops = [ForwardOp(100 + i, "aten::linear", 0, [((1000,), "float"), ((1000, 1000), "float")]) for i in range(2)]
+    spans = {100: (0, 6, -1), 101: (10, 16, -1)}  # each op's span holds its own call, on the host's track
+    costs = CostModel(host=HostCosts(unit_ns=0, launch_ns=0), on_gpu=True)
+    context = Context(derive={"costs": lambda: costs, "forward_ops": lambda: ({0: ops}, spans)})
+    apply_spec(g, parse_spec("offload:link=4GB/s,stream=compute"), context)
+    assert g.validate() == []
+    copy = COPY_SETUP_NS + 1000
+    timeline = simulate(g)
+    # The first op's tensor is copied out after its kernel (4..10004), and the host waits for that copy before it
+    # calls the second op: the second call starts at 10004 + copy, its kernel its launch's 4 ns later.
+    assert timeline.start_ns[1] == 10_004 + copy
+    assert timeline.start_ns[4] == 10_004 + copy + 4
+    # Then its copy out; the backward call waits for it, its two copies back follow on the stream, then its kernel.
+    second_out = 10_004 + copy + 4 + KERNEL_NS + copy
+    assert timeline.end_ns.max() == second_out + 1 + 2 * copy + KERNEL_NS
 
 
 def test_offload_a_slower_link_costs_more_and_a_cpu_trace_is_left_alone() -> None:
