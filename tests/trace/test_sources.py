@@ -45,12 +45,16 @@ def test_plain_text_passes_through(tmp_path: Path, decompressor: str) -> None:
     assert _read(path) == TEXT
 
 
+def _damaged(tmp_path: Path, packed: bytes, suffix: str, at: int) -> tuple[Path, Path]:
+    """`packed` cut in half, and with 40 bytes from `at` overwritten: (cut.json.SUFFIX, bad.json.SUFFIX)."""
+    truncated, corrupt = tmp_path / f"cut.json{suffix}", tmp_path / f"bad.json{suffix}"
+    truncated.write_bytes(packed[: len(packed) // 2])
+    corrupt.write_bytes(packed[:at] + b"\xff" * 40 + packed[at + 40:])
+    return truncated, corrupt
+
+
 def test_damaged_gzip_is_one_error_naming_the_file(tmp_path: Path, decompressor: str) -> None:
-    packed = bytearray(gzip.compress(TEXT))
-    truncated, corrupt = tmp_path / "cut.json.gz", tmp_path / "bad.json.gz"
-    truncated.write_bytes(bytes(packed[: len(packed) // 2]))
-    packed[20:60] = b"\xff" * 40
-    corrupt.write_bytes(bytes(packed))
+    truncated, corrupt = _damaged(tmp_path, gzip.compress(TEXT), ".gz", 20)
     with pytest.raises(DaydreamError, match="truncated"):
         _read(truncated)
     with pytest.raises(DaydreamError, match=r"bad\.json\.gz"):
@@ -72,11 +76,7 @@ def test_xz_streams_back_to_back_read_whole_and_damage_is_one_error(tmp_path: Pa
         blocks = list(sources._blocks(handle, str(path), path.stat().st_size, 1 << 40, None))
     assert b"".join(blocks) == TEXT and max(len(b) for b in blocks) <= sources.BLOCK
     assert [s.path.name for s in sources.discover(tmp_path)] == ["two.json.xz"]
-    packed = bytearray(lzma.compress(TEXT))
-    truncated, corrupt = tmp_path / "cut.json.xz", tmp_path / "bad.json.xz"
-    truncated.write_bytes(bytes(packed[: len(packed) // 2]))
-    packed[40:80] = b"\xff" * 40
-    corrupt.write_bytes(bytes(packed))
+    truncated, corrupt = _damaged(tmp_path, lzma.compress(TEXT), ".xz", 40)
     with pytest.raises(DaydreamError, match="xz stream is truncated"):
         _read(truncated)
     with pytest.raises(DaydreamError, match=r"bad\.json\.xz.*corrupt xz data"):
