@@ -31,9 +31,9 @@ _OWN_OPTIONS = (*_ONLY_DAYDREAMS, "--iterations", "-n", "--out", "-o", "-m", "--
 @click.option("--iterations", "-n", default=3, show_default=True, type=click.IntRange(1, 100_000),
               help="Iterations to record.")
 @click.option("--out", "-o", default=None, type=click.Path(dir_okay=False, path_type=str),
-              help="Trace file to write (.json.gz; {rank} is replaced by the rank under torchrun). "
-                   "Default: ./daydream-traces/SCRIPT-TIME.json.gz, or SCRIPT-ranks/rankN.json.gz "
-                   "per rank.")
+              help="Trace file to write (.json.gz, or .json.xz for xz; {rank} is replaced by the "
+                   "rank under torchrun). Default: ./daydream-traces/SCRIPT-TIME.json.gz, or "
+                   "SCRIPT-ranks/rankN.json.gz per rank.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="cupti (cupti-python, GPU only), torch (torch.profiler), or auto: cupti where "
                    "it works, else torch.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import lzma
 import zlib
 from pathlib import Path
@@ -83,3 +84,14 @@ def test_xz_streams_back_to_back_read_whole_and_damage_is_one_error(tmp_path: Pa
         _read(corrupt)
     with pytest.raises(DaydreamError, match="DAYDREAM_MAX_BYTES"):
         _read(path, limit=len(TEXT) // 2)
+
+
+def test_a_trace_written_to_a_json_xz_name_is_xz_and_reads_back(tmp_path: Path) -> None:
+    from daydream.trace.collect import write_trace_document
+
+    document = {"traceEvents": [{"ph": "X", "name": "aten::add", "ts": i, "dur": 3} for i in range(1000)]}
+    for name, magic in (("run.json.xz", b"\xfd7zXZ\x00"), ("run.json.gz", b"\x1f\x8b")):
+        path = tmp_path / name
+        write_trace_document(path, document)
+        assert path.read_bytes().startswith(magic)
+        assert json.loads(bytes(sources.discover(path)[0].read())) == document

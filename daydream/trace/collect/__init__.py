@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import lzma
 import os
 import sys
 import time
@@ -185,6 +186,12 @@ def _short_capture_message(options: CaptureOptions, recorded: int, outcome: Scri
 
 
 def write_trace_document(path: Path, document: dict[str, Any]) -> None:
-    """gzip JSON, written to a temporary file and renamed into place."""
-    with atomic_output(path) as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
-        out.write(json.dumps(document).encode("utf-8"))
+    """JSON in xz for a path ending .xz (about a quarter smaller, slower to write), else in gzip;
+    written to a temporary file and renamed into place."""
+    body = json.dumps(document).encode("utf-8")
+    with atomic_output(path) as raw:
+        if path.name.endswith(".xz"):
+            raw.write(lzma.compress(body, preset=6))
+            return
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
+            out.write(body)
