@@ -215,7 +215,8 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     if not plan:
         return [f"offload: no activation of the layers matching {pattern!r} has both a forward and "
                 "a backward on the GPU; nothing changed"]
-    copies = _insert_copies(graph, plan, speed, host_ns, on_copy, context.forward_ops[1])
+    tensors = {} if on_copy else _tensors_saved(plan, context)
+    copies = _insert_copies(graph, plan, speed, host_ns, on_copy, context.forward_ops[1], tensors)
     if costs is not None:
         costs.count(Tier.MODELLED, 2 * copies)
     iterations = max(1, len({key[0] for key in found}))
@@ -225,11 +226,27 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
                 "it (as save_on_cpu)")
     when = ("prefetched one matching layer ahead" if prefetch
             else "fetched when its layer's backward begins")
-    return [f"offload: {copies // iterations} saved activations ({moved / 2**20:.1f} MiB) of "
-            f"{len(targets)} layer(s) per iteration copied to host memory after their layer's "
-            f"forward and back before its backward ({when}), {how}, over {link} plus "
-            f"{COPY_SETUP_NS / 1e3:g} µs per copy; each copy's host work {host_ns / 1e3:.1f} µs (a "
-            "copy's dispatch chain and launch at this trace's host unit)"]
+    activations = sum(len(items) for items, *_ in plan) // iterations
+    what = (f"{activations} saved activations ({moved / 2**20:.1f} MiB)" if on_copy else
+            f"{copies // iterations} tensors saved for backward, {activations} of them activations "
+            f"({moved / 2**20:.1f} MiB; the others, weights and statistics, counted by "
+            "cost/saved.py, their bytes not)")
+    return [f"offload: {what} of {len(targets)} layer(s) per iteration copied to host memory "
+            f"after their layer's forward and back before its backward ({when}), {how}, over "
+            f"{link} plus {COPY_SETUP_NS / 1e3:g} µs per copy; each copy's host work "
+            f"{host_ns / 1e3:.1f} µs (a copy's dispatch chain and launch at this trace's host "
+            "unit)"]
+
+
+def _tensors_saved(plan: Plan, context: Context) -> dict[int, int]:
+    """Per op row of `plan`, the tensors autograd saves in it (cost/saved.py, at least its
+    activation): save_on_cpu copies each of them, weights included."""
+    count = context.saved_tensors
+    rows = np.array([item.row for items, *_ in plan for item in items], dtype=np.int64)
+    if count is None or rows.size == 0:
+        return {}
+    found = count(rows)
+    return {int(row): max(1, int(n)) for row, n in zip(rows.tolist(), found.tensors.tolist())}
 
 
 #: One layer's offload in one iteration: its activations, its work, and where the copy back is
@@ -260,14 +277,14 @@ def _offload_plan(found: dict[tuple[int, int], list[Stash]], work: dict[tuple[in
 
 
 def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_copy: bool,
-                   spans: Spans) -> int:
-    """The copies out after each layer's forward and back before its
-    backward, with their host work; the count."""
-    count = sum(len(items) for items, *_ in plan)
+                   spans: Spans, tensors: dict[int, int]) -> int:
+    """The copies out after each layer's forward and back before its backward, with their host
+    work: per activation one copy, or (`tensors`: per op row) as many as its op saves; the count."""
+    count = sum(tensors.get(item.row, 1) for items, *_ in plan for item in items)
     sizes = [sum(item.bytes for item in items) for items, *_ in plan]
-    durations = [int(round(len(items) * COPY_SETUP_NS + size / speed_gbs))
-                 for (items, *_), size in zip(plan, sizes)]
-    calls = [len(items) * host_ns for items, *_ in plan]
+    copies = [sum(tensors.get(item.row, 1) for item in items) for items, *_ in plan]
+    durations = [int(round(n * COPY_SETUP_NS + size / speed_gbs)) for n, size in zip(copies, sizes)]
+    calls = [n * host_ns for n in copies]
     unpacks = splice(graph, [issue for *_, issue, _ in plan], calls, "offload: unpack (host)",
                      after=False)
     latency = graph.calibration.launch_latency_ns
@@ -291,7 +308,7 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
                             DepKind.EVENT_WAIT, from_start=True)
         graph.add_edges(back, [w.backward_gpu for _, w, _, _ in plan], DepKind.EVENT_WAIT)
     else:
-        packs, out = _blocking_copies_out(graph, plan, speed_gbs, host_ns, spans)
+        packs, out = _blocking_copies_out(graph, plan, speed_gbs, host_ns, spans, tensors)
         back = splice(graph, [w.backward_gpu for _, w, _, _ in plan], durations,
                       "offload: host to device copy", after=False)
         graph.tasks["kind"][back] = int(TaskKind.MEMCPY)
@@ -302,12 +319,13 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
 
 
 def _blocking_copies_out(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int,
-                         spans: Spans) -> tuple[np.ndarray, np.ndarray]:
-    """save_on_cpu's copies out, one per saved tensor, packed when the op that saves it has run
-    (`spans`: its recorded span; its layer's forward where that is not known) and copied on the
-    compute stream after the op's GPU work: the pack copies into pinned memory with a blocking
-    copy_, so the host waits for each copy (and all the stream ran before it) before it goes on.
-    Returns (the packs, the copies), pairwise."""
+                         spans: Spans, tensors: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """save_on_cpu's copies out, one per tensor an op saves (`tensors`: per op row), packed when
+    the op has run (`spans`: its recorded span; its layer's forward where that is not known) and
+    copied on the compute stream after the op's GPU work: the pack copies into pinned memory with
+    a blocking copy_, so the host waits for each copy (and all the stream ran before it) before it
+    goes on. Each op's copies as one: their set-ups and the activation's bytes. Returns (the
+    packs, the copies), pairwise."""
     items = [(w, item) for stashed, w, _, _ in plan for item in stashed]
     holding, launched = HostSpans(graph), launched_by(graph)
     hosts, gpus = [], []
@@ -318,9 +336,11 @@ def _blocking_copies_out(graph: Graph, plan: Plan, speed_gbs: float, host_ns: in
         hosts.append(int(inside[-1]) if usable else w.forward_host)
         gpus.append(max(work, key=lambda k: int(graph.tasks["measured_start_ns"][k]))
                     if usable else w.forward_gpu)
-    packs = splice(graph, hosts, host_ns, "offload: pack (host)", after=True)
-    out = splice(graph, gpus, [int(round(COPY_SETUP_NS + item.bytes / speed_gbs))
-                               for _, item in items], "offload: device to host copy", after=True)
+    copies = [tensors.get(item.row, 1) for _, item in items]
+    packs = splice(graph, hosts, [n * host_ns for n in copies], "offload: pack (host)", after=True)
+    out = splice(graph, gpus, [int(round(n * COPY_SETUP_NS + item.bytes / speed_gbs))
+                               for n, (_, item) in zip(copies, items)],
+                 "offload: device to host copy", after=True)
     graph.tasks["kind"][out] = int(TaskKind.MEMCPY)
     graph.tasks["bytes"][out] = [item.bytes for _, item in items]
     waits = splice(graph, packs, 0, "offload: wait for the copy out (host)", after=True)
@@ -348,9 +368,9 @@ register(Optimization(
     "each activation the matching layers' forward ops save (their first floating-point input, from "
     "the recorded shapes) copied to host memory after the layer's forward and back before its "
     "backward: on two copy streams beside the compute (stream=copy, as vDNN) or on the compute "
-    "stream (stream=compute, as torch.autograd.graph.save_on_cpu issues them: one per saved "
-    "tensor right after the op that saves it, the host waiting for each, as its copy into pinned "
-    "memory blocks); the copy back "
+    "stream (stream=compute, as torch.autograd.graph.save_on_cpu issues them: one per tensor "
+    "autograd saves, weights included (cost/saved.py), right after the op that saves it, the host "
+    "waiting for each, as its copy into pinned memory blocks); the copy back "
     "issued when the backward of the matching layer before it in backward order begins "
     "(prefetch=1) or its own (prefetch=0), and the layer's backward waits for it; each copy takes "
     "its bytes over the host link (80% of the PCIe peak of the device table's GPU, or link=) plus "

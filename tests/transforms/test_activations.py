@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -240,3 +242,17 @@ def test_bn_restructure_on_a_real_gpu_trace() -> None:
     assert note.startswith(f"bn-restructure: 3 BatchNorms per iteration (3 with the ReLU after them fused in; inputs of "
                            f"{inputs:.1f} MiB)")
     assert prediction.predicted_ns < prediction.simulated_ns
+
+
+def test_offload_as_save_on_cpu_copies_every_tensor_the_real_run_copied() -> None:
+    # The real save_on_cpu run of the cnn at batch 256 on the H200 (examples/h200/realistic, recorded with --iterations
+    # 5) copied 165 tensors device to host: 33 per iteration, weights and statistics beside the activations.
+    folder = REPO / "examples" / "h200" / "realistic" / "round-1"
+    with lzma.open(folder / "cnn-offload.json.xz") as handle:
+        events = json.load(handle)["traceEvents"]
+    copied = sum(1 for e in events if str(e.get("name", "")).startswith("Memcpy DtoH"))
+    assert copied == 165
+    found = predict_job(folder / "cnn-baseline.json.xz", [r"offload:layers=blocks\.\d+$,prefetch=0,stream=compute"],
+                        cache=False)[0]
+    note = next(n for n in found.notes if n.startswith("offload:"))
+    assert f"{copied // 5} tensors saved for backward, 12 of them activations" in note
