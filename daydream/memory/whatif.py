@@ -90,6 +90,8 @@ class ModelFacts:
     layer_work: LayerWork | None = None
     #: per layer, its module type ("Linear"; "" where not recorded): what tensor parallelism splits
     layer_types: tuple[str, ...] = ()
+    #: the GPU the memory is on, as the device table has it (None where not known)
+    gpu: Device | None = None
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
@@ -101,7 +103,7 @@ def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]]
     each layer's module type."""
     allocations = _from(memory)
     model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work,
-                       layer_types)
+                       layer_types, device)
     notes: list[str] = []
     for name, params in specs:
         memory_model = MEMORY_MODELS.get(name)
@@ -699,6 +701,30 @@ def _grow_parameters(a: Allocations, model: ModelFacts, targets: list[int], fact
     return f"; weights, gradients and optimizer state ×{ratio:.2f}"
 
 
+#: PyTorch's cuBLAS workspace per (handle, stream), CUBLAS_WORKSPACE_CONFIG unset (ATen's
+#: CublasHandlePool): 4096 KiB x 8 on compute capability 9 and later, else 4096 KiB x 2 +
+#: 16 KiB x 8.
+CUBLAS_WORKSPACE_BYTES = (4096 * 8 * 1024, 4096 * 1024 * 2 + 16 * 1024 * 8)
+#: The device table's NVIDIA GPUs of compute capability 9 or later (Hopper, Blackwell), by the
+#: start of their key.
+_HOPPER_OR_LATER = ("H100", "H200", "H20", "GH200", "B200", "B300", "GB200", "GB300", "RTX 5090")
+
+
+def cuda_graphs_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
+    """as recorded, plus a cuBLAS workspace for each of the two streams the capture recipe adds
+    (its warm-up side stream and the capture stream): PyTorch keeps one per stream, 32 MiB on
+    Hopper and later, 8.1 MiB before"""
+    gpu = model.gpu
+    if not model.device.startswith("cuda") or gpu is None or gpu.vendor != "nvidia":
+        return ("cuda-graphs: allocations as recorded (the cuBLAS workspaces of the capture's "
+                "streams are known for a named NVIDIA GPU only)")
+    later = (gpu.key or gpu.name).startswith(_HOPPER_OR_LATER)
+    size = CUBLAS_WORKSPACE_BYTES[0 if later else 1]
+    _add(a, 2 * size, int(a.start.min()) if a.start.size else 0, NEVER, WORKSPACE)
+    return (f"cuda-graphs: allocations as recorded, plus 2 cuBLAS workspaces of "
+            f"{size / 2**20:.1f} MiB ({gpu.key or gpu.name}) for the warm-up and capture streams")
+
+
 def gpu_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
     """the same allocations, checked against the target's capacity"""
     return (f"gpu: the same allocations on the {params.get('target') or 'target'}, checked against "
@@ -712,6 +738,7 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
     "batch-size": batch_size_memory,
     "bn-restructure": bn_restructure_memory,
     "checkpoint": checkpoint_memory,
+    "cuda-graphs": cuda_graphs_memory,
     "ddp": ddp_memory,
     "fsdp": fsdp_memory,
     "depth": depth_memory,

@@ -248,3 +248,31 @@ def test_whatif_memory_reads_the_one_table_of_memory_models(tmp_path: Path, monk
     assert listed["fused-optimizer"] == "every allocation doubled"
     # Every model in the table belongs to a registered optimization.
     assert set(MEMORY_MODELS) <= set(OPTIMIZATIONS)
+
+
+def test_cuda_graphs_adds_a_cublas_workspace_for_each_stream_of_the_capture(tmp_path: Path) -> None:
+    from daydream.devices import device as table_device
+
+    trace = _trace(tmp_path)
+    (device,) = analyze_memory(trace)
+    layers = attribute(trace).layers
+
+    def peak(gpu: str | None) -> int:
+        target = table_device(gpu) if gpu else None
+        return predict_memory(device, [parse_spec("cuda-graphs")], layers, None, target).predicted_peak_bytes
+
+    # PyTorch keeps one cuBLAS workspace per stream: 4096 KiB x 8 on Hopper, 4096 KiB x 2 + 16 KiB x 8 on an A100;
+    # the capture recipe adds two streams. Without a known NVIDIA GPU nothing is added.
+    assert peak("H200") == 16_400 + 2 * 32 * 2**20
+    assert peak("A100") == 16_400 + 2 * (8 * 2**20 + 128 * 2**10)
+    assert peak("MI300X") == peak(None) == 16_400
+
+
+def test_cuda_graphs_memory_against_the_real_capture_on_the_h200(capsys: pytest.CaptureFixture[str]) -> None:
+    # examples/h200/realistic/round-2: the cnn's baseline trace, and its real CUDA-graphs run's
+    # torch.cuda.max_memory_allocated (263.4 MiB; the baseline's own peak 199 MiB).
+    folder = Path(__file__).resolve().parents[2] / "examples" / "h200" / "realistic" / "round-2"
+    real = int((folder / "cnn-cuda-graphs.peak").read_text())
+    assert main(["whatif", str(folder / "cnn-baseline.json.xz"), "--opt", "cuda-graphs", "--memory", "--json"]) == 0
+    (found,) = [m for m in json.loads(capsys.readouterr().out)["memory"] if m["device"].startswith("cuda")]
+    assert abs(found["predicted_peak_bytes"] - real) <= 0.01 * real
