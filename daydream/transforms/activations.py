@@ -280,7 +280,6 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
                    spans: Spans, tensors: dict[int, int]) -> int:
     """The copies out after each layer's forward and back before its backward, with their host
     work: per activation one copy, or (`tensors`: per op row) as many as its op saves; the count."""
-    count = sum(tensors.get(item.row, 1) for items, *_ in plan for item in items)
     sizes = [sum(item.bytes for item in items) for items, *_ in plan]
     copies = [sum(tensors.get(item.row, 1) for item in items) for items, *_ in plan]
     durations = [int(round(n * COPY_SETUP_NS + size / speed_gbs)) for n, size in zip(copies, sizes)]
@@ -315,7 +314,7 @@ def _insert_copies(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int, on_
         graph.tasks["bytes"][back] = sizes
     graph.add_edges(packs, out, DepKind.LAUNCH, latency_ns=latency, from_start=True)
     graph.add_edges(unpacks, back, DepKind.LAUNCH, latency_ns=latency, from_start=True)
-    return count
+    return sum(copies)
 
 
 def _blocking_copies_out(graph: Graph, plan: Plan, speed_gbs: float, host_ns: int,

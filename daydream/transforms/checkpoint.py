@@ -14,7 +14,7 @@ from daydream.graph import DepKind, Graph
 from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import layer_owners
-from daydream.transforms.primitives import splice, unpin
+from daydream.transforms.primitives import splice, splice_chain, unpin
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 
@@ -174,7 +174,7 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
         copies = graph.add_tasks(**{column: values[again] for column, values in tasks.items()})
         unpin(graph, copies)
         graph.tasks["phase"][copies] = PHASES.index("backward")
-        _splice_before(graph, copies, first_backward)
+        splice_chain(graph, copies, first_backward, DepKind.HOST_ORDER, after=False)
         added = int(copies.size + _copy_launched_work(graph, again, copies, backward_tasks))
         # each recomputed call's first copy: where its run starts among the copies
         copied_runs = run_of[graded[run_of]]
@@ -190,21 +190,6 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
         splice(graph, anchors, np.concatenate([forward_ns, backward_ns]),
                "checkpoint wrapper (host)", after=False)
     return _Recomputed(added, int(starts.size), int((~graded).sum()))
-
-
-def _splice_before(graph: Graph, chain: np.ndarray, before: int,
-                   kind: DepKind = DepKind.HOST_ORDER, latency_ns: int = 0) -> None:
-    """Put `chain` in `kind`'s order (the host's program order, a stream's queue) right before
-    `before`: pred -> chain... -> before."""
-    edges = graph.edges
-    into = np.flatnonzero((edges["dst"] == before) & (edges["kind"] == kind))
-    predecessors = edges["src"][into].tolist()
-    keep = np.ones(graph.edge_count, dtype=bool)
-    keep[into] = False
-    graph.edges = {c: v[keep] for c, v in edges.items()}
-    graph.add_edges(predecessors, [int(chain[0])] * len(predecessors), kind, latency_ns=latency_ns)
-    graph.add_edges(chain[:-1], chain[1:], kind, latency_ns=latency_ns)
-    graph.add_edges([int(chain[-1])], [before], kind, latency_ns=latency_ns)
 
 
 def copy_launched_work(graph: Graph, calls: np.ndarray,
@@ -242,7 +227,8 @@ def _copy_launched_work(graph: Graph, calls: np.ndarray, call_copies: np.ndarray
                                           [int(k) for k in GPU_WORK])]
     if backward_gpu.size:  # in the stream's queue: after what ran before that work, not beside it
         first = int(backward_gpu[np.argmin(graph.tasks["measured_start_ns"][backward_gpu])])
-        _splice_before(graph, kernel_copies, first, DepKind.STREAM_ORDER, gap)
+        splice_chain(graph, kernel_copies, first, DepKind.STREAM_ORDER, after=False,
+                     latency_ns=gap)
     else:
         graph.add_edges(kernel_copies[:-1], kernel_copies[1:], DepKind.STREAM_ORDER, latency_ns=gap)
     return int(kernel_copies.size)

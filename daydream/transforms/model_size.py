@@ -32,7 +32,7 @@ from daydream.mapping.attribution import layer_owners, parameter_ratio
 from daydream.mapping.classes import CLASSES
 from daydream.transforms.checkpoint import copy_launched_work
 from daydream.transforms.kernels import kernel_classes
-from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, unpin
+from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, splice_chain, unpin
 from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
 
 
@@ -51,22 +51,6 @@ def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: 
             f"{factor - 1:g} × {whose})")
 
 
-def _splice_after(graph: Graph, chain: np.ndarray, after: int, kind: DepKind,
-                  latency_ns: int = 0) -> None:
-    """Put `chain` right after task `after` in its order of `kind`:
-    after -> chain... -> after's old successors."""
-    edges = graph.edges
-    out = np.flatnonzero((edges["src"] == after) & (edges["kind"] == kind))
-    successors = edges["dst"][out].tolist()
-    keep = np.ones(graph.edge_count, dtype=bool)
-    keep[out] = False
-    graph.edges = {column: values[keep] for column, values in edges.items()}
-    graph.add_edges([after], [int(chain[0])], kind, latency_ns=latency_ns)
-    graph.add_edges(chain[:-1], chain[1:], kind, latency_ns=latency_ns)
-    if successors:
-        graph.add_edges([int(chain[-1])] * len(successors), successors, kind, latency_ns=latency_ns)
-
-
 def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
     """Run the host tasks in `tasks` once more right after the last of
     them, with copies of the GPU work they launch queued after the last
@@ -78,13 +62,14 @@ def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
     host = host[np.argsort(columns["measured_start_ns"][host], kind="stable")]
     copies = graph.add_tasks(**{column: values[host] for column, values in columns.items()})
     unpin(graph, copies)
-    _splice_after(graph, copies, int(host[-1]), DepKind.HOST_ORDER)
+    splice_chain(graph, copies, int(host[-1]), DepKind.HOST_ORDER, after=True)
     kernels, kernel_copies = copy_launched_work(graph, host, copies)
     gap = graph.calibration.kernel_gap_ns
     resources = graph.tasks["resource"][kernels]
     for resource in np.unique(resources).tolist():
         mine = resources == resource
-        _splice_after(graph, kernel_copies[mine], int(kernels[mine][-1]), DepKind.STREAM_ORDER, gap)
+        splice_chain(graph, kernel_copies[mine], int(kernels[mine][-1]), DepKind.STREAM_ORDER,
+                     after=True, latency_ns=gap)
     return int(copies.size + kernel_copies.size)
 
 

@@ -188,6 +188,30 @@ def splice(graph: Graph, anchors: Any, durations_ns: Any, name: str | Sequence[s
     return new
 
 
+def splice_chain(graph: Graph, chain: np.ndarray, anchor: int, kind: DepKind, after: bool,
+                 latency_ns: int = 0) -> None:
+    """Put tasks already in the graph, `chain` in order, in `kind`'s order (a thread's program
+    order, a stream's queue) right after task `anchor` (anchor -> chain... -> what followed it) or
+    right before it (what preceded it -> chain... -> anchor); each new edge `latency_ns`."""
+    edges = graph.edges
+    near, far = ("src", "dst") if after else ("dst", "src")
+    touching = np.flatnonzero((edges[near] == anchor) & (edges["kind"] == kind))
+    others = edges[far][touching].tolist()
+    keep = np.ones(graph.edge_count, dtype=bool)
+    keep[touching] = False
+    graph.edges = {column: values[keep] for column, values in edges.items()}
+    first, last = int(chain[0]), int(chain[-1])
+    if after:
+        graph.add_edges([anchor], [first], kind, latency_ns=latency_ns)
+    else:
+        graph.add_edges(others, [first] * len(others), kind, latency_ns=latency_ns)
+    graph.add_edges(chain[:-1], chain[1:], kind, latency_ns=latency_ns)
+    if after:
+        graph.add_edges([last] * len(others), others, kind, latency_ns=latency_ns)
+    else:
+        graph.add_edges([last], [anchor], kind, latency_ns=latency_ns)
+
+
 def _add_program_order(graph: Graph, src: np.ndarray, dst: np.ndarray, on_host: np.ndarray) -> None:
     for host, kind in ((True, DepKind.HOST_ORDER), (False, DepKind.STREAM_ORDER)):
         chosen = on_host == host
