@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from whatif_truth import kept  # beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = ("mlp", "cnn", "transformer")
 BACKENDS = ("cupti", "torch")
@@ -46,9 +48,7 @@ def collector_rows(work: Path) -> list[str]:
     for example in EXAMPLES:
         for backend in BACKENDS:
             base = work / f"{example}-{backend}"
-            trace = base.with_suffix(".json.gz")
-            if not trace.exists() and base.with_suffix(".json.xz").exists():  # as kept in examples/h200
-                trace = base.with_suffix(".json.xz")
+            trace = kept(work, base.name)  # .json.gz, or .json.xz as kept in examples/h200
             inspect = _json_of("inspect", trace, base.with_suffix(".inspect.json")) if trace.exists() else None
             replay = _json_of("replay", trace, base.with_suffix(".replay.json")) if inspect else None
             if not inspect or not replay:

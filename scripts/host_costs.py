@@ -40,6 +40,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from whatif_truth import kept  # noqa: E402  (beside this script)
+
 from daydream.api import open_trace  # noqa: E402
 from daydream.cost.host import HostCosts  # noqa: E402
 from daydream.trace import EventKind, Trace, discover  # noqa: E402
@@ -71,16 +73,10 @@ def per_iteration(trace: Trace) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in found.items() if values}
 
 
-def kept(folder: Path, stem: str) -> Path | None:
-    """folder/STEM.json.gz or folder/STEM.json.xz, whichever is there; None for neither."""
-    found = [folder / f"{stem}{suffix}" for suffix in (".json.gz", ".json.xz") if (folder / f"{stem}{suffix}").exists()]
-    return found[0] if found else None
-
-
 def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int] | None:
     """(forward, backward) host units per checkpointed call and the calls per iteration; None without the pair."""
     paths = [kept(folder, f"{example}-{v}") for v in ("baseline", "checkpoint")]
-    if None in paths:
+    if not all(path.exists() for path in paths):
         return None
     base, checkpointed = (open_trace(discover(path)[0]) for path in paths)
     unit = HostCosts.of(base).unit_ns

@@ -201,7 +201,8 @@ def peak_file(trace_path: Path) -> Path:
 def real_peak(trace_path: Path) -> int | None:
     """The peak allocated device memory of the run traced into `trace_path`, bytes; None where it wrote none."""
     path = peak_file(trace_path)
-    return int(path.read_text()) if path.exists() and path.read_text().strip().isdigit() else None
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text.isdigit() else None
 
 
 def measured_ns(path: Path, budget: float) -> float:
@@ -405,7 +406,7 @@ def table(rows: list[Row]) -> str:
 
 def memory_table(rows: list[Row]) -> str:
     """The markdown table of the peak allocated memory each what-if predicts against its real run's allocator
-    (torch.cuda.max_memory_allocated); "" where no row has a real peak (the CPU, or recorded traces)."""
+    (torch.cuda.max_memory_allocated); "" where no row has a real peak (the CPU, or traces kept without one)."""
     real = [r for r in rows if r.real_peak]
     if not real:
         return ""
