@@ -7,8 +7,9 @@ can redo from kept traces.
 
 The rows (no run, no GPU: every prediction made again from recorded traces with this version of daydream):
 
-- the H200 what-ifs of `examples/h200` (docs/gpu-validation.md): each what-if predicted from the fp32 baseline
-  against the variant's recorded run, the median of its iterations to their completion (scripts/whatif_truth.py);
+- the H200 what-ifs (docs/gpu-validation.md), the small examples' run (`examples/h200`) and each round at realistic
+  sizes (`examples/h200/realistic/round-N`): each what-if predicted from that run's fp32 baseline against the
+  variant's recorded run, the median of its iterations to their completion (scripts/whatif_truth.py);
 - the data-loading rounds of `examples/loading` (docs/validation-data-loading.md): each round's loader without
   workers predicting `overlap-data-loading:workers=N` against that round's run with N workers;
 - the compile calibration rounds of `examples/compile` (docs/validation-compile-cpu.md): each round's eager trace
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _generated import CORPUS, page_options, publish  # noqa: E402
 from validate_cross_gpu import PAIRS, corpus_archived_pairs  # noqa: E402
 from validate_data_loading import measured_ns  # noqa: E402  (the median recorded iteration)
+from whatif_truth import gpu_variants, kept  # noqa: E402
 
 from daydream.api import open_job, predict_job  # noqa: E402
 from daydream.cost import CostOptions  # noqa: E402
@@ -44,9 +46,9 @@ from daydream.simulate.whatif import Prediction, predict_traces, recorded_device
 H200 = REPO / "examples" / "h200"
 LOADING = REPO / "examples" / "loading"
 COMPILED = REPO / "examples" / "compile"
-#: variant trace name -> the what-if predicted from the baseline (scripts/whatif_truth.py's variants on the GPU)
-H200_VARIANTS = {"amp": "amp", "fused-optimizer": "fused-optimizer", "cuda-graphs": "cuda-graphs",
-                 "batch-x2": "batch-size:factor=2", "checkpoint": r"checkpoint:layers=blocks\.\d+$"}
+REALISTIC = H200 / "realistic"
+#: the variants scripts/whatif_truth.py runs on a GPU: each names its trace (EXAMPLE-SLUG) and the what-if predicted
+H200_VARIANTS = gpu_variants()
 NO_MEASURING = CostOptions(measure=False)
 
 Row = tuple[str, str, int, int, int, int]  # (where, what, predicted, low, high, measured), ns
@@ -58,14 +60,18 @@ def _row(where: str, what: str, prediction: Prediction, measured: int) -> Row:
 
 
 def h200_rows() -> list[Row]:
+    """Every what-if of docs/gpu-validation.md: the small examples' run (examples/h200) and each round at realistic
+    sizes (examples/h200/realistic/round-N), each round's baseline predicting that round's variants."""
     rows = []
-    for base in sorted(H200.glob("*-baseline.json.gz")):
-        example = base.name.removesuffix("-baseline.json.gz")
-        for slug, spec in H200_VARIANTS.items():
-            variant = H200 / f"{example}-{slug}.json.gz"
-            if variant.exists():
-                (prediction,) = predict_job(base, [spec], cost_options=NO_MEASURING)
-                rows.append(_row(f"examples/h200 {example}", spec, prediction, int(measured_ns(variant))))
+    for folder in [H200, *sorted(REALISTIC.glob("round-*"))]:
+        where = folder.relative_to(REPO).as_posix()
+        for base in sorted([*folder.glob("*-baseline.json.gz"), *folder.glob("*-baseline.json.xz")]):
+            example = base.name.partition("-baseline.")[0]
+            for variant in H200_VARIANTS:
+                measured = kept(folder, f"{example}-{variant.slug}")
+                if measured.exists():
+                    (prediction,) = predict_job(base, [variant.whatif], cost_options=NO_MEASURING)
+                    rows.append(_row(f"{where} {example}", variant.whatif, prediction, int(measured_ns(measured))))
     return rows
 
 
@@ -143,9 +149,10 @@ def page(groups: dict[str, list[Row]]) -> str:
         label = f"**{name}**" if name == "all" else name
         lines.append(f"| {label} | {covered} of {len(rows)} | {covered / len(rows) * 100 if rows else 0:.0f}% | "
                      f"{width * 100:.1f}% |")
-    lines += ["", "The CPU what-if rows of docs/validation-whatif-cpu.md are not here: their traces are not kept (each a run",
-              "of several minutes), so their predictions cannot be made again; their errors are in the intervals all the",
-              "same. The widths are what the validation pages say about each what-if: a what-if validated on three",
+    lines += ["", "The CPU what-if rows of docs/validation-whatif-cpu.md are not here: most of their traces are not kept (each",
+              "a run of several minutes), and the `amp` rounds that are (examples/cpu-avx2) are timed by the measured tier",
+              "on a CPU of their kind, which a page made on any machine cannot redo; their errors are in the intervals all",
+              "the same. The widths are what the validation pages say about each what-if: a what-if validated on three",
               "noisy runs gets a wide interval, and a replay of an untouched trace a narrow one.",
               "", "## The what-if rows", "", "| trace | what-if | predicted | interval | measured | inside |",
               "|---|---|---:|---:|---:|---|"]

@@ -80,6 +80,12 @@ def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> 
     return [v for v in every if not CHOSEN or v.whatif.split(":")[0] in CHOSEN]
 
 
+def gpu_variants() -> list[Variant]:
+    """Every variant run on a GPU, as its kept trace names it (EXAMPLE-SLUG) and with the what-if predicted for it (the
+    batch size a variant doubles does not enter its what-if)."""
+    return _variants("cuda", ["--batch-size", "1"])
+
+
 def _variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> list[Variant]:
     batch = int(baseline[baseline.index("--batch-size") + 1])
     return [

@@ -8,7 +8,9 @@ Three parts, each a share of the predicted iteration time below it and above it:
 - **validated error**: for each optimization, the errors of its rows in the repository's validation
   pages against real runs, on traces of the same kind (GPU or CPU;
   `daydream/data/validated_errors.json`, from `scripts/validated_errors.py`), their 10th to 90th
-  percentile (with fewer than five rows: their extremes), turned into where the real run can be: a
+  percentile by nearest rank (a row's own error, never one interpolated between rows: with ten
+  rows or fewer the 10th is the lowest, with nine or fewer the 90th the highest, so a band read
+  off a few rows claims no more than they show), turned into where the real run can be: a
   prediction `e` too high means the run is predicted / (1 + e); with no optimization, the replay's
   own errors (docs/accuracy.md); an optimization without validation rows adds nothing and is named;
 - **unexplained**: the share of the predicted critical path the trace cannot explain
@@ -33,9 +35,8 @@ import numpy as np
 
 from daydream.simulate.steady import steady
 
-#: Rows below which an optimization's validated error is its extremes,
-#: not its 10th to 90th percentile.
-FEW_ROWS = 5
+#: The share of an optimization's validation rows its band leaves out, at each end (nearest rank).
+TAIL = 0.1
 #: The most an interval reaches below its prediction (a share of it).
 MOST_BELOW = 0.9
 
@@ -109,6 +110,14 @@ def _spread(predicted_ns: int, per_iteration: list[dict[str, Any]]) -> tuple[flo
                           f"+{above * 100:.1f}%")
 
 
+def nearest_rank(values: np.ndarray, share: float) -> float:
+    """The `share` quantile of `values` by nearest rank: the k-th smallest, k = ceil(share × n)
+    (at least 1), the smallest of them with at least that share of them at or below it."""
+    ordered = np.sort(values)
+    k = max(1, math.ceil(round(share * ordered.size, 9)))
+    return float(ordered[min(k, ordered.size) - 1])
+
+
 def _validated(name: str, kind: str) -> tuple[float, float, str] | None:
     """(share below, share above, note) of the run's time around a prediction of optimization
     `name`, from its validation rows on traces of `kind`; None without any."""
@@ -117,11 +126,9 @@ def _validated(name: str, kind: str) -> tuple[float, float, str] | None:
     if errors.size == 0:
         return None
     pages = ", ".join(data["sources"][kind][name])
-    if errors.size < FEW_ROWS:
-        low_error, high_error, which = float(errors.min()), float(errors.max()), "extremes"
-    else:
-        low_error, high_error = (float(x) for x in np.percentile(errors, [10, 90]))
-        which = "10th-90th percentile"
+    low_error, high_error = nearest_rank(errors, TAIL), nearest_rank(errors, 1 - TAIL)
+    which = ("extremes" if (low_error, high_error) == (errors.min(), errors.max())
+             else "10th-90th percentile, nearest rank")
     # Predicted = measured x (1 + e): the run is predicted / (1 + e).
     below = max(0.0, 1 - 1 / (1 + high_error)) if high_error > 0 else 0.0
     above = max(0.0, 1 / (1 + low_error) - 1) if low_error < 0 else 0.0

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from daydream.cli import main
@@ -21,7 +22,7 @@ import validated_errors  # noqa: E402
 
 def test_an_interval_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     # Five steady iterations around a median of 100 ns (90 to 104), two validated rows of the what-if (-20% and +25%:
-    # with fewer than five, their extremes), 30% of the critical path unexplained.
+    # their 10th and 90th percentiles by nearest rank are their extremes), 30% of the critical path unexplained.
     monkeypatch.setattr(interval, "validated_errors",
                         lambda: {"errors": {"gpu": {"amp": [-0.2, 0.25]}}, "sources": {"gpu": {"amp": ["by hand"]}}})
     iterations = [{"measured_ns": 100, "predicted_ns": ns} for ns in (90, 100, 104, 100, 95)]
@@ -34,6 +35,32 @@ def test_an_interval_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     unvalidated = interval.interval_of(100, iterations, ["gist"], on_gpu=True, unexplained_share=0.0)
     assert (unvalidated.low_ns, unvalidated.high_ns) == (90, 104)
     assert any("gist: no validation rows" in source for source in unvalidated.sources)
+
+
+def test_the_band_is_read_by_nearest_rank() -> None:
+    # The k-th smallest, k = ceil(share x n): of six rows the 10th percentile is the 1st (0.6 -> 1) and the 90th the 6th
+    # (5.4 -> 6), the extremes; of twenty, the 2nd and the 18th; never a value between two rows.
+    six = np.array([0.3, -0.1, 0.05, -0.2, 0.1, 0.0])
+    assert (interval.nearest_rank(six, 0.1), interval.nearest_rank(six, 0.9)) == (-0.2, 0.3)
+    twenty = np.arange(20, dtype=np.float64)[::-1] / 100  # 0.19 down to 0.00
+    assert (interval.nearest_rank(twenty, 0.1), interval.nearest_rank(twenty, 0.9)) == (0.01, 0.17)
+    ten = np.arange(10, dtype=np.float64)  # ten rows: the 10th percentile is the lowest, the 90th the 9th
+    assert (interval.nearest_rank(ten, 0.1), interval.nearest_rank(ten, 0.9)) == (0.0, 8.0)
+
+
+def test_a_band_of_few_rows_says_extremes(monkeypatch: pytest.MonkeyPatch) -> None:
+    errors = {"few": [-0.1, 0.2, 0.05], "many": [x / 100 for x in range(-10, 10)]}
+    monkeypatch.setattr(interval, "validated_errors", lambda: {
+        "errors": {"cpu": errors}, "sources": {"cpu": {name: ["by hand"] for name in errors}}})
+    iterations = [{"measured_ns": 1000, "predicted_ns": 1000}] * 3  # no spread
+    few = interval.interval_of(1000, iterations, ["few"], on_gpu=False, unexplained_share=0.0)
+    # -10% to +20%: the run is 1000 / 1.2 = 833 to 1000 / 0.9 = 1111
+    assert (few.low_ns, few.high_ns) == (round(1000 * (1 / 1.2)), round(1000 * (1 / 0.9)))
+    assert any("(extremes)" in source for source in few.sources)
+    many = interval.interval_of(1000, iterations, ["many"], on_gpu=False, unexplained_share=0.0)
+    # twenty rows -10% .. +9%: the 2nd (-9%) and the 18th (+7%)
+    assert (many.low_ns, many.high_ns) == (round(1000 * (1 / 1.07)), round(1000 * (1 / 0.91)))
+    assert any("nearest rank" in source for source in many.sources)
 
 
 def test_the_validated_errors_are_the_pages(tmp_path: Path) -> None:
