@@ -38,8 +38,18 @@ from daydream.mapping.classes import (
     REDUCED_PRECISION,
     classify,
 )
+from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind, Trace
-from daydream.transforms.autocast import REDUCED_NAME, Cast, ForwardOp, decides, plan
+from daydream.transforms.autocast import (
+    REDUCED_NAME,
+    Cast,
+    ForwardOp,
+    autocast_view,
+    decided_anywhere,
+    decided_everywhere,
+    decides,
+    plan,
+)
 from daydream.transforms.kernels import kernel_classes, kernel_precisions, launchers, of_labels
 from daydream.transforms.primitives import HostSpans, Spans, scale, select, splice, task_of_event
 from daydream.transforms.registry import Context, Optimization, Parameter, register
@@ -51,22 +61,51 @@ def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray
                 iteration_of_row: np.ndarray
                 ) -> tuple[dict[int, list[ForwardOp]], Spans]:
     """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor
-    inputs; and each op's recorded span and thread."""
-    shapes = OpShapes(trace)
+    inputs, and, under an op some autocast list leaves out, the ops it called where they reach one
+    the lists name (`ForwardOp.inner`, autocast.autocast_view); and each op's recorded span and
+    thread."""
     rows = trace.indices(EventKind.CPU_OP)
     rows = rows[(phase_of_row[rows] == FORWARD) & (iteration_of_row[rows] >= 0)]
-    rows = top_level_ops(trace, rows)
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
+    tree = _OpTree(trace, rows, layer_of_row)
     found: dict[int, list[ForwardOp]] = {}
-    spans: Spans = {}
-    end_ns = trace.end_ns  # a computed column: once, not per op
-    for row in rows.tolist():
-        inputs = shapes.tensors(row) or []
-        found.setdefault(int(iteration_of_row[row]), []).append(
-            ForwardOp(row, trace.name_of(row), int(layer_of_row[row]), inputs,
-                      arguments=shapes.arguments(row)))
-        spans[row] = (int(trace.ts_ns[row]), int(end_ns[row]), int(trace.track[row]))
-    return found, spans
+    for row in top_level_ops(trace, rows).tolist():
+        found.setdefault(int(iteration_of_row[row]), []).append(tree.op(row))
+    return found, tree.spans
+
+
+class _OpTree:
+    """The forward's CPU ops as `ForwardOp`s, each with the ops it called where autocast may decide
+    on them; their spans."""
+
+    def __init__(self, trace: Trace, rows: np.ndarray, layer_of_row: np.ndarray) -> None:
+        self.trace, self.layer_of_row = trace, layer_of_row
+        self.shapes = OpShapes(trace)
+        self.spans: Spans = {}
+        self.end_ns = trace.end_ns  # a computed column: once, not per op
+        self.children: dict[int, list[int]] = {}
+        parents = innermost_enclosing(trace, rows, rows)
+        for row, parent in zip(rows.tolist(), parents.tolist()):
+            if parent >= 0:
+                self.children.setdefault(parent, []).append(row)
+        self.reaching: dict[int, bool] = {}
+
+    def reaches(self, row: int) -> bool:
+        """Whether an op `row` called, or one they called, is one autocast decides on somewhere."""
+        if row not in self.reaching:
+            self.reaching[row] = any(decided_anywhere(self.trace.name_of(child))
+                                     or self.reaches(child)
+                                     for child in self.children.get(row, ()))
+        return self.reaching[row]
+
+    def op(self, row: int) -> ForwardOp:
+        name = self.trace.name_of(row)
+        inner = (tuple(self.op(child) for child in self.children.get(row, ()))
+                 if not decided_everywhere(name) and self.reaches(row) else ())
+        self.spans[row] = (int(self.trace.ts_ns[row]), int(self.end_ns[row]),
+                           int(self.trace.track[row]))
+        return ForwardOp(row, name, int(self.layer_of_row[row]), self.shapes.tensors(row) or [],
+                         arguments=self.shapes.arguments(row), inner=inner)
 
 
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -77,11 +116,12 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     ratio_cast_ns = _ratio_cast_ns(graph) if gpu else 0
     notes = [_retime_kernels(graph, params, context)] if gpu else []
     facts, spans = recorded if recorded is not None else ({}, {})
+    device_type = "cuda" if gpu else "cpu"
+    facts = {iteration: autocast_view(ops, device_type) for iteration, ops in facts.items()}
     if costs is None or not any(facts.values()):
         notes.append("amp: no recorded forward ops with shapes (record_shapes): autocast's casts "
                      "are not modelled")
         return notes
-    device_type = "cuda" if gpu else "cpu"
     shapes_known = sum(1 for ops in facts.values() for op in ops if op.inputs)
     if shapes_known == 0:
         notes.append(_ratio_casts(graph, costs, ratio_cast_ns) if gpu else
@@ -93,7 +133,7 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     casts = {iteration: found for iteration, (found, _) in planned.items()}
     types = {row: kind for _, computes in planned.values() for row, kind in computes.items()}
     decided = sum(1 for ops in facts.values() for op in ops if decides(op.name, device_type))
-    anchors = HostSpans(graph).first_within(spans)
+    anchors = _host_anchors(graph, spans)
     dispatch = _add_dispatch(graph, facts, device_type, costs, anchors)
     added = _insert_casts(graph, casts, costs, anchors, _backward_anchors(graph, facts))
     count = sum(len(c) for c in casts.values())
@@ -107,7 +147,8 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                  f"({costs.dispatch_ns() / 1e3:.1f} µs each, host unit {costs.host.unit_ns} ns); "
                  f"{shapes_known} of the forward's ops had recorded shapes")
     if not gpu:
-        notes.append(_retime_cpu_ops(graph, facts, types, str(params["dtype"]), costs, context))
+        notes.append(_retime_cpu_ops(graph, facts, types, str(params["dtype"]), costs, context,
+                                     spans))
     if costs.measurer is not None:
         costs.measurer.save()
     return notes
@@ -130,7 +171,7 @@ RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "ate
 
 
 def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
-                    reduced: str, costs: CostModel, context: Context) -> str:
+                    reduced: str, costs: CostModel, context: Context, spans: Spans) -> str:
     """On a CPU trace, each forward matrix multiply autocast runs in the reduced type, and each of
     backward, at the time the measured tier gives for it in that type over its time in fp32 (both
     run here at the recorded shapes; `reduced_ns`), the signatures that hold the most time measured
@@ -144,14 +185,15 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     # Only tasks read from the trace hold nested ops: taken before anything is re-timed or halved.
     enclosing = HostSpans(graph)
     found: list[_Retimed] = []
+    held = _HeldOps(graph, of_event, enclosing, spans)
     for ops in facts.values():
         for op in ops:
-            task = of_event.get(op.row, -1)
+            task, own_ns = held.task(op.row)
             if (types.get(op.row) == low and task >= 0 and op.inputs
                     and op.name in RETIMED_ON_CPU):
-                found.append(_Retimed(task, int(graph.tasks["duration_ns"][task]), op.name,
-                                      inputs=op.inputs, arguments=op.arguments))
-    halved, low_layers = _halve_memory_bound(graph, facts, types, low, of_event, enclosing, context)
+                found.append(_Retimed(task, own_ns, op.name, inputs=op.inputs,
+                                      arguments=op.arguments))
+    halved, low_layers = _halve_memory_bound(graph, facts, types, low, held, context)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = of_event.get(row, enclosing.holding(start, track))
         if task >= 0:
@@ -267,9 +309,29 @@ def measured_ratios(ratios: list[float], reduced: str) -> str:
 HALVED_CLASSES = ("elementwise", "normalization")
 
 
+@dataclass(slots=True)
+class _HeldOps:
+    """Where a forward op's time is in the graph: its own task, or, for an op called inside one
+    the graph holds whole, that task (the op's own time is then its recorded span)."""
+
+    graph: Graph
+    of_event: dict[int, int]
+    enclosing: HostSpans
+    spans: Spans
+
+    def task(self, row: int) -> tuple[int, int]:
+        """(the task that holds op `row`'s time or -1, the op's own time, ns)."""
+        task = self.of_event.get(row, -1)
+        if task >= 0:
+            return task, int(self.graph.tasks["duration_ns"][task])
+        if row not in self.spans:
+            return -1, 0
+        start, end, track = self.spans[row]
+        return self.enclosing.holding(start, track), end - start
+
+
 def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
-                        low: str, of_event: dict[int, int], enclosing: HostSpans,
-                        context: Context) -> tuple[int, set[int]]:
+                        low: str, held: _HeldOps, context: Context) -> tuple[int, set[int]]:
     """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type,
     and the backward ones of the same layers, take half their time: they move half the bytes. (Timed
     alone they mislead, see RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm,
@@ -283,12 +345,13 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: 
                 continue
             if op.layer >= 0:
                 low_layers.add(op.layer)
-            task = of_event.get(op.row, -1)
+            task, own_ns = held.task(op.row)
             if task >= 0 and classify(op.name) in HALVED_CLASSES and op.name not in RETIMED_ON_CPU:
-                graph.tasks["duration_ns"][task] //= 2
+                remaining = int(graph.tasks["duration_ns"][task]) - own_ns // 2
+                graph.tasks["duration_ns"][task] = max(0, remaining)
                 halved += 1
     for _, duration, start, track, layer in context.backward_memory_ops or []:
-        task = enclosing.holding(start, track)
+        task = held.enclosing.holding(start, track)
         if task >= 0 and layer in low_layers:
             remaining = int(graph.tasks["duration_ns"][task]) - duration // 2
             graph.tasks["duration_ns"][task] = max(0, remaining)
@@ -384,6 +447,20 @@ def _ratio_casts(graph: Graph, costs: CostModel, cast_ns: int) -> str:
             f"by ratio: one weight cast per forward GEMM/convolution kernel ({compute.size}), "
             f"{cast_ns} ns on the device (half the median elementwise kernel) and "
             f"{costs.host.launch_ns} ns of launch on the host each")
+
+
+def _host_anchors(graph: Graph, spans: Spans) -> dict[int, int]:
+    """Per forward op (trace row), the host task its casts and autocast's dispatch go before: the
+    first task within its span (the op itself on a CPU graph, its first API call on a GPU one), or,
+    for an op called inside one the graph holds whole (a CPU graph's `aten::gru`), that task."""
+    enclosing = HostSpans(graph)
+    anchors = enclosing.first_within(spans)
+    for row, (start, _, track) in spans.items():
+        if row not in anchors:
+            holder = enclosing.holding(start, track)
+            if holder >= 0:
+                anchors[row] = holder
+    return anchors
 
 
 def _backward_anchors(graph: Graph, facts: dict[int, list[ForwardOp]]) -> dict[int, int]:

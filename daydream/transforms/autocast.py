@@ -90,6 +90,8 @@ class ForwardOp:
     layer_entry: bool = False  # the first op of its layer in this forward
     # every input as it could be passed again (cost/shapes.OpShapes.arguments)
     arguments: list[Any] | None = None
+    # the ops it called, in order, where autocast may decide on them (`autocast_view`)
+    inner: tuple[ForwardOp, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -111,6 +113,37 @@ def decides(name: str, device_type: str) -> str | None:
     if name in FP32[device_type]:
         return "fp32"
     return None
+
+
+def decided_anywhere(name: str) -> bool:
+    """Whether autocast decides on op `name` on some device type."""
+    return any(decides(name, device_type) is not None for device_type in LOWER)
+
+
+def decided_everywhere(name: str) -> bool:
+    """Whether autocast decides on op `name` on every device type."""
+    return all(decides(name, device_type) is not None for device_type in LOWER)
+
+
+def autocast_view(ops: list[ForwardOp], device_type: str) -> list[ForwardOp]:
+    """The ops autocast decides on in a forward of top-level `ops`, in order. An op none of its
+    lists names falls through autocast, and what it calls goes through autocast again: a composite
+    op such as the CPU's `aten::gru` runs its `aten::linear` calls in the reduced type, each with
+    its casts. So where an op none of the lists names called ops they do name (`ForwardOp.inner`),
+    its calls stand in its place. An op a list names decides for everything it calls."""
+    found: list[ForwardOp] = []
+    for op in ops:
+        if op.inner and decides(op.name, device_type) is None and _reaches(op.inner, device_type):
+            found.extend(autocast_view(list(op.inner), device_type))
+        else:
+            found.append(op)
+    return found
+
+
+def _reaches(ops: tuple[ForwardOp, ...], device_type: str) -> bool:
+    """Whether autocast decides on any of `ops` or of what they call."""
+    return any(decides(op.name, device_type) is not None or _reaches(op.inner, device_type)
+               for op in ops)
 
 
 def plan_casts(ops: list[ForwardOp], device_type: str, reduced: str = "bf16") -> list[Cast]:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from daydream.transforms.autocast import ForwardOp, plan_casts
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job
+from daydream.cli import main
+from daydream.simulate.whatif import forward_ops_of
+from daydream.trace import EventKind
+from daydream.transforms.autocast import ForwardOp, autocast_view, plan_casts
 
 F = "float"
 
@@ -63,3 +73,77 @@ def test_a_model_recorded_in_bf16_gets_no_casts() -> None:
     ops = [ForwardOp(1, "aten::linear", 0, [((4, 8), B), ((8, 8), B), ((8,), B)]),
            ForwardOp(2, "aten::linear", 1, [((4, 8), B), ((8, 8), B), ((8,), B)])]
     assert plan_casts(ops, "cuda") == []
+
+
+def test_a_composite_ops_calls_go_through_autocast() -> None:
+    # aten::gru is on no CPU autocast list: it falls through, and the aten::linear calls it makes (input and hidden
+    # projections, a sigmoid between) are decided one by one, each with its casts.
+    cell = (linear(2, 0, 4, 8, 24), unary(3, "aten::sigmoid", 0, (4, 24)), linear(4, 0, 4, 24, 8))
+    gru = ForwardOp(1, "aten::gru", 0, [((4, 5, 8), F)], inner=cell)
+    view = autocast_view([gru], "cpu")
+    assert [op.row for op in view] == [2, 3, 4]
+    # the first linear: x, W, b; the second: W, b (its input is the sigmoid's bf16 output)
+    assert [c.row for c in plan_casts(view, "cpu")] == [2, 2, 2, 4, 4]
+    # seen whole, as before: no op autocast decides, no cast
+    assert plan_casts([gru], "cpu") == []
+
+
+def test_a_listed_op_decides_for_what_it_calls() -> None:
+    # aten::linear is on the list: the aten::addmm inside it runs below autocast, never decided again
+    inner = (ForwardOp(2, "aten::addmm", 0, [((8,), F), ((4, 8), F), ((8, 8), F)]),)
+    listed = ForwardOp(1, "aten::linear", 0, [((4, 8), F), ((8, 8), F), ((8,), F)], inner=inner)
+    assert autocast_view([listed], "cpu") == [listed]
+    # an op off the lists that calls nothing on them stays whole
+    plain = ForwardOp(3, "aten::embedding", 1, [((10, 8), F)], inner=(unary(4, "aten::index_select", 1, (4, 8)),))
+    assert autocast_view([plain], "cuda") == [plain]
+    # and what a list names differs by device: aten::linalg_vecdot is decided on the CPU only
+    vecdot = ForwardOp(6, "aten::linalg_vecdot", 2, [((4, 8), F), ((4, 8), F)])
+    wrapper = ForwardOp(5, "aten::einsum", 2, [((4, 8), F)], inner=(vecdot,))
+    assert autocast_view([wrapper], "cpu") == [vecdot]
+    assert autocast_view([wrapper], "cuda") == [wrapper]
+
+
+GRU_SCRIPT = '''
+import argparse, torch, torch.nn as nn
+parser = argparse.ArgumentParser(); parser.add_argument("--steps", type=int, default=6)
+steps = parser.parse_args().steps
+torch.manual_seed(0)
+emb, rnn, head = nn.Embedding(50, 16), nn.GRU(16, 16, num_layers=2, batch_first=True), nn.Linear(16, 50)
+model = nn.ModuleDict({"emb": emb, "rnn": rnn, "head": head})
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(steps):
+    x = torch.randint(0, 50, (4, 6))
+    out = head(rnn(emb(x))[0])
+    nn.functional.cross_entropy(out.reshape(-1, 50), x.reshape(-1)).backward()
+    opt.step(); opt.zero_grad()
+'''
+
+
+def test_a_recorded_gru_is_seen_through(tmp_path: Path) -> None:
+    # A GRU's forward on the CPU runs aten::gru, which no CPU autocast list names; autocast decides on the aten::linear
+    # calls inside it instead. The trace's own nesting says which those are: every aten::linear within an aten::gru's
+    # span on its thread.
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("torch")
+    script, out = tmp_path / "gru.py", tmp_path / "gru.json.gz"
+    script.write_text(GRU_SCRIPT)
+    assert main(["trace", "--backend", "torch", "-o", str(out), str(script), "--", "--steps", "6"]) == 0
+    trace = open_job(out).traces[0]
+    facts, _ = forward_ops_of(trace)
+    rows = trace.indices(EventKind.CPU_OP)
+    names = np.array([trace.name_of(r) for r in rows])
+    for ops in facts.values():
+        grus = [op for op in ops if op.name == "aten::gru"]
+        assert len(grus) == 1
+        gru = grus[0]
+        start, end = trace.ts_ns[gru.row], trace.end_ns[gru.row]
+        track = trace.track[gru.row]
+        inside = rows[(names == "aten::linear") & (trace.ts_ns[rows] >= start) & (trace.end_ns[rows] <= end)
+                      & (trace.track[rows] == track)]
+        assert inside.size > 0
+        view = autocast_view(ops, "cpu")
+        assert sorted(op.row for op in view if op.name == "aten::linear" and start <= trace.ts_ns[op.row] < end) \
+            == sorted(inside.tolist())
+        assert all(op.name != "aten::gru" for op in view)
+        # the head's linear, outside the GRU, is there as before
+        assert sum(op.name == "aten::linear" for op in view) == inside.size + 1
