@@ -388,7 +388,7 @@ def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[
     if graph.has_device_work():
         notes = _retime_gpu(graph, found, factor, costs, context, params)
     else:
-        notes = _retime_cpu_trace(graph, found, factor, costs)
+        notes = _retime_cpu_trace(graph, found, factor, costs, context)
     if costs.measurer is not None:
         costs.measurer.save()
     return notes
@@ -421,12 +421,13 @@ def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel,
 
 
 def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float, costs: CostModel,
-                ops: list[BatchOp]) -> str:
-    """Each of `ops`' own time, past one host unit of dispatch, times
-    its work ratio, added to the task holding it."""
+                ops: list[BatchOp], fixed_ns: float = 0.0) -> str:
+    """Each of `ops`' own time, past its fixed part, times its work ratio, added to the task
+    holding it. The fixed part: one host unit of dispatch, or `fixed_ns` where more (what the
+    trace's smallest elementwise ops take whole: the part of an op's time its bytes do not grow)."""
     of_event = task_of_event(graph)
     spans = HostSpans(graph)
-    unit = costs.host.unit_ns
+    unit = int(round(max(costs.host.unit_ns, fixed_ns)))
     changed, wrappers, before_ns, after_ns = 0, 0, 0, 0
     for op in ops:
         if op.wrapper:
@@ -460,10 +461,13 @@ def _batch_note(found: BatchOps, factor: float) -> str:
     return f"batch-size: batch {shape.batch} ({source}{tokens}) ×{factor:g}"
 
 
-def _retime_cpu_trace(graph: Graph, found: BatchOps, factor: float, costs: CostModel) -> list[str]:
+def _retime_cpu_trace(graph: Graph, found: BatchOps, factor: float, costs: CostModel,
+                      context: Context) -> list[str]:
     shape = found.shape
     assert shape is not None
-    done = _retime_cpu(graph, found, shape, factor, costs, found.ops)
+    speed = context.elementwise_speed(False)
+    done = _retime_cpu(graph, found, shape, factor, costs, found.ops,
+                       speed.overhead_ns if speed is not None else 0.0)
     still = len(found.shaped) - len(found.ops)
     return [f"{_batch_note(found, factor)}: {done}; {still} ops whose inputs carry no batch "
             "(weights, per-parameter work) keep their time, as do the optimizer and host gaps; "

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from daydream.cost import CostOptions
+from daydream.cost.elementwise import elementwise_speed
+from daydream.cost.host import HostCosts
 from daydream.graph import build_graph
 from daydream.mapping import PHASES, attribute
 from daydream.simulate.whatif import transform, update_loop_of
 from daydream.trace import read_job
 from daydream.transforms.batch import BatchShape, batch_ops, scale_inputs
+from tests.builders import annotation, op, write_trace
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -156,3 +160,47 @@ def test_a_weight_as_wide_as_the_tokens_does_not_grow_with_them() -> None:
     # the head's input gradient: grad (256 tokens, 1000) x W (1000, 256): m grows, not n
     assert scale_inputs("aten::mm", [((256, 1000), "float"), ((1000, 256), "float")], shape, 2.0) == \
         [((512, 1000), "float"), ((1000, 256), "float")]
+
+
+def _mul(ts: float, dur: float, ext: int, width: int) -> dict:
+    return op("aten::mul", ts, dur, ext=ext, **{"Input Dims": [[16, width], [16, width]], "Input type": ["float", "float"]})
+
+
+def test_a_cpu_op_no_longer_than_the_smallest_elementwise_ops_keeps_its_time(tmp_path: Path) -> None:
+    # Three iterations of a made-up CPU forward at batch 16: per iteration 20 small multiplies of 4 KB operands (each 3 us: what the
+    # trace's smallest elementwise ops take whole, the part of an op's time its bytes do not grow), 4 of them 2 us,
+    # and 4 large ones of 4 MiB operands (400 us). At twice the batch a small one keeps its time (its 4 KB more move in no
+    # time the trace can see), where keeping one host unit of dispatch would have doubled its 2-3 us past the unit;
+    # a large one grows by its time past the 3 us, doubled. The cheap ops give the host unit.
+    events, ext = [], 0
+    for iteration in range(3):
+        base = iteration * 3000.0
+        events += [annotation(f"ProfilerStep#{iteration + 1}", base, 2900), annotation("daydream.phase::forward", base, 2800)]
+        at = base + 1
+        for k in range(24):
+            ext += 1
+            events.append(_mul(at, 2.0 if k % 6 == 5 else 3.0, ext, 64))
+            at += 5
+        for _ in range(4):
+            ext += 1
+            events.append(_mul(at, 400.0, ext, 65536))
+            at += 405
+        for k in range(30):
+            ext += 1
+            events.append(op("aten::empty" if k % 2 else "aten::view", at, 1.0, ext=ext))
+            at += 2
+    trace = read_job(write_trace(tmp_path, events, batch_size=16), cache=False).traces[0]
+    assert elementwise_speed(trace, on_gpu=False).overhead_ns == 3000
+    unit = HostCosts.of(trace).unit_ns
+    assert unit < 2000
+    graph = build_graph(trace)
+    before = graph.tasks["duration_ns"].copy()
+    transform(graph, trace, ["batch-size:factor=2,batch=16"], cost_options=CostOptions(measure=False))
+    after = graph.tasks["duration_ns"]
+    names = [trace.name_of(int(e)) if e >= 0 else "" for e in graph.tasks["event"].tolist()]
+    muls = [t for t, n in enumerate(names) if n == "aten::mul"]
+    small = [t for t in muls if before[t] <= 3000]
+    large = [t for t in muls if before[t] == 400_000]
+    assert len(small) == 72 and len(large) == 12
+    assert all(after[t] == before[t] for t in small)
+    assert all(after[t] == 400_000 + (400_000 - 3000) for t in large)
