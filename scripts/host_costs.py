@@ -3,6 +3,7 @@
     python scripts/host_costs.py examples/h200 examples/h200/realistic/round-*   # the checkpoint wrapper, from
                                                                                  # EXAMPLE-{baseline,checkpoint}
     OMP_NUM_THREADS=1 python scripts/host_costs.py --measure   # the same on this machine's CPU, with torch
+    python scripts/host_costs.py --fit DIR/round-*  --examples mlp,cnn,transformer,speech   # units per saved tensor
 
 Per folder and example, the baseline and the checkpointed run of the same script (torch.utils.checkpoint on every
 block), recorded one after the other on one machine: each phase's host time per iteration (median over iterations,
@@ -19,6 +20,13 @@ rounds, forward and backward apart (the recomputation, one plain forward, taken 
 block sizes: a part per call and a part per saved tensor (daydream/cost/saved.py), in the units of a profile of cheap
 ops on the same host. Each timed under the profiler as `daydream trace` records (shapes and memory), as the traces
 the units are used with and the unit itself are.
+
+`--fit` reads rounds of real pairs instead (`whatif_truth.py --whatifs checkpoint --keep DIR`): per example its median
+units per call over the rounds and the tensors a call saves (cost/saved.py), and the units per saved tensor, forward and
+backward, as the least-squares slope through the examples with the part per call held at the recorded one. The
+microbenchmark's slope per tensor is not the wrapper's: run with checkpointed backward passes between them, its
+checkpointed forward calls slow (a block of 16 tanh, 440 to 650 µs on the development host), while the training runs'
+recurrent models pay about a third of it forward and twice it backward.
 
     OMP_NUM_THREADS=1 python scripts/host_costs.py --loader    # receiving a DataLoader worker's batch, this CPU
 
@@ -43,7 +51,9 @@ sys.path.insert(0, str(REPO))
 from whatif_truth import kept  # noqa: E402  (beside this script)
 
 from daydream.api import open_trace  # noqa: E402
-from daydream.cost.host import HostCosts  # noqa: E402
+from daydream.cost.host import RECORDED_HOST_UNITS, HostCosts  # noqa: E402
+from daydream.cost.saved import saved_tensors_of  # noqa: E402
+from daydream.cost.shapes import top_level_ops  # noqa: E402
 from daydream.trace import EventKind, Trace, discover  # noqa: E402
 
 BLOCK = re.compile(r"^daydream\.layer::.*\.blocks\.\d+$")
@@ -71,6 +81,53 @@ def per_iteration(trace: Trace) -> dict[str, float]:
         found["blocks"].append(float(sum(trace.dur_ns[r] for r in blocks)))
         found["calls"].append(float(len(blocks)))
     return {key: statistics.median(values) for key, values in found.items() if values}
+
+
+def saved_per_call(trace: Trace) -> float:
+    """The tensors autograd saves for backward in one checkpointed call (cost/saved.py): those of the top-level ops
+    inside the blocks' forward spans, over the blocks' forward calls."""
+    rows, names = annotations(trace)
+    backward = [(trace.ts_ns[r], trace.end_ns[r]) for r, n in zip(rows, names) if n == "daydream.phase::backward"]
+    blocks = [r for r, n in zip(rows, names) if BLOCK.match(n)
+              and not any(lo <= trace.ts_ns[r] < hi for lo, hi in backward)]
+    ops = top_level_ops(trace, trace.indices(EventKind.CPU_OP))
+    starts = trace.ts_ns[ops]
+    inside = np.zeros(ops.size, dtype=bool)
+    for block in blocks:
+        inside |= ((starts >= trace.ts_ns[block]) & (starts < trace.end_ns[block])
+                   & (trace.track[ops] == trace.track[block]))
+    return float(saved_tensors_of(trace, ops[inside]).tensors.sum()) / max(len(blocks), 1)
+
+
+def fit_tensors(folders: list[Path], examples: list[str],
+                per_call: tuple[float, float]) -> tuple[list[tuple[str, float, float, float]], dict[str, float]]:
+    """Per example, the saved tensors per checkpointed call and the medians over `folders` (rounds) of its forward and
+    backward units per call; and, each side, the units per saved tensor: the least-squares slope through the examples
+    with the part per call held at `per_call` (forward, backward: what `--measure` times, where a call of few tensors
+    is all per-call work; a pair's own difference of a few hundred units is within a shared host's drift)."""
+    rows = []
+    for example in examples:
+        pairs = [(checkpoint_units(folder, example), folder) for folder in folders]
+        found = [(units, folder) for units, folder in pairs if units is not None]
+        if not found:
+            continue
+        saved = saved_per_call(open_trace(discover(kept(found[0][1], f"{example}-baseline"))[0]))
+        rows.append((example, saved, statistics.median(u[0] for u, _ in found), statistics.median(u[1] for u, _ in found)))
+    if len({round(r[1]) for r in rows}) < 2:
+        raise SystemExit("host_costs: --fit needs pairs of at least two examples that save different numbers of tensors")
+    fitted: dict[str, float] = {}
+    saved = [r[1] for r in rows]
+    for side, column, held in (("forward", 2, per_call[0]), ("backward", 3, per_call[1])):
+        fitted[f"{side}.call"] = held
+        fitted[f"{side}.tensor"] = per_tensor(saved, [r[column] for r in rows], held)
+    return rows, fitted
+
+
+def per_tensor(saved: list[float], units: list[float], per_call: float) -> float:
+    """The units per saved tensor of calls that save `saved` tensors and cost `units` each, the part per call held at
+    `per_call`: the least-squares slope through the origin of (units - per_call) on saved."""
+    x, y = np.asarray(saved, dtype=np.float64), np.asarray(units, dtype=np.float64) - per_call
+    return float(x @ y / (x @ x))
 
 
 def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int] | None:
@@ -222,6 +279,9 @@ def main() -> int:
     parser.add_argument("folders", type=Path, nargs="*", help="folders of EXAMPLE-baseline / EXAMPLE-checkpoint traces")
     parser.add_argument("--examples", default="mlp,cnn,transformer,resnet", help="the pairs to look for in each folder")
     parser.add_argument("--measure", action="store_true", help="time the wrapper on this machine's CPU instead")
+    parser.add_argument("--fit", action="store_true",
+                        help="with folders of rounds: per example the median units per call, and the units per saved "
+                             "tensor through the examples, the part per call held at RECORDED_HOST_UNITS")
     parser.add_argument("--loader", action="store_true",
                         help="time receiving a batch from a DataLoader worker on this machine's CPU")
     options = parser.parse_args()
@@ -236,6 +296,17 @@ def main() -> int:
         return 0
     if not options.folders:
         parser.error("give folders of EXAMPLE-baseline / EXAMPLE-checkpoint traces, or --measure")
+    if options.fit:
+        held = (RECORDED_HOST_UNITS["checkpoint.forward.cpu"], RECORDED_HOST_UNITS["checkpoint.backward.cpu"])
+        fitted_rows, fitted = fit_tensors(options.folders, options.examples.split(","), held)
+        print("| example | saved tensors per call | forward (units per call, median) | backward (units per call, median) |")
+        print("|---|---:|---:|---:|")
+        for example, saved, forward, backward in fitted_rows:
+            print(f"| {example} | {saved:.0f} | {forward:.1f} | {backward:.1f} |")
+        print(f"\nper call held (RECORDED_HOST_UNITS): forward {fitted['forward.call']:.1f}, backward "
+              f"{fitted['backward.call']:.1f} units; per saved tensor, fitted: forward {fitted['forward.tensor']:.2f}, "
+              f"backward {fitted['backward.tensor']:.2f} units")
+        return 0
     rows = []
     print("| folder | example | checkpointed calls | forward (units per call) | backward (units per call) |")
     print("|---|---|---:|---:|---:|")

@@ -41,10 +41,15 @@ DEFAULT_UNIT_NS = 1_500
 #: backward, cost/saved.py), beyond the recomputed ops themselves: per checkpointed call
 #: ("checkpoint.forward", "checkpoint.backward") and per saved tensor ("..._tensor"), forward and
 #: backward apart.
-#: cpu: `OMP_NUM_THREADS=1 python scripts/host_costs.py --measure` (torch 2.13 CPU, this project's
-#: 2-core development host, timed under the profiler as daydream trace records; the median of six
-#: runs on 2026-12-03, units of 1167-1372 ns: per call forward 68-111 and backward 179-230 units,
-#: per saved tensor forward 28.8-36.3 and backward 9.1-17.5 units).
+#: cpu, per call: `OMP_NUM_THREADS=1 python scripts/host_costs.py --measure` (torch 2.13 CPU, this
+#: project's 2-core development host, timed under the profiler as daydream trace records; the median
+#: of six runs on 2026-12-03, units of 1167-1372 ns: forward 68-111 and backward 179-230 units).
+#: cpu, per saved tensor: `python scripts/host_costs.py --fit DIR/round-* --examples
+#: mlp,cnn,transformer,speech` over three interleaved rounds of real baseline / checkpoint pairs
+#: (`whatif_truth.py --device cpu --whatifs checkpoint --rounds 3 --keep DIR`, 2026-12-04; 8, 10,
+#: 24 and 585 tensors saved per call), the part per call held: the slope through the examples.
+#: (`--measure`'s slope, 28.8-36.3 forward and 9.1-17.5 backward, put three times the real cost
+#: forward and half of it backward: a GRU's 578 saved tensors cost about 9 and 22 units each.)
 #: cuda: `python scripts/host_costs.py examples/h200 examples/h200/realistic/round-1
 #: examples/h200/realistic/round-2` (torch 2.11 + CUDA 13, H200 host, under daydream trace): the
 #: median of nine pairs (the three small examples; cnn, a BERT-base-sized transformer and ResNet-50,
@@ -58,8 +63,8 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     "checkpoint.backward_tensor.cuda": 0.0,
     "checkpoint.forward.cpu": 78.4,
     "checkpoint.backward.cpu": 206.3,
-    "checkpoint.forward_tensor.cpu": 32.0,
-    "checkpoint.backward_tensor.cpu": 12.7,
+    "checkpoint.forward_tensor.cpu": 9.2,
+    "checkpoint.backward_tensor.cpu": 22.2,
     # Receiving a ready batch from a DataLoader worker, on the training thread
     # (transforms/loading.py): the index and batch queues and the batch's unpickling, per batch and
     # per tensor in it (each a shared-memory handle rebuilt).
