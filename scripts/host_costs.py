@@ -72,24 +72,25 @@ def per_iteration(trace: Trace) -> dict[str, float]:
     for step in steps:
         start, end = trace.ts_ns[step], trace.end_ns[step]
         inside = [(r, n) for r, n in zip(rows, names) if start <= trace.ts_ns[r] < end]
-        backward = [r for r, n in inside if n == "daydream.phase::backward"]
-        in_backward = [(trace.ts_ns[b], trace.end_ns[b]) for b in backward]
         for phase in ("forward", "backward"):
             found[phase].append(float(sum(trace.dur_ns[r] for r, n in inside if n == f"daydream.phase::{phase}")))
-        blocks = [r for r, n in inside if BLOCK.match(n)
-                  and not any(lo <= trace.ts_ns[r] < hi for lo, hi in in_backward)]
+        blocks = forward_blocks(trace, inside)
         found["blocks"].append(float(sum(trace.dur_ns[r] for r in blocks)))
         found["calls"].append(float(len(blocks)))
     return {key: statistics.median(values) for key, values in found.items() if values}
 
 
+def forward_blocks(trace: Trace, annotated: list[tuple[int, str]]) -> list[int]:
+    """Of the annotations `annotated` (row, name), the blocks' calls in forward: the block layers that begin outside
+    every backward phase among them (a checkpointed block's recomputation runs in backward)."""
+    backward = [(trace.ts_ns[r], trace.end_ns[r]) for r, n in annotated if n == "daydream.phase::backward"]
+    return [r for r, n in annotated if BLOCK.match(n) and not any(lo <= trace.ts_ns[r] < hi for lo, hi in backward)]
+
+
 def saved_per_call(trace: Trace) -> float:
     """The tensors autograd saves for backward in one checkpointed call (cost/saved.py): those of the top-level ops
     inside the blocks' forward spans, over the blocks' forward calls."""
-    rows, names = annotations(trace)
-    backward = [(trace.ts_ns[r], trace.end_ns[r]) for r, n in zip(rows, names) if n == "daydream.phase::backward"]
-    blocks = [r for r, n in zip(rows, names) if BLOCK.match(n)
-              and not any(lo <= trace.ts_ns[r] < hi for lo, hi in backward)]
+    blocks = forward_blocks(trace, list(zip(*annotations(trace))))
     ops = top_level_ops(trace, trace.indices(EventKind.CPU_OP))
     starts = trace.ts_ns[ops]
     inside = np.zeros(ops.size, dtype=bool)
