@@ -427,7 +427,7 @@ def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float,
     trace's smallest elementwise ops take whole: the part of an op's time its bytes do not grow)."""
     of_event = task_of_event(graph)
     spans = HostSpans(graph)
-    unit = int(round(max(costs.host.unit_ns, fixed_ns)))
+    fixed = int(round(max(costs.host.unit_ns, fixed_ns)))
     changed, wrappers, before_ns, after_ns = 0, 0, 0, 0
     for op in ops:
         if op.wrapper:
@@ -437,7 +437,7 @@ def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float,
         if task < 0:
             continue
         ratio, tier = _op_ratio(op, shape, factor, costs, measure=True)
-        work = max(0, op.exclusive_ns - unit)
+        work = max(0, op.exclusive_ns - fixed)
         delta = int(round(work * (ratio - 1.0)))
         graph.tasks["duration_ns"][task] = max(0, int(graph.tasks["duration_ns"][task]) + delta)
         costs.count(tier)
@@ -445,8 +445,9 @@ def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float,
         before_ns += work
         after_ns += work + delta
     iterations = max(1, len(np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0])))
-    return (f"{changed} CPU ops whose inputs carry it re-timed at their new shapes ({unit} ns of "
-            f"dispatch each kept): their own work {before_ns / iterations / 1e3:.0f} → "
+    what = "dispatch" if fixed_ns <= costs.host.unit_ns else "the trace's smallest elementwise ops"
+    return (f"{changed} CPU ops whose inputs carry it re-timed at their new shapes ({fixed} ns "
+            f"each kept, as {what}): their own work {before_ns / iterations / 1e3:.0f} → "
             f"{after_ns / iterations / 1e3:.0f} µs per iteration; {wrappers} wrappers (of a "
             "multiply or convolution, autograd nodes) keep their time")
 
