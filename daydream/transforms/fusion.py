@@ -90,28 +90,56 @@ register(Optimization(
 ))
 
 
+#: Calls a captured graph cannot hold: each waits for GPU work (a capture that met one would fail),
+#: so they stay where the trace has them.
+_SYNCING = (runtime_api.CallRole.DEVICE_SYNC, runtime_api.CallRole.STREAM_SYNC,
+            runtime_api.CallRole.EVENT_SYNC, runtime_api.CallRole.BLOCKING_COPY,
+            runtime_api.CallRole.GRAPH_LAUNCH)
+
+
+def _captured_calls(graph: Graph, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of the API calls `calls`, those a graph replay no longer makes (launches, async copies
+    and sets, attribute and error queries, event records and waits) and those it still must
+    (syncs, blocking copies, graph launches)."""
+    names = graph.tasks["name"][calls]
+    syncing = np.zeros(calls.size, dtype=bool)
+    for name in np.unique(names).tolist():
+        if runtime_api.role_of(graph.strings[int(name)]) in _SYNCING:
+            syncing[names == name] = True
+    return calls[~syncing], calls[syncing]
+
+
 def _cuda_graphs(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not graph.has_device_work():
         return ["cuda-graphs: the trace has no GPU work; nothing changed"]
     phases = [p.strip() for p in str(params["phases"]).split("+") if p.strip()]
-    calls = select(graph, kind=TaskKind.HOST_CALL, phase=phases)
-    calls = matching(graph, calls, runtime_api.LAUNCH)
+    calls, syncing = _captured_calls(graph, select(graph, kind=TaskKind.HOST_CALL, phase=phases))
+    launches = matching(graph, calls, runtime_api.LAUNCH)
     keep = []
-    for iteration in np.unique(graph.tasks["iteration"][calls]).tolist():
-        mine = calls[graph.tasks["iteration"][calls] == iteration]
+    for iteration in np.unique(graph.tasks["iteration"][launches]).tolist():
+        mine = launches[graph.tasks["iteration"][launches] == iteration]
         keep.append(mine[np.argmin(graph.tasks["measured_start_ns"][mine])])
-    kept = np.array(keep, dtype=np.int64)
-    gone = np.setdiff1d(calls, kept)
+    gone = np.setdiff1d(calls, np.array(keep, dtype=np.int64))
     remove(graph, gone)
-    return [f"cuda-graphs: {gone.size} kernel launches in {'+'.join(phases)} and the CPU work "
-            "before them removed; one graph launch per iteration kept; GPU work unchanged"]
+    other = gone.size - (launches.size - len(keep))
+    notes = [f"cuda-graphs: {launches.size - len(keep)} kernel launches and {other} other API "
+             f"calls (async copies and sets, attribute and error queries) in {'+'.join(phases)} "
+             "removed with the CPU work before them; one graph launch per iteration kept; GPU "
+             "work unchanged"]
+    if syncing.size:
+        notes.append(f"cuda-graphs: {syncing.size} calls in the captured phases wait for the GPU "
+                     "(syncs, blocking copies) and stay, with the CPU work before them: a capture "
+                     "cannot hold them, so the step must drop them (e.g. a loss.item() per step) "
+                     "before it can be captured")
+    return notes
 
 
 register(Optimization(
     "cuda-graphs", "capture the training step in CUDA graphs",
-    "kernel launch calls of the captured phases removed with the CPU work before them (a graph "
-    "replay runs no Python and no dispatcher); one launch per iteration stays as the graph launch; "
-    "every kernel keeps its time and order",
+    "the API calls of the captured phases (kernel launches, async copies and sets, queries) "
+    "removed with the CPU work before them (a graph replay runs no Python, no dispatcher and no "
+    "runtime calls); calls that wait for the GPU stay (a capture cannot hold them); one launch per "
+    "iteration stays as the graph launch; every kernel keeps its time and order",
     _cuda_graphs,
     {"phases": Parameter(str, "forward+backward+optimizer", "captured phases, joined by +")},
 ))

@@ -100,6 +100,28 @@ def test_cuda_graphs_keeps_one_launch_and_every_kernel() -> None:
     assert simulate(g).end_ns.max() == 36
 
 
+def test_cuda_graphs_removes_every_call_a_replay_skips_and_keeps_the_syncs() -> None:
+    host = [call(gap=20, phase="forward"), call("cudaDeviceGetAttribute", gap=20, phase="forward"),
+            call("cudaMemsetAsync", gap=20, phase="forward"), call("cudaStreamSynchronize", gap=30, phase="forward"),
+            call(gap=20, phase="forward")]
+    device = [kernel("k", 10, phase="forward"), {"kind": TaskKind.MEMSET, "name": "memset", "duration": 10},
+              kernel("k", 10, phase="forward")]
+    edges = [(i, i + 1, DepKind.HOST_ORDER, 0, False) for i in range(4)]
+    edges += [(0, 5, DepKind.LAUNCH, 4, True), (2, 6, DepKind.LAUNCH, 4, True), (4, 7, DepKind.LAUNCH, 4, True)]
+    edges += [(5, 6, DepKind.STREAM_ORDER, 1, False), (6, 7, DepKind.STREAM_ORDER, 1, False)]
+    g = graph(host + device, edges)
+    # calls at 0..5 (a thread's first task starts at 0), 25..30, 50..55, 85..90, 110..115; the last kernel 114..124
+    assert simulate(g).end_ns.max() == 124
+    notes = _apply(g, "cuda-graphs")
+    host_calls = np.flatnonzero(g.tasks["kind"] == TaskKind.HOST_CALL)
+    assert [g.task_name(int(t)) for t in host_calls] == ["cudaLaunchKernel", "cudaStreamSynchronize"]
+    assert (np.isin(g.tasks["kind"], [TaskKind.KERNEL, TaskKind.MEMSET])).sum() == 3
+    # the graph launch 0..5 and the sync after its own CPU work 35..40; kernel 4..14, the memset
+    # 15..25 and the last kernel, launched from the sync's place, 44..54
+    assert simulate(g).end_ns.max() == 54
+    assert "1 kernel launches and 2 other API calls" in notes[0] and "1 calls" in notes[1]
+
+
 def test_fuse_elementwise_chains_within_a_layer() -> None:
     tasks, edges = launch_chain([call(layer="l"), call(layer="l"), call(layer="l"), call(layer="m")],
                                 [kernel("vectorized_elementwise_kernel", d, layer="l") for d in (10, 20, 30)]
