@@ -18,8 +18,11 @@ Both trade time for memory, so each has a time model here and a memory model in
 
 What an op saves for its backward is read from its recorded inputs: ops save their first
 floating-point tensor input (the activation; a parameter it also saves is not an activation), except
-ops autograd saves nothing for (views, reshapes, additions, copies). A trace without recorded shapes
-(`record_shapes`) changes nothing, and says so.
+ops autograd saves nothing for (views, reshapes, additions, copies). `save_on_cpu`
+(`stream=compute`) copies every tensor autograd saves, not only the activation: a GEMM or
+convolution also saves its other matrix operand (the weight; a 1-D bias is not saved), an attention
+op its key, value and output, each copied out and back as its own tensor (`saved_beside`). A trace
+without recorded shapes (`record_shapes`) changes nothing, and says so.
 """
 
 from __future__ import annotations
@@ -80,10 +83,11 @@ class Stash:
     layer: int
     shape: tuple[int, ...]
     type: str
+    also: int = 0  # bytes of the other tensors the op saves, where they are copied too
 
     @property
     def bytes(self) -> int:
-        return elements(self.shape) * ITEM_BYTES.get(self.type, 4)
+        return elements(self.shape) * ITEM_BYTES.get(self.type, 4) + self.also
 
 
 def saved_tensor(op: ForwardOp) -> Tensor | None:
@@ -97,11 +101,35 @@ def saved_tensor(op: ForwardOp) -> Tensor | None:
     return None
 
 
+#: Ops whose backward keeps each matrix operand (rank 2 or more: the weight beside the activation).
+_MATRIX_OPS = frozenset({
+    "aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+    "aten::cudnn_convolution", "aten::conv_transpose2d"})
+#: Attention ops: their backward keeps query, key and value and the output (query's shape).
+_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention")
+
+
+def saved_beside(op: ForwardOp) -> list[Tensor]:
+    """The tensors `op` saves for its backward beside `saved_tensor(op)`: a GEMM's or
+    convolution's other operands of rank 2 or more (its weight), an attention op's key, value and
+    output; none for other ops (a norm's weight and statistics are small next to its input)."""
+    floating = [t for t in op.inputs if t is not None and t[1] in FLOATING and t[0]]
+    if op.name in SAVES_NOTHING or not floating:
+        return []
+    if op.name in _MATRIX_OPS:
+        return [t for t in floating[1:] if len(t[0]) >= 2]
+    if any(part in op.name for part in _ATTENTION):
+        return [t for t in floating[1:3] if len(t[0]) >= 2] + [floating[0]]
+    return []
+
+
 def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray,
-            names: frozenset[str] | None = None
+            names: frozenset[str] | None = None, everything: bool = False
             ) -> dict[tuple[int, int], list[Stash]]:
     """Per (iteration, matching layer: `owner` from layer_owners), the activations its forward ops
-    save, in program order; only ops named in `names` where given."""
+    save, in program order; only ops named in `names` where given; with `everything`, each with
+    the bytes of the other tensors its op saves (`saved_beside`)."""
     found: dict[tuple[int, int], list[Stash]] = {}
     for iteration, ops in facts.items():
         for op in ops:
@@ -110,8 +138,10 @@ def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray,
                 continue
             tensor = saved_tensor(op)
             if tensor is not None:
+                also = (sum(elements(t[0]) * ITEM_BYTES.get(t[1], 4) for t in saved_beside(op))
+                        if everything else 0)
                 found.setdefault((iteration, target),
-                                 []).append(Stash(op.row, op.layer, tensor[0], tensor[1]))
+                                 []).append(Stash(op.row, op.layer, tensor[0], tensor[1], also))
     return found
 
 
@@ -206,7 +236,7 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
         return ["offload: the trace recorded no op shapes (record_shapes), so the activations' "
                 "sizes are unknown; nothing changed"]
     speed, link = host_link(str(params["link"]), context)
-    found = stashes(facts, owner)
+    found = stashes(facts, owner, everything=not on_copy)
     work = layer_work(graph, owner[graph.tasks["layer"]])
     costs = context.costs
     host_ns = (int(round(CAST_CHAIN_UNITS * costs.host.unit_ns)) + costs.host.launch_ns
@@ -228,8 +258,9 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
             else "fetched when its layer's backward begins")
     activations = sum(len(items) for items, *_ in plan) // iterations
     what = (f"{activations} saved activations ({moved / 2**20:.1f} MiB)" if on_copy else
-            f"{copies // iterations} tensors saved for backward, {activations} of them activations "
-            f"({moved / 2**20:.1f} MiB; the others, weights and statistics, counted by "
+            f"{copies // iterations} tensors saved for backward ({moved / 2**20:.1f} MiB: "
+            f"{activations} activations with the weights, keys, values and outputs their GEMMs, "
+            "convolutions and attention save; the norms' weights and statistics counted by "
             "cost/saved.py, their bytes not)")
     return [f"offload: {what} of {len(targets)} layer(s) per iteration copied to host memory "
             f"after their layer's forward and back before its backward ({when}), {how}, over "

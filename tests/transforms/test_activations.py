@@ -38,7 +38,8 @@ KERNEL_NS = 10_000
 
 def _gpu_step():  # type: ignore[no-untyped-def]
     """blocks.0 then blocks.1 forward, their backward in reverse: one 10 µs kernel each, launched 4 ns after its call;
-    each block's forward op saves a 1000-element fp32 activation (4000 bytes)."""
+    each block's forward op saves a 1000-element fp32 activation (4000 bytes) and a 10x100 fp32 weight (4000 bytes,
+    copied by save_on_cpu only)."""
     tasks, edges = launch_chain(
         [call(phase=p, layer=layer) for p, layer in (("forward", "blocks.0"), ("forward", "blocks.1"),
                                                      ("backward", "blocks.1"), ("backward", "blocks.0"))],
@@ -46,7 +47,8 @@ def _gpu_step():  # type: ignore[no-untyped-def]
                                                                        ("backward", "blocks.1"), ("backward", "blocks.0"))])
     g = graph(tasks, edges, layers=LAYERS)
     g.tasks["event"][:] = np.arange(g.task_count)  # read from a trace
-    ops = [ForwardOp(100 + i, "aten::linear", i, [((1000,), "float"), ((1000, 1000), "float")]) for i in range(2)]
+    ops = [ForwardOp(100 + i, "aten::linear", i, [((1000,), "float"), ((10, 100), "float"), ((10,), "float")])
+           for i in range(2)]
     costs = CostModel(host=HostCosts(unit_ns=0, launch_ns=0), on_gpu=True)
     context = Context(derive={"costs": lambda: costs, "forward_ops": lambda: ({0: ops}, {})})
     return g, context
@@ -68,7 +70,7 @@ def test_offload_on_the_compute_stream_adds_every_copy() -> None:
     g, context = _gpu_step()
     apply_spec(g, parse_spec("offload:link=4GB/s,stream=compute"), context)
     assert g.validate() == []
-    copy = COPY_SETUP_NS + 1000
+    copy = COPY_SETUP_NS + 2000  # the activation's 4000 bytes and the weight's, at 4 bytes per ns; not the 1-D bias
     timeline = simulate(g)
     # save_on_cpu's copy out blocks the host: blocks.1's forward call starts when blocks.0's copy out ends (k0 ends at
     # 10004, its copy 3000 ns later), so its kernel starts its launch's 4 ns after that, not the stream's 1 ns gap: every
@@ -87,7 +89,7 @@ def test_offload_on_the_compute_stream_packs_each_tensor_when_its_op_has_run() -
     g = graph(tasks, edges, layers=LAYERS)
     g.tasks["event"][:] = np.arange(g.task_count)
     g.tasks["measured_end_ns"][:] = g.tasks["measured_start_ns"] + 5
-    ops = [ForwardOp(100 + i, "aten::linear", 0, [((1000,), "float"), ((1000, 1000), "float")]) for i in range(2)]
+    ops = [ForwardOp(100 + i, "aten::linear", 0, [((1000,), "float"), ((1000,), "float")]) for i in range(2)]
     spans = {100: (0, 6, -1), 101: (10, 16, -1)}  # each op's span holds its own call, on the host's track
     costs = CostModel(host=HostCosts(unit_ns=0, launch_ns=0), on_gpu=True)
     context = Context(derive={"costs": lambda: costs, "forward_ops": lambda: ({0: ops}, spans)})
@@ -255,4 +257,23 @@ def test_offload_as_save_on_cpu_copies_every_tensor_the_real_run_copied() -> Non
     found = predict_job(folder / "cnn-baseline.json.xz", [r"offload:layers=blocks\.\d+$,prefetch=0,stream=compute"],
                         cache=False)[0]
     note = next(n for n in found.notes if n.startswith("offload:"))
-    assert f"{copied // 5} tensors saved for backward, 12 of them activations" in note
+    assert f"{copied // 5} tensors saved for backward (" in note and "12 activations" in note
+
+
+def test_offload_as_save_on_cpu_copies_the_bytes_the_real_run_copied() -> None:
+    # The BERT-base-sized transformer's real save_on_cpu run: the bytes of its device-to-host copies per iteration, read
+    # from the trace (its host ProfilerStep ranges), against the note's: activations, the GEMMs' weights and attention's key,
+    # value and output. Only the norms' weights and statistics (48 of 3 KiB, 48 of 16 KiB, 12 of 64 KiB) are left out.
+    folder = REPO / "examples" / "h200" / "realistic" / "round-1"
+    with lzma.open(folder / "transformer-offload.json.xz") as handle:
+        events = json.load(handle)["traceEvents"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]
+    begin, end = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    copied = sum(e["args"]["bytes"] for e in events
+                 if str(e.get("name", "")).startswith("Memcpy DtoH") and begin <= e["ts"] < end) / len(steps)
+    found = predict_job(folder / "transformer-baseline.json.xz",
+                        [r"offload:layers=blocks\.\d+$,prefetch=0,stream=compute"], cache=False)[0]
+    note = next(n for n in found.notes if n.startswith("offload:"))
+    predicted = float(note.split(" tensors saved for backward (")[1].split(" MiB")[0]) * 2**20
+    small = (48 * 3 + 48 * 16 + 12 * 64) * 2**10
+    assert abs(predicted + small - copied) < 0.001 * copied
