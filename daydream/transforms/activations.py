@@ -21,8 +21,8 @@ floating-point tensor input (the activation; a parameter it also saves is not an
 ops autograd saves nothing for (views, reshapes, additions, copies). `save_on_cpu`
 (`stream=compute`) copies every tensor autograd saves, not only the activation: a GEMM or
 convolution also saves its other matrix operand (the weight; a 1-D bias is not saved), an attention
-op its key, value and output, each copied out and back as its own tensor (`saved_beside`). A trace
-without recorded shapes (`record_shapes`) changes nothing, and says so.
+op its key, value and output, a max pool its indices, each copied out and back as its own tensor
+(`saved_beside`). A trace without recorded shapes (`record_shapes`) changes nothing, and says so.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ _ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention")
 def saved_beside(op: ForwardOp) -> list[Tensor]:
     """The tensors `op` saves for its backward beside `saved_tensor(op)`: a GEMM's or
     convolution's other operands of rank 2 or more (its weight), an attention op's key, value and
-    output; none for other ops (a norm's weight and statistics are small next to its input)."""
+    output, a max pool's indices; none for other ops (a norm's weight and statistics are small next
+    to its input)."""
     floating = [t for t in op.inputs if t is not None and t[1] in FLOATING and t[0]]
     if op.name in SAVES_NOTHING or not floating:
         return []
@@ -121,7 +122,33 @@ def saved_beside(op: ForwardOp) -> list[Tensor]:
         return [t for t in floating[1:] if len(t[0]) >= 2]
     if any(part in op.name for part in _ATTENTION):
         return [t for t in floating[1:3] if len(t[0]) >= 2] + [floating[0]]
+    if "max_pool" in op.name:
+        indices = pool_output(op.arguments)
+        return [(indices, "long int")] if indices else []
     return []
+
+
+def pool_output(arguments: list[Any] | None) -> tuple[int, ...] | None:
+    """The output shape of a pooling op called with `arguments` (input, kernel_size, stride,
+    padding, dilation, ceil_mode, as recorded; stride empty: the kernel's), or None where they were
+    not recorded."""
+    if not arguments or arguments[0][0] != "tensor" or len(arguments) < 2:
+        return None
+    values = [a[1] if a[0] == "value" else None for a in arguments[1:6]]
+    kernel, stride, padding, dilation, ceil = (values + [None] * 5)[:5]
+    if not isinstance(kernel, list) or not kernel:
+        return None
+    shape, n = tuple(arguments[0][1]), len(kernel)
+    stride = stride if isinstance(stride, list) and len(stride) == n else kernel
+    padding = padding if isinstance(padding, list) and len(padding) == n else [0] * n
+    dilation = dilation if isinstance(dilation, list) and len(dilation) == n else [1] * n
+    if len(shape) <= n:
+        return None
+    sizes = []
+    for size, k, st, pad, dil in zip(shape[-n:], kernel, stride, padding, dilation):
+        span = size + 2 * pad - dil * (k - 1) - 1
+        sizes.append((-(-span // st) if ceil else span // st) + 1)
+    return shape[:-n] + tuple(sizes)
 
 
 def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray,
