@@ -34,7 +34,14 @@ import numpy as np
 
 from daydream.cost import Tier
 from daydream.cost.model import CAST_CHAIN_UNITS
-from daydream.cost.shapes import FLOATING, ITEM_BYTES, Tensor, elements, encoded_ratio
+from daydream.cost.shapes import (
+    FLOATING,
+    ITEM_BYTES,
+    Tensor,
+    elements,
+    encoded_ratio,
+    tensor_bytes,
+)
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_WORK, Resource, ResourceKind
@@ -165,8 +172,7 @@ def stashes(facts: dict[int, list[ForwardOp]], owner: np.ndarray,
                 continue
             tensor = saved_tensor(op)
             if tensor is not None:
-                also = (sum(elements(t[0]) * ITEM_BYTES.get(t[1], 4) for t in saved_beside(op))
-                        if everything else 0)
+                also = sum(tensor_bytes(t) for t in saved_beside(op)) if everything else 0
                 found.setdefault((iteration, target),
                                  []).append(Stash(op.row, op.layer, tensor[0], tensor[1], also))
     return found
@@ -286,9 +292,9 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     activations = sum(len(items) for items, *_ in plan) // iterations
     what = (f"{activations} saved activations ({moved / 2**20:.1f} MiB)" if on_copy else
             f"{copies // iterations} tensors saved for backward ({moved / 2**20:.1f} MiB: "
-            f"{activations} activations with the weights, keys, values and outputs their GEMMs, "
-            "convolutions and attention save; the norms' weights and statistics counted by "
-            "cost/saved.py, their bytes not)")
+            f"{activations} activations with the weights, keys, values, outputs and indices their "
+            "GEMMs, convolutions, attention and max pools save; the norms' weights and statistics "
+            "counted by cost/saved.py, their bytes not)")
     return [f"offload: {what} of {len(targets)} layer(s) per iteration copied to host memory "
             f"after their layer's forward and back before its backward ({when}), {how}, over "
             f"{link} plus {COPY_SETUP_NS / 1e3:g} µs per copy; each copy's host work "
