@@ -371,6 +371,27 @@ def _merged(base: list[str], changes: list[str]) -> list[str]:
     return merged
 
 
+#: CPU flags of native bf16 arithmetic: where none is there, bf16 autocast runs on a slow path (amp slows the step)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def machine() -> str:
+    """One line naming the CPU that ran the comparison and whether it has native bf16 arithmetic (what `amp` on a CPU
+    turns on), from /proc/cpuinfo where there is one."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+        return f"Run on {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs.\n\n"
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    model = fields.get("model name\t", fields.get("model name", "an unnamed CPU")).strip()
+    flags = set(fields.get("flags\t\t", fields.get("flags", "")).split())
+    native = [flag for flag in BF16_FLAGS if flag in flags]
+    bf16 = f"native bf16 arithmetic ({', '.join(native)})" if native else "no native bf16 arithmetic (neither " \
+        + " nor ".join(BF16_FLAGS) + ")"
+    return f"Run on {model}, {os.cpu_count()} logical CPUs, {bf16}.\n\n"
+
+
 def table(rows: list[Row]) -> str:
     """The markdown table of `rows`: predicted and measured per what-if, with the error (and, over rounds, its range)."""
     ranged = any(r.round_errors for r in rows)
@@ -471,6 +492,7 @@ def main() -> int:
         text = table(rows) + memory_table(rows)
         print(text, end="") if options.out == "-" else Path(options.out).write_text(text)
         return 0
+    intro = machine() if options.device == "cpu" else ""
     with tempfile.TemporaryDirectory(prefix="daydream-truth-") as scratch:
         work = Path(options.keep or scratch)
         work.mkdir(parents=True, exist_ok=True)
@@ -483,13 +505,13 @@ def main() -> int:
                 this_round += compare(example, options, folder)
                 if options.out != "-":  # each example as it ends: a run cut off by a deadline keeps what it did
                     so_far = combined([*rounds, this_round]) if rounds else this_round
-                    Path(options.out).write_text(table(so_far) + memory_table(so_far))
+                    Path(options.out).write_text(intro + table(so_far) + memory_table(so_far))
             rounds.append(this_round)
             rows = combined(rounds) if len(rounds) > 1 else this_round
             if options.out != "-":
-                Path(options.out).write_text(table(rows) + memory_table(rows))  # what there is so far, in case a later part is cut off
+                Path(options.out).write_text(intro + table(rows) + memory_table(rows))  # so far, in case a later part is cut off
     if options.out == "-":
-        print(table(rows) + memory_table(rows), end="")
+        print(intro + table(rows) + memory_table(rows), end="")
     return 0
 
 

@@ -240,6 +240,12 @@ def offload_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) ->
     order begins); host memory not counted"""
     if model.device == "cpu":
         return "offload: the memory is host memory already (a CPU trace); allocations unchanged"
+    if str(params.get("stream", "copy")) == "compute" and not int(params.get("prefetch", 1)):
+        targets, moved = _park_each(a, model, str(params["layers"]))
+        return (f"offload: {moved} activation allocations of {len(targets)} layer(s) in host "
+                "memory between their forward and their backward, each on the device only while "
+                "the ops that make and read it run (as save_on_cpu packs and unpacks them; pinned "
+                "host memory is not device memory: not counted)")
     targets, moved = _park(a, model, str(params["layers"]),
                            early=bool(int(params.get("prefetch", 1))))
     return (f"offload: {moved} activation allocations of {len(targets)} layer(s) in host memory "
@@ -303,6 +309,38 @@ def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0,
                 _add(a, size * kept, forward_end, back, ACT)
             _add(a, size, back, int(finish), ACT)
         moved += freed.size
+    return targets, moved
+
+
+def _park_each(a: Allocations, model: ModelFacts, pattern: str) -> tuple[list[int], int]:
+    """The activations the matching layers' ops save, each on the device only while the ops that
+    use it run, as `save_on_cpu` has them. An activation is saved by the op whose backward reads it
+    last: the one that made the last backward allocation before its original free (a block's input,
+    made by the layer before, is saved by the block's first ops). Its forward references go when
+    the op that reads it has made its output (freed at the start of the forward allocation after
+    the next one, or the forward's last), and the backward op that reads it copies it back as it
+    runs (from that last backward allocation to its original free). The trace does not say which
+    ops read a tensor: one read again later in forward (a residual) leaves early here, and one read
+    by two backward ops comes back once. Returns (the matching layers, the allocations moved)."""
+    targets, member = layer_owners(model.layers, pattern)
+    moved = 0
+    for iteration in np.unique(a.iteration[a.iteration >= 0]).tolist():
+        forward = np.sort(a.start[(a.iteration == iteration) & (a.phase == FORWARD)])
+        backward = np.flatnonzero((a.iteration == iteration) & (a.phase == BACKWARD))
+        backward = backward[np.argsort(a.start[backward], kind="stable")]
+        mine = np.flatnonzero((a.iteration == iteration) & (a.category == ACT) & (a.end != NEVER))
+        reader = np.searchsorted(a.start[backward], a.end[mine], side="left") - 1
+        mine, reader = mine[reader >= 0], backward[reader[reader >= 0]]
+        mine, reader = mine[member[a.layer[reader]] >= 0], reader[member[a.layer[reader]] >= 0]
+        after = np.searchsorted(forward, a.start[mine], side="right") + 1
+        last = forward[-1] if forward.size else 0
+        left = np.where(after < forward.size, forward[np.minimum(after, forward.size - 1)], last)
+        left = np.maximum(left, a.start[mine])
+        ends = a.end[mine].copy()
+        back = np.minimum(np.maximum(a.start[reader], left), ends)
+        a.end[mine] = left
+        _add_many(a, a.size[mine].copy(), back, ends, ACT)
+        moved += mine.size
     return targets, moved
 
 

@@ -183,6 +183,36 @@ def test_parked_activations_at_the_peak() -> None:
     assert peak_bytes(a) == 301
 
 
+def test_offload_as_save_on_cpu_holds_each_tensor_only_while_its_ops_run() -> None:
+    # stem's output (100 bytes, made at 0) is the block's input; blocks.0 makes A (200) at 10 and B (400) at 20, the
+    # loss (1) at 30. Backward allocations of blocks.0 (1 byte each) at 70, 80 and 90; B is freed at 75, A at 85 and
+    # stem's output at 95, each after the last of them before its free: the op that read it. Recorded peak: 701 at 30.
+    act, tmp = CATEGORIES.index("activations"), CATEGORIES.index("temporaries")
+
+    def allocations() -> Allocations:
+        return Allocations(size=np.array([100.0, 200.0, 400.0, 1.0, 1.0, 1.0, 1.0]),
+                           start=np.array([0, 10, 20, 30, 70, 80, 90]), end=np.array([95, 85, 75, 31, 71, 81, 91]),
+                           category=np.array([act, act, act, tmp, tmp, tmp, tmp], dtype=np.int8),
+                           layer=np.array([0, 1, 1, 1, 1, 1, 1]), phase=np.array([0, 0, 0, 0, 1, 1, 1]),
+                           iteration=np.zeros(7, dtype=np.int64), baseline_times=np.zeros(1, dtype=np.int64),
+                           baseline_bytes=np.zeros(1))
+
+    facts = ModelFacts(["stem", "blocks.0"], None, {}, "cuda:0")
+    a = allocations()
+    assert peak_bytes(a) == 701
+    # As save_on_cpu: each leaves when the forward allocation after the next one is made (stem's output at 20, A at
+    # 30, B at the forward's last, 30) and comes back from its reader's allocation to its free (B 70-75, A 80-85,
+    # stem's output, which the block's first op saved, 90-95). Peak: A and B at 20, 600.
+    note = offload_memory(a, {"layers": r"blocks\.\d+$", "prefetch": 0, "stream": "compute"}, facts)
+    assert "3 activation allocations" in note and "save_on_cpu" in note
+    assert peak_bytes(a) == 600
+    assert sorted(zip(a.start[7:].tolist(), a.end[7:].tolist())) == [(70, 75), (80, 85), (90, 95)]
+    # On copy streams the whole layer comes back when its backward begins (70), beside stem's output, kept: 701.
+    a = allocations()
+    offload_memory(a, {"layers": r"blocks\.\d+$", "prefetch": 0, "stream": "copy"}, facts)
+    assert peak_bytes(a) == 701
+
+
 def test_offload_on_a_real_gpu_trace() -> None:
     # examples/cnn.py at batch 256 on 32x32 images: three blocks of conv, bn, relu, pool, each op saving its input.
     # Block 0: the image (3 channels, 32x32) and three 16-channel 32x32 maps; block 1: 16 then three 32-channel 16x16;
