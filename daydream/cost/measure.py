@@ -48,8 +48,8 @@ MAX_ELEMENTS = 1 << 26
 #: recorded size list can ask for any allocation, and elementwise ops timed alone do not behave as
 #: they do inside a training step.
 CALLED_AGAIN = frozenset(f"aten::{op}" for op in (
-    "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "convolution_backward",
-    "mkldnn_convolution",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "convolution", "_convolution", "convolution_backward", "mkldnn_convolution",
     # attention, whose time is its arithmetic too
     "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_flash_attention_for_cpu_backward"))

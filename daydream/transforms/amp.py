@@ -167,7 +167,9 @@ BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten
 #: measured 1.9x its fp32 time, while in the real bf16 training run the same ops took less (half the
 #: bytes to allocate and touch).
 RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "aten::conv2d",
-                            "aten::conv3d", "aten::scaled_dot_product_attention", *BACKWARD_GEMMS})
+                            "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
+                            "aten::conv_transpose3d", "aten::scaled_dot_product_attention",
+                            *BACKWARD_GEMMS})
 
 
 def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
@@ -193,7 +195,8 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
                     and op.name in RETIMED_ON_CPU):
                 found.append(_Retimed(task, own_ns, op.name, inputs=op.inputs,
                                       arguments=op.arguments))
-    halved, low_layers = _halve_memory_bound(graph, facts, types, low, held, context)
+    fixed = costs.elementwise.overhead_ns if costs.elementwise is not None else 0.0
+    halved, low_layers = _halve_memory_bound(graph, facts, types, low, held, context, fixed)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = of_event.get(row, enclosing.holding(start, track))
         if task >= 0:
@@ -215,7 +218,8 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             f"{'less' if saved >= 0 else 'more'} per "
             f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} elementwise and "
             f"normalization ops of the {len(low_layers)} layers that run in {reduced}, forward and "
-            f"backward, ÷2 (half the bytes; by ratio)")
+            f"backward, their time beyond a small elementwise op's ({fixed / 1e3:.1f} µs, this "
+            f"trace's) ÷2 (half the bytes; by ratio)")
 
 
 @dataclass(slots=True)
@@ -331,14 +335,23 @@ class _HeldOps:
 
 
 def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
-                        low: str, held: _HeldOps, context: Context) -> tuple[int, set[int]]:
+                        low: str, held: _HeldOps, context: Context,
+                        fixed_ns: float = 0.0) -> tuple[int, set[int]]:
     """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type,
-    and the backward ones of the same layers, take half their time: they move half the bytes. (Timed
+    and the backward ones of the same layers, move half the bytes: the part of each op's time
+    beyond `fixed_ns` (the trace's own per-op overhead of a small elementwise op,
+    cost/elementwise.py) is halved, so an op on a small tensor, all overhead, keeps its time. (Timed
     alone they mislead, see RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm,
-    relu and their backward took 0.34-0.77 of their fp32 time.) Returns how many ops, and the layers
-    that run in the reduced type."""
+    relu and their backward took 0.34-0.77 of their fp32 time; a GRU's small gates and their
+    backward took what they took in fp32.) Returns how many ops, and the layers that run in the
+    reduced type."""
     low_layers: set[int] = set()
     halved = 0
+    durations = graph.tasks["duration_ns"]
+
+    def halve(task: int, own_ns: int) -> None:
+        durations[task] = max(0, int(durations[task]) - int(max(0.0, own_ns - fixed_ns) // 2))
+
     for ops in facts.values():
         for op in ops:
             if types.get(op.row) != low:
@@ -347,14 +360,12 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: 
                 low_layers.add(op.layer)
             task, own_ns = held.task(op.row)
             if task >= 0 and classify(op.name) in HALVED_CLASSES and op.name not in RETIMED_ON_CPU:
-                remaining = int(graph.tasks["duration_ns"][task]) - own_ns // 2
-                graph.tasks["duration_ns"][task] = max(0, remaining)
+                halve(task, own_ns)
                 halved += 1
     for _, duration, start, track, layer in context.backward_memory_ops or []:
         task = held.enclosing.holding(start, track)
         if task >= 0 and layer in low_layers:
-            remaining = int(graph.tasks["duration_ns"][task]) - duration // 2
-            graph.tasks["duration_ns"][task] = max(0, remaining)
+            halve(task, duration)
             halved += 1
     return halved, low_layers
 

@@ -125,6 +125,12 @@ def test_a_convolution_is_called_again_with_its_recorded_arguments(tmp_path: Pat
     assert measurer.call_ns("aten::conv2d", strided) > 0
     assert len(measurer.ran) == 2 and measurer.ran[0] != measurer.ran[1]  # the arguments are part of the signature
     assert '"c10::BFloat16"' in measurer.ran[0] and "[2, 2]" in measurer.ran[1]
+    # A transposed convolution (a generator's upsampling) too: its weight is (in, out, kh, kw), its arguments end with
+    # output_padding, groups and dilation.
+    transposed = [("tensor", (2, 4, 4, 4), "float"), ("tensor", (4, 3, 4, 4), "float"), ("none",), ("value", [2, 2]),
+                  ("value", [1, 1]), ("value", [0, 0]), ("value", 1), ("value", [1, 1])]
+    assert measurer.call_ns("aten::conv_transpose2d", transposed, as_type="c10::BFloat16") > 0
+    assert measurer.ran[2].startswith("aten::conv_transpose2d|call|") and '"c10::BFloat16"' in measurer.ran[2]
     # Ops outside CALLED_AGAIN are never called from their recorded arguments (a size list could ask for anything).
     assert measurer.call_ns("aten::empty", [("value", [2**40])]) is None
 

@@ -409,6 +409,33 @@ def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_
     assert saved == (600 - 11_600) + (1000 - 5_000) + (2000 - 7_500) + (800 - 4_000) + 500
 
 
+def test_amp_on_a_cpu_halves_only_what_an_elementwise_op_spends_beyond_a_small_ones_time() -> None:
+    # The trace's small elementwise ops take 2,000 ns: that part is not bytes, and stays. Forward, in bf16 in layer 0:
+    # a relu of 10,000 ns -> 2,000 + 8,000 / 2 = 6,000; a sigmoid of 1,500 ns (a small gate: all overhead) keeps its
+    # time; a linear is the measured tier's, not halved here. A batch norm left in fp32 (layer 1) keeps its time.
+    # Backward: layer 0's threshold_backward (8,000 ns inside a 9,000 ns node) -> 9,000 - 6,000 / 2 = 6,000; layer 1's
+    # (5,000 ns, its own node) keeps its time.
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import _halve_memory_bound
+    from daydream.transforms.autocast import ForwardOp
+
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([10_000, 1_500, 4_000, 3_000, 9_000, 5_000],
+                                                           dtype=np.int64)})
+    ops = [ForwardOp(10, "aten::relu", 0, []), ForwardOp(11, "aten::sigmoid", 0, []),
+           ForwardOp(12, "aten::linear", 0, []), ForwardOp(13, "aten::batch_norm", 1, [])]
+    types = {10: "c10::BFloat16", 11: "c10::BFloat16", 12: "c10::BFloat16", 13: "float"}
+    recorded = {10: (0, 10_000), 11: (1, 1_500), 12: (2, 4_000), 13: (3, 3_000)}
+    nodes = {100: 4, 200: 5}  # the backward node holding each backward op, by its start
+    held = SimpleNamespace(task=recorded.__getitem__,
+                           enclosing=SimpleNamespace(holding=lambda start, track: nodes[start]))
+    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0), (21, 5_000, 200, 0, 1)])
+    halved, layers = _halve_memory_bound(graph, {0: ops}, types, "c10::BFloat16", held, context,  # type: ignore[arg-type]
+                                         fixed_ns=2_000.0)
+    assert graph.tasks["duration_ns"].tolist() == [6_000, 1_500, 4_000, 3_000, 6_000, 5_000]
+    assert halved == 3 and layers == {0}
+
+
 def test_amp_on_a_cpu_measures_each_names_largest_signature_first() -> None:
     # Three signatures' worth of budget: each name's signature that holds the most recorded time comes first (names
     # by their time), so the one left out is conv2d's smaller one, which then takes conv2d's median.
