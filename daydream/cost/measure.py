@@ -33,6 +33,11 @@ from daydream.trace.store import cache_dir
 #: Warm-up runs and timed repetitions of each signature (the median of the repetitions is kept).
 WARMUP = 3
 REPETITIONS = 7
+#: A signature whose first run takes longer than this (a bf16 convolution on a CPU's slow path can
+#: take half a second) is warmed up once and timed `SLOW_REPETITIONS` times: the budget then reaches
+#: the model's other ops, and so long a run varies little.
+SLOW_NS = 20_000_000
+SLOW_REPETITIONS = 3
 #: Bytes written before each timed repetition, more than a CPU's last-level cache: each run starts
 #: with cold caches, as an op inside a training step does (its operands were evicted by the ops
 #: between). Timed hot, a small GEMM of examples/mlp.py grew 1.78x at twice the batch, cold 1.57x;
@@ -302,12 +307,11 @@ class Measurer:
         try:
             with torch.no_grad():
                 values = [[_make(torch, *tensor) for tensor in tensors] for _, tensors in runs]
-                for (runner, _), made in zip(runs, values):
-                    for _ in range(WARMUP):
-                        runner(torch, made)
+                slowest = max(_warmed_up(torch, runner, made)
+                              for (runner, _), made in zip(runs, values))
                 times: list[list[int]] = [[] for _ in runs]
                 emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
-                for _ in range(REPETITIONS):
+                for _ in range(REPETITIONS if slowest <= SLOW_NS else SLOW_REPETITIONS):
                     for (runner, _), made, mine in zip(runs, values, times):
                         if flush:  # caches emptied of the operands, as in a
                             emptied.zero_()  # training step that streams through them
@@ -334,6 +338,17 @@ class Measurer:
 
 
 CACHE_VERSION = 2  # 2: repetitions start with cold caches
+
+
+def _warmed_up(torch: Any, runner: Callable[[Any, list[Any]], Any], made: list[Any]) -> int:
+    """`runner` warmed up on `made`: `WARMUP` runs, or one where that first run took longer than
+    `SLOW_NS`; that first run's time, ns."""
+    start = time.perf_counter_ns()
+    runner(torch, made)
+    first = time.perf_counter_ns() - start
+    for _ in range(WARMUP - 1 if first <= SLOW_NS else 0):
+        runner(torch, made)
+    return first
 
 
 def _keyword_only(op: Any) -> dict[int, str]:

@@ -210,13 +210,19 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     costs.count(Tier.RATIO, halved + by_kind)
     iterations = max(1, len(facts))
     why = (f"; {by_kind} could not be measured (the measuring budget, or shapes that do not run "
-           f"here) and take the median change measured for ops of their name" if by_kind else "")
+           f"here) and take the median change measured for ops of their name, else of their "
+           f"class, else of all" if by_kind else "")
     why += f"; {unmeasured} could not be measured and keep their time" if unmeasured else ""
+    if (by_kind or unmeasured) and measurer.spent_s >= measurer.budget_s:
+        why += (f" (the measuring budget, {measurer.budget_s:g} s, ran out: `--measure-budget` "
+                f"more, or the same what-if again, which starts from what the cache kept, "
+                f"measures more of them)")
     return (f"amp: {retimed} CPU ops re-timed in {reduced} by the measured tier (this CPU, the "
             f"recorded shapes, {measurer.threads} thread(s); {len(measurer.ran)} signatures run "
             f"now, the rest from the cache): {abs(saved) / iterations / 1e3:.0f} µs "
             f"{'less' if saved >= 0 else 'more'} per "
-            f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} elementwise and "
+            f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} "
+            f"elementwise and "
             f"normalization ops of the {len(low_layers)} layers that run in {reduced}, forward and "
             f"backward, their time beyond a small elementwise op's ({fixed / 1e3:.1f} µs, this "
             f"trace's) ÷2 (half the bytes; by ratio)")
@@ -267,26 +273,32 @@ def _measure_most_first(measurer: Any, found: list[_Retimed], low: str) -> None:
 def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:
     """Each measured op's task changed by its new time less its recorded one (`reduced_ns`); an op
     that could not be measured changes by the median new-over-recorded of the measured ops of its
-    name, where there are any (a budget that ran out before a model's last convolutions leaves
-    them no faster or slower than the ones measured), and keeps its time otherwise. Returns the
-    time saved (ns, all iterations) and how many ops took their name's median."""
+    name, else of its class (a GEMM, a convolution, attention: mapping/classes.py), else of all the
+    measured ops: a budget that ran out before a model's last convolutions, or before its GRU's
+    multiplies, leaves them no faster or slower than the ops it measured. Ops keep their time only
+    where none was measured. Returns the time saved (ns, all iterations) and how many ops took a
+    median."""
     durations = graph.tasks["duration_ns"]
     predicted = [reduced_ns(item.recorded_ns, *item.pair) if item.pair is not None else None
                  for item in found]
     factors: dict[str, list[float]] = {}
     for item, new in zip(found, predicted):
         if new is not None and item.recorded_ns > 0:
-            factors.setdefault(item.name, []).append(new / item.recorded_ns)
-    median = {name: statistics.median(values) for name, values in factors.items()}
+            ratio = new / item.recorded_ns
+            for key in (item.name, f"class:{classify(item.name)}", "all"):
+                factors.setdefault(key, []).append(ratio)
+    median = {key: statistics.median(values) for key, values in factors.items()}
     saved, by_kind = 0, 0
     for item, new in zip(found, predicted):
         if new is not None:
             change = item.recorded_ns - new
-        elif item.name in median:
-            change = item.recorded_ns - int(round(item.recorded_ns * median[item.name]))
-            by_kind += 1
         else:
-            continue
+            shared = next((key for key in (item.name, f"class:{classify(item.name)}", "all")
+                           if key in median), None)
+            if shared is None:
+                continue
+            change = item.recorded_ns - int(round(item.recorded_ns * median[shared]))
+            by_kind += 1
         durations[item.task] = max(0, int(durations[item.task]) - change)
         saved += change
     return saved, by_kind

@@ -272,3 +272,18 @@ def test_a_multiply_of_a_transposed_operand_is_measured_transposed(tmp_path: Pat
     # the order is part of the signature; a contiguous one keeps the key it had
     assert "[0, 2, 1]" in measurer.ran[0]
     assert measurer._op("aten::bmm", [((2, 8, 16), "float")], None)[0] == 'aten::bmm|[[[2, 8, 16], "float"]]'
+
+
+def test_a_slow_signature_is_warmed_up_once_and_timed_fewer_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def runner(_torch: object, made: list[object]) -> None:
+        calls.append(len(made))
+
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert len(measurer._median_ns([(runner, [((2, 2), "float")])], flush=False)) == 1
+    assert len(calls) == measure.WARMUP + measure.REPETITIONS  # a fast op: 3 warm-ups, 7 timed runs
+    calls.clear()
+    monkeypatch.setattr(measure, "SLOW_NS", -1)  # every first run counts as slow
+    measurer._median_ns([(runner, [((2, 2), "float")]), (runner, [((3, 3), "float")])], flush=False)
+    assert len(calls) == 2 * (1 + measure.SLOW_REPETITIONS)  # each warmed up once, then 3 turns

@@ -391,22 +391,28 @@ def test_amp_on_a_cpu_adds_the_time_a_slower_reduced_type_measured_beyond_fp32()
     assert reduced_ns(600_000, 1_000_000, 1_000_000) == 600_000
 
 
-def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_name() -> None:
+def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_name_or_class() -> None:
     from types import SimpleNamespace
 
     from daydream.transforms.amp import _apply_retimed, _Retimed
 
-    graph = SimpleNamespace(tasks={"duration_ns": np.array([600, 1000, 2000, 800, 500, 3000], dtype=np.int64)})
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([600, 1000, 2000, 800, 500, 3000, 400], dtype=np.int64)})
     found = [_Retimed(0, 600, "aten::conv2d", (12_000, 1_000)),  # slower: 600 + 11,000 = 11,600 (19.33x)
              _Retimed(1, 1000, "aten::conv2d", (5_000, 1_000)),  # 5,000 (5x)
              _Retimed(2, 2000, "aten::conv2d", (8_000, 2_500)),  # 2,000 + 5,500 = 7,500 (3.75x)
-             _Retimed(3, 800, "aten::conv2d", None),  # not measured: the median, 5x
-             _Retimed(4, 500, "aten::linear", None),  # not measured, none of its name measured: kept
-             _Retimed(5, 1000, "aten::mm", (500, 1_000))]  # a backward op inside a 3,000 ns node: -500
+             _Retimed(3, 800, "aten::conv2d", None),  # not measured: its name's median, 5x
+             _Retimed(4, 500, "aten::linear", None),  # none of its name measured: its class's (GEMMs: mm's 0.5x)
+             _Retimed(5, 1000, "aten::mm", (500, 1_000)),  # a backward op inside a 3,000 ns node: -500
+             _Retimed(6, 400, "aten::scaled_dot_product_attention", None)]  # no attention measured: all, 4.375x
     saved, by_kind = _apply_retimed(graph, found)  # type: ignore[arg-type]
-    assert graph.tasks["duration_ns"].tolist() == [11_600, 5_000, 7_500, 4_000, 500, 2_500]
-    assert by_kind == 1
-    assert saved == (600 - 11_600) + (1000 - 5_000) + (2000 - 7_500) + (800 - 4_000) + 500
+    assert graph.tasks["duration_ns"].tolist() == [11_600, 5_000, 7_500, 4_000, 250, 2_500, 1_750]
+    assert by_kind == 3
+    assert saved == (600 - 11_600) + (1000 - 5_000) + (2000 - 7_500) + (800 - 4_000) + 250 + 500 + (400 - 1_750)
+    # Nothing measured at all: every op keeps its time.
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([600, 500], dtype=np.int64)})
+    assert _apply_retimed(graph, [_Retimed(0, 600, "aten::conv2d", None),  # type: ignore[arg-type]
+                                  _Retimed(1, 500, "aten::mm", None)]) == (0, 0)
+    assert graph.tasks["duration_ns"].tolist() == [600, 500]
 
 
 def test_amp_on_a_cpu_halves_only_what_an_elementwise_op_spends_beyond_a_small_ones_time() -> None:
