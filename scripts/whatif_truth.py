@@ -383,9 +383,9 @@ def machine() -> str:
     except OSError:
         import platform
         return f"Run on {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs.\n\n"
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    model = fields.get("model name\t", fields.get("model name", "an unnamed CPU")).strip()
-    flags = set(fields.get("flags\t\t", fields.get("flags", "")).split())
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
+    model = fields.get("model name", "an unnamed CPU")
+    flags = set(fields.get("flags", "").split())
     native = [flag for flag in BF16_FLAGS if flag in flags]
     bf16 = f"native bf16 arithmetic ({', '.join(native)})" if native else "no native bf16 arithmetic (neither " \
         + " nor ".join(BF16_FLAGS) + ")"

@@ -326,15 +326,18 @@ def _park_each(a: Allocations, model: ModelFacts, pattern: str) -> tuple[list[in
     moved = 0
     for iteration in np.unique(a.iteration[a.iteration >= 0]).tolist():
         forward = np.sort(a.start[(a.iteration == iteration) & (a.phase == FORWARD)])
+        if forward.size == 0:  # nothing to say when a tensor's forward readers are done
+            continue
         backward = np.flatnonzero((a.iteration == iteration) & (a.phase == BACKWARD))
         backward = backward[np.argsort(a.start[backward], kind="stable")]
         mine = np.flatnonzero((a.iteration == iteration) & (a.category == ACT) & (a.end != NEVER))
         reader = np.searchsorted(a.start[backward], a.end[mine], side="left") - 1
         mine, reader = mine[reader >= 0], backward[reader[reader >= 0]]
-        mine, reader = mine[member[a.layer[reader]] >= 0], reader[member[a.layer[reader]] >= 0]
+        saved_here = member[a.layer[reader]] >= 0
+        mine, reader = mine[saved_here], reader[saved_here]
         after = np.searchsorted(forward, a.start[mine], side="right") + 1
-        last = forward[-1] if forward.size else 0
-        left = np.where(after < forward.size, forward[np.minimum(after, forward.size - 1)], last)
+        left = np.where(after < forward.size, forward[np.minimum(after, forward.size - 1)],
+                        forward[-1])
         left = np.maximum(left, a.start[mine])
         ends = a.end[mine].copy()
         back = np.minimum(np.maximum(a.start[reader], left), ends)

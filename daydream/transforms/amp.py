@@ -221,8 +221,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             f"recorded shapes, {measurer.threads} thread(s); {len(measurer.ran)} signatures run "
             f"now, the rest from the cache): {abs(saved) / iterations / 1e3:.0f} µs "
             f"{'less' if saved >= 0 else 'more'} per "
-            f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} "
-            f"elementwise and "
+            f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} elementwise and "
             f"normalization ops of the {len(low_layers)} layers that run in {reduced}, forward and "
             f"backward, their time beyond a small elementwise op's ({fixed / 1e3:.1f} µs, this "
             f"trace's) ÷2 (half the bytes; by ratio)")
@@ -284,17 +283,15 @@ def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:
     factors: dict[str, list[float]] = {}
     for item, new in zip(found, predicted):
         if new is not None and item.recorded_ns > 0:
-            ratio = new / item.recorded_ns
-            for key in (item.name, f"class:{classify(item.name)}", "all"):
-                factors.setdefault(key, []).append(ratio)
+            for key in _sharing(item.name):
+                factors.setdefault(key, []).append(new / item.recorded_ns)
     median = {key: statistics.median(values) for key, values in factors.items()}
     saved, by_kind = 0, 0
     for item, new in zip(found, predicted):
         if new is not None:
             change = item.recorded_ns - new
         else:
-            shared = next((key for key in (item.name, f"class:{classify(item.name)}", "all")
-                           if key in median), None)
+            shared = next((key for key in _sharing(item.name) if key in median), None)
             if shared is None:
                 continue
             change = item.recorded_ns - int(round(item.recorded_ns * median[shared]))
@@ -302,6 +299,12 @@ def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:
         durations[item.task] = max(0, int(durations[item.task]) - change)
         saved += change
     return saved, by_kind
+
+
+def _sharing(name: str) -> tuple[str, str, str]:
+    """The groups whose median change an unmeasured op of `name` takes, nearest first: its name, its
+    class, all measured ops."""
+    return name, f"class:{classify(name)}", "all"
 
 
 def measured_ratios(ratios: list[float], reduced: str) -> str:

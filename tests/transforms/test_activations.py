@@ -211,6 +211,12 @@ def test_offload_as_save_on_cpu_holds_each_tensor_only_while_its_ops_run() -> No
     a = allocations()
     offload_memory(a, {"layers": r"blocks\.\d+$", "prefetch": 0, "stream": "copy"}, facts)
     assert peak_bytes(a) == 701
+    # An iteration without forward allocations (no phase annotations) says nothing of when a tensor's readers are
+    # done: its allocations stay as recorded.
+    a = allocations()
+    a.phase[:4] = -1
+    offload_memory(a, {"layers": r"blocks\.\d+$", "prefetch": 0, "stream": "compute"}, facts)
+    assert a.size.size == 7 and peak_bytes(a) == 701
 
 
 def test_offload_on_a_real_gpu_trace() -> None:
