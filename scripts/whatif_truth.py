@@ -80,6 +80,18 @@ def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> 
     return [v for v in every if not CHOSEN or v.whatif.split(":")[0] in CHOSEN]
 
 
+def chosen_whatifs(text: str) -> set[str]:
+    """The first words of --whatifs (a whole spec such as batch-size:factor=2 names its first word); SystemExit naming
+    a word that is no what-if here."""
+    known = {v.whatif.split(":")[0] for device in ("cpu", "cuda") for v in _variants(device, ["--batch-size", "1"])}
+    words = {w.strip().split(":")[0] for w in text.split(",") if w.strip()}
+    unknown = sorted(words - known)
+    if unknown:
+        raise SystemExit(f"whatif_truth.py: --whatifs {','.join(unknown)}: no such what-if here; "
+                         f"choose from {','.join(sorted(known))}")
+    return words
+
+
 def gpu_variants() -> list[Variant]:
     """Every variant run on a GPU, as its kept trace names it (EXAMPLE-SLUG) and with the what-if predicted for it (the
     batch size a variant doubles does not enter its what-if)."""
@@ -481,7 +493,7 @@ def main() -> int:
                         help="compare the traces kept earlier in DIR (e.g. examples/h200; its round-N folders combined "
                              "as rounds) instead of running anything")
     options = parser.parse_args()
-    CHOSEN.update(w for w in options.whatifs.split(",") if w)
+    CHOSEN.update(chosen_whatifs(options.whatifs))
     rows: list[Row] = []
     if options.recorded:
         examples = chosen_examples(options.examples, options.device)

@@ -124,6 +124,13 @@ def test_a_variant_replaces_the_baselines_flag() -> None:
     assert whatif_truth._merged(["--batch-size", "64"], ["--batch-size", "128"]) == ["--batch-size", "128"]
 
 
+def test_whatifs_take_first_words_or_whole_specs_and_refuse_unknown_names() -> None:
+    assert whatif_truth.chosen_whatifs("batch-size:factor=2, amp") == {"batch-size", "amp"}
+    assert whatif_truth.chosen_whatifs("") == set()
+    with pytest.raises(SystemExit, match=r"--whatifs bach-size: no such what-if here; choose from .*batch-size"):
+        whatif_truth.chosen_whatifs("amp,bach-size")
+
+
 def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     options = argparse.Namespace(device="cpu", backend="torch", warmup=1, iterations=3, budget=180.0)
     rows = whatif_truth.compare("mlp", options, tmp_path)
