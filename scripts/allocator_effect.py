@@ -4,9 +4,14 @@ step, plain and with every block checkpointed, under the C library's default all
 freed memory (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set high). No profiler; one intra-op thread.
 
     python scripts/allocator_effect.py            # 3 rounds, each configuration in its own process per round
+    python scripts/allocator_effect.py --op       # one convolution alone, as the measured tier times it, at two batches
 
 Each (allocator, checkpoint) pair runs in a fresh process per round, rounds interleaved; each process runs 30 steps
 and reports the median of the last 25. Printed: the medians over the rounds, ms.
+
+With --op: a 3x3 convolution of 32 channels on 32x32 images at batch 8 and 16, alone in a fresh process per allocator
+and round (3 warm-up runs, the median of 11), under the default allocator and with it told to keep freed memory: how
+far the time of one op run alone, as the measured tier runs it, depends on the state of the C library's heap.
 """
 
 from __future__ import annotations
@@ -52,11 +57,51 @@ print(json.dumps({"forward": statistics.median(forward[5:]), "rest": statistics.
 
 KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
+_OP = """
+import json, statistics, sys, time
+import torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+weight, bias = torch.randn(32, 32, 3, 3), torch.randn(32)
+found = {}
+for batch in (8, 16):
+    x = torch.randn(batch, 32, 32, 32)
+    for _ in range(3):
+        torch.conv2d(x, weight, bias, padding=1)
+    times = []
+    for _ in range(11):
+        start = time.perf_counter_ns()
+        torch.conv2d(x, weight, bias, padding=1)
+        times.append(time.perf_counter_ns() - start)
+    found[batch] = statistics.median(times) / 1e9
+print(json.dumps(found))
+"""
+
+
+def one_op(rounds: int) -> None:
+    """The --op table: the convolution alone under each allocator, medians over the rounds."""
+    allocators = {"default": {}, "keeps freed memory": KEEP_FREED}
+    found: dict[str, list[dict[str, float]]] = {a: [] for a in allocators}
+    for _ in range(rounds):
+        for allocator, extra in allocators.items():
+            env = {**os.environ, "OMP_NUM_THREADS": "1", **extra}
+            done = subprocess.run([sys.executable, "-c", _OP], capture_output=True, text=True, env=env, check=True)
+            found[allocator].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print("| allocator | batch 8 | batch 16 | ratio |")
+    print("|---|---:|---:|---:|")
+    for allocator, runs in found.items():
+        small, large = (statistics.median(r[str(b)] for r in runs) * 1e3 for b in (8, 16))
+        print(f"| {allocator} | {small:.2f} ms | {large:.2f} ms | {large / small:.2f} |")
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--op", action="store_true", help="one convolution alone instead of the cnn's step")
     options = parser.parse_args()
+    if options.op:
+        one_op(options.rounds)
+        return 0
     configurations = [(allocator, checkpointed) for allocator in ("default", "keeps freed memory")
                       for checkpointed in (False, True)]
     found: dict[tuple[str, bool], list[dict[str, float]]] = {c: [] for c in configurations}
