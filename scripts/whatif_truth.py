@@ -5,6 +5,8 @@
     python scripts/whatif_truth.py --recorded examples/h200              # again from the H200 traces kept here
     OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --rounds 5 --out docs/whatif-cpu.md   # CPU truth
     OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --examples suite --rounds 5   # the suite's six models
+    OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --script train.py --script-args "--batch-size 8" \\
+        --checkpoint-layers 'encoder\\.layers\\.\\d+$' --rounds 5 --keep DIR   # a training script of your own
 
 Per example, the baseline (fp32, `--optim loop`) is traced once; from that trace daydream
 predicts `amp`, `fused-optimizer`, `cuda-graphs`, `batch-size:factor=2`,
@@ -18,6 +20,12 @@ Each part runs `daydream` in its own process, with a time limit (`--budget` seco
 trace or prediction). With `--rounds N` the whole comparison runs N times, baseline and variants interleaved in
 each round (each round predicts from its own baseline); a row gives the medians over the rounds and the median of
 the rounds' errors, with their range.
+
+A script of your own (`--script`) takes the flags the examples take: `--device cpu|cuda`, `--steps N`,
+`--batch-size N`, `--optim loop|foreach|fused` (a per-parameter loop, multi-tensor, fused), `--amp` (bf16 autocast),
+`--checkpoint` (each block recomputed in backward: the modules `--checkpoint-layers` names), `--compile`
+(torch.compile), `--cuda-graphs`; a variant whose flag it does not take fails as its own row. Its name in the table and
+in the kept files is the script's stem; `--recorded DIR --script PATH` compares the kept traces again.
 """
 
 from __future__ import annotations
@@ -272,9 +280,28 @@ class Setup:
     daydream_options: tuple[str, ...] = ()
 
 
+#: --script: the script's stem -> how it runs
+SCRIPTS: dict[str, Setup] = {}
+
+
+def own_script(path: Path, arguments: str, layers: str) -> str:
+    """Register a training script of the user's (see the module's docstring) under its stem; SystemExit naming what is
+    wrong with it."""
+    if not path.is_file():
+        raise SystemExit(f"whatif_truth.py: --script {path}: no such file")
+    split = arguments.split()
+    if "--batch-size" not in split or split.index("--batch-size") + 1 >= len(split):
+        raise SystemExit(f"whatif_truth.py: --script-args {arguments!r}: name the baseline's batch (--batch-size N); "
+                         "the batch-size variant doubles it")
+    SCRIPTS[path.stem] = Setup(path.resolve(), split, f"checkpoint:layers={layers}")
+    return path.stem
+
+
 def setup(example: str, device: str, sizes: str = "default") -> Setup:
-    """How `example` runs: one of examples/ (mlp, cnn, transformer) or a model of the suite (examples/suite); with
-    `sizes` "realistic", at the REALISTIC size where it has one."""
+    """How `example` runs: a script given by --script, one of examples/ (mlp, cnn, transformer) or a model of the suite
+    (examples/suite); with `sizes` "realistic", at the REALISTIC size where it has one."""
+    if example in SCRIPTS:
+        return SCRIPTS[example]
     realistic = REALISTIC.get(example) if sizes == "realistic" else None
     if example in SUITE:
         _, arguments, layers, trace_options = SUITE[example]
@@ -492,8 +519,15 @@ def main() -> int:
     parser.add_argument("--recorded", metavar="DIR", type=Path,
                         help="compare the traces kept earlier in DIR (e.g. examples/h200; its round-N folders combined "
                              "as rounds) instead of running anything")
+    parser.add_argument("--script", type=Path, help="a training script of your own instead of --examples (it takes the "
+                                                    "examples' flags: see this script's docstring)")
+    parser.add_argument("--script-args", default="", help="the script's baseline arguments; they name --batch-size N")
+    parser.add_argument("--checkpoint-layers", default=r"blocks\.\d+$",
+                        help="with --script: the modules the checkpoint variant recomputes (a regex of module names)")
     options = parser.parse_args()
     CHOSEN.update(chosen_whatifs(options.whatifs))
+    if options.script is not None:
+        options.examples = own_script(options.script, options.script_args, options.checkpoint_layers)
     rows: list[Row] = []
     if options.recorded:
         examples = chosen_examples(options.examples, options.device)

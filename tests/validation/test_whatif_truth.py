@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -129,6 +130,53 @@ def test_whatifs_take_first_words_or_whole_specs_and_refuse_unknown_names() -> N
     assert whatif_truth.chosen_whatifs("") == set()
     with pytest.raises(SystemExit, match=r"--whatifs bach-size: no such what-if here; choose from .*batch-size"):
         whatif_truth.chosen_whatifs("amp,bach-size")
+
+
+_OWN_SCRIPT = """
+import argparse, torch
+p = argparse.ArgumentParser()
+for flag in ("--device", "--optim"):
+    p.add_argument(flag, default="cpu")
+p.add_argument("--steps", type=int, default=5)
+p.add_argument("--batch-size", type=int, default=4)
+a = p.parse_args()
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=a.optim == "foreach")
+x, y = torch.randn(a.batch_size, 32), torch.randint(0, 4, (a.batch_size,))
+for _ in range(a.steps):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_script_of_ones_own_is_compared_under_its_stem(tmp_path: Path) -> None:
+    script = tmp_path / "mytrain.py"
+    script.write_text(_OWN_SCRIPT)
+    out, keep = tmp_path / "table.md", tmp_path / "kept"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "whatif_truth.py"), "--device", "cpu", "--script", str(script),
+                           "--script-args", "--batch-size 4", "--whatifs", "fused-optimizer", "--warmup", "1",
+                           "--iterations", "2", "--keep", str(keep), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| mytrain |")]
+    assert len(rows) == 1 and "`fused-optimizer`" in rows[0] and "%" in rows[0]
+    assert sorted(p.name for p in keep.iterdir()) == ["mytrain-baseline.json.gz", "mytrain-fused-optimizer.json.gz"]
+    # the variant really ran the script's foreach optimizer, the baseline its loop
+    names = {e["name"] for e in load_raw(keep / "mytrain-fused-optimizer.json.gz")["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert "aten::_foreach_add_" in names
+
+
+@pytest.mark.parametrize(("make", "arguments", "message"), [
+    (False, "--batch-size 4", "--script {path}: no such file"),
+    (True, "--size 32", "--script-args '--size 32': name the baseline's batch (--batch-size N)"),
+])
+def test_a_script_of_ones_own_that_cannot_run_says_why(tmp_path: Path, make: bool, arguments: str, message: str) -> None:
+    path = tmp_path / "train.py"
+    if make:
+        path.write_text(_OWN_SCRIPT)
+    with pytest.raises(SystemExit, match=re.escape(message.format(path=path))):
+        whatif_truth.own_script(path, arguments, r"blocks\.\d+$")
 
 
 def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
