@@ -18,6 +18,7 @@ import numpy as np
 
 from daydream.cost import CostModel, CostOptions
 from daydream.cost.elementwise import elementwise_speed
+from daydream.cost.heap import large_host_blocks
 from daydream.cost.measure import measuring_enabled
 from daydream.cost.saved import saved_tensors_of
 from daydream.devices import Device, device, recorded_device
@@ -174,6 +175,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                                                              update_loop(), batch)),
                               "launching_op": lambda: link(trace).op,
                               "saved_tensors": lambda: functools.partial(saved_tensors_of, trace),
+                              "large_host_blocks": lambda: large_host_blocks(trace, iterations()),
                               "layer_work": lambda: layer_work(trace, attribution()),
                               "loader_ranges": lambda: loader_ranges_of(trace),
                               "backward_memory_ops": lambda: backward_memory_ops_of(

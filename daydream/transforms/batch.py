@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from daydream.cost import CostModel, Tier
+from daydream.cost.heap import heap_note
 from daydream.cost.host import UNIT_OPS, exclusive_host_ns
 from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES
 from daydream.cost.roofline import Roofline, gemm_waves
@@ -472,7 +473,8 @@ def _retime_cpu_trace(graph: Graph, found: BatchOps, factor: float, costs: CostM
     still = len(found.shaped) - len(found.ops)
     return [f"{_batch_note(found, factor)}: {done}; {still} ops whose inputs carry no batch "
             "(weights, per-parameter work) keep their time, as do the optimizer and host gaps; "
-            f"timed by the cost stage ({costs.tiers_note()})"]
+            f"timed by the cost stage ({costs.tiers_note()})",
+            *heap_note(context.large_host_blocks, "batch-size")]
 
 
 def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, context: Context,

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from daydream.cost import Tier
+from daydream.cost.heap import heap_note
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import GPU_WORK, HOST_WORK
@@ -51,6 +52,7 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
         context.costs.count(Tier.MODELLED, 2 * calls - ungraded)
     under_no_grad = (f" ({ungraded} of them under no_grad, which autograd does not record: run "
                      "once, not recomputed, no backward part)" if ungraded else "")
+    heap = [] if graph.has_device_work() else heap_note(context.large_host_blocks, "checkpoint")
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
             f"{params['layers']!r} recomputed before their backward ({recomputed} tasks per run "
             f"added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
@@ -58,7 +60,7 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
             f"{wrapper.backward_ns / 1e3:.1f} µs in backward, and for each of the "
             f"{saved.total} tensors their ops save for backward "
             f"{wrapper.forward_tensor_ns / 1e3:.1f} µs and "
-            f"{wrapper.backward_tensor_ns / 1e3:.1f} µs ({wrapper.source}){saved.said}"]
+            f"{wrapper.backward_tensor_ns / 1e3:.1f} µs ({wrapper.source}){saved.said}", *heap]
 
 
 @dataclass(slots=True, frozen=True)

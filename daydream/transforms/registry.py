@@ -121,6 +121,12 @@ class Context:
         return self._fact("layer_work")
 
     @property
+    def large_host_blocks(self) -> Any:
+        """Per iteration, the CPU blocks of 128 KiB or more the trace's ops asked for
+        (cost/heap.LargeBlocks); None without CPU memory events."""
+        return self._fact("large_host_blocks")
+
+    @property
     def saved_tensors(self) -> Callable[[np.ndarray], Any] | None:
         """rows (host tasks' events: top-level CPU ops or launch calls) -> the tensors autograd
         saves for backward under each, and its ops the table does not know

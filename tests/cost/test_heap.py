@@ -1,0 +1,65 @@
+"""The C library's heap on a CPU trace: the large blocks a step asks for, counted from the trace's [memory] events, and
+the note the what-ifs that change what is live carry on a CPU trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daydream.api import predict_job
+from daydream.cost import CostOptions
+from daydream.cost.heap import FRESH_BLOCK_BYTES, heap_note, large_host_blocks
+from daydream.mapping import find_iterations
+from daydream.trace import read_job
+from tests.builders import annotation, write_trace
+from tests.conftest import REPO
+
+MLP = REPO / "examples" / "cpu-avx2" / "round-1" / "mlp-baseline.json.gz"
+
+
+def _memory(ts: float, nbytes: int, device_type: int = 0, addr: int = 4096) -> dict[str, Any]:
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+            "args": {"Addr": addr, "Bytes": nbytes, "Total Allocated": 0, "Total Reserved": 0,
+                     "Device Type": device_type, "Device Id": 0}}
+
+
+def test_large_cpu_blocks_inside_the_iterations_are_counted_per_iteration(tmp_path: Path) -> None:
+    big = FRESH_BLOCK_BYTES * 2
+    events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
+              _memory(10, big), _memory(20, FRESH_BLOCK_BYTES - 1), _memory(30, -big),    # step 1: one large block
+              _memory(110, big), _memory(120, FRESH_BLOCK_BYTES), _memory(130, big, device_type=1),  # step 2: two
+              _memory(250, big)]                                                          # after the steps
+    trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
+    found = large_host_blocks(trace, find_iterations(trace))
+    assert found is not None
+    assert (found.blocks, found.bytes, found.iterations) == (1.5, (2 * big + FRESH_BLOCK_BYTES) / 2, 2)
+    assert heap_note(found, "checkpoint") == [
+        "checkpoint: not modelled on a CPU, the C library's fresh pages: this trace's ops asked for 0.3 MiB per "
+        "iteration in 2 blocks of 128 KiB or more, which glibc may map fresh (the kernel zeroing each page); the what-if "
+        "changes how many do, and its prediction keeps their recorded cost (scripts/allocator_effect.py measures the "
+        "effect on this machine)"]
+
+
+def test_without_cpu_memory_events_nothing_is_said(tmp_path: Path) -> None:
+    events = [annotation("ProfilerStep#1", 0, 100), _memory(10, FRESH_BLOCK_BYTES * 4, device_type=1)]
+    trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
+    assert large_host_blocks(trace, find_iterations(trace)) is None
+    assert heap_note(None, "batch-size") == []
+
+
+@pytest.mark.parametrize("spec", [r"checkpoint:layers=blocks\.\d+$", "batch-size:factor=2"])
+def test_the_what_ifs_that_change_what_is_live_say_so_on_a_cpu_trace(spec: str) -> None:
+    raw = json.loads(gzip.decompress(MLP.read_bytes()))["traceEvents"]
+    steps = [e for e in raw if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    large = [e for e in raw if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+             and e["args"]["Bytes"] >= FRESH_BLOCK_BYTES
+             and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
+    assert large and steps
+    notes = predict_job(MLP, [spec], cost_options=CostOptions(measure=False))[0].notes
+    said = [n for n in notes if "fresh pages" in n]
+    assert len(said) == 1
+    assert f" in {len(large) / len(steps):,.0f} blocks of 128 KiB or more" in said[0]
