@@ -183,12 +183,28 @@ class Failed(Exception):
     """A part did not produce its number; the message says why, in one line."""
 
 
+#: --heap keep-freed: glibc keeps freed memory in every process this script starts (traced runs and predictions
+#: alike), so that how much of a step comes as fresh pages does not move from process to process
+#: (scripts/allocator_effect.py); empty: the default heap, as a user's run has it.
+HEAP_ENV: dict[str, str] = {}
+KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(64 * 2**20)}
+
+
+def keep_freed() -> dict[str, str]:
+    """HEAP_ENV for --heap keep-freed: the heap's settings, and a cache folder of its own (the measured tier's times
+    under this heap must not mix with those under the default one)."""
+    sys.path.insert(0, str(REPO))
+    from daydream.trace.store import cache_dir
+
+    return {**KEEP_FREED, "DAYDREAM_CACHE_DIR": str(cache_dir() / "heap-keep-freed")}
+
+
 def daydream(arguments: list[str], budget: float, env: dict[str, str] | None = None) -> str:
-    """Run `python -m daydream ARGUMENTS` (with `env` added to the environment); its stdout, or Failed with its last
-    line of stderr."""
+    """Run `python -m daydream ARGUMENTS` (with `env`, and the heap's settings, added to the environment); its stdout,
+    or Failed with its last line of stderr."""
     try:
         done = subprocess.run([sys.executable, "-m", "daydream", *arguments], capture_output=True, text=True,
-                              timeout=budget, cwd=REPO, check=False, env={**os.environ, **(env or {})})
+                              timeout=budget, cwd=REPO, check=False, env={**os.environ, **HEAP_ENV, **(env or {})})
     except subprocess.TimeoutExpired:
         raise Failed(f"ran past its {budget:.0f} s budget") from None
     if done.returncode != 0:
@@ -524,8 +540,13 @@ def main() -> int:
     parser.add_argument("--script-args", default="", help="the script's baseline arguments; they name --batch-size N")
     parser.add_argument("--checkpoint-layers", default=r"blocks\.\d+$",
                         help="with --script: the modules the checkpoint variant recomputes (a regex of module names)")
+    parser.add_argument("--heap", choices=("default", "keep-freed"), default="default",
+                        help="keep-freed: every process started keeps freed memory (glibc's mmap threshold at 32 MiB, trim "
+                             "threshold 64 MiB), so the heap's spread between processes leaves the comparison")
     options = parser.parse_args()
     CHOSEN.update(chosen_whatifs(options.whatifs))
+    if options.heap == "keep-freed":
+        HEAP_ENV.update(keep_freed())
     if options.script is not None:
         options.examples = own_script(options.script, options.script_args, options.checkpoint_layers)
     rows: list[Row] = []
@@ -539,6 +560,8 @@ def main() -> int:
         print(text, end="") if options.out == "-" else Path(options.out).write_text(text)
         return 0
     intro = machine() if options.device == "cpu" else ""
+    if HEAP_ENV:
+        intro += f"Every process ran with {' '.join(f'{k}={v}' for k, v in HEAP_ENV.items())} (--heap keep-freed).\n\n"
     with tempfile.TemporaryDirectory(prefix="daydream-truth-") as scratch:
         work = Path(options.keep or scratch)
         work.mkdir(parents=True, exist_ok=True)

@@ -179,6 +179,24 @@ def test_a_script_of_ones_own_that_cannot_run_says_why(tmp_path: Path, make: boo
         whatif_truth.own_script(path, arguments, r"blocks\.\d+$")
 
 
+def test_keep_freed_heap_reaches_every_process_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.append(dict(kwargs["env"]))  # type: ignore[call-overload]
+        return subprocess.CompletedProcess(command, 0, stdout="{}", stderr="")
+
+    monkeypatch.setattr(whatif_truth.subprocess, "run", run)
+    whatif_truth.daydream(["whatif", "t.json"], 10.0)
+    assert "MALLOC_MMAP_THRESHOLD_" not in seen[-1] or os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.setenv("DAYDREAM_CACHE_DIR", "/somewhere")
+    monkeypatch.setattr(whatif_truth, "HEAP_ENV", whatif_truth.keep_freed())
+    whatif_truth.daydream(["trace", "x.py"], 10.0, env={"DAYDREAM_PEAK_FILE": "p"})
+    assert seen[-1]["MALLOC_MMAP_THRESHOLD_"] == str(32 * 2**20) and seen[-1]["MALLOC_TRIM_THRESHOLD_"] == str(64 * 2**20)
+    # its measured times kept apart from the default heap's
+    assert seen[-1]["DAYDREAM_CACHE_DIR"] == "/somewhere/heap-keep-freed" and seen[-1]["DAYDREAM_PEAK_FILE"] == "p"
+
+
 def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     options = argparse.Namespace(device="cpu", backend="torch", warmup=1, iterations=3, budget=180.0)
     rows = whatif_truth.compare("mlp", options, tmp_path)
