@@ -538,7 +538,7 @@ def main() -> int:
     parser.add_argument("--script", type=Path, help="a training script of your own instead of --examples (it takes the "
                                                     "examples' flags: see this script's docstring)")
     parser.add_argument("--script-args", default="", help="the script's baseline arguments; they name --batch-size N")
-    parser.add_argument("--checkpoint-layers", default=r"blocks\.\d+$",
+    parser.add_argument("--checkpoint-layers", default=CHECKPOINT.partition("layers=")[2],
                         help="with --script: the modules the checkpoint variant recomputes (a regex of module names)")
     parser.add_argument("--heap", choices=("default", "keep-freed"), default="default",
                         help="keep-freed: every process started keeps freed memory (glibc's mmap threshold at 32 MiB, trim "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daydream.mapping.attribution import within_any
 from daydream.mapping.iterations import Iteration
 from daydream.trace import Trace
 
@@ -52,11 +53,7 @@ def large_host_blocks(trace: Trace, iterations: Sequence[Iteration]) -> LargeBlo
         return None
     rows = table["event"][cpu]
     starts, sizes = trace.ts_ns[rows], trace.bytes[rows]
-    spans = sorted((i.start_ns, i.end_ns) for i in iterations)
-    begins = np.array([b for b, _ in spans], dtype=np.int64)
-    ends = np.maximum.accumulate(np.array([e for _, e in spans], dtype=np.int64))
-    latest = np.searchsorted(begins, starts, side="right") - 1  # the last iteration begun by then
-    inside = (latest >= 0) & (starts < ends[np.maximum(latest, 0)])
+    inside = within_any(starts, [(i.start_ns, i.end_ns) for i in iterations])
     large = inside & (sizes >= FRESH_BLOCK_BYTES)
     count = len(iterations)
     return LargeBlocks(np.count_nonzero(large) / count, float(sizes[large].sum()) / count, count)

@@ -295,7 +295,7 @@ def phase_layer_times(trace: Trace, attribution: Attribution,
     links = links if links is not None else link(trace)
     rows, weights, when, basis = _work_and_weights(trace, links)
     count = max(len(iteration_spans), 1)
-    inside = _within_any(when, iteration_spans)
+    inside = within_any(when, iteration_spans)
     rows, weights = rows[inside], weights[inside]
     phase = attribution.phase[rows].astype(np.int64)
     valid = phase >= 0
@@ -382,7 +382,7 @@ def _per_layer(layer: np.ndarray, weights: np.ndarray, mask: np.ndarray, count: 
             else np.zeros(0))
 
 
-def _within_any(times: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+def within_any(times: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
     """Whether each time falls in one of the spans [start, end): one
     sorted pass, not one mask per span."""
     if not spans:

@@ -30,17 +30,17 @@ def test_coverage_agrees_with_the_direct_union_on_random_windows() -> None:
 
 
 def test_membership_in_any_span_agrees_with_one_mask_per_span() -> None:
-    from daydream.mapping.attribution import _within_any
+    from daydream.mapping.attribution import within_any
 
     rng = np.random.default_rng(11)
-    assert _within_any(np.array([1, 5, 9]), [(0, 2), (4, 6)]).tolist() == [True, True, False]
+    assert within_any(np.array([1, 5, 9]), [(0, 2), (4, 6)]).tolist() == [True, True, False]
     for _ in range(1000):
         spans = [(int(a), int(a + rng.integers(0, 60))) for a in rng.integers(0, 500, int(rng.integers(0, 8)))]
         times = rng.integers(-10, 600, 40)
         direct = np.zeros(times.size, dtype=bool)
         for start, end in spans:
             direct |= (times >= start) & (times < end)
-        assert (_within_any(times, spans) == direct).all()
+        assert (within_any(times, spans) == direct).all()
 
 
 def test_overlaps_agree_with_a_mask_per_window() -> None:
