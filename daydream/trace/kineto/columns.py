@@ -6,18 +6,17 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from itertools import repeat
-from operator import attrgetter, is_not
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from daydream.errors import TraceFormatError
 from daydream.trace.kineto.metadata import _meta
+from daydream.trace.kineto.rows import Coded, EventRows, Flow, ScannedRows
 from daydream.trace.kineto.schema import (
     _CATEGORY_KIND,
     _COLLECTIVE_KERNEL,
-    _EMPTY_ARGS,
     _GLOO_PREFIX,
     _GPU_KINDS,
     _INSTANT_KINDS,
@@ -30,18 +29,6 @@ from daydream.trace.kineto.schema import (
     _Args,
     _as_int,
     _Event,
-    _get_bytes,
-    _get_cat,
-    _get_collective,
-    _get_correlation,
-    _get_dims,
-    _get_dur,
-    _get_grid,
-    _get_name,
-    _get_pid,
-    _get_sequence,
-    _get_tid,
-    _get_ts,
     _Interner,
     _ints,
     _table,
@@ -56,6 +43,8 @@ from daydream.trace.model import (
     TrackKind,
     empty_table,
 )
+
+Rows = EventRows | ScannedRows
 
 #: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish`
 #: turns the values into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str"
@@ -108,86 +97,86 @@ class _Columns:
         self.shape_memo: dict[Any, Any] = {}
 
     def add(self, events: list[_Event], skipped: dict[str, int]) -> None:
-        self.decoded += len(events)
-        cats = _codes(self.cats, list(map(_get_cat, events)))
+        self.add_rows(EventRows(events), skipped)
+
+    def add_rows(self, rows: Rows, skipped: dict[str, int]) -> None:
+        """One chunk of events, from either reader."""
+        self.decoded += rows.size
+        cats = _coded(self.cats, rows.cats())
         counts = np.bincount(cats, minlength=len(self.cats))
         counts[:self.cat_counts.size] += self.cat_counts
         self.cat_counts = counts
         if "fwdbwd" in self.cats:
-            self._add_flows(events, np.flatnonzero(cats == self.cats["fwdbwd"]))
-        kinds = _classify(events, cats, self.cats)
+            self._add_flows(rows.flows(np.flatnonzero(cats == self.cats["fwdbwd"]).tolist()))
+        kinds = _classify(rows, cats, self.cats)
         keep = np.flatnonzero(kinds >= 0)
         self.classified += keep.size
         if keep.size == 0:
             return
-        kept = events if keep.size == len(events) else list(map(events.__getitem__, keep.tolist()))
-        kind = kinds[keep]
-        ts_ns, dur_ns, valid = _times(kept, kind, skipped)
+        kept, kind = rows.take(keep), kinds[keep]
+        ts_ns, dur_ns, valid = _times(*kept.times(), kind, skipped)
         if not valid.all():
             select = np.flatnonzero(valid)
-            kept = list(map(kept.__getitem__, select.tolist()))
-            kind, ts_ns, dur_ns = kind[select], ts_ns[select], dur_ns[select]
-            if not kept:
+            kept, kind = kept.take(select), kind[select]
+            ts_ns, dur_ns = ts_ns[select], dur_ns[select]
+            if not kept.size:
                 return
-        args = [e.args if e.args is not None else _EMPTY_ARGS for e in kept]
-        names = self.names.many(list(map(_get_name, kept)))
+        self._add_kept(kept, kind, ts_ns, dur_ns)
+
+    def _add_kept(self, kept: Rows, kind: np.ndarray, ts_ns: np.ndarray,
+                  dur_ns: np.ndarray) -> None:
+        names = self.names.many_coded(kept.names())
         is_gpu = np.isin(kind, [int(k) for k in _GPU_KINDS])
-        pids = _codes(self.pids, list(map(_get_pid, kept)))
-        tids = _codes(self.tids, list(map(_get_tid, kept)))
+        pids = _coded(self.pids, kept.pids())
+        tids = _coded(self.tids, kept.tids())
         combined = (is_gpu.astype(np.int64) << 62) | (pids << 31) | tids
         _, first = np.unique(combined, return_index=True)
         for row in first.tolist():
             track = (int(is_gpu[row]), int(pids[row]), int(tids[row]))
             if track not in self.track_args:
-                self.track_args[track] = (args[row].device, args[row].stream)
-        bytes_column = _ints(list(map(_get_bytes, args)))
-        collective_arg = _flags(map(bool, map(_get_collective, args)), len(args))
-        self._add_side_rows(kind, args, names, bytes_column, collective_arg)
+                self.track_args[track] = kept.device_stream(row)
+        ints, marks = kept.ints(), kept.marks()
+        self._add_side_rows(kind, kept, names, ints["bytes"], marks)
         for key, values in (
             ("kind", kind), ("name", names), ("ts_ns", ts_ns), ("dur_ns", dur_ns),
             ("is_gpu", is_gpu), ("pid", pids), ("tid", tids),
-            ("correlation", _ints(list(map(_get_correlation, args)))),
-            ("external_id", _ints([a.external_id if a.external_id != NO_VALUE
-                                   else a.external_id_legacy for a in args])),
-            ("sequence", _ints(list(map(_get_sequence, args)))),
-            ("bytes", bytes_column),
-            ("collective_arg", collective_arg),
+            ("correlation", ints["correlation"]), ("external_id", ints["external_id"]),
+            ("sequence", ints["sequence"]), ("bytes", ints["bytes"]),
+            ("collective_arg", marks["collective"]),
         ):
             self.pieces[key].append(values)
-        self.rows += len(kept)
+        self.rows += kept.size
 
-    def _add_flows(self, events: list[_Event], rows: np.ndarray) -> None:
-        for e in map(events.__getitem__, rows.tolist()):
-            if e.ph in ("s", "f") and isinstance(e.id, int):
-                self.flows["flow_id"].append(e.id)
-                self.flows["ts"].append(e.ts if math.isfinite(e.ts) else 0.0)
-                self.flows["host"].append((e.pid, e.tid))
-                self.flows["is_start"].append(e.ph == "s")
+    def _add_flows(self, flows: Iterable[Flow]) -> None:
+        for flow_id, ts, host, is_start in flows:
+            self.flows["flow_id"].append(flow_id)
+            self.flows["ts"].append(ts if math.isfinite(ts) else 0.0)
+            self.flows["host"].append(host)
+            self.flows["is_start"].append(is_start)
 
-    def _add_side_rows(self, kind: np.ndarray, args: list[_Args], names: np.ndarray,
-                       bytes_column: np.ndarray, collective_arg: np.ndarray) -> None:
+    def _add_side_rows(self, kind: np.ndarray, kept: Rows, names: np.ndarray,
+                       bytes_column: np.ndarray, marks: dict[str, np.ndarray]) -> None:
         """This chunk's rows of the side tables, as the file writes
         them (`finish` makes the columns)."""
         memory = np.flatnonzero(kind == EventKind.MEMORY)
         if memory.size:
-            bytes_column[memory] = _ints([args[i].memory_bytes for i in memory.tolist()])
+            bytes_column[memory] = _ints([a.memory_bytes for a in kept.args_of(memory.tolist())])
         chosen = {
             "memory": memory,
-            "collective": np.flatnonzero(collective_arg),
-            "launch_config": np.flatnonzero(_flags(map(is_not, map(_get_grid, args), repeat(None)),
-                                                   len(args))),
+            "collective": np.flatnonzero(marks["collective"]),
+            "launch_config": np.flatnonzero(marks["grid"]),
             "sync": np.flatnonzero(kind == EventKind.SYNC),
-            "shapes": np.flatnonzero((kind == EventKind.CPU_OP)
-                                     & _flags(map(len, map(_get_dims, args)), len(args))),
+            "shapes": np.flatnonzero((kind == EventKind.CPU_OP) & marks["dims"]),
         }
         for name, rows in chosen.items():
             if rows.size:
                 table = self.side[name]
                 table["event"].extend((rows + self.rows).tolist())
-                picked = [args[i] for i in rows.tolist()]
+                picked = kept.args_of(rows.tolist())
                 for column, field in _SIDE_FIELDS[name]:
                     values = map(field, picked)
                     table[column].extend(map(bytes, values) if name == "shapes" else values)
+        args = kept.args
         flops = _gemm_flops(kind, args, self.names, names, self.shape_memo)
         if flops["event"].size:
             table = self.side["flops"]
@@ -306,6 +295,13 @@ def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
         return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
 
+def _coded(index: dict[Any, int], coded: Coded) -> np.ndarray:
+    """`_codes` of values given distinct (and each row's index into them) or one per row."""
+    values, at = coded
+    codes = _codes(index, values)
+    return codes if at is None else codes[at]
+
+
 def _ranks(values: list[Any]) -> np.ndarray:
     """Each value's position among `values` sorted numbers first, then names."""
     order = sorted(range(len(values)), key=lambda i: (isinstance(values[i], str),
@@ -326,7 +322,7 @@ def _count_categories(counts: dict[str, int]) -> dict[str, int]:
 _KIND_OF_CATEGORY = {c: int(k) for c, k in _CATEGORY_KIND.items()}
 
 
-def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray:
+def _classify(events: Rows, cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray:
     """Kind per event from its category (`cats`: ids into `ids`); -1
     for events daydream does not keep."""
     kind_of_id = np.full(len(ids), -1, dtype=np.int16)
@@ -337,14 +333,15 @@ def _classify(events: list[_Event], cats: np.ndarray, ids: dict[Any, int]) -> np
     instant = [ids[cat] for cat in ("cpu_instant_event", "") if cat in ids]
     if instant:
         rows = np.flatnonzero(np.isin(cats, instant)).tolist()
-        memory = [i for i in rows if events[i].name == "[memory]" and events[i].ph in ("i", "I")]
+        memory = [i for i, (name, ph) in zip(rows, events.name_and_ph(rows))
+                  if name == "[memory]" and ph in ("i", "I")]
         kinds[memory] = int(EventKind.MEMORY)
     # Module spans recorded with with_stack=True: the only
     # python_function events kept (layer attribution).
     if "python_function" in ids:
         rows = np.flatnonzero(cats == ids["python_function"]).tolist()
-        modules = [i for i in rows if events[i].name.startswith(MODULE_SPAN_PREFIX)
-                   and events[i].ph == "X"]
+        modules = [i for i, (name, ph) in zip(rows, events.name_and_ph(rows))
+                   if name.startswith(MODULE_SPAN_PREFIX) and ph == "X"]
         kinds[modules] = int(EventKind.ANNOTATION)
     return kinds
 
@@ -368,11 +365,10 @@ def _refine_kinds(kind: np.ndarray, collective_arg: np.ndarray, names: np.ndarra
     return kind
 
 
-def _times(kept: list[_Event], kind: np.ndarray,
+def _times(ts_us: np.ndarray, dur_us: np.ndarray, kind: np.ndarray,
            skipped: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Integer ns from fractional µs, exact to the precision the file's doubles carry."""
-    ts_us = np.fromiter(map(_get_ts, kept), dtype=np.float64, count=len(kept))
-    dur_us = np.fromiter(map(_get_dur, kept), dtype=np.float64, count=len(kept))
+    """Integer ns from fractional µs (`dur_us` is changed), exact to the precision the file's
+    doubles carry."""
     instant = np.isin(kind, [int(k) for k in _INSTANT_KINDS])
     dur_us[instant & np.isnan(dur_us)] = 0.0
     bad_ts = ~np.isfinite(ts_us)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from operator import attrgetter
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import msgspec
 import numpy as np
@@ -80,6 +80,12 @@ class _Args(msgspec.Struct, gc=False):
 
 
 _EMPTY_ARGS = _Args()
+
+
+class ArgsByRow(Protocol):
+    """Each row's args, read for the few rows the side tables take."""
+
+    def __getitem__(self, row: int, /) -> _Args: ...
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -178,6 +184,12 @@ class _Interner:
         for text in sorted(set(texts).difference(index)):
             index[text] = len(index)
         return np.fromiter(map(index.__getitem__, texts), dtype=np.int32, count=len(texts))
+
+    def many_coded(self, coded: tuple[list[str], np.ndarray | None]) -> np.ndarray:
+        """`many` of strings given distinct (and each row's index into them) or one per row."""
+        texts, at = coded
+        ids = self.many(texts)
+        return ids if at is None else ids[at]
 
     def in_order(self, values: list[Any]) -> np.ndarray:
         """Ids of `values` (strings, or UTF-8 bytes read with replacement), new ones numbered in

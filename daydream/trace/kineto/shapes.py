@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from daydream.trace.kineto.schema import _Args, _Interner, _table
+from daydream.trace.kineto.schema import ArgsByRow, _Interner, _table
 from daydream.trace.model import EventKind, empty_table
 
 
@@ -50,7 +50,7 @@ def _remembered(memo: dict[Any, Any], key: Any, work: Callable[..., Any], *argum
     return value
 
 
-def _gemm_flops(kind: np.ndarray, args: list[_Args], strings: _Interner,
+def _gemm_flops(kind: np.ndarray, args: ArgsByRow, strings: _Interner,
                 names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
     gemm_names = {strings.index[name]: formula for name, formula in _GEMM_SHAPES.items()
                   if name in strings.index}
@@ -104,7 +104,7 @@ def _streamed_bytes(dims: list[Any], types: list[Any]) -> float:
     return float(sum(sizes) + max(sizes)) if sizes else 0.0
 
 
-def _elementwise_bytes(kind: np.ndarray, args: list[_Args], strings: _Interner,
+def _elementwise_bytes(kind: np.ndarray, args: ArgsByRow, strings: _Interner,
                        names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
     ids = [strings.index[name] for name in ELEMENTWISE_OPS if name in strings.index]
     if not ids:

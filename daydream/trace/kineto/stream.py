@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import msgspec
 
 from daydream._heap import give_back
+from daydream._jit import numba
 from daydream.trace.kineto.columns import _Columns
 from daydream.trace.kineto.document import (
     _EVENTS,
@@ -22,6 +23,7 @@ from daydream.trace.kineto.document import (
     _tolerant,
     decode,
 )
+from daydream.trace.kineto.rows import scan_events
 from daydream.trace.kineto.schema import _Envelope, _RawFile
 from daydream.trace.model import Trace
 
@@ -68,6 +70,12 @@ WINDOW = 8 << 20
 _NOT_STREAMED: Any = object()
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+#: Whether windows are read by the compiled scanner first (numba is there to compile it: as plain
+#: Python it would be slower than msgspec), and from how many bytes of text on: loading it takes
+#: about 0.15 s a process and it saves about 2.5 ms a MB (docs/performance.md), so a document
+#: smaller than this is read as fast by msgspec alone.
+SCANNER = numba is not None
+SCAN_FROM = 64 << 20
 #: Cuts tried per window before the document is read whole (a cut
 #: inside a string or a nested list fails to decode).
 _CUT_ATTEMPTS = 8
@@ -80,6 +88,12 @@ class _Window:
         self.blocks = iter(document.blocks(progress))
         self.buffer = bytearray()
         self.at_end = False
+        self.read = 0  # bytes of text appended so far
+
+    @property
+    def scanning(self) -> bool:
+        """Whether the compiled scanner reads the windows from here on."""
+        return SCANNER and self.read >= SCAN_FROM
 
     def more(self) -> bool:
         """Append the next block; False (and `at_end`) when there is none."""
@@ -88,6 +102,7 @@ class _Window:
             self.at_end = True
             return False
         self.buffer.extend(block)
+        self.read += len(block)
         return True
 
     def fill(self, size: int) -> None:
@@ -110,7 +125,8 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int],
     window.buffer[:start] = b"["  # from here on the buffer reads as the start of a list of events
     if not _cut_windows(window, columns, skipped):
         return _NOT_STREAMED
-    return _last_events(window.buffer, prefix_envelope, columns, skipped, document.label)
+    return _last_events(window.buffer, prefix_envelope, columns, skipped, document.label,
+                        window.scanning)
 
 
 def _open_events(window: _Window) -> Any:
@@ -144,7 +160,7 @@ def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) ->
     while True:
         window.fill(WINDOW)
         try:
-            cut = _cut(buffer, columns, skipped) if not window.at_end else None
+            cut = _cut(buffer, columns, skipped, window.scanning) if not window.at_end else None
         except RecursionError:
             # an event nested deeper than the decoder goes: the whole-document path says so
             return False
@@ -163,9 +179,12 @@ def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) ->
 
 
 def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
-                 skipped: dict[str, int], label: str) -> Any:
+                 skipped: dict[str, int], label: str, scanning: bool) -> Any:
     """The rest: the last events, the array's end and the keys after
     it; the whole envelope, or _NOT_STREAMED."""
+    scanned = _scanned(buffer, columns, skipped) if scanning else None
+    if scanned is not None:
+        del buffer[1:scanned]
     try:
         if prefix_envelope is None:
             tail_events = msgspec.json.decode(bytes(buffer), type=list[msgspec.Raw])
@@ -184,10 +203,14 @@ def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
     return envelope
 
 
-def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int | None:
+def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int],
+         scanning: bool = False) -> int | None:
     """Decode the events of `buffer` ("[" and then events) up to the last place two events meet,
     into `columns`; the offset of the next event's start, or None when no place decodes (the text
     ends inside one event, or only false cuts were found)."""
+    scanned = _scanned(buffer, columns, skipped) if scanning else None
+    if scanned is not None:
+        return scanned
     end = len(buffer)
     for _ in range(_CUT_ATTEMPTS):
         brace = buffer.rfind(b"}", 1, end)
@@ -221,6 +244,17 @@ def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int |
         columns.add(events, skipped)
         return found.end() - 1
     return None
+
+
+def _scanned(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int | None:
+    """The events at the start of `buffer` ("[" and then events) that the compiled scanner reads,
+    into `columns`: where the next event starts, or None where it read none (msgspec reads the
+    window instead)."""
+    rows, stop, _ = scan_events(buffer, 1)
+    if rows is None:
+        return None
+    columns.add_rows(rows, skipped)
+    return stop
 
 
 def _merged(before: Any, after: Any) -> Any:
