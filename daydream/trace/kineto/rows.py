@@ -197,12 +197,14 @@ class ScannedRows:
         pids, pid_at = self.pids()
         tids, tid_at = self.tids()
         assert pid_at is not None and tid_at is not None
-        out = self.out
-        for i in rows:
-            ph = out[i, scan.I_PH]
-            if (ph == 115 or ph == 102) and out[i, scan.I_ID] == 1:
-                yield (int(out[i, scan.I_ID + 1]), float(self.ts[i]),
-                       (pids[pid_at[i]], tids[tid_at[i]]), ph == 115)
+        picked = self.out[rows]
+        ph = picked[:, scan.I_PH]
+        flowing = np.flatnonzero(((ph == 115) | (ph == 102)) & (picked[:, scan.I_ID] == 1))
+        chosen = np.asarray(rows, dtype=np.int64)[flowing]
+        for flow_id, ts, pid, tid, mark in zip(picked[flowing, scan.I_ID + 1].tolist(),
+                                              self.ts[chosen].tolist(), pid_at[chosen].tolist(),
+                                              tid_at[chosen].tolist(), ph[flowing].tolist()):
+            yield flow_id, ts, (pids[pid], tids[tid]), mark == 115
 
     def take(self, rows: np.ndarray) -> ScannedRows:
         if rows.size == self.size:
@@ -215,7 +217,10 @@ class ScannedRows:
         new_rows = renumbered.tolist()
         taken.full = {new_rows[row]: args for row, args in self.full.items()
                       if new_rows[row] >= 0}
-        taken._coded = {column: _subset(values, at, rows)
+        # the names of the rows kept, no other: the trace's strings hold only names of its events
+        # (a pid or tid of no kept row is harmless: tracks are made from rows)
+        taken._coded = {column: _subset(values, at, rows) if column == scan.I_NAME
+                        else (values, None if at is None else at[rows])
                         for column, (values, at) in self._coded.items()}
         return taken
 
