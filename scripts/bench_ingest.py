@@ -17,6 +17,7 @@ HTA (`pip install holistictraceanalysis`) is optional; without it, its rows say 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -44,6 +45,22 @@ print(json.dumps({"seconds": read, "with_summary": total, "events": sum(t.meta.e
 
 _DAYDREAM_COLD_ZLIB = "import zlib\nfrom daydream.trace import sources\n" \
     "sources.inflater = lambda: zlib.decompressobj(wbits=31)\n" + _DAYDREAM_COLD
+
+#: The cold read with the compiled scanner reading every window (its load, once a process, included), and with
+#: msgspec reading every window: daydream itself switches to the scanner past `stream.SCAN_FROM` bytes of text.
+_DAYDREAM_COLD_SCANNED = "import daydream.trace.kineto.stream as stream\nstream.SCAN_FROM = 0\n" + _DAYDREAM_COLD
+_DAYDREAM_COLD_MSGSPEC = "import daydream.trace.kineto.stream as stream\nstream.SCANNER = False\n" + _DAYDREAM_COLD
+
+#: What loading the compiled scanner costs a process: its first call, on two events.
+_SCANNER_LOAD = """
+import json, time
+from daydream.trace.kineto import scanned as rows
+text = bytearray(b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+                 b'"args": {"correlation": 3, "grid": [1, 1, 1]}}, {"ph": "X"}]')
+start = time.perf_counter()
+rows.scan_events(text, 1)
+print(json.dumps({"seconds": time.perf_counter() - start}))
+"""
 
 #: The floor: the same bytes gunzipped (as daydream does: python-isal where installed) and decoded by msgspec into
 #: daydream's own typed structs, nothing else.
@@ -142,11 +159,14 @@ def main() -> int:
     cache = Path(tempfile.mkdtemp(prefix="daydream-bench-"))
     env = {**os.environ, "DAYDREAM_CACHE_DIR": str(cache)}
     try:
-        cold, bare, cold_zlib = [], [], []
-        for _ in range(options.repeat):  # interleaved, so that a change in the machine's load hits all three
+        cold, bare, cold_zlib, scanned, msgspec_only, load = [], [], [], [], [], []
+        for _ in range(options.repeat):  # interleaved, so that a change in the machine's load hits them all
             cold.append(run_child(sys.executable, _DAYDREAM_COLD, str(trace), env))
             bare.append(run_child(sys.executable, _BARE_DECODE, str(trace), env))
             cold_zlib.append(run_child(sys.executable, _DAYDREAM_COLD_ZLIB, str(trace), env))
+            scanned.append(run_child(sys.executable, _DAYDREAM_COLD_SCANNED, str(trace), env)["seconds"])
+            msgspec_only.append(run_child(sys.executable, _DAYDREAM_COLD_MSGSPEC, str(trace), env)["seconds"])
+            load.append(run_child(sys.executable, _SCANNER_LOAD, "", env)["seconds"])
         cold_peak = peak_rss_mib(sys.executable, _DAYDREAM_COLD, str(trace), env)
         against = _against(options, trace, env)
         run_child(sys.executable, _DAYDREAM_CACHED, str(trace), env)  # first cached open writes the cache
@@ -177,6 +197,8 @@ def main() -> int:
         ("daydream cached + summary", f"{warm_summary_s:.4f} s  ({cold_summary_s / warm_summary_s:.0f}x faster than cold + summary)"),
         ("CLI inspect, first / second", f"{cli_first:.2f} s / {cli_second:.2f} s (whole processes, imports included)"),
     ]
+    rows += _scanner_rows(trace, statistics.median(scanned), statistics.median(msgspec_only),
+                          statistics.median(load))
     for label, (this, other) in against.items():
         rows.append((f"{label}, this / --against", f"{this:.3f} s / {other:.3f} s ({this / other:.2f}x)"))
     if hta_seconds is not None:
@@ -188,6 +210,23 @@ def main() -> int:
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
     return 0
+
+
+def _scanner_rows(trace: Path, scanned: float, msgspec_only: float, load: float) -> list[tuple[str, str]]:
+    """The compiled scanner against msgspec on this trace, and where it starts to pay."""
+    megabytes = _decompressed_bytes(trace) / 1e6
+    saved = (msgspec_only - (scanned - load)) / megabytes
+    pays_from = f"; it pays for its load past {load / saved:,.0f} MB of text" if saved > 0 else ""
+    return [("cold, scanner / msgspec alone", f"{scanned:.3f} s / {msgspec_only:.3f} s, every window read each way "
+                                              f"({megabytes:,.0f} MB of text)"),
+            ("scanner load, first call", f"{load:.3f} s a process; it saves {saved * 1e3:.2f} ms a MB{pays_from}")]
+
+
+def _decompressed_bytes(trace: Path) -> int:
+    with trace.open("rb") as head:
+        gzipped = head.read(2) == b"\x1f\x8b"
+    with (gzip.open(trace, "rb") if gzipped else trace.open("rb")) as handle:
+        return sum(len(block) for block in iter(lambda: handle.read(1 << 24), b""))
 
 
 def _against(options: argparse.Namespace, trace: Path, env: dict[str, str]) -> dict[str, tuple[float, float]]:

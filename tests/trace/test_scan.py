@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from daydream.trace import read_job
-from daydream.trace.kineto import rows, scan, stream
+from daydream.trace.kineto import scan, scanned, stream
 from daydream.trace.kineto.schema import _Args
 from daydream.trace.model import Trace
 
@@ -33,16 +33,17 @@ def _read_both(path: Path, monkeypatch: pytest.MonkeyPatch, window: int | None =
     monkeypatch.setattr(stream, "SCANNER", True)
     monkeypatch.setattr(stream, "SCAN_FROM", 0)
     read = []
+    original = scanned.scan_events
 
-    def counted(buffer: bytearray, start: int) -> tuple[rows.ScannedRows | None, int, int]:
-        found = rows.scan_events(buffer, start)
+    def counted(buffer: bytearray, start: int) -> tuple[scanned.ScannedRows | None, int, int]:
+        found = original(buffer, start)
         read.append(0 if found[0] is None else found[0].size)
         return found
 
-    monkeypatch.setattr(stream, "scan_events", counted)
-    scanned = read_job(path, cache=False).traces[0]
+    monkeypatch.setattr(scanned, "scan_events", counted)
+    with_scanner = read_job(path, cache=False).traces[0]
     assert sum(read) > 0
-    return plain, scanned
+    return plain, with_scanner
 
 
 def _assert_same(a: Trace, b: Trace) -> None:
@@ -146,17 +147,17 @@ def test_events_are_counted_once_the_text_after_them_is_read() -> None:
               for i in range(3)]
     text = "[" + ", ".join(events)
     cut = bytearray(text[:-5].encode())  # the third event is not all there
-    read, stop, status = rows.scan_events(cut, 1)
+    read, stop, status = scanned.scan_events(cut, 1)
     assert read is not None and read.size == 2 and status == scan.PARTIAL
     assert stop == text.index(events[2])
     whole = bytearray((text + "]").encode())
-    read, stop, status = rows.scan_events(whole, 1)
+    read, stop, status = scanned.scan_events(whole, 1)
     assert read is not None and read.size == 3 and status == scan.END and whole[stop:] == b"]"
     refused = bytearray(("[" + events[0] + ', {"ph": "X", "ph": "X"}, ' + events[1] + "]").encode())
-    read, stop, status = rows.scan_events(refused, 1)
+    read, stop, status = scanned.scan_events(refused, 1)
     assert read is not None and read.size == 1 and status == scan.FAILED
     assert refused[stop:].startswith(b'{"ph": "X", "ph"')
-    assert rows.scan_events(bytearray(b"[]"), 1) == (None, 1, scan.END)
+    assert scanned.scan_events(bytearray(b"[]"), 1) == (None, 1, scan.END)
 
 
 def test_the_hot_args_are_fields_of_the_args_struct() -> None:
@@ -213,7 +214,7 @@ def test_a_small_document_is_read_by_msgspec_alone(tmp_path: Path, monkeypatch: 
     def refuse(buffer: bytearray, start: int) -> None:
         raise AssertionError("the scanner was used")
 
-    monkeypatch.setattr(stream, "scan_events", refuse)
+    monkeypatch.setattr(scanned, "scan_events", refuse)
     path = tmp_path / "small.json"
     path.write_text(_document(_EVENTS[:6] * 100, "\n"))
     assert len(path.read_bytes()) < stream.SCAN_FROM

@@ -13,7 +13,7 @@ import numpy as np
 
 from daydream.errors import TraceFormatError
 from daydream.trace.kineto.metadata import _meta
-from daydream.trace.kineto.rows import Coded, EventRows, Flow, ScannedRows
+from daydream.trace.kineto.rows import Coded, EventRows, Flow, Rows
 from daydream.trace.kineto.schema import (
     _CATEGORY_KIND,
     _COLLECTIVE_KERNEL,
@@ -43,8 +43,6 @@ from daydream.trace.model import (
     TrackKind,
     empty_table,
 )
-
-Rows = EventRows | ScannedRows
 
 #: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish`
 #: turns the values into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str"

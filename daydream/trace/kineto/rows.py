@@ -1,6 +1,7 @@
-"""A chunk of events as `_Columns` reads it, from either reader: `EventRows` over the structs
-msgspec decoded, `ScannedRows` over what the compiled scanner (scan.py) read straight from the
-text. Both give the same values for the same events; the scanner's side holds no object per event.
+"""A chunk of events as `_Columns` reads it (`Rows`), from either reader: `EventRows` over the
+structs msgspec decoded, `scanned.ScannedRows` over what the compiled scanner (scan.py) read
+straight from the text. Both give the same values for the same events; the scanner's side holds no
+object per event.
 
 Values that name something (categories, names, pids, tids) come as `Coded`: the distinct values and
 each row's index into them (None: one value per row, in order).
@@ -8,19 +9,16 @@ each row's index into them (None: one value per row, in order).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import repeat
 from operator import is_not
-from typing import Any
+from typing import Any, Protocol
 
-import msgspec
 import numpy as np
 
-from daydream.trace.kineto import scan
 from daydream.trace.kineto.schema import (
     _EMPTY_ARGS,
-    INT_LIMIT,
+    ArgsByRow,
     _Args,
     _Event,
     _get_bytes,
@@ -40,13 +38,55 @@ from daydream.trace.kineto.schema import (
 from daydream.trace.model import NO_VALUE
 
 Coded = tuple[list[Any], np.ndarray | None]
-Text = bytes | bytearray
 #: A flow event's (id, ts in µs, (pid, tid), whether it starts the flow).
 Flow = tuple[Any, float, tuple[Any, Any], bool]
 
 
 def _flags(values: Iterator[Any] | map[Any], count: int) -> np.ndarray:
     return np.fromiter(values, dtype=bool, count=count)
+
+
+class Rows(Protocol):
+    """A chunk of events, as `_Columns.add_rows` reads it."""
+
+    size: int
+
+    def cats(self) -> Coded: ...
+
+    def names(self) -> Coded: ...
+
+    def pids(self) -> Coded: ...
+
+    def tids(self) -> Coded: ...
+
+    def name_and_ph(self, rows: list[int]) -> list[tuple[str, str]]:
+        """(name, ph) of each of `rows`."""
+        ...
+
+    def flows(self, rows: list[int]) -> Iterator[Flow]:
+        """The flow events among `rows` (ph "s" or "f", an int id)."""
+        ...
+
+    def take(self, rows: np.ndarray) -> Rows:
+        """These rows only, renumbered from 0."""
+        ...
+
+    def times(self) -> tuple[np.ndarray, np.ndarray]:
+        """ts and dur in µs (NaN where absent), arrays the caller may change."""
+        ...
+
+    @property
+    def args(self) -> ArgsByRow: ...
+
+    def args_of(self, rows: list[int]) -> list[_Args]: ...
+
+    def device_stream(self, row: int) -> tuple[Any, Any]:
+        """The device and stream args of `row`, as written."""
+        ...
+
+    def ints(self) -> dict[str, np.ndarray]: ...
+
+    def marks(self) -> dict[str, np.ndarray]: ...
 
 
 class EventRows:
@@ -125,243 +165,3 @@ def arg_marks(args: list[_Args]) -> dict[str, np.ndarray]:
     return {"collective": _flags(map(bool, map(_get_collective, args)), count),
             "grid": _flags(map(is_not, map(_get_grid, args), repeat(None)), count),
             "dims": _flags(map(len, map(_get_dims, args)), count)}
-
-
-_FULL_ARGS = msgspec.json.Decoder(list[_Args])
-#: Rows scanned at a time (the columns the scanner writes: 232 bytes a row).
-SCAN_ROWS = 1 << 15
-
-
-class NotScanned(Exception):
-    """What the scanner read cannot be taken as msgspec would read it: the text is read by
-    msgspec instead."""
-
-
-def scan_events(buffer: bytearray, start: int) -> tuple[ScannedRows | None, int, int]:
-    """The events of `buffer` from `start` (just after "[" or a comma) as far as the scanner reads
-    them: (their rows, None where it read none; where it stopped; scan.END, PARTIAL or FAILED)."""
-    text = np.frombuffer(buffer, dtype=np.uint8)
-    rows = min(SCAN_ROWS, len(buffer) // 32 + 16)
-    out = np.empty((rows, scan.WIDTH), dtype=np.int64)
-    times = np.empty((rows, 2), dtype=np.float64)
-    count, stop, status = scan.scan(text, start, text.size, out, times)
-    del text
-    if count == 0:
-        return None, stop, status
-    try:
-        scanned = ScannedRows(buffer, out[:count], times[:count])
-    except NotScanned:
-        return None, start, scan.FAILED
-    return scanned, stop, status
-
-
-class ScannedRows:
-    """Events the scanner read: its columns, the strings and numbers it left to Python decoded, and
-    the args it left to msgspec decoded (`full`: row -> `_Args`)."""
-
-    def __init__(self, text: Text, out: np.ndarray, times: np.ndarray) -> None:
-        """Every string and number decoded now, from `text` (not kept): what cannot be is found
-        before any column takes these rows."""
-        self.out = out
-        self.size = out.shape[0]
-        self.ts, self.dur = _slow_numbers(text, out, times)
-        self.full = _full_args(text, out)
-        flags = out[:, scan.I_FLAGS]
-        self._coded: dict[int, Coded] = {
-            column: _distinct_texts(text, out[:, column], out[:, column + 1],
-                                    (flags & flag) != 0, out[:, hashes])
-            for column, hashes, flag in ((scan.I_CAT, scan.I_CAT_HASH, scan.F_CAT),
-                                         (scan.I_NAME, scan.I_NAME_HASH, scan.F_NAME))}
-        self._coded[scan.I_PID] = _ids(text, out, scan.I_PID, scan.F_PID)
-        self._coded[scan.I_TID] = _ids(text, out, scan.I_TID, scan.F_TID)
-
-    def cats(self) -> Coded:
-        return self._coded[scan.I_CAT]
-
-    def names(self) -> Coded:
-        return self._coded[scan.I_NAME]
-
-    def pids(self) -> Coded:
-        return self._coded[scan.I_PID]
-
-    def tids(self) -> Coded:
-        return self._coded[scan.I_TID]
-
-    def name_and_ph(self, rows: list[int]) -> list[tuple[str, str]]:
-        names, at = self.names()
-        assert at is not None
-        return [(names[name], chr(ph) if ph >= 0 else _PH[ph]) for name, ph in
-                zip(at[rows].tolist(), self.out[rows, scan.I_PH].tolist())]
-
-    def flows(self, rows: list[int]) -> Iterator[Flow]:
-        pids, pid_at = self.pids()
-        tids, tid_at = self.tids()
-        assert pid_at is not None and tid_at is not None
-        picked = self.out[rows]
-        ph = picked[:, scan.I_PH]
-        flowing = np.flatnonzero(((ph == 115) | (ph == 102)) & (picked[:, scan.I_ID] == 1))
-        chosen = np.asarray(rows, dtype=np.int64)[flowing]
-        for flow_id, ts, pid, tid, mark in zip(picked[flowing, scan.I_ID + 1].tolist(),
-                                              self.ts[chosen].tolist(), pid_at[chosen].tolist(),
-                                              tid_at[chosen].tolist(), ph[flowing].tolist()):
-            yield flow_id, ts, (pids[pid], tids[tid]), mark == 115
-
-    def take(self, rows: np.ndarray) -> ScannedRows:
-        if rows.size == self.size:
-            return self
-        taken = object.__new__(ScannedRows)
-        taken.out, taken.size = self.out[rows], rows.size
-        taken.ts, taken.dur = self.ts[rows], self.dur[rows]
-        renumbered = np.full(self.size, -1, dtype=np.int64)
-        renumbered[rows] = np.arange(rows.size)
-        new_rows = renumbered.tolist()
-        taken.full = {new_rows[row]: args for row, args in self.full.items()
-                      if new_rows[row] >= 0}
-        # the names of the rows kept, no other: the trace's strings hold only names of its events
-        # (a pid or tid of no kept row is harmless: tracks are made from rows)
-        taken._coded = {column: _subset(values, at, rows) if column == scan.I_NAME
-                        else (values, None if at is None else at[rows])
-                        for column, (values, at) in self._coded.items()}
-        return taken
-
-    def times(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.ts.copy(), self.dur.copy()
-
-    def args_of(self, rows: list[int]) -> list[_Args]:
-        return [self.full.get(i, _EMPTY_ARGS) for i in rows]
-
-    @property
-    def args(self) -> _FullArgs:
-        return _FullArgs(self.full)
-
-    def device_stream(self, row: int) -> tuple[Any, Any]:
-        if row in self.full:
-            return self.full[row].device, self.full[row].stream
-        hot = scan.I_HOT + scan.HOT_FIELDS.index("device")
-        return int(self.out[row, hot]), int(self.out[row, hot + 1])
-
-    def ints(self) -> dict[str, np.ndarray]:
-        hot = {field: self.out[:, scan.I_HOT + k] for k, field in enumerate(scan.HOT_FIELDS)}
-        columns = {"correlation": hot["correlation"],
-                   "external_id": np.where(hot["external_id"] != NO_VALUE, hot["external_id"],
-                                           hot["external_id_legacy"]),
-                   "sequence": hot["sequence"], "bytes": hot["bytes"]}
-        columns = {key: np.where(np.abs(values) > INT_LIMIT, NO_VALUE, values)
-                   for key, values in columns.items()}
-        if self.full:
-            rows = np.fromiter(self.full, dtype=np.int64, count=len(self.full))
-            for key, values in arg_ints(list(self.full.values())).items():
-                columns[key][rows] = values
-        return columns
-
-    def marks(self) -> dict[str, np.ndarray]:
-        marks = {key: np.zeros(self.size, dtype=bool) for key in ("collective", "grid", "dims")}
-        if self.full:
-            rows = np.fromiter(self.full, dtype=np.int64, count=len(self.full))
-            for key, values in arg_marks(list(self.full.values())).items():
-                marks[key][rows] = values
-        return marks
-
-
-def _subset(values: list[Any], at: np.ndarray | None, rows: np.ndarray) -> Coded:
-    """The coded values of `rows`: only the distinct values they use."""
-    assert at is not None
-    picked = at[rows]
-    used = np.zeros(len(values), dtype=bool)
-    used[picked] = True
-    renumbered = np.cumsum(used) - 1
-    return [value for value, kept in zip(values, used.tolist()) if kept], renumbered[picked]
-
-
-#: ph as the scanner writes it when it is not one ASCII character: absent, another string.
-_PH = {-1: "", -2: "??"}
-
-
-class _FullArgs:
-    """`args[row]` over the rows whose args msgspec read; the others have none the side tables
-    read."""
-
-    def __init__(self, full: dict[int, _Args]) -> None:
-        self.full = full
-
-    def __getitem__(self, row: int) -> _Args:
-        return self.full.get(row, _EMPTY_ARGS)
-
-
-def _ids(text: Text, out: np.ndarray, column: int, flag: int) -> Coded:
-    """pid or tid: ints as written, strings where written as strings, NO_VALUE where absent."""
-    kind, value = out[:, column], out[:, column + 1]
-    texts = kind == 2
-    inverse = np.zeros(out.shape[0], dtype=np.int64)
-    distinct, inverse[~texts] = np.unique(np.where(kind == 1, value, NO_VALUE)[~texts],
-                                          return_inverse=True)
-    values: list[Any] = distinct.tolist()
-    if texts.any():
-        written = out[texts]
-        strings, at = _distinct_texts(text, written[:, column + 1], written[:, column + 2],
-                                      (written[:, scan.I_FLAGS] & flag) != 0)
-        assert at is not None
-        inverse[texts] = at + len(values)
-        values += strings
-    return values, inverse
-
-
-def _distinct_texts(text: Text, starts: np.ndarray, stops: np.ndarray, marked: np.ndarray,
-                    hashes: np.ndarray | None = None) -> Coded:
-    """The distinct strings of the spans and each span's index among them (`hashes`: the spans'
-    `scan.span_hashes`, where the scanner gave them)."""
-    buffer = np.frombuffer(text, dtype=np.uint8)
-    if hashes is None:
-        hashes = scan.span_hashes(buffer, starts, stops)
-    distinct, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    if distinct.size > 1 and not scan.same_spans(buffer, starts, stops, first[inverse]):
-        raise NotScanned("two strings share a hash")
-    del buffer
-    values = [_string(text, int(starts[row]), int(stops[row]), bool(marked[row]))
-              for row in first.tolist()]
-    return values, inverse
-
-
-def _string(text: Text, start: int, stop: int, marked: bool) -> str:
-    if start < 0:
-        return ""
-    if not marked:
-        return text[start:stop].decode("ascii")
-    try:
-        value: str = msgspec.json.decode(text[start - 1:stop + 1], type=str)
-    except msgspec.DecodeError as exc:
-        raise NotScanned(str(exc)) from None
-    return value
-
-
-def _slow_numbers(text: Text, out: np.ndarray,
-                  times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ts and dur, with the numbers the scanner left to Python read as msgspec reads them."""
-    ts, dur = times[:, 0].copy(), times[:, 1].copy()
-    for column, flag, values in ((scan.I_TS, scan.F_TS_SLOW, ts),
-                                 (scan.I_DUR, scan.F_DUR_SLOW, dur)):
-        for row in np.flatnonzero(out[:, scan.I_FLAGS] & flag).tolist():
-            number = float(text[out[row, column]:out[row, column + 1]])
-            if not math.isfinite(number):
-                raise NotScanned("a number beyond a double")  # msgspec refuses it
-            values[row] = number
-    return ts, dur
-
-
-def _full_args(text: Text, out: np.ndarray) -> dict[int, _Args]:
-    """row -> its args as msgspec reads them, for the rows the scanner marked."""
-    rows = np.flatnonzero(out[:, scan.I_FULL])
-    if not rows.size:
-        return {}
-    buffer = np.frombuffer(text, dtype=np.uint8)
-    joined = scan.joined_spans(buffer, out[rows, scan.I_ARGS], out[rows, scan.I_ARGS + 1])
-    del buffer
-    try:
-        decoded = _FULL_ARGS.decode(joined.data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise NotScanned(str(exc)) from None
-    return dict(zip(rows.tolist(), decoded))
-
-
-Reader = Callable[[bytearray, int], tuple[ScannedRows | None, int, int]]

@@ -5,6 +5,8 @@ with certainty is read whole.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -12,7 +14,6 @@ from typing import Any, Protocol
 import msgspec
 
 from daydream._heap import give_back
-from daydream._jit import numba
 from daydream.trace.kineto.columns import _Columns
 from daydream.trace.kineto.document import (
     _EVENTS,
@@ -23,7 +24,6 @@ from daydream.trace.kineto.document import (
     _tolerant,
     decode,
 )
-from daydream.trace.kineto.rows import scan_events
 from daydream.trace.kineto.schema import _Envelope, _RawFile
 from daydream.trace.model import Trace
 
@@ -71,10 +71,11 @@ _NOT_STREAMED: Any = object()
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 #: Whether windows are read by the compiled scanner first (numba is there to compile it: as plain
-#: Python it would be slower than msgspec), and from how many bytes of text on: loading it takes
-#: about 0.15 s a process and it saves about 2.5 ms a MB (docs/performance.md), so a document
-#: smaller than this is read as fast by msgspec alone.
-SCANNER = numba is not None
+#: Python it would be slower than msgspec; DAYDREAM_NO_JIT turns numba off, as in _jit.py), and
+#: from how many bytes of text on: loading it takes a process about 0.15 s, and it saves 1 ms a MB
+#: or more (`scripts/bench_ingest.py` prints both for a trace), so a smaller document is read as
+#: fast by msgspec alone.
+SCANNER = not os.environ.get("DAYDREAM_NO_JIT") and importlib.util.find_spec("numba") is not None
 SCAN_FROM = 64 << 20
 #: Cuts tried per window before the document is read whole (a cut
 #: inside a string or a nested list fails to decode).
@@ -250,6 +251,8 @@ def _scanned(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> i
     """The events at the start of `buffer` ("[" and then events) that the compiled scanner reads,
     into `columns`: where the next event starts, or None where it read none (msgspec reads the
     window instead)."""
+    from daydream.trace.kineto.scanned import scan_events  # numba: only for documents this large
+
     rows, stop, _ = scan_events(buffer, 1)
     if rows is None:
         return None
