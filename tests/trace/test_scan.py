@@ -219,3 +219,14 @@ def test_a_small_document_is_read_by_msgspec_alone(tmp_path: Path, monkeypatch: 
     path.write_text(_document(_EVENTS[:6] * 100, "\n"))
     assert len(path.read_bytes()) < stream.SCAN_FROM
     assert len(read_job(path, cache=False).traces[0]) == 600
+
+
+def test_a_window_still_viewed_is_replaced_not_resized() -> None:
+    # Something may still view a window's text when its events are dropped (a value msgspec decoded, numba while it
+    # compiles the scanner): the window then continues in a new buffer with the same text.
+    buffer = bytearray(b'[{"a": 1}, {"b": 2}]')
+    view = memoryview(buffer)
+    rest = stream._without(buffer, buffer.index(b'{"b"'))
+    assert rest == bytearray(b'[{"b": 2}]') and rest is not buffer and view.tobytes().startswith(b'[{"a"')
+    view.release()
+    assert stream._without(buffer, buffer.index(b'{"b"')) is buffer and buffer == bytearray(b'[{"b": 2}]')

@@ -392,6 +392,18 @@ def _key(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int, int]:
 
 
 @jit
+def _open_object(buf: np.ndarray, pos: int, end: int) -> tuple[int, bool]:
+    """Past the "{" at `pos` and the space after it: (there, True) where a member follows, (past
+    the "}", False) for an empty object."""
+    pos = _ws(buf, pos + 1, end)
+    if pos >= end:
+        return OUT, False
+    if buf[pos] == 125:
+        return pos + 1, False
+    return pos, True
+
+
+@jit
 def _next_member(buf: np.ndarray, pos: int, end: int) -> tuple[int, bool]:
     """After a member of an object: (past the comma and the space after it, True) or (past the
     closing brace, False)."""
@@ -430,11 +442,7 @@ def _args(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int) -> int
     """Read the args object at `pos` into `out`'s row; past it."""
     out[row, I_ARGS] = pos
     seen = 0
-    pos = _ws(buf, pos + 1, end)
-    if pos >= end:
-        return OUT
-    more = buf[pos] != 125
-    pos = pos if more else pos + 1
+    pos, more = _open_object(buf, pos, end)
     while more:
         pos, start, stop, marked = _key(buf, pos, end)
         if pos < 0:
@@ -568,11 +576,7 @@ def _event(buf: np.ndarray, pos: int, end: int, out: np.ndarray, times: np.ndarr
     out[row, I_PID] = out[row, I_TID] = out[row, I_ID] = out[row, I_FULL] = out[row, I_FLAGS] = 0
     times[row, 0] = times[row, 1] = np.nan
     seen = 0
-    pos = _ws(buf, pos + 1, end)
-    if pos >= end:
-        return OUT
-    more = buf[pos] != 125
-    pos = pos if more else pos + 1
+    pos, more = _open_object(buf, pos, end)
     while more:
         pos, start, stop, marked = _key(buf, pos, end)
         if pos < 0 or marked:

@@ -157,9 +157,9 @@ def _open_events(window: _Window) -> Any:
 def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) -> bool:
     """Decode the events a window at a time, up to the text's end;
     False when the text cannot be cut with certainty."""
-    buffer = window.buffer
     while True:
         window.fill(WINDOW)
+        buffer = window.buffer
         try:
             cut = _cut(buffer, columns, skipped, window.scanning) if not window.at_end else None
         except RecursionError:
@@ -173,10 +173,7 @@ def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) ->
                 return False
             window.more()
             continue
-        try:
-            del buffer[1:cut]
-        except BufferError:  # something decoded still views the old text: start a new buffer
-            buffer[:] = b"[" + bytes(buffer[cut:])
+        window.buffer = _without(buffer, cut)
 
 
 def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
@@ -185,7 +182,7 @@ def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
     it; the whole envelope, or _NOT_STREAMED."""
     scanned = _scanned(buffer, columns, skipped) if scanning else None
     if scanned is not None:
-        del buffer[1:scanned]
+        buffer = _without(buffer, scanned)
     try:
         if prefix_envelope is None:
             tail_events = msgspec.json.decode(bytes(buffer), type=list[msgspec.Raw])
@@ -258,6 +255,17 @@ def _scanned(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> i
         return None
     columns.add_rows(rows, skipped)
     return stop
+
+
+def _without(buffer: bytearray, cut: int) -> bytearray:
+    """`buffer` without the events read (its bytes 1 to `cut`): itself, or a new buffer where
+    something still views the old one's text (a decoded value, the compiler of the scanner), which
+    then cannot be resized."""
+    try:
+        del buffer[1:cut]
+    except BufferError:
+        return bytearray(b"[") + buffer[cut:]
+    return buffer
 
 
 def _merged(before: Any, after: Any) -> Any:
