@@ -72,8 +72,9 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 #: Whether windows are read by the compiled scanner first (numba is there to compile it: as plain
 #: Python it would be slower than msgspec; DAYDREAM_NO_JIT turns numba off, as in _jit.py), and
-#: from how many bytes of text on: loading it takes a process about 0.15 s, and it saves 1 ms a MB
-#: or more (`scripts/bench_ingest.py` prints both for a trace), so a smaller document is read as
+#: from how many bytes of text on: loading it takes a process about 0.13 s (most of it numba's own
+#: start), and it saves up to 8 ms a MB on a GPU trace, little on one of CPU ops and `[memory]`
+#: events (`scripts/bench_ingest.py` prints both for a trace), so a smaller document is read as
 #: fast by msgspec alone.
 SCANNER = not os.environ.get("DAYDREAM_NO_JIT") and importlib.util.find_spec("numba") is not None
 SCAN_FROM = 64 << 20
