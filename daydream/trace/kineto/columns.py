@@ -277,11 +277,6 @@ class _Columns:
         )
 
 
-def _flags(values: Iterable[Any], count: int) -> np.ndarray:
-    """`count` truth values as a boolean column."""
-    return np.fromiter(values, dtype=bool, count=count)
-
-
 def _codes(index: dict[Any, int], values: list[Any]) -> np.ndarray:
     """Provisional ids of `values` (categories, pids or tids as
     written), new ones numbered as they come."""
