@@ -286,7 +286,7 @@ def _skip_value(buf: np.ndarray, pos: int, end: int) -> int:  # noqa: C901
             if pos >= end:
                 return OUT
             if buf[pos] != c + 2:  # not {} or []: a value (after an object's key) comes next
-                pos = _key_colon(buf, pos, end) if c == 123 else pos
+                pos = _key(buf, pos, end)[0] if c == 123 else pos
                 if pos < 0:
                     return pos
                 continue
@@ -299,22 +299,6 @@ def _skip_value(buf: np.ndarray, pos: int, end: int) -> int:  # noqa: C901
         pos, depth, more = _close(buf, pos, end, open_in, depth)
         if pos < 0 or not more:
             return pos
-
-
-@jit
-def _key_colon(buf: np.ndarray, pos: int, end: int) -> int:
-    """Past the `"key":` at `pos`."""
-    if buf[pos] != 34:
-        return BAD
-    pos = _string_end(buf, pos, end)[0]
-    if pos < 0:
-        return pos
-    pos = _ws(buf, pos, end)
-    if pos >= end:
-        return OUT
-    if buf[pos] != 58:
-        return BAD
-    return pos + 1
 
 
 @jit
@@ -333,7 +317,7 @@ def _close(buf: np.ndarray, pos: int, end: int, open_in: np.ndarray,
             if pos >= end:
                 return OUT, depth, False
             if open_in[depth] == 123:
-                pos = _key_colon(buf, pos, end)
+                pos = _key(buf, pos, end)[0]
             return pos, depth, True
         if c != open_in[depth] + 2:
             return BAD, depth, False

@@ -15,7 +15,7 @@ import numpy as np
 
 from daydream.trace.kineto import scan
 from daydream.trace.kineto.rows import Coded, Flow, arg_ints, arg_marks
-from daydream.trace.kineto.schema import _EMPTY_ARGS, INT_LIMIT, _Args
+from daydream.trace.kineto.schema import _EMPTY_ARGS, _Args, _within_limit
 from daydream.trace.model import NO_VALUE
 
 Text = bytes | bytearray
@@ -139,8 +139,7 @@ class ScannedRows:
                    "external_id": np.where(hot["external_id"] != NO_VALUE, hot["external_id"],
                                            hot["external_id_legacy"]),
                    "sequence": hot["sequence"], "bytes": hot["bytes"]}
-        columns = {key: np.where(np.abs(values) > INT_LIMIT, NO_VALUE, values)
-                   for key, values in columns.items()}
+        columns = {key: _within_limit(values.copy()) for key, values in columns.items()}
         if self.full:
             rows = np.fromiter(self.full, dtype=np.int64, count=len(self.full))
             for key, values in arg_ints(list(self.full.values())).items():

@@ -230,6 +230,11 @@ def _ints(values: list[Any]) -> np.ndarray:
         column = np.fromiter(values, dtype=np.int64, count=len(values))
     except (TypeError, ValueError, OverflowError):
         return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
+    return _within_limit(column)
+
+
+def _within_limit(column: np.ndarray) -> np.ndarray:
+    """`column` (int64) with the numbers beyond ±INT_LIMIT made missing (NO_VALUE), in place."""
     if column.size and (column.min() < -INT_LIMIT or column.max() > INT_LIMIT):
         column[(column < -INT_LIMIT) | (column > INT_LIMIT)] = NO_VALUE
     return column
