@@ -188,6 +188,24 @@ def test_a_tensor_is_made_in_its_recorded_memory_order() -> None:
     assert measure._make(torch, (2, 3), "float", None).is_contiguous()
 
 
+def test_floating_inputs_require_grad_as_in_a_training_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A training step's weights and activations require grad, and ATen picks its path by it: torch.matmul folds a
+    # transposed 3D input (nn.MultiheadAttention's with batch_first=True) into one matrix multiply where the weight
+    # requires grad, and runs batched multiplies of the broadcast weight where it does not.
+    made = _made_tensors(monkeypatch)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    linear = [((65, 4, 8), "c10::BFloat16", (1, 0, 2)), ((12, 8), "c10::BFloat16"), ((12,), "c10::BFloat16")]
+    assert measurer.op_pair_ns("aten::linear", linear, [(t[0], "float", *t[2:]) for t in linear], hot=True) is not None
+    assert made and all(t.requires_grad and t.is_leaf for t in made)
+    transposed = [t for t in made if tuple(t.shape) == (65, 4, 8)]
+    assert transposed and all(t.stride() == (8, 65 * 8, 1) for t in transposed)  # still laid out as recorded
+    assert not measure._make(torch, (3, 4), "long int").requires_grad
+    with torch.profiler.profile() as profile, torch.no_grad():
+        measure._runner("aten::linear")(torch, [measure._make(torch, *t) for t in linear])
+    ran = {event.name for event in profile.events()}
+    assert "aten::bmm" not in ran and ran & {"aten::mm", "aten::addmm"}
+
+
 def test_a_channels_last_convolution_is_measured_channels_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The order read from the trace's "Input Strides" reaches the tensors the measured tier runs on, and is part of
     # the signature (a channels-last convolution is not timed as a contiguous one).
