@@ -214,7 +214,7 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
         index = np.searchsorted(bounds, trace.ts_ns, side="right") - 1
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
-    return forward_ops(trace, attribution.layer, attribution.phase, iteration)
+    return forward_ops(trace, attribution.layer, attribution.phase, iteration, attribution.layers)
 
 
 def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:

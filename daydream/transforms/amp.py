@@ -48,6 +48,7 @@ from daydream.transforms.autocast import (
     decided_anywhere,
     decided_everywhere,
     decides,
+    enclosing_layers,
     plan,
 )
 from daydream.transforms.kernels import kernel_classes, kernel_precisions, launchers, of_labels
@@ -58,16 +59,16 @@ FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 
 
 def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray,
-                iteration_of_row: np.ndarray
+                iteration_of_row: np.ndarray, layer_names: list[str] | None = None
                 ) -> tuple[dict[int, list[ForwardOp]], Spans]:
     """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor
     inputs, and, under an op some autocast list leaves out, the ops it called where they reach one
     the lists name (`ForwardOp.inner`, autocast.autocast_view); and each op's recorded span and
-    thread."""
+    thread. `layer_names`: the layers `layer_of_row` indexes (what layers hold each op's)."""
     rows = trace.indices(EventKind.CPU_OP)
     rows = rows[(phase_of_row[rows] == FORWARD) & (iteration_of_row[rows] >= 0)]
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
-    tree = _OpTree(trace, rows, layer_of_row)
+    tree = _OpTree(trace, rows, layer_of_row, enclosing_layers(layer_names or []))
     found: dict[int, list[ForwardOp]] = {}
     for row in top_level_ops(trace, rows).tolist():
         found.setdefault(int(iteration_of_row[row]), []).append(tree.op(row))
@@ -78,8 +79,9 @@ class _OpTree:
     """The forward's CPU ops as `ForwardOp`s, each with the ops it called where autocast may decide
     on them; their spans."""
 
-    def __init__(self, trace: Trace, rows: np.ndarray, layer_of_row: np.ndarray) -> None:
-        self.trace, self.layer_of_row = trace, layer_of_row
+    def __init__(self, trace: Trace, rows: np.ndarray, layer_of_row: np.ndarray,
+                 enclosing: list[tuple[int, ...]]) -> None:
+        self.trace, self.layer_of_row, self.enclosing = trace, layer_of_row, enclosing
         self.shapes = OpShapes(trace)
         self.spans: Spans = {}
         self.end_ns = trace.end_ns  # a computed column: once, not per op
@@ -104,8 +106,11 @@ class _OpTree:
                  if not decided_everywhere(name) and self.reaches(row) else ())
         self.spans[row] = (int(self.trace.ts_ns[row]), int(self.end_ns[row]),
                            int(self.trace.track[row]))
-        return ForwardOp(row, name, int(self.layer_of_row[row]), self.shapes.tensors(row) or [],
-                         arguments=self.shapes.arguments(row), inner=inner)
+        layer = int(self.layer_of_row[row])
+        return ForwardOp(row, name, layer, self.shapes.tensors(row) or [],
+                         arguments=self.shapes.arguments(row), inner=inner,
+                         enclosing=self.enclosing[layer] if 0 <= layer < len(self.enclosing)
+                         else ())
 
 
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -136,7 +141,7 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     anchors = _host_anchors(graph, spans)
     dispatch = _add_dispatch(graph, facts, device_type, costs, anchors)
     added = _insert_casts(graph, casts, costs, anchors, _backward_anchors(graph, facts))
-    count = sum(len(c) for c in casts.values())
+    count = sum(c.forward for cs in casts.values() for c in cs)
     backward = sum(c.backward for cs in casts.values() for c in cs)
     iterations = max(1, len(casts))
     notes.append(f"amp: autocast ({device_type}, {params['dtype']}) decides "
@@ -512,16 +517,20 @@ def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel,
             anchor = host_anchor.get(cast.row, -1)
             if anchor < 0:
                 continue
-            timed = costs.cast(cast.shape, cast.from_type, cast.to_type)
-            hosts.append(anchor)
-            host_ns.append(timed.host_ns)
-            device_ns.append(timed.device_ns)
+            if cast.forward:
+                timed = costs.cast(cast.shape, cast.from_type, cast.to_type)
+                hosts.append(anchor)
+                host_ns.append(timed.host_ns)
+                device_ns.append(timed.device_ns)
             if cast.backward:
                 back = backward_anchor.get(cast.row, -1)
                 if back >= 0:
                     again = costs.cast(cast.shape, cast.to_type, cast.from_type)
                     hosts.append(back)
-                    host_ns.append(again.host_ns + costs.cast_backward_host_ns())
+                    # a forward cast op has its ToCopyBackward0 node; the engine casts a promoted
+                    # op's gradient inside the op's own node
+                    host_ns.append(again.host_ns
+                                   + (costs.cast_backward_host_ns() if cast.forward else 0))
                     device_ns.append(again.device_ns)
     if not hosts:
         return 0

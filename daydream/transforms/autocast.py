@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from daydream.cost.shapes import FULL, Tensor
+from daydream.cost.shapes import FULL, Tensor, elements
 
 _COMMON_LOWER = ("addbmm", "addmm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d", "conv_tbc",
                  "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",
@@ -88,6 +88,9 @@ class ForwardOp:
     layer: int
     inputs: list[Tensor | None]
     layer_entry: bool = False  # the first op of its layer in this forward
+    # the layers that hold its layer (module paths: "m.blocks" holds "m.blocks.0.attn"), outermost
+    # first: a layer begins with the first op of it or of any layer it holds
+    enclosing: tuple[int, ...] = ()
     # every input as it could be passed again (cost/shapes.OpShapes.arguments)
     arguments: list[Any] | None = None
     # the ops it called, in order, where autocast may decide on them (`autocast_view`)
@@ -103,6 +106,20 @@ class Cast:
     to_type: str
     weight: bool  # a parameter (cast once per forward)
     backward: bool  # autograd casts its gradient back in backward
+    # False: no cast op in forward (an elementwise op took its reduced input as fp32 inside its
+    # kernel), only autograd's cast of the gradient back to the input's type in backward
+    forward: bool = True
+
+
+def enclosing_layers(names: list[str]) -> list[tuple[int, ...]]:
+    """Per layer (module path), the layers among `names` that hold it, outermost first."""
+    index = {name: i for i, name in enumerate(names)}
+    found = []
+    for name in names:
+        parts = name.split(".")
+        found.append(tuple(index[prefix] for prefix in
+                           (".".join(parts[:k]) for k in range(1, len(parts))) if prefix in index))
+    return found
 
 
 def decides(name: str, device_type: str) -> str | None:
@@ -165,8 +182,7 @@ def plan(ops: list[ForwardOp], device_type: str,
     types: dict[int, str] = {}
     first = True
     for op in ops:
-        if op.layer not in entry_type or op.layer_entry:
-            entry_type[op.layer] = activation
+        _enter(op, activation, entry_type)
         rule = decides(op.name, device_type)
         tensors = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
         floats = tensors
@@ -191,11 +207,33 @@ def plan(ops: list[ForwardOp], device_type: str,
                 casts.append(Cast(op.row, index, shape, low, FULL, weight=False, backward=True))
             activation = FULL
         elif op.name in PROMOTING and len(tensors) >= 2:
+            if activation == low and entry_type[op.layer] == FULL:
+                casts.append(_promoted(op, tensors, low))
             activation = FULL if FULL in (activation, entry_type[op.layer]) else low
         types[op.row] = activation
         if rule is not None or floats:
             first = False
     return casts, types
+
+
+def _promoted(op: ForwardOp, tensors: list[int], low: str) -> Cast:
+    """An elementwise op of the layer's fp32 input and a reduced activation (a residual add) runs in
+    fp32; in backward, autograd casts the gradient for the reduced input back to its type. Its
+    shape: the op's largest input's."""
+    # a recorded input: None ones filtered out
+    shapes = [op.inputs[i][0] for i in tensors]  # type: ignore[index]
+    largest = max(range(len(shapes)), key=lambda k: elements(shapes[k]))
+    return Cast(op.row, tensors[largest], shapes[largest], low, FULL, weight=False, backward=True,
+                forward=False)
+
+
+def _enter(op: ForwardOp, activation: str, entry_type: dict[int, str]) -> None:
+    """The activation's type as each layer began: at the first op of it or of a layer it holds
+    (`ForwardOp.enclosing`), or where an op says its layer begins again (`layer_entry`)."""
+    for layer in (*op.enclosing, op.layer):
+        entry_type.setdefault(layer, activation)
+    if op.layer_entry:
+        entry_type[op.layer] = activation
 
 
 def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,

@@ -12,7 +12,7 @@ from daydream.api import open_job
 from daydream.cli import main
 from daydream.simulate.whatif import forward_ops_of
 from daydream.trace import EventKind
-from daydream.transforms.autocast import ForwardOp, autocast_view, plan_casts
+from daydream.transforms.autocast import ForwardOp, autocast_view, enclosing_layers, plan, plan_casts
 
 F = "float"
 
@@ -59,7 +59,30 @@ def test_a_residual_add_promotes_to_fp32() -> None:
     ops = [ForwardOp(1, "aten::layer_norm", 7, [((4, 8), F)], layer_entry=True), linear(2, 8, 4, 8, 8),
            ForwardOp(3, "aten::add", 7, [((4, 8), "c10::BFloat16"), ((4, 8), F)]), unary(4, "aten::layer_norm", 9, (4, 8))]
     casts = plan_casts(ops, "cuda")
-    assert [c.row for c in casts] == [2, 2, 2]
+    # the linear's x, W, b; no cast op for the add, whose gradient autograd casts back to bf16 for its bf16 input
+    assert [(c.row, c.forward, c.backward) for c in casts] == [(2, True, True)] * 3 + [(3, False, True)]
+    assert (casts[-1].from_type, casts[-1].to_type, casts[-1].shape) == ("c10::BFloat16", F, (4, 8))
+
+
+def test_a_block_begins_at_the_first_op_of_the_layers_it_holds() -> None:
+    # A pre-norm block (nn.MultiheadAttention's, as a user writes it): its first op of its own is the residual add,
+    # after its sublayers' ops; the add's other input is the block's fp32 input, so it runs in fp32.
+    names = ["vit", "vit.blocks.0", "vit.blocks.0.norm1", "vit.blocks.0.attn", "vit.blocks.0.norm2"]
+    enclosing = enclosing_layers(names)
+    assert enclosing == [(), (0,), (0, 1), (0, 1), (0, 1)]
+
+    def ops(held: list[tuple[int, ...]]) -> list[ForwardOp]:
+        return [ForwardOp(1, "aten::layer_norm", 2, [((4, 8), F)], enclosing=held[2]),
+                ForwardOp(2, "aten::linear", 3, [((4, 8), F), ((8, 8), F), ((8,), F)], enclosing=held[3]),
+                ForwardOp(3, "aten::add", 1, [((4, 8), F), ((4, 8), F)], enclosing=held[1]),
+                ForwardOp(4, "aten::layer_norm", 4, [((4, 8), F)], enclosing=held[4])]
+
+    casts, types = plan(ops(enclosing), "cpu")
+    assert types == {1: F, 2: "c10::BFloat16", 3: F, 4: F}
+    assert [(c.row, c.forward) for c in casts] == [(2, True)] * 3 + [(3, False)]
+    # without the layers that hold each op's, the block would seem to begin at the add, in bf16
+    _, types = plan(ops([()] * len(names)), "cpu")
+    assert types[3] == types[4] == "c10::BFloat16"
 
 
 def test_the_cpu_keeps_layer_norm_in_bf16() -> None:

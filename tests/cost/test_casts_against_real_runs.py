@@ -7,6 +7,8 @@ made, forward and backward; the plan from the baseline must count the same withi
 
 from __future__ import annotations
 
+import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -21,19 +23,24 @@ H200 = Path(__file__).resolve().parents[2] / "examples" / "h200"
 
 
 def copies_per_iteration(path: Path) -> float:
-    events = [e for e in load_raw(path)["traceEvents"] if e.get("ph") == "X"]
+    raw = json.load(lzma.open(path)) if path.suffix == ".xz" else load_raw(path)
+    events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
     steps = [e for e in events if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")]
     copies = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy"]
     inside = [c for c in copies if any(s["ts"] <= c["ts"] < s["ts"] + s["dur"] for s in steps)]
     return len(inside) / len(steps)
 
 
-@pytest.mark.parametrize("example", ["mlp", "cnn", "transformer"])
+@pytest.mark.parametrize("example", ["mlp", "cnn", "transformer", "realistic/round-3/cnn", "realistic/round-3/transformer",
+                                     "realistic/round-3/resnet"])
 def test_planned_casts_match_the_real_bf16_run(example: str) -> None:
-    real = copies_per_iteration(H200 / f"{example}-amp.json.gz") - copies_per_iteration(H200 / f"{example}-baseline.json.gz")
-    trace = open_trace(discover(H200 / f"{example}-baseline.json.gz")[0])
+    # the realistic transformer (BERT-base size) has twelve pre-norm blocks whose residual adds run in fp32: 268 casts
+    # planned against 270 real (the loss's cast and its gradient's are outside the forward's modules)
+    suffix = ".json.xz" if example.startswith("realistic") else ".json.gz"
+    real = copies_per_iteration(H200 / f"{example}-amp{suffix}") - copies_per_iteration(H200 / f"{example}-baseline{suffix}")
+    trace = open_trace(discover(H200 / f"{example}-baseline{suffix}")[0])
     ops, _ = forward_ops_of(trace)
     planned = [plan_casts(forward, "cuda") for forward in ops.values()]
-    per_iteration = sum(len(casts) + sum(c.backward for c in casts) for casts in planned) / len(planned)
+    per_iteration = sum(sum(c.forward for c in casts) + sum(c.backward for c in casts) for casts in planned) / len(planned)
     assert real > 5
     assert abs(per_iteration - real) <= 2, (per_iteration, real)
