@@ -199,6 +199,15 @@ def test_a_units_regex_that_matches_nothing_says_what_would() -> None:
         apply_spec(_cpu_step(), parse_spec("fsdp:world=2"), Context())
 
 
+def test_a_cpu_trace_without_a_link_is_asked_for_one() -> None:
+    # no GPU named, no bandwidth given: the ranks' link (gloo) cannot be looked up; the message says what to give
+    with pytest.raises(InputError, match=r"names no GPU .* give bandwidth=GB/s and latency=µs"):
+        apply_spec(_cpu_step(), parse_spec("fsdp:world=2"), CONTEXT)
+    with pytest.raises(InputError, match="GPU is not in the device table"):
+        apply_spec(_cpu_step(), parse_spec("fsdp:world=2"), Context(gradient_bytes=CONTEXT.gradient_bytes,
+                                                                     device_name="Mystery GPU"))
+
+
 def _allocations(device: str = "cuda:0") -> tuple[Allocations, ModelFacts]:
     """Weights 8, optimizer state 16 (from before the window); blocks.0's activation (100) made at 0 in forward,
     blocks.1's (200) at 10; blocks.1's backward allocates its gradient (4 bytes) at 60, blocks.0's at 90; the

@@ -116,9 +116,7 @@ def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
     else:
         found = interconnect_of_device(context.device.interconnect if context.device else None)
         if found is None and not params.get("bandwidth"):
-            raise InputError("the trace's GPU is not in the device table, so its interconnect is "
-                             "unknown — give interconnect=NAME (e.g. nvlink3, pcie4, ib-hdr) or "
-                             "bandwidth=GB/s")
+            raise InputError(_no_link(context))
         link = found or Interconnect("custom", 1.0, 10.0)
     network = interconnect(str(params.get("network", "ib-hdr"))) if hierarchical else None
     network = _override(network, params) if network is not None else None
@@ -127,6 +125,17 @@ def fabric(params: dict[str, Any], context: Context, world: int) -> Fabric:
     if algorithm not in ("ring", "tree", "auto"):
         raise InputError(f"algorithm={algorithm!r}: choose ring, tree or auto")
     return Fabric(link, world, algorithm, network, per_node)
+
+
+def _no_link(context: Context) -> str:
+    """Why the link the collectives cross is not known, and what to give."""
+    if context.device is None and not context.device_name:
+        return ("the trace names no GPU (a CPU trace: ranks talk over gloo), so the link between "
+                "ranks is unknown — give bandwidth=GB/s and latency=µs (two processes over "
+                "loopback on one machine: about bandwidth=1,latency=1000, as "
+                "scripts/validate_parallel.py fits them) or interconnect=NAME")
+    return ("the trace's GPU is not in the device table, so its interconnect is unknown — give "
+            "interconnect=NAME (e.g. nvlink3, pcie4, ib-hdr) or bandwidth=GB/s")
 
 
 def _override(link: Interconnect, params: dict[str, Any]) -> Interconnect:
