@@ -305,3 +305,27 @@ def test_a_slow_signature_is_warmed_up_once_and_timed_fewer_times(tmp_path: Path
     monkeypatch.setattr(measure, "SLOW_NS", -1)  # every first run counts as slow
     measurer._median_ns([(runner, [((2, 2), "float")]), (runner, [((3, 3), "float")])], flush=False)
     assert len(calls) == 2 * (1 + measure.SLOW_REPETITIONS)  # each warmed up once, then 3 turns
+
+
+def test_a_cast_is_timed_net_of_what_emptying_the_caches_costs_an_op_that_touches_no_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cast and a view of the same tensor run in turns, each after the caches were emptied; the cast keeps the
+    # difference (emptying the caches evicts code and address translations a training step's ops find warm).
+    calls: list[tuple[list[Any], bool]] = []
+
+    def fake(self: Measurer, runs: list[Any], flush: bool = True) -> list[int]:
+        import torch as t
+
+        made = [measure._make(t, *tensors[0]) for _, tensors in runs]
+        calls.append(([runner(t, [x]) for (runner, _), x in zip(runs, made)], flush))
+        return [50_000, 41_000]
+
+    monkeypatch.setattr(Measurer, "_median_ns", fake)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.cast_ns((4, 6), "c10::BFloat16") == 9_000
+    (cast, view), flush = calls[0]
+    assert flush and cast.dtype == torch.bfloat16 and tuple(cast.shape) == (4, 6)
+    assert view.dtype == torch.float32 and view._base is not None  # a view: no data touched
+    # cached: asked again, nothing runs
+    assert measurer.cast_ns((4, 6), "c10::BFloat16") == 9_000 and len(calls) == 1
+    assert measurer.cast_ns((4, 6), "mystery") is None and len(calls) == 1
