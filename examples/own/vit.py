@@ -1,0 +1,81 @@
+r"""A small vision transformer trained on random images: a training script written apart from the examples' shared
+loop (examples/training.py), as a user's own script is, that takes the flags `scripts/whatif_truth.py --script` runs
+its variants with (--device, --steps, --batch-size, --optim loop|foreach, --amp, --checkpoint, --compile).
+
+    OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --script examples/own/vit.py \
+        --script-args "--batch-size 16" --checkpoint-layers 'layers\.\d+$' --rounds 5
+
+Patches from a strided convolution, a class token and learned positions, pre-norm blocks of nn.MultiheadAttention
+(batch_first=True: its projections get a transposed input) and a GELU MLP, each added to the block's input; AdamW;
+on the CPU only (--device is taken and ignored).
+"""
+import argparse
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    def __init__(self, size=32, patch=4, dim=128, depth=4, heads=4, classes=10, use_checkpoint=False):
+        super().__init__()
+        self.use_checkpoint = use_checkpoint
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, (size // patch) ** 2 + 1, dim))
+        self.layers = nn.ModuleList(Block(dim, heads) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        for layer in self.layers:
+            x = checkpoint(layer, x, use_reentrant=False) if self.use_checkpoint else layer(x)
+        return self.head(self.norm(x[:, 0]))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--optim", default="default")
+    p.add_argument("--amp", nargs="?", const="bf16", default=None)
+    p.add_argument("--checkpoint", action="store_true")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = ViT(size=a.size, use_checkpoint=a.checkpoint)
+    kw = {"loop": {"foreach": False}, "foreach": {"foreach": True}}.get(a.optim, {})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **kw)
+    step_model = torch.compile(model) if a.compile else model
+    images = torch.randn(a.batch_size, 3, a.size, a.size)
+    labels = torch.randint(0, 10, (a.batch_size,))
+    for _ in range(a.steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp is not None):
+            loss = F.cross_entropy(step_model(images), labels)
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
