@@ -237,8 +237,10 @@ class Measurer:
         self.cache[keys[1]] = measured[1]
         return measured[0], measured[1]
 
-    def cast_ns(self, shape: tuple[int, ...], to_type: str) -> int | None:
-        """A cast of an fp32 tensor of `shape` to `to_type`, ns (None: not measured).
+    def cast_ns(self, shape: tuple[int, ...], to_type: str,
+                from_type: str = "float") -> int | None:
+        """A cast of a `from_type` tensor of `shape` to `to_type`, ns (None: not measured):
+        autocast's casts down, and, in backward, the casts of their gradients back up.
 
         Its operand cold (the caches emptied before each run, `FLUSH_BYTES`), less what the emptying
         costs an op that touches no data: a view of the same tensor, timed in turns with the cast.
@@ -247,11 +249,13 @@ class Measurer:
         192 elements 43-47 µs, while in a real bf16 step such a cast took 4 µs (examples:
         38.8 µs cold against 4.2 real for 192 elements; net of the view 5-7 µs; for a [32, 65,
         192] activation 107 µs net against 88-105 real)."""
-        key = f"cast-net|{list(shape)}|{to_type}"
-        tensors: list[Operand] = [(shape, "float")]
+        # an fp32 source keeps the key it has always had
+        key = (f"cast-net|{list(shape)}|{to_type}" if from_type == "float"
+               else f"cast-net|{list(shape)}|{from_type}|{to_type}")
+        tensors: list[Operand] = [(shape, from_type)]
         if key in self.cache:
             return self.cache[key]
-        if to_type not in _TORCH_TYPES:
+        if to_type not in _TORCH_TYPES or from_type not in _TORCH_TYPES:
             self.failed[key] = "not a type the measured tier makes"
             return None
         if not self._may_run(key, tensors):

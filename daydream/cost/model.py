@@ -101,8 +101,8 @@ class CostModel:
     def cast(self, shape: tuple[int, ...], from_type: str, to_type: str) -> Timed:
         """One autocast cast of a tensor of `shape` from `from_type` to
         `to_type` (torch.profiler's type names)."""
-        if self.measurer is not None and from_type == "float":
-            measured = self.measurer.cast_ns(shape, to_type)
+        if self.measurer is not None:
+            measured = self.measurer.cast_ns(shape, to_type, from_type)
             if measured is not None:
                 self.count(Tier.MEASURED)
                 return Timed(measured, 0, Tier.MEASURED)

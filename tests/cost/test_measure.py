@@ -329,3 +329,7 @@ def test_a_cast_is_timed_net_of_what_emptying_the_caches_costs_an_op_that_touche
     # cached: asked again, nothing runs
     assert measurer.cast_ns((4, 6), "c10::BFloat16") == 9_000 and len(calls) == 1
     assert measurer.cast_ns((4, 6), "mystery") is None and len(calls) == 1
+    # a gradient's cast back, in backward: from its bf16 source, a signature of its own
+    assert measurer.cast_ns((4, 6), "float", "c10::BFloat16") == 9_000 and len(calls) == 2
+    (back, view), _ = calls[1]
+    assert back.dtype == torch.float32 and view.dtype == torch.bfloat16
