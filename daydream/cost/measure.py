@@ -246,36 +246,27 @@ class Measurer:
         costs an op that touches no data: a view of the same tensor, timed in turns with the cast.
         Emptying the caches also evicts the code and the address translations that a training
         step's ops find warm: a view took about 40 µs after it on this project's machine, a cast of
-        192 elements 43-47 µs, while in a real bf16 step such a cast took 4 µs (examples:
-        38.8 µs cold against 4.2 real for 192 elements; net of the view 5-7 µs; for a [32, 65,
-        192] activation 107 µs net against 88-105 real)."""
+        192 elements 43-47 µs, while in a real bf16 step such a cast took 4.2 µs; net of the view,
+        5-7 µs (a [32, 65, 192] activation: 107 µs net against 88-105 real)."""
+        def runner() -> Callable[[Any, list[Any]], Any] | None:
+            import torch
+
+            if to_type not in _TORCH_TYPES or from_type not in _TORCH_TYPES:
+                return None
+            dtype = getattr(torch, _TORCH_TYPES[to_type])
+            return lambda _t, xs: xs[0].to(dtype)
+
         # an fp32 source keeps the key it has always had
         key = (f"cast-net|{list(shape)}|{to_type}" if from_type == "float"
                else f"cast-net|{list(shape)}|{from_type}|{to_type}")
-        tensors: list[Operand] = [(shape, from_type)]
-        if key in self.cache:
-            return self.cache[key]
-        if to_type not in _TORCH_TYPES or from_type not in _TORCH_TYPES:
-            self.failed[key] = "not a type the measured tier makes"
-            return None
-        if not self._may_run(key, tensors):
-            return None
-        import torch
-
-        dtype = getattr(torch, _TORCH_TYPES[to_type])
-
-        def measure() -> int:
-            cast, view = self._median_ns([(lambda _t, xs: xs[0].to(dtype), tensors),
-                                          (lambda _t, xs: xs[0].view(xs[0].shape), tensors)])
-            return max(1, cast - view)
-
-        return self._run(key, measure)
+        return self._cached_or_run(key, runner, [(shape, from_type)], net_of_view=True)
 
     def _cached_or_run(self, key: str,
                        runner_of: Callable[[], Callable[[Any, list[Any]], Any] | None],
-                       tensors: list[Operand]) -> int | None:
+                       tensors: list[Operand], net_of_view: bool = False) -> int | None:
         """The cached time of signature `key`, or its measurement now (within the budget), or None
-        (and why, in `failed`)."""
+        (and why, in `failed`). `net_of_view`: less a view's time after the caches were emptied
+        (`cast_ns`)."""
         if key in self.cache:
             return self.cache[key]
         if not self._may_run(key, tensors):
@@ -284,7 +275,7 @@ class Measurer:
         if runner is None:
             self.failed[key] = "not an op the measured tier runs"
             return None
-        return self._run(key, lambda: self._time(runner, tensors))
+        return self._run(key, lambda: self._time(runner, tensors, net_of_view))
 
     def _may_run(self, key: str, tensors: list[Operand]) -> bool:
         """Whether signature `key` may be measured now: not failed
@@ -315,8 +306,13 @@ class Measurer:
         self._dirty = True
         return value
 
-    def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Operand]) -> int:
-        return self._median_ns([(runner, tensors)])[0]
+    def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Operand],
+              net_of_view: bool = False) -> int:
+        if not net_of_view:
+            return self._median_ns([(runner, tensors)])[0]
+        timed, view = self._median_ns([(runner, tensors),
+                                       (lambda _t, xs: xs[0].view(xs[0].shape), tensors)])
+        return max(1, timed - view)
 
     def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
                    flush: bool = True) -> list[int]:
