@@ -15,7 +15,8 @@ from daydream.trace.collect import BACKENDS, CaptureError, CaptureOptions, Captu
 #: daydream trace's own options, to recognise them when they are written after SCRIPT: these few a
 #: training script hardly has, so one after SCRIPT is refused; the others (-o, -n, --batch-size,
 #: ...) scripts often take themselves, so they go to the script with a notice.
-_ONLY_DAYDREAMS = ("--warmup", "--backend", "--finish", "--stop", "--step-fn", "--no-memory")
+_ONLY_DAYDREAMS = ("--warmup", "--backend", "--finish", "--stop", "--step-fn", "--no-memory",
+                   "--heap-reserve", "--no-heap-reserve")
 _OWN_OPTIONS = (*_ONLY_DAYDREAMS, "--iterations", "-n", "--out", "-o", "-m", "--module",
                 "--batch-size")
 
@@ -42,12 +43,16 @@ _OWN_OPTIONS = (*_ONLY_DAYDREAMS, "--iterations", "-n", "--out", "-o", "-m", "--
 @click.option("--step-fn", default=None, metavar="[MODULE:]FUNCTION",
               help="Iterations end when this function returns (default: at each optimizer.step()).")
 @click.option("--no-memory", is_flag=True, help="Do not record memory allocation events.")
+@click.option("--heap-reserve/--no-heap-reserve", default=True, show_default=True,
+              help="Before recording, keep freed memory in the C heap and grow it, so the "
+                   "profiler's own records do not make the script fault in fresh memory it reuses "
+                   "without them (glibc on Linux; docs/tracing.md).")
 @click.option("--batch-size", "batch_size", type=click.IntRange(1), default=None,
               help="Samples per iteration, for throughput (default: the leading dimension of the "
                    "model's first input).")
 def trace_command(script: str | None, script_args: tuple[str, ...], module: str | None, warmup: int,
                   iterations: int, out: str | None, backend: str, finish: bool, step_fn: str | None,
-                  no_memory: bool, batch_size: int | None) -> None:
+                  no_memory: bool, heap_reserve: bool, batch_size: int | None) -> None:
     """Run SCRIPT unmodified and record ITERATIONS training iterations after WARMUP.
 
     daydream's options go before SCRIPT; what follows SCRIPT (or --) goes to the script.
@@ -68,7 +73,8 @@ def trace_command(script: str | None, script_args: tuple[str, ...], module: str 
         _own_options_after_script(target, arguments, status.print)
     options = CaptureOptions(script=target, args=arguments, warmup=warmup, iterations=iterations,
                              out=out, backend=backend, finish=finish, step_fn=step_fn,
-                             memory=not no_memory, module=module is not None, batch_size=batch_size)
+                             memory=not no_memory, module=module is not None, batch_size=batch_size,
+                             heap_reserve=heap_reserve)
     try:
         with status.status("daydream: starting the script") as spinner:
             result = capture(options, status=lambda text: spinner.update(f"daydream: {text}"))

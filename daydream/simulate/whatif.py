@@ -35,6 +35,7 @@ from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, 
 from daydream.simulate.contention import with_contention
 from daydream.simulate.interval import Interval, interval_of
 from daydream.simulate.job import simulate_job
+from daydream.simulate.kernel_time import kernel_time_warning
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
@@ -442,7 +443,7 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
         baseline_bound=baseline_bound,
         warnings=_warnings(predicted_bound, baseline_bound, mean("simulated_ns"),
                            mean("predicted_ns"), specs)
-        + ([outliers] if outliers else []) + _no_host(graph),
+        + ([outliers] if outliers else []) + _no_host(graph) + _kernel_time(trace),
         interval=interval_of(mean("predicted_ns"), per_iteration, _names(specs),
                              graph.has_device_work(), predicted_bound.unexplained_share
                              if predicted_bound else 0.0),
@@ -452,6 +453,12 @@ def _prediction(trace: Trace, specs: list[str], baseline: Replay, graph: Graph, 
 def _names(specs: list[str]) -> list[str]:
     """The optimizations' names (a YAML pipeline by its file name)."""
     return [Path(spec).name if is_pipeline_file(spec) else parse_spec(spec)[0] for spec in specs]
+
+
+def _kernel_time(trace: Trace) -> list[str]:
+    """Recorded iterations slowed by page faults the profiler caused (simulate/kernel_time.py)."""
+    warning = kernel_time_warning(trace.meta.collector)
+    return [warning] if warning else []
 
 
 def _no_host(graph: Graph) -> list[str]:

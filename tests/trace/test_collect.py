@@ -724,3 +724,20 @@ def test_gist_example_keeps_a_bit_per_relu_output_and_its_memory_is_predicted(
     baseline = read_job(example_traces["cnn"], cache=False).traces
     (predicted,) = predict_memory_for(baseline, ["gist"])
     assert abs(int(predicted["predicted_peak_bytes"]) - measured) / measured < 0.05  # type: ignore[call-overload]
+
+
+def test_the_recorded_iterations_kernel_time_is_counted(example_traces: dict[str, Path], tmp_path: Path) -> None:
+    raw = load_raw(example_traces["mlp"])["daydream"]
+    usage = raw["host_usage"]
+    # one entry per recorded iteration (5), each spanning about the iteration the trace marks
+    assert len(usage["iterations"]) == 5
+    marked = sorted(e["dur"] * 1000 for e in load_raw(example_traces["mlp"])["traceEvents"]
+                    if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    walls = sorted(it["wall_ns"] for it in usage["iterations"])
+    assert 0.5 < walls[2] / marked[2] < 2.0
+    assert all(it["minor_faults"] >= 0 and it["system_ns"] >= 0 for it in usage["iterations"])
+    # the reserve was made, in whole blocks, and at least the least
+    assert usage["heap_reserve_bytes"] >= 256 * 2**20 and usage["heap_reserve_bytes"] % (8 * 2**20) == 0
+    code, out = _trace(tmp_path, REPO / "examples" / "mlp.py", "--no-heap-reserve", "--warmup", "1", "--iterations", "2",
+                       script_args=("--steps", "5"))
+    assert code == 0 and load_raw(out)["daydream"]["host_usage"]["heap_reserve_bytes"] == 0

@@ -41,6 +41,7 @@ class CaptureOptions:
     finish: bool = False  # let the script run to its end after the capture
     step_fn: str | None = None
     memory: bool = True
+    heap_reserve: bool = True  # keep and grow the C heap before recording (heap.py)
     module: bool = False  # `script` names a module, run as `python -m module` would
     # samples per iteration, when the model's first input does not say
     batch_size: int | None = None
@@ -59,10 +60,12 @@ class CaptureOptions:
 
 def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, Any],
                       batch_size: int | None = None,
-                      memory_before: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+                      memory_before: dict[str, dict[str, int]] | None = None,
+                      host_usage: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `daydream` block of a recorded trace. `memory_before`: per device, what the models and
     optimizers held at the start of the first recorded iteration (hooks.memory_snapshot); None when
-    nothing ran before it (--warmup 0)."""
+    nothing ran before it (--warmup 0). `host_usage`: page faults and system time per recorded
+    iteration (usage.HostUsage), None where they were not counted."""
     return {
         "collector": "daydream trace",
         "version": __version__,
@@ -77,6 +80,7 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
         "batch_size": options.batch_size or batch_size,
         "memory_before": memory_before,
         "host": host_facts(),
+        **({"host_usage": host_usage} if host_usage else {}),
     }
 
 

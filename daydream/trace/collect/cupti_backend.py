@@ -88,7 +88,9 @@ from typing import TYPE_CHECKING, Any
 
 from daydream.trace.collect import hooks as hook_module
 from daydream.trace.collect.common import CaptureError, daydream_metadata
+from daydream.trace.collect.heap import HeapReserve
 from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
+from daydream.trace.collect.usage import HostUsage
 
 if TYPE_CHECKING:
     from daydream.trace.collect.common import CaptureOptions, Status
@@ -259,9 +261,13 @@ def record(options: CaptureOptions,
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=_profiler_enabled(torch))
     before = hook_module.MemoryBeforeTrace(options.warmup)
+    usage = HostUsage(options.warmup, options.iterations)
+    heap = HeapReserve(options.warmup, options.iterations, options.heap_reserve)
 
     def on_step() -> None:
         before.before_step(recorder.steps + 1, installed)
+        heap.at_step(recorder.steps + 1)
+        usage.at_step(recorder.steps + 1)
         recorder.on_step()
         before.after_step(recorder.steps)
 
@@ -270,6 +276,8 @@ def record(options: CaptureOptions,
     if options.step_fn and ":" not in options.step_fn:
         hook_module.watch_script_function(options.step_fn, options.path, installed)
     try:
+        heap.begin()
+        usage.begin()
         recorder.begin()
         outcome = (run_script(options.script, options.args, module=options.module)
                    if recorder.failure is None else ScriptOutcome())
@@ -287,7 +295,7 @@ def record(options: CaptureOptions,
     document = convert(recorder.records, recorder.spans, meta)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
     document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size,
-                                                before.recorded()),
+                                                before.recorded(), usage.recorded(heap.reserved)),
                             **document["daydream"]}
     return document, recorder.recorded, outcome
 

@@ -1,0 +1,132 @@
+"""A reserve of touched heap for the recorded iterations, so that the profiler's own records do not
+make the script fault in fresh memory it would reuse without them (glibc on Linux only).
+
+A profiler keeps every event it records in the process's heap until it exports them. Those small
+allocations land in the holes that freed tensors leave, so the next tensor of that size no longer
+fits there and the heap grows: each recorded iteration writes pages the script without the profiler
+never touches again (`usage.py` counts them). A fault costs about a microsecond on bare metal and
+tens of microseconds in a virtual machine that hands free memory back to its host, where a small
+language model's recorded step (logits of 8 MiB) took 2.3 times its unprofiled time, half of it in
+the kernel.
+
+At the boundary before the first recorded iteration (whose time lands in no iteration), the
+reserve keeps freed memory in the heap (M_TRIM_THRESHOLD), keeps tensors below 32 MiB in the heap
+as glibc's own threshold does once it has adapted (M_MMAP_THRESHOLD, its largest value), then
+allocates, writes and frees a block of memory at the heap's top: the heap grows into memory that is
+already there. Its size is what the process grew by over the iteration before, times the recorded
+iterations and a margin, or a quarter of the resident memory per recorded iteration where that is
+more; at least RESERVE_LEAST, at most a quarter of the memory available and RESERVE_MOST.
+
+    reserve = HeapReserve(warmup=1, iterations=3)
+    reserve.begin()          # when the script starts
+    reserve.at_step(1)       # at each step boundary, with the steps taken so far
+    reserve.reserved         # bytes reserved (0: none: not glibc, or nothing to reserve)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+#: mallopt's parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: glibc's largest mmap threshold on 64-bit systems, which its adaptive threshold stops at
+MMAP_THRESHOLD_MOST = 32 * 2**20
+#: the reserve is allocated in blocks below the mmap threshold, so they come from the heap
+BLOCK = 8 * 2**20
+RESERVE_LEAST, RESERVE_MOST = 256 * 2**20, 2 * 2**30
+#: the reserve covers the growth of this many iterations per recorded one
+MARGIN = 1.5
+#: and at least a quarter of the resident memory per recorded iteration: the profiler's records
+#: do not grow the heap while it warms up, so the iteration before can show no growth at all
+RESIDENT_SHARE = 4
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux), else None."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reserve_size(growth: int, resident: int, iterations: int, available: int | None) -> int:
+    """Bytes to reserve for `iterations` recorded iterations of a process of `resident` bytes
+    that grew by `growth` over the iteration before; 0 where the memory available is unknown."""
+    if available is None:
+        return 0
+    wanted = max(RESERVE_LEAST, int(max(growth, 0) * iterations * MARGIN),
+                 resident * iterations // RESIDENT_SHARE)
+    return min(wanted, RESERVE_MOST, available // 4) // BLOCK * BLOCK
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, where it is glibc's on Linux (the only one whose heap this knows)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+        libc.mallopt.restype, libc.mallopt.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def reserve(size: int) -> int:
+    """Keep freed memory in the heap and grow it by `size` bytes of written memory; the bytes
+    reserved (0 where the C library is not glibc or refused)."""
+    libc = _glibc() if size > 0 else None
+    if libc is None or not (libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+                            and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MOST)):
+        return 0
+    blocks = []
+    for _ in range(size // BLOCK):
+        block = libc.malloc(BLOCK - 64)  # below the block, so that a chunk's header fits
+        if not block:
+            break
+        ctypes.memset(block, 0, BLOCK - 64)
+        blocks.append(block)
+    for block in reversed(blocks):
+        libc.free(block)
+    return len(blocks) * BLOCK
+
+
+class HeapReserve:
+    """The reserve of a recording of `iterations` iterations after `warmup`: sized at the boundary
+    before the first recorded one from the growth over the iteration before it."""
+
+    def __init__(self, warmup: int, iterations: int, enabled: bool = True) -> None:
+        self.warmup, self.iterations, self.enabled = warmup, iterations, enabled
+        self.reserved = 0
+        self._before: int | None = None
+
+    def begin(self) -> None:
+        """Call when the script starts (the boundary before the first iteration)."""
+        self.at_step(0)
+
+    def at_step(self, steps: int) -> None:
+        """Call at each step boundary with the steps taken so far, before recording moves on."""
+        if not self.enabled:
+            return
+        if steps == self.warmup - 1:
+            self._before = resident_bytes()
+        if steps == self.warmup:
+            now = resident_bytes() or 0
+            growth = now - self._before if now and self._before is not None else 0
+            self.reserved = reserve(reserve_size(growth, now, self.iterations, available_bytes()))

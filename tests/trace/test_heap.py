@@ -1,0 +1,91 @@
+"""The heap reserve before recording (trace/collect/heap.py) and the kernel time counted per recorded iteration
+(trace/collect/usage.py)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from daydream.trace.collect import heap, usage
+from daydream.trace.collect.heap import BLOCK, RESERVE_LEAST, RESERVE_MOST, reserve_size
+from daydream.trace.collect.usage import HostUsage
+from tests.conftest import REPO
+
+MiB = 2**20
+
+
+def test_the_reserve_covers_the_growth_of_the_recorded_iterations() -> None:
+    # 100 MiB of growth over the iteration before, 4 recorded iterations, 1.5 of margin: 600 MiB, in whole blocks
+    assert reserve_size(100 * MiB, 200 * MiB, 4, 64 * 2**30) == 600 * MiB
+    # no growth seen (the profiler warming up grows nothing): a quarter of the resident memory per iteration
+    assert reserve_size(0, 800 * MiB, 3, 64 * 2**30) == 600 * MiB
+    # never below the least, nor above the most or a quarter of what is available, and whole blocks
+    assert reserve_size(0, 10 * MiB, 1, 64 * 2**30) == RESERVE_LEAST
+    assert reserve_size(10 * 2**30, 0, 8, 64 * 2**30) == RESERVE_MOST
+    assert reserve_size(10 * 2**30, 0, 8, 1000 * MiB) == 250 * MiB // BLOCK * BLOCK
+    # the memory available unknown (not Linux): nothing
+    assert reserve_size(100 * MiB, 100 * MiB, 4, None) == 0
+
+
+def test_the_reserve_is_sized_at_the_boundary_before_the_first_recorded_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    resident = iter([300 * MiB, 340 * MiB])  # at the boundaries 1 and 2 of a --warmup 2 recording
+    monkeypatch.setattr(heap, "resident_bytes", lambda: next(resident))
+    monkeypatch.setattr(heap, "available_bytes", lambda: 64 * 2**30)
+    asked: list[int] = []
+    monkeypatch.setattr(heap, "reserve", lambda size: asked.append(size) or size)
+    recording = heap.HeapReserve(warmup=2, iterations=3)
+    for steps in range(0, 6):
+        recording.at_step(steps)
+    # grew 40 MiB over the iteration before: 40 x 3 x 1.5 = 180 MiB; a quarter of 340 MiB per iteration is 255 MiB;
+    # the least, 256 MiB, is more than both
+    assert asked == [RESERVE_LEAST] and recording.reserved == RESERVE_LEAST
+    off = heap.HeapReserve(warmup=0, iterations=3, enabled=False)
+    off.begin()
+    assert off.reserved == 0
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's heap")
+def test_the_reserve_grows_the_heap_by_written_memory_that_later_allocations_reuse() -> None:
+    # In a process of its own: the reserve changes how the C library keeps freed memory for good.
+    code = """
+import ctypes
+from daydream.trace.collect.heap import reserve, resident_bytes
+before = resident_bytes()
+reserved = reserve(64 * 2**20)
+after = resident_bytes()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+block = libc.malloc(16 * 2**20)
+ctypes.memset(block, 1, 16 * 2**20)   # writes memory the reserve already holds: no growth
+libc.free(block)
+print(reserved, after - before, resident_bytes() - after)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    reserved, grew, grew_after = (int(v) for v in done.stdout.split())
+    assert reserved == 64 * MiB
+    assert grew >= 0.95 * reserved         # written, so resident, and kept after it was freed
+    assert grew_after < 1 * MiB            # a 16 MiB tensor-sized block found the reserve
+
+
+def test_host_usage_counts_each_recorded_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    samples = iter([(100, 0, 5_000_000, 400 * MiB), (300, 1, 9_000_000, 420 * MiB), (300, 1, 9_000_000, 460 * MiB)])
+    clock = iter([1_000, 51_000, 91_000])
+    monkeypatch.setattr(usage, "_sample", lambda: next(samples))
+    monkeypatch.setattr(usage, "_now", lambda: next(clock))
+    counted = HostUsage(warmup=1, iterations=2)
+    counted.begin()                      # boundary 0: warm-up, not sampled
+    for steps in range(1, 5):            # boundaries 1, 2, 3 are the recorded iterations'; 4 is past them
+        counted.at_step(steps)
+    assert counted.recorded(reserved=7) == {
+        "iterations": [{"minor_faults": 200, "major_faults": 1, "system_ns": 4_000_000, "wall_ns": 50_000},
+                       {"minor_faults": 0, "major_faults": 0, "system_ns": 0, "wall_ns": 40_000}],
+        "max_rss_bytes": [400 * MiB, 460 * MiB], "heap_reserve_bytes": 7}
+    monkeypatch.setattr(usage, "_sample", lambda: (0, 0, 0, MiB))
+    monkeypatch.setattr(usage, "_now", lambda: 0)
+    short = HostUsage(warmup=0, iterations=3)
+    short.begin()
+    assert short.recorded() is None      # the recording ended early: no counts
