@@ -333,3 +333,14 @@ def test_a_cast_is_timed_net_of_what_emptying_the_caches_costs_an_op_that_touche
     assert measurer.cast_ns((4, 6), "float", "c10::BFloat16") == 9_000 and len(calls) == 2
     (back, view), _ = calls[1]
     assert back.dtype == torch.float32 and view.dtype == torch.bfloat16
+
+
+
+def test_measuring_keeps_freed_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The heap is set to keep freed memory before anything is timed (what that does to a process: tests/trace/test_heap.py)
+    events: list[str] = []
+    monkeypatch.setattr(measure, "keep_freed", lambda: events.append("kept"))
+    real = measure._make
+    monkeypatch.setattr(measure, "_make", lambda *a: events.append("made") or real(*a))
+    assert Measurer(threads=1, budget_s=30.0, folder=tmp_path).op_ns("aten::mm", MM) > 0
+    assert events[0] == "kept" and events.count("made") == 2

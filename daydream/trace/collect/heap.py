@@ -88,12 +88,22 @@ def _glibc() -> ctypes.CDLL | None:
         return None
 
 
+def keep_freed() -> ctypes.CDLL | None:
+    """Have glibc keep freed memory in the heap for good, and serve blocks below 32 MiB from it,
+    as its adaptive thresholds do in a process that has run a while; the C library where it did,
+    else None (not glibc, or refused)."""
+    libc = _glibc()
+    if libc is None or not (libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+                            and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MOST)):
+        return None
+    return libc
+
+
 def reserve(size: int) -> int:
     """Keep freed memory in the heap and grow it by `size` bytes of written memory; the bytes
     reserved (0 where the C library is not glibc or refused)."""
-    libc = _glibc() if size > 0 else None
-    if libc is None or not (libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
-                            and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MOST)):
+    libc = keep_freed() if size > 0 else None
+    if libc is None:
         return 0
     blocks = []
     for _ in range(size // BLOCK):
