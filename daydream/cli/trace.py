@@ -46,7 +46,7 @@ _OWN_OPTIONS = (*_ONLY_DAYDREAMS, "--iterations", "-n", "--out", "-o", "-m", "--
 @click.option("--heap-reserve/--no-heap-reserve", default=True, show_default=True,
               help="Before recording, keep freed memory in the C heap and grow it, so the "
                    "profiler's own records do not make the script fault in fresh memory it reuses "
-                   "without them (glibc on Linux; docs/tracing.md).")
+                   "without them (glibc on Linux; README, \"The profiler's own memory\").")
 @click.option("--batch-size", "batch_size", type=click.IntRange(1), default=None,
               help="Samples per iteration, for throughput (default: the leading dimension of the "
                    "model's first input).")

@@ -26,22 +26,33 @@ def test_the_reserve_covers_the_growth_of_the_recorded_iterations() -> None:
     assert reserve_size(0, 10 * MiB, 1, 64 * 2**30) == RESERVE_LEAST
     assert reserve_size(10 * 2**30, 0, 8, 64 * 2**30) == RESERVE_MOST
     assert reserve_size(10 * 2**30, 0, 8, 1000 * MiB) == 250 * MiB // BLOCK * BLOCK
+    # four local ranks reserving at once share the quarter of what is available
+    assert reserve_size(10 * 2**30, 0, 8, 4000 * MiB, processes=4) == 250 * MiB // BLOCK * BLOCK
     # the memory available unknown (not Linux): nothing
     assert reserve_size(100 * MiB, 100 * MiB, 4, None) == 0
 
 
+def test_local_processes_are_torchruns_local_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert heap.local_processes() == 8
+    for value in ("", "zero", "0"):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+        assert heap.local_processes() == 1
+
+
 def test_the_reserve_is_sized_at_the_boundary_before_the_first_recorded_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
-    resident = iter([300 * MiB, 340 * MiB])  # at the boundaries 1 and 2 of a --warmup 2 recording
+    resident = iter([300 * MiB, 400 * MiB])  # at the boundaries 1 and 2 of a --warmup 2 recording
     monkeypatch.setattr(heap, "resident_bytes", lambda: next(resident))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.setattr(heap, "available_bytes", lambda: 64 * 2**30)
     asked: list[int] = []
     monkeypatch.setattr(heap, "reserve", lambda size: asked.append(size) or size)
     recording = heap.HeapReserve(warmup=2, iterations=3)
     for steps in range(0, 6):
         recording.at_step(steps)
-    # grew 40 MiB over the iteration before: 40 x 3 x 1.5 = 180 MiB; a quarter of 340 MiB per iteration is 255 MiB;
-    # the least, 256 MiB, is more than both
-    assert asked == [RESERVE_LEAST] and recording.reserved == RESERVE_LEAST
+    # grew 100 MiB over the iteration before: 100 x 3 x 1.5 = 450 MiB, more than a quarter of 400 MiB per iteration
+    # (300 MiB) and the least (256 MiB); in whole 8 MiB blocks, 448 MiB
+    assert asked == [448 * MiB] and recording.reserved == 448 * MiB
     off = heap.HeapReserve(warmup=0, iterations=3, enabled=False)
     off.begin()
     assert off.reserved == 0

@@ -15,7 +15,8 @@ as glibc's own threshold does once it has adapted (M_MMAP_THRESHOLD, its largest
 allocates, writes and frees a block of memory at the heap's top: the heap grows into memory that is
 already there. Its size is what the process grew by over the iteration before, times the recorded
 iterations and a margin, or a quarter of the resident memory per recorded iteration where that is
-more; at least RESERVE_LEAST, at most a quarter of the memory available and RESERVE_MOST.
+more; at least RESERVE_LEAST, at most RESERVE_MOST and a quarter of the memory available, shared
+among the job's processes on this machine (torchrun's local ranks reserve at once).
 
     reserve = HeapReserve(warmup=1, iterations=3)
     reserve.begin()          # when the script starts
@@ -64,14 +65,22 @@ def available_bytes() -> int | None:
     return None
 
 
-def reserve_size(growth: int, resident: int, iterations: int, available: int | None) -> int:
+def reserve_size(growth: int, resident: int, iterations: int, available: int | None,
+                 processes: int = 1) -> int:
     """Bytes to reserve for `iterations` recorded iterations of a process of `resident` bytes
-    that grew by `growth` over the iteration before; 0 where the memory available is unknown."""
+    that grew by `growth` over the iteration before, one of `processes` on this machine that
+    reserve at once (torchrun's local ranks); 0 where the memory available is unknown."""
     if available is None:
         return 0
     wanted = max(RESERVE_LEAST, int(max(growth, 0) * iterations * MARGIN),
                  resident * iterations // RESIDENT_SHARE)
-    return min(wanted, RESERVE_MOST, available // 4) // BLOCK * BLOCK
+    return min(wanted, RESERVE_MOST, available // (4 * max(processes, 1))) // BLOCK * BLOCK
+
+
+def local_processes() -> int:
+    """How many processes of this job run on this machine (torchrun's LOCAL_WORLD_SIZE), else 1."""
+    value = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -139,4 +148,5 @@ class HeapReserve:
         if steps == self.warmup:
             now = resident_bytes() or 0
             growth = now - self._before if now and self._before is not None else 0
-            self.reserved = reserve(reserve_size(growth, now, self.iterations, available_bytes()))
+            self.reserved = reserve(reserve_size(growth, now, self.iterations, available_bytes(),
+                                                 local_processes()))
