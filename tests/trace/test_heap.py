@@ -44,7 +44,7 @@ def test_the_reserve_is_sized_at_the_boundary_before_the_first_recorded_iteratio
     resident = iter([300 * MiB, 400 * MiB])  # at the boundaries 1 and 2 of a --warmup 2 recording
     monkeypatch.setattr(heap, "resident_bytes", lambda: next(resident))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    monkeypatch.setattr(heap, "available_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(heap, "room_bytes", lambda resident: 64 * 2**30)
     asked: list[int] = []
     monkeypatch.setattr(heap, "reserve", lambda size: asked.append(size) or size)
     recording = heap.HeapReserve(warmup=2, iterations=3)
@@ -56,6 +56,17 @@ def test_the_reserve_is_sized_at_the_boundary_before_the_first_recorded_iteratio
     off = heap.HeapReserve(warmup=0, iterations=3, enabled=False)
     off.begin()
     assert off.reserved == 0
+
+
+def test_the_room_is_the_lesser_of_what_is_available_and_what_the_limit_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "available_bytes", lambda: 1000 * MiB)   # the machine's or container's limit
+    assert heap.room_bytes(900 * MiB) <= 100 * MiB    # MemAvailable, where less, is the room
+    assert heap.room_bytes(2000 * MiB) == 0
+    monkeypatch.setattr(heap, "available_bytes", lambda: None)
+    if platform.system() == "Linux":
+        assert heap.room_bytes(0) > 0   # MemAvailable alone
+    else:
+        assert heap.room_bytes(0) is None
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's heap")
@@ -87,11 +98,13 @@ def test_host_usage_counts_each_recorded_iteration(monkeypatch: pytest.MonkeyPat
     clock = iter([1_000, 51_000, 91_000])
     monkeypatch.setattr(usage, "_sample", lambda: next(samples))
     monkeypatch.setattr(usage, "_now", lambda: next(clock))
-    counted = HostUsage(warmup=1, iterations=2)
+    reserve = heap.HeapReserve(warmup=1, iterations=2, enabled=False)
+    reserve.reserved = 7
+    counted = HostUsage(warmup=1, iterations=2, reserve=reserve)
     counted.begin()                      # boundary 0: warm-up, not sampled
     for steps in range(1, 5):            # boundaries 1, 2, 3 are the recorded iterations'; 4 is past them
         counted.at_step(steps)
-    assert counted.recorded(reserved=7) == {
+    assert counted.recorded() == {
         "iterations": [{"minor_faults": 200, "major_faults": 1, "system_ns": 4_000_000, "wall_ns": 50_000},
                        {"minor_faults": 0, "major_faults": 0, "system_ns": 0, "wall_ns": 40_000}],
         "max_rss_bytes": [400 * MiB, 460 * MiB], "heap_reserve_bytes": 7}

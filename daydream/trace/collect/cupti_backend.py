@@ -88,7 +88,6 @@ from typing import TYPE_CHECKING, Any
 
 from daydream.trace.collect import hooks as hook_module
 from daydream.trace.collect.common import CaptureError, daydream_metadata
-from daydream.trace.collect.heap import HeapReserve
 from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
 from daydream.trace.collect.usage import HostUsage
 
@@ -261,12 +260,10 @@ def record(options: CaptureOptions,
     recorder = Recorder(cupti, options, status, synchronize=_synchronizer(torch),
                         profiler_running=_profiler_enabled(torch))
     before = hook_module.MemoryBeforeTrace(options.warmup)
-    usage = HostUsage(options.warmup, options.iterations)
-    heap = HeapReserve(options.warmup, options.iterations, options.heap_reserve)
+    usage = HostUsage.recording(options.warmup, options.iterations, options.heap_reserve)
 
     def on_step() -> None:
         before.before_step(recorder.steps + 1, installed)
-        heap.at_step(recorder.steps + 1)
         usage.at_step(recorder.steps + 1)
         recorder.on_step()
         before.after_step(recorder.steps)
@@ -276,7 +273,6 @@ def record(options: CaptureOptions,
     if options.step_fn and ":" not in options.step_fn:
         hook_module.watch_script_function(options.step_fn, options.path, installed)
     try:
-        heap.begin()
         usage.begin()
         recorder.begin()
         outcome = (run_script(options.script, options.args, module=options.module)
@@ -295,7 +291,7 @@ def record(options: CaptureOptions,
     document = convert(recorder.records, recorder.spans, meta)
     layers = {path: info.as_metadata() for path, info in installed.layers.items()}
     document["daydream"] = {**daydream_metadata(options, "cupti", layers, installed.batch_size,
-                                                before.recorded(), usage.recorded(heap.reserved)),
+                                                before.recorded(), usage.recorded()),
                             **document["daydream"]}
     return document, recorder.recorded, outcome
 

@@ -1,13 +1,13 @@
-"""A reserve of touched heap for the recorded iterations, so that the profiler's own records do not
+"""A reserve of written heap for the recorded iterations, so that the profiler's own records do not
 make the script fault in fresh memory it would reuse without them (glibc on Linux only).
 
-A profiler keeps every event it records in the process's heap until it exports them. Those small
-allocations land in the holes that freed tensors leave, so the next tensor of that size no longer
-fits there and the heap grows: each recorded iteration writes pages the script without the profiler
-never touches again (`usage.py` counts them). A fault costs about a microsecond on bare metal and
-tens of microseconds in a virtual machine that hands free memory back to its host, where a small
-language model's recorded step (logits of 8 MiB) took 2.3 times its unprofiled time, half of it in
-the kernel.
+A profiler keeps every event it records in the process's heap until it exports them. While it
+records, the heap grows under the script instead of serving its tensors from the memory freed
+tensors left: each recorded iteration writes pages the script without the profiler never faults in
+again (a GPT-style script, examples/own/gpt.py: 16,384 pages, 64 MiB, an iteration; `usage.py`
+counts them). A fault costs about a microsecond on bare metal and tens of microseconds in a virtual
+machine that hands free memory back to its host, where that script's recorded step took 2.3 times
+its unprofiled time, half of it in the kernel.
 
 At the boundary before the first recorded iteration (whose time lands in no iteration), the
 reserve keeps freed memory in the heap (M_TRIM_THRESHOLD), keeps tensors below 32 MiB in the heap
@@ -15,7 +15,8 @@ as glibc's own threshold does once it has adapted (M_MMAP_THRESHOLD, its largest
 allocates, writes and frees a block of memory at the heap's top: the heap grows into memory that is
 already there. Its size is what the process grew by over the iteration before, times the recorded
 iterations and a margin, or a quarter of the resident memory per recorded iteration where that is
-more; at least RESERVE_LEAST, at most RESERVE_MOST and a quarter of the memory available, shared
+more; at least RESERVE_LEAST, at most RESERVE_MOST and a quarter of the room left (the memory the
+machine has available, and what this process's machine or container limit leaves it), shared
 among the job's processes on this machine (torchrun's local ranks reserve at once).
 
     reserve = HeapReserve(warmup=1, iterations=3)
@@ -27,8 +28,11 @@ among the job's processes on this machine (torchrun's local ranks reserve at onc
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
+
+from daydream._memory import available_bytes, resident_bytes
 
 #: mallopt's parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -44,25 +48,21 @@ MARGIN = 1.5
 RESIDENT_SHARE = 4
 
 
-def resident_bytes() -> int | None:
-    """This process's resident memory now (Linux), else None."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def available_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo, else None."""
+def room_bytes(resident: int) -> int | None:
+    """The memory this process may still take: the machine's MemAvailable, and what its machine's
+    or container's limit (daydream._memory.available_bytes) leaves beside `resident`, the lesser;
+    None where neither can be read."""
+    found = []
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            found += [int(line.split()[1]) * 1024 for line in handle
+                      if line.startswith("MemAvailable:")]
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    limit = available_bytes()
+    if limit is not None:
+        found.append(max(limit - resident, 0))
+    return min(found) if found else None
 
 
 def reserve_size(growth: int, resident: int, iterations: int, available: int | None,
@@ -83,6 +83,7 @@ def local_processes() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     """The C library, where it is glibc's on Linux (the only one whose heap this knows)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
@@ -148,5 +149,5 @@ class HeapReserve:
         if steps == self.warmup:
             now = resident_bytes() or 0
             growth = now - self._before if now and self._before is not None else 0
-            self.reserved = reserve(reserve_size(growth, now, self.iterations, available_bytes(),
+            self.reserved = reserve(reserve_size(growth, now, self.iterations, room_bytes(now),
                                                  local_processes()))

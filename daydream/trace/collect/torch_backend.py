@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from daydream.trace.collect import hooks as hook_module
 from daydream.trace.collect.common import daydream_metadata
-from daydream.trace.collect.heap import HeapReserve
 from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
 from daydream.trace.collect.usage import HostUsage
 
@@ -53,9 +52,8 @@ def record(options: CaptureOptions,
     finally:  # the scratch folder goes, whether the recording ended early or not
         shutil.rmtree(scratch, ignore_errors=True)
     layers = {path: info.as_metadata() for path, info in capture.installed.layers.items()}
-    usage = capture.usage.recorded(capture.reserve.reserved)
     document["daydream"] = daydream_metadata(options, "torch", layers, capture.installed.batch_size,
-                                             capture.before.recorded(), usage)
+                                             capture.before.recorded(), capture.usage.recorded())
     return document, recorded, outcome
 
 
@@ -68,8 +66,7 @@ class _Capture:
         self.steps = 0
         self.exported: dict[str, str] = {}
         self.before = hook_module.MemoryBeforeTrace(options.warmup)
-        self.usage = HostUsage(options.warmup, options.iterations)
-        self.reserve = HeapReserve(options.warmup, options.iterations, options.heap_reserve)
+        self.usage = HostUsage.recording(options.warmup, options.iterations, options.heap_reserve)
         self.profiler = self._profiler()
         self.installed = hook_module.install(self.on_step, options.step_fn,
                                              search_path=options.search_path)
@@ -98,7 +95,6 @@ class _Capture:
     def on_step(self) -> None:
         self.steps += 1
         self.before.before_step(self.steps, self.installed)
-        self.reserve.at_step(self.steps)
         self.usage.at_step(self.steps)
         with _quiet_stderr():
             self.profiler.step()
@@ -125,7 +121,6 @@ class _Capture:
                         else f"recording iteration 1 of {self.options.iterations}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
-            self.reserve.begin()
             self.usage.begin()
             with _quiet_stderr():
                 self.profiler.start()
