@@ -10,7 +10,8 @@ block), recorded one after the other on one machine: each phase's host time per 
 the phase's annotation), in the baseline's host units (`HostCosts.unit_ns`), then per checkpointed call:
 
 - forward: (checkpointed forward - baseline forward) / calls;
-- backward: (checkpointed backward - baseline backward - the recomputed blocks' baseline forward) / calls.
+- backward: (checkpointed backward - baseline backward - the recomputed blocks' baseline forward, each call up to the
+  last tensor it saves, where torch's early stop ends its recomputation) / calls.
 
 Both runs are read in the baseline's unit: the checkpointed run's own unit comes out higher in every pair (its cheap
 ops run slower beside the wrapper's hooks), so dividing by it would take part of the wrapper's cost away. The median
@@ -65,19 +66,32 @@ def annotations(trace: Trace) -> tuple[np.ndarray, list[str]]:
 
 
 def per_iteration(trace: Trace) -> dict[str, float]:
-    """Median per iteration of: each phase's host time, the blocks' forward time and the blocks' calls (ns, count)."""
+    """Median per iteration of: each phase's host time, the blocks' forward time up to where their recomputation stops
+    (`recomputed`) and the blocks' calls (ns, count)."""
     rows, names = annotations(trace)
     steps = [r for r, n in zip(rows, names) if n.startswith("ProfilerStep#")]
     found: dict[str, list[float]] = {"forward": [], "backward": [], "blocks": [], "calls": []}
+    ops = top_level_ops(trace, trace.indices(EventKind.CPU_OP))
+    last_pack = saved_tensors_of(trace, ops).last_pack_ns
     for step in steps:
         start, end = trace.ts_ns[step], trace.end_ns[step]
         inside = [(r, n) for r, n in zip(rows, names) if start <= trace.ts_ns[r] < end]
         for phase in ("forward", "backward"):
             found[phase].append(float(sum(trace.dur_ns[r] for r, n in inside if n == f"daydream.phase::{phase}")))
         blocks = forward_blocks(trace, inside)
-        found["blocks"].append(float(sum(trace.dur_ns[r] for r in blocks)))
+        found["blocks"].append(float(sum(recomputed_ns(trace, block, ops, last_pack) for block in blocks)))
         found["calls"].append(float(len(blocks)))
     return {key: statistics.median(values) for key, values in found.items() if values}
+
+
+def recomputed_ns(trace: Trace, block: int, ops: np.ndarray, last_pack: np.ndarray) -> float:
+    """What the recomputation of a block's forward call runs again: its span up to the last tensor its top-level ops
+    (`ops`, with their `last_pack`) save, where torch.utils.checkpoint's early stop ends it (cost/saved.py); all of it
+    where none is counted."""
+    within = ((trace.ts_ns[ops] >= trace.ts_ns[block]) & (trace.ts_ns[ops] < trace.end_ns[block])
+              & (trace.track[ops] == trace.track[block]))
+    stop = int(last_pack[within].max()) if within.any() else -1
+    return float(min(stop, int(trace.end_ns[block])) - trace.ts_ns[block] if stop >= 0 else trace.dur_ns[block])
 
 
 def forward_blocks(trace: Trace, annotated: list[tuple[int, str]]) -> list[int]:

@@ -1,4 +1,5 @@
-"""The tensors autograd saves for backward in each op: daydream/data/saved_tensors.json, from torch's own definitions.
+"""The tensors autograd saves for backward in each op, and which ops save a result: daydream/data/saved_tensors.json,
+from torch's own definitions.
 
     python scripts/saved_tensors.py             # writes daydream/data/saved_tensors.json
     python scripts/saved_tensors.py --out -     # prints it
@@ -15,6 +16,12 @@ Two sources, both of the torch installed here:
   overload and the optional inputs of the usual call) and add the common ops that save nothing and have no formula
   (`aten::empty`, `aten::zeros`...).
 
+Which ops save one of their results (`results`: a softmax its output, a layer norm its mean and deviation): their
+formula names an output among what it saves. Autograd saves an op's inputs before the op runs and its results after,
+so checkpointing's recomputation, which stops at the last tensor a call saved (torch.utils.checkpoint's early stop),
+stops before the kernel of an op that saves only inputs (a matrix multiply) and after that of one that saves a result
+(daydream/cost/saved.py).
+
 Composite ops (`aten::linear`, `aten::conv2d`, `aten::layer_norm`, `aten::gru`...) have no entry: they save nothing
 themselves, their recorded children do (daydream/cost/saved.py). tests/cost/test_saved.py holds the file to this
 script's output and the called ops to the hooks.
@@ -23,6 +30,7 @@ script's output and the called ops to the hooks.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -168,6 +176,17 @@ def count(call: Callable[[], Any]) -> int:
 
 def from_formulas() -> dict[str, int]:
     """Op name -> the tensors its derivative formula saves (torch's derivatives.yaml), in-place forms included."""
+    return dict(_formulas()[0])
+
+
+def results() -> list[str]:
+    """The ops whose derivative formula saves one of their results, in-place forms included, sorted."""
+    return list(_formulas()[1])
+
+
+@functools.cache
+def _formulas() -> tuple[dict[str, int], list[str]]:
+    """(op name -> tensors its formula saves, the ops whose formula saves a result)."""
     import torchgen
     from torchgen.packaged.autograd.load_derivatives import load_derivatives
 
@@ -176,29 +195,34 @@ def from_formulas() -> dict[str, int]:
     infos, _ = load_derivatives(os.path.join(packaged, "autograd", "derivatives.yaml"),
                                 os.path.join(native, "native_functions.yaml"), os.path.join(native, "tags.yaml"))
     overloads: dict[str, dict[str, int]] = {}
+    saving_results: dict[str, dict[str, bool]] = {}
     for by_key in infos.values():
         info = by_key.get("Default") or next(iter(by_key.values()))
         saved = [*info.all_saved_inputs, *info.all_saved_outputs]
         name = info.func.func.name
         overloads.setdefault(f"aten::{name.name}", {})[name.overload_name] = sum(
             1 for variable in saved if _TENSOR_TYPE.search(str(variable.nctype.type)))
-    table = {}
+        saving_results.setdefault(f"aten::{name.name}", {})[name.overload_name] = any(
+            _TENSOR_TYPE.search(str(variable.nctype.type)) for variable in info.all_saved_outputs)
+    table, result = {}, {}
     for op, counts in overloads.items():
-        preferred = [counts[o] for o in _PREFERRED_OVERLOADS if o in counts]
-        table[op] = preferred[0] if preferred else min(counts.values())
+        chosen = next((o for o in _PREFERRED_OVERLOADS if o in counts), min(counts, key=lambda o: (counts[o], o)))
+        table[op], result[op] = counts[chosen], saving_results[op][chosen]
     import torch
 
-    for op, saved in list(table.items()):  # the in-place forms torch has
+    for op in list(table):  # the in-place forms torch has
         if hasattr(torch.ops.aten, f"{op.removeprefix('aten::')}_"):
-            table.setdefault(f"{op}_", saved)
-    return table
+            table.setdefault(f"{op}_", table[op])
+            result.setdefault(f"{op}_", result[op])
+    return table, sorted(op for op, saves in result.items() if saves)
 
 
-def table() -> dict[str, int]:
-    """The file's table: the formulas' counts, replaced and extended by the hooks' counts of the ops called here."""
+def table() -> dict[str, Any]:
+    """The file's table: "tensors", the formulas' counts, replaced and extended by the hooks' counts of the ops called
+    here; "results", the ops whose formula saves a result."""
     found = from_formulas()
     found.update({name: count(call) for name, call in calls().items()})
-    return dict(sorted(found.items()))
+    return {"tensors": dict(sorted(found.items())), "results": results()}
 
 
 def main() -> int:

@@ -16,7 +16,14 @@ such ops there were. The table counts every float input as requiring grad: where
 (dropout's mask in its `aten::mul`), the op saves less than it says.
 
     saved = saved_tensors_of(trace, rows)   # per row of `rows` (top-level host ops)
-    saved.tensors, saved.unknown
+    saved.tensors, saved.unknown, saved.last_pack_ns
+
+Autograd saves an op's inputs before the op runs and its results after (`saves_result()`: the ops
+whose formula saves one). `last_pack_ns` is, per row, the recorded moment its last saving op packed
+its last tensor: that op's end where it saves a result, its start where it saves only inputs.
+torch.utils.checkpoint (use_reentrant=False, early stop: torch's default) ends a call's
+recomputation there, before the kernel of a last matrix multiply and without the ops after it (a
+residual add), which save nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -36,22 +44,35 @@ _TABLE = "saved_tensors.json"
 
 
 @functools.cache
+def _table() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(resources.files("daydream.data").joinpath(_TABLE)
+                                        .read_text())
+    return loaded
+
+
 def saved_per_op() -> dict[str, int]:
     """Op name -> the tensors autograd saves for backward in it, every float input requiring grad,
     as torch 2.13 defines and counts them (daydream/data/saved_tensors.json)."""
-    table: dict[str, int] = json.loads(resources.files("daydream.data").joinpath(_TABLE)
-                                       .read_text())
-    return table
+    tensors: dict[str, int] = _table()["tensors"]
+    return tensors
+
+
+@functools.cache
+def saves_result() -> frozenset[str]:
+    """The ops whose derivative formula saves one of their results (torch 2.13)."""
+    return frozenset(_table()["results"])
 
 
 @dataclass(slots=True, frozen=True)
 class SavedTensors:
-    """Per row asked about: the tensors its ops save, its ops the table does not know, and whether
-    autograd recorded any op of its (False: its top-level op ran whole under no_grad)."""
+    """Per row asked about: the tensors its ops save, its ops the table does not know, whether
+    autograd recorded any op of its (False: its top-level op ran whole under no_grad), and when its
+    last saving op packed its last tensor (trace ns; -1 where it saves none)."""
 
     tensors: np.ndarray
     unknown: np.ndarray
     recorded: np.ndarray
+    last_pack_ns: np.ndarray
 
 
 def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
@@ -60,9 +81,10 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
     rows = np.asarray(rows, dtype=np.int64)
     tensors = np.zeros(rows.size, dtype=np.int64)
     unknown = np.zeros(rows.size, dtype=np.int64)
+    last_pack = np.full(rows.size, -1, dtype=np.int64)
     ops = trace.indices(EventKind.CPU_OP)
     if rows.size == 0 or ops.size == 0:
-        return SavedTensors(tensors, unknown, np.ones(rows.size, dtype=bool))
+        return SavedTensors(tensors, unknown, np.ones(rows.size, dtype=bool), last_pack)
     parents = innermost_enclosing(trace, ops, ops)
     top_level = ops[parents < 0]
     top = np.where(np.isin(rows, ops), rows, innermost_enclosing(trace, top_level, rows))
@@ -85,11 +107,17 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
                                 (unlisted, unknown, np.ones(unlisted.size, dtype=np.int64))):
         at = _position_of_owner(trace, top[first], found)
         np.add.at(into, first[at[at >= 0]], values[at >= 0])
+    saving = counted[per_name[trace.name[counted]] > 0]
+    results = [index for index, name in enumerate(trace.strings) if name in saves_result()]
+    packed = np.where(np.isin(trace.name[saving], results), trace.end_ns[saving],
+                      trace.ts_ns[saving])
+    at = _position_of_owner(trace, top[first], saving)
+    np.maximum.at(last_pack, first[at[at >= 0]], packed[at >= 0])
     # a row outside any op, or in a trace that records no sequence numbers, is taken as recorded
     graded = ops[recorded]
     owners = np.where(np.isin(graded, top_level), graded,
                       innermost_enclosing(trace, top_level, graded))
-    return SavedTensors(tensors, unknown, (top < 0) | np.isin(top, owners[owners >= 0]))
+    return SavedTensors(tensors, unknown, (top < 0) | np.isin(top, owners[owners >= 0]), last_pack)
 
 
 def _position_of_owner(trace: Trace, tops: np.ndarray, found: np.ndarray) -> np.ndarray:

@@ -1,5 +1,13 @@
 """Activation checkpointing: the matching layers' forward work again before their backward, with the
-wrapper's own host work."""
+wrapper's own host work.
+
+The recomputation ends where torch.utils.checkpoint (use_reentrant=False) ends it by default (its
+early stop): once the last tensor the call saved for backward is packed again. Autograd packs an
+op's inputs before the op runs and its results after (cost/saved.py), so the work after that moment
+of the recorded forward (a last matrix multiply, whose inputs are what it saves; a residual add,
+which saves nothing) is not done again; `early_stop=0` recomputes the whole forward
+(use_reentrant=True, or `torch.utils.checkpoint.set_checkpoint_early_stop(False)`).
+"""
 
 from __future__ import annotations
 
@@ -35,7 +43,8 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
             in_layer = (layer_of == target) & (iterations == iteration)
             work.append((np.flatnonzero(in_layer & (phases == forward)),
                          np.flatnonzero(in_layer & (phases == backward))))
-    recomputed, calls, ungraded = 0, 0, 0
+    recomputed, calls, ungraded, skipped_ns = 0, 0, 0, 0
+    early_stop = bool(params["early_stop"])
     wrapper = _wrapper_costs(graph, context)
     previous = _previous_host_task(graph)
     saved = _saved_per_task(graph, np.concatenate([f for f, _ in work] or [np.zeros(0, int)]),
@@ -43,19 +52,25 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
     for forward_tasks, backward_tasks in work:
         if forward_tasks.size and backward_tasks.size:
             found = _recompute_before(graph, forward_tasks, backward_tasks, wrapper, previous,
-                                      saved.tensors, saved.recorded)
+                                      saved.tensors, saved.recorded,
+                                      saved.last_pack if early_stop else None)
             recomputed += found.added
             calls += found.calls
             ungraded += found.ungraded
+            skipped_ns += found.skipped_ns
     if context.costs is not None and wrapper.forward_ns + wrapper.backward_ns:
         # the wrapper's host work, forward of each call and backward of each one recomputed
         context.costs.count(Tier.MODELLED, 2 * calls - ungraded)
     under_no_grad = (f" ({ungraded} of them under no_grad, which autograd does not record: run "
                      "once, not recomputed, no backward part)" if ungraded else "")
     heap = [] if graph.has_device_work() else heap_note(context.large_host_blocks, "checkpoint")
+    iterations_run = max(len(np.unique(iterations[iterations >= 0])), 1)
+    stop = (f", each call's up to the last tensor it saved for backward (early stop; "
+            f"{skipped_ns / iterations_run / 1e3:.0f} µs of host work per iteration after it not "
+            "done again)" if early_stop and saved.last_pack is not None else "")
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
-            f"{params['layers']!r} recomputed before their backward ({recomputed} tasks per run "
-            f"added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
+            f"{params['layers']!r} recomputed before their backward{stop} ({recomputed} tasks per "
+            f"run added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
             f"calls{under_no_grad}: {wrapper.forward_ns / 1e3:.1f} µs in forward and "
             f"{wrapper.backward_ns / 1e3:.1f} µs in backward, and for each of the "
             f"{saved.total} tensors their ops save for backward "
@@ -85,6 +100,7 @@ class _Saved:
     total: int
     said: str
     recorded: np.ndarray | None = None
+    last_pack: np.ndarray | None = None  # per task: when its last saving op packed (-1: none)
 
 
 @dataclass(slots=True, frozen=True)
@@ -95,6 +111,7 @@ class _Recomputed:
     added: int
     calls: int
     ungraded: int = 0
+    skipped_ns: int = 0  # host work of the recorded forward after each call's last pack: not redone
 
 
 def _wrapper_costs(graph: Graph, context: Context) -> Wrapper:
@@ -127,10 +144,12 @@ def _saved_per_task(graph: Graph, tasks: np.ndarray, context: Context) -> _Saved
     tensors[host] = found.tensors
     recorded = np.ones(graph.task_count, dtype=bool)
     recorded[host] = found.recorded
+    last_pack = np.full(graph.task_count, -1, dtype=np.int64)
+    last_pack[host] = found.last_pack_ns
     unknown = int(found.unknown.sum())
     said = (f"; {unknown} of their ops are not in the table of saved tensors (cost/saved.py) and "
             "count as saving none" if unknown else "")
-    return _Saved(tensors, int(found.tensors.sum()), said, recorded)
+    return _Saved(tensors, int(found.tensors.sum()), said, recorded, last_pack)
 
 
 def _previous_host_task(graph: Graph) -> np.ndarray:
@@ -148,7 +167,8 @@ def _previous_host_task(graph: Graph) -> np.ndarray:
 def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: np.ndarray,
                       wrapper: Wrapper = Wrapper(), previous: np.ndarray | None = None,
                       saved: np.ndarray | None = None,
-                      recorded: np.ndarray | None = None) -> _Recomputed:
+                      recorded: np.ndarray | None = None,
+                      last_pack: np.ndarray | None = None) -> _Recomputed:
     """Copy `forward_tasks` (host and GPU) and splice the copies in before the first backward task;
     the checkpoint wrapper's own host work before each call of the layer's forward and before its
     recomputation: per call, and per tensor the call's tasks save (`saved`: per task of the graph).
@@ -156,7 +176,9 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
     that many checkpointed calls: each run of its host tasks that some other host work on the
     thread precedes (`previous`: `_previous_host_task`). A call none of whose tasks autograd
     recorded (`recorded`: per task of the graph; a call under no_grad) is not recomputed and pays
-    only the wrapper's forward part per call."""
+    only the wrapper's forward part per call. With `last_pack` (per task of the graph: when its
+    last saving op packed, trace ns), each call's recomputation ends at the last pack of its tasks:
+    later tasks are not copied, the one it falls in is copied up to it (early stop)."""
     tasks = graph.tasks
     host = forward_tasks[np.isin(tasks["kind"][forward_tasks], [int(k) for k in HOST_WORK])]
     host = host[np.argsort(tasks["measured_start_ns"][host], kind="stable")]
@@ -169,17 +191,22 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
     run_of = np.cumsum(np.isin(np.arange(host.size), starts)) - 1
     graded = (np.logical_or.reduceat(recorded[host], starts) if recorded is not None
               else np.ones(starts.size, dtype=bool))
-    again = host[graded[run_of]]  # the calls' tasks that are recomputed, in order
+    kept, until = _early_stop(graph, host, starts, run_of, last_pack)
+    again_at = np.flatnonzero(graded[run_of] & kept)
+    again = host[again_at]  # the calls' tasks that are recomputed, in order
+    skipped = host[graded[run_of] & ~kept]
+    skipped_ns = int(tasks["duration_ns"][skipped].sum())
     added = 0
     if again.size:
         first_backward = int(backward_host[np.argmin(tasks["measured_start_ns"][backward_host])])
         copies = graph.add_tasks(**{column: values[again] for column, values in tasks.items()})
+        skipped_ns += _cut_at(graph, copies, until[again_at])
         unpin(graph, copies)
         graph.tasks["phase"][copies] = PHASES.index("backward")
         splice_chain(graph, copies, first_backward, DepKind.HOST_ORDER, after=False)
         added = int(copies.size + _copy_launched_work(graph, again, copies, backward_tasks))
         # each recomputed call's first copy: where its run starts among the copies
-        copied_runs = run_of[graded[run_of]]
+        copied_runs = run_of[again_at]
         recomputed_at = copies[np.flatnonzero(np.r_[True, copied_runs[1:] != copied_runs[:-1]])]
     else:
         recomputed_at = np.zeros(0, dtype=np.int64)
@@ -191,7 +218,34 @@ def _recompute_before(graph: Graph, forward_tasks: np.ndarray, backward_tasks: n
         anchors = np.concatenate([host[starts], recomputed_at])
         splice(graph, anchors, np.concatenate([forward_ns, backward_ns]),
                "checkpoint wrapper (host)", after=False)
-    return _Recomputed(added, int(starts.size), int((~graded).sum()))
+    return _Recomputed(added, int(starts.size), int((~graded).sum()), skipped_ns)
+
+
+def _early_stop(graph: Graph, host: np.ndarray, starts: np.ndarray, run_of: np.ndarray,
+                last_pack: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Of a layer's forward `host` tasks (calls starting at `starts`; `run_of`: each task's call),
+    those recomputed, and per task when its call's recomputation stops (trace ns; the largest int64
+    where it does not: no `last_pack`, or a call whose ops save nothing counted)."""
+    kept = np.ones(host.size, dtype=bool)
+    until = np.full(host.size, np.iinfo(np.int64).max, dtype=np.int64)
+    if last_pack is None:
+        return kept, until
+    stops = np.maximum.reduceat(last_pack[host], starts)[run_of]
+    until = np.where(stops >= 0, stops, until)
+    kept = graph.tasks["measured_start_ns"][host] < until
+    kept[starts] = True  # each call's recomputation begins, if only to stop at once
+    return kept, until
+
+
+def _cut_at(graph: Graph, copies: np.ndarray, until: np.ndarray) -> int:
+    """Each copied task that its call's last pack (`until`) falls in runs up to it; the host time
+    taken off, ns."""
+    tasks = graph.tasks
+    cut = np.clip(until - tasks["measured_start_ns"][copies], 0, tasks["duration_ns"][copies])
+    shorter = cut < tasks["duration_ns"][copies]
+    taken = int((tasks["duration_ns"][copies][shorter] - cut[shorter]).sum())
+    tasks["duration_ns"][copies[shorter]] = cut[shorter]
+    return taken
 
 
 def copy_launched_work(graph: Graph, calls: np.ndarray,
@@ -245,7 +299,13 @@ register(Optimization(
     "the tensors counted from the trace's ops, cost/saved.py) before the layer's forward and "
     "before its recomputation, in host units recorded from real runs (daydream/cost/host.py) "
     "times this trace's host unit; "
+    "the recomputation ends where torch's early stop ends it, once the last tensor the call saved "
+    "is packed again (early_stop=0: the whole forward); "
     "everything else unchanged (the memory it saves is reported by the memory what-if)",
     _checkpoint,
-    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths")},
+    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths"),
+     "early_stop": Parameter(int, 1, "1: each call's recomputation stops once the last tensor it "
+                                     "saved is packed again (torch.utils.checkpoint's default, "
+                                     "use_reentrant=False); 0: its whole forward again "
+                                     "(use_reentrant=True)", low=0, high=1)},
 ))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from daydream.cost.saved import saved_per_op, saved_tensors_of
+from daydream.cost.saved import saved_per_op, saved_tensors_of, saves_result
 from daydream.mapping.opening import open_trace
 from daydream.trace import EventKind, discover
 from tests.builders import op, write_trace
@@ -32,7 +33,8 @@ def test_the_table_is_what_torch_saves_for_each_op() -> None:
     _torch()
     # the shipped file is the script's output (torch's formulas and hooks), and the ops the script can call save, under
     # checkpoint's own kind of hooks, what the file says
-    assert saved_per_op() == saved_tensors.table()
+    table = saved_tensors.table()
+    assert saved_per_op() == table["tensors"] and saves_result() == frozenset(table["results"])
     counted = {name: saved_tensors.count(call) for name, call in saved_tensors.calls().items()}
     assert counted == {name: saved_per_op()[name] for name in counted}
     # the formulas alone agree with the hooks on nearly every op both know (they differ where the usual call leaves
@@ -40,6 +42,11 @@ def test_the_table_is_what_torch_saves_for_each_op() -> None:
     formulas = saved_tensors.from_formulas()
     both = [name for name in counted if name in formulas]
     assert len(both) > 50 and sum(formulas[name] != counted[name] for name in both) <= 3
+    # what torch's formulas say of a few ops, by hand: a multiply saves its inputs, an activation or a normalization its
+    # result (softmax's output, layer norm's mean and deviation), in-place forms as the op
+    assert {"aten::mm", "aten::addmm", "aten::convolution", "aten::mul", "aten::silu"}.isdisjoint(saves_result())
+    assert {"aten::relu", "aten::tanh", "aten::tanh_", "aten::_softmax", "aten::native_layer_norm",
+            "aten::native_batch_norm"} <= saves_result()
 
 
 def _op(name: str, ts: int, dur: int, sequence: int | None = 1) -> dict:
@@ -47,7 +54,8 @@ def _op(name: str, ts: int, dur: int, sequence: int | None = 1) -> dict:
 
 
 def test_an_op_tree_counts_the_outermost_listed_ops_under_each_row(tmp_path: Path) -> None:
-    # linear (composite, not listed) -> t (0) and addmm (2), whose own child copy_ runs below autograd;
+    # linear (listed: torch 2.13 gives it a formula of its own, 2) -> t and addmm, which run below it, as does addmm's
+    # copy_;
     # tanh (1) on its own; a custom leaf the table does not know; a tanh under no_grad (no sequence number) saves
     # nothing; layer_norm (composite) -> native_layer_norm (5).
     events = [_op("aten::linear", 0, 50), _op("aten::t", 2, 5), _op("aten::addmm", 10, 30),
@@ -63,6 +71,11 @@ def test_an_op_tree_counts_the_outermost_listed_ops_under_each_row(tmp_path: Pat
     found = saved_tensors_of(trace, top)
     assert found.tensors.tolist() == [2, 1, 0, 0, 5]
     assert found.unknown.tolist() == [0, 0, 1, 0, 0]
+    # the last pack: the outermost saving op under linear (torch 2.13 gives aten::linear a formula of its own) saves its
+    # inputs, before it runs (its start, 0); tanh its result, after (its end, 70); native_layer_norm its mean and
+    # deviation (its end, 155); none where nothing is saved
+    assert saved_per_op()["aten::linear"] == 2 and "aten::linear" not in saves_result()
+    assert found.last_pack_ns.tolist() == [0, 70_000, -1, -1, 155_000]
     # autograd recorded some op under each, but for the tanh run under no_grad
     assert found.recorded.tolist() == [True, True, True, False, True]
 
@@ -95,3 +108,54 @@ def test_a_recorded_block_saves_what_the_hooks_of_the_same_run_count(tmp_path: P
     found = saved_tensors_of(trace, top)
     assert packed[0] > 0 and found.unknown.sum() == 0
     assert int(found.tensors.sum()) == packed[0]
+
+
+def test_a_checkpointed_call_is_recomputed_up_to_its_last_pack(tmp_path: Path) -> None:
+    # torch.utils.checkpoint (use_reentrant=False) stops recomputing a call once the last tensor it saved is packed
+    # again: the last op a block's ops are predicted to recompute is the one before its last pack, against what the
+    # checkpointed run of the same block really ran again (counted from its own trace).
+    _torch()
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return second(torch.tanh(first(x))) + 1.0  # tanh saves its result; the second linear its inputs; add nothing
+
+    x = torch.randn(4, 8, requires_grad=True)
+    traces = {}
+    for name, run in (("plain", block), ("checkpointed", lambda x: checkpoint(block, x, use_reentrant=False))):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profile:
+            run(x).sum().backward()
+        path = tmp_path / f"{name}.json"
+        profile.export_chrome_trace(str(path))
+        traces[name] = open_trace(discover(path)[0], cache=False)
+    plain = traces["plain"]
+    ops = plain.indices(EventKind.CPU_OP)
+    names = [plain.name_of(r) for r in ops]
+    forward = ops[[names.index(n) for n in ("aten::linear", "aten::tanh")]
+                  + [len(names) - 1 - names[::-1].index("aten::linear"), names.index("aten::add")]]
+    assert [plain.name_of(r) for r in forward] == ["aten::linear", "aten::tanh", "aten::linear", "aten::add"]
+    stop = saved_tensors_of(plain, forward).last_pack_ns.max()
+    again = [plain.name_of(r) for r in forward if plain.ts_ns[r] < stop]
+    assert again == ["aten::linear", "aten::tanh"]  # the second linear stops at its start, the add never runs
+
+    def count(trace: Any, name: str, allocating: bool = False) -> int:
+        """The ops called `name` (with `allocating`: those that allocated memory for a result)."""
+        rows = [r for r in trace.indices(EventKind.CPU_OP) if trace.name_of(r) == name]
+        if not allocating:
+            return len(rows)
+        allocations = trace.indices(EventKind.MEMORY)
+        allocations = allocations[trace.bytes[allocations] > 0]
+        return sum(bool(((trace.ts_ns[allocations] >= trace.ts_ns[r]) & (trace.ts_ns[allocations] <= trace.end_ns[r])).any())
+                   for r in rows)
+
+    checkpointed = traces["checkpointed"]
+    # tanh ran twice, the add once; the second linear's addmm was entered again, but only the first linear's made a
+    # result (the second stopped at its pack, before its kernel)
+    assert (count(plain, "aten::tanh"), count(checkpointed, "aten::tanh")) == (1, 2)
+    assert (count(plain, "aten::add"), count(checkpointed, "aten::add")) == (1, 1)
+    assert (count(plain, "aten::addmm"), count(checkpointed, "aten::addmm")) == (2, 4)
+    assert (count(plain, "aten::addmm", allocating=True), count(checkpointed, "aten::addmm", allocating=True)) == (2, 3)

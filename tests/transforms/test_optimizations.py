@@ -197,6 +197,30 @@ def test_a_checkpointed_call_under_no_grad_is_not_recomputed() -> None:
     assert simulate(g).end_ns.max() == 10 + 7 + 20
 
 
+def test_a_checkpointed_call_is_recomputed_up_to_its_last_pack() -> None:
+    # one call of blocks.0: three ops recorded at 0, 10 and 20 (10, 10 and 5 ns); the last tensor it saves is packed at
+    # 15, inside the second: the first is recomputed whole, the second up to 15 (5 ns), the third not at all
+    from daydream.transforms.checkpoint import _previous_host_task, _recompute_before
+
+    g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("fwd", 10, phase="forward", layer="net.blocks.0"),
+               op("add", 5, phase="forward", layer="net.blocks.0"), op("bwd", 20, phase="backward", layer="net.blocks.0")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False), (2, 3, DepKind.HOST_ORDER, 0, False)],
+              layers=["net.blocks.0"])
+    assert g.tasks["measured_start_ns"].tolist() == [0, 10, 20, 30]
+    last_pack = np.array([5, 15, -1, -1])
+    found = _recompute_before(g, np.array([0, 1, 2]), np.array([3]), previous=_previous_host_task(g), last_pack=last_pack)
+    assert (found.added, found.calls, found.skipped_ns) == (2, 1, 5 + 5) and g.validate() == []
+    assert g.tasks["duration_ns"][4:].tolist() == [10, 5]
+    assert simulate(g).end_ns.max() == 25 + 10 + 5 + 20
+    # the whole forward again without it (early_stop=0)
+    g = graph([op("fwd", 10, phase="forward", layer="net.blocks.0"), op("fwd", 10, phase="forward", layer="net.blocks.0"),
+               op("add", 5, phase="forward", layer="net.blocks.0"), op("bwd", 20, phase="backward", layer="net.blocks.0")],
+              [(0, 1, DepKind.HOST_ORDER, 0, False), (1, 2, DepKind.HOST_ORDER, 0, False), (2, 3, DepKind.HOST_ORDER, 0, False)],
+              layers=["net.blocks.0"])
+    found = _recompute_before(g, np.array([0, 1, 2]), np.array([3]), previous=_previous_host_task(g))
+    assert (found.added, found.skipped_ns) == (3, 0) and simulate(g).end_ns.max() == 25 + 25 + 20
+
+
 def test_the_checkpoint_wrapper_pays_for_each_tensor_its_call_saves() -> None:
     # Two calls of blocks.0 whose ops save 2 and then 3 tensors for backward; the wrapper costs 7 ns forward and 3 ns
     # backward per call, and 1 ns forward and 4 ns backward per saved tensor.
