@@ -14,8 +14,8 @@ reserve keeps freed memory in the heap (M_TRIM_THRESHOLD), keeps tensors below 3
 as glibc's own threshold does once it has adapted (M_MMAP_THRESHOLD, its largest value), then
 allocates, writes and frees a block of memory at the heap's top: the heap grows into memory that is
 already there. Its size is what the process grew by over the iteration before, times the recorded
-iterations and a margin, or a quarter of the resident memory per recorded iteration where that is
-more; at least RESERVE_LEAST, at most RESERVE_MOST and a quarter of the room left (the memory the
+iterations and a margin, or half the resident memory per recorded iteration where that is more;
+at least RESERVE_LEAST, at most RESERVE_MOST and a quarter of the room left (the memory the
 machine has available, and what this process's machine or container limit leaves it), shared
 among the job's processes on this machine (torchrun's local ranks reserve at once).
 
@@ -40,12 +40,16 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD_MOST = 32 * 2**20
 #: the reserve is allocated in blocks below the mmap threshold, so they come from the heap
 BLOCK = 8 * 2**20
-RESERVE_LEAST, RESERVE_MOST = 256 * 2**20, 2 * 2**30
+RESERVE_LEAST, RESERVE_MOST = 256 * 2**20, 4 * 2**30
 #: the reserve covers the growth of this many iterations per recorded one
 MARGIN = 1.5
-#: and at least a quarter of the resident memory per recorded iteration: the profiler's records
-#: do not grow the heap while it warms up, so the iteration before can show no growth at all
-RESIDENT_SHARE = 4
+#: and at least half the resident memory per recorded iteration: the profiler's records do not grow
+#: the heap while it warms up, so the iteration before can show no growth at all, while a recorded
+#: iteration can take fresh memory for much of what it allocates (the suite's ResNet on 64x64
+#: images, 460 MiB resident before recording: a reserve of a quarter per iteration, 920 MiB, was
+#: used up after six of eight recorded iterations, which then faulted 33,000 pages each; at twice
+#: the batch, after four, then 67,000 pages an iteration)
+RESIDENT_SHARE = 2
 
 
 def room_bytes(resident: int) -> int | None:
