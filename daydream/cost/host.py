@@ -45,26 +45,27 @@ DEFAULT_UNIT_NS = 1_500
 #: project's 2-core development host, timed under the profiler as daydream trace records; the median
 #: of six runs on 2026-12-03, units of 1167-1372 ns: forward 68-111 and backward 179-230 units).
 #: cpu, per saved tensor: `python scripts/host_costs.py --fit DIR/round-* --examples
-#: mlp,cnn,transformer,speech` over three interleaved rounds of real baseline / checkpoint pairs
-#: (`whatif_truth.py --device cpu --whatifs checkpoint --rounds 3 --keep DIR`, 2026-12-04; 8, 10,
-#: 24 and 585 tensors saved per call), the part per call held: the slope through the examples.
+#: mlp,cnn,transformer,speech` over five interleaved rounds of real baseline / checkpoint pairs
+#: (`whatif_truth.py --device cpu --examples all --rounds 5 --keep DIR`, 2026-12-05, traced with the
+#: heap reserve; 8, 10, 24 and 585 tensors saved per call), the part per call held: the slope
+#: through the examples, the recomputation subtracted up to each call's last pack (early stop).
 #: (`--measure`'s slope, 28.8-36.3 forward and 9.1-17.5 backward, put three times the real cost
 #: forward and half of it backward: a GRU's 578 saved tensors cost about 9 and 22 units each.)
 #: cuda: `python scripts/host_costs.py examples/h200 examples/h200/realistic/round-1
 #: examples/h200/realistic/round-2` (torch 2.11 + CUDA 13, H200 host, under daydream trace): the
 #: median of nine pairs (the three small examples; cnn, a BERT-base-sized transformer and ResNet-50,
-#: two runs each), each pair read in its baseline's unit, per call forward 233-631 and backward
-#: 209-1188 units, their saved tensors included (8 to 32 per call: the cost per call shows no
+#: two runs each), each pair read in its baseline's unit, the recomputation up to each call's last
+#: pack subtracted, per call forward 233-631 and backward 268-1260 units, their saved tensors included (8 to 32 per call: the cost per call shows no
 #: growth with them over this spread, so no per-tensor part is added on a GPU trace).
 RECORDED_HOST_UNITS: dict[str, float] = {
     "checkpoint.forward.cuda": 408.2,
-    "checkpoint.backward.cuda": 481.5,
+    "checkpoint.backward.cuda": 511.6,
     "checkpoint.forward_tensor.cuda": 0.0,
     "checkpoint.backward_tensor.cuda": 0.0,
     "checkpoint.forward.cpu": 78.4,
     "checkpoint.backward.cpu": 206.3,
-    "checkpoint.forward_tensor.cpu": 9.2,
-    "checkpoint.backward_tensor.cpu": 22.2,
+    "checkpoint.forward_tensor.cpu": 9.5,
+    "checkpoint.backward_tensor.cpu": 18.1,
     # Receiving a ready batch from a DataLoader worker, on the training thread
     # (transforms/loading.py): the index and batch queues and the batch's unpickling, per batch and
     # per tensor in it (each a shared-memory handle rebuilt).
