@@ -55,11 +55,12 @@ DEFAULT_UNIT_NS = 1_500
 #: examples/h200/realistic/round-2` (torch 2.11 + CUDA 13, H200 host, under daydream trace): the
 #: median of nine pairs (the three small examples; cnn, a BERT-base-sized transformer and ResNet-50,
 #: two runs each), each pair read in its baseline's unit, the recomputation up to each call's last
-#: pack subtracted, per call forward 233-631 and backward 268-1260 units, their saved tensors included (8 to 32 per call: the cost per call shows no
-#: growth with them over this spread, so no per-tensor part is added on a GPU trace).
+#: pack subtracted, per call forward 233-631 and backward 250-1251 units, their saved tensors
+#: included (8 to 32 per call: the cost per call shows no growth with them over this spread, so no
+#: per-tensor part is added on a GPU trace).
 RECORDED_HOST_UNITS: dict[str, float] = {
     "checkpoint.forward.cuda": 408.2,
-    "checkpoint.backward.cuda": 511.6,
+    "checkpoint.backward.cuda": 506.3,
     "checkpoint.forward_tensor.cuda": 0.0,
     "checkpoint.backward_tensor.cuda": 0.0,
     "checkpoint.forward.cpu": 78.4,

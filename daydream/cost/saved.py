@@ -20,7 +20,10 @@ such ops there were. The table counts every float input as requiring grad: where
 
 Autograd saves an op's inputs before the op runs and its results after (`saves_result()`: the ops
 whose formula saves one). `last_pack_ns` is, per row, the recorded moment its last saving op packed
-its last tensor: that op's end where it saves a result, its start where it saves only inputs.
+its last tensor: that op's end where it saves a result, its start where it saves only inputs. Here
+every listed op that saves and that autograd recorded counts, however deep: a composite op torch
+lists (`aten::max_pool2d`, its input) runs on the CPU as a child that saves more after its kernel
+(`max_pool2d_with_indices`, its indices), and a linear packs where its matrix multiply starts.
 torch.utils.checkpoint (use_reentrant=False, early stop: torch's default) ends a call's
 recomputation there, before the kernel of a last matrix multiply and without the ops after it (a
 residual add), which save nothing.
@@ -107,7 +110,10 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
                                 (unlisted, unknown, np.ones(unlisted.size, dtype=np.int64))):
         at = _position_of_owner(trace, top[first], found)
         np.add.at(into, first[at[at >= 0]], values[at >= 0])
-    saving = counted[per_name[trace.name[counted]] > 0]
+    # the last pack: of every listed op that saves and that autograd recorded, at any depth, since a
+    # composite that torch lists (aten::max_pool2d) can run as a child that saves its result
+    # (max_pool2d_with_indices, its indices) after its kernel
+    saving = ops[listed & recorded & (per_name[trace.name[ops]] > 0)]
     results = [index for index, name in enumerate(trace.strings) if name in saves_result()]
     packed = np.where(np.isin(trace.name[saving], results), trace.end_ns[saving],
                       trace.ts_ns[saving])

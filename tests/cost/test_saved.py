@@ -71,11 +71,11 @@ def test_an_op_tree_counts_the_outermost_listed_ops_under_each_row(tmp_path: Pat
     found = saved_tensors_of(trace, top)
     assert found.tensors.tolist() == [2, 1, 0, 0, 5]
     assert found.unknown.tolist() == [0, 0, 1, 0, 0]
-    # the last pack: the outermost saving op under linear (torch 2.13 gives aten::linear a formula of its own) saves its
-    # inputs, before it runs (its start, 0); tanh its result, after (its end, 70); native_layer_norm its mean and
-    # deviation (its end, 155); none where nothing is saved
+    # the last pack, of every saving op autograd recorded however deep: under linear, addmm saves its inputs before it
+    # runs (its start, 10); tanh its result, after (its end, 70); native_layer_norm its mean and deviation (its end,
+    # 155); none where nothing is saved
     assert saved_per_op()["aten::linear"] == 2 and "aten::linear" not in saves_result()
-    assert found.last_pack_ns.tolist() == [0, 70_000, -1, -1, 155_000]
+    assert found.last_pack_ns.tolist() == [10_000, 70_000, -1, -1, 155_000]
     # autograd recorded some op under each, but for the tanh run under no_grad
     assert found.recorded.tolist() == [True, True, True, False, True]
 
@@ -140,7 +140,11 @@ def test_a_checkpointed_call_is_recomputed_up_to_its_last_pack(tmp_path: Path) -
     assert [plain.name_of(r) for r in forward] == ["aten::linear", "aten::tanh", "aten::linear", "aten::add"]
     stop = saved_tensors_of(plain, forward).last_pack_ns.max()
     again = [plain.name_of(r) for r in forward if plain.ts_ns[r] < stop]
-    assert again == ["aten::linear", "aten::tanh"]  # the second linear stops at its start, the add never runs
+    assert again == ["aten::linear", "aten::tanh", "aten::linear"]  # the add never runs again
+    # the second linear runs up to its multiply's start, where the multiply packs its inputs
+    second = forward[2]
+    multiplies = [r for r in ops if plain.name_of(r) == "aten::addmm" and plain.ts_ns[second] <= plain.ts_ns[r] < plain.end_ns[second]]
+    assert len(multiplies) == 1 and stop == plain.ts_ns[multiplies[0]] < plain.end_ns[second]
 
     def count(trace: Any, name: str, allocating: bool = False) -> int:
         """The ops called `name` (with `allocating`: those that allocated memory for a result)."""
