@@ -97,6 +97,7 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
     first = first[top[first] >= 0]
     table = saved_per_op()
     per_name = np.array([table.get(name, -1) for name in trace.strings], dtype=np.int64)
+    saves_a_result = np.array([name in saves_result() for name in trace.strings], dtype=bool)
     listed = per_name[trace.name[ops]] >= 0
     # the outermost listed ops: what they call runs below autograd
     under_listed = innermost_enclosing(trace, ops[listed], ops) >= 0
@@ -114,9 +115,7 @@ def saved_tensors_of(trace: Trace, rows: np.ndarray) -> SavedTensors:
     # composite that torch lists (aten::max_pool2d) can run as a child that saves its result
     # (max_pool2d_with_indices, its indices) after its kernel
     saving = ops[listed & recorded & (per_name[trace.name[ops]] > 0)]
-    results = [index for index, name in enumerate(trace.strings) if name in saves_result()]
-    packed = np.where(np.isin(trace.name[saving], results), trace.end_ns[saving],
-                      trace.ts_ns[saving])
+    packed = np.where(saves_a_result[trace.name[saving]], trace.end_ns[saving], trace.ts_ns[saving])
     at = _position_of_owner(trace, top[first], saving)
     np.maximum.at(last_pack, first[at[at >= 0]], packed[at >= 0])
     # a row outside any op, or in a trace that records no sequence numbers, is taken as recorded

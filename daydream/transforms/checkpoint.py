@@ -38,7 +38,8 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
     iterations = graph.tasks["iteration"].copy()
     phases = graph.tasks["phase"].copy()
     work = []  # chosen before any copy is added, so that copies are never copied again
-    for iteration in np.unique(iterations[iterations >= 0]).tolist():
+    runs = np.unique(iterations[iterations >= 0]).tolist()
+    for iteration in runs:
         for target in targets:
             in_layer = (layer_of == target) & (iterations == iteration)
             work.append((np.flatnonzero(in_layer & (phases == forward)),
@@ -64,10 +65,9 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
     under_no_grad = (f" ({ungraded} of them under no_grad, which autograd does not record: run "
                      "once, not recomputed, no backward part)" if ungraded else "")
     heap = [] if graph.has_device_work() else heap_note(context.large_host_blocks, "checkpoint")
-    iterations_run = max(len(np.unique(iterations[iterations >= 0])), 1)
     stop = (f", each call's up to the last tensor it saved for backward (early stop; "
-            f"{skipped_ns / iterations_run / 1e3:.0f} µs of host work per iteration after it not "
-            "done again)" if early_stop and saved.last_pack is not None else "")
+            f"{skipped_ns / max(len(runs), 1) / 1e3:.0f} µs of host work per iteration after it "
+            "not done again)" if early_stop and saved.last_pack is not None else "")
     return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
             f"{params['layers']!r} recomputed before their backward{stop} ({recomputed} tasks per "
             f"run added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
