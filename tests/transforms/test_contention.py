@@ -14,7 +14,7 @@ from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import Timeline
 from daydream.simulate import simulate
 from daydream.simulate.contention import with_contention
-from daydream.transforms.distributed.contention import blocking_stretch, calibrate, gpu_slowdown
+from daydream.transforms.distributed.contention import calibrate, gpu_slowdown
 from daydream.transforms.registry import Context
 from tests.builders import kernel as trace_kernel
 from tests.builders import runtime, write_trace
@@ -62,19 +62,6 @@ def test_a_cpu_host_gives_the_factor_its_threads_ask_for() -> None:
     assert calibrate(cpu_graph, {"contention": "1"}, two_ranks, 2) == (1.0, "off (contention=1)")
     factor, why = calibrate(cpu_graph, {"contention": "auto"}, Context(), 2)
     assert factor == 1.0 and "does not record the host" in why
-
-
-def test_a_blocking_collective_leaves_out_its_own_ranks_sleeping_compute_threads() -> None:
-    cpu_graph = graph([op("compute", 10)], [])
-    auto = {"contention": "auto"}
-    # 2 ranks of 1 thread on 2 CPUs: the other rank's compute thread and 2 gloo threads: 3 / 2.
-    assert blocking_stretch(cpu_graph, auto, Context(host={"cpus": 2, "intra_op_threads": 1}), 2)[0] == 1.5
-    # 4 ranks of 2 threads on 8 CPUs: 3 × 2 + 4 = 10 threads on 8 CPUs (the overlap factor: 4 × 3 / 8 = 1.5).
-    assert blocking_stretch(cpu_graph, auto, Context(host={"cpus": 8, "intra_op_threads": 2}), 4)[0] == 1.25
-    assert blocking_stretch(cpu_graph, auto, Context(host={"cpus": 16, "intra_op_threads": 4}), 2)[0] == 1.0
-    assert blocking_stretch(cpu_graph, {"contention": "3"}, Context(host={"cpus": 2, "intra_op_threads": 1}),
-                            2)[0] == 3.0
-    assert blocking_stretch(cpu_graph, auto, Context(), 2)[0] == 1.0  # the host is not recorded
 
 
 def test_a_gpu_factor_from_kernels_beside_collectives(tmp_path: Path) -> None:

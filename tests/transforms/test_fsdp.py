@@ -116,20 +116,12 @@ def test_on_a_cpu_each_collective_blocks_the_host_and_a_reduce_scatter_is_an_all
     timeline = simulate(g)
     assert [int(g.tasks["duration_ns"][t]) for t in _collectives(g, "reduce-scatter")] == [1049, 1049]
     assert int(timeline.end_ns.max()) == 4500 + 4 * 524 + 2 * 1049 - 250
-    # With 2 ranks of 1 compute thread on 2 CPUs: while a rank waits in a collective its compute thread sleeps, so
-    # the other rank's compute thread and the 2 gloo threads want the 2 CPUs: each collective ×3/2, 524 -> 786 and
-    # 1049 -> 1574 (1573.5 rounded to even).
+    # With 2 ranks of 1 compute thread on 2 CPUs (contention ×2): every blocking collective takes twice as long.
     contended = _cpu_step()
     notes = apply_spec(contended, parse_spec(f"fsdp:world=2,{LINK}"),
                        Context(gradient_bytes=CONTEXT.gradient_bytes, host={"cpus": 2, "intra_op_threads": 1}))
-    assert [int(contended.tasks["duration_ns"][t]) for t in _collectives(contended, "all-gather")] == [786] * 4
-    assert int(simulate(contended).end_ns.max()) == 4500 + 4 * 786 + 2 * 1574 - 250
-    assert any("×1.50" in note and "1 other rank × 1 compute + 2 gloo threads on 2 CPUs" in note for note in notes)
-    # contention=F sets the stretch as it sets the overlap factor.
-    given = _cpu_step()
-    apply_spec(given, parse_spec(f"fsdp:world=2,{LINK},contention=2"),
-               Context(gradient_bytes=CONTEXT.gradient_bytes, host={"cpus": 2, "intra_op_threads": 1}))
-    assert int(simulate(given).end_ns.max()) == 4500 + 4 * 1048 + 2 * 2098 - 250
+    assert int(simulate(contended).end_ns.max()) == 4500 + 2 * (4 * 524 + 2 * 1049) - 250
+    assert any("×2.00" in note and "waits in it" in note for note in notes)
 
 
 def test_a_unit_called_twice_in_a_row_gathers_for_each_call() -> None:

@@ -106,37 +106,6 @@ def calibrate(graph: Graph, params: dict[str, Any], context: Context,
             f"{ranks_per_host} ranks × ({threads} compute + 1 gloo thread) on {cpus} CPUs")
 
 
-def blocking_stretch(graph: Graph, params: dict[str, Any], context: Context,
-                     ranks_per_host: int) -> tuple[float, str]:
-    """(factor, why) for a collective that blocks its rank's host until it ends (gloo, as FSDP2
-    and tensor parallelism issue theirs on a CPU): the waiting rank's own compute threads sleep, so
-    the demand on the host's CPUs is the other ranks' compute threads and every rank's gloo thread
-    (`blocking_cpu_factor`). `contention=F` sets it as it sets the overlap factor; a GPU's
-    collectives run on streams of their own: 1."""
-    if graph.has_device_work():
-        return 1.0, ""
-    if str(params.get("contention", "auto")).strip().lower() != "auto":
-        factor, source = calibrate(graph, params, context, ranks_per_host)
-        return factor, source
-    cpus, threads = (int(context.host.get("cpus", 0) or 0),
-                     int(context.host.get("intra_op_threads", 0) or 0))
-    if cpus <= 0 or threads <= 0:
-        return 1.0, ""
-    factor = blocking_cpu_factor(cpus, threads, ranks_per_host)
-    others = ranks_per_host - 1
-    own = "its own compute threads sleep" if threads > 1 else "its own compute thread sleeps"
-    return factor, (f"while a rank waits in it {own}: {others} other rank"
-                    f"{'s' if others > 1 else ''} × {threads} compute + {ranks_per_host} gloo "
-                    f"threads on {cpus} CPUs")
-
-
-def blocking_cpu_factor(cpus: int, threads: int, ranks_per_host: int) -> float:
-    """The CPU contention factor of a blocking collective: (`ranks_per_host` − 1) ranks' `threads`
-    computing and `ranks_per_host` gloo threads on `cpus` CPUs, where they all want a core (at
-    least 1)."""
-    return max(1.0, ((ranks_per_host - 1) * threads + ranks_per_host) / cpus)
-
-
 def cpu_factor(cpus: int, threads: int, ranks_per_host: int) -> float:
     """The CPU contention factor: `ranks_per_host` ranks × (`threads` computing + 1 gloo thread) on
     `cpus` CPUs, where they all want a core (at least 1)."""

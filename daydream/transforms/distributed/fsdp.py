@@ -49,11 +49,7 @@ from daydream.transforms.distributed.buckets import (
     phase_work,
     true_runs,
 )
-from daydream.transforms.distributed.contention import (
-    CONTENTION_PARAMETER,
-    blocking_stretch,
-    calibrate,
-)
+from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.copies import CopySpeed, copy_speed
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
 from daydream.transforms.primitives import launcher_of, splice
@@ -238,7 +234,6 @@ class _Builder:
                  prefetch: bool, forward_prefetch: bool, stretch: float) -> None:
         self.graph, self.net, self.costs, self.world, self.stretch = (
             graph, net, costs, world, stretch)
-        self.stretch_source = ""  # why each collective is stretched
         self.reshard, self.prefetch, self.forward_prefetch = reshard, prefetch, forward_prefetch
         self.on_gpu = graph.has_device_work()
         self.gather = comm_resource(graph, "fsdp all-gather")
@@ -477,12 +472,12 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     costs = _costs(graph, context)
     reshard, prefetch = bool(int(params["reshard"])), bool(int(params["prefetch"]))
     factor, source = calibrate(graph, params, context, min(world, net.per_node))
-    # On a CPU host each rank blocks in its collectives: where the ranks share the CPUs, the others'
-    # compute and every rank's gloo thread slow them.
-    stretch, why = blocking_stretch(graph, params, context, min(world, net.per_node))
+    # On a CPU host each rank blocks in its collectives while the other ranks on the host, which
+    # reach them at other moments, compute: where they share the CPUs a blocking collective is
+    # stretched as an overlapped one would be.
+    stretch = factor if not graph.has_device_work() else 1.0
     builder = _Builder(graph, net, costs, world, reshard, prefetch,
                        bool(int(params["forward_prefetch"])), stretch)
-    builder.stretch_source = why
     iterations = iterations_of(graph)
     problems: list[str] = []
     optimizer_ops = 0
@@ -538,8 +533,9 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
         notes.append("fsdp: on a CPU (gloo) each collective is waited for where it is issued, and "
                      "a reduce-scatter is an all-reduce of the unit's whole gradients (gloo has no "
                      "reduce-scatter of its own)"
-                     + (f"; each collective ×{builder.stretch:.2f} ({builder.stretch_source})"
-                        if builder.stretch > 1.0 else ""))
+                     + (f"; each collective ×{builder.stretch:.2f}: the other ranks sharing the "
+                        "host's CPUs compute while this one waits in it" if builder.stretch > 1.0
+                        else ""))
     costs = builder.costs
     if costs.copies is None:
         notes.append("fsdp: the trace has no elementwise ops with recorded shapes, so the copies "

@@ -46,11 +46,7 @@ from daydream.transforms.distributed.buckets import (
     phase_work,
     true_runs,
 )
-from daydream.transforms.distributed.contention import (
-    CONTENTION_PARAMETER,
-    blocking_stretch,
-    calibrate,
-)
+from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
 from daydream.transforms.distributed.fsdp import repeated_blocks
 from daydream.transforms.distributed.pp import graph_layer_work
@@ -320,7 +316,7 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     retimed = retime_ops(graph, found, rows, 1.0 / degree, costs, context)
     net = fabric(params, context, degree)
     factor, source = calibrate(graph, params, context, min(degree, net.per_node))
-    stretch, why = blocking_stretch(graph, params, context, min(degree, net.per_node))
+    stretch = factor if not graph.has_device_work() else 1.0
     host = costs.host
     collectives = _Collectives(graph, net, comm_resource(graph, "tp collectives"), stretch,
                                host.recorded_ns("fsdp.collective") if not graph.has_device_work()
@@ -349,9 +345,6 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     iterations = max(len(iterations_of(graph)), 1)
     notes = _notes(pairs, whole, degree, sequence, count // iterations, retimed, net, split_bytes,
                    total, (factor, source), graph.layers)
-    if stretch > 1.0:
-        notes.append(f"tp: on a CPU (gloo) the host waits for each collective where it is issued: "
-                     f"each ×{stretch:.2f} ({why})")
     notes.insert(3, f"tp: DTensor's own host work: per iteration {dtensor_calls // iterations} "
                     "calls of the split layers, forward and backward, and "
                     f"{optimizer_ops // iterations} optimizer ops (recorded host units, "
@@ -448,8 +441,7 @@ def _notes(pairs: list[Pair], whole: list[str], degree: int, sequence: bool, per
              f"{split_bytes / 2**20:.1f} of {total / 2**20:.1f} MiB of parameters split {degree} "
              "ways"]
     factor, source = contention
-    notes.append(f"tp: contention ×{factor:.2f} where collectives overlap compute ({source})"
-                 if factor > 1.0
+    notes.append(f"tp: contention ×{factor:.2f} on the collectives ({source})" if factor > 1.0
                  else f"tp: no contention modelled ({source})")
     return notes
 
