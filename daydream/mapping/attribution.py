@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daydream._regex import user_regex
+from daydream.errors import InputError
 from daydream.mapping.classes import MAX_NAME_CHARS
 from daydream.mapping.linking import Links, innermost_enclosing, link
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace
@@ -426,6 +427,35 @@ def _share(weights: np.ndarray, population: np.ndarray, attributed: np.ndarray) 
     return float(weights[population & attributed].sum()) / total if total else 0.0
 
 
+#: A module path that ends in a number (`blocks.3`): its parent's path, and the number.
+_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
+
+
+def repeated_blocks(sizes: dict[str, int]) -> list[str]:
+    """The outermost numbered modules (path `parent.N`) with parameters
+    whose parent holds at least two of them."""
+    holders: dict[str, set[str]] = {}
+    for path, size in sizes.items():
+        if size <= 0:
+            continue
+        parts = path.split(".")
+        for end in range(1, len(parts)):
+            match = _NUMBERED.match(".".join(parts[:end + 1]))
+            if match and parts[end].isdigit():
+                holders.setdefault(match.group(1), set()).add(".".join(parts[:end + 1]))
+                break
+    found = sorted(block for members in holders.values() if len(members) >= 2 for block in members)
+    return [b for b in found if not any(b.startswith(other + ".") for other in found if other != b)]
+
+
+def blocks_of(layers: list[str], sizes: dict[str, int]) -> list[str]:
+    """The repeated blocks among the layers with parameters (`sizes`: parameter bytes per layer
+    path), or among all the layers where the trace records no parameters."""
+    if any(size > 0 for size in sizes.values()):
+        return repeated_blocks(sizes)
+    return repeated_blocks(dict.fromkeys(layers, 1))
+
+
 def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray]:
     """The layers whose path matches `pattern`, and which of them contains each layer.
 
@@ -434,7 +464,10 @@ def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray
     more slot, -1, so that indexing it with a task's layer -1 ("none") gives -1.
     """
     regex = user_regex(pattern, "layers=", example="'blocks\\.\\d+$'")
-    targets = [i for i, name in enumerate(layers) if regex.search(name)]
+    return _owners(layers, [i for i, name in enumerate(layers) if regex.search(name)])
+
+
+def _owners(layers: list[str], targets: list[int]) -> tuple[list[int], np.ndarray]:
     owner = np.full(len(layers) + 1, NO_VALUE, dtype=np.int64)
     for target in targets:
         prefix = layers[target]
@@ -442,6 +475,41 @@ def layer_owners(layers: list[str], pattern: str) -> tuple[list[int], np.ndarray
             if owner[i] < 0 and (name == prefix or name.startswith(prefix + ".")):
                 owner[i] = target
     return targets, owner
+
+
+def layers_chosen(layers: list[str], pattern: str,
+                  sizes: dict[str, int]) -> tuple[list[int], np.ndarray]:
+    """`layer_owners` of `pattern`; "" (the default of the what-ifs that act on a model's blocks)
+    chooses the repeated blocks (`blocks_of`), none where the model has none."""
+    if pattern:
+        return layer_owners(layers, pattern)
+    blocks = set(blocks_of(layers, sizes))
+    return _owners(layers, [i for i, name in enumerate(layers) if name in blocks])
+
+
+def choose_layers(layers: list[str], pattern: str, sizes: dict[str, int],
+                  option: str) -> tuple[list[int], np.ndarray, str]:
+    """`layers_chosen`, and how a note names the choice; an InputError saying what would work
+    where nothing is chosen."""
+    targets, owner = layers_chosen(layers, pattern, sizes)
+    if targets:
+        chosen = [layers[t] for t in targets]
+        said = (f"matching {pattern!r}" if pattern else
+                f"of the repeated blocks ({_listed(chosen)})")
+        return targets, owner, said
+    blocks = blocks_of(layers, sizes)
+    if not pattern:
+        raise InputError(f"--opt {option}: the trace's layers hold no repeated blocks (numbered "
+                         "modules under one parent, such as blocks.0 and blocks.1), which it "
+                         "chooses by default — give layers=REGEX over the layer paths that "
+                         "daydream inspect lists")
+    hint = (f"the trace's repeated blocks are {_listed(blocks)}: leave layers= out to choose them"
+            if blocks else "see the layers in daydream inspect")
+    raise InputError(f"--opt {option}:layers={pattern}: no layer matches; {hint}")
+
+
+def _listed(paths: list[str]) -> str:
+    return ", ".join(paths) if len(paths) <= 3 else f"{paths[0]} … {paths[-1]}, {len(paths)} in all"
 
 
 def parameter_ratio(layer_bytes: dict[str, int], layers: list[str], targets: list[int],

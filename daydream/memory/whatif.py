@@ -24,7 +24,14 @@ import numpy as np
 from daydream.cost.shapes import encoded_ratio
 from daydream.devices import Device
 from daydream.errors import InputError
-from daydream.mapping.attribution import BACKWARD, FORWARD, LayerWork, layer_owners, parameter_ratio
+from daydream.mapping.attribution import (
+    BACKWARD,
+    FORWARD,
+    LayerWork,
+    layer_owners,
+    layers_chosen,
+    parameter_ratio,
+)
 from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 #: An optimization's memory model: rewrites the allocations in place, returns its note.
@@ -271,7 +278,7 @@ def _park(a: Allocations, model: ModelFacts, pattern: str, kept: float = 0.0,
     share of each stays: an encoded copy) and come back, full size, when its backward begins until
     each one's original free; `early`: when the backward of the matching layer whose forward came
     next begins (one layer ahead). Returns (the matching layers, the allocations moved)."""
-    targets, member = layer_owners(model.layers, pattern)
+    targets, member = layers_chosen(model.layers, pattern, model.layer_bytes)
     owner = member[a.layer]
     # Chosen before any returned allocation is appended.
     selections = [(np.flatnonzero((owner == target) & (a.category == ACT)),
@@ -322,7 +329,7 @@ def _park_each(a: Allocations, model: ModelFacts, pattern: str) -> tuple[list[in
     runs (from that last backward allocation to its original free). The trace does not say which
     ops read a tensor: one read again later in forward (a residual) leaves early here, and one read
     by two backward ops comes back once. Returns (the matching layers, the allocations moved)."""
-    targets, member = layer_owners(model.layers, pattern)
+    targets, member = layers_chosen(model.layers, pattern, model.layer_bytes)
     moved = 0
     for iteration in np.unique(a.iteration[a.iteration >= 0]).tolist():
         forward = np.sort(a.start[(a.iteration == iteration) & (a.phase == FORWARD)])
@@ -698,7 +705,7 @@ def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
     """the matching blocks' activations × factor; weights, gradients
     and optimizer state by the parameters added"""
     factor = int(params["factor"])
-    targets, owner = layer_owners(model.layers, str(params["layers"]))
+    targets, owner = layers_chosen(model.layers, str(params["layers"]), model.layer_bytes)
     if not targets or factor <= 1:
         return "depth: no matching layer or factor 1; allocations unchanged"
     copies = np.flatnonzero(_in_layers(a, owner, model) & (a.category == ACT))
@@ -717,7 +724,7 @@ def width_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
     """the matching layers' activations × factor; weights, gradients
     and optimizer state by their parameters × factor²"""
     factor = float(params["factor"])
-    targets, owner = layer_owners(model.layers, str(params["layers"]))
+    targets, owner = layers_chosen(model.layers, str(params["layers"]), model.layer_bytes)
     if not targets:
         return "width: no matching layer; allocations unchanged"
     a.size[_in_layers(a, owner, model) & np.isin(a.category, [ACT, TMP, WORKSPACE])] *= factor

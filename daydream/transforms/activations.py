@@ -45,7 +45,7 @@ from daydream.cost.shapes import (
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_WORK, Resource, ResourceKind
-from daydream.mapping.attribution import BACKWARD, FORWARD, layer_owners
+from daydream.mapping.attribution import BACKWARD, FORWARD, choose_layers
 from daydream.transforms.autocast import ForwardOp
 from daydream.transforms.primitives import HostSpans, Spans, launched_by, splice
 from daydream.transforms.registry import Context, Optimization, Parameter, bandwidth, register
@@ -220,12 +220,9 @@ def _recorded(context: Context) -> dict[int, list[ForwardOp]]:
     return facts if any(op.inputs for ops in facts.values() for op in ops) else {}
 
 
-def _owner(graph: Graph, pattern: str, name: str) -> tuple[list[int], np.ndarray]:
-    targets, owner = layer_owners(graph.layers, pattern)
-    if not targets:
-        raise InputError(f"--opt {name}:layers={pattern}: no layer matches; see the layers in "
-                         "daydream inspect")
-    return targets, owner
+def _owner(graph: Graph, pattern: str, name: str,
+           context: Context) -> tuple[list[int], np.ndarray, str]:
+    return choose_layers(graph.layers, pattern, context.gradient_bytes, name)
 
 
 # --------------------------------------------------------------------------- offload
@@ -263,7 +260,7 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     if str(params["stream"]) not in ("copy", "compute"):
         raise InputError(f"--opt offload:stream={params['stream']}: write stream=copy or "
                          "stream=compute")
-    targets, owner = _owner(graph, pattern, "offload")
+    targets, owner, chosen = _owner(graph, pattern, "offload", context)
     facts = _recorded(context)
     if not facts:
         return ["offload: the trace recorded no op shapes (record_shapes), so the activations' "
@@ -276,7 +273,7 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
                if costs is not None else 0)
     plan = _offload_plan(found, work, prefetch)
     if not plan:
-        return [f"offload: no activation of the layers matching {pattern!r} has both a forward and "
+        return [f"offload: no activation of the layers {chosen} has both a forward and "
                 "a backward on the GPU; nothing changed"]
     tensors = {} if on_copy else _tensors_saved(plan, context)
     copies = _insert_copies(graph, plan, speed, host_ns, on_copy, context.forward_ops[1], tensors)
@@ -440,7 +437,8 @@ register(Optimization(
     "2 µs of set-up, and each costs the host a copy's dispatch chain and launch (cost stage, this "
     "trace's host unit)",
     _offload,
-    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths"),
+    {"layers": Parameter(str, "", "regular expression over layer paths (default: the model's "
+                                  "repeated blocks, such as blocks.0, blocks.1, ...)"),
      "prefetch": Parameter(int, 1, "1: copy back one matching layer ahead; 0: when the layer's "
                                    "backward begins", 0, 1),
      "stream": Parameter(str, "copy",
@@ -456,7 +454,7 @@ def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     pattern, format_name, sparsity = (str(params["layers"]), str(params["format"]),
                                       float(params["sparsity"]))
     encoded_ratio(format_name, 4, sparsity)  # an unknown format is refused before anything changes
-    targets, owner = _owner(graph, pattern, "gist")
+    targets, owner, chosen = _owner(graph, pattern, "gist", context)
     facts = _recorded(context)
     costs = context.costs
     if not facts or costs is None:
@@ -470,7 +468,7 @@ def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     encoded = [(item, work.get((iteration_of[item.row], item.layer), empty)) for item in found]
     encoded = [(item, w) for item, w in encoded if w.backward_host >= 0]
     if not encoded:
-        return [f"gist: no ReLU of the layers matching {pattern!r} saves an activation that its "
+        return [f"gist: no ReLU of the layers {chosen} saves an activation that its "
                 "backward reads; nothing changed"]
     sizes = np.array([item.bytes for item, _ in encoded], dtype=np.float64)
     ratios = np.array([encoded_ratio(format_name, ITEM_BYTES.get(item.type, 4), sparsity)

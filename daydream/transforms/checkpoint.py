@@ -18,21 +18,18 @@ import numpy as np
 
 from daydream.cost import Tier
 from daydream.cost.heap import heap_note
-from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import GPU_WORK, HOST_WORK
 from daydream.mapping import PHASES
-from daydream.mapping.attribution import layer_owners
+from daydream.mapping.attribution import choose_layers
 from daydream.transforms.primitives import splice, splice_chain, unpin
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 
 def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     # A checkpointed layer's forward includes its children's.
-    targets, member = layer_owners(graph.layers, str(params["layers"]))
-    if not targets:
-        raise InputError(f"--opt checkpoint:layers={params['layers']}: no layer matches; "
-                         "see the layers in daydream inspect")
+    targets, member, chosen = choose_layers(graph.layers, str(params["layers"]),
+                                            context.gradient_bytes, "checkpoint")
     layer_of = member[graph.tasks["layer"]]  # -1 index hits the trailing -1
     forward, backward = PHASES.index("forward"), PHASES.index("backward")
     iterations = graph.tasks["iteration"].copy()
@@ -68,10 +65,10 @@ def _checkpoint(graph: Graph, params: dict[str, Any], context: Context) -> list[
     stop = (f", each call's up to the last tensor it saved for backward (early stop; "
             f"{skipped_ns / max(len(runs), 1) / 1e3:.0f} µs of host work per iteration after it "
             "not done again)" if early_stop and saved.last_pack is not None else "")
-    return [f"checkpoint: the forward work of {len(targets)} layer(s) matching "
-            f"{params['layers']!r} recomputed before their backward{stop} ({recomputed} tasks per "
-            f"run added); the checkpoint wrapper's own host work on each of {calls} checkpointed "
-            f"calls{under_no_grad}: {wrapper.forward_ns / 1e3:.1f} µs in forward and "
+    return [f"checkpoint: the forward work of {len(targets)} layer(s) {chosen} recomputed before "
+            f"their backward{stop} ({recomputed} tasks per run added); the checkpoint wrapper's "
+            f"own host work on each of {calls} checkpointed calls{under_no_grad}: "
+            f"{wrapper.forward_ns / 1e3:.1f} µs in forward and "
             f"{wrapper.backward_ns / 1e3:.1f} µs in backward, and for each of the "
             f"{saved.total} tensors their ops save for backward "
             f"{wrapper.forward_tensor_ns / 1e3:.1f} µs and "
@@ -303,7 +300,8 @@ register(Optimization(
     "is packed again (early_stop=0: the whole forward); "
     "everything else unchanged (the memory it saves is reported by the memory what-if)",
     _checkpoint,
-    {"layers": Parameter(str, r"blocks\.\d+$", "regular expression over layer paths"),
+    {"layers": Parameter(str, "", "regular expression over layer paths (default: the model's "
+                                  "repeated blocks, such as blocks.0, blocks.1, ...)"),
      "early_stop": Parameter(int, 1, "1: each call's recomputation stops once the last tensor it "
                                      "saved is packed again (torch.utils.checkpoint's default, "
                                      "use_reentrant=False); 0: its whole forward again "

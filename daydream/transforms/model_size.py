@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from daydream.errors import InputError
 from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
-from daydream.mapping.attribution import layer_owners, parameter_ratio
+from daydream.mapping.attribution import choose_layers, parameter_ratio
 from daydream.mapping.classes import CLASSES
 from daydream.transforms.checkpoint import copy_launched_work
 from daydream.transforms.kernels import kernel_classes
@@ -75,10 +74,8 @@ def repeat_after(graph: Graph, tasks: np.ndarray) -> int:
 
 def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     factor = int(params["factor"])
-    targets, owner = layer_owners(graph.layers, str(params["layers"]))
-    if not targets:
-        raise InputError(f"--opt depth:layers={params['layers']}: no layer matches; see the layers "
-                         "in daydream inspect")
+    targets, owner, described = choose_layers(graph.layers, str(params["layers"]),
+                                              context.gradient_bytes, "depth")
     if factor == 1:
         return ["depth: factor=1 is the model as traced; nothing changed"]
     layer_of = owner[graph.tasks["layer"]]
@@ -90,7 +87,7 @@ def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
             for phase in (PHASES.index("forward"), PHASES.index("backward")):
                 chosen.append(np.flatnonzero(in_block & (phases == phase)))
     added = sum(repeat_after(graph, tasks) for tasks in chosen for _ in range(factor - 1))
-    notes = [f"depth: {len(targets)} block(s) matching {params['layers']!r} ×{factor}: their "
+    notes = [f"depth: {len(targets)} block(s) {described} ×{factor}: their "
              f"forward and backward work repeated ({added} tasks added)"]
     return [*notes, _grow_optimizer(graph, context, targets, factor, "depth", "the blocks'")]
 
@@ -102,18 +99,16 @@ register(Optimization(
     "the optimizer's work grows by the parameter ratio (all + (factor - 1) x the blocks') where "
     "the trace records parameter sizes",
     _depth,
-    {"layers": Parameter(str, r"blocks\.\d+$",
-                         "regular expression over layer paths: the repeated blocks"),
+    {"layers": Parameter(str, "", "regular expression over layer paths: the repeated blocks "
+                                  "(default: the model's, such as blocks.0, blocks.1, ...)"),
      "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
 ))
 
 
 def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     factor = float(params["factor"])
-    targets, owner = layer_owners(graph.layers, str(params["layers"]))
-    if not targets:
-        raise InputError(f"--opt width:layers={params['layers']}: no layer matches; see the layers "
-                         "in daydream inspect")
+    targets, owner, chosen = choose_layers(graph.layers, str(params["layers"]),
+                                           context.gradient_bytes, "width")
     kinds = (*GPU_WORK,) if graph.has_device_work() else HOST_WORK
     work = select(graph, kind=kinds, phase=["forward", "backward"])
     work = work[owner[graph.tasks["layer"][work]] >= 0]
@@ -122,7 +117,7 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     scale(graph, work[square], factor=factor ** 2)
     scale(graph, work[~square], factor=factor)
     unit = "kernels" if graph.has_device_work() else "CPU ops"
-    notes = [f"width: {len(targets)} layer(s) matching {params['layers']!r} ×{factor:g} wide: "
+    notes = [f"width: {len(targets)} layer(s) {chosen} ×{factor:g} wide: "
              f"{int(square.sum())} GEMM/conv {unit} ×{factor ** 2:g}, {int((~square).sum())} other "
              f"{unit} ×{factor:g}"]
     return [*notes, _grow_optimizer(graph, context, targets, factor ** 2, "width", "the layers'")]
@@ -134,7 +129,7 @@ register(Optimization(
     "factor^2, their other forward and backward work x factor; the optimizer's work by the "
     "parameter ratio (all + (factor^2 - 1) x the layers')",
     _width,
-    {"layers": Parameter(str, r"blocks\.\d+$",
-                         "regular expression over layer paths: the layers made wider"),
+    {"layers": Parameter(str, "", "regular expression over layer paths: the layers made wider "
+                                  "(default: the model's repeated blocks)"),
      "factor": Parameter(float, 2.0, "how many times wider", **FACTOR_RANGE)},
 ))

@@ -13,10 +13,11 @@ import pytest
 
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
+from daydream.mapping.attribution import repeated_blocks
 from daydream.memory.whatif import Allocations, ModelFacts, fsdp_memory, peak_bytes
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
-from daydream.transforms.distributed.fsdp import ROOT, fsdp_units, repeated_blocks
+from daydream.transforms.distributed.fsdp import ROOT, fsdp_units
 from tests.transforms.graphs import NEVER, call, graph, kernel, op, two_block_allocations
 
 MiB = 2**20

@@ -158,6 +158,20 @@ def test_checkpoint_recomputes_the_layer_forward_before_its_backward() -> None:
         _apply(g, "checkpoint:layers=nothing_like_this")
 
 
+def test_checkpoint_by_default_recomputes_the_repeated_blocks_whatever_their_parent_is_called() -> None:
+    # nn.TransformerEncoder numbers its blocks under `encoder.layers`; the head is no block
+    layers = ["vit.encoder.layers.0", "vit.encoder.layers.1", "vit.head"]
+    g = graph([op("fwd0", 10, phase="forward", layer=layers[0]), op("fwd1", 11, phase="forward", layer=layers[1]),
+               op("head", 5, phase="forward", layer=layers[2]), op("bwd1", 20, phase="backward", layer=layers[1]),
+               op("bwd0", 21, phase="backward", layer=layers[0])],
+              [(k, k + 1, DepKind.HOST_ORDER, 0, False) for k in range(4)], layers=layers)
+    assert simulate(g).end_ns.max() == 67
+    notes = _apply(g, "checkpoint")
+    assert g.task_count == 7 and g.validate() == []
+    assert simulate(g).end_ns.max() == 67 + 10 + 11  # each block's forward once more before its backward
+    assert "2 layer(s) of the repeated blocks (vit.encoder.layers.0, vit.encoder.layers.1)" in notes[0]
+
+
 def test_a_layer_called_twice_an_iteration_is_two_checkpointed_calls() -> None:
     # blocks.0 runs twice in the forward (a policy in two steps of a rollout), net.head between: both calls are
     # recomputed before the backward, and each pays the checkpoint wrapper (7 ns forward, 3 ns backward here).

@@ -28,7 +28,6 @@ list holds at least two of them with parameters. The root holds the rest.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,7 +36,7 @@ import numpy as np
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.interconnect import collective_steps
-from daydream.mapping.attribution import layer_owners
+from daydream.mapping.attribution import layer_owners, repeated_blocks
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
@@ -55,8 +54,6 @@ from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabr
 from daydream.transforms.primitives import launcher_of, splice
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
 
-#: A numbered module in a list of them: `blocks.3`, `layers.11`, `h.0`.
-_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 ROOT = "(root)"
 #: Recorded collectives are named _PENDING, _PENDING - 1, ... until they are added (recorded
 #: splices: -1, -2, ...).
@@ -89,23 +86,6 @@ class Run:
     unit: Unit
     first: int
     last: int
-
-
-def repeated_blocks(sizes: dict[str, int]) -> list[str]:
-    """The outermost numbered modules (path `parent.N`) with parameters
-    whose parent holds at least two of them."""
-    holders: dict[str, set[str]] = {}
-    for path, size in sizes.items():
-        if size <= 0:
-            continue
-        parts = path.split(".")
-        for end in range(1, len(parts)):
-            match = _NUMBERED.match(".".join(parts[:end + 1]))
-            if match and parts[end].isdigit():
-                holders.setdefault(match.group(1), set()).add(".".join(parts[:end + 1]))
-                break
-    found = sorted(block for members in holders.values() if len(members) >= 2 for block in members)
-    return [b for b in found if not any(b.startswith(other + ".") for other in found if other != b)]
 
 
 def fsdp_units(layers: list[str], sizes: dict[str, int], pattern: str) -> list[Unit]:
@@ -588,4 +568,4 @@ register(Optimization(
      "contention": CONTENTION_PARAMETER},
 ))
 
-__all__ = ["ROOT", "Unit", "fsdp_units", "repeated_blocks", "unit_of_layers"]
+__all__ = ["ROOT", "Unit", "fsdp_units", "unit_of_layers"]

@@ -34,7 +34,7 @@ from daydream.cost.shapes import tensor_bytes
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_TASKS
-from daydream.mapping.attribution import LayerWork, work_by_layer
+from daydream.mapping.attribution import LayerWork, repeated_blocks, work_by_layer
 from daydream.transforms.batch import op_layers
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
@@ -44,7 +44,6 @@ from daydream.transforms.distributed.buckets import (
     no_existing_collectives,
 )
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
-from daydream.transforms.distributed.fsdp import repeated_blocks
 from daydream.transforms.primitives import launcher_of, remove
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 

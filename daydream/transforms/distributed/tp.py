@@ -34,7 +34,7 @@ from daydream.cost.shapes import ITEM_BYTES, gemm_dims
 from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.interconnect import collective_steps
-from daydream.mapping.attribution import LayerWork, layer_owners
+from daydream.mapping.attribution import LayerWork, layer_owners, repeated_blocks
 from daydream.transforms.batch import BatchOps, op_layers, retime_ops
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
@@ -48,7 +48,6 @@ from daydream.transforms.distributed.buckets import (
 )
 from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
-from daydream.transforms.distributed.fsdp import repeated_blocks
 from daydream.transforms.distributed.pp import graph_layer_work
 from daydream.transforms.primitives import launcher_of, splice
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
