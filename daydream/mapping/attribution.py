@@ -498,6 +498,9 @@ def choose_layers(layers: list[str], pattern: str, sizes: dict[str, int],
                 f"of the repeated blocks ({_listed(chosen)})")
         return targets, owner, said
     blocks = blocks_of(layers, sizes)
+    if not layers:
+        raise InputError(f"--opt {option}: the trace names no layers (module paths) to choose from "
+                         "— record it with daydream trace, which marks each module")
     if not pattern:
         raise InputError(f"--opt {option}: the trace's layers hold no repeated blocks (numbered "
                          "modules under one parent, such as blocks.0 and blocks.1), which it "

@@ -50,23 +50,39 @@ def render_layouts(summary: dict[str, Any], console: Console) -> None:
         table.add_column(header, justify="left" if header in ("dp × tp × pp", "note") else "right",
                          overflow="fold")
     fastest = summary["fastest"]
+    # each distinct reason a layout could not be predicted once, under the table: a row says which
+    errors = list(dict.fromkeys(row["error"] for row in summary["rows"] if row.get("error")))
     for row in summary["rows"]:
         name = f"{row['dp']} × {row['tp']} × {row['pp']}"
         chosen = fastest is not None and fastest["spec"] == row["spec"]
         peak, fits = row.get("predicted_peak_bytes"), row.get("fits")
+        note = (f"not predicted ({errors.index(row['error']) + 1})" if row.get("error")
+                else "fastest" if chosen else "")
         table.add_row(Text(name, style="bold green" if chosen else ""),
                       format_ns(row["predicted_ns"]) if row.get("predicted_ns") else "—",
                       f"{row['samples_per_s']:,.1f}" if row.get("samples_per_s") else "—",
                       format_bytes(peak) if peak is not None else "—",
                       Text("yes", style="green") if fits else Text("no", style="red")
-                      if fits is False else "—", row.get("error")
-                      or ("fastest that fits" if chosen else ""))
+                      if fits is False else "—", note)
     console.print(table)
+    for k, error in enumerate(errors, 1):
+        console.print(f"({k}) {error}", highlight=False)
+    console.print(_verdict(summary), style="red" if fastest is None else None, highlight=False)
+
+
+def _verdict(summary: dict[str, Any]) -> str:
+    """The line under the table: the fastest layout and whether it is known to fit."""
+    fastest, rows = summary["fastest"], summary["rows"]
     if fastest is None:
-        console.print("no layout of these fits", style="red")
-    else:
-        console.print(f"fastest that fits: dp={fastest['dp']}, tp={fastest['tp']}, "
-                      f"pp={fastest['pp']} (--opt {fastest['spec']})", highlight=False)
+        if any(row.get("predicted_ns") for row in rows):
+            return "no layout of these fits"
+        return "no layout of these could be predicted (the reasons above)"
+    row = next(r for r in rows if r["spec"] == fastest["spec"])
+    known = ("fastest that fits" if row.get("fits") else
+             "fastest (whether it fits is unknown: no device capacity"
+             + (")" if row.get("predicted_peak_bytes") is not None else "; add --memory)"))
+    return (f"{known}: dp={fastest['dp']}, tp={fastest['tp']}, pp={fastest['pp']} "
+            f"(--opt {fastest['spec']})")
 
 
 #: A layout's bar: fits, does not fit, fit unknown (no device capacity).

@@ -162,3 +162,38 @@ def test_the_layout_sweep_writes_its_plot(tmp_path: Path, capsys: pytest.Capture
     found = json.loads(capsys.readouterr().out)
     assert [(r["dp"], r["tp"], r["pp"]) for r in found["rows"]] == [(2, 2, 1)]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _rendered(rows: list[dict]) -> str:  # type: ignore[type-arg]
+    from rich.console import Console
+
+    from daydream.report.layout import render_layouts, summarize_layouts
+
+    console = Console(record=True, width=240)
+    render_layouts(summarize_layouts("t.json.gz", 4, 100_000_000, 8, rows), console)
+    return console.export_text()
+
+
+def test_each_reason_a_layout_was_not_predicted_is_said_once_under_the_table() -> None:
+    heads, link = "tp: degree=2 does not divide the 3 attention heads", "the link between ranks is unknown"
+    rows = [{"dp": 1, "tp": 2, "pp": 2, "spec": "layout:dp=1,tp=2,pp=2", "error": heads},
+            {"dp": 2, "tp": 2, "pp": 1, "spec": "layout:dp=2,tp=2,pp=1", "error": heads},
+            {"dp": 2, "tp": 1, "pp": 2, "spec": "layout:dp=2,tp=1,pp=2", "error": link}]
+    text = _rendered(rows)
+    assert text.count(heads) == 1 and text.count(link) == 1
+    assert f"(1) {heads}" in text and f"(2) {link}" in text
+    assert text.count("not predicted (1)") == 2 and text.count("not predicted (2)") == 1
+    assert "no layout of these could be predicted" in text
+
+
+def test_the_fastest_of_a_trace_without_device_capacity_says_its_fit_is_unknown() -> None:
+    # 2 × 1 × 2: 150 ms for 2 replicas' batches (75 ms a batch); 4 × 1 × 1: 240 ms for 4 (60 ms a batch): the faster
+    rows = [{"dp": 2, "tp": 1, "pp": 2, "spec": "layout:dp=2,tp=1,pp=2", "predicted_ns": 150_000_000, "fits": None},
+            {"dp": 4, "tp": 1, "pp": 1, "spec": "layout:dp=4,tp=1,pp=1", "predicted_ns": 240_000_000, "fits": None}]
+    text = _rendered(rows)
+    assert "fastest (whether it fits is unknown: no device capacity; add --memory): dp=4, tp=1, pp=1" in text
+    rows[1]["fits"] = True
+    assert "fastest that fits: dp=4, tp=1, pp=1" in _rendered(rows)
+    rows[1]["fits"] = False
+    assert "fastest that fits: dp=2, tp=1, pp=2" not in _rendered(rows)  # its fit is unknown
+    assert "fastest (whether it fits is unknown" in _rendered(rows) and "dp=2, tp=1, pp=2" in _rendered(rows)

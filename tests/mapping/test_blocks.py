@@ -49,3 +49,10 @@ def test_a_model_without_repeated_blocks_asks_for_a_regex() -> None:
         choose_layers(layers, "", {"LM.emb": 4, "LM.rnn": 4, "LM.out": 4}, "depth")
     with pytest.raises(InputError, match="no layer matches; see the layers in daydream inspect"):
         choose_layers(layers, "blocks", {}, "depth")
+
+
+def test_a_trace_without_layers_says_how_to_record_them() -> None:
+    with pytest.raises(InputError, match="--opt width: the trace names no layers .* record it with daydream trace"):
+        choose_layers([], "", {}, "width")
+    with pytest.raises(InputError, match="the trace names no layers"):
+        choose_layers([], "blocks", {}, "width")
