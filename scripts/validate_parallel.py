@@ -59,7 +59,7 @@ from validate_ddp_cpu import (  # noqa: E402
     run_together,
 )
 
-EXAMPLES = {"transformer": "examples/transformer.py", "a2c": "examples/suite/a2c.py"}
+EXAMPLES = {"transformer": "examples/transformer.py", "a2c": "examples/suite/a2c.py", "vit": "examples/own/vit.py"}
 #: tp's calibration rounds' rows (scripts/tp_costs.py), one round's traces beside them
 TP_CALIBRATION = REPO / "examples" / "layouts" / "tp-calibration" / "calibration.md"
 #: Per layout: the example's flags under torchrun, and the what-if ({link}: the round's fitted link).
@@ -70,8 +70,9 @@ CONFIGURATIONS = {
     "pp, gpipe": (("--pp", "--microbatches", "4", "--schedule", "gpipe"), "pp:stages=2,microbatches=4,schedule=gpipe,{link}"),
     "tp": (("--tp",), "tp:degree=2,{link}"),
 }
-#: The layouts each example runs under (a2c has no repeated blocks to cut into stages).
-LAYOUTS = {"transformer": tuple(CONFIGURATIONS), "a2c": ("fsdp", "fsdp, reshard=0")}
+#: The layouts each example runs under (a2c has no repeated blocks to cut into stages; vit, a script written apart from
+#: the examples' shared loop, takes --fsdp only).
+LAYOUTS = {"transformer": tuple(CONFIGURATIONS), "a2c": ("fsdp", "fsdp, reshard=0"), "vit": ("fsdp", "fsdp, reshard=0")}
 MESSAGE_BYTES = [2**16, 2**18, 2**20, 2**22, 2**24]
 REPEATS = 20
 
@@ -377,8 +378,10 @@ def markdown(results: dict[str, list[Round]], calibration: str, repredicted: boo
              "it) and a two-stage pipeline of 4 micro-batches (`torch.distributed.pipelining`, Schedule1F1B and "
              "ScheduleGPipe, a block per stage, as `examples/training.py --pp` runs it) and tensor parallelism of degree 2 "
              "(ColwiseParallel on each block's qkv and MLP up, RowwiseParallel on the projections after them, as "
-             "`examples/transformer.py --tp` applies it); the a2c model has no blocks to cut into stages or split. "
-             f"{count} "
+             "`examples/transformer.py --tp` applies it); the a2c model has no blocks to cut into stages or split"
+             + ("; vit (examples/own/vit.py, written apart from the examples' shared loop as a user's script is) "
+                "runs FSDP2 as its own `--fsdp` applies it, on each of its `layers`" if "vit" in results else "")
+             + f". {count} "
              "rounds, each in rotating order: the collectives' benchmark, the one-process trace, the layouts' runs (both "
              f"ranks traced by `daydream trace`, `--warmup {WARMUP} --iterations {ITERATIONS}`, script flags `--steps "
              f"{STEPS} --threads 1`). Each round's baseline predicts that round's runs over that round's fitted link; "

@@ -1,6 +1,8 @@
 r"""A small vision transformer trained on random images: a training script written apart from the examples' shared
 loop (examples/training.py), as a user's own script is, that takes the flags `scripts/whatif_truth.py --script` runs
-its variants with (--device, --steps, --batch-size, --optim loop|foreach, --amp, --checkpoint, --compile).
+its variants with (--device, --steps, --batch-size, --optim loop|foreach, --amp, --checkpoint, --compile), and under
+torchrun `--fsdp [--no-reshard]` (FSDP2 over gloo: fully_shard on each of `layers`, then on the model), as
+`scripts/validate_parallel.py --examples vit` runs it.
 
     OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --script examples/own/vit.py \
         --script-args "--batch-size 16" --checkpoint-layers 'layers\.\d+$' --rounds 5
@@ -10,6 +12,8 @@ Patches from a strided convolution, a class token and learned positions, pre-nor
 on the CPU only (--device is taken and ignored).
 """
 import argparse
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -60,10 +64,21 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--fsdp", action="store_true", help="one rank of FSDP2 (launch with torchrun)")
+    p.add_argument("--no-reshard", action="store_true", help="with --fsdp: reshard_after_forward=False")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = ViT(size=a.size, use_checkpoint=a.checkpoint)
+    if a.fsdp:
+        if "RANK" not in os.environ:
+            raise SystemExit("--fsdp: launch with torchrun --nproc-per-node N")
+        from torch.distributed.fsdp import fully_shard
+
+        torch.distributed.init_process_group("gloo")
+        for layer in model.layers:
+            fully_shard(layer, reshard_after_forward=not a.no_reshard)
+        fully_shard(model, reshard_after_forward=not a.no_reshard)
     kw = {"loop": {"foreach": False}, "foreach": {"foreach": True}}.get(a.optim, {})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **kw)
     step_model = torch.compile(model) if a.compile else model
@@ -75,6 +90,8 @@ def main():
             loss = F.cross_entropy(step_model(images), labels)
         loss.backward()
         opt.step()
+    if a.fsdp:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
