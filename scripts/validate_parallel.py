@@ -71,8 +71,9 @@ CONFIGURATIONS = {
     "tp": (("--tp",), "tp:degree=2,{link}"),
 }
 #: The layouts each example runs under (a2c has no repeated blocks to cut into stages; vit, a script written apart from
-#: the examples' shared loop, takes --fsdp only).
-LAYOUTS = {"transformer": tuple(CONFIGURATIONS), "a2c": ("fsdp", "fsdp, reshard=0"), "vit": ("fsdp", "fsdp, reshard=0")}
+#: the examples' shared loop, takes --fsdp and --pp: its nn.MultiheadAttention has no linear layers to split).
+LAYOUTS = {"transformer": tuple(CONFIGURATIONS), "a2c": ("fsdp", "fsdp, reshard=0"),
+           "vit": ("fsdp", "fsdp, reshard=0", "pp, 1f1b", "pp, gpipe")}
 MESSAGE_BYTES = [2**16, 2**18, 2**20, 2**22, 2**24]
 REPEATS = 20
 
@@ -381,7 +382,8 @@ def markdown(results: dict[str, list[Round]], calibration: str, repredicted: boo
              "(ColwiseParallel on each block's qkv and MLP up, RowwiseParallel on the projections after them, as "
              "`examples/transformer.py --tp` applies it); the a2c model has no blocks to cut into stages or split"
              + ("; vit (examples/own/vit.py, written apart from the examples' shared loop as a user's script is) "
-                "runs FSDP2 as its own `--fsdp` applies it, on each of its `layers`" if "vit" in results else "")
+                "runs FSDP2 as its own `--fsdp` applies it, on each of its `layers`, and two pipeline stages of two of them "
+                "as its own `--pp` cuts it" if "vit" in results else "")
              + f". {count} "
              "rounds, each in rotating order: the collectives' benchmark, the one-process trace, the layouts' runs (both "
              f"ranks traced by `daydream trace`, `--warmup {WARMUP} --iterations {ITERATIONS}`, script flags `--steps "

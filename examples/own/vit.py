@@ -1,8 +1,9 @@
 r"""A small vision transformer trained on random images: a training script written apart from the examples' shared
 loop (examples/training.py), as a user's own script is, that takes the flags `scripts/whatif_truth.py --script` runs
 its variants with (--device, --steps, --batch-size, --optim loop|foreach, --amp, --checkpoint, --compile), and under
-torchrun `--fsdp [--no-reshard]` (FSDP2 over gloo: fully_shard on each of `layers`, then on the model), as
-`scripts/validate_parallel.py --examples vit` runs it.
+torchrun `--fsdp [--no-reshard]` (FSDP2 over gloo: fully_shard on each of `layers`, then on the model) or `--pp
+--microbatches M --schedule 1f1b|gpipe` (torch.distributed.pipelining, two stages: the patches and the first half of
+`layers`, then the rest and the head), as `scripts/validate_parallel.py --examples vit` runs it.
 
     OMP_NUM_THREADS=1 python scripts/whatif_truth.py --device cpu --script examples/own/vit.py \
         --script-args "--batch-size 16" --checkpoint-layers 'layers\.\d+$' --rounds 5
@@ -53,6 +54,58 @@ class ViT(nn.Module):
         return self.head(self.norm(x[:, 0]))
 
 
+class FirstStage(nn.Module):
+    """The patches, the class token, the positions and the first `upto` blocks of `vit`."""
+
+    def __init__(self, vit, upto):
+        super().__init__()
+        self.embed, self.cls, self.pos = vit.embed, vit.cls, vit.pos
+        self.layers = nn.ModuleList(vit.layers[:upto])
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class LastStage(nn.Module):
+    """The blocks of `vit` from `upto` on, the norm and the head."""
+
+    def __init__(self, vit, upto):
+        super().__init__()
+        self.layers = nn.ModuleList(vit.layers[upto:])
+        self.norm, self.head = vit.norm, vit.head
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x[:, 0]))
+
+
+def train_pipelined(model, images, labels, a):
+    """Two stages, a rank each, `a.microbatches` micro-batches per step under `a.schedule`."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    torch.distributed.init_process_group("gloo")
+    rank = torch.distributed.get_rank()
+    half = len(model.layers) // 2
+    stage_module = FirstStage(model, half) if rank == 0 else LastStage(model, half)
+    opt = torch.optim.AdamW(stage_module.parameters(), lr=1e-3)
+    stage = PipelineStage(stage_module, rank, 2, torch.device("cpu"))
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[a.schedule]
+    schedule = kind(stage, a.microbatches, loss_fn=F.cross_entropy)
+    for _ in range(a.steps):
+        opt.zero_grad(set_to_none=True)
+        if rank == 0:
+            schedule.step(images)
+        else:
+            schedule.step(target=labels, losses=[])
+        opt.step()
+    torch.distributed.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, default=16)
@@ -66,6 +119,9 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--fsdp", action="store_true", help="one rank of FSDP2 (launch with torchrun)")
     p.add_argument("--no-reshard", action="store_true", help="with --fsdp: reshard_after_forward=False")
+    p.add_argument("--pp", action="store_true", help="one of two pipeline stages (launch with torchrun)")
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"))
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -79,6 +135,12 @@ def main():
         for layer in model.layers:
             fully_shard(layer, reshard_after_forward=not a.no_reshard)
         fully_shard(model, reshard_after_forward=not a.no_reshard)
+    if a.pp:
+        if "RANK" not in os.environ or os.environ.get("WORLD_SIZE") != "2":
+            raise SystemExit("--pp: launch two ranks with torchrun --nproc-per-node 2")
+        images = torch.randn(a.batch_size, 3, a.size, a.size)
+        labels = torch.randint(0, 10, (a.batch_size,))
+        return train_pipelined(model, images, labels, a)
     kw = {"loop": {"foreach": False}, "foreach": {"foreach": True}}.get(a.optim, {})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **kw)
     step_model = torch.compile(model) if a.compile else model
