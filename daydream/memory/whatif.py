@@ -589,13 +589,15 @@ def tp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
 
     degree, sequence = int(params["degree"]), bool(int(params.get("sequence_parallel", 0)))
     linear = [k for k, kind in enumerate(model.layer_types) if kind == "Linear"]
+    # attention whose projections run inside it (not as modules of their own): a pair by itself
+    closing = [k for k, kind in enumerate(model.layer_types) if kind == "MultiheadAttention"]
     if degree <= 1:
         return "tp: degree=1 splits nothing; allocations unchanged"
-    if not linear or model.layer_work is None or not model.layer_bytes:
+    if not (linear or closing) or model.layer_work is None or not model.layer_bytes:
         return ("tp: the trace does not record which layers are linear, so the split is not "
                 "modelled (record it with daydream trace)")
-    pairs, _ = tp_pairs(model.layers, model.layer_bytes, model.layer_work, linear,
-                        str(params.get("layers", "")))
+    pairs, _ = tp_pairs(model.layers, model.layer_bytes, model.layer_work, linear + closing,
+                        str(params.get("layers", "")), closing)
     split = sorted(frozenset().union(*(p.region for p in pairs))) if pairs else []
     blocks = [k for k, path in enumerate(model.layers) for p in pairs if path == p.block
               or path.startswith(p.block + ".")]

@@ -80,6 +80,8 @@ class BatchOp:
     launched: bool  # it, or an op nested in it, launched GPU work
     # it encloses another matrix multiply or convolution, or is an autograd node: others do the work
     wrapper: bool
+    # another matrix multiply or convolution encloses it (a linear's matmul, a matmul's mm)
+    nested: bool = False
 
 
 @dataclass(slots=True)
@@ -269,7 +271,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     compute_names = [i for i in (trace.string_index(n) for n in (*MULTIPLIES, *CALLED_AGAIN))
                      if i >= 0]
     compute = ops[np.isin(trace.name[ops], compute_names)]
-    wrappers = set(innermost_enclosing(trace, compute, compute).tolist())
+    wrappers, nested = _wrappers_and_nested(trace, compute)
     for row in ops.tolist():
         if row not in shapes:
             continue
@@ -282,7 +284,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
             continue
         op = BatchOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])),
                      int(trace.ts_ns[row]), int(trace.track[row]), row in launched, row in wrappers
-                     or bool(AUTOGRAD_NODE.search(name)))
+                     or bool(AUTOGRAD_NODE.search(name)), row in nested)
         found.ops.append(op)
         found.by_row[row] = op
     if not found.ops and found.source == "recorded" and first is not None and first[0][0] != size:
@@ -294,6 +296,13 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
                            "batch-size:batch=N")
         return inferred
     return found
+
+
+def _wrappers_and_nested(trace: Trace, compute: np.ndarray) -> tuple[set[int], set[int]]:
+    """Of the multiplies and convolutions `compute`: those that enclose another, and those another
+    encloses (a linear's matmul, a matmul's mm)."""
+    enclosing = innermost_enclosing(trace, compute, compute)
+    return set(enclosing.tolist()), set(compute[enclosing >= 0].tolist())
 
 
 def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:

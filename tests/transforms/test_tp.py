@@ -137,3 +137,49 @@ def test_the_dtensor_constants_are_the_calibration_rounds_medians_and_the_kept_r
     assert cells == [RECORDED_HOST_UNITS[f"tp.{k}"] for k in tp_costs.KINDS]
     assert all(row in (REPO / "docs" / "validation-parallel.md").read_text() for row in table.splitlines()
                if row.startswith("| round-"))
+
+
+def _attention_step() -> tuple[Graph, Context]:
+    """As `_step`, but one layer, blocks.0.attn, runs both multiplies itself (nn.MultiheadAttention calls its output
+    projection as a function, not as a module): its input projection 16 → 32, then its output projection 16 → 16
+    (the attention between them, not recorded here, takes the 32 back to 16): the layer ends at its input's width."""
+    g, context = _step()
+    g.layers[:] = ["blocks.0.attn"]
+    g.tasks["layer"][:] = 0
+    found = context.batch_ops(0)  # type: ignore[misc]
+    # the output projection takes 16 wide rows back to the block's width, 16
+    found.ops[1].tensors[:] = [_x(TOKENS, WIDTH), _x(WIDTH, WIDTH), _x(WIDTH)]
+    context.gradient_bytes.clear()
+    context.gradient_bytes["blocks.0.attn"] = (HIDDEN * WIDTH + HIDDEN + WIDTH * WIDTH + WIDTH) * 4
+    return g, context
+
+
+def test_an_attention_layer_that_runs_both_projections_is_a_pair_by_itself() -> None:
+    # The same times as the up/down pair: forward 0-500, 500-1000, the all-reduce of the layer's output (1000 × 16
+    # fp32: 64,000 bytes) 1000-65000; backward 65000-66000, 66000-67000, the all-reduce of its input gradient
+    # 67000-131000.
+    g, context = _attention_step()
+    notes = apply_spec(g, parse_spec(f"tp:degree=2,layers=attn,{LINK}"), context)
+    assert "blocks.0.attn (by its heads)" in notes[0] and "left whole" not in notes[0]
+    timeline = simulate(g)
+    reduces = _collectives(g)
+    assert [g.task_name(t).split(" (")[0] for t in reduces] == ["tp allreduce", "tp allreduce"]
+    assert g.tasks["bytes"][reduces].tolist() == [TOKENS * WIDTH * 4] * 2
+    assert timeline.start_ns[reduces].tolist() == [1000, 67000]
+    assert timeline.makespan_ns == 131000
+
+
+def test_a_layer_whose_two_multiplies_do_not_return_to_its_width_is_one_linear_layer() -> None:
+    from daydream.transforms.distributed.tp import linears
+
+    g, context = _attention_step()
+    found = context.batch_ops(0)  # type: ignore[misc]
+    found.ops[1].tensors[:] = [_x(TOKENS, WIDTH), _x(HIDDEN, WIDTH), _x(HIDDEN)]  # 16 → 32 again: its next call
+    (only,) = linears(found, {op.row: 0 for op in found.ops}).values()
+    assert (only.inputs, only.outputs, only.closes) == (WIDTH, HIDDEN, False)
+    found.ops[1].tensors[:] = [_x(TOKENS, HIDDEN), _x(HIDDEN * 2, HIDDEN), _x(HIDDEN * 2)]  # 32 → 64: not back to 16
+    (only,) = linears(found, {op.row: 0 for op in found.ops}).values()
+    assert not only.closes
+    found.ops[1].tensors[:] = [_x(TOKENS, HIDDEN), _x(WIDTH, HIDDEN), _x(WIDTH)]  # 32 → 16: back to its width
+    (only,) = linears(found, {op.row: 0 for op in found.ops}).values()
+    assert (only.closes, only.row_inputs, only.row_outputs) == (True, HIDDEN, WIDTH)

@@ -2,7 +2,10 @@
 
 Within each repeated block, the linear layers pair up in the order they run: a column-parallel layer
 (its outputs, and so the attention heads or the MLP's hidden units after it, split T ways) and the
-row-parallel layer after it (its inputs split, its outputs summed over the ranks). Per rank:
+row-parallel layer after it (its inputs split, its outputs summed over the ranks). A layer whose
+own forward runs two or more linear multiplies and ends back at its input's width
+(nn.MultiheadAttention: its packed input projection, then its output projection, which it never
+calls as a module) is a pair by itself: split by its heads, its output all-reduced. Per rank:
 
 - **the split work**: the ops of each pair's layers and of the layers that run between them
   (attention's core, the MLP's activation) at 1/T of their work, re-timed by the cost stage (each op
@@ -61,13 +64,27 @@ ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_produc
 @dataclass(slots=True, frozen=True)
 class Linear:
     """A linear layer's forward multiply: tokens (the rows), its input
-    and output widths, its element bytes."""
+    and output widths, its element bytes; where its forward runs more than one (`closes`: two or
+    more, the last back at the first's input width), the last one's input and output widths."""
 
     layer: int
     tokens: int
     inputs: int
     outputs: int
     item: int
+    closes: bool = False
+    last_inputs: int = 0
+    last_outputs: int = 0
+
+    @property
+    def row_inputs(self) -> int:
+        """The width its row-parallel multiply splits: its last one's inputs."""
+        return self.last_inputs or self.inputs
+
+    @property
+    def row_outputs(self) -> int:
+        """The width of what its row-parallel multiply all-reduces: its last one's outputs."""
+        return self.last_outputs or self.outputs
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,11 +99,15 @@ class Pair:
 
 
 def linears(found: BatchOps, layer_of: dict[int, int]) -> dict[int, Linear]:
-    """Per layer, its first recorded matrix multiply (its forward's): the layers that are linear."""
-    found_linears: dict[int, Linear] = {}
+    """Per layer, its first recorded matrix multiply (its forward's): the layers that are linear.
+    The linear multiplies (aten::linear, aten::addmm; not those inside another) after it in the
+    layer's first call, up to one like the first again (its next call) or an aten::matmul (attention
+    written out by hand), say whether it `closes`."""
+    first_call: dict[int, list[tuple[int, int, int, int]]] = {}  # (tokens, inputs, outputs, item)
+    ended: set[int] = set()
     for op in sorted(found.ops, key=lambda o: o.start_ns):
         layer = layer_of.get(op.row, -1)
-        if (layer < 0 or layer in found_linears
+        if (layer < 0 or layer in ended or op.nested
             or op.name not in ("aten::linear", "aten::addmm", "aten::matmul")):
             continue
         dims = gemm_dims(op.name, op.tensors)
@@ -94,15 +115,28 @@ def linears(found: BatchOps, layer_of: dict[int, int]) -> dict[int, Linear]:
             continue
         batch, m, n, k = dims
         kind = next((t[1] for t in op.tensors if t is not None), "float")
-        found_linears[layer] = Linear(layer, batch * m, k, n, ITEM_BYTES.get(kind, 4))
-    return found_linears
+        seen = first_call.setdefault(layer, [])
+        if seen and (op.name == "aten::matmul" or (k, n) == seen[0][1:3]):
+            ended.add(layer)
+            continue
+        seen.append((batch * m, k, n, ITEM_BYTES.get(kind, 4)))
+    return {layer: _linear(layer, seen) for layer, seen in first_call.items()}
+
+
+def _linear(layer: int, seen: list[tuple[int, int, int, int]]) -> Linear:
+    tokens, inputs, outputs, item = seen[0]
+    if len(seen) >= 2 and seen[-1][2] == inputs:
+        return Linear(layer, tokens, inputs, outputs, item, True, seen[-1][1], seen[-1][2])
+    return Linear(layer, tokens, inputs, outputs, item)
 
 
 def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork,
-             found_linears: Collection[int], pattern: str) -> tuple[list[Pair], list[str]]:
+             found_linears: Collection[int], pattern: str,
+             closing: Collection[int] = ()) -> tuple[list[Pair], list[str]]:
     """The pairs of the linear layers `found_linears` in each block (the
     repeated blocks, or the blocks or parents of the layers `pattern`
-    matches), and the linear layers left whole (an odd one out)."""
+    matches), and the linear layers left whole (an odd one out); each of `closing` (a layer whose
+    forward is both a column- and a row-parallel multiply) a pair by itself."""
     if pattern:
         targets, _ = layer_owners(layers, pattern)
         chosen = [k for k in targets if k in found_linears]
@@ -129,15 +163,19 @@ def tp_pairs(layers: list[str], sizes: dict[str, int], work: LayerWork,
     pairs, whole = [], []
     for block, members in blocks.items():
         ordered = sorted(members, key=lambda k: int(work.first_forward_ns[k]))
-        for column, row in zip(ordered[0::2], ordered[1::2]):
+        alone = [(k, k) for k in ordered if k in closing]
+        rest = [k for k in ordered if k not in closing]
+        found = sorted([*alone, *zip(rest[0::2], rest[1::2])],
+                       key=lambda pair: int(work.first_forward_ns[pair[0]]))
+        for column, row in found:
             low, high = int(work.first_forward_ns[column]), int(work.first_forward_ns[row])
             region = frozenset(k for k, path in enumerate(layers)
                                if path.startswith(block + ".")
                                and low <= int(work.first_forward_ns[k]) <= high
                                and not any(other.startswith(path + ".") for other in layers))
             pairs.append(Pair(block, column, row, region | {column, row}))
-        if len(ordered) % 2:
-            whole.append(layers[ordered[-1]])
+        if len(rest) % 2:
+            whole.append(layers[rest[-1]])
     return pairs, whole
 
 
@@ -149,7 +187,7 @@ def check_degree(degree: int, pairs: list[Pair], found_linears: dict[int, Linear
                  layers: list[str]) -> None:
     """Refuse a degree that does not divide a split layer's width or the attention heads."""
     widths = [(p.column, "outputs", found_linears[p.column].outputs) for p in pairs] \
-        + [(p.row, "inputs", found_linears[p.row].inputs) for p in pairs]
+        + [(p.row, "inputs", found_linears[p.row].row_inputs) for p in pairs]
     for layer, what, width in widths:
         if width % degree:
             raise InputError(f"tp: degree={degree} does not divide {layers[layer]}'s {width} "
@@ -287,7 +325,8 @@ def plan_split(graph: Graph, context: Context, pattern: str) -> Split:
     layer_of = op_layers(graph, found, context)
     work = context.layer_work if context.layer_work is not None else graph_layer_work(graph)
     found_linears = linears(found, layer_of)
-    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, pattern)
+    pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, pattern,
+                            {k for k, linear in found_linears.items() if linear.closes})
     if not pairs:
         shown = ", ".join(graph.layers[k] for k in sorted(found_linears)[:4]) or "none recorded"
         raise InputError("tp: no pair of linear layers to split (a column-parallel layer and a "
@@ -359,7 +398,7 @@ def _dtensor_calls(graph: Graph, pairs: list[Pair], iteration: int, forward_ns: 
     DTensors, the conversions to and from local tensors and their backward nodes) and a name."""
     found = []
     for pair in pairs:
-        for layer in (pair.column, pair.row):
+        for layer in dict.fromkeys((pair.column, pair.row)):  # a layer paired with itself once
             name = graph.layers[layer]
             calls = _runs_of(graph, iteration, FORWARD, frozenset({layer}))
             found += [(first, forward_ns, f"tp: DTensor (forward, {name})") for first, _ in calls]
@@ -393,7 +432,7 @@ def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair],
     for pair in pairs:
         row_name, column_name = graph.layers[pair.row], graph.layers[pair.column]
         row, column = found_linears[pair.row], found_linears[pair.column]
-        out_bytes, in_bytes = (row.tokens * row.outputs * row.item,
+        out_bytes, in_bytes = (row.tokens * row.row_outputs * row.item,
                                column.tokens * column.inputs * column.item)
         for first, _ in _runs_of(graph, iteration, FORWARD, frozenset({pair.column})):
             if sequence:
@@ -422,7 +461,8 @@ def _plan(graph: Graph, collectives: _Collectives, pairs: list[Pair],
 def _notes(pairs: list[Pair], whole: list[str], degree: int, sequence: bool, per_iteration: int,
            retimed: str, net: Fabric, split_bytes: int, total: int, contention: tuple[float, str],
            layers: list[str]) -> list[str]:
-    shown = "; ".join(f"{layers[p.column]} → {layers[p.row]}" for p in pairs[:2]) \
+    shown = "; ".join(f"{layers[p.column]} → {layers[p.row]}" if p.row != p.column
+                      else f"{layers[p.column]} (by its heads)" for p in pairs[:2]) \
         + (f"; … ({len(pairs)} pairs in all)" if len(pairs) > 2 else "")
     notes = [f"tp: degree={degree}, column- then row-parallel: {shown}"
              + (f"; left whole: {', '.join(whole)}" if whole else ""),
