@@ -220,11 +220,6 @@ def _recorded(context: Context) -> dict[int, list[ForwardOp]]:
     return facts if any(op.inputs for ops in facts.values() for op in ops) else {}
 
 
-def _owner(graph: Graph, pattern: str, name: str,
-           context: Context) -> tuple[list[int], np.ndarray, str]:
-    return choose_layers(graph.layers, pattern, context.gradient_bytes, name)
-
-
 # --------------------------------------------------------------------------- offload
 
 
@@ -260,7 +255,8 @@ def _offload(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     if str(params["stream"]) not in ("copy", "compute"):
         raise InputError(f"--opt offload:stream={params['stream']}: write stream=copy or "
                          "stream=compute")
-    targets, owner, chosen = _owner(graph, pattern, "offload", context)
+    targets, owner, chosen = choose_layers(graph.layers, pattern, context.gradient_bytes,
+                                           "offload")
     facts = _recorded(context)
     if not facts:
         return ["offload: the trace recorded no op shapes (record_shapes), so the activations' "
@@ -454,7 +450,8 @@ def _gist(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     pattern, format_name, sparsity = (str(params["layers"]), str(params["format"]),
                                       float(params["sparsity"]))
     encoded_ratio(format_name, 4, sparsity)  # an unknown format is refused before anything changes
-    targets, owner, chosen = _owner(graph, pattern, "gist", context)
+    targets, owner, chosen = choose_layers(graph.layers, pattern, context.gradient_bytes,
+                                           "gist")
     facts = _recorded(context)
     costs = context.costs
     if not facts or costs is None:
