@@ -145,20 +145,23 @@ class Measurer:
         return self._ratio(self._call(name, new, None), self._call(name, old, None))
 
     def op_pair_ns(self, name: str, new: list[Operand | None], old: list[Operand | None],
-                   hot: bool = False) -> tuple[int, int] | None:
+                   hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
         """Op `name`'s median times on tensors of `new` and of `old` ((shape, type) or (shape,
         type, memory order) each), ns, both run here in turns; None where either cannot run.
         `hot`: each repetition finds the caches as the previous one left them (operands just
-        written, as a cast leaves them), instead of emptied (`FLUSH_BYTES`)."""
-        return self._pair(self._op(name, new, None), self._op(name, old, None), hot)
+        written, as a cast leaves them), instead of emptied (`FLUSH_BYTES`). `cold`: emptied, and
+        less what the emptying costs an op that touches no data (a view, timed in turns with
+        them, as `cast_ns`): the op at its coldest, its code and address translations evicted
+        too."""
+        return self._pair(self._op(name, new, None), self._op(name, old, None), hot, cold)
 
     def call_pair_ns(self, name: str, new: list[Any], old: list[Any],
-                     hot: bool = False) -> tuple[int, int] | None:
+                     hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
         """As `op_pair_ns`, for an op of `CALLED_AGAIN` called with
         recorded arguments `new` and `old`."""
         if name not in CALLED_AGAIN:
             return None
-        return self._pair(self._call(name, new, None), self._call(name, old, None), hot)
+        return self._pair(self._call(name, new, None), self._call(name, old, None), hot, cold)
 
     def _op(self, name: str, inputs: list[Operand | None], as_type: str | None) -> _Signature:
         """Op `name` on `inputs`, (shape, type) or (shape, type, memory order) each; a memory order
@@ -216,10 +219,10 @@ class Measurer:
         return self.cache[key] / RATIO_SCALE
 
     def _pair(self, new: _Signature, old: _Signature,
-              hot: bool = False) -> tuple[int, int] | None:
-        """The median times of signatures `new` and `old`, ns, measured in
-        turns (cached as two entries; hot: caches not emptied between runs)."""
-        kind = "pair-hot" if hot else "pair"
+              hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
+        """The median times of signatures `new` and `old`, ns, measured in turns (cached as two
+        entries; hot: caches not emptied between runs; cold: emptied, net of a view's time)."""
+        kind = "pair-hot" if hot else "pair-cold-net" if cold else "pair"
         keys = f"{kind}|{new[0]}|{old[0]}|new", f"{kind}|{new[0]}|{old[0]}|old"
         if all(key in self.cache for key in keys):
             return self.cache[keys[0]], self.cache[keys[1]]
@@ -232,7 +235,12 @@ class Measurer:
         measured: list[int] = []
 
         def measure() -> int:
-            measured.extend(self._median_ns([(run_new, new[2]), (run_old, old[2])], flush=not hot))
+            runs = [(run_new, new[2]), (run_old, old[2])]
+            if cold:
+                runs.append((_view, new[2]))
+            times = self._median_ns(runs, flush=not hot)
+            view = times[2] if cold else 0
+            measured.extend(max(1, t - view) for t in times[:2])
             return measured[0]
 
         if self._run(keys[0], measure) is None:
@@ -313,8 +321,7 @@ class Measurer:
               net_of_view: bool = False) -> int:
         if not net_of_view:
             return self._median_ns([(runner, tensors)])[0]
-        timed, view = self._median_ns([(runner, tensors),
-                                       (lambda _t, xs: xs[0].view(xs[0].shape), tensors)])
+        timed, view = self._median_ns([(runner, tensors), (_view, tensors)])
         return max(1, timed - view)
 
     def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
@@ -365,6 +372,11 @@ class Measurer:
 
 #: 2: repetitions start with cold caches; 3: floating inputs require grad; 4: freed memory kept
 CACHE_VERSION = 4
+
+
+def _view(_torch: Any, xs: list[Any]) -> Any:
+    """An op that touches no data: what emptying the caches alone costs the op after it."""
+    return xs[0].view(xs[0].shape)
 
 
 def _warmed_up(torch: Any, runner: Callable[[Any, list[Any]], Any], made: list[Any]) -> int:

@@ -269,6 +269,12 @@ def test_a_pair_keeps_both_times_and_gives_the_same_ratio(tmp_path: Path, monkey
     # hot (caches not emptied between repetitions) is another measurement, cached apart
     assert again.op_pair_ns("aten::mm", bigger, MM, hot=True) is not None and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
     assert again.ran[0].startswith("pair-hot|") and not next(iter(measurer.cache)).startswith("pair-hot|")
+    # cold: the caches emptied before each repetition and a view's time (run in turns with the two) taken off
+    seen.clear()
+    cold = again.op_pair_ns("aten::mm", bigger, MM, cold=True)
+    assert cold is not None and min(cold) >= 1 and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
+    assert again.ran[1].startswith("pair-cold-net|") and len(again.ran) == 2
+    assert again.op_pair_ns("aten::mm", bigger, MM, cold=True) == cold and len(again.ran) == 2  # cached
     assert again.op_pair_ns("aten::mm", [((8, 16), "float"), ((5, 4), "float")], MM) is None  # cannot run
     assert again.call_pair_ns("aten::empty", [("value", [2**40])], [("value", [1])]) is None
 

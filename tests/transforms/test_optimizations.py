@@ -429,6 +429,25 @@ def test_amp_on_a_cpu_adds_the_time_a_slower_reduced_type_measured_beyond_fp32()
     assert reduced_ns(600_000, 1_000_000, 1_000_000) == 600_000
 
 
+def test_amp_on_a_cpu_takes_both_types_at_the_warmth_the_op_ran_at_in_fp32() -> None:
+    from daydream.transforms.amp import in_situ_ns
+
+    hot, cold = (22_000, 5_000), (76_000, 31_000)
+    # 18 µs in the run: (18 - 5) / (31 - 5) = half way from hot to cold; bf16 there 22 + 27 = 49 µs,
+    # fp32 there 18 µs (the recorded time itself), so 18 + (49 - 18) = 49 µs
+    assert in_situ_ns(18_000, hot, cold) == 49_000
+    # as hot as measured hot, or hotter: the hot pair alone (18 + 17 = 35 µs at 18 µs recorded)
+    assert in_situ_ns(5_000, hot, cold) == 5_000 + 17_000
+    assert in_situ_ns(3_000, hot, cold) == 3_000 + 17_000
+    assert in_situ_ns(18_000, hot, None) == 18_000 + 17_000
+    # colder than measured cold: the cold pair, its difference added (40 + 45 = 85 µs)
+    assert in_situ_ns(40_000, hot, cold) == 40_000 + 45_000
+    # faster in bf16 at that warmth: scaled (w = 0.25: bf16 25 µs, fp32 50 µs there, so 50 x 25 / 50)
+    assert in_situ_ns(50_000, (20_000, 40_000), (40_000, 80_000)) == 25_000
+    # a cold fp32 time not above the hot one says nothing of warmth: the hot pair
+    assert in_situ_ns(18_000, hot, (70_000, 4_000)) == 18_000 + 17_000
+
+
 def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_name_or_class() -> None:
     from types import SimpleNamespace
 
