@@ -115,11 +115,11 @@ def saved_per_call(trace: Trace) -> float:
 
 
 def fit_tensors(folders: list[Path], examples: list[str],
-                per_call: tuple[float, float]) -> tuple[list[tuple[str, float, float, float]], dict[str, float]]:
+                per_call: tuple[float, float] | None) -> tuple[list[tuple[str, float, float, float]], dict[str, float]]:
     """Per example, the saved tensors per checkpointed call and the medians over `folders` (rounds) of its forward and
     backward units per call; and, each side, the units per saved tensor: the least-squares slope through the examples
-    with the part per call held at `per_call` (forward, backward: what `--measure` times, where a call of few tensors
-    is all per-call work; a pair's own difference of a few hundred units is within a shared host's drift)."""
+    with the part per call held at `per_call` (forward, backward: what `--measure` times), or, where `per_call` is
+    None, the least-squares line through them: its intercept the part per call, its slope the part per tensor."""
     rows = []
     for example in examples:
         pairs = [(checkpoint_units(folder, example), folder) for folder in folders]
@@ -132,9 +132,15 @@ def fit_tensors(folders: list[Path], examples: list[str],
         raise SystemExit("host_costs: --fit needs pairs of at least two examples that save different numbers of tensors")
     fitted: dict[str, float] = {}
     saved = [r[1] for r in rows]
-    for side, column, held in (("forward", 2, per_call[0]), ("backward", 3, per_call[1])):
-        fitted[f"{side}.call"] = held
-        fitted[f"{side}.tensor"] = per_tensor(saved, [r[column] for r in rows], held)
+    for side, column in (("forward", 2), ("backward", 3)):
+        units = [r[column] for r in rows]
+        if per_call is None:
+            slope, intercept = np.polyfit(np.asarray(saved, dtype=np.float64), np.asarray(units, dtype=np.float64), 1)
+            fitted[f"{side}.call"], fitted[f"{side}.tensor"] = float(intercept), float(slope)
+        else:
+            held = per_call[0] if side == "forward" else per_call[1]
+            fitted[f"{side}.call"] = held
+            fitted[f"{side}.tensor"] = per_tensor(saved, units, held)
     return rows, fitted
 
 
@@ -154,6 +160,8 @@ def checkpoint_units(folder: Path, example: str) -> tuple[float, float, int] | N
     unit = HostCosts.of(base).unit_ns
     a, b = per_iteration(base), per_iteration(checkpointed)
     calls = int(a["calls"])
+    if calls == 0:  # no block named as BLOCK names them: nothing checkpointed to read
+        return None
     forward = (b["forward"] - a["forward"]) / unit / calls
     backward = (b["backward"] - a["backward"] - a["blocks"]) / unit / calls
     return forward, backward, calls
@@ -297,6 +305,8 @@ def main() -> int:
     parser.add_argument("--fit", action="store_true",
                         help="with folders of rounds: per example the median units per call, and the units per saved "
                              "tensor through the examples, the part per call held at RECORDED_HOST_UNITS")
+    parser.add_argument("--with-call", action="store_true",
+                        help="with --fit: fit the part per call too (the least-squares line through the examples)")
     parser.add_argument("--loader", action="store_true",
                         help="time receiving a batch from a DataLoader worker on this machine's CPU")
     options = parser.parse_args()
@@ -312,15 +322,16 @@ def main() -> int:
     if not options.folders:
         parser.error("give folders of EXAMPLE-baseline / EXAMPLE-checkpoint traces, or --measure")
     if options.fit:
-        held = (RECORDED_HOST_UNITS["checkpoint.forward.cpu"], RECORDED_HOST_UNITS["checkpoint.backward.cpu"])
+        held = (None if options.with_call else
+                (RECORDED_HOST_UNITS["checkpoint.forward.cpu"], RECORDED_HOST_UNITS["checkpoint.backward.cpu"]))
         fitted_rows, fitted = fit_tensors(options.folders, options.examples.split(","), held)
         print("| example | saved tensors per call | forward (units per call, median) | backward (units per call, median) |")
         print("|---|---:|---:|---:|")
         for example, saved, forward, backward in fitted_rows:
-            print(f"| {example} | {saved:.0f} | {forward:.1f} | {backward:.1f} |")
-        print(f"\nper call held (RECORDED_HOST_UNITS): forward {fitted['forward.call']:.1f}, backward "
-              f"{fitted['backward.call']:.1f} units; per saved tensor, fitted: forward {fitted['forward.tensor']:.2f}, "
-              f"backward {fitted['backward.tensor']:.2f} units")
+            print(f"| {example} | {saved:.2f} | {forward:.1f} | {backward:.1f} |")
+        print(f"\nper call {'fitted' if options.with_call else 'held (RECORDED_HOST_UNITS)'}: forward "
+              f"{fitted['forward.call']:.1f}, backward {fitted['backward.call']:.1f} units; per saved tensor, fitted: "
+              f"forward {fitted['forward.tensor']:.2f}, backward {fitted['backward.tensor']:.2f} units")
         return 0
     rows = []
     print("| folder | example | checkpointed calls | forward (units per call) | backward (units per call) |")

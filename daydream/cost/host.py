@@ -41,16 +41,18 @@ DEFAULT_UNIT_NS = 1_500
 #: backward, cost/saved.py), beyond the recomputed ops themselves: per checkpointed call
 #: ("checkpoint.forward", "checkpoint.backward") and per saved tensor ("..._tensor"), forward and
 #: backward apart.
-#: cpu, per call: `OMP_NUM_THREADS=1 python scripts/host_costs.py --measure` (torch 2.13 CPU, this
-#: project's 2-core development host, timed under the profiler as daydream trace records; the median
-#: of six runs on 2026-12-03, units of 1167-1372 ns: forward 68-111 and backward 179-230 units).
-#: cpu, per saved tensor: `python scripts/host_costs.py --fit DIR/round-* --examples
-#: mlp,cnn,transformer,speech` over five interleaved rounds of real baseline / checkpoint pairs
-#: (`whatif_truth.py --device cpu --examples all --rounds 5 --keep DIR`, 2026-12-05, traced with the
-#: heap reserve; 8, 10, 24 and 585 tensors saved per call), the part per call held: the slope
-#: through the examples, the recomputation subtracted up to each call's last pack (early stop).
-#: (`--measure`'s slope, 28.8-36.3 forward and 9.1-17.5 backward, put three times the real cost
-#: forward and half of it backward: a GRU's 578 saved tensors cost about 9 and 22 units each.)
+#: cpu: `python scripts/host_costs.py --fit --with-call DIR/round-* RESNET/round-* --examples
+#: mlp,cnn,transformer,resnet,speech,detection,dcgan,a2c` over five interleaved rounds of real
+#: baseline / checkpoint pairs (`whatif_truth.py --device cpu --examples all --rounds 5 --keep DIR`,
+#: 2026-12-05, traced with the heap reserve; RESNET the second run of resnet alone; 2.8 to 585
+#: tensors saved per call): the least-squares line through the examples' medians, the recomputation
+#: subtracted up to each call's last pack (early stop); its intercept the part per call, its slope
+#: the part per tensor. (`--measure` times the wrapper alone, warm, on this machine: 68-111 units
+#: forward and 179-230 backward per call, about a third of what the small blocks of the training
+#: runs paid, 230-420 and 430-880; held at those, every model of few tensors per call came out
+#: short, a2c by 19%. Its slope per tensor, 28.8-36.3 forward and 9.1-17.5 backward, put three
+#: times the real cost forward and half of it backward: a GRU's 585 saved tensors cost about 9 and
+#: 18 units each.)
 #: cuda: `python scripts/host_costs.py examples/h200 examples/h200/realistic/round-1
 #: examples/h200/realistic/round-2` (torch 2.11 + CUDA 13, H200 host, under daydream trace): the
 #: median of nine pairs (the three small examples; cnn, a BERT-base-sized transformer and ResNet-50,
@@ -63,10 +65,10 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     "checkpoint.backward.cuda": 506.3,
     "checkpoint.forward_tensor.cuda": 0.0,
     "checkpoint.backward_tensor.cuda": 0.0,
-    "checkpoint.forward.cpu": 78.4,
-    "checkpoint.backward.cpu": 206.3,
-    "checkpoint.forward_tensor.cpu": 9.5,
-    "checkpoint.backward_tensor.cpu": 18.1,
+    "checkpoint.forward.cpu": 110.7,
+    "checkpoint.backward.cpu": 533.7,
+    "checkpoint.forward_tensor.cpu": 9.4,
+    "checkpoint.backward_tensor.cpu": 17.5,
     # Receiving a ready batch from a DataLoader worker, on the training thread
     # (transforms/loading.py): the index and batch queues and the batch's unpickling, per batch and
     # per tensor in it (each a shared-memory handle rebuilt).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from daydream.cost.host import RECORDED_HOST_UNITS
@@ -30,14 +31,32 @@ def test_the_part_per_saved_tensor_is_the_slope_with_the_part_per_call_held() ->
 
 
 def test_the_recorded_cpu_costs_are_the_fits() -> None:
-    # The per-call parts as --measure gave them; the per-tensor parts as --fit gave them over the real pairs of
-    # 2026-12-05 (mlp, cnn, transformer and speech, five rounds: 8.0, 10.0, 24.0 and 585.0 tensors per call, medians
-    # forward 372.5, 422.2, 260.1, 5642.1 and backward 876.8, 785.0, 460.0, 10762.9 units per call).
-    saved = [8.0, 10.0, 24.0, 585.0]
-    forward = host_costs.per_tensor(saved, [372.5, 422.2, 260.1, 5642.1], RECORDED_HOST_UNITS["checkpoint.forward.cpu"])
-    backward = host_costs.per_tensor(saved, [876.8, 785.0, 460.0, 10762.9], RECORDED_HOST_UNITS["checkpoint.backward.cpu"])
-    assert round(forward, 1) == RECORDED_HOST_UNITS["checkpoint.forward_tensor.cpu"]
-    assert round(backward, 1) == RECORDED_HOST_UNITS["checkpoint.backward_tensor.cpu"]
+    # As --fit --with-call gave them over the real pairs of 2026-12-05 (five rounds; per example the tensors saved per
+    # call and the medians of its units per call, forward and backward): the least-squares line through them.
+    saved = [8.0, 10.0, 24.0, 21.0, 585.0, 9.0, 7.8, 2.82]
+    forward = [372.5, 422.2, 260.1, 154.2, 5642.1, -121.9, 229.5, 232.1]
+    backward = [876.8, 785.0, 460.0, 1681.0, 10762.9, 72.4, 876.4, 434.0]
+    for side, units in (("forward", forward), ("backward", backward)):
+        slope, intercept = np.polyfit(saved, units, 1)
+        assert round(intercept) == round(RECORDED_HOST_UNITS[f"checkpoint.{side}.cpu"])
+        assert round(slope, 1) == RECORDED_HOST_UNITS[f"checkpoint.{side}_tensor.cpu"]
+
+
+def test_the_line_through_the_examples_gives_both_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three examples saving 2, 10 and 50 tensors per call, at 100 + 5 per tensor forward and 300 + 20 backward in every
+    # round: the line returns those parts; held at 80 per call, only the slope is fitted.
+    units = {"a": (110.0, 340.0), "b": (150.0, 500.0), "c": (350.0, 1300.0)}
+    monkeypatch.setattr(host_costs, "checkpoint_units", lambda folder, example: (*units[example], 1))
+    monkeypatch.setattr(host_costs, "saved_per_call", lambda trace: trace)
+    monkeypatch.setattr(host_costs, "open_trace", lambda path: {"a": 2.0, "b": 10.0, "c": 50.0}[path.name[0]])
+    monkeypatch.setattr(host_costs, "discover", lambda path: [path])
+    monkeypatch.setattr(host_costs, "kept", lambda folder, name: folder / name)
+    rows, fitted = host_costs.fit_tensors([tmp_path / "round-1", tmp_path / "round-2"], ["a", "b", "c"], None)
+    assert [r[1:] for r in rows] == [(2.0, 110.0, 340.0), (10.0, 150.0, 500.0), (50.0, 350.0, 1300.0)]
+    assert fitted == pytest.approx({"forward.call": 100.0, "forward.tensor": 5.0, "backward.call": 300.0,
+                                    "backward.tensor": 20.0})
+    _, held = host_costs.fit_tensors([tmp_path / "round-1"], ["a", "b", "c"], (80.0, 300.0))
+    assert held["forward.call"] == 80.0 and held["backward.tensor"] == pytest.approx(20.0)
 
 
 def test_a_blocks_recomputation_runs_up_to_its_last_pack(tmp_path: Path) -> None:

@@ -508,8 +508,8 @@ def test_amp_on_a_cpu_measures_each_names_largest_signature_first() -> None:
 
     asked: list[tuple[str, Any]] = []
 
-    def pair(name: str, new: list[Any], old: list[Any], hot: bool) -> tuple[int, int] | None:
-        assert hot  # measured as autocast leaves the operands: just written
+    def pair(name: str, new: list[Any], old: list[Any], hot: bool, cold: bool) -> tuple[int, int] | None:
+        assert hot and not cold  # measured as autocast leaves the operands: just written
         asked.append((name, new[0][1] if new[0][0] == "tensor" else new[0][0]))  # an argument, or a (shape, type)
         return (3_000, 1_000) if len(asked) <= 3 else None
 
@@ -531,3 +531,29 @@ def test_amp_on_a_cpu_measures_each_names_largest_signature_first() -> None:
     _, by_kind = _apply_retimed(graph, found)  # type: ignore[arg-type]
     # slower in bf16: recorded + 2,000 each; the unmeasured conv2d takes conv2d's median, (100 + 2,000) / 100 = 21x
     assert graph.tasks["duration_ns"].tolist() == [2_100, 2_100, 3_150, 2_120, 2_010] and by_kind == 1
+
+
+def test_amp_on_a_cpu_measures_cold_only_the_signatures_that_ran_well_above_their_hot_time() -> None:
+    # Hot fp32 1,000 ns each. The mm that ran 2,000 ns in the trace (and its twin at 900) is measured cold too; the bmm
+    # that ran 1,050 (within WARMER of its hot time) is not. The mm at 2,000: w = (2,000 - 1,000) / (5,000 - 1,000) =
+    # 0.25, bf16 3,000 + 0.25 x 6,000 = 4,500 against fp32's 2,000 there: +2,500. The one at 900 sits below hot: +2,000.
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import _apply_retimed, _measure_most_first, _Retimed
+
+    asked: list[tuple[str, bool]] = []
+
+    def pair(name: str, new: list[Any], old: list[Any], hot: bool, cold: bool) -> tuple[int, int]:
+        asked.append((name, cold))
+        return (9_000, 5_000) if cold else (3_000, 1_000)
+
+    measurer = SimpleNamespace(call_pair_ns=pair, op_pair_ns=pair)
+    mm, bmm = [((5, 6), "float"), ((6, 7), "float")], [((2, 5, 6), "float"), ((2, 6, 7), "float")]
+    found = [_Retimed(0, 2_000, "aten::mm", inputs=mm), _Retimed(1, 900, "aten::mm", inputs=mm),
+             _Retimed(2, 1_050, "aten::bmm", inputs=bmm)]
+    _measure_most_first(measurer, found, "c10::BFloat16")
+    assert asked == [("aten::mm", False), ("aten::bmm", False), ("aten::mm", True)]  # the most recorded time first
+    assert [item.cold for item in found] == [(9_000, 5_000), (9_000, 5_000), None]
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([2_000, 900, 1_050], dtype=np.int64)})
+    _apply_retimed(graph, found)  # type: ignore[arg-type]
+    assert graph.tasks["duration_ns"].tolist() == [4_500, 2_900, 3_050]
