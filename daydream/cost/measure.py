@@ -222,6 +222,8 @@ class Measurer:
               hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
         """The median times of signatures `new` and `old`, ns, measured in turns (cached as two
         entries; hot: caches not emptied between runs; cold: emptied, net of a view's time)."""
+        if hot and cold:
+            raise ValueError("a pair is measured hot or cold, not both")
         kind = "pair-hot" if hot else "pair-cold-net" if cold else "pair"
         keys = f"{kind}|{new[0]}|{old[0]}|new", f"{kind}|{new[0]}|{old[0]}|old"
         if all(key in self.cache for key in keys):

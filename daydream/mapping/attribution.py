@@ -427,10 +427,6 @@ def _share(weights: np.ndarray, population: np.ndarray, attributed: np.ndarray) 
     return float(weights[population & attributed].sum()) / total if total else 0.0
 
 
-#: A module path that ends in a number (`blocks.3`): its parent's path, and the number.
-_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
-
-
 def repeated_blocks(sizes: dict[str, int]) -> list[str]:
     """The outermost numbered modules (path `parent.N`) with parameters
     whose parent holds at least two of them."""
@@ -439,11 +435,9 @@ def repeated_blocks(sizes: dict[str, int]) -> list[str]:
         if size <= 0:
             continue
         parts = path.split(".")
-        for end in range(1, len(parts)):
-            match = _NUMBERED.match(".".join(parts[:end + 1]))
-            if match and parts[end].isdigit():
-                holders.setdefault(match.group(1), set()).add(".".join(parts[:end + 1]))
-                break
+        end = next((end for end in range(1, len(parts)) if parts[end].isdigit()), None)
+        if end is not None:  # the outermost numbered module on the path, under its parent
+            holders.setdefault(".".join(parts[:end]), set()).add(".".join(parts[:end + 1]))
     found = sorted(block for members in holders.values() if len(members) >= 2 for block in members)
     return [b for b in found if not any(b.startswith(other + ".") for other in found if other != b)]
 
@@ -497,7 +491,6 @@ def choose_layers(layers: list[str], pattern: str, sizes: dict[str, int],
         said = (f"matching {pattern!r}" if pattern else
                 f"of the repeated blocks ({_listed(chosen)})")
         return targets, owner, said
-    blocks = blocks_of(layers, sizes)
     if not layers:
         raise InputError(f"--opt {option}: the trace names no layers (module paths) to choose from "
                          "— record it with daydream trace, which marks each module")
@@ -506,6 +499,7 @@ def choose_layers(layers: list[str], pattern: str, sizes: dict[str, int],
                          "modules under one parent, such as blocks.0 and blocks.1), which it "
                          "chooses by default — give layers=REGEX over the layer paths that "
                          "daydream inspect lists")
+    blocks = blocks_of(layers, sizes)
     hint = (f"the trace's repeated blocks are {_listed(blocks)}: leave layers= out to choose them"
             if blocks else "see the layers in daydream inspect")
     raise InputError(f"--opt {option}:layers={pattern}: no layer matches; {hint}")
