@@ -298,6 +298,14 @@ MISSES = [
     "real runs measure nearly one (their memory differs: 1F1B holds fewer micro-batches in flight). Not modelled: "
     "torch.distributed.pipelining's own Python per action and its division of the gradients by the micro-batches "
     "after backward (one elementwise op per parameter tensor).",
+    "- A collective the host blocks in on a CPU is stretched by the host's contention factor (2 ranks on 2 cores: "
+    "×2) only for the share of the step the other ranks compute beside it (`blocking_stretch` in "
+    "daydream/transforms/distributed/contention.py): ×1.3 to ×1.6 on suite/a2c, whose step is mostly its 84 small "
+    "all-gathers, ×1.7 on the transformer. Before (the whole factor on every collective) the rounds of 2026-12-05 gave "
+    "a2c +31.1% and +23.5% (reshard=0), tp +16.4%, the transformer's FSDP2 -8.5% and -12.9%. The transformer's FSDP2 "
+    "runs stay under the prediction: their all-gathers took 4.7 ms each in round 1 (rank 0's trace) against 3.6 ms "
+    "modelled, and the link, fitted to both collectives at once, times a 1-4 MiB all-gather 23-26% under the "
+    "benchmark's own (the link table below).",
     "- tp: DTensor's own host work around each split layer call is a recorded constant (the table at the end), "
     "measured on the CPU with two ranks sharing two cores; each split op is timed as at 1/T of its rows where the "
     "real op runs at 1/T of its width.", ""]

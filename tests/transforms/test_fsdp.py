@@ -17,6 +17,7 @@ from daydream.mapping.attribution import repeated_blocks
 from daydream.memory.whatif import Allocations, ModelFacts, fsdp_memory, peak_bytes
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
+from daydream.transforms.distributed.contention import blocking_stretch
 from daydream.transforms.distributed.fsdp import ROOT, fsdp_units
 from tests.transforms.graphs import NEVER, call, graph, kernel, op, two_block_allocations
 
@@ -117,12 +118,24 @@ def test_on_a_cpu_each_collective_blocks_the_host_and_a_reduce_scatter_is_an_all
     timeline = simulate(g)
     assert [int(g.tasks["duration_ns"][t]) for t in _collectives(g, "reduce-scatter")] == [1049, 1049]
     assert int(timeline.end_ns.max()) == 4500 + 4 * 524 + 2 * 1049 - 250
-    # With 2 ranks of 1 compute thread on 2 CPUs (contention ×2): every blocking collective takes twice as long.
+    # With 2 ranks of 1 compute thread on 2 CPUs (contention ×2), a blocking collective runs at half speed while the
+    # other rank computes: for the share of the step its host work fills, H / T, with H = 4 · 1000 + 250 = 4250 and
+    # T = H + C · s (C = 4194 alone). The stretch s = 1 + (2 - 1) · H / (H + C · s), found here by iterating it:
+    # 1.41696..., so the all-gathers take round(524 · s) = 742 ns and the reduce-scatters round(1049 · s) = 1486 ns.
     contended = _cpu_step()
     notes = apply_spec(contended, parse_spec(f"fsdp:world=2,{LINK}"),
                        Context(gradient_bytes=CONTEXT.gradient_bytes, host={"cpus": 2, "intra_op_threads": 1}))
-    assert int(simulate(contended).end_ns.max()) == 4500 + 2 * (4 * 524 + 2 * 1049) - 250
-    assert any("×2.00" in note and "waits in it" in note for note in notes)
+    stretch = 2.0
+    for _ in range(200):
+        stretch = 1 + 4250 / (4250 + 4194 * stretch)
+    assert stretch == pytest.approx(1.41696, abs=1e-5)
+    assert [int(contended.tasks["duration_ns"][t]) for t in _collectives(contended, "all-gather")] == [742] * 4
+    assert [int(contended.tasks["duration_ns"][t]) for t in _collectives(contended, "reduce-scatter")] == [1486] * 2
+    assert int(simulate(contended).end_ns.max()) == 4250 + 4 * round(524 * stretch) + 2 * round(1049 * stretch)
+    assert any("×1.42" in note and "42% of the step" in note and "waits in it" in note for note in notes)
+    # Ranks that only compute would take the whole factor; with no host work, none.
+    assert blocking_stretch(2.0, 1000.0, 1e-9) == pytest.approx(2.0)
+    assert blocking_stretch(2.0, 0.0, 1000.0) == 1.0
 
 
 def test_a_unit_called_twice_in_a_row_gathers_for_each_call() -> None:

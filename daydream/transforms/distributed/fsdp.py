@@ -48,7 +48,12 @@ from daydream.transforms.distributed.buckets import (
     phase_work,
     true_runs,
 )
-from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
+from daydream.transforms.distributed.contention import (
+    CONTENTION_PARAMETER,
+    blocking_stretch,
+    calibrate,
+    host_work_ns,
+)
 from daydream.transforms.distributed.copies import CopySpeed, copy_speed
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
 from daydream.transforms.primitives import launcher_of, splice
@@ -211,9 +216,10 @@ class _Builder:
     and puts it into the graph at the end (`apply`)."""
 
     def __init__(self, graph: Graph, net: Fabric, costs: _Costs, world: int, reshard: bool,
-                 prefetch: bool, forward_prefetch: bool, stretch: float) -> None:
-        self.graph, self.net, self.costs, self.world, self.stretch = (
-            graph, net, costs, world, stretch)
+                 prefetch: bool, forward_prefetch: bool, contention: float) -> None:
+        self.graph, self.net, self.costs, self.world = graph, net, costs, world
+        # the host's contention factor, and what it stretches each collective by (`apply`)
+        self.contention, self.stretch = contention, 1.0
         self.reshard, self.prefetch, self.forward_prefetch = reshard, prefetch, forward_prefetch
         self.on_gpu = graph.has_device_work()
         self.gather = comm_resource(graph, "fsdp all-gather")
@@ -259,8 +265,7 @@ class _Builder:
                     duration_ns: int) -> int:
         """A collective on `resource` once `after` has ended, after the
         one recorded on it before (issue order)."""
-        self.collectives.append((resource, after, nbytes, name,
-                                 int(round(duration_ns * self.stretch))))
+        self.collectives.append((resource, after, nbytes, name, duration_ns))
         return _PENDING - len(self.collectives) + 1
 
     def edge(self, src: int, dst: int) -> None:
@@ -287,6 +292,11 @@ class _Builder:
             self._splice([(anchor, k) for anchor, ks in ready.items() for k in ks], after=True,
                          made=made)
             waiting = {a: ks for a, ks in waiting.items() if a not in ready}
+        # each collective stretched by the others' compute beside it (`blocking_stretch`)
+        self.stretch = blocking_stretch(self.contention, host_work_ns(self.graph),
+                                        sum(c[4] for c in self.collectives))
+        self.collectives = [(resource, after, nbytes, name, int(round(duration * self.stretch)))
+                            for resource, after, nbytes, name, duration in self.collectives]
         self._apply_collectives(made)
 
     def _splice(self, chosen: list[tuple[int, int]], after: bool, made: dict[int, int]) -> None:
@@ -453,11 +463,11 @@ def _fsdp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     reshard, prefetch = bool(int(params["reshard"])), bool(int(params["prefetch"]))
     factor, source = calibrate(graph, params, context, min(world, net.per_node))
     # On a CPU host each rank blocks in its collectives while the other ranks on the host, which
-    # reach them at other moments, compute: where they share the CPUs a blocking collective is
-    # stretched as an overlapped one would be.
-    stretch = factor if not graph.has_device_work() else 1.0
+    # reach them at other moments, may compute: where they share the CPUs a blocking collective
+    # is stretched for the share of the step they compute (`blocking_stretch`).
     builder = _Builder(graph, net, costs, world, reshard, prefetch,
-                       bool(int(params["forward_prefetch"])), stretch)
+                       bool(int(params["forward_prefetch"])),
+                       factor if not graph.has_device_work() else 1.0)
     iterations = iterations_of(graph)
     problems: list[str] = []
     optimizer_ops = 0
@@ -514,8 +524,9 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
                      "a reduce-scatter is an all-reduce of the unit's whole gradients (gloo has no "
                      "reduce-scatter of its own)"
                      + (f"; each collective ×{builder.stretch:.2f}: the other ranks sharing the "
-                        "host's CPUs compute while this one waits in it" if builder.stretch > 1.0
-                        else ""))
+                        f"host's CPUs (contention ×{builder.contention:.2f}) compute for "
+                        f"{(builder.stretch - 1) / (builder.contention - 1):.0%} of the step while "
+                        "this one waits in it" if builder.stretch > 1.0 else ""))
     costs = builder.costs
     if costs.copies is None:
         notes.append("fsdp: the trace has no elementwise ops with recorded shapes, so the copies "

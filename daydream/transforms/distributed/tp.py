@@ -49,7 +49,12 @@ from daydream.transforms.distributed.buckets import (
     phase_work,
     true_runs,
 )
-from daydream.transforms.distributed.contention import CONTENTION_PARAMETER, calibrate
+from daydream.transforms.distributed.contention import (
+    CONTENTION_PARAMETER,
+    blocking_stretch,
+    calibrate,
+    host_work_ns,
+)
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabric
 from daydream.transforms.distributed.pp import graph_layer_work
 from daydream.transforms.primitives import launcher_of, splice
@@ -219,19 +224,21 @@ class _Collectives:
     graph: Graph
     net: Fabric
     resource: int
-    stretch: float
+    contention: float  # the host's contention factor (1 on a GPU)
     call_ns: int
     # (anchor task, operation, bytes, name, before the anchor)
     planned: list[tuple[int, str, int, str, bool]]
+    stretch: float = 1.0  # what `apply` stretched each collective by
 
     def add(self, anchor: int, operation: str, nbytes: int, name: str,
             before: bool = False) -> None:
         self.planned.append((anchor, operation, nbytes, name, before))
 
-    def apply(self) -> None:
+    def apply(self, host_to_come_ns: int = 0) -> None:
         """On a GPU each collective after (or before) its anchor kernel on a stream of its own, the
         kernel after it on the anchor's stream waiting for it; on a CPU the host waits for it right
-        after (or before) its anchor."""
+        after (or before) its anchor, stretched by the other ranks' compute beside it
+        (`blocking_stretch`; `host_to_come_ns`: host work not yet in the graph)."""
         graph = self.graph
         if not self.planned:
             return
@@ -241,7 +248,10 @@ class _Collectives:
                                          p[0]))
         anchors = np.array([p[0] for p in self.planned], dtype=np.int64)
         ends = graph.tasks["measured_end_ns"][anchors]
-        durations = [int(round(self.net.time_ns(p[1], p[2]) * self.stretch)) for p in self.planned]
+        alone = [self.net.time_ns(p[1], p[2]) for p in self.planned]
+        self.stretch = blocking_stretch(self.contention, host_work_ns(graph) + host_to_come_ns,
+                                        sum(alone))
+        durations = [int(round(ns * self.stretch)) for ns in alone]
         ids = graph.add_tasks(kind=int(TaskKind.COLLECTIVE), resource=self.resource,
                               name=[graph.string_id(p[3]) for p in self.planned],
                               duration_ns=durations, bytes=[p[2] for p in self.planned],
@@ -354,9 +364,9 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     retimed = retime_ops(graph, found, rows, 1.0 / degree, costs, context)
     net = fabric(params, context, degree)
     factor, source = calibrate(graph, params, context, min(degree, net.per_node))
-    stretch = factor if not graph.has_device_work() else 1.0
     host = costs.host
-    collectives = _Collectives(graph, net, comm_resource(graph, "tp collectives"), stretch,
+    collectives = _Collectives(graph, net, comm_resource(graph, "tp collectives"),
+                               factor if not graph.has_device_work() else 1.0,
                                host.recorded_ns("fsdp.collective") if not graph.has_device_work()
                                else 0, [])
     # (the first task of a split layer's call, host ns, name)
@@ -366,7 +376,7 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
         dtensor += _dtensor_calls(graph, pairs, iteration, host.recorded_ns("tp.forward"),
                                   host.recorded_ns("tp.backward"))
     count = len(collectives.planned)
-    collectives.apply()
+    collectives.apply(sum(ns for _, ns, _ in dtensor))
     dtensor_calls = _splice_dtensor(graph, dtensor)
     split_bytes = sum(context.gradient_bytes.get(graph.layers[k], 0) for k in split)
     total = max(sum(context.gradient_bytes.values()), 1)
@@ -383,6 +393,11 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     iterations = max(len(iterations_of(graph)), 1)
     notes = _notes(pairs, whole, degree, sequence, count // iterations, retimed, net, split_bytes,
                    total, (factor, source), graph.layers)
+    if collectives.stretch > 1.0:
+        notes.append("tp: on a CPU the host waits in each collective, "
+                     f"×{collectives.stretch:.2f}: the other ranks sharing its CPUs compute for "
+                     f"{(collectives.stretch - 1) / (factor - 1):.0%} of the step while this one "
+                     "waits in it")
     notes.insert(3, f"tp: DTensor's own host work: per iteration {dtensor_calls // iterations} "
                     "calls of the split layers, forward and backward, and "
                     f"{optimizer_ops // iterations} optimizer ops (recorded host units, "
