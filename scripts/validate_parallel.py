@@ -301,8 +301,11 @@ MISSES = [
     "- A collective the host blocks in on a CPU is stretched by the host's contention factor (2 ranks on 2 cores: "
     "×2) only for the share of the step the other ranks compute beside it (`blocking_stretch` in "
     "daydream/transforms/distributed/contention.py): ×1.3 to ×1.6 on suite/a2c, whose step is mostly its 84 small "
-    "all-gathers, ×1.7 on the transformer. Before (the whole factor on every collective) the rounds of 2026-12-05 gave "
-    "a2c +31.1% and +23.5% (reshard=0), tp +16.4%, the transformer's FSDP2 -8.5% and -12.9%. The transformer's FSDP2 "
+    "all-gathers, ×1.7 on the transformer. With the whole factor on every collective, as before, rounds 1 to 5 gave "
+    "a2c +31.1% and +23.5% (reshard=0), tp +16.4%, the transformer's FSDP2 -8.5% and -12.9%; with the stretch, "
+    "+3.4%, +1.3%, +9.5%, -14.1% and -16.4%. Rounds 6 to 8 ran after the change (the summary their run printed, "
+    "`--rounds 3`): a2c -0.4% and -2.0%, tp +0.3%, the transformer's FSDP2 -12.3% and +3.5%, pp +8.4% and +4.5%. "
+    "The transformer's FSDP2 "
     "runs stay under the prediction: their all-gathers took 4.7 ms each in round 1 (rank 0's trace) against 3.6 ms "
     "modelled, and the link, fitted to both collectives at once, times a 1-4 MiB all-gather 23-26% under the "
     "benchmark's own (the link table below).",
