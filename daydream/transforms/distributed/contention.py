@@ -125,9 +125,10 @@ def blocking_stretch(factor: float, host_ns: float, collective_ns: float) -> flo
     C s^2 + (H - C) s - factor H = 0.
 
     Host-bound ranks (all compute) get the whole factor; ranks that mostly wait in collectives
-    hardly any: on this project's 2-core machine, the stretch of FSDP2's all-gathers read from
-    the real two-rank runs' traces was about 1.4 on suite/a2c (small units, its step mostly
-    collectives) and about 1.8 on examples/transformer (docs/validation-parallel.md)."""
+    hardly any: on this project's 2-core machine, FSDP2's all-gathers in the real two-rank runs'
+    traces took about 1.4 times the link's time on suite/a2c (small units, its step mostly
+    collectives) and 1.8 to 2.2 times on examples/transformer, whose 1-4 MiB all-gathers the
+    fitted link itself times 23-26% low (docs/validation-parallel.md)."""
     if factor <= 1.0 or collective_ns <= 0 or host_ns <= 0:
         return 1.0
     linear = host_ns - collective_ns
