@@ -139,6 +139,13 @@ def blocking_stretch(factor: float, host_ns: float, collective_ns: float) -> flo
     return (root - linear) / (2.0 * collective_ns)
 
 
+def blocking_note(stretch: float, factor: float) -> str:
+    """What `blocking_stretch` gave, for a what-if's note."""
+    return (f"each collective ×{stretch:.2f}: the other ranks sharing the host's CPUs (contention "
+            f"×{factor:.2f}) compute for {(stretch - 1) / (factor - 1):.0%} of the step while this "
+            "one waits in it")
+
+
 def host_work_ns(graph: Graph) -> int:
     """The host work of the graph's iterations: each host task's time and the host time before
     it."""

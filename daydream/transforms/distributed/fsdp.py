@@ -50,6 +50,7 @@ from daydream.transforms.distributed.buckets import (
 )
 from daydream.transforms.distributed.contention import (
     CONTENTION_PARAMETER,
+    blocking_note,
     blocking_stretch,
     calibrate,
     host_work_ns,
@@ -523,10 +524,8 @@ def _notes(units: list[Unit], builder: _Builder, iterations: int, optimizer_ops:
         notes.append("fsdp: on a CPU (gloo) each collective is waited for where it is issued, and "
                      "a reduce-scatter is an all-reduce of the unit's whole gradients (gloo has no "
                      "reduce-scatter of its own)"
-                     + (f"; each collective ×{builder.stretch:.2f}: the other ranks sharing the "
-                        f"host's CPUs (contention ×{builder.contention:.2f}) compute for "
-                        f"{(builder.stretch - 1) / (builder.contention - 1):.0%} of the step while "
-                        "this one waits in it" if builder.stretch > 1.0 else ""))
+                     + (f"; {blocking_note(builder.stretch, builder.contention)}"
+                        if builder.stretch > 1.0 else ""))
     costs = builder.costs
     if costs.copies is None:
         notes.append("fsdp: the trace has no elementwise ops with recorded shapes, so the copies "

@@ -51,6 +51,7 @@ from daydream.transforms.distributed.buckets import (
 )
 from daydream.transforms.distributed.contention import (
     CONTENTION_PARAMETER,
+    blocking_note,
     blocking_stretch,
     calibrate,
     host_work_ns,
@@ -394,10 +395,8 @@ def _tp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     notes = _notes(pairs, whole, degree, sequence, count // iterations, retimed, net, split_bytes,
                    total, (factor, source), graph.layers)
     if collectives.stretch > 1.0:
-        notes.append("tp: on a CPU the host waits in each collective, "
-                     f"×{collectives.stretch:.2f}: the other ranks sharing its CPUs compute for "
-                     f"{(collectives.stretch - 1) / (factor - 1):.0%} of the step while this one "
-                     "waits in it")
+        notes.append("tp: on a CPU the host waits in each collective; "
+                     + blocking_note(collectives.stretch, factor))
     notes.insert(3, f"tp: DTensor's own host work: per iteration {dtensor_calls // iterations} "
                     "calls of the split layers, forward and backward, and "
                     f"{optimizer_ops // iterations} optimizer ops (recorded host units, "
