@@ -73,6 +73,8 @@ class Unit:
     ns: int  # its recorded time
     convolution: bool = False
     recurrent: bool = False  # inside a recurrent layer (RECURRENT): kept as recorded
+    # a fusible unit's outermost ATen ops (itself, or those in an autograd node): what re-runs it
+    calls: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -140,7 +142,13 @@ class _Walk:
             for child in self.children.get(row, []):
                 self.into(child, units)
         elif name not in FREE_OPS:
-            units.append(Unit(row, False, int(self.trace.dur_ns[row])))
+            units.append(Unit(row, False, int(self.trace.dur_ns[row]), calls=self.calls(row)))
+
+    def calls(self, row: int) -> tuple[int, ...]:
+        """The outermost ATen ops at or under `row`, in program order."""
+        if self.trace.strings[int(self.trace.name[row])].startswith("aten::"):
+            return (row,)
+        return tuple(call for child in self.children.get(row, []) for call in self.calls(child))
 
 
 def fused_runs(units: list[Unit]) -> list[list[Unit]]:

@@ -46,6 +46,10 @@ SLOW_REPETITIONS = 3
 #: between). Timed hot, a small GEMM of examples/mlp.py grew 1.78x at twice the batch, cold 1.57x;
 #: in the real run at twice the batch about 1.65x.
 FLUSH_BYTES = 64 * 2**20
+#: The most seconds compiling and timing torch.compile's fused runs may take per what-if, by default
+#: (cost/fused.py): compiling one run takes one to a few seconds on a CPU, the first in a process
+#: tens (inductor's start).
+COMPILE_BUDGET_S = 180.0
 #: No single measured op may be larger than this many elements in any
 #: input (the budget's guard against giants).
 MAX_ELEMENTS = 1 << 26
@@ -62,7 +66,7 @@ CALLED_AGAIN = frozenset(f"aten::{op}" for op in (
     "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_flash_attention_for_cpu_backward"))
 
-_TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16",
+TORCH_TYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16",
                 "c10::Half": "float16", "long int": "int64", "int": "int32", "bool": "bool"}
 
 
@@ -94,12 +98,16 @@ class Measurer:
     """Runs ops on this CPU and remembers what they took (ns);
     `spent_s` counts against `budget_s`."""
 
-    def __init__(self, threads: int, budget_s: float, folder: Path | None = None) -> None:
+    def __init__(self, threads: int, budget_s: float, folder: Path | None = None,
+                 compile_budget_s: float = COMPILE_BUDGET_S) -> None:
         import torch
 
         self.threads = max(1, threads)
         self.budget_s = budget_s
         self.spent_s = 0.0
+        # compiling fused runs (cost/fused.py) has a budget of its own
+        self.compile_budget_s = compile_budget_s
+        self.compile_spent_s = 0.0
         self.failed: dict[str, str] = {}  # signature -> why it could not run
         self.ran: list[str] = []  # signatures run in this process (not from the cache)
         folder = folder if folder is not None else cache_dir() / "cost"
@@ -108,13 +116,26 @@ class Measurer:
         self._dirty = False
 
     @classmethod
-    def for_cpu(cls, threads: int, budget_s: float) -> Measurer | None:
+    def for_cpu(cls, threads: int, budget_s: float,
+                compile_budget_s: float = COMPILE_BUDGET_S) -> Measurer | None:
         """A measurer for a CPU trace, or None where torch cannot be imported."""
         try:
             import torch  # noqa: F401
         except ImportError:
             return None
-        return cls(threads, budget_s)
+        return cls(threads, budget_s, compile_budget_s=compile_budget_s)
+
+    def remember(self, key: str, value: int) -> None:
+        """Cache `value` under `key`, measured in this process."""
+        self.cache[key] = value
+        self.ran.append(key)
+        self._dirty = True
+
+    def time_in_turns(self, runs: list[tuple[Callable[[Any, list[Any]], Any],
+                                             list[Operand]]]) -> list[int]:
+        """Each (runner, operands) warmed up, then all timed in turns, each
+        repetition after the caches were emptied: their medians, ns."""
+        return self._median_ns(runs)
 
     def op_ns(self, name: str, inputs: list[Tensor | None],
               as_type: str | None = None) -> int | None:
@@ -189,7 +210,7 @@ class Measurer:
             op = getattr(torch.ops.aten, name.split("::", 1)[1], None)
             if op is None:
                 return None
-            keywords = _keyword_only(op)
+            keywords = keyword_only(op)
 
             def run(_t: Any, xs: list[Any]) -> Any:
                 given = iter(xs)
@@ -264,9 +285,9 @@ class Measurer:
         def runner() -> Callable[[Any, list[Any]], Any] | None:
             import torch
 
-            if to_type not in _TORCH_TYPES or from_type not in _TORCH_TYPES:
+            if to_type not in TORCH_TYPES or from_type not in TORCH_TYPES:
                 return None
-            dtype = getattr(torch, _TORCH_TYPES[to_type])
+            dtype = getattr(torch, TORCH_TYPES[to_type])
             return lambda _t, xs: xs[0].to(dtype)
 
         # an fp32 source keeps the key it has always had
@@ -314,9 +335,7 @@ class Measurer:
             return None
         finally:
             self.spent_s += time.perf_counter() - started
-        self.cache[key] = value
-        self.ran.append(key)
-        self._dirty = True
+        self.remember(key, value)
         return value
 
     def _time(self, runner: Callable[[Any, list[Any]], Any], tensors: list[Operand],
@@ -341,7 +360,8 @@ class Measurer:
         torch.set_num_threads(self.threads)
         try:
             with torch.no_grad():
-                values = [[_make(torch, *tensor) for tensor in tensors] for _, tensors in runs]
+                values = [[make_tensor(torch, *tensor) for tensor in tensors]
+                          for _, tensors in runs]
                 slowest = max(_warmed_up(torch, runner, made)
                               for (runner, _), made in zip(runs, values))
                 times: list[list[int]] = [[] for _ in runs]
@@ -392,16 +412,16 @@ def _warmed_up(torch: Any, runner: Callable[[Any, list[Any]], Any], made: list[A
     return first
 
 
-def _keyword_only(op: Any) -> dict[int, str]:
+def keyword_only(op: Any) -> dict[int, str]:
     """Position -> name of the keyword-only arguments of aten op `op`
-    (its default overload's schema)."""
-    schema = getattr(getattr(op, "default", None), "_schema", None)
+    (an overload's schema, or a packet's default overload's)."""
+    schema = getattr(op, "_schema", None) or getattr(getattr(op, "default", None), "_schema", None)
     if schema is None:
         return {}
     return {i: argument.name for i, argument in enumerate(schema.arguments) if argument.kwarg_only}
 
 
-def _make(torch: Any, shape: tuple[int, ...], kind: str,
+def make_tensor(torch: Any, shape: tuple[int, ...], kind: str,
           order: tuple[int, ...] | None = None) -> Any:
     """A tensor of `shape` and `kind`, laid out in memory with its dims in
     `order` (outermost first; None: contiguous) as the recorded one was: a
@@ -413,9 +433,9 @@ def _make(torch: Any, shape: tuple[int, ...], kind: str,
     the weight requires grad, and runs batched multiplies of the broadcast weight where it does not:
     in bf16 on a CPU 4x slower (9.9 against 2.4 ms for a [65, 32, 192] input and a [576, 192]
     weight)."""
-    dtype = getattr(torch, _TORCH_TYPES.get(kind, "float32"))
+    dtype = getattr(torch, TORCH_TYPES.get(kind, "float32"))
     if order is not None and sorted(order) == list(range(len(shape))):
-        made = _make(torch, tuple(shape[i] for i in order), kind)
+        made = make_tensor(torch, tuple(shape[i] for i in order), kind)
         made = made.permute([order.index(dim) for dim in range(len(shape))])
     elif dtype.is_floating_point:
         made = torch.randn(shape, dtype=torch.float32).to(dtype)

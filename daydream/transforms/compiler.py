@@ -28,6 +28,8 @@ import numpy as np
 from daydream._regex import user_regex
 from daydream.cost import CostModel, Tier
 from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fused_runs
+from daydream.cost.fused import Step, fused_key, fused_steps, measure_fused
+from daydream.cost.measure import Measurer
 from daydream.errors import InputError
 from daydream.graph import Graph
 from daydream.graph.model import HOST_WORK
@@ -61,6 +63,11 @@ class _Tally:
     recurrent: int = 0  # recurrent layers (LSTM, GRU) kept as recorded
     fused_runs: int = 0
     fused_before_ns: int = 0
+    measured_runs: int = 0  # fused runs compiled and timed here (cost/fused.py)
+    measured_before_ns: int = 0
+    measured_after_ns: int = 0
+    unfused: dict[str, int] = field(default_factory=dict)  # distinct runs not measured, by why
+    unrunnable: int = 0  # runs without the recorded arguments to re-run them
 
 
 def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -79,8 +86,8 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
                BACKWARD: costs.host.recorded_ns("compile.backward.cpu")}
     _merge_calls(graph, calls, roots, view, costs, wrapper, tally)
     costs.count(Tier.MODELLED, tally.calls[FORWARD] + tally.calls[BACKWARD])
-    costs.count(Tier.RATIO, tally.fused_runs)
-    costs.count(Tier.MEASURED, tally.convolutions)
+    costs.count(Tier.RATIO, tally.fused_runs - tally.measured_runs)
+    costs.count(Tier.MEASURED, tally.convolutions + tally.measured_runs)
     if costs.measurer is not None:
         costs.measurer.save()
     return _notes(roots, tally, wrapper, costs)
@@ -115,10 +122,12 @@ def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: Compi
     # the merged task is the call of the whole module: its time is the
     # module's, not its first layer's
     root_layer = {name: index for index, name in enumerate(graph.layers) if name in roots}
-    for region in calls:
+    called = [[u for task in region.tasks for u in view.units.get(int(graph.tasks["event"][task]),
+                                                                  [])] for region in calls]
+    runs = _fused(called, view, costs.measurer, tally)
+    for region, units, fused in zip(calls, called, runs):
         tasks = region.tasks
-        units = [u for task in tasks for u in view.units.get(int(graph.tasks["event"][task]), [])]
-        compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(units, tally)
+        compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(fused, tally)
                        + wrapper[region.phase])
         tally.calls[region.phase] += 1
         tally.saved_gap_ns += int(graph.tasks["gap_ns"][tasks[1:]].sum())
@@ -207,15 +216,60 @@ def _externs_ns(units: list[Unit], view: CompilerView, costs: CostModel, tally: 
     return total
 
 
-def _fused_ns(units: list[Unit], tally: _Tally) -> int:
-    """The fusible ops' time in the compiled call: each run between externs, one fused loop,
-    FUSED_SHARE of its recorded time."""
+@dataclass(slots=True, frozen=True)
+class _Run:
+    """One run of fusible ops in a compiled call: its recorded time, and what measured it."""
+
+    recorded_ns: int
+    key: str  # its program's cache key (cost/fused.py); "" where it cannot be re-run
+    share: float | None  # compiled over eager, measured here; None: FUSED_SHARE
+
+
+def _fused(called: list[list[Unit]], view: CompilerView, measurer: Measurer | None,
+           tally: _Tally) -> list[list[_Run]]:
+    """Per call, its runs of fusible ops, each compiled and timed here where the measured tier can
+    (the distinct runs with the most recorded time first, within the compile budget)."""
+    found: list[list[tuple[int, str, list[Step] | None]]] = []
+    weight: dict[str, int] = {}
+    programs: dict[str, tuple[list[Step], bool]] = {}
+    for units in called:
+        laid_out = any(unit.convolution for unit in units)  # inductor's channels-last images
+        mine = []
+        for run in fused_runs(units):
+            steps = fused_steps(run, view)
+            key = fused_key(steps, laid_out) if steps is not None else ""
+            recorded = sum(unit.ns for unit in run)
+            if key:
+                weight[key] = weight.get(key, 0) + recorded
+                programs[key] = (steps or [], laid_out)
+            mine.append((recorded, key, steps))
+        found.append(mine)
+    shares: dict[str, float] = {}
+    for key in sorted(weight, key=lambda k: -weight[k]) if measurer is not None else []:
+        assert measurer is not None
+        share = measure_fused(measurer, *programs[key])
+        if share is not None:
+            shares[key] = share
+        else:
+            why = measurer.failed.get(key, "not run")
+            tally.unfused[why] = tally.unfused.get(why, 0) + 1
+    tally.unrunnable = sum(1 for mine in found for _, key, _ in mine if not key)
+    return [[_Run(recorded, key, shares.get(key)) for recorded, key, _ in mine] for mine in found]
+
+
+def _fused_ns(runs: list[_Run], tally: _Tally) -> int:
+    """The fusible ops' time in the compiled call: each run between externs one fused loop, at the
+    share measured here, else FUSED_SHARE of its recorded time."""
     total = 0
-    for run in fused_runs(units):
-        recorded = sum(unit.ns for unit in run)
+    for run in runs:
+        share = run.share if run.share is not None else FUSED_SHARE
         tally.fused_runs += 1
-        tally.fused_before_ns += recorded
-        total += int(round(FUSED_SHARE * recorded))
+        tally.fused_before_ns += run.recorded_ns
+        if run.share is not None:
+            tally.measured_runs += 1
+            tally.measured_before_ns += run.recorded_ns
+            tally.measured_after_ns += int(round(share * run.recorded_ns))
+        total += int(round(share * run.recorded_ns))
     return total
 
 
@@ -237,16 +291,36 @@ def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostM
         f"merged into them and the host work between them gone ({tally.saved_gap_ns / 1e3:.0f} µs "
         f"in all); the compiled wrapper's own work per call {wrapper[FORWARD] / 1e3:.0f} µs "
         f"forward, {wrapper[BACKWARD] / 1e3:.0f} µs backward (host units of {unit} ns, recorded "
-        f"from real runs){convolutions}{unmeasured}; {tally.fused_runs} runs of other ops between "
-        f"externs fused, at {FUSED_SHARE:.2f} of their recorded {tally.fused_before_ns / 1e3:.0f} "
-        "µs (by ratio, from real runs)",
+        f"from real runs){convolutions}{unmeasured}; {_fused_note(tally, costs)}",
         "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation "
-        "(each break is one more compiled call), the first iterations' compilation, and how fast "
-        "inductor's own loops are on a given op"
+        "(each break is one more compiled call) and the first iterations' compilation"
         + (f"; {tally.recurrent} recurrent layers (LSTM, GRU) are kept as recorded, though "
            "torch.compile decomposes them into per-step ops whose time is not modelled"
            if tally.recurrent else ""),
     ]
+
+
+def _fused_note(tally: _Tally, costs: CostModel) -> str:
+    """What became of the runs of fusible ops: compiled here, or at the ratio, and why."""
+    ratio_runs = tally.fused_runs - tally.measured_runs
+    measured = (f"{tally.measured_runs} compiled here with inductor and timed against their ops "
+                f"run eagerly (measured tier: {tally.measured_before_ns / 1e3:.0f} µs recorded, "
+                f"{tally.measured_after_ns / 1e3:.0f} µs fused)" if tally.measured_runs else "")
+    why = []
+    if costs.measurer is None:
+        why.append("the measured tier is off (--no-measure, or torch missing)")
+    if tally.unrunnable:
+        why.append(f"{tally.unrunnable} runs without the recorded arguments to run them again")
+    for reason, count in sorted(tally.unfused.items()):
+        budget = (f", {costs.measurer.compile_budget_s:g} s, ran out: --compile-budget "
+                  "measures more" if reason == "over the compiling budget" and costs.measurer
+                  else "")
+        why.append(f"{count} distinct runs {reason}{budget}")
+    rest = (f"{ratio_runs} at {FUSED_SHARE:.2f} of their recorded "
+            f"{(tally.fused_before_ns - tally.measured_before_ns) / 1e3:.0f} µs (by ratio, from "
+            f"real runs{': ' + '; '.join(why) if why else ''})" if ratio_runs else "")
+    return (f"{tally.fused_runs} runs of other ops between externs fused: "
+            + "; ".join(part for part in (measured, rest) if part))
 
 
 register(Optimization(

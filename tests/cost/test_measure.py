@@ -182,10 +182,10 @@ def test_a_tensor_is_made_in_its_recorded_memory_order() -> None:
     assert memory_order((16, 128, 8, 8), (8192, 64, 8, 1)) is None  # contiguous
     assert memory_order((512, 64), (1, 512)) == (1, 0)  # a transposed weight
     assert memory_order((1, 3, 1, 1), (3, 1, 3, 3)) is None  # only size-1 dims differ: nothing to say
-    made = measure._make(torch, (2, 3, 4, 5), "float", (0, 2, 3, 1))
+    made = measure.make_tensor(torch, (2, 3, 4, 5), "float", (0, 2, 3, 1))
     assert tuple(made.shape) == (2, 3, 4, 5) and made.is_contiguous(memory_format=torch.channels_last)
     assert not made.is_contiguous()
-    assert measure._make(torch, (2, 3), "float", None).is_contiguous()
+    assert measure.make_tensor(torch, (2, 3), "float", None).is_contiguous()
 
 
 def test_floating_inputs_require_grad_as_in_a_training_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,9 +199,9 @@ def test_floating_inputs_require_grad_as_in_a_training_step(tmp_path: Path, monk
     assert made and all(t.requires_grad and t.is_leaf for t in made)
     transposed = [t for t in made if tuple(t.shape) == (65, 4, 8)]
     assert transposed and all(t.stride() == (8, 65 * 8, 1) for t in transposed)  # still laid out as recorded
-    assert not measure._make(torch, (3, 4), "long int").requires_grad
+    assert not measure.make_tensor(torch, (3, 4), "long int").requires_grad
     with torch.profiler.profile() as profile, torch.no_grad():
-        measure._runner("aten::linear")(torch, [measure._make(torch, *t) for t in linear])
+        measure._runner("aten::linear")(torch, [measure.make_tensor(torch, *t) for t in linear])
     ran = {event.name for event in profile.events()}
     assert "aten::bmm" not in ran and ran & {"aten::mm", "aten::addmm"}
 
@@ -322,7 +322,7 @@ def test_a_cast_is_timed_net_of_what_emptying_the_caches_costs_an_op_that_touche
     def fake(self: Measurer, runs: list[Any], flush: bool = True) -> list[int]:
         import torch as t
 
-        made = [measure._make(t, *tensors[0]) for _, tensors in runs]
+        made = [measure.make_tensor(t, *tensors[0]) for _, tensors in runs]
         calls.append(([runner(t, [x]) for (runner, _), x in zip(runs, made)], flush))
         return [50_000, 41_000]
 
