@@ -23,7 +23,7 @@ from daydream.cli._traces import (
     trace_argument,
     with_examples,
 )
-from daydream.cost import CostOptions
+from daydream.cost import COMPILE_BUDGET_S, CostOptions
 from daydream.report import plotting
 from daydream.report.table import Table
 
@@ -87,11 +87,16 @@ HELP = with_examples(
 @click.option("--measure-budget", type=click.FloatRange(0.0, 3600.0), default=5.0,
               show_default=True, metavar="SECONDS",
               help="The most time measuring may take per what-if; past it, ops are modelled.")
+@click.option("--compile-budget", type=click.FloatRange(0.0, 3600.0), default=COMPILE_BUDGET_S,
+              show_default=True, metavar="SECONDS",
+              help="The most time the compile what-if may spend compiling its runs of fused ops "
+                   "here with inductor and timing them (a CPU trace); past it, they take a fixed "
+                   "share. Compiled runs are cached: a second prediction compiles none again.")
 def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool,
                    device_name: str | None, as_json: bool, timeline_path: str | None,
                    with_memory: bool, sweep: str | None, plot_path: str | None, prices: str | None,
                    world: int | None, no_cache: bool, measure: bool | None,
-                   measure_budget: float) -> None:
+                   measure_budget: float, compile_budget: float) -> None:
     """See HELP."""
     if show_list:
         _print_list(as_json)
@@ -108,7 +113,7 @@ def whatif_command(trace: str | None, specs: tuple[str, ...], show_list: bool,
                _prices(prices))
         return
     _predict(path, list(specs), device_name, as_json, timeline_path, with_memory, not no_cache,
-             CostOptions(measure, measure_budget))
+             CostOptions(measure, measure_budget, compile_budget))
 
 
 def _predict(path: str, specs: list[str], device_name: str | None, as_json: bool,

@@ -5,7 +5,8 @@ and device side, in two tiers:
 
 - *measured* (`measure.py`): where torch is importable and the trace ran on this machine's kind of
   device (a CPU trace here), each distinct op signature a what-if creates or changes is run here,
-  warm-up and repetitions, and cached on disk by (signature, device, torch version);
+  warm-up and repetitions, and cached on disk by (signature, device, torch version); torch.compile's
+  runs of fused ops are compiled here with inductor and timed against their eager ops (`fused.py`);
 - *modelled* (`roofline.py`, `host.py`): a kernel's time from its FLOPs and
   bytes at the efficiency this trace's own kernels of that class and precision
   achieved, with wave quantization from the device table; host work from this
@@ -20,9 +21,10 @@ which tier gave it (`Tier`), so a prediction can say how much of its changed wor
 """
 
 from daydream.cost.host import HostCosts
+from daydream.cost.measure import COMPILE_BUDGET_S
 from daydream.cost.model import CostModel, CostOptions, Tier, Timed
 from daydream.cost.roofline import Roofline, gemm_waves
 from daydream.cost.shapes import OpShapes
 
-__all__ = ["CostModel", "CostOptions", "HostCosts", "OpShapes", "Roofline", "Tier", "Timed",
-           "gemm_waves"]
+__all__ = ["COMPILE_BUDGET_S", "CostModel", "CostOptions", "HostCosts", "OpShapes", "Roofline",
+           "Tier", "Timed", "gemm_waves"]

@@ -153,13 +153,20 @@ class _Walk:
 
 def fused_runs(units: list[Unit]) -> list[list[Unit]]:
     """The runs of consecutive fusible units between externs."""
-    runs: list[list[Unit]] = [[]]
+    return [run for run, _ in fed_runs(units)]
+
+
+def fed_runs(units: list[Unit]) -> list[tuple[list[Unit], Unit | None]]:
+    """The runs of consecutive fusible units between externs, each with the extern unit after it
+    (None: the call's last run)."""
+    runs: list[tuple[list[Unit], Unit | None]] = [([], None)]
     for unit in units:
         if unit.extern:
-            runs.append([])
+            runs[-1] = (runs[-1][0], unit)
+            runs.append(([], None))
         else:
-            runs[-1].append(unit)
-    return [run for run in runs if run]
+            runs[-1][0].append(unit)
+    return [(run, after) for run, after in runs if run]
 
 
 def channels_last(arguments: list[Any] | None) -> list[Any] | None:

@@ -30,12 +30,12 @@ from typing import Any
 
 from daydream.cost.compiled import CompilerView, Unit
 from daydream.cost.measure import (
-    RATIO_SCALE,
     TORCH_TYPES,
     Measurer,
     keyword_only,
     make_tensor,
 )
+from daydream.cost.shapes import FLOATING
 
 #: Steps a fused run may hold before it is left to the ratio (a run of hundreds of recorded ops
 #: is one an eager trace of a decomposed layer, not one fused loop).
@@ -49,8 +49,11 @@ class _Plan:
     """What a program of steps reads: per step and argument, where each tensor comes from."""
 
     steps: list[Step]
-    chained: list[bool]  # per step: its first tensor argument is the previous step's first output
+    # per step: which of its tensors is the previous step's first output (-1: none), and the
+    # shape it reads it at (None: as it is)
+    chained: list[tuple[int, tuple[int, ...] | None]]
     made: list[Any]  # the tensors from outside the run, in the order the steps read them
+    trainable: list[bool]  # per tensor of `made`: whether a training step's requires grad
 
 
 def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
@@ -66,18 +69,25 @@ def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
     return steps if 0 < len(steps) <= MOST_STEPS else None
 
 
-def fused_key(steps: list[Step], channels_last: bool) -> str:
+def fused_key(steps: list[Step], channels_last: bool, training: bool = False) -> str:
     listed = [[name, [[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]]
                       for a in arguments]] for name, arguments in steps]
-    return f"fused|{'cl|' if channels_last else ''}{json.dumps(listed)}"
+    return (f"fused-ns|{'train|' if training else ''}{'cl|' if channels_last else ''}"
+            f"{json.dumps(listed)}")
 
 
-def measure_fused(measurer: Measurer, steps: list[Step], channels_last: bool) -> float | None:
-    """The compiled run's time over its eager time, both run here in turns (cached as parts per
-    million); None where it cannot be compiled or run, or the compile budget is spent."""
-    key = fused_key(steps, channels_last)
+def fused_ns(measurer: Measurer, steps: list[Step], channels_last: bool,
+             training: bool = False, consumer: Step | None = None) -> int | None:
+    """The run compiled here with inductor, its median time, ns (cached); None where it cannot be
+    compiled or run, or the compile budget is spent. `training`: a forward run, compiled and run
+    with gradients on, as a training step's forward is (AOTAutograd's forward graph, which keeps
+    what backward needs); else without. `consumer`: the extern op the run feeds, compiled with it
+    where it reads the run's output, and its own time taken off: what the forward keeps for
+    backward depends on it (a ReLU whose output a convolution keeps anyway needs no mask of its
+    own: in the dcgan's generator, 0.7 ms with its convolution against 5.4 ms alone)."""
+    key = fused_key(steps + ([consumer] if consumer and training else []), channels_last, training)
     if key in measurer.cache:
-        return measurer.cache[key] / RATIO_SCALE
+        return measurer.cache[key]
     if key in measurer.failed:
         return None
     if measurer.compile_spent_s >= measurer.compile_budget_s:
@@ -85,51 +95,118 @@ def measure_fused(measurer: Measurer, steps: list[Step], channels_last: bool) ->
         return None
     started = time.perf_counter()
     try:
-        compiled_ns, eager_ns = _measure(measurer, steps, channels_last)
+        measured, consumed = _measure(measurer, steps, channels_last, training,
+                                      consumer if training else None)
     except Exception as exc:  # a run inductor or ATen cannot take here falls back to the ratio
         measurer.failed[key] = type(exc).__name__
         return None
     finally:
         measurer.compile_spent_s += time.perf_counter() - started
-    measurer.remember(key, max(1, int(round(compiled_ns / eager_ns * RATIO_SCALE))))
-    return measurer.cache[key] / RATIO_SCALE
+    if consumed is not None:
+        alone = fused_ns(measurer, [consumed], channels_last, training)
+        if alone is None:
+            measurer.failed[key] = measurer.failed.get(fused_key([consumed], channels_last,
+                                                                 training), "not run")
+            return None
+        measured -= alone
+    measurer.remember(key, max(1, measured))
+    return measurer.cache[key]
 
 
-def _measure(measurer: Measurer, steps: list[Step], channels_last: bool) -> tuple[int, int]:
+def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, training: bool,
+             consumer: Step | None) -> tuple[int, Step | None]:
+    """The compiled run's median time, ns, and the consumer it ran with (None: without one, as
+    none was given or it does not read the run's output)."""
     import torch
 
     with torch.no_grad():
-        plan = _plan(torch, steps)
-        laid_out = [_channels_last(torch, t) if channels_last else t for t in plan.made]
-    eager = _program(torch, plan)
+        plan = _plan(torch, steps + [consumer] if consumer else steps, consumer is not None)
+        if consumer is not None and plan.chained[-1][0] < 0:
+            consumer, plan = None, _plan(torch, steps)
+    with torch.set_grad_enabled(training):
+        # a training step's activations and weights require grad, its buffers (running
+        # statistics, counters) do not; each is a non-leaf, as an activation is, so that an
+        # in-place op may write it; images channels-last where inductor lays them out so
+        inputs = [t.detach().requires_grad_(True).clone() if training and wants else t.detach()
+                  for t, wants in zip(plan.made, plan.trainable)]
+        inputs = [_channels_last(torch, t) if channels_last else t for t in inputs]
     torch._dynamo.reset()  # each run its own graph: not a recompilation of the last one
     compiled = torch.compile(_program(torch, plan), backend="inductor", dynamic=False)
-    with torch.no_grad():
-        compiled(*laid_out)  # compiles
-    times = measurer.time_in_turns([(lambda _t, _xs: compiled(*laid_out), []),
-                                    (lambda _t, _xs: eager(*plan.made), [])])
-    return times[0], times[1]
+
+    def run(_torch: Any, _operands: list[Any]) -> Any:
+        with torch.set_grad_enabled(training):
+            return compiled(*inputs)
+
+    run(torch, [])  # compiles
+    # Hot: a run's input is what the extern op before it just wrote. So timed, the fused loops of
+    # the dcgan's discriminator took 5.65, 0.23, 0.12 and 0.09 ms, where its real compiled step
+    # took 4.6-5.5, 0.23, 0.07 and 0.07 (with the caches emptied first: 5.8, 0.44, 0.31, 0.24).
+    return measurer.time_in_turns([(run, [])], hot=True)[0], consumer
 
 
-def _plan(torch: Any, steps: list[Step]) -> _Plan:
+def _plan(torch: Any, steps: list[Step], consumer: bool = False) -> _Plan:
     """Which tensors of `steps` come from the previous step, found by running them once, and the
-    tensors from outside the run they were run on."""
-    chained: list[bool] = []
+    tensors from outside the run they were run on. `consumer`: the last step is the extern op the
+    run feeds, which reads the run's output at whichever input has its shape (or its size: a
+    linear layer reads an activation flattened to a matrix)."""
+    chained: list[tuple[int, tuple[int, ...] | None]] = []
     made: list[Any] = []
+    trainable: list[bool] = []
     previous: Any = None
-    for name, arguments in steps:
+    for index, (name, arguments) in enumerate(steps):
         tensors = [(a[1], a[2], a[3] if len(a) > 3 else None) for a in arguments
                    if a[0] == "tensor"]
-        first = tensors[0] if tensors else None
-        link = (first is not None and previous is not None
-                and tuple(previous.shape) == tuple(first[0]) and _type_of(previous) == first[1])
+        link = _link(previous, tensors, any_input=consumer and index == len(steps) - 1)
         chained.append(link)
-        values = ([previous] if link else []) + [make_tensor(torch, *t)
-                                                 for t in (tensors[1:] if link else tensors)]
+        values = [previous.reshape(t[0]) if i == link[0] else make_tensor(torch, *t)
+                  for i, t in enumerate(tensors)]
         _realistic_indices(torch, name, arguments, values)
-        made.extend(values[1:] if link else values)
+        made.extend(v for i, v in enumerate(values) if i != link[0])
+        trainable.extend(w for i, w in enumerate(_trainable(torch, name, arguments))
+                         if i != link[0])
         previous = _first_tensor(_call(torch, name, arguments, values))
-    return _Plan(steps, chained, made)
+    return _Plan(steps, chained, made, trainable)
+
+
+def _link(previous: Any, tensors: list[Any],
+          any_input: bool) -> tuple[int, tuple[int, ...] | None]:
+    """(which of `tensors` is the previous step's output, -1 for none; the shape it is read at
+    where that differs). A step reads it first; the consumer wherever shape and type agree, or
+    where only the size does, reshaped."""
+    if previous is None or not tensors:
+        return -1, None
+    shape, kind = tuple(previous.shape), _type_of(previous)
+    candidates = range(len(tensors)) if any_input else range(1)
+    for index in candidates:
+        if tuple(tensors[index][0]) == shape and tensors[index][1] == kind:
+            return index, None
+    for index in candidates if any_input else ():
+        if _count(tensors[index][0]) == _count(shape) and tensors[index][1] == kind:
+            return index, tuple(tensors[index][0])
+    return -1, None
+
+
+def _count(shape: Any) -> int:
+    total = 1
+    for size in shape:
+        total *= int(size)
+    return total
+
+
+def _trainable(torch: Any, name: str, arguments: list[Any]) -> list[bool]:
+    """Per tensor argument of the step: whether a training step's tensor there requires grad.
+    Floating ones do, except those the op writes (its schema's `(a!)`) and running statistics."""
+    overload, _, _ = _resolved(torch, name, arguments)
+    schema = overload._schema.arguments
+    found = []
+    for index, argument in enumerate(arguments):
+        if argument[0] != "tensor":
+            continue
+        formal = schema[index] if index < len(schema) else None
+        written = formal is not None and (formal.name.startswith("running_") or (
+            formal.alias_info is not None and formal.alias_info.is_write))
+        found.append(argument[2] in FLOATING and not written)
+    return found
 
 
 def _realistic_indices(torch: Any, name: str, arguments: list[Any], values: list[Any]) -> None:
@@ -158,13 +235,18 @@ def _program(torch: Any, plan: _Plan) -> Callable[..., Any]:
     def program(*inputs: Any) -> tuple[Any, ...]:
         given = iter(inputs)
         left: list[Any] = []  # what leaves the run
-        previous, at = None, -1  # the previous step's first output, its place in `left`
-        for (overload, layout, keywords), link in zip(calls, plan.chained):
-            if link:
+        previous: Any = None  # the previous step's first output
+        at = -1  # its place in `left`
+        for (overload, layout, keywords), (link, shape) in zip(calls, plan.chained):
+            if link >= 0:
                 left[at] = None  # read by this step: it stays inside the fused loop
-            first = [previous] if link else []
-            values = [(first.pop() if first else next(given)) if kind == "tensor" else value
-                      for kind, value in layout]
+            values, tensor = [], 0
+            for kind, value in layout:
+                if kind == "tensor":
+                    value = ((previous if shape is None else previous.reshape(shape))
+                             if tensor == link else next(given))
+                    tensor += 1
+                values.append(value)
             result = overload(*[v for i, v in enumerate(values) if i not in keywords],
                               **{name: values[i] for i, name in keywords.items()})
             outputs = [r for r in (result if isinstance(result, (tuple, list)) else (result,))
@@ -202,7 +284,7 @@ def _overload(op: Any, arguments: list[Any]) -> Any:
         overload = getattr(op, name)
         schema = overload._schema.arguments
         if len(schema) == len(arguments) and all(
-                (a[0] == "tensor") == str(s.type).startswith("Tensor")
+                (a[0] == "tensor") == (str(s.type) in ("Tensor", "Optional[Tensor]"))
                 for a, s in zip(arguments, schema) if a[0] != "none"):
             return overload
     return op

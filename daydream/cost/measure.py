@@ -131,11 +131,11 @@ class Measurer:
         self.ran.append(key)
         self._dirty = True
 
-    def time_in_turns(self, runs: list[tuple[Callable[[Any, list[Any]], Any],
-                                             list[Operand]]]) -> list[int]:
-        """Each (runner, operands) warmed up, then all timed in turns, each
-        repetition after the caches were emptied: their medians, ns."""
-        return self._median_ns(runs)
+    def time_in_turns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
+                      hot: bool = False) -> list[int]:
+        """Each (runner, operands) warmed up, then all timed in turns, each repetition after the
+        caches were emptied (`hot`: as the previous one left them): their medians, ns."""
+        return self._median_ns(runs, flush=not hot)
 
     def op_ns(self, name: str, inputs: list[Tensor | None],
               as_type: str | None = None) -> int | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from daydream.cost.elementwise import CopySpeed, elementwise_speed
 from daydream.cost.host import HostCosts
-from daydream.cost.measure import Measurer
+from daydream.cost.measure import COMPILE_BUDGET_S, Measurer
 from daydream.cost.roofline import Roofline
 from daydream.cost.shapes import ITEM_BYTES, elements
 from daydream.devices import Device
@@ -36,11 +36,13 @@ AUTOCAST_DISPATCH_UNITS = 6.3
 
 @dataclass(slots=True, frozen=True)
 class CostOptions:
-    """How the cost stage may time changed work: `measure` (None: on unless DAYDREAM_MEASURE=0) and
-    the measuring budget per what-if, seconds."""
+    """How the cost stage may time changed work: `measure` (None: on unless DAYDREAM_MEASURE=0), the
+    measuring budget per what-if, and the budget for compiling fused runs (the compile what-if),
+    seconds."""
 
     measure: bool | None = None
     budget_s: float = 5.0
+    compile_budget_s: float = COMPILE_BUDGET_S
 
 
 class Tier(enum.Enum):
@@ -71,9 +73,11 @@ class CostModel:
     @classmethod
     def of(cls, trace: Trace, device: Device | None, measure: bool = True, budget_s: float = 5.0,
            threads: int = 0,
-           elementwise_of: Callable[[bool], CopySpeed | None] | None = None) -> CostModel:
+           elementwise_of: Callable[[bool], CopySpeed | None] | None = None,
+           compile_budget_s: float = COMPILE_BUDGET_S) -> CostModel:
         """The model of `trace`; with `measure`, a CPU trace gets the measured tier (torch,
-        `threads` intra-op threads, 0: torch's default) within `budget_s` seconds per what-if.
+        `threads` intra-op threads, 0: torch's default) within `budget_s` seconds per what-if,
+        and `compile_budget_s` for compiling fused runs.
         `elementwise_of(on_gpu)`: the trace's streaming speed where the caller has it already
         (cost/elementwise.py)."""
         gpu_track = np.array([t.kind is TrackKind.GPU for t in trace.tracks], dtype=bool)
@@ -83,7 +87,7 @@ class CostModel:
         floor = int(np.percentile(durations[durations > 0], 1)) if (durations > 0).any() else 0
         measurer = None
         if measure and not on_gpu:
-            measurer = Measurer.for_cpu(threads or _default_threads(), budget_s)
+            measurer = Measurer.for_cpu(threads or _default_threads(), budget_s, compile_budget_s)
         speed = (elementwise_of(on_gpu) if elementwise_of is not None
                  else elementwise_speed(trace, on_gpu))
         return cls(host=HostCosts.of(trace), on_gpu=on_gpu, device=device, elementwise=speed,

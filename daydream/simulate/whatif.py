@@ -157,7 +157,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
 
     def costs() -> CostModel:
         return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s,
-                            host.get("intra_op_threads", 0), elementwise_of=speed)
+                            host.get("intra_op_threads", 0), elementwise_of=speed,
+                            compile_budget_s=options.compile_budget_s)
 
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks,

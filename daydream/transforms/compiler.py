@@ -27,8 +27,8 @@ import numpy as np
 
 from daydream._regex import user_regex
 from daydream.cost import CostModel, Tier
-from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fused_runs
-from daydream.cost.fused import Step, fused_key, fused_steps, measure_fused
+from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fed_runs
+from daydream.cost.fused import Step, fused_key, fused_ns, fused_steps
 from daydream.cost.measure import Measurer
 from daydream.errors import InputError
 from daydream.graph import Graph
@@ -124,7 +124,7 @@ def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: Compi
     root_layer = {name: index for index, name in enumerate(graph.layers) if name in roots}
     called = [[u for task in region.tasks for u in view.units.get(int(graph.tasks["event"][task]),
                                                                   [])] for region in calls]
-    runs = _fused(called, view, costs.measurer, tally)
+    runs = _fused(called, [region.phase for region in calls], view, costs.measurer, tally)
     for region, units, fused in zip(calls, called, runs):
         tasks = region.tasks
         compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(fused, tally)
@@ -222,54 +222,67 @@ class _Run:
 
     recorded_ns: int
     key: str  # its program's cache key (cost/fused.py); "" where it cannot be re-run
-    share: float | None  # compiled over eager, measured here; None: FUSED_SHARE
+    measured_ns: int | None  # compiled and timed here; None: FUSED_SHARE of its recorded time
 
 
-def _fused(called: list[list[Unit]], view: CompilerView, measurer: Measurer | None,
-           tally: _Tally) -> list[list[_Run]]:
-    """Per call, its runs of fusible ops, each compiled and timed here where the measured tier can
-    (the distinct runs with the most recorded time first, within the compile budget)."""
-    found: list[list[tuple[int, str, list[Step] | None]]] = []
+def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
+           measurer: Measurer | None, tally: _Tally) -> list[list[_Run]]:
+    """Per call (of phase `phases[i]`), its runs of fusible ops, each compiled and timed here where
+    the measured tier can (the distinct runs with the most recorded time first, within the compile
+    budget); a forward run as a training step runs it, gradients on."""
+    found: list[list[tuple[int, str]]] = []
     weight: dict[str, int] = {}
-    programs: dict[str, tuple[list[Step], bool]] = {}
-    for units in called:
+    programs: dict[str, tuple[list[Step], bool, bool, Step | None]] = {}
+    for units, phase in zip(called, phases):
         laid_out = any(unit.convolution for unit in units)  # inductor's channels-last images
         mine = []
-        for run in fused_runs(units):
+        for run, after in fed_runs(units):
             steps = fused_steps(run, view)
-            key = fused_key(steps, laid_out) if steps is not None else ""
+            consumer = _consumer(after, view) if phase == FORWARD else None
+            key = (fused_key(steps + ([consumer] if consumer else []), laid_out,
+                             phase == FORWARD) if steps is not None else "")
             recorded = sum(unit.ns for unit in run)
             if key:
                 weight[key] = weight.get(key, 0) + recorded
-                programs[key] = (steps or [], laid_out)
-            mine.append((recorded, key, steps))
+                programs[key] = (steps or [], laid_out, phase == FORWARD, consumer)
+            mine.append((recorded, key))
         found.append(mine)
-    shares: dict[str, float] = {}
+    measured: dict[str, int] = {}
     for key in sorted(weight, key=lambda k: -weight[k]) if measurer is not None else []:
         assert measurer is not None
-        share = measure_fused(measurer, *programs[key])
-        if share is not None:
-            shares[key] = share
+        ns = fused_ns(measurer, *programs[key])
+        if ns is not None:
+            measured[key] = ns
         else:
             why = measurer.failed.get(key, "not run")
             tally.unfused[why] = tally.unfused.get(why, 0) + 1
-    tally.unrunnable = sum(1 for mine in found for _, key, _ in mine if not key)
-    return [[_Run(recorded, key, shares.get(key)) for recorded, key, _ in mine] for mine in found]
+    tally.unrunnable = sum(1 for mine in found for _, key in mine if not key)
+    return [[_Run(recorded, key, measured.get(key)) for recorded, key in mine] for mine in found]
+
+
+def _consumer(after: Unit | None, view: CompilerView) -> Step | None:
+    """The extern op a forward run feeds, as a step to run again (None: none, a recurrent layer, or
+    without its recorded arguments)."""
+    if after is None or after.recurrent:
+        return None
+    arguments = view.shapes.arguments(after.row)
+    return (view.name(after.row), arguments) if arguments is not None else None
 
 
 def _fused_ns(runs: list[_Run], tally: _Tally) -> int:
-    """The fusible ops' time in the compiled call: each run between externs one fused loop, at the
-    share measured here, else FUSED_SHARE of its recorded time."""
+    """The fusible ops' time in the compiled call: each run between externs one fused loop, as
+    compiled and timed here, else FUSED_SHARE of its recorded time."""
     total = 0
     for run in runs:
-        share = run.share if run.share is not None else FUSED_SHARE
+        ns = (run.measured_ns if run.measured_ns is not None
+              else int(round(FUSED_SHARE * run.recorded_ns)))
         tally.fused_runs += 1
         tally.fused_before_ns += run.recorded_ns
-        if run.share is not None:
+        if run.measured_ns is not None:
             tally.measured_runs += 1
             tally.measured_before_ns += run.recorded_ns
-            tally.measured_after_ns += int(round(share * run.recorded_ns))
-        total += int(round(share * run.recorded_ns))
+            tally.measured_after_ns += ns
+        total += ns
     return total
 
 
@@ -303,8 +316,8 @@ def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostM
 def _fused_note(tally: _Tally, costs: CostModel) -> str:
     """What became of the runs of fusible ops: compiled here, or at the ratio, and why."""
     ratio_runs = tally.fused_runs - tally.measured_runs
-    measured = (f"{tally.measured_runs} compiled here with inductor and timed against their ops "
-                f"run eagerly (measured tier: {tally.measured_before_ns / 1e3:.0f} µs recorded, "
+    measured = (f"{tally.measured_runs} compiled here with inductor and timed (measured tier: "
+                f"{tally.measured_before_ns / 1e3:.0f} µs recorded eager, "
                 f"{tally.measured_after_ns / 1e3:.0f} µs fused)" if tally.measured_runs else "")
     why = []
     if costs.measurer is None:

@@ -44,13 +44,13 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[tuple[int, ..
 def _made_tensors(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every tensor the measured tier makes from here on."""
     made: list[Any] = []
-    real = measure._make
+    real = measure.make_tensor
 
     def recording(*a: Any) -> Any:
         made.append(real(*a))
         return made[-1]
 
-    monkeypatch.setattr(measure, "_make", recording)
+    monkeypatch.setattr(measure, "make_tensor", recording)
     return made
 
 
@@ -346,7 +346,7 @@ def test_measuring_keeps_freed_memory(tmp_path: Path, monkeypatch: pytest.Monkey
     # The heap is set to keep freed memory before anything is timed (what that does to a process: tests/trace/test_heap.py)
     events: list[str] = []
     monkeypatch.setattr(measure, "keep_freed", lambda: events.append("kept"))
-    real = measure._make
-    monkeypatch.setattr(measure, "_make", lambda *a: events.append("made") or real(*a))
+    real = measure.make_tensor
+    monkeypatch.setattr(measure, "make_tensor", lambda *a: events.append("made") or real(*a))
     assert Measurer(threads=1, budget_s=30.0, folder=tmp_path).op_ns("aten::mm", MM) > 0
     assert events[0] == "kept" and events.count("made") == 2

@@ -1,0 +1,169 @@
+"""The measured tier for torch.compile's fused runs (daydream/cost/fused.py): which recorded ops a run
+re-runs, how data flows between them, what the compiled program returns, and what it caches. Nothing
+here asserts on a time: only on what ran and what was kept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from daydream.api import open_job
+from daydream.cost import fused
+from daydream.cost.compiled import FREE_OPS, compiler_view, fused_runs
+from daydream.cost.fused import fused_key, fused_steps, measure_fused
+from daydream.cost.measure import RATIO_SCALE, Measurer
+from daydream.mapping.linking import innermost_enclosing
+from daydream.trace import EventKind
+
+if os.environ.get("CI") == "true":
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+CNN = REPO / "examples" / "compile" / "round-1" / "cnn-baseline.json.gz"
+
+IMAGE = ("tensor", (4, 3, 8, 8), "float", None)
+CHANNEL = ("tensor", (3,), "float", None)
+BATCH_NORM = ("aten::batch_norm", [IMAGE, CHANNEL, CHANNEL, CHANNEL, CHANNEL, ("value", True),
+                                   ("value", 0.1), ("value", 1e-5), ("value", False)])
+RELU = ("aten::relu", [IMAGE])
+POOL = ("aten::max_pool2d", [IMAGE, ("value", [2, 2]), ("value", [2, 2]), ("value", [0, 0]),
+                             ("value", [1, 1]), ("value", False)])
+COUNTER = ("aten::add_", [("tensor", (), "long int", None), ("tensor", (), "long int", None),
+                          ("value", 1)])
+
+
+def _forward_block_ops(trace: Any) -> list[str]:
+    """By hand from the trace: the ops the first recorded convolution's module calls after it, up
+    to the next convolution, at the top level of its forward (views and the like left out)."""
+    ops = trace.indices(EventKind.CPU_OP)
+    parent = innermost_enclosing(trace, ops, ops)
+    top = ops[parent < 0]
+    top = top[np.argsort(trace.ts_ns[top])]
+    names = [trace.name_of(r) for r in top.tolist()]
+    first = names.index("aten::conv2d")
+    after = names[first + 1:]
+    return after[:after.index("aten::conv2d")]
+
+
+def test_a_forward_run_of_the_cnn_is_its_recorded_ops_between_two_convolutions() -> None:
+    trace = open_job(CNN).traces[0]
+    ops = trace.indices(EventKind.CPU_OP)
+    parent = innermost_enclosing(trace, ops, ops)
+    top = ops[parent < 0]
+    view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
+    units = [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
+    runs = fused_runs(units)
+    steps = fused_steps(runs[0], view)
+    assert steps is not None
+    # what the trace shows between the first two convolutions, free ops left out
+    expected = [n for n in _forward_block_ops(trace) if n not in FREE_OPS]
+    assert [name for name, _ in steps] == expected
+    assert {"aten::batch_norm", "aten::relu", "aten::max_pool2d"} <= set(expected)
+    # each step carries its recorded arguments: the batch norm's input is the first convolution's
+    # output, as recorded
+    norm = next(arguments for name, arguments in steps if name == "aten::batch_norm")
+    assert norm[0][0] == "tensor" and len(norm[0][1]) == 4 and norm[5] == ("value", True)
+
+
+def test_a_backward_unit_runs_the_aten_ops_inside_its_autograd_node() -> None:
+    trace = open_job(CNN).traces[0]
+    ops = trace.indices(EventKind.CPU_OP)
+    parent = innermost_enclosing(trace, ops, ops)
+    top = ops[parent < 0]
+    view = compiler_view(trace, top)
+    nodes = [u for units in view.units.values() for u in units
+             if view.name(u.row) == "autograd::engine::evaluate_function: ReluBackward0"]
+    assert nodes
+    for unit in nodes:
+        # by hand: the ops nested in the node, the outermost aten op of them
+        inside = [r for r in ops.tolist() if trace.ts_ns[unit.row] <= trace.ts_ns[r] < trace.end_ns[unit.row]
+                  and trace.name_of(r).startswith("aten::")]
+        outermost = [r for r in inside if not any(trace.ts_ns[o] <= trace.ts_ns[r] and trace.end_ns[r] <= trace.end_ns[o]
+                                                  and o != r for o in inside)]
+        assert [view.name(r) for r in unit.calls] == [trace.name_of(r) for r in outermost] == ["aten::threshold_backward"]
+
+
+def test_data_flows_along_the_run_where_shapes_agree() -> None:
+    with torch.no_grad():
+        plan = fused._plan(torch, [COUNTER, BATCH_NORM, RELU, POOL])
+    # the counter's output is a long scalar: the batch norm reads a tensor of its own; the ReLU reads
+    # the batch norm's output, the pool the ReLU's
+    assert plan.chained == [False, False, True, True]
+    # from outside: the counter's two scalars, the image and four per-channel tensors
+    assert [tuple(t.shape) for t in plan.made] == [(), (), (4, 3, 8, 8), (3,), (3,), (3,), (3,)]
+
+
+def test_the_program_returns_only_what_leaves_the_run() -> None:
+    with torch.no_grad():
+        plan = fused._plan(torch, [COUNTER, BATCH_NORM, RELU, POOL])
+        outputs = fused._program(torch, plan)(*plan.made)
+    # the counter (updated in place) and the pooled image; the normalized and rectified images stay
+    # inside the fused loop
+    assert [tuple(o.shape) for o in outputs] == [(), (4, 3, 4, 4)]
+    image, weight, bias = plan.made[2], plan.made[3], plan.made[4]
+    with torch.no_grad():
+        expected = torch.nn.functional.max_pool2d(torch.relu(torch.nn.functional.batch_norm(
+            image, None, None, weight, bias, training=True, eps=1e-5)), 2)
+    assert torch.allclose(outputs[1], expected, atol=1e-5)
+
+
+def test_an_op_whose_scalar_is_passed_by_name_takes_the_overload_that_fits() -> None:
+    overload, layout, keywords = fused._resolved(torch, *COUNTER)
+    assert str(overload._schema).startswith("aten::add_.Tensor")
+    assert keywords == {2: "alpha"} and [kind for kind, _ in layout] == ["tensor", "tensor", "value"]
+
+
+def test_a_max_pool_backward_gets_the_indices_its_forward_finds() -> None:
+    image = torch.randn(2, 3, 8, 8)
+    values = [torch.randn(2, 3, 4, 4), image, torch.randint(0, 2, (2, 3, 4, 4))]
+    arguments = [("tensor",), ("tensor",), ("value", [2, 2]), ("value", [2, 2]), ("value", [0, 0]),
+                 ("value", [1, 1]), ("value", False), ("tensor",)]
+    fused._realistic_indices(torch, "aten::max_pool2d_with_indices_backward", arguments, values)
+    _, expected = torch.nn.functional.max_pool2d(image, 2, return_indices=True)
+    assert torch.equal(values[2], expected)
+    table = torch.randn(50, 4)
+    lookups = [table, torch.zeros(1000, dtype=torch.long)]
+    fused._realistic_indices(torch, "aten::embedding", [("tensor",), ("tensor",)], lookups)
+    assert 0 <= int(lookups[1].min()) and int(lookups[1].max()) < 50 and lookups[1].unique().numel() > 2
+
+
+def test_a_run_is_compiled_once_its_ratio_cached_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[Any] = []
+    real = torch.compile
+
+    def counting(function: Any, **options: Any) -> Any:
+        compiled.append(options)
+        return real(function, **options)
+
+    monkeypatch.setattr(torch, "compile", counting)
+    steps = [BATCH_NORM, RELU, POOL]
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    ratio = measure_fused(measurer, steps, channels_last=True)
+    assert ratio is not None and ratio > 0
+    assert compiled == [{"backend": "inductor", "dynamic": False}]
+    key = fused_key(steps, True)
+    assert measurer.cache[key] == round(ratio * RATIO_SCALE) and key in measurer.ran
+    measurer.save()
+    again = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    assert measure_fused(again, steps, channels_last=True) == ratio
+    assert len(compiled) == 1 and again.ran == []  # read from the cache, not compiled again
+
+
+def test_past_the_compile_budget_a_run_is_not_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled past the budget"))
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path, compile_budget_s=0.0)
+    assert measure_fused(measurer, [RELU], channels_last=False) is None
+    assert measurer.failed[fused_key([RELU], False)] == "over the compiling budget"
+
+
+def test_a_run_that_cannot_be_built_falls_back_and_says_why(tmp_path: Path) -> None:
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    broken = [("aten::no_such_op_here", [IMAGE])]
+    assert measure_fused(measurer, broken, channels_last=False) is None
+    assert measurer.failed[fused_key(broken, False)] == "AttributeError"
