@@ -9,12 +9,13 @@ recorded ops the way the compiler sees them):
 - extern ops (matrix multiplies, convolutions, CPU attention) run as recorded, except that a
   convolution runs channels-last, as inductor lays it out: the measured tier times each recorded
   convolution both ways here;
-- every other op between two externs becomes part of one fused loop: the runs of them take
-  `FUSED_SHARE` of their recorded time (cost/compiled.py).
+- every other op between two externs becomes part of one fused loop: each run of them is compiled
+  here with inductor and timed (cost/fused.py: a forward run with gradients on and with the extern
+  op it feeds, as a training step's forward graph holds it), within `--compile-budget`; a run it
+  cannot time takes `FUSED_SHARE` of its recorded time (cost/compiled.py), and the note says why.
 
 The loss stays as recorded unless `modules` names it, and the optimizer step always does. What the
-trace cannot show is said in the
-note: graph breaks and recompilation, and how fast inductor's own loops are on a given op.
+trace cannot show is said in the note: graph breaks and recompilation.
 """
 
 from __future__ import annotations
@@ -248,12 +249,11 @@ def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
             mine.append((recorded, key))
         found.append(mine)
     measured: dict[str, int] = {}
-    for key in sorted(weight, key=lambda k: -weight[k]) if measurer is not None else []:
-        assert measurer is not None
-        ns = fused_ns(measurer, *programs[key])
+    for key in sorted(weight, key=lambda k: -weight[k]):
+        ns = fused_ns(measurer, *programs[key]) if measurer is not None else None
         if ns is not None:
             measured[key] = ns
-        else:
+        elif measurer is not None:
             why = measurer.failed.get(key, "not run")
             tally.unfused[why] = tally.unfused.get(why, 0) + 1
     tally.unrunnable = sum(1 for mine in found for _, key in mine if not key)
@@ -325,10 +325,11 @@ def _fused_note(tally: _Tally, costs: CostModel) -> str:
     if tally.unrunnable:
         why.append(f"{tally.unrunnable} runs without the recorded arguments to run them again")
     for reason, count in sorted(tally.unfused.items()):
-        budget = (f", {costs.measurer.compile_budget_s:g} s, ran out: --compile-budget "
-                  "measures more" if reason == "over the compiling budget" and costs.measurer
-                  else "")
-        why.append(f"{count} distinct runs {reason}{budget}")
+        if reason == "over the compiling budget" and costs.measurer is not None:
+            why.append(f"{count} distinct runs past the compiling budget "
+                       f"({costs.measurer.compile_budget_s:g} s: --compile-budget times more)")
+        else:
+            why.append(f"{count} distinct runs could not be compiled or run here ({reason})")
     rest = (f"{ratio_runs} at {FUSED_SHARE:.2f} of their recorded "
             f"{(tally.fused_before_ns - tally.measured_before_ns) / 1e3:.0f} µs (by ratio, from "
             f"real runs{': ' + '; '.join(why) if why else ''})" if ratio_runs else "")

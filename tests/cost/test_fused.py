@@ -14,8 +14,8 @@ import pytest
 from daydream.api import open_job
 from daydream.cost import fused
 from daydream.cost.compiled import FREE_OPS, compiler_view, fused_runs
-from daydream.cost.fused import fused_key, fused_steps, measure_fused
-from daydream.cost.measure import RATIO_SCALE, Measurer
+from daydream.cost.fused import fused_key, fused_ns, fused_steps
+from daydream.cost.measure import Measurer
 from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind
 
@@ -94,7 +94,7 @@ def test_data_flows_along_the_run_where_shapes_agree() -> None:
         plan = fused._plan(torch, [COUNTER, BATCH_NORM, RELU, POOL])
     # the counter's output is a long scalar: the batch norm reads a tensor of its own; the ReLU reads
     # the batch norm's output, the pool the ReLU's
-    assert plan.chained == [False, False, True, True]
+    assert plan.chained == [(-1, None), (-1, None), (0, None), (0, None)]
     # from outside: the counter's two scalars, the image and four per-channel tensors
     assert [tuple(t.shape) for t in plan.made] == [(), (), (4, 3, 8, 8), (3,), (3,), (3,), (3,)]
 
@@ -133,7 +133,7 @@ def test_a_max_pool_backward_gets_the_indices_its_forward_finds() -> None:
     assert 0 <= int(lookups[1].min()) and int(lookups[1].max()) < 50 and lookups[1].unique().numel() > 2
 
 
-def test_a_run_is_compiled_once_its_ratio_cached_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_is_compiled_once_its_time_cached_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     compiled: list[Any] = []
     real = torch.compile
 
@@ -144,26 +144,65 @@ def test_a_run_is_compiled_once_its_ratio_cached_and_read_back(tmp_path: Path, m
     monkeypatch.setattr(torch, "compile", counting)
     steps = [BATCH_NORM, RELU, POOL]
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
-    ratio = measure_fused(measurer, steps, channels_last=True)
-    assert ratio is not None and ratio > 0
+    ns = fused_ns(measurer, steps, channels_last=True)
+    assert ns is not None and ns > 0
     assert compiled == [{"backend": "inductor", "dynamic": False}]
     key = fused_key(steps, True)
-    assert measurer.cache[key] == round(ratio * RATIO_SCALE) and key in measurer.ran
+    assert measurer.cache[key] == ns and key in measurer.ran
     measurer.save()
     again = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
-    assert measure_fused(again, steps, channels_last=True) == ratio
+    assert fused_ns(again, steps, channels_last=True) == ns
     assert len(compiled) == 1 and again.ran == []  # read from the cache, not compiled again
+
+
+def test_a_forward_run_is_compiled_with_gradients_on_and_its_consumer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward run feeding a linear layer: compiled with it, gradients on (what ran is recorded
+    by wrapping the program), then the layer alone, whose time is taken off."""
+    seen: list[tuple[list[str], bool, list[bool]]] = []
+    real = fused._program
+
+    def recording(t: Any, plan: Any) -> Any:
+        inner = real(t, plan)
+
+        def program(*inputs: Any) -> Any:
+            seen.append(([name for name, _ in plan.steps], torch.is_grad_enabled(),
+                         [bool(x.requires_grad) for x in inputs]))
+            return inner(*inputs)
+
+        return program
+
+    monkeypatch.setattr(fused, "_program", recording)
+    relu = ("aten::relu", [("tensor", (4, 8, 16), "float", None)])
+    # a linear layer of the flattened activation: addmm(bias, input, weight)
+    linear = ("aten::addmm", [("tensor", (32,), "float", None), ("tensor", (32, 16), "float", None),
+                              ("tensor", (16, 32), "float", None), ("value", 1), ("value", 1)])
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    assert fused_ns(measurer, [relu], channels_last=False, training=True, consumer=linear) is not None
+    programs = {tuple(names) for names, _, _ in seen}
+    assert programs == {("aten::relu", "aten::addmm"), ("aten::addmm",)}
+    assert all(grad for _, grad, _ in seen)
+    # with the run, the layer reads the ReLU's output (reshaped): its inputs are the activation,
+    # the bias and the weight, all requiring grad as a training step's do
+    together = next(flags for names, _, flags in seen if names == ["aten::relu", "aten::addmm"])
+    assert together == [True, True, True]
+    assert fused_key([relu, linear], False, True) in measurer.cache
+    assert fused_key([linear], False, True) in measurer.cache
+
+
+def test_running_statistics_do_not_require_grad() -> None:
+    assert fused._trainable(torch, *BATCH_NORM) == [True, True, True, False, False]
+    assert fused._trainable(torch, *COUNTER) == [False, False]
 
 
 def test_past_the_compile_budget_a_run_is_not_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled past the budget"))
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path, compile_budget_s=0.0)
-    assert measure_fused(measurer, [RELU], channels_last=False) is None
+    assert fused_ns(measurer, [RELU], channels_last=False) is None
     assert measurer.failed[fused_key([RELU], False)] == "over the compiling budget"
 
 
 def test_a_run_that_cannot_be_built_falls_back_and_says_why(tmp_path: Path) -> None:
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
     broken = [("aten::no_such_op_here", [IMAGE])]
-    assert measure_fused(measurer, broken, channels_last=False) is None
+    assert fused_ns(measurer, broken, channels_last=False) is None
     assert measurer.failed[fused_key(broken, False)] == "AttributeError"

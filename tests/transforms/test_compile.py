@@ -76,8 +76,9 @@ def test_channels_last_lays_out_the_images_only() -> None:
     assert channels_last(None) is None
 
 
-def _predicted(path: Path, spec: str = "compile", measure: bool = False):  # type: ignore[no-untyped-def]
-    return predict(_trace(path), [spec], cost_options=CostOptions(measure=measure))
+def _predicted(path: Path, spec: str = "compile", measure: bool = False,  # type: ignore[no-untyped-def]
+               compile_budget_s: float = 0.0):
+    return predict(_trace(path), [spec], cost_options=CostOptions(measure=measure, compile_budget_s=compile_budget_s))
 
 
 def test_each_call_of_the_model_becomes_one_task_and_the_rest_stays() -> None:
@@ -152,6 +153,44 @@ def test_the_measured_tier_runs_each_convolution_channels_last(tmp_path: Path, m
     keys = [k for c in cached for k in c.get("ns", {}) if k.startswith("ratio|aten::convolution")]
     # each ratio is the channels-last call over the call as recorded, both run here
     assert keys and all("[0, 2, 3, 1]" in k.split("|call|")[1] for k in keys)
+
+
+def test_each_fused_run_of_a_forward_call_takes_its_time_compiled_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By hand from the trace: in examples/mlp.py each block is linear (an addmm: extern), layer_norm and relu (fusible);
+    with the measured tier on, a compiled forward call is its addmms as recorded, the wrapper, and per run of
+    layer_norm and relu the time cached for it, compiled with the addmm it feeds (cost/fused.py)."""
+    pytest.importorskip("torch")
+    from daydream.cost.fused import fused_key
+    from daydream.cost.host import RECORDED_HOST_UNITS
+    from daydream.cost.shapes import OpShapes
+
+    monkeypatch.setenv("DAYDREAM_MEASURE", "1")
+    path = ROUNDS[0] / "mlp-baseline.json.gz"
+    trace = _trace(path)
+    prediction = _predicted(path, measure=True, compile_budget_s=600.0)
+    cache = {k: v for f in Path(os.environ["DAYDREAM_CACHE_DIR"]).rglob("*.json") for k, v in json.loads(f.read_text())["ns"].items()}
+    shapes = OpShapes(trace)
+    wrapper = round(RECORDED_HOST_UNITS["compile.forward.cpu"] * HostCosts.of(trace).unit_ns)
+    tasks = prediction.graph.tasks
+    model = prediction.graph.layers.index("MLP")
+    merged = np.flatnonzero((tasks["layer"] == model) & (tasks["phase"] == 0))
+    forward = [r for r in trace.indices(EventKind.ANNOTATION).tolist() if trace.name_of(r) == "daydream.layer::MLP"]
+    checked = 0
+    for task in merged.tolist():
+        call = next(r for r in forward if trace.ts_ns[r] <= tasks["measured_start_ns"][task] <= trace.end_ns[r])
+        start, end = int(trace.ts_ns[call]), int(trace.end_ns[call])
+        named = {n: [r for r in _rows(trace, n).tolist() if start <= trace.ts_ns[r] <= end]
+                 for n in ("aten::addmm", "aten::layer_norm", "aten::relu")}
+        expected = sum(int(trace.dur_ns[r]) for r in named["aten::addmm"]) + wrapper
+        for norm, relu in zip(named["aten::layer_norm"], named["aten::relu"]):
+            feeds = next(r for r in named["aten::addmm"] if trace.ts_ns[r] > trace.ts_ns[relu])
+            key = fused_key([("aten::layer_norm", shapes.arguments(norm)), ("aten::relu", shapes.arguments(relu)),
+                             ("aten::addmm", shapes.arguments(feeds))], False, True)
+            expected += cache[key]
+        assert int(tasks["duration_ns"][task]) == expected
+        checked += 1
+    assert checked == len(merged) > 0
+    assert any(re.search(r"\d+ compiled here with inductor and timed", n) for n in prediction.notes)
 
 
 def test_a_gpu_trace_is_left_as_recorded() -> None:
