@@ -23,20 +23,26 @@ are channels-last, the eager one's as recorded.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daydream.cost.compiled import CompilerView, Unit
+from daydream._quiet import quiet_stderr
+from daydream.cost.compiled import EXTERN_OPS, CompilerView, Unit
 from daydream.cost.measure import (
+    REPETITIONS,
     TORCH_TYPES,
+    WARMUP,
     Measurer,
     keyword_only,
     make_tensor,
 )
 from daydream.cost.shapes import FLOATING
 
+#: The profiler's name for a call of an inductor-compiled graph.
+GRAPH = "## Call CompiledFxGraph"
 #: Steps a fused run may hold before it is left to the ratio (a run of hundreds of recorded ops
 #: is one an eager trace of a decomposed layer, not one fused loop).
 MOST_STEPS = 64
@@ -78,13 +84,13 @@ def fused_key(steps: list[Step], channels_last: bool, training: bool = False) ->
 
 def fused_ns(measurer: Measurer, steps: list[Step], channels_last: bool,
              training: bool = False, consumer: Step | None = None) -> int | None:
-    """The run compiled here with inductor, its median time, ns (cached); None where it cannot be
-    compiled or run, or the compile budget is spent. `training`: a forward run, compiled and run
-    with gradients on, as a training step's forward is (AOTAutograd's forward graph, which keeps
-    what backward needs); else without. `consumer`: the extern op the run feeds, compiled with it
-    where it reads the run's output, and its own time taken off: what the forward keeps for
-    backward depends on it (a ReLU whose output a convolution keeps anyway needs no mask of its
-    own: in the dcgan's generator, 0.7 ms with its convolution against 5.4 ms alone)."""
+    """The run compiled here with inductor: the median time of its fused loops, ns (cached); None
+    where it cannot be compiled or run, or the compile budget is spent. `training`: a forward run,
+    compiled and run with gradients on, as a training step's forward is (AOTAutograd's forward
+    graph, which keeps what backward needs); else without. `consumer`: the extern op the run
+    feeds, compiled with it where it reads the run's output (what the forward keeps for backward
+    depends on it: a ReLU whose output a convolution keeps anyway needs no mask of its own; in the
+    dcgan's generator, 0.7 ms with its convolution against 5.4 ms alone)."""
     key = fused_key(steps + ([consumer] if consumer and training else []), channels_last, training)
     if key in measurer.cache:
         return measurer.cache[key]
@@ -95,34 +101,26 @@ def fused_ns(measurer: Measurer, steps: list[Step], channels_last: bool,
         return None
     started = time.perf_counter()
     try:
-        measured, consumed = _measure(measurer, steps, channels_last, training,
-                                      consumer if training else None)
+        measured = _measure(measurer, steps, channels_last, training,
+                            consumer if training else None)
     except Exception as exc:  # a run inductor or ATen cannot take here falls back to the ratio
         measurer.failed[key] = type(exc).__name__
         return None
     finally:
         measurer.compile_spent_s += time.perf_counter() - started
-    if consumed is not None:
-        alone = fused_ns(measurer, [consumed], channels_last, training)
-        if alone is None:
-            measurer.failed[key] = measurer.failed.get(fused_key([consumed], channels_last,
-                                                                 training), "not run")
-            return None
-        measured -= alone
     measurer.remember(key, max(1, measured))
     return measurer.cache[key]
 
 
 def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, training: bool,
-             consumer: Step | None) -> tuple[int, Step | None]:
-    """The compiled run's median time, ns, and the consumer it ran with (None: without one, as
-    none was given or it does not read the run's output)."""
+             consumer: Step | None) -> int:
+    """The compiled run's fused loops, their median time per call, ns."""
     import torch
 
     with torch.no_grad():
         plan = _plan(torch, steps + [consumer] if consumer else steps, consumer is not None)
         if consumer is not None and plan.chained[-1][0] < 0:
-            consumer, plan = None, _plan(torch, steps)
+            plan = _plan(torch, steps)  # the consumer reads something else: left out
     with torch.set_grad_enabled(training):
         # a training step's activations and weights require grad, its buffers (running
         # statistics, counters) do not; each is a non-leaf, as an activation is, so that an
@@ -133,15 +131,35 @@ def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, trainin
     torch._dynamo.reset()  # each run its own graph: not a recompilation of the last one
     compiled = torch.compile(_program(torch, plan), backend="inductor", dynamic=False)
 
-    def run(_torch: Any, _operands: list[Any]) -> Any:
+    def run() -> Any:
         with torch.set_grad_enabled(training):
             return compiled(*inputs)
 
-    run(torch, [])  # compiles
-    # Hot: a run's input is what the extern op before it just wrote. So timed, the fused loops of
-    # the dcgan's discriminator took 5.65, 0.23, 0.12 and 0.09 ms, where its real compiled step
-    # took 4.6-5.5, 0.23, 0.07 and 0.07 (with the caches emptied first: 5.8, 0.44, 0.31, 0.24).
-    return measurer.time_in_turns([(run, [])], hot=True)[0], consumer
+    return measurer.within(lambda: _graph_ns(torch, run))
+
+
+def _graph_ns(torch: Any, run: Callable[[], Any]) -> int:
+    """`run` (a compiled program) warmed up, then profiled `REPETITIONS` times: per call, the time
+    inside its compiled graphs less the extern ops they call, ns; the median. So a run is timed as
+    the real compiled step's fused loops are (scripts/compile_costs.py): without the compiled
+    wrapper's own work, which the what-if adds once per call, and without the extern op it feeds.
+    Hot: a run's input is what the extern op before it just wrote. So timed, the fused loops of
+    the dcgan's discriminator took 5.65, 0.23, 0.12 and 0.09 ms, where its real compiled step took
+    4.6-5.5, 0.23, 0.07 and 0.07 (with the caches emptied first: 5.8, 0.44, 0.31, 0.24)."""
+    for _ in range(WARMUP):  # the first compiles
+        run()
+    calls = []
+    for _ in range(REPETITIONS):
+        with quiet_stderr(), torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            run()
+        graphs = [e for e in profile.events() if e.name.startswith(GRAPH)]
+        if not graphs:
+            raise RuntimeError("no compiled graph ran")
+        calls.append(sum(e.time_range.elapsed_us() - sum(
+            c.time_range.elapsed_us() for c in e.cpu_children if c.name in EXTERN_OPS)
+            for e in graphs))
+    return int(round(statistics.median(calls) * 1000))
 
 
 def _plan(torch: Any, steps: list[Step], consumer: bool = False) -> _Plan:

@@ -131,11 +131,18 @@ class Measurer:
         self.ran.append(key)
         self._dirty = True
 
-    def time_in_turns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
-                      hot: bool = False) -> list[int]:
-        """Each (runner, operands) warmed up, then all timed in turns, each repetition after the
-        caches were emptied (`hot`: as the previous one left them): their medians, ns."""
-        return self._median_ns(runs, flush=not hot)
+    def within(self, timed: Callable[[], int]) -> int:
+        """`timed()` run as the measured tier runs ops: this process's threads set to the trace's,
+        the heap keeping freed memory."""
+        import torch
+
+        keep_freed()
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            return timed()
+        finally:
+            torch.set_num_threads(previous)
 
     def op_ns(self, name: str, inputs: list[Tensor | None],
               as_type: str | None = None) -> int | None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from daydream._quiet import quiet_stderr
 from daydream.trace.collect import hooks as hook_module
 from daydream.trace.collect.common import daydream_metadata
 from daydream.trace.collect.runner import CaptureComplete, ScriptOutcome, run_script
@@ -20,20 +18,6 @@ from daydream.trace.collect.usage import HostUsage
 
 if TYPE_CHECKING:
     from daydream.trace.collect.common import CaptureOptions, Status
-
-
-@contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silence what the profiler's C++ side prints on stderr when it starts and stops."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def record(options: CaptureOptions,
@@ -96,7 +80,7 @@ class _Capture:
         self.steps += 1
         self.before.before_step(self.steps, self.installed)
         self.usage.at_step(self.steps)
-        with _quiet_stderr():
+        with quiet_stderr():
             self.profiler.step()
         self.before.after_step(self.steps)
         self._say_where()
@@ -122,7 +106,7 @@ class _Capture:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Pp]rofiler.*")
             self.usage.begin()
-            with _quiet_stderr():
+            with quiet_stderr():
                 self.profiler.start()
             try:
                 outcome = run_script(self.options.script, self.options.args,
@@ -131,7 +115,7 @@ class _Capture:
                 self.installed.remove()
                 if "path" not in self.exported:
                     self.exported["incomplete"] = "1"
-                with _quiet_stderr():
+                with quiet_stderr():
                     try:
                         self.profiler.stop()
                     # a profiler that never started recording has nothing to stop
