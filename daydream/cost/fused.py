@@ -78,7 +78,7 @@ def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
 def fused_key(steps: list[Step], channels_last: bool, training: bool = False) -> str:
     listed = [[name, [[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]]
                       for a in arguments]] for name, arguments in steps]
-    return (f"fused-ns|{'train|' if training else ''}{'cl|' if channels_last else ''}"
+    return (f"fused-loops|{'train|' if training else ''}{'cl|' if channels_last else ''}"
             f"{json.dumps(listed)}")
 
 
