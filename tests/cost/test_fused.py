@@ -58,8 +58,9 @@ def test_a_forward_run_of_the_cnn_is_its_recorded_ops_between_two_convolutions()
     top = ops[parent < 0]
     view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
     units = [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
-    runs = fused_runs(units)
-    steps = fused_steps(runs[0], view)
+    first = next(i for i, u in enumerate(units) if u.convolution)
+    run = fused_runs(units[first + 1:])[0]  # the run after the first convolution
+    steps = fused_steps(run, view)
     assert steps is not None
     # what the trace shows between the first two convolutions, free ops left out
     expected = [n for n in _forward_block_ops(trace) if n not in FREE_OPS]
@@ -156,37 +157,37 @@ def test_a_run_is_compiled_once_its_time_cached_and_read_back(tmp_path: Path, mo
 
 
 def test_a_forward_run_is_compiled_with_gradients_on_and_its_consumer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A forward run feeding a linear layer: compiled with it, gradients on (what ran is recorded
-    by wrapping the program), then the layer alone, whose time is taken off."""
-    seen: list[tuple[list[str], bool, list[bool]]] = []
-    real = fused._program
+    """A forward run feeding a linear layer: compiled with the layer, which reads the run's output flattened to a
+    matrix, gradients on (what ran is recorded around the plan and the timed call)."""
+    plans: list[Any] = []
+    real_plan = fused._plan
+    monkeypatch.setattr(fused, "_plan", lambda t, steps, consumer=False: plans.append(real_plan(t, steps, consumer)) or plans[-1])
+    graded: list[bool] = []
+    real_graph = fused._graph_ns
 
-    def recording(t: Any, plan: Any) -> Any:
-        inner = real(t, plan)
+    def graph_ns(t: Any, run: Any) -> int:
+        graded.append(all(out.requires_grad for out in run() if out.is_floating_point()))
+        return real_graph(t, run)
 
-        def program(*inputs: Any) -> Any:
-            seen.append(([name for name, _ in plan.steps], torch.is_grad_enabled(),
-                         [bool(x.requires_grad) for x in inputs]))
-            return inner(*inputs)
-
-        return program
-
-    monkeypatch.setattr(fused, "_program", recording)
+    monkeypatch.setattr(fused, "_graph_ns", graph_ns)
     relu = ("aten::relu", [("tensor", (4, 8, 16), "float", None)])
     # a linear layer of the flattened activation: addmm(bias, input, weight)
     linear = ("aten::addmm", [("tensor", (32,), "float", None), ("tensor", (32, 16), "float", None),
                               ("tensor", (16, 32), "float", None), ("value", 1), ("value", 1)])
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
     assert fused_ns(measurer, [relu], channels_last=False, training=True, consumer=linear) is not None
-    programs = {tuple(names) for names, _, _ in seen}
-    assert programs == {("aten::relu", "aten::addmm"), ("aten::addmm",)}
-    assert all(grad for _, grad, _ in seen)
-    # with the run, the layer reads the ReLU's output (reshaped): its inputs are the activation,
-    # the bias and the weight, all requiring grad as a training step's do
-    together = next(flags for names, _, flags in seen if names == ["aten::relu", "aten::addmm"])
-    assert together == [True, True, True]
+    (plan,) = plans
+    assert [name for name, _ in plan.steps] == ["aten::relu", "aten::addmm"]
+    # the layer reads the ReLU's output as its input matrix, reshaped; the rest comes from outside, all requiring
+    # grad as a training step's activation, bias and weight do
+    assert plan.chained == [(-1, None), (1, (32, 16))]
+    assert [tuple(t.shape) for t in plan.made] == [(4, 8, 16), (32,), (16, 32)] and all(plan.trainable)
+    assert graded == [True]
     assert fused_key([relu, linear], False, True) in measurer.cache
-    assert fused_key([linear], False, True) in measurer.cache
+    # a backward run is compiled without its consumer and without gradients
+    graded.clear()
+    assert fused_ns(measurer, [relu], channels_last=False, training=False, consumer=linear) is not None
+    assert [name for name, _ in plans[-1].steps] == ["aten::relu"] and graded == [False]
 
 
 def test_running_statistics_do_not_require_grad() -> None:
