@@ -1,23 +1,26 @@
 """The measured tier for torch.compile's fused loops: a run of recorded ops between two extern ops,
-compiled here with inductor and timed against the same ops run one by one.
+compiled here with inductor and timed.
 
-How fast inductor's loops are, relative to the eager ops they replace, depends on the pattern and on
-the CPU: in this project's runs (docs/validation-whatif-cpu.md) a batch norm, ReLU and max-pooling
-run took 0.2 of its eager time compiled, a temporal network's batch norm, padding, dropout and ReLU
-2.8 times it. An eager trace does not show it; running the run here does.
+How fast inductor's loops are, against the eager ops they replace, depends on the pattern, on the
+CPU and on what the training graph keeps for backward: in this project's real runs
+(docs/validation-compile-cpu.md) a batch norm, ReLU and max-pooling run took 0.2 of its eager time
+compiled, a dcgan's leaky ReLU thirty times it (its forward stores a bool mask for backward, slowly
+on this CPU). An eager trace does not show it; compiling the run here does.
 
 A run is rebuilt from the trace as a program of *steps*, each a recorded op (the outermost ATen op
 of a unit: `aten::batch_norm` itself, or the `aten::threshold_backward` inside a `ReluBackward0`
 node) with its recorded arguments. Data flows along the run: a step's first tensor argument is the
 previous step's first output where their shapes and dtypes agree (found by running the steps once),
-and every other tensor is an input from outside the run. The compiled program returns what leaves
-the run: every output no later step reads (a value the next step reads stays inside the fused loop,
-as it does in the compiled graph). Where the compiled region holds convolutions, inductor lays its
-images out channels-last, so the fused loops read them that way: the compiled program's image inputs
-are channels-last, the eager one's as recorded.
+and every other tensor is an input from outside the run, index tensors made as the op would meet
+them. The program returns what leaves the run: every output no later step reads. A forward run is
+compiled with gradients on, as AOTAutograd's forward graph is, and with the extern op it feeds
+(`consumer`), since what the forward keeps for backward depends on it; a backward run without
+either. Where the compiled call holds convolutions, inductor lays its images out channels-last, and
+so do the programs. What is timed is what the real compiled step's fused loops are timed by
+(scripts/compile_costs.py): the profiler's compiled-graph call, less the extern ops it calls, hot.
 
-    steps = fused_steps(run, view)            # None where a unit cannot be re-run
-    ratio = measure_fused(measurer, steps, channels_last=True)   # compiled / eager, or None
+    steps = fused_steps(run, view)     # None where a unit cannot be re-run
+    fused_ns(measurer, steps, channels_last=True, training=True, consumer=conv)  # ns, or None
 """
 
 from __future__ import annotations
