@@ -4,8 +4,8 @@ compiled here with inductor and timed.
 How fast inductor's loops are, against the eager ops they replace, depends on the pattern, on the
 CPU and on what the training graph keeps for backward: in this project's real runs
 (docs/validation-compile-cpu.md) a batch norm, ReLU and max-pooling run took 0.2 of its eager time
-compiled, a dcgan's leaky ReLU thirty times it (its forward stores a bool mask for backward, slowly
-on this CPU). An eager trace does not show it; compiling the run here does.
+compiled, a dcgan's leaky ReLU thirty times it (its forward also stores a bool mask for backward,
+and that loop is slow on this CPU). An eager trace does not show it; compiling the run here does.
 
 A run is rebuilt from the trace as a program of *steps*, each a recorded op (the outermost ATen op
 of a unit: `aten::batch_norm` itself, or the `aten::threshold_backward` inside a `ReluBackward0`
