@@ -39,10 +39,11 @@ from daydream.cost.measure import (
     TORCH_TYPES,
     WARMUP,
     Measurer,
+    invoke,
     keyword_only,
     make_tensor,
 )
-from daydream.cost.shapes import FLOATING
+from daydream.cost.shapes import FLOATING, elements
 
 #: The profiler's name for a call of an inductor-compiled graph.
 GRAPH = "## Call CompiledFxGraph"
@@ -146,9 +147,10 @@ def _graph_ns(torch: Any, run: Callable[[], Any]) -> int:
     inside its compiled graphs less the extern ops they call, ns; the median. So a run is timed as
     the real compiled step's fused loops are (scripts/compile_costs.py): without the compiled
     wrapper's own work, which the what-if adds once per call, and without the extern op it feeds.
-    Hot: a run's input is what the extern op before it just wrote. So timed, the fused loops of
-    the dcgan's discriminator took 5.65, 0.23, 0.12 and 0.09 ms, where its real compiled step took
-    4.6-5.5, 0.23, 0.07 and 0.07 (with the caches emptied first: 5.8, 0.44, 0.31, 0.24)."""
+    Hot: a run's input is what the extern op before it just wrote. Timed hot as whole calls (the
+    wrapper included), the fused runs of the dcgan's discriminator took 5.65, 0.23, 0.12 and
+    0.09 ms, where its real compiled step's loops took 4.6-5.5, 0.23, 0.07 and 0.07 (with the
+    caches emptied first: 5.8, 0.44, 0.31, 0.24)."""
     for _ in range(WARMUP):  # the first compiles
         run()
     calls = []
@@ -202,16 +204,9 @@ def _link(previous: Any, tensors: list[Any],
         if tuple(tensors[index][0]) == shape and tensors[index][1] == kind:
             return index, None
     for index in candidates if any_input else ():
-        if _count(tensors[index][0]) == _count(shape) and tensors[index][1] == kind:
+        if elements(tensors[index][0]) == elements(shape) and tensors[index][1] == kind:
             return index, tuple(tensors[index][0])
     return -1, None
-
-
-def _count(shape: Any) -> int:
-    total = 1
-    for size in shape:
-        total *= int(size)
-    return total
 
 
 def _trainable(torch: Any, name: str, arguments: list[Any]) -> list[bool]:
@@ -268,8 +263,7 @@ def _program(torch: Any, plan: _Plan) -> Callable[..., Any]:
                              if tensor == link else next(given))
                     tensor += 1
                 values.append(value)
-            result = overload(*[v for i, v in enumerate(values) if i not in keywords],
-                              **{name: values[i] for i, name in keywords.items()})
+            result = invoke(overload, values, keywords)
             outputs = [r for r in (result if isinstance(result, (tuple, list)) else (result,))
                        if isinstance(r, torch.Tensor)]
             previous, at = (outputs[0], len(left)) if outputs else (None, -1)
@@ -293,8 +287,7 @@ def _call(torch: Any, name: str, arguments: list[Any], tensors: list[Any]) -> An
     overload, layout, keywords = _resolved(torch, name, arguments)
     given = iter(tensors)
     values = [next(given) if kind == "tensor" else value for kind, value in layout]
-    return overload(*[v for i, v in enumerate(values) if i not in keywords],
-                    **{name: values[i] for i, name in keywords.items()})
+    return invoke(overload, values, keywords)
 
 
 def _overload(op: Any, arguments: list[Any]) -> Any:

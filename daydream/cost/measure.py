@@ -223,10 +223,7 @@ class Measurer:
                 given = iter(xs)
                 values = [next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1])
                           for a in chosen]
-                # the profiler records every argument in schema order;
-                # those after `*` are passed by name
-                named = {keywords[i]: v for i, v in enumerate(values) if i in keywords}
-                return op(*[v for i, v in enumerate(values) if i not in keywords], **named)
+                return invoke(op, values, keywords)
 
             return run
 
@@ -417,6 +414,13 @@ def _warmed_up(torch: Any, runner: Callable[[Any, list[Any]], Any], made: list[A
     for _ in range(WARMUP - 1 if first <= SLOW_NS else 0):
         runner(torch, made)
     return first
+
+
+def invoke(op: Any, values: list[Any], keywords: dict[int, str]) -> Any:
+    """`op` called with `values`, every argument in schema order as the profiler records them;
+    those at the positions of `keywords` (`keyword_only`), after `*`, passed by name."""
+    return op(*[v for i, v in enumerate(values) if i not in keywords],
+              **{name: values[i] for i, name in keywords.items()})
 
 
 def keyword_only(op: Any) -> dict[int, str]:
