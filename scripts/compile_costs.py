@@ -33,7 +33,7 @@ from daydream.graph import Graph  # noqa: E402
 from daydream.mapping import PHASES  # noqa: E402
 from daydream.mapping.linking import innermost_enclosing  # noqa: E402
 from daydream.trace import EventKind, Trace  # noqa: E402
-from daydream.transforms.compiler import compiled_roots, regions  # noqa: E402
+from daydream.transforms.compiler import WARM_WITHIN_NS, _root, compiled_roots, regions  # noqa: E402
 
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 GRAPH = "## Call CompiledFxGraph"
@@ -51,17 +51,27 @@ def _inside(trace: Trace, rows: np.ndarray, start: int, end: int, track: int) ->
     return rows[keep]
 
 
-def compiled_calls(path: Path) -> tuple[list[float], list[float], dict[int, float]]:
-    """(forward wrapper units per call, backward wrapper units per call, phase -> ns inside the graphs that is not an
-    extern op) of a compiled trace."""
+def compiled_calls(path: Path, unit: int) -> tuple[dict[tuple[int, bool], list[float]], dict[int, float]]:
+    """((phase, warm) -> the compiled wrapper of each call, in host units of `unit` ns; phase -> ns inside the graphs
+    that is not an extern op) of a compiled trace. A call is warm where the last call of the same module in the same
+    phase and iteration ended at most `WARM_WITHIN_NS` before it began (transforms/compiler.py)."""
     trace, graph = _read(path)
-    unit = HostCosts.of(trace).unit_ns
     annotations = trace.indices(EventKind.ANNOTATION)
     graphs = annotations[[trace.name_of(r).startswith(GRAPH) for r in annotations.tolist()]]
     ops = trace.indices(EventKind.CPU_OP)
     externs = ops[np.isin(trace.name[ops], [trace.string_index(n) for n in EXTERN_OPS])]
-    forward, backward, fused = [], [], {FORWARD: 0.0, BACKWARD: 0.0}
+    aten = ops[[trace.name_of(r).startswith("aten::") for r in ops.tolist()]]
+    wrappers: dict[tuple[int, bool], list[float]] = {(p, w): [] for p in (FORWARD, BACKWARD) for w in (False, True)}
+    fused = {FORWARD: 0.0, BACKWARD: 0.0}
     tasks = graph.tasks
+    ended: dict[tuple[str, int, int], int] = {}  # (module, phase, iteration) -> when its last call ended
+
+    def record(phase: int, task: int, start: int, end: int, ns: float) -> None:
+        key = (_root(graph, task), phase, int(tasks["iteration"][task]))
+        warm = key in ended and start - ended[key] <= WARM_WITHIN_NS
+        ended[key] = end
+        wrappers[(phase, warm)].append(ns / unit)
+
     for region in regions(graph, compiled_roots(graph, "")):
         first, last = region.tasks[0], region.tasks[-1]
         track = int(trace.track[tasks["event"][first]])
@@ -74,14 +84,28 @@ def compiled_calls(path: Path) -> tuple[list[float], list[float], dict[int, floa
             fused[region.phase] += float(trace.dur_ns[g]) - float(trace.dur_ns[outermost].sum())
         if region.phase == FORWARD and inside.size:
             spent = float(tasks["duration_ns"][region.tasks].sum() + tasks["gap_ns"][region.tasks[1:]].sum())
-            forward.append((spent - in_graphs) / unit)
+            record(FORWARD, first, start, end, spent - in_graphs - _ops_ns(trace, aten, inside, start, end, track))
         elif region.phase == BACKWARD:
             for task in region.tasks:
                 if BACKWARD_NODE in graph.strings[tasks["name"][task]]:
-                    node_graphs = _inside(trace, graphs, int(tasks["measured_start_ns"][task]),
-                                          int(tasks["measured_end_ns"][task]), track)
-                    backward.append((float(tasks["duration_ns"][task]) - float(trace.dur_ns[node_graphs].sum())) / unit)
-    return forward, backward, fused
+                    node_start, node_end = int(tasks["measured_start_ns"][task]), int(tasks["measured_end_ns"][task])
+                    node_graphs = _inside(trace, graphs, node_start, node_end, track)
+                    record(BACKWARD, task, node_start, node_end,
+                           float(tasks["duration_ns"][task]) - float(trace.dur_ns[node_graphs].sum())
+                           - _ops_ns(trace, aten, node_graphs, node_start, node_end, track))
+    return wrappers, fused
+
+
+def _ops_ns(trace: Trace, aten: np.ndarray, graphs: np.ndarray, start: int, end: int, track: int) -> float:
+    """The time of the outermost ATen ops in [start, end] on `track` outside `graphs`: tensor work a call does
+    beside its compiled graph (a gradient summed into one already there), which the eager trace holds too, not the
+    wrapper's."""
+    mine = _inside(trace, aten, start, end, track)
+    mine = mine[~np.isin(mine, _nested(trace, mine))]
+    if graphs.size:
+        within = innermost_enclosing(trace, graphs, mine) >= 0
+        mine = mine[~within]
+    return float(trace.dur_ns[mine].sum())
 
 
 def _nested(trace: Trace, rows: np.ndarray) -> np.ndarray:
@@ -89,8 +113,9 @@ def _nested(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return rows[innermost_enclosing(trace, rows, rows) >= 0]
 
 
-def eager_fusible(path: Path) -> dict[int, float]:
-    """Phase -> recorded ns of the fusible ops in the calls of the (to be) compiled modules of an eager trace."""
+def eager_fusible(path: Path) -> tuple[dict[int, float], int]:
+    """(phase -> recorded ns of the fusible ops in the calls of the (to be) compiled modules, the host unit, ns) of an
+    eager trace."""
     trace, graph = _read(path)
     tasks = graph.tasks
     found = regions(graph, compiled_roots(graph, ""))
@@ -100,33 +125,39 @@ def eager_fusible(path: Path) -> dict[int, float]:
     for region in found:
         for task in region.tasks:
             total[region.phase] += sum(u.ns for u in view.units.get(int(tasks["event"][task]), []) if not u.extern)
-    return total
+    return total, HostCosts.of(trace).unit_ns
+
+
+COLUMNS = ((FORWARD, False), (FORWARD, True), (BACKWARD, False), (BACKWARD, True))
 
 
 def report(folder: Path) -> str:
     """The table of every pair under `folder` (its round-N folders, or itself) and the medians, as markdown."""
     folders = sorted(folder.glob("round-*")) or [folder]
-    forward: list[float] = []
-    backward: list[float] = []
+    wrappers: dict[tuple[int, bool], list[float]] = {column: [] for column in COLUMNS}
     shares: list[float] = []
-    lines = ["| round | example | forward wrapper (units per call) | backward wrapper | fused share forward | backward |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = ["| round | example | forward wrapper, first call (units) | forward, a warm call | backward, first call | "
+             "backward, a warm call | fused share forward | backward |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for each in folders:
         for compiled in sorted(each.glob("*-compile.json.gz")):
             example = compiled.name.removesuffix("-compile.json.gz")
             baseline = each / f"{example}-baseline.json.gz"
             if not baseline.exists():
                 continue
-            f, b, fused = compiled_calls(compiled)
-            eager = eager_fusible(baseline)
+            eager, unit = eager_fusible(baseline)
+            calls, fused = compiled_calls(compiled, unit)
             share = {p: fused[p] / eager[p] if eager[p] else float("nan") for p in (FORWARD, BACKWARD)}
-            forward.append(statistics.median(f) if f else float("nan"))
-            backward.append(statistics.median(b) if b else float("nan"))
+            for column in COLUMNS:
+                wrappers[column].append(statistics.median(calls[column]) if calls[column] else float("nan"))
             shares += [s for s in share.values() if s == s]
-            lines.append(f"| {each.name} | {example} | {_median(f)} | {_median(b)} | {share[FORWARD]:.2f} | "
-                         f"{share[BACKWARD]:.2f} |")
-    lines += ["", f"median over pairs: forward {_median(forward)}, backward {_median(backward)} units per call; "
-                  f"fused share {statistics.median(shares):.2f} (over {len(shares)} phases)"]
+            lines.append(f"| {each.name} | {example} | " + " | ".join(_median(calls[c]) for c in COLUMNS)
+                         + f" | {share[FORWARD]:.2f} | {share[BACKWARD]:.2f} |")
+    lines += ["", "median over pairs, units per call: forward " + ", ".join(
+        f"{'warm' if warm else 'first'} {_median(wrappers[(FORWARD, warm)])}" for warm in (False, True))
+        + "; backward " + ", ".join(f"{'warm' if warm else 'first'} {_median(wrappers[(BACKWARD, warm)])}"
+                                    for warm in (False, True))
+        + f"; fused share {statistics.median(shares):.2f} (over {len(shares)} phases)"]
     return "\n".join(lines) + "\n"
 
 

@@ -80,12 +80,18 @@ RECORDED_HOST_UNITS: dict[str, float] = {
     "dataloader.receive.tensor": 477.0,
     # The wrapper of one call of a torch.compile'd module (transforms/compiler.py), beyond its
     # compiled graph: forward, dynamo's cache lookup (guards) and AOTAutograd's runtime wrappers;
-    # backward, the CompiledFunctionBackward node around its graph. cpu: `python
-    # scripts/compile_costs.py DIR` (torch 2.13 CPU, the 2-core development host, 2026-12-02, traces
-    # of examples/training.py --compile; the median over the calibration pairs of
-    # docs/validation-compile-cpu.md).
-    "compile.forward.cpu": 671.0,
-    "compile.backward.cpu": 246.0,
+    # backward, each CompiledFunctionBackward node around its graph. A call that finds the host's
+    # caches cold (the first of its module in a phase and iteration) and a warm one (within
+    # transforms/compiler.py `WARM_WITHIN_NS` of the module's last call: a2c's rollout calls its
+    # policy 17 times a step, 337 µs the first, then about 141). cpu: `python
+    # scripts/compile_costs.py DIR` (torch 2.13 CPU, the 2-core development host, 2026-12-06: the
+    # five rounds of all nine models of docs/validation-compile-cpu.md, 2026-12-06, in the host
+    # units of each pair's eager trace, the ATen ops a call runs outside its graph taken out: the
+    # medians over pairs; the warm ones from a2c's and dcgan's pairs, the only ones with any).
+    "compile.forward.cpu": 647.0,
+    "compile.backward.cpu": 235.0,
+    "compile.forward_warm.cpu": 196.0,
+    "compile.backward_warm.cpu": 152.0,
     # FSDP2's own host work (transforms/distributed/fsdp.py), beyond the copies and collectives it
     # times itself: per call of a unit, its pre-/post-forward and pre-/post-backward hooks; per unit
     # and iteration, its reduce (the post-backward reduce and its share of the root's callback); per

@@ -21,6 +21,7 @@ trace cannot show is said in the note: graph breaks and recompilation.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 from daydream._regex import user_regex
 from daydream.cost import CostModel, Tier
 from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fed_runs
-from daydream.cost.fused import Step, fused_key, fused_ns, fused_steps
+from daydream.cost.fused import Step, fused_key, fused_ns, fused_steps, graph_floor_ns
 from daydream.cost.measure import Measurer
 from daydream.errors import InputError
 from daydream.graph import Graph
@@ -41,6 +42,10 @@ from daydream.transforms.registry import Context, Optimization, Parameter, regis
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 #: Module paths of loss functions: not part of the model a script compiles, by default.
 LOSS = re.compile(r"Loss$")
+#: A call of a compiled module that begins at most this long after the last call of the same module
+#: (in the same phase and iteration) ended finds the wrapper's code and data still in the host's
+#: caches: it pays the warm wrapper (cost/host.py `compile.forward_warm.cpu`), ns.
+WARM_WITHIN_NS = 5_000_000
 
 
 @dataclass(slots=True)
@@ -69,6 +74,9 @@ class _Tally:
     measured_after_ns: int = 0
     unfused: dict[str, int] = field(default_factory=dict)  # distinct runs not measured, by why
     unrunnable: int = 0  # runs without the recorded arguments to re-run them
+    floor_ns: int = 0  # a compiled graph's own call, shared by a call's measured runs
+    nodes: int = 0  # compiled backward nodes (one per forward call autograd recorded)
+    warm: dict[int, int] = field(default_factory=lambda: {FORWARD: 0, BACKWARD: 0})
 
 
 def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -83,9 +91,14 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
         return (["compile: no forward or backward work of the compiled modules in the trace; "
                  "nothing changed"])
     tally = _Tally()
-    wrapper = {FORWARD: costs.host.recorded_ns("compile.forward.cpu"),
-               BACKWARD: costs.host.recorded_ns("compile.backward.cpu")}
-    _merge_calls(graph, calls, roots, view, costs, wrapper, tally)
+    wrapper = Wrapper(
+        cold={FORWARD: costs.host.recorded_ns("compile.forward.cpu"),
+              BACKWARD: costs.host.recorded_ns("compile.backward.cpu")},
+        warm={FORWARD: costs.host.recorded_ns("compile.forward_warm.cpu"),
+              BACKWARD: costs.host.recorded_ns("compile.backward_warm.cpu")})
+    graded = _graded(graph, calls, context)
+    _merge_calls(graph, calls, roots, view, costs, wrapper.per_call(graph, calls, graded, tally),
+                 tally)
     costs.count(Tier.MODELLED, tally.calls[FORWARD] + tally.calls[BACKWARD])
     costs.count(Tier.RATIO, tally.fused_runs - tally.measured_runs)
     costs.count(Tier.MEASURED, tally.convolutions + tally.measured_runs)
@@ -115,8 +128,64 @@ def _why_unchanged(graph: Graph, pattern: str) -> str:
                      "see the layers in daydream inspect")
 
 
+@dataclass(slots=True, frozen=True)
+class Wrapper:
+    """The compiled wrapper's own work, per phase, ns: in a call that finds it cold, and in one that
+    follows a call of the same module closely (WARM_WITHIN_NS)."""
+
+    cold: dict[int, int]
+    warm: dict[int, int]
+
+    def per_call(self, graph: Graph, calls: list[Region], graded: list[bool],
+                 tally: _Tally) -> list[int]:
+        """Per call, the wrapper's work in it, ns. A forward call runs one wrapper; a backward call
+        one per compiled backward node: each forward call autograd recorded (`graded`) makes one,
+        and the nodes of a module's iteration are shared over its backward calls in that
+        iteration (a2c's one backward pass runs the sixteen nodes of its rollout's calls). A
+        call's first wrapper is warm where the last call of the same module in the same phase and
+        iteration ended at most WARM_WITHIN_NS before it began; the further nodes of a backward
+        call run back to back, warm."""
+        tasks = graph.tasks
+        keys = [(_root(graph, r.tasks[0]), int(tasks["iteration"][r.tasks[0]])) for r in calls]
+        made = Counter(k for k, r, g in zip(keys, calls, graded) if r.phase == FORWARD and g)
+        backward = Counter(k for k, r in zip(keys, calls) if r.phase == BACKWARD)
+        shared: Counter[tuple[str, int]] = Counter()
+        ended: dict[tuple[str, int, int], int] = {}
+        spent = []
+        for key, region in zip(keys, calls):
+            phase, nodes = region.phase, 1
+            if phase == BACKWARD:
+                made_here, calls_here = max(made[key], backward[key]), backward[key]
+                nodes = made_here // calls_here + (shared[key] < made_here % calls_here)
+                shared[key] += 1
+                tally.nodes += nodes
+            start = int(tasks["measured_start_ns"][region.tasks[0]])
+            last = ended.get((*key, phase))
+            warm = last is not None and start - last <= WARM_WITHIN_NS
+            ended[(*key, phase)] = int(tasks["measured_end_ns"][region.tasks[-1]])
+            tally.warm[phase] += int(warm) + nodes - 1
+            spent.append((self.warm if warm else self.cold)[phase] + (nodes - 1) * self.warm[phase])
+        return spent
+
+
+def _graded(graph: Graph, calls: list[Region], context: Context) -> list[bool]:
+    """Per call, whether autograd recorded it: a forward call run under no_grad makes no backward
+    node (without the trace's sequence numbers every call counts)."""
+    saved = context.saved_tensors
+    if saved is None:
+        return [True] * len(calls)
+    events = graph.tasks["event"]
+    recorded = saved(np.array([events[t] for region in calls for t in region.tasks],
+                              dtype=np.int64)).recorded
+    graded, at = [], 0
+    for region in calls:
+        graded.append(bool(recorded[at:at + len(region.tasks)].any()))
+        at += len(region.tasks)
+    return graded
+
+
 def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: CompilerView,
-                 costs: CostModel, wrapper: dict[int, int], tally: _Tally) -> None:
+                 costs: CostModel, wrapper: list[int], tally: _Tally) -> None:
     """Each call becomes its first task, lasting what the compiled call takes; its other tasks and
     the host work between them go."""
     gone: list[int] = []
@@ -126,10 +195,10 @@ def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: Compi
     called = [[u for task in region.tasks for u in view.units.get(int(graph.tasks["event"][task]),
                                                                   [])] for region in calls]
     runs = _fused(called, [region.phase for region in calls], view, costs.measurer, tally)
-    for region, units, fused in zip(calls, called, runs):
+    for region, units, fused, wrapped in zip(calls, called, runs, wrapper):
         tasks = region.tasks
         compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(fused, tally)
-                       + wrapper[region.phase])
+                       + wrapped)
         tally.calls[region.phase] += 1
         tally.saved_gap_ns += int(graph.tasks["gap_ns"][tasks[1:]].sum())
         graph.tasks["duration_ns"][tasks[0]] = compiled_ns
@@ -249,6 +318,8 @@ def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
             mine.append((recorded, key))
         found.append(mine)
     measured: dict[str, int] = {}
+    if measurer is not None and weight:
+        tally.floor_ns = graph_floor_ns(measurer) or 0
     for key in sorted(weight, key=lambda k: -weight[k]):
         ns = fused_ns(measurer, *programs[key]) if measurer is not None else None
         if ns is not None:
@@ -271,22 +342,24 @@ def _consumer(after: Unit | None, view: CompilerView) -> Step | None:
 
 def _fused_ns(runs: list[_Run], tally: _Tally) -> int:
     """The fusible ops' time in the compiled call: each run between externs one fused loop, as
-    compiled and timed here, else FUSED_SHARE of its recorded time."""
-    total = 0
+    compiled and timed here, else FUSED_SHARE of its recorded time. Each run timed here was its own
+    graph: the call's graph is one, so its own cost (`tally.floor_ns`) counts once per call."""
+    total, floor = 0, 0
     for run in runs:
-        ns = (run.measured_ns if run.measured_ns is not None
+        ns = (max(0, run.measured_ns - tally.floor_ns) if run.measured_ns is not None
               else int(round(FUSED_SHARE * run.recorded_ns)))
         tally.fused_runs += 1
         tally.fused_before_ns += run.recorded_ns
         if run.measured_ns is not None:
+            floor = tally.floor_ns
             tally.measured_runs += 1
             tally.measured_before_ns += run.recorded_ns
             tally.measured_after_ns += ns
         total += ns
-    return total
+    return total + floor
 
 
-def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostModel) -> list[str]:
+def _notes(roots: set[str], tally: _Tally, wrapper: Wrapper, costs: CostModel) -> list[str]:
     calls = tally.calls
     unit = costs.host.unit_ns
     convolutions = (f"; {tally.convolutions} convolutions re-timed channels-last by the measured "
@@ -302,9 +375,8 @@ def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostM
         f"compile: {', '.join(sorted(roots))} compiled; {calls[FORWARD]} forward and "
         f"{calls[BACKWARD]} backward calls, each one compiled graph: {tally.removed} host tasks "
         f"merged into them and the host work between them gone ({tally.saved_gap_ns / 1e3:.0f} µs "
-        f"in all); the compiled wrapper's own work per call {wrapper[FORWARD] / 1e3:.0f} µs "
-        f"forward, {wrapper[BACKWARD] / 1e3:.0f} µs backward (host units of {unit} ns, recorded "
-        f"from real runs){convolutions}{unmeasured}; {_fused_note(tally, costs)}",
+        f"in all); {_wrapper_note(tally, wrapper, unit)}{convolutions}{unmeasured}; "
+        f"{_fused_note(tally, costs)}",
         "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation "
         "(each break is one more compiled call) and the first iterations' compilation"
         + (f"; {tally.recurrent} recurrent layers (LSTM, GRU) are kept as recorded, though "
@@ -313,12 +385,26 @@ def _notes(roots: set[str], tally: _Tally, wrapper: dict[int, int], costs: CostM
     ]
 
 
+def _wrapper_note(tally: _Tally, wrapper: Wrapper, unit: int) -> str:
+    """The compiled wrapper's own work: per forward call and per backward node, cold and warm."""
+    def each(phase: int, runs: int, what: str) -> str:
+        warm = (f", {wrapper.warm[phase] / 1e3:.0f} µs in the {tally.warm[phase]} warm ones"
+                if tally.warm[phase] else "")
+        return f"{wrapper.cold[phase] / 1e3:.0f} µs per {what}{warm}"
+    return (f"the compiled wrapper's own work {each(FORWARD, tally.calls[FORWARD], 'forward call')}"
+            f", {each(BACKWARD, tally.nodes, 'backward node')} ({tally.nodes} nodes: one per "
+            f"forward call autograd recorded; warm: within {WARM_WITHIN_NS / 1e6:g} ms of the "
+            f"module's last call; host units of {unit} ns, recorded from real runs)")
+
+
 def _fused_note(tally: _Tally, costs: CostModel) -> str:
     """What became of the runs of fusible ops: compiled here, or at the ratio, and why."""
     ratio_runs = tally.fused_runs - tally.measured_runs
     measured = (f"{tally.measured_runs} compiled here with inductor and timed (measured tier: "
                 f"{tally.measured_before_ns / 1e3:.0f} µs recorded eager, "
-                f"{tally.measured_after_ns / 1e3:.0f} µs fused)" if tally.measured_runs else "")
+                f"{tally.measured_after_ns / 1e3:.0f} µs fused, each less the "
+                f"{tally.floor_ns / 1e3:.1f} µs of a compiled graph's own call, which counts once "
+                "per call)" if tally.measured_runs else "")
     why = []
     if costs.measurer is None:
         why.append("the measured tier is off (--no-measure, or torch missing)")

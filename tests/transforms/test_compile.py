@@ -158,9 +158,11 @@ def test_the_measured_tier_runs_each_convolution_channels_last(tmp_path: Path, m
 def test_each_fused_run_of_a_forward_call_takes_its_time_compiled_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """By hand from the trace: in examples/mlp.py each block is linear (an addmm: extern), layer_norm and relu (fusible);
     with the measured tier on, a compiled forward call is its addmms as recorded, the wrapper, and per run of
-    layer_norm and relu the time cached for it, compiled with the addmm it feeds (cost/fused.py)."""
+    layer_norm and relu the time cached for it, compiled with the addmm it feeds (cost/fused.py), less the cached cost
+    of a compiled graph's own call, which the call pays once. The mlp calls its model once an iteration: each call finds
+    the wrapper cold."""
     pytest.importorskip("torch")
-    from daydream.cost.fused import fused_key
+    from daydream.cost.fused import FLOOR_KEY, fused_key
     from daydream.cost.host import RECORDED_HOST_UNITS
     from daydream.cost.shapes import OpShapes
 
@@ -181,12 +183,13 @@ def test_each_fused_run_of_a_forward_call_takes_its_time_compiled_here(monkeypat
         start, end = int(trace.ts_ns[call]), int(trace.end_ns[call])
         named = {n: [r for r in _rows(trace, n).tolist() if start <= trace.ts_ns[r] <= end]
                  for n in ("aten::addmm", "aten::layer_norm", "aten::relu")}
-        expected = sum(int(trace.dur_ns[r]) for r in named["aten::addmm"]) + wrapper
+        floor = cache[FLOOR_KEY]
+        expected = sum(int(trace.dur_ns[r]) for r in named["aten::addmm"]) + wrapper + floor
         for norm, relu in zip(named["aten::layer_norm"], named["aten::relu"]):
             feeds = next(r for r in named["aten::addmm"] if trace.ts_ns[r] > trace.ts_ns[relu])
             key = fused_key([("aten::layer_norm", shapes.arguments(norm)), ("aten::relu", shapes.arguments(relu)),
                              ("aten::addmm", shapes.arguments(feeds))], False, True)
-            expected += cache[key]
+            expected += max(0, cache[key] - floor)
         assert int(tasks["duration_ns"][task]) == expected
         checked += 1
     assert checked == len(merged) > 0
@@ -237,3 +240,41 @@ def test_the_pages_calibration_rows_of_the_kept_pairs_are_what_the_script_gives(
     page = (REPO / "docs" / "validation-compile-cpu.md").read_text()
     assert len(rows) == 2 * len(ROUNDS)  # mlp and cnn in each kept round
     assert all(row in page for row in rows)
+
+
+def test_the_wrapper_is_warm_for_a_close_call_of_the_same_module_and_backward_pays_one_per_recorded_call() -> None:
+    """A hand-made iteration, as a2c's rollout runs it: the policy called at 0, 1 ms after its last call ended (warm),
+    15 ms after (cold again), once under no_grad 1 ms later (warm, but it makes no backward node); another module
+    called once (cold); one backward pass holding the policy's three nodes (one cold, two warm back to back) and the
+    other module's one. The next iteration starts cold."""
+    from daydream.graph import TaskKind
+    from daydream.transforms.compiler import BACKWARD, FORWARD, Wrapper, _Tally, regions
+    from tests.transforms.graphs import graph as hand_made
+
+    layers = ["Policy", "Policy.fc", "Critic.fc"]
+    spans = [  # (layer, phase, iteration, start µs, end µs)
+        ("Policy.fc", "forward", 0, 0, 100), ("Policy.fc", "forward", 0, 1100, 1200),
+        ("Policy.fc", "forward", 0, 16200, 16300), ("Policy.fc", "forward", 0, 17300, 17400),
+        ("Critic.fc", "forward", 0, 17500, 17600),
+        ("Policy.fc", "backward", 0, 20000, 20300), ("Critic.fc", "backward", 0, 20300, 20400),
+        ("Policy.fc", "forward", 1, 50000, 50100), ("Policy.fc", "backward", 1, 60000, 60100),
+    ]
+    between = {"kind": TaskKind.HOST_OP, "name": "env", "duration": 1, "phase": "forward"}  # no layer: ends a call
+    tasks = []
+    for layer, phase, iteration, _, _ in spans:
+        tasks += [{"kind": TaskKind.HOST_OP, "name": "op", "duration": 1, "phase": phase, "layer": layer,
+                   "iteration": iteration}, {**between, "iteration": iteration}]
+    built = hand_made(tasks, [], layers)
+    starts = [s for *_, s, _ in spans for _ in (0, 1)]
+    ends = [e for *_, e in spans for _ in (0, 1)]
+    built.tasks["measured_start_ns"][:] = np.array(starts) * 1000 + np.tile([0, 1], len(spans))
+    built.tasks["measured_end_ns"][:] = np.array(ends) * 1000
+    built.tasks["event"][:] = np.arange(len(tasks))
+    calls = regions(built, {"Policy", "Critic"})
+    assert [(c.phase, len(c.tasks)) for c in calls] == [(FORWARD, 1)] * 5 + [(BACKWARD, 1)] * 2 + [(FORWARD, 1), (BACKWARD, 1)]
+    graded = [True, True, True, False, True, True, True, True, True]
+    cold, warm = {FORWARD: 1000, BACKWARD: 300}, {FORWARD: 100, BACKWARD: 30}
+    tally = _Tally()
+    spent = Wrapper(cold, warm).per_call(built, calls, graded, tally)
+    assert spent == [1000, 100, 1000, 100, 1000, 300 + 2 * 30, 300, 1000, 300]
+    assert tally.nodes == 3 + 1 + 1 and tally.warm == {FORWARD: 2, BACKWARD: 2}
