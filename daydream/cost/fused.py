@@ -17,10 +17,13 @@ compiled with gradients on, as AOTAutograd's forward graph is, and with the exte
 (`consumer`), since what the forward keeps for backward depends on it; a backward run without
 either. Where the compiled call holds convolutions, inductor lays its images out channels-last, and
 so do the programs. What is timed is what the real compiled step's fused loops are timed by
-(scripts/compile_costs.py): the profiler's compiled-graph call, less the extern ops it calls, hot.
+(scripts/compile_costs.py): the profiler's compiled-graph call, less the extern ops it calls, hot;
+and beside it the same program run eagerly, as recorded, timed alike. The what-if takes the run's
+recorded time times the first over the second: how warm the run's code and data are in the real
+step is in its recorded time, not in a timing here.
 
     steps = fused_steps(run, view)     # None where a unit cannot be re-run
-    fused_ns(measurer, steps, channels_last=True, training=True, consumer=conv)  # ns, or None
+    fused_times(measurer, steps, channels_last=True, training=True, consumer=conv)  # or None
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from typing import Any
 from daydream._quiet import quiet_stderr
 from daydream.cost.compiled import EXTERN_OPS, CompilerView, Unit
 from daydream.cost.measure import (
-    REPETITIONS,
     TORCH_TYPES,
     WARMUP,
     Measurer,
@@ -47,6 +49,13 @@ from daydream.cost.shapes import FLOATING, elements
 
 #: The profiler's name for a call of an inductor-compiled graph.
 GRAPH = "## Call CompiledFxGraph"
+#: The range around each eager call of a run (`_eager_ns`).
+CALL = "daydream.fused_run"
+#: The cache keys' prefix: a new one where how a run is timed changes (2: all its calls in one
+#: profiler session).
+KEY = "fused-loops-2"
+#: Calls of a compiled run timed in its one profiler session (`_graph_ns`).
+SESSION_CALLS = 20
 #: Steps a fused run may hold before it is left to the ratio (a run of hundreds of recorded ops
 #: is one an eager trace of a decomposed layer, not one fused loop).
 MOST_STEPS = 64
@@ -82,22 +91,35 @@ def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
 def fused_key(steps: list[Step], channels_last: bool, training: bool = False) -> str:
     listed = [[name, [[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]]
                       for a in arguments]] for name, arguments in steps]
-    return (f"fused-loops|{'train|' if training else ''}{'cl|' if channels_last else ''}"
+    return (f"{KEY}|{'train|' if training else ''}{'cl|' if channels_last else ''}"
             f"{json.dumps(listed)}")
 
 
-def fused_ns(measurer: Measurer, steps: list[Step], channels_last: bool,
-             training: bool = False, consumer: Step | None = None) -> int | None:
-    """The run compiled here with inductor: the median time of its fused loops, ns (cached); None
-    where it cannot be compiled or run, or the compile budget is spent. `training`: a forward run,
-    compiled and run with gradients on, as a training step's forward is (AOTAutograd's forward
-    graph, which keeps what backward needs); else without. `consumer`: the extern op the run
-    feeds, compiled with it where it reads the run's output (what the forward keeps for backward
-    depends on it: a ReLU whose output a convolution keeps anyway needs no mask of its own; in the
-    dcgan's generator, 0.7 ms with its convolution against 5.4 ms alone)."""
+@dataclass(slots=True, frozen=True)
+class FusedTimes:
+    """A run timed here, per call, hot: its fused loops compiled (the compiled graph's call less
+    the extern ops it calls, `_graph_ns`), and its ops run eagerly as recorded (`_eager_ns`), ns.
+    The what-if takes their ratio to the run's recorded time: the real step's run sits as warm or
+    cold as its recorded ops did, and a small run's time is mostly its cache state (a2c's tanh
+    and multiply compiled: 21 to 45 µs for one program, by how soon after the profiler's start)."""
+
+    compiled_ns: int
+    eager_ns: int
+
+
+def fused_times(measurer: Measurer, steps: list[Step], channels_last: bool,
+                training: bool = False, consumer: Step | None = None) -> FusedTimes | None:
+    """The run compiled here with inductor and run eagerly, timed (cached); None where it cannot be
+    compiled or run, or the compile budget is spent. `training`: a forward run, compiled and run
+    with gradients on, as a training step's forward is (AOTAutograd's forward graph, which keeps
+    what backward needs); else without. `consumer`: the extern op the run feeds, compiled with it
+    where it reads the run's output (what the forward keeps for backward depends on it: a ReLU
+    whose output a convolution keeps anyway needs no mask of its own; in the dcgan's generator,
+    0.7 ms with its convolution against 5.4 ms alone)."""
     key = fused_key(steps + ([consumer] if consumer and training else []), channels_last, training)
-    if key in measurer.cache:
-        return measurer.cache[key]
+    eager_key = f"{key}|eager"
+    if key in measurer.cache and eager_key in measurer.cache:
+        return FusedTimes(measurer.cache[key], measurer.cache[eager_key])
     if key in measurer.failed:
         return None
     if measurer.compile_spent_s >= measurer.compile_budget_s:
@@ -105,24 +127,25 @@ def fused_ns(measurer: Measurer, steps: list[Step], channels_last: bool,
         return None
     started = time.perf_counter()
     try:
-        measured = _measure(measurer, steps, channels_last, training,
-                            consumer if training else None)
+        compiled, eager = _measure(measurer, steps, channels_last, training,
+                                   consumer if training else None)
     except Exception as exc:  # a run inductor or ATen cannot take here falls back to the ratio
         measurer.failed[key] = type(exc).__name__
         return None
     finally:
         measurer.compile_spent_s += time.perf_counter() - started
-    measurer.remember(key, max(1, measured))
-    return measurer.cache[key]
+    measurer.remember(key, max(1, compiled))
+    measurer.remember(eager_key, max(1, eager))
+    return FusedTimes(measurer.cache[key], measurer.cache[eager_key])
 
 
 #: The cache key of `graph_floor_ns`.
-FLOOR_KEY = "fused-loops|floor"
+FLOOR_KEY = f"{KEY}|floor"
 
 
 def graph_floor_ns(measurer: Measurer) -> int | None:
     """What a compiled graph's call costs with next to no loop in it (one add on a one-element
-    tensor), timed as `fused_ns` times a run, ns (cached); None where it cannot be compiled or the
+    tensor), timed as `_graph_ns` times a run, ns (cached); None where it cannot be compiled or the
     compile budget is spent. Each run timed alone pays it once, where the runs of a real compiled
     call share one graph and pay it once between them (about 6 µs here: a call of a small model
     holds eight runs or so)."""
@@ -148,8 +171,8 @@ def graph_floor_ns(measurer: Measurer) -> int | None:
 
 
 def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, training: bool,
-             consumer: Step | None) -> int:
-    """The compiled run's fused loops, their median time per call, ns."""
+             consumer: Step | None) -> tuple[int, int]:
+    """The run's median time per call, ns: compiled (its fused loops), and eager."""
     import torch
 
     with torch.no_grad():
@@ -159,42 +182,72 @@ def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, trainin
     with torch.set_grad_enabled(training):
         # a training step's activations and weights require grad, its buffers (running
         # statistics, counters) do not; each is a non-leaf, as an activation is, so that an
-        # in-place op may write it; images channels-last where inductor lays them out so
-        inputs = [t.detach().requires_grad_(True).clone() if training and wants else t.detach()
-                  for t, wants in zip(plan.made, plan.trainable)]
-        inputs = [_channels_last(torch, t) if channels_last else t for t in inputs]
+        # in-place op may write it; eager as recorded, compiled with images channels-last where
+        # inductor lays them out so
+        eager_inputs = [t.detach().requires_grad_(True).clone() if training and wants
+                        else t.detach() for t, wants in zip(plan.made, plan.trainable)]
+        inputs = [_channels_last(torch, t) if channels_last else t.clone() for t in eager_inputs]
+    program = _program(torch, plan)
     torch._dynamo.reset()  # each run its own graph: not a recompilation of the last one
-    compiled = torch.compile(_program(torch, plan), backend="inductor", dynamic=False)
+    compiled = torch.compile(program, backend="inductor", dynamic=False)
 
     def run() -> Any:
         with torch.set_grad_enabled(training):
             return compiled(*inputs)
 
-    return measurer.within(lambda: _graph_ns(torch, run))
+    def eager() -> Any:
+        with torch.set_grad_enabled(training):
+            return program(*eager_inputs)
+
+    return (measurer.within(lambda: _graph_ns(torch, run)),
+            measurer.within(lambda: _eager_ns(torch, eager)))
+
+
+def _eager_ns(torch: Any, run: Callable[[], Any]) -> int:
+    """`run` (the program, eager) warmed up, then called `SESSION_CALLS` times in one profiler
+    session, as `_graph_ns` calls the compiled one: per call, its ATen ops less the extern op it
+    feeds, ns; the median."""
+    for _ in range(WARMUP):
+        run()
+    with quiet_stderr(), torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(SESSION_CALLS):
+            with torch.profiler.record_function(CALL):
+                run()
+    calls = [sum(c.time_range.elapsed_us() for c in e.cpu_children if c.name not in EXTERN_OPS)
+             for e in profile.events() if e.name == CALL]
+    if not calls:
+        raise RuntimeError("no eager call ran")
+    return int(round(statistics.median(calls) * 1000))
 
 
 def _graph_ns(torch: Any, run: Callable[[], Any]) -> int:
-    """`run` (a compiled program) warmed up, then profiled `REPETITIONS` times: per call, the time
-    inside its compiled graphs less the extern ops they call, ns; the median. So a run is timed as
-    the real compiled step's fused loops are (scripts/compile_costs.py): without the compiled
-    wrapper's own work, which the what-if adds once per call, and without the extern op it feeds.
-    Hot: a run's input is what the extern op before it just wrote. Timed hot as whole calls (the
-    wrapper included), the fused runs of the dcgan's discriminator took 5.65, 0.23, 0.12 and
-    0.09 ms, where its real compiled step's loops took 4.6-5.5, 0.23, 0.07 and 0.07 (with the
-    caches emptied first: 5.8, 0.44, 0.31, 0.24)."""
+    """`run` (a compiled program) warmed up, then called `SESSION_CALLS` times in one profiler
+    session: per call, the time inside its compiled graphs less the extern ops they call, ns; the
+    median. So a run is timed as the real compiled step's fused loops are
+    (scripts/compile_costs.py): without the compiled wrapper's own work, which the what-if adds
+    once per call, and without the extern op it feeds. Hot: a run's input is what the extern op
+    before it just wrote. One session for all the calls, since the profiler's start leaves the
+    next few calls cold: a2c's tanh on [64, 128] with the multiply it feeds took 42-45 µs as the
+    median of seven calls each profiled alone; 81, 29, 49, 40, 23, 23, 22 µs in a session of
+    seven; 21-22 from the sixth call of a session on; 26-34 as the median of twenty (in its real
+    compiled step: about 28). Timed hot as whole calls (the wrapper included), the fused runs of
+    the dcgan's discriminator took 5.65, 0.23, 0.12 and 0.09 ms, where its real compiled step's
+    loops took 4.6-5.5, 0.23, 0.07 and 0.07 (with the caches emptied first: 5.8, 0.44, 0.31,
+    0.24)."""
     for _ in range(WARMUP):  # the first compiles
         run()
-    calls = []
-    for _ in range(REPETITIONS):
-        with quiet_stderr(), torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+    with quiet_stderr(), torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(SESSION_CALLS):
             run()
-        graphs = [e for e in profile.events() if e.name.startswith(GRAPH)]
-        if not graphs:
-            raise RuntimeError("no compiled graph ran")
-        calls.append(sum(e.time_range.elapsed_us() - sum(
-            c.time_range.elapsed_us() for c in e.cpu_children if c.name in EXTERN_OPS)
-            for e in graphs))
+    graphs = [e for e in profile.events() if e.name.startswith(GRAPH)]
+    if not graphs:
+        raise RuntimeError("no compiled graph ran")
+    per_call = len(graphs) // SESSION_CALLS or 1
+    times = [e.time_range.elapsed_us() - sum(
+        c.time_range.elapsed_us() for c in e.cpu_children if c.name in EXTERN_OPS) for e in graphs]
+    calls = [sum(times[i:i + per_call]) for i in range(0, len(times), per_call)]
     return int(round(statistics.median(calls) * 1000))
 
 

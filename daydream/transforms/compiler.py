@@ -10,9 +10,10 @@ recorded ops the way the compiler sees them):
   convolution runs channels-last, as inductor lays it out: the measured tier times each recorded
   convolution both ways here;
 - every other op between two externs becomes part of one fused loop: each run of them is compiled
-  here with inductor and timed (cost/fused.py: a forward run with gradients on and with the extern
-  op it feeds, as a training step's forward graph holds it), within `--compile-budget`; a run it
-  cannot time takes `FUSED_SHARE` of its recorded time (cost/compiled.py), and the note says why.
+  here with inductor and timed against itself run eagerly (cost/fused.py: a forward run with
+  gradients on and with the extern op it feeds, as a training step's forward graph holds it), its
+  recorded time scaled by the two, within `--compile-budget`; a run it cannot time takes
+  `FUSED_SHARE` of its recorded time (cost/compiled.py), and the note says why.
 
 The loss stays as recorded unless `modules` names it, and the optimizer step always does. What the
 trace cannot show is said in the note: graph breaks and recompilation.
@@ -30,7 +31,14 @@ import numpy as np
 from daydream._regex import user_regex
 from daydream.cost import CostModel, Tier
 from daydream.cost.compiled import FUSED_SHARE, CompilerView, Unit, channels_last, fed_runs
-from daydream.cost.fused import Step, fused_key, fused_ns, fused_steps, graph_floor_ns
+from daydream.cost.fused import (
+    FusedTimes,
+    Step,
+    fused_key,
+    fused_steps,
+    fused_times,
+    graph_floor_ns,
+)
 from daydream.cost.measure import Measurer
 from daydream.errors import InputError
 from daydream.graph import Graph
@@ -292,7 +300,7 @@ class _Run:
 
     recorded_ns: int
     key: str  # its program's cache key (cost/fused.py); "" where it cannot be re-run
-    measured_ns: int | None  # compiled and timed here; None: FUSED_SHARE of its recorded time
+    times: FusedTimes | None  # compiled and run eagerly here; None: FUSED_SHARE of its recording
 
 
 def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
@@ -317,13 +325,13 @@ def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
                 programs[key] = (steps or [], laid_out, phase == FORWARD, consumer)
             mine.append((recorded, key))
         found.append(mine)
-    measured: dict[str, int] = {}
+    measured: dict[str, FusedTimes] = {}
     if measurer is not None and weight:
         tally.floor_ns = graph_floor_ns(measurer) or 0
     for key in sorted(weight, key=lambda k: -weight[k]):
-        ns = fused_ns(measurer, *programs[key]) if measurer is not None else None
-        if ns is not None:
-            measured[key] = ns
+        times = fused_times(measurer, *programs[key]) if measurer is not None else None
+        if times is not None:
+            measured[key] = times
         elif measurer is not None:
             why = measurer.failed.get(key, "not run")
             tally.unfused[why] = tally.unfused.get(why, 0) + 1
@@ -341,20 +349,23 @@ def _consumer(after: Unit | None, view: CompilerView) -> Step | None:
 
 
 def _fused_ns(runs: list[_Run], tally: _Tally) -> int:
-    """The fusible ops' time in the compiled call: each run between externs one fused loop, as
-    compiled and timed here, else FUSED_SHARE of its recorded time. Each run timed here was its own
-    graph: the call's graph is one, so its own cost (`tally.floor_ns`) counts once per call."""
+    """The fusible ops' time in the compiled call: each run between externs one fused loop, its
+    recorded time times what compiling it did here (its fused loops over its ops run eagerly, both
+    timed here alike), else FUSED_SHARE of it. Each run timed here was its own graph: the call's
+    graph is one, so a graph's own call (`tally.floor_ns`) is taken off each run's loops and
+    counted once per call."""
     total, floor = 0, 0
     for run in runs:
-        ns = (max(0, run.measured_ns - tally.floor_ns) if run.measured_ns is not None
-              else int(round(FUSED_SHARE * run.recorded_ns)))
-        tally.fused_runs += 1
-        tally.fused_before_ns += run.recorded_ns
-        if run.measured_ns is not None:
+        ns = int(round(FUSED_SHARE * run.recorded_ns))
+        if run.times is not None:
+            loops = max(0, run.times.compiled_ns - tally.floor_ns)
+            ns = int(round(run.recorded_ns * loops / run.times.eager_ns))
             floor = tally.floor_ns
             tally.measured_runs += 1
             tally.measured_before_ns += run.recorded_ns
             tally.measured_after_ns += ns
+        tally.fused_runs += 1
+        tally.fused_before_ns += run.recorded_ns
         total += ns
     return total + floor
 
@@ -400,11 +411,11 @@ def _wrapper_note(tally: _Tally, wrapper: Wrapper, unit: int) -> str:
 def _fused_note(tally: _Tally, costs: CostModel) -> str:
     """What became of the runs of fusible ops: compiled here, or at the ratio, and why."""
     ratio_runs = tally.fused_runs - tally.measured_runs
-    measured = (f"{tally.measured_runs} compiled here with inductor and timed (measured tier: "
-                f"{tally.measured_before_ns / 1e3:.0f} µs recorded eager, "
-                f"{tally.measured_after_ns / 1e3:.0f} µs fused, each less the "
-                f"{tally.floor_ns / 1e3:.1f} µs of a compiled graph's own call, which counts once "
-                "per call)" if tally.measured_runs else "")
+    measured = (f"{tally.measured_runs} compiled here with inductor and timed, each against "
+                f"itself run eagerly (measured tier: {tally.measured_before_ns / 1e3:.0f} µs "
+                f"recorded eager, {tally.measured_after_ns / 1e3:.0f} µs fused, a compiled "
+                f"graph's own call, {tally.floor_ns / 1e3:.1f} µs, counted once per call)"
+                if tally.measured_runs else "")
     why = []
     if costs.measurer is None:
         why.append("the measured tier is off (--no-measure, or torch missing)")

@@ -14,7 +14,7 @@ import pytest
 from daydream.api import open_job
 from daydream.cost import fused
 from daydream.cost.compiled import FREE_OPS, compiler_view, fused_runs
-from daydream.cost.fused import fused_key, fused_ns, fused_steps
+from daydream.cost.fused import fused_key, fused_steps, fused_times
 from daydream.cost.measure import Measurer
 from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind
@@ -145,14 +145,15 @@ def test_a_run_is_compiled_once_its_time_cached_and_read_back(tmp_path: Path, mo
     monkeypatch.setattr(torch, "compile", counting)
     steps = [BATCH_NORM, RELU, POOL]
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
-    ns = fused_ns(measurer, steps, channels_last=True)
-    assert ns is not None and ns > 0
+    times = fused_times(measurer, steps, channels_last=True)
+    assert times is not None and times.compiled_ns > 0 and times.eager_ns > 0
     assert compiled == [{"backend": "inductor", "dynamic": False}]
     key = fused_key(steps, True)
-    assert measurer.cache[key] == ns and key in measurer.ran
+    assert (measurer.cache[key], measurer.cache[f"{key}|eager"]) == (times.compiled_ns, times.eager_ns)
+    assert key in measurer.ran
     measurer.save()
     again = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
-    assert fused_ns(again, steps, channels_last=True) == ns
+    assert fused_times(again, steps, channels_last=True) == times
     assert len(compiled) == 1 and again.ran == []  # read from the cache, not compiled again
 
 
@@ -170,23 +171,32 @@ def test_a_forward_run_is_compiled_with_gradients_on_and_its_consumer(tmp_path: 
         return real_graph(t, run)
 
     monkeypatch.setattr(fused, "_graph_ns", graph_ns)
+    real_eager = fused._eager_ns
+    eager: list[tuple[bool, bool]] = []  # (every output requires grad, the image channels-last)
+
+    def eager_ns(t: Any, run: Any) -> int:
+        outputs = [out for out in run() if out.is_floating_point()]
+        eager.append((all(out.requires_grad for out in outputs), outputs[0].dim() == 4))
+        return real_eager(t, run)
+
+    monkeypatch.setattr(fused, "_eager_ns", eager_ns)
     relu = ("aten::relu", [("tensor", (4, 8, 16), "float", None)])
     # a linear layer of the flattened activation: addmm(bias, input, weight)
     linear = ("aten::addmm", [("tensor", (32,), "float", None), ("tensor", (32, 16), "float", None),
                               ("tensor", (16, 32), "float", None), ("value", 1), ("value", 1)])
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
-    assert fused_ns(measurer, [relu], channels_last=False, training=True, consumer=linear) is not None
+    assert fused_times(measurer, [relu], channels_last=False, training=True, consumer=linear) is not None
     (plan,) = plans
     assert [name for name, _ in plan.steps] == ["aten::relu", "aten::addmm"]
     # the layer reads the ReLU's output as its input matrix, reshaped; the rest comes from outside, all requiring
     # grad as a training step's activation, bias and weight do
     assert plan.chained == [(-1, None), (1, (32, 16))]
     assert [tuple(t.shape) for t in plan.made] == [(4, 8, 16), (32,), (16, 32)] and all(plan.trainable)
-    assert graded == [True]
+    assert graded == [True] and eager == [(True, False)]  # run eagerly too, as recorded
     assert fused_key([relu, linear], False, True) in measurer.cache
     # a backward run is compiled without its consumer and without gradients
     graded.clear()
-    assert fused_ns(measurer, [relu], channels_last=False, training=False, consumer=linear) is not None
+    assert fused_times(measurer, [relu], channels_last=False, training=False, consumer=linear) is not None
     assert [name for name, _ in plans[-1].steps] == ["aten::relu"] and graded == [False]
 
 
@@ -198,12 +208,12 @@ def test_running_statistics_do_not_require_grad() -> None:
 def test_past_the_compile_budget_a_run_is_not_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled past the budget"))
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path, compile_budget_s=0.0)
-    assert fused_ns(measurer, [RELU], channels_last=False) is None
+    assert fused_times(measurer, [RELU], channels_last=False) is None
     assert measurer.failed[fused_key([RELU], False)] == "over the compiling budget"
 
 
 def test_a_run_that_cannot_be_built_falls_back_and_says_why(tmp_path: Path) -> None:
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
     broken = [("aten::no_such_op_here", [IMAGE])]
-    assert fused_ns(measurer, broken, channels_last=False) is None
+    assert fused_times(measurer, broken, channels_last=False) is None
     assert measurer.failed[fused_key(broken, False)] == "AttributeError"
