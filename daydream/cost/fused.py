@@ -17,10 +17,9 @@ compiled with gradients on, as AOTAutograd's forward graph is, and with the exte
 (`consumer`), since what the forward keeps for backward depends on it; a backward run without
 either. Where the compiled call holds convolutions, inductor lays its images out channels-last, and
 so do the programs. What is timed is what the real compiled step's fused loops are timed by
-(scripts/compile_costs.py): the profiler's compiled-graph call, less the extern ops it calls, hot;
-and beside it the same program run eagerly, as recorded, timed alike. The what-if takes the run's
-recorded time times the first over the second: how warm the run's code and data are in the real
-step is in its recorded time, not in a timing here.
+(scripts/compile_costs.py): the profiler's compiled-graph call, less the extern ops it calls;
+cold (each call profiled alone) and warm (one call among many), for a call that finds the host's
+caches cold or follows a call of the same module closely.
 
     steps = fused_steps(run, view)     # None where a unit cannot be re-run
     fused_times(measurer, steps, channels_last=True, training=True, consumer=conv)  # or None
@@ -38,6 +37,7 @@ from typing import Any
 from daydream._quiet import quiet_stderr
 from daydream.cost.compiled import EXTERN_OPS, CompilerView, Unit
 from daydream.cost.measure import (
+    REPETITIONS,
     TORCH_TYPES,
     WARMUP,
     Measurer,
@@ -49,12 +49,9 @@ from daydream.cost.shapes import FLOATING, elements
 
 #: The profiler's name for a call of an inductor-compiled graph.
 GRAPH = "## Call CompiledFxGraph"
-#: The range around each eager call of a run (`_eager_ns`).
-CALL = "daydream.fused_run"
-#: The cache keys' prefix: a new one where how a run is timed changes (2: all its calls in one
-#: profiler session).
-KEY = "fused-loops-2"
-#: Calls of a compiled run timed in its one profiler session (`_graph_ns`).
+#: The cache keys' prefix (a warm time's key adds `|warm`).
+KEY = "fused-loops"
+#: Calls of a compiled run timed warm, in one profiler session (`_warm_ns`).
 SESSION_CALLS = 20
 #: Steps a fused run may hold before it is left to the ratio (a run of hundreds of recorded ops
 #: is one an eager trace of a decomposed layer, not one fused loop).
@@ -97,29 +94,38 @@ def fused_key(steps: list[Step], channels_last: bool, training: bool = False) ->
 
 @dataclass(slots=True, frozen=True)
 class FusedTimes:
-    """A run timed here, per call, hot: its fused loops compiled (the compiled graph's call less
-    the extern ops it calls, `_graph_ns`), and its ops run eagerly as recorded (`_eager_ns`), ns.
-    The what-if takes their ratio to the run's recorded time: the real step's run sits as warm or
-    cold as its recorded ops did, and a small run's time is mostly its cache state (a2c's tanh
-    and multiply compiled: 21 to 45 µs for one program, by how soon after the profiler's start)."""
+    """A compiled run's fused loops (the compiled graph's call less the extern ops it calls), per
+    call, ns: `cold`, each call profiled alone (the profiler's start leaves the call's code and
+    data as cold as a call that follows other work: a step's one call of its model), and `warm`, a
+    call among many in one session (a call that follows a call of the same module closely, as
+    a2c's rollout calls its policy). a2c's tanh on [64, 128] with the multiply it feeds: 42-45 µs
+    cold, 21-34 µs warm; the dcgan's 5 ms leaky ReLU the same either way."""
 
-    compiled_ns: int
-    eager_ns: int
+    cold: int
+    warm: int
 
 
 def fused_times(measurer: Measurer, steps: list[Step], channels_last: bool,
                 training: bool = False, consumer: Step | None = None) -> FusedTimes | None:
-    """The run compiled here with inductor and run eagerly, timed (cached); None where it cannot be
-    compiled or run, or the compile budget is spent. `training`: a forward run, compiled and run
+    """The run compiled here with inductor and timed, cold and warm (cached); None where it cannot
+    be compiled or run, or the compile budget is spent. `training`: a forward run, compiled and run
     with gradients on, as a training step's forward is (AOTAutograd's forward graph, which keeps
     what backward needs); else without. `consumer`: the extern op the run feeds, compiled with it
     where it reads the run's output (what the forward keeps for backward depends on it: a ReLU
     whose output a convolution keeps anyway needs no mask of its own; in the dcgan's generator,
     0.7 ms with its convolution against 5.4 ms alone)."""
     key = fused_key(steps + ([consumer] if consumer and training else []), channels_last, training)
-    eager_key = f"{key}|eager"
-    if key in measurer.cache and eager_key in measurer.cache:
-        return FusedTimes(measurer.cache[key], measurer.cache[eager_key])
+    return _timed(measurer, key, lambda: _measure(measurer, steps, channels_last, training,
+                                                   consumer if training else None))
+
+
+def _timed(measurer: Measurer, key: str,
+           measure: Callable[[], tuple[int, int]]) -> FusedTimes | None:
+    """The (cold, warm) times `measure` gives, cached under `key` and `key|warm`, within the
+    compile budget; None where it fails (and why in `measurer.failed`) or the budget is spent."""
+    warm_key = f"{key}|warm"
+    if key in measurer.cache and warm_key in measurer.cache:
+        return FusedTimes(measurer.cache[key], measurer.cache[warm_key])
     if key in measurer.failed:
         return None
     if measurer.compile_spent_s >= measurer.compile_budget_s:
@@ -127,52 +133,42 @@ def fused_times(measurer: Measurer, steps: list[Step], channels_last: bool,
         return None
     started = time.perf_counter()
     try:
-        compiled, eager = _measure(measurer, steps, channels_last, training,
-                                   consumer if training else None)
+        cold, warm = measure()
     except Exception as exc:  # a run inductor or ATen cannot take here falls back to the ratio
         measurer.failed[key] = type(exc).__name__
         return None
     finally:
         measurer.compile_spent_s += time.perf_counter() - started
-    measurer.remember(key, max(1, compiled))
-    measurer.remember(eager_key, max(1, eager))
-    return FusedTimes(measurer.cache[key], measurer.cache[eager_key])
+    measurer.remember(key, max(1, cold))
+    measurer.remember(warm_key, max(1, warm))
+    return FusedTimes(measurer.cache[key], measurer.cache[warm_key])
 
 
-#: The cache key of `graph_floor_ns`.
+#: The cache key of `graph_floor`.
 FLOOR_KEY = f"{KEY}|floor"
 
 
-def graph_floor_ns(measurer: Measurer) -> int | None:
+def graph_floor(measurer: Measurer) -> FusedTimes | None:
     """What a compiled graph's call costs with next to no loop in it (one add on a one-element
-    tensor), timed as `_graph_ns` times a run, ns (cached); None where it cannot be compiled or the
+    tensor), timed as a run is, cold and warm, ns (cached); None where it cannot be compiled or the
     compile budget is spent. Each run timed alone pays it once, where the runs of a real compiled
-    call share one graph and pay it once between them (about 6 µs here: a call of a small model
-    holds eight runs or so)."""
-    if FLOOR_KEY in measurer.cache:
-        return measurer.cache[FLOOR_KEY]
-    if FLOOR_KEY in measurer.failed or measurer.compile_spent_s >= measurer.compile_budget_s:
-        return None
-    import torch
+    call share one graph and pay it once between them (about 7 µs cold and 3 µs warm here: a call
+    of a small model holds eight runs or so)."""
 
-    started = time.perf_counter()
-    try:
+    def measure() -> tuple[int, int]:
+        import torch
+
         torch._dynamo.reset()
         compiled = torch.compile(lambda x: x + 1, backend="inductor", dynamic=False)
         tensor = torch.zeros(1)
-        measured = measurer.within(lambda: _graph_ns(torch, lambda: compiled(tensor)))
-    except Exception as exc:  # without it, each run keeps its own call's cost
-        measurer.failed[FLOOR_KEY] = type(exc).__name__
-        return None
-    finally:
-        measurer.compile_spent_s += time.perf_counter() - started
-    measurer.remember(FLOOR_KEY, max(1, measured))
-    return measurer.cache[FLOOR_KEY]
+        return _both(measurer, torch, lambda: compiled(tensor))
+
+    return _timed(measurer, FLOOR_KEY, measure)
 
 
 def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, training: bool,
              consumer: Step | None) -> tuple[int, int]:
-    """The run's median time per call, ns: compiled (its fused loops), and eager."""
+    """The compiled run's fused loops, their median time per call, cold and warm, ns."""
     import torch
 
     with torch.no_grad():
@@ -182,73 +178,68 @@ def _measure(measurer: Measurer, steps: list[Step], channels_last: bool, trainin
     with torch.set_grad_enabled(training):
         # a training step's activations and weights require grad, its buffers (running
         # statistics, counters) do not; each is a non-leaf, as an activation is, so that an
-        # in-place op may write it; eager as recorded, compiled with images channels-last where
-        # inductor lays them out so
-        eager_inputs = [t.detach().requires_grad_(True).clone() if training and wants
-                        else t.detach() for t, wants in zip(plan.made, plan.trainable)]
-        inputs = [_channels_last(torch, t) if channels_last else t.clone() for t in eager_inputs]
-    program = _program(torch, plan)
+        # in-place op may write it; images channels-last where inductor lays them out so
+        inputs = [t.detach().requires_grad_(True).clone() if training and wants else t.detach()
+                  for t, wants in zip(plan.made, plan.trainable)]
+        inputs = [_channels_last(torch, t) if channels_last else t for t in inputs]
     torch._dynamo.reset()  # each run its own graph: not a recompilation of the last one
-    compiled = torch.compile(program, backend="inductor", dynamic=False)
+    compiled = torch.compile(_program(torch, plan), backend="inductor", dynamic=False)
 
     def run() -> Any:
         with torch.set_grad_enabled(training):
             return compiled(*inputs)
 
-    def eager() -> Any:
-        with torch.set_grad_enabled(training):
-            return program(*eager_inputs)
+    return _both(measurer, torch, run)
 
+
+def _both(measurer: Measurer, torch: Any, run: Callable[[], Any]) -> tuple[int, int]:
     return (measurer.within(lambda: _graph_ns(torch, run)),
-            measurer.within(lambda: _eager_ns(torch, eager)))
-
-
-def _eager_ns(torch: Any, run: Callable[[], Any]) -> int:
-    """`run` (the program, eager) warmed up, then called `SESSION_CALLS` times in one profiler
-    session, as `_graph_ns` calls the compiled one: per call, its ATen ops less the extern op it
-    feeds, ns; the median."""
-    for _ in range(WARMUP):
-        run()
-    with quiet_stderr(), torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        for _ in range(SESSION_CALLS):
-            with torch.profiler.record_function(CALL):
-                run()
-    calls = [sum(c.time_range.elapsed_us() for c in e.cpu_children if c.name not in EXTERN_OPS)
-             for e in profile.events() if e.name == CALL]
-    if not calls:
-        raise RuntimeError("no eager call ran")
-    return int(round(statistics.median(calls) * 1000))
+            measurer.within(lambda: _warm_ns(torch, run)))
 
 
 def _graph_ns(torch: Any, run: Callable[[], Any]) -> int:
-    """`run` (a compiled program) warmed up, then called `SESSION_CALLS` times in one profiler
-    session: per call, the time inside its compiled graphs less the extern ops they call, ns; the
-    median. So a run is timed as the real compiled step's fused loops are
+    """`run` (a compiled program) warmed up, then profiled `REPETITIONS` times, each call in a
+    session of its own: per call, the time inside its compiled graphs less the extern ops they
+    call, ns; the median. So a run is timed as the real compiled step's fused loops are
     (scripts/compile_costs.py): without the compiled wrapper's own work, which the what-if adds
-    once per call, and without the extern op it feeds. Hot: a run's input is what the extern op
-    before it just wrote. One session for all the calls, since the profiler's start leaves the
-    next few calls cold: a2c's tanh on [64, 128] with the multiply it feeds took 42-45 µs as the
-    median of seven calls each profiled alone; 81, 29, 49, 40, 23, 23, 22 µs in a session of
-    seven; 21-22 from the sixth call of a session on; 26-34 as the median of twenty (in its real
-    compiled step: about 28). Timed hot as whole calls (the wrapper included), the fused runs of
-    the dcgan's discriminator took 5.65, 0.23, 0.12 and 0.09 ms, where its real compiled step's
-    loops took 4.6-5.5, 0.23, 0.07 and 0.07 (with the caches emptied first: 5.8, 0.44, 0.31,
-    0.24)."""
+    once per call, and without the extern op it feeds. Its input is what the extern op before it
+    just wrote; its code and data are as the profiler's start leaves them, cold. Timed hot as
+    whole calls (the wrapper included), the fused runs of the dcgan's discriminator took 5.65,
+    0.23, 0.12 and 0.09 ms, where its real compiled step's loops took 4.6-5.5, 0.23, 0.07 and 0.07
+    (with the caches emptied first: 5.8, 0.44, 0.31, 0.24)."""
     for _ in range(WARMUP):  # the first compiles
         run()
+    calls = []
+    for _ in range(REPETITIONS):
+        with quiet_stderr(), torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            run()
+        calls.append(sum(_loops_us(profile.events())))
+    return int(round(statistics.median(calls) * 1000))
+
+
+def _warm_ns(torch: Any, run: Callable[[], Any]) -> int:
+    """`run` called `SESSION_CALLS` times in one profiler session: per call, its fused loops as
+    `_graph_ns` reads them, ns; the median. The first few calls after the profiler's start are
+    cold (a2c's tanh and multiply: 81, 29, 49, 40, 23, 23, 22 µs), the rest warm."""
     with quiet_stderr(), torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         for _ in range(SESSION_CALLS):
             run()
-    graphs = [e for e in profile.events() if e.name.startswith(GRAPH)]
+    loops = _loops_us(profile.events())
+    per_call = len(loops) // SESSION_CALLS or 1
+    calls = [sum(loops[i:i + per_call]) for i in range(0, len(loops), per_call)]
+    return int(round(statistics.median(calls) * 1000))
+
+
+def _loops_us(events: Any) -> list[float]:
+    """Per compiled graph's call among the profiler's `events`: its time less the extern ops it
+    calls, µs."""
+    graphs = [e for e in events if e.name.startswith(GRAPH)]
     if not graphs:
         raise RuntimeError("no compiled graph ran")
-    per_call = len(graphs) // SESSION_CALLS or 1
-    times = [e.time_range.elapsed_us() - sum(
-        c.time_range.elapsed_us() for c in e.cpu_children if c.name in EXTERN_OPS) for e in graphs]
-    calls = [sum(times[i:i + per_call]) for i in range(0, len(times), per_call)]
-    return int(round(statistics.median(calls) * 1000))
+    return [e.time_range.elapsed_us() - sum(c.time_range.elapsed_us() for c in e.cpu_children
+                                            if c.name in EXTERN_OPS) for e in graphs]
 
 
 def _plan(torch: Any, steps: list[Step], consumer: bool = False) -> _Plan:

@@ -10,10 +10,10 @@ recorded ops the way the compiler sees them):
   convolution runs channels-last, as inductor lays it out: the measured tier times each recorded
   convolution both ways here;
 - every other op between two externs becomes part of one fused loop: each run of them is compiled
-  here with inductor and timed against itself run eagerly (cost/fused.py: a forward run with
-  gradients on and with the extern op it feeds, as a training step's forward graph holds it), its
-  recorded time scaled by the two, within `--compile-budget`; a run it cannot time takes
-  `FUSED_SHARE` of its recorded time (cost/compiled.py), and the note says why.
+  here with inductor and timed (cost/fused.py: a forward run with gradients on and with the extern
+  op it feeds, as a training step's forward graph holds it; cold, or warm where the call follows
+  the same module's last call closely, as its wrapper), within `--compile-budget`; a run it
+  cannot time takes `FUSED_SHARE` of its recorded time (cost/compiled.py), and the note says why.
 
 The loss stays as recorded unless `modules` names it, and the optimizer step always does. What the
 trace cannot show is said in the note: graph breaks and recompilation.
@@ -37,7 +37,7 @@ from daydream.cost.fused import (
     fused_key,
     fused_steps,
     fused_times,
-    graph_floor_ns,
+    graph_floor,
 )
 from daydream.cost.measure import Measurer
 from daydream.errors import InputError
@@ -82,7 +82,7 @@ class _Tally:
     measured_after_ns: int = 0
     unfused: dict[str, int] = field(default_factory=dict)  # distinct runs not measured, by why
     unrunnable: int = 0  # runs without the recorded arguments to re-run them
-    floor_ns: int = 0  # a compiled graph's own call, shared by a call's measured runs
+    floor: FusedTimes = FusedTimes(0, 0)  # a compiled graph's own call, cold and warm
     nodes: int = 0  # compiled backward nodes (one per forward call autograd recorded)
     warm: dict[int, int] = field(default_factory=lambda: {FORWARD: 0, BACKWARD: 0})
 
@@ -145,14 +145,14 @@ class Wrapper:
     warm: dict[int, int]
 
     def per_call(self, graph: Graph, calls: list[Region], graded: list[bool],
-                 tally: _Tally) -> list[int]:
-        """Per call, the wrapper's work in it, ns. A forward call runs one wrapper; a backward call
-        one per compiled backward node: each forward call autograd recorded (`graded`) makes one,
-        and the nodes of a module's iteration are shared over its backward calls in that
-        iteration (a2c's one backward pass runs the sixteen nodes of its rollout's calls). A
-        call's first wrapper is warm where the last call of the same module in the same phase and
-        iteration ended at most WARM_WITHIN_NS before it began; the further nodes of a backward
-        call run back to back, warm."""
+                 tally: _Tally) -> list[_Nodes]:
+        """Per call, its compiled graphs (cold and warm) and the wrapper's work in them, ns. A
+        forward call runs one graph; a backward call one per compiled backward node: each forward
+        call autograd recorded (`graded`) makes one, and the nodes of a module's iteration are
+        shared over its backward calls in that iteration (a2c's one backward pass runs the sixteen
+        nodes of its rollout's calls). A call's first graph finds the host warm where the last
+        call of the same module in the same phase and iteration ended at most WARM_WITHIN_NS
+        before it began; the further nodes of a backward call run back to back, warm."""
         tasks = graph.tasks
         keys = [(_root(graph, r.tasks[0]), int(tasks["iteration"][r.tasks[0]])) for r in calls]
         made = Counter(k for k, r, g in zip(keys, calls, graded) if r.phase == FORWARD and g)
@@ -172,8 +172,20 @@ class Wrapper:
             warm = last is not None and start - last <= WARM_WITHIN_NS
             ended[(*key, phase)] = int(tasks["measured_end_ns"][region.tasks[-1]])
             tally.warm[phase] += int(warm) + nodes - 1
-            spent.append((self.warm if warm else self.cold)[phase] + (nodes - 1) * self.warm[phase])
+            spent.append(_Nodes(cold=int(not warm), warm=int(warm) + nodes - 1,
+                                wrapper_ns=(self.warm if warm else self.cold)[phase]
+                                + (nodes - 1) * self.warm[phase]))
         return spent
+
+
+@dataclass(slots=True, frozen=True)
+class _Nodes:
+    """A call's compiled graphs, as many as its nodes: how many find the host cold and how many
+    warm, and their wrappers' work, ns."""
+
+    cold: int
+    warm: int
+    wrapper_ns: int
 
 
 def _graded(graph: Graph, calls: list[Region], context: Context) -> list[bool]:
@@ -193,7 +205,7 @@ def _graded(graph: Graph, calls: list[Region], context: Context) -> list[bool]:
 
 
 def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: CompilerView,
-                 costs: CostModel, wrapper: list[int], tally: _Tally) -> None:
+                 costs: CostModel, nodes: list[_Nodes], tally: _Tally) -> None:
     """Each call becomes its first task, lasting what the compiled call takes; its other tasks and
     the host work between them go."""
     gone: list[int] = []
@@ -203,10 +215,10 @@ def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: Compi
     called = [[u for task in region.tasks for u in view.units.get(int(graph.tasks["event"][task]),
                                                                   [])] for region in calls]
     runs = _fused(called, [region.phase for region in calls], view, costs.measurer, tally)
-    for region, units, fused, wrapped in zip(calls, called, runs, wrapper):
+    for region, units, fused, graphs in zip(calls, called, runs, nodes):
         tasks = region.tasks
-        compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(fused, tally)
-                       + wrapped)
+        compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(fused, graphs, tally)
+                       + graphs.wrapper_ns)
         tally.calls[region.phase] += 1
         tally.saved_gap_ns += int(graph.tasks["gap_ns"][tasks[1:]].sum())
         graph.tasks["duration_ns"][tasks[0]] = compiled_ns
@@ -300,7 +312,7 @@ class _Run:
 
     recorded_ns: int
     key: str  # its program's cache key (cost/fused.py); "" where it cannot be re-run
-    times: FusedTimes | None  # compiled and run eagerly here; None: FUSED_SHARE of its recording
+    times: FusedTimes | None  # compiled and timed here; None: FUSED_SHARE of its recorded time
 
 
 def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
@@ -327,7 +339,7 @@ def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
         found.append(mine)
     measured: dict[str, FusedTimes] = {}
     if measurer is not None and weight:
-        tally.floor_ns = graph_floor_ns(measurer) or 0
+        tally.floor = graph_floor(measurer) or tally.floor
     for key in sorted(weight, key=lambda k: -weight[k]):
         times = fused_times(measurer, *programs[key]) if measurer is not None else None
         if times is not None:
@@ -348,26 +360,28 @@ def _consumer(after: Unit | None, view: CompilerView) -> Step | None:
     return (view.name(after.row), arguments) if arguments is not None else None
 
 
-def _fused_ns(runs: list[_Run], tally: _Tally) -> int:
-    """The fusible ops' time in the compiled call: each run between externs one fused loop, its
-    recorded time times what compiling it did here (its fused loops over its ops run eagerly, both
-    timed here alike), else FUSED_SHARE of it. Each run timed here was its own graph: the call's
-    graph is one, so a graph's own call (`tally.floor_ns`) is taken off each run's loops and
-    counted once per call."""
-    total, floor = 0, 0
+def _fused_ns(runs: list[_Run], graphs: _Nodes, tally: _Tally) -> int:
+    """The fusible ops' time in the compiled call: each run between externs one fused loop, as
+    compiled and timed here, cold and warm in the shares of the call's graphs that find the host
+    cold and warm, else FUSED_SHARE of its recorded time. Each run timed here was its own graph:
+    the call's graphs pay a graph's own call (`tally.floor`) once each, so it is taken off each
+    run and counted once per graph."""
+    warm = graphs.warm / (graphs.cold + graphs.warm)
+    floor = tally.floor
+    total, measured = 0, False
     for run in runs:
         ns = int(round(FUSED_SHARE * run.recorded_ns))
         if run.times is not None:
-            loops = max(0, run.times.compiled_ns - tally.floor_ns)
-            ns = int(round(run.recorded_ns * loops / run.times.eager_ns))
-            floor = tally.floor_ns
+            ns = int(round((1 - warm) * max(0, run.times.cold - floor.cold)
+                           + warm * max(0, run.times.warm - floor.warm)))
+            measured = True
             tally.measured_runs += 1
             tally.measured_before_ns += run.recorded_ns
             tally.measured_after_ns += ns
         tally.fused_runs += 1
         tally.fused_before_ns += run.recorded_ns
         total += ns
-    return total + floor
+    return total + (graphs.cold * floor.cold + graphs.warm * floor.warm if measured else 0)
 
 
 def _notes(roots: set[str], tally: _Tally, wrapper: Wrapper, costs: CostModel) -> list[str]:
@@ -411,11 +425,11 @@ def _wrapper_note(tally: _Tally, wrapper: Wrapper, unit: int) -> str:
 def _fused_note(tally: _Tally, costs: CostModel) -> str:
     """What became of the runs of fusible ops: compiled here, or at the ratio, and why."""
     ratio_runs = tally.fused_runs - tally.measured_runs
-    measured = (f"{tally.measured_runs} compiled here with inductor and timed, each against "
-                f"itself run eagerly (measured tier: {tally.measured_before_ns / 1e3:.0f} µs "
-                f"recorded eager, {tally.measured_after_ns / 1e3:.0f} µs fused, a compiled "
-                f"graph's own call, {tally.floor_ns / 1e3:.1f} µs, counted once per call)"
-                if tally.measured_runs else "")
+    measured = (f"{tally.measured_runs} compiled here with inductor and timed, cold and warm "
+                f"(measured tier: {tally.measured_before_ns / 1e3:.0f} µs recorded eager, "
+                f"{tally.measured_after_ns / 1e3:.0f} µs fused; a compiled graph's own call, "
+                f"{tally.floor.cold / 1e3:.1f} µs cold and {tally.floor.warm / 1e3:.1f} warm, "
+                "counted once per graph)" if tally.measured_runs else "")
     why = []
     if costs.measurer is None:
         why.append("the measured tier is off (--no-measure, or torch missing)")
