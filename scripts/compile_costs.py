@@ -4,14 +4,16 @@
 
 Per pair (examples/training.py, then the same with --compile, both under daydream trace):
 
-- the compiled wrapper per call, in the compiled trace's own host units (cost/host.py): forward, each call of the
-  compiled module less the compiled graphs inside it (`## Call CompiledFxGraph`): dynamo's cache lookup and
-  AOTAutograd's runtime wrappers; backward, each CompiledFunctionBackward node less its graph;
+- the compiled wrapper per call, in the host units of the pair's eager trace (cost/host.py; the units a prediction
+  converts with): forward, each call of the compiled module less the compiled graphs inside it (`## Call
+  CompiledFxGraph`): dynamo's cache lookup and AOTAutograd's runtime wrappers; backward, each CompiledFunctionBackward
+  node less its graph; both less the ATen ops the call runs beside its graph. Apart: a module's first call in a phase
+  and iteration, and its warm calls (each within transforms/compiler.py `WARM_WITHIN_NS` of the module's last);
 - the fused share (cost/compiled.py `FUSED_SHARE`): per phase, the time inside the compiled graphs that is not an
   extern op, over the recorded time of the eager trace's fusible ops (cost/compiled.compiler_view) in the same calls.
 
-The medians over pairs (each pair's own median over its calls) are what `RECORDED_HOST_UNITS`
-("compile.forward.cpu", "compile.backward.cpu") and `FUSED_SHARE` hold.
+The medians over pairs (each pair's own median over its calls) are what `RECORDED_HOST_UNITS` ("compile.forward.cpu",
+"compile.forward_warm.cpu", "compile.backward.cpu", "compile.backward_warm.cpu") and `FUSED_SHARE` hold.
 """
 
 from __future__ import annotations
