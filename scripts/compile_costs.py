@@ -35,7 +35,7 @@ from daydream.graph import Graph  # noqa: E402
 from daydream.mapping import PHASES  # noqa: E402
 from daydream.mapping.linking import innermost_enclosing  # noqa: E402
 from daydream.trace import EventKind, Trace  # noqa: E402
-from daydream.transforms.compiler import WARM_WITHIN_NS, _root, compiled_roots, regions  # noqa: E402
+from daydream.transforms.compiler import Warmth, compiled_roots, regions  # noqa: E402
 
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 GRAPH = "## Call CompiledFxGraph"
@@ -55,8 +55,7 @@ def _inside(trace: Trace, rows: np.ndarray, start: int, end: int, track: int) ->
 
 def compiled_calls(path: Path, unit: int) -> tuple[dict[tuple[int, bool], list[float]], dict[int, float]]:
     """((phase, warm) -> the compiled wrapper of each call, in host units of `unit` ns; phase -> ns inside the graphs
-    that is not an extern op) of a compiled trace. A call is warm where the last call of the same module in the same
-    phase and iteration ended at most `WARM_WITHIN_NS` before it began (transforms/compiler.py)."""
+    that is not an extern op) of a compiled trace. Which calls are warm: transforms/compiler.py `Warmth`."""
     trace, graph = _read(path)
     annotations = trace.indices(EventKind.ANNOTATION)
     graphs = annotations[[trace.name_of(r).startswith(GRAPH) for r in annotations.tolist()]]
@@ -66,13 +65,10 @@ def compiled_calls(path: Path, unit: int) -> tuple[dict[tuple[int, bool], list[f
     wrappers: dict[tuple[int, bool], list[float]] = {(p, w): [] for p in (FORWARD, BACKWARD) for w in (False, True)}
     fused = {FORWARD: 0.0, BACKWARD: 0.0}
     tasks = graph.tasks
-    ended: dict[tuple[str, int, int], int] = {}  # (module, phase, iteration) -> when its last call ended
+    warmth = Warmth(graph)
 
     def record(phase: int, task: int, start: int, end: int, ns: float) -> None:
-        key = (_root(graph, task), phase, int(tasks["iteration"][task]))
-        warm = key in ended and start - ended[key] <= WARM_WITHIN_NS
-        ended[key] = end
-        wrappers[(phase, warm)].append(ns / unit)
+        wrappers[(phase, warmth.follows(task, phase, start, end))].append(ns / unit)
 
     for region in regions(graph, compiled_roots(graph, "")):
         first, last = region.tasks[0], region.tasks[-1]

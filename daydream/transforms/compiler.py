@@ -136,6 +136,24 @@ def _why_unchanged(graph: Graph, pattern: str) -> str:
                      "see the layers in daydream inspect")
 
 
+@dataclass(slots=True)
+class Warmth:
+    """Which calls of the compiled modules find the host warm, asked in program order: a call is
+    warm where the last call of the same module in the same phase and iteration ended at most
+    WARM_WITHIN_NS before it began (scripts/compile_costs.py reads real runs by the same rule)."""
+
+    graph: Graph
+    ended: dict[tuple[str, int, int], int] = field(default_factory=dict)
+
+    def follows(self, task: int, phase: int, start: int, end: int) -> bool:
+        """Whether the call of `task`'s module over [start, end] (ns) is warm; it is then the
+        module's last call."""
+        key = (_root(self.graph, task), phase, int(self.graph.tasks["iteration"][task]))
+        last = self.ended.get(key)
+        self.ended[key] = end
+        return last is not None and start - last <= WARM_WITHIN_NS
+
+
 @dataclass(slots=True, frozen=True)
 class Wrapper:
     """The compiled wrapper's own work, per phase, ns: in a call that finds it cold, and in one that
@@ -158,7 +176,7 @@ class Wrapper:
         made = Counter(k for k, r, g in zip(keys, calls, graded) if r.phase == FORWARD and g)
         backward = Counter(k for k, r in zip(keys, calls) if r.phase == BACKWARD)
         shared: Counter[tuple[str, int]] = Counter()
-        ended: dict[tuple[str, int, int], int] = {}
+        warmth = Warmth(graph)
         spent = []
         for key, region in zip(keys, calls):
             phase, nodes = region.phase, 1
@@ -167,10 +185,9 @@ class Wrapper:
                 nodes = made_here // calls_here + (shared[key] < made_here % calls_here)
                 shared[key] += 1
                 tally.nodes += nodes
-            start = int(tasks["measured_start_ns"][region.tasks[0]])
-            last = ended.get((*key, phase))
-            warm = last is not None and start - last <= WARM_WITHIN_NS
-            ended[(*key, phase)] = int(tasks["measured_end_ns"][region.tasks[-1]])
+            warm = warmth.follows(region.tasks[0], phase,
+                                  int(tasks["measured_start_ns"][region.tasks[0]]),
+                                  int(tasks["measured_end_ns"][region.tasks[-1]]))
             tally.warm[phase] += int(warm) + nodes - 1
             spent.append(_Nodes(cold=int(not warm), warm=int(warm) + nodes - 1,
                                 wrapper_ns=(self.warm if warm else self.cold)[phase]
@@ -412,12 +429,12 @@ def _notes(roots: set[str], tally: _Tally, wrapper: Wrapper, costs: CostModel) -
 
 def _wrapper_note(tally: _Tally, wrapper: Wrapper, unit: int) -> str:
     """The compiled wrapper's own work: per forward call and per backward node, cold and warm."""
-    def each(phase: int, runs: int, what: str) -> str:
+    def each(phase: int, what: str) -> str:
         warm = (f", {wrapper.warm[phase] / 1e3:.0f} µs in the {tally.warm[phase]} warm ones"
                 if tally.warm[phase] else "")
         return f"{wrapper.cold[phase] / 1e3:.0f} µs per {what}{warm}"
-    return (f"the compiled wrapper's own work {each(FORWARD, tally.calls[FORWARD], 'forward call')}"
-            f", {each(BACKWARD, tally.nodes, 'backward node')} ({tally.nodes} nodes: one per "
+    return (f"the compiled wrapper's own work {each(FORWARD, 'forward call')}"
+            f", {each(BACKWARD, 'backward node')} ({tally.nodes} nodes: one per "
             f"forward call autograd recorded; warm: within {WARM_WITHIN_NS / 1e6:g} ms of the "
             f"module's last call; host units of {unit} ns, recorded from real runs)")
 
