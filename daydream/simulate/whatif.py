@@ -169,6 +169,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "gpu_contention": lambda: gpu_slowdown(trace), "costs": costs,
                               "forward_ops": lambda: forward_ops_of(
                                   trace, attribution(), iterations()),
+                              "autocast_ops": lambda: forward_ops_of(
+                                  trace, attribution(), iterations(), between=True),
                               "compiler_view": lambda: compiler_view_of(trace, attribution()),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
@@ -202,9 +204,10 @@ TIERS_NOTE = "cost stage: changed work timed "
 
 
 def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
-                   iterations: list[Iteration] | None = None) -> Any:
+                   iterations: list[Iteration] | None = None, between: bool = False) -> Any:
     """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans
-    (transforms/amp.py). `attribution` and `iterations`: the trace's, where already made."""
+    (transforms/amp.py). `attribution` and `iterations`: the trace's, where already made;
+    `between`: with the ops of no layer between the model's calls (amp.between_layers)."""
     from daydream.transforms.amp import forward_ops
 
     attribution = attribution if attribution is not None else attribute(trace)
@@ -216,7 +219,8 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
         index = np.searchsorted(bounds, trace.ts_ns, side="right") - 1
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
-    return forward_ops(trace, attribution.layer, attribution.phase, iteration, attribution.layers)
+    return forward_ops(trace, attribution.layer, attribution.phase, iteration, attribution.layers,
+                       between)
 
 
 def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:

@@ -55,24 +55,49 @@ from daydream.transforms.kernels import kernel_classes, kernel_precisions, launc
 from daydream.transforms.primitives import HostSpans, Spans, scale, select, splice, task_of_event
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 
-FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
+FORWARD, BACKWARD, OTHER = (PHASES.index(phase) for phase in ("forward", "backward", "other"))
 
 
 def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray,
-                iteration_of_row: np.ndarray, layer_names: list[str] | None = None
-                ) -> tuple[dict[int, list[ForwardOp]], Spans]:
+                iteration_of_row: np.ndarray, layer_names: list[str] | None = None,
+                between: bool = False) -> tuple[dict[int, list[ForwardOp]], Spans]:
     """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor
     inputs, and, under an op some autocast list leaves out, the ops it called where they reach one
     the lists name (`ForwardOp.inner`, autocast.autocast_view); and each op's recorded span and
-    thread. `layer_names`: the layers `layer_of_row` indexes (what layers hold each op's)."""
+    thread. `layer_names`: the layers `layer_of_row` indexes (what layers hold each op's).
+    `between`: also the ops of no layer that run between the iteration's first forward op and its
+    first backward op (`between_layers`)."""
     rows = trace.indices(EventKind.CPU_OP)
-    rows = rows[(phase_of_row[rows] == FORWARD) & (iteration_of_row[rows] >= 0)]
+    rows = rows[iteration_of_row[rows] >= 0]
+    chosen = phase_of_row[rows] == FORWARD
+    if between:
+        chosen |= between_layers(trace, rows, layer_of_row, phase_of_row, iteration_of_row)
+    rows = rows[chosen]
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
     tree = _OpTree(trace, rows, layer_of_row, enclosing_layers(layer_names or []))
     found: dict[int, list[ForwardOp]] = {}
     for row in top_level_ops(trace, rows).tolist():
         found.setdefault(int(iteration_of_row[row]), []).append(tree.op(row))
     return found, tree.spans
+
+
+def between_layers(trace: Trace, rows: np.ndarray, layer_of_row: np.ndarray,
+                   phase_of_row: np.ndarray, iteration_of_row: np.ndarray) -> np.ndarray:
+    """Of CPU-op `rows`, those of no layer and no phase that start after their iteration's first
+    forward op and before its first backward op: what the training loop runs between and after
+    the model's calls, under the same autocast (a loss computed there, the script's own
+    `.float()`)."""
+    iterations = iteration_of_row[rows]
+    count = int(iterations.max()) + 1 if len(rows) else 0
+    first = {}
+    for phase in (FORWARD, BACKWARD):
+        start = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+        mine = phase_of_row[rows] == phase
+        np.minimum.at(start, iterations[mine], trace.ts_ns[rows[mine]])
+        first[phase] = start[iterations]
+    ts = trace.ts_ns[rows]
+    return ((layer_of_row[rows] < 0) & (phase_of_row[rows] == OTHER) & (ts > first[FORWARD])
+            & (ts < first[BACKWARD]))
 
 
 class _OpTree:
@@ -114,7 +139,7 @@ class _OpTree:
 
 
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    recorded = context.forward_ops
+    recorded = context.autocast_ops
     costs = context.costs
     gpu = graph.has_device_work()
     # of the fp32 kernels, before they are re-timed

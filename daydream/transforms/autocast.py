@@ -76,6 +76,8 @@ PROMOTING = frozenset(f"aten::{op}"
                       for op in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "cat",
                                                 "stack", "where", "addcmul", "addcdiv"))
 REDUCED_NAME = {"bf16": "c10::BFloat16", "fp16": "c10::Half"}
+#: c10::ScalarType's code of float32, as `aten::to` records its dtype argument (Concrete Inputs).
+FLOAT32_CODE = 6
 
 
 @dataclass(slots=True, frozen=True)
@@ -183,6 +185,11 @@ def plan(ops: list[ForwardOp], device_type: str,
     first = True
     for op in ops:
         _enter(op, activation, entry_type)
+        if _to_fp32(op):
+            # the script's own `.float()`: nothing in an fp32 run, a cast up of a reduced activation
+            casts += _cast_up(op, low) if activation == low else []
+            activation = types[op.row] = FULL
+            continue
         rule = decides(op.name, device_type)
         tensors = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
         floats = tensors
@@ -214,6 +221,22 @@ def plan(ops: list[ForwardOp], device_type: str,
         if rule is not None or floats:
             first = False
     return casts, types
+
+
+def _to_fp32(op: ForwardOp) -> bool:
+    """Whether `op` is a cast the script asks for, of an fp32 tensor to fp32 (`x.float()`,
+    `x.to(torch.float32)`): `aten::to` with that dtype among its first arguments (the dtype
+    overloads give it second, the device one third)."""
+    if op.name != "aten::to" or not op.inputs or op.inputs[0] is None or op.inputs[0][1] != FULL:
+        return False
+    return ("value", FLOAT32_CODE) in (op.arguments or [])[1:3]
+
+
+def _cast_up(op: ForwardOp, low: str) -> list[Cast]:
+    """The cast of `op`'s first input from the reduced type up to fp32 (its gradient's back)."""
+    # `_to_fp32` checked that the first input was recorded
+    return [Cast(op.row, 0, op.inputs[0][0], low, FULL,  # type: ignore[index]
+                 weight=False, backward=True)]
 
 
 def _promoted(op: ForwardOp, tensors: list[int], low: str) -> Cast:

@@ -97,6 +97,12 @@ class Context:
         return self._fact("forward_ops")
 
     @property
+    def autocast_ops(self) -> Any:
+        """`forward_ops` with the ops of no layer the training loop runs between the model's calls
+        in forward (amp.between_layers): what autocast decides on."""
+        return self._fact("autocast_ops")
+
+    @property
     def backward_gemms(self) -> Any:
         """The backward's matrix-multiply and convolution CPU ops: (row, name, inputs, duration ns,
         start ns, track, arguments) each."""

@@ -13,6 +13,7 @@ from daydream.cli import main
 from daydream.simulate.whatif import forward_ops_of
 from daydream.trace import EventKind
 from daydream.transforms.autocast import ForwardOp, autocast_view, enclosing_layers, plan, plan_casts
+from tests.builders import load_raw
 
 F = "float"
 
@@ -170,3 +171,80 @@ def test_a_recorded_gru_is_seen_through(tmp_path: Path) -> None:
         assert all(op.name != "aten::gru" for op in view)
         # the head's linear, outside the GRU, is there as before
         assert sum(op.name == "aten::linear" for op in view) == inside.size + 1
+
+
+def to_float(row: int, layer: int, shape: tuple[int, ...], dtype: int = 6) -> ForwardOp:
+    # `x.float()` as the trace records it: aten::to(self, dtype, non_blocking, copy, memory_format), dtype's code
+    return ForwardOp(row, "aten::to", layer, [(shape, F), None, None, None, None],
+                     arguments=[("tensor", shape, F, None), ("value", dtype), ("value", False), ("value", False), ("none",)])
+
+
+def test_a_scripts_own_float_casts_a_reduced_activation_up() -> None:
+    # actor linear (bf16) -> .float() between the modules -> critic linear: the critic's input is fp32 again
+    ops = [linear(1, 0, 4, 8, 8), to_float(2, -1, (4, 8)), linear(3, 1, 4, 8, 8), to_float(4, -1, (4, 8)),
+           to_float(5, -1, (4, 8))]
+    casts, types = plan(ops, "cpu")
+    # the first linear: x (the data: no gradient back), W, b; .float(): one cast up; the second linear: x, W, b; the
+    # last .float() casts up, the one after it has nothing left to cast
+    assert [(c.row, c.from_type, c.backward) for c in casts] == \
+        [(1, F, False), (1, F, True), (1, F, True), (2, "c10::BFloat16", True), (3, F, True), (3, F, True), (3, F, True),
+         (4, "c10::BFloat16", True)]
+    assert types == {1: "c10::BFloat16", 2: F, 3: "c10::BFloat16", 4: F, 5: F}
+    # .long() (int64's code, 4) is not a cast to fp32: the activation stays bf16 and the next linear casts only its weights
+    ops = [linear(1, 0, 4, 8, 8), to_float(2, -1, (4, 8), dtype=4), linear(3, 1, 4, 8, 8)]
+    assert [c.row for c in plan_casts(ops, "cpu")] == [1, 1, 1, 3, 3]
+
+
+MODULES_BETWEEN_SCRIPT = '''
+import argparse, torch, torch.nn as nn
+parser = argparse.ArgumentParser(); parser.add_argument("--steps", type=int, default=6); parser.add_argument("--amp", action="store_true")
+options = parser.parse_args()
+torch.manual_seed(0)
+actor = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+critic = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+gate = nn.Parameter(torch.ones(16))
+opt = torch.optim.SGD([*actor.parameters(), *critic.parameters(), gate], lr=0.01)
+x = torch.randn(8, 16)
+for _ in range(options.steps):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.amp):
+        h, loss = x, 0
+        for _ in range(3):
+            h = actor(h).float() * gate
+            loss = loss + critic(h).float().square().mean()
+    loss.backward()
+    opt.step(); opt.zero_grad()
+'''
+
+
+def _copies_per_step(path: Path) -> float:
+    events = [e for e in load_raw(path)["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if str(e["name"]).startswith("ProfilerStep#")]
+    copies = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy"
+              and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
+    return len(copies) / len(steps)
+
+
+def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) -> None:
+    # Two modules called in turn, three times a step, with the script's own .float() and an fp32 gate between them:
+    # every call casts its input down, every .float() casts up, each weight once a step. Planned from the fp32 trace,
+    # against the aten::_to_copy calls the real bf16 run added (forward casts and autograd's casts back).
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("torch")
+    script = tmp_path / "between.py"
+    script.write_text(MODULES_BETWEEN_SCRIPT)
+    runs = {}
+    for name, extra in (("fp32", []), ("bf16", ["--amp"])):
+        runs[name] = tmp_path / f"{name}.json.gz"
+        assert main(["trace", "--backend", "torch", "-o", str(runs[name]), str(script), "--", "--steps", "6", *extra]) == 0
+    real = _copies_per_step(runs["bf16"]) - _copies_per_step(runs["fp32"])
+    trace = open_job(runs["fp32"]).traces[0]
+    planned = {}
+    for between in (False, True):
+        facts, _ = forward_ops_of(trace, between=between)
+        per_step = [plan_casts(ops, "cpu") for ops in facts.values()]
+        planned[between] = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
+    # 8 weights (and their gradients' casts back); 3 calls of each module, each casting its input; 6 .float(); every
+    # activation's cast but the data's comes back in backward
+    assert real == 8 * 2 + 12 * 2 - 1
+    assert planned[True] == real
+    assert planned[False] < real  # inside the modules alone, the .float() calls and the casts after them are not seen

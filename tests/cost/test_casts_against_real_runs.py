@@ -34,13 +34,13 @@ def copies_per_iteration(path: Path) -> float:
 @pytest.mark.parametrize("example", ["mlp", "cnn", "transformer", "realistic/round-3/cnn", "realistic/round-3/transformer",
                                      "realistic/round-3/resnet"])
 def test_planned_casts_match_the_real_bf16_run(example: str) -> None:
-    # the realistic transformer (BERT-base size) has twelve pre-norm blocks whose residual adds run in fp32: 268 casts
-    # planned against 270 real (the loss's cast and its gradient's are outside the forward's modules)
+    # the realistic transformer (BERT-base size) has twelve pre-norm blocks whose residual adds run in fp32, and its
+    # loss, computed outside the model's modules, casts the logits up (and its gradient back): 270 casts a step
     suffix = ".json.xz" if example.startswith("realistic") else ".json.gz"
     real = copies_per_iteration(H200 / f"{example}-amp{suffix}") - copies_per_iteration(H200 / f"{example}-baseline{suffix}")
     trace = open_trace(discover(H200 / f"{example}-baseline{suffix}")[0])
-    ops, _ = forward_ops_of(trace)
+    ops, _ = forward_ops_of(trace, between=True)
     planned = [plan_casts(forward, "cuda") for forward in ops.values()]
     per_iteration = sum(sum(c.forward for c in casts) + sum(c.backward for c in casts) for casts in planned) / len(planned)
     assert real > 5
-    assert abs(per_iteration - real) <= 2, (per_iteration, real)
+    assert per_iteration == real, (per_iteration, real)

@@ -56,7 +56,7 @@ def test_amp_inserts_autocasts_casts_timed_by_the_cost_stage() -> None:
     costs = CostModel(host=HostCosts(unit_ns=1000, launch_ns=5), on_gpu=True, device=find_device("V100"),
                       elementwise=CopySpeed(100.0, 100.0, "by hand"))
     context = Context(device=find_device("V100"), derive={"costs": lambda: costs,
-                                                          "forward_ops": lambda: ({0: [linear]}, {100: (0, 9, -1)})})
+                                                          "autocast_ops": lambda: ({0: [linear]}, {100: (0, 9, -1)})})
     _apply(g, "amp", context)
     names = [g.task_name(t) for t in range(g.task_count)]
     casts = [t for t, n in enumerate(names) if n == "autocast: cast (host)"]
@@ -392,7 +392,7 @@ def test_amp_without_recorded_shapes_takes_its_casts_by_ratio() -> None:
     costs = CostModel(host=HostCosts(unit_ns=1000, launch_ns=5), on_gpu=True, device=find_device("V100"))
     shapeless = ForwardOp(100, "aten::linear", -1, [])
     context = Context(device=find_device("V100"), derive={"costs": lambda: costs,
-                                                          "forward_ops": lambda: ({0: [shapeless]}, {100: (0, 9, -1)})})
+                                                          "autocast_ops": lambda: ({0: [shapeless]}, {100: (0, 9, -1)})})
     notes = _apply(g, "amp", context)
     ratio = find_device("V100").fp16_tflops / find_device("V100").fp32_tflops
     # The GEMM: 796 / 7.96 = 100 ns, plus a weight cast of half the median elementwise kernel (40 ns): 20 ns; its
