@@ -209,6 +209,13 @@ def tensor_bytes(tensor: Tensor) -> int:
     return elements(tensor[0]) * ITEM_BYTES[tensor[1]]
 
 
+def footprint_bytes(inputs: list[Tensor | None]) -> int:
+    """The bytes an elementwise or normalization op touches in fp32: its floating inputs and an
+    output the size of the largest; 0 where none was recorded."""
+    sizes = [elements(t[0]) for t in inputs if t is not None and t[1] in FLOATING]
+    return 4 * (sum(sizes) + max(sizes)) if sizes else 0
+
+
 def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, int] | None:
     """(batch, m, n, k) of a matrix multiply from its recorded tensor
     inputs, or None for other ops or shapes.

@@ -269,9 +269,11 @@ def backward_gemms_of(trace: Trace, attribution: Attribution | None = None
 
 
 def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None
-                           ) -> list[tuple[int, int, int, int, int]]:
-    """The backward's elementwise and normalization CPU ops
-    (aten::..._backward): (row, duration, start, track, layer)."""
+                           ) -> list[tuple[int, int, int, int, int, int]]:
+    """The backward's elementwise and normalization CPU ops (aten::..._backward): (row, duration,
+    start, track, layer, the bytes its tensors take in fp32: `footprint_bytes`, 0 where its shapes
+    were not recorded)."""
+    from daydream.cost.shapes import OpShapes, footprint_bytes
     from daydream.mapping.classes import classify
 
     rows = trace.indices(EventKind.CPU_OP)
@@ -281,8 +283,10 @@ def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None
     wanted = [i for i, n in names.items() if n.startswith("aten::") and n.endswith("_backward")
               and classify(n) in ("elementwise", "normalization")]
     rows = rows[np.isin(trace.name[rows], wanted)]
+    shapes = OpShapes(trace)
     return [(r, int(trace.dur_ns[r]), int(trace.ts_ns[r]), int(trace.track[r]),
-             int(attribution.layer[r])) for r in rows.tolist()]
+             int(attribution.layer[r]), footprint_bytes(shapes.tensors(r) or []))
+            for r in rows.tolist()]
 
 
 #: In-place updates a hand-written optimizer applies to each parameter (p.add_(g, alpha=-lr),

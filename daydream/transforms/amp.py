@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from daydream.cost import CostModel, Tier
-from daydream.cost.measure import CALLED_AGAIN
-from daydream.cost.shapes import FLOATING, OpShapes, top_level_ops
+from daydream.cost.measure import CALLED_AGAIN, core_cache_bytes
+from daydream.cost.shapes import FLOATING, OpShapes, footprint_bytes, top_level_ops
 from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import HOST_WORK, KERNELS
@@ -226,7 +226,9 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
                 found.append(_Retimed(task, own_ns, op.name, inputs=op.inputs,
                                       arguments=op.arguments))
     fixed = costs.elementwise.overhead_ns if costs.elementwise is not None else 0.0
-    halved, low_layers = _halve_memory_bound(graph, facts, types, low, held, context, fixed)
+    cache = core_cache_bytes()
+    halving = _halve_memory_bound(graph, facts, types, low, held, context, fixed, cache)
+    halved = halving.halved
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = of_event.get(row, enclosing.holding(start, track))
         if task >= 0:
@@ -252,9 +254,11 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
             f"now, the rest from the cache): {abs(saved) / iterations / 1e3:.0f} µs "
             f"{'less' if saved >= 0 else 'more'} per "
             f"iteration{why}{measured_ratios(ratios, reduced)}; {halved} elementwise and "
-            f"normalization ops of the {len(low_layers)} layers that run in {reduced}, forward and "
-            f"backward, their time beyond a small elementwise op's ({fixed / 1e3:.1f} µs, this "
-            f"trace's) ÷2 (half the bytes; by ratio)")
+            f"normalization ops of the {len(halving.low_layers)} layers that run in {reduced}, "
+            f"forward and backward, their time beyond a small elementwise op's ({fixed / 1e3:.1f} "
+            f"µs, this trace's) ÷2 (half the bytes; by ratio)"
+            + (f"; {halving.cached} whose tensors fit in a core's cache ({cache >> 10} KiB) keep "
+               f"their time (no fewer bytes from memory in {reduced})" if halving.cached else ""))
 
 
 @dataclass(slots=True)
@@ -397,40 +401,53 @@ class _HeldOps:
         return self.enclosing.holding(start, track), end - start
 
 
+@dataclass(slots=True)
+class _Halved:
+    """What `_halve_memory_bound` did: ops halved, ops kept because their tensors fit in a core's
+    cache, the layers that run in the reduced type."""
+
+    halved: int = 0
+    cached: int = 0
+    low_layers: set[int] = field(default_factory=set)
+
+
 def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
-                        low: str, held: _HeldOps, context: Context,
-                        fixed_ns: float = 0.0) -> tuple[int, set[int]]:
+                        low: str, held: _HeldOps, context: Context, fixed_ns: float = 0.0,
+                        cache_bytes: int = 0) -> _Halved:
     """On a CPU trace, the forward's elementwise and normalization ops that run in the reduced type,
     and the backward ones of the same layers, move half the bytes: the part of each op's time
     beyond `fixed_ns` (the trace's own per-op overhead of a small elementwise op,
     cost/elementwise.py) is halved, so an op on a small tensor, all overhead, keeps its time. (Timed
     alone they mislead, see RETIMED_ON_CPU; in the real bf16 runs of examples/cnn.py batch norm,
-    relu and their backward took 0.34-0.77 of their fp32 time; a GRU's small gates and their
-    backward took what they took in fp32.) Returns how many ops, and the layers that run in the
-    reduced type."""
-    low_layers: set[int] = set()
-    halved = 0
+    relu and their backward took 0.34-0.77 of their fp32 time.) An op whose tensors fit in a
+    core's cache in fp32 (`cache_bytes`; `footprint_bytes`) moves no fewer bytes from memory in
+    bf16 and keeps its time: in the real bf16 runs of examples/own/imagine.py the ELUs, layer norms
+    and their backward on [32, 256] took 1.13-1.25 times their fp32 time, a GRU cell's gates on
+    [32, 128] 1.07-1.18 times. An op whose shapes were not recorded is halved."""
+    done = _Halved()
     durations = graph.tasks["duration_ns"]
 
-    def halve(task: int, own_ns: int) -> None:
+    def halve(task: int, own_ns: int, footprint: int) -> None:
+        if 0 < footprint < cache_bytes:
+            done.cached += 1
+            return
         durations[task] = max(0, int(durations[task]) - int(max(0.0, own_ns - fixed_ns) // 2))
+        done.halved += 1
 
     for ops in facts.values():
         for op in ops:
             if types.get(op.row) != low:
                 continue
             if op.layer >= 0:
-                low_layers.add(op.layer)
+                done.low_layers.add(op.layer)
             task, own_ns = held.task(op.row)
             if task >= 0 and classify(op.name) in HALVED_CLASSES and op.name not in RETIMED_ON_CPU:
-                halve(task, own_ns)
-                halved += 1
-    for _, duration, start, track, layer in context.backward_memory_ops or []:
+                halve(task, own_ns, footprint_bytes(op.inputs))
+    for _, duration, start, track, layer, footprint in context.backward_memory_ops or []:
         task = held.enclosing.holding(start, track)
-        if task >= 0 and layer in low_layers:
-            halve(task, duration)
-            halved += 1
-    return halved, low_layers
+        if task >= 0 and layer in done.low_layers:
+            halve(task, duration, footprint)
+    return done
 
 
 def _measured_pair(measurer: Any, name: str, inputs: list[Any], low: str,

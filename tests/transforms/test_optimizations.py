@@ -492,11 +492,45 @@ def test_amp_on_a_cpu_halves_only_what_an_elementwise_op_spends_beyond_a_small_o
     nodes = {100: 4, 200: 5}  # the backward node holding each backward op, by its start
     held = SimpleNamespace(task=recorded.__getitem__,
                            enclosing=SimpleNamespace(holding=lambda start, track: nodes[start]))
-    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0), (21, 5_000, 200, 0, 1)])
-    halved, layers = _halve_memory_bound(graph, {0: ops}, types, "c10::BFloat16", held, context,  # type: ignore[arg-type]
-                                         fixed_ns=2_000.0)
+    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0, 0), (21, 5_000, 200, 0, 1, 0)])
+    done = _halve_memory_bound(graph, {0: ops}, types, "c10::BFloat16", held, context,  # type: ignore[arg-type]
+                               fixed_ns=2_000.0, cache_bytes=1 << 20)
     assert graph.tasks["duration_ns"].tolist() == [6_000, 1_500, 4_000, 3_000, 6_000, 5_000]
-    assert halved == 3 and layers == {0}
+    assert done.halved == 3 and done.cached == 0 and done.low_layers == {0}
+
+
+def test_amp_on_a_cpu_keeps_the_time_of_an_elementwise_op_whose_tensors_fit_in_a_cores_cache() -> None:
+    # A 1 MiB cache. Forward relus in bf16: on [32, 256] (32 KiB in, 32 KiB out: fits) it keeps its 10,000 ns; on
+    # [256, 1024] (1 MiB in, 1 MiB out) 2,000 + 8,000 / 2. Backward: a node whose op touched 96 KiB keeps its time, one
+    # whose op touched 3 MiB is halved beyond the 2,000 ns.
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import _halve_memory_bound
+    from daydream.transforms.autocast import ForwardOp
+
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([10_000, 10_000, 9_000, 9_000], dtype=np.int64)})
+    B = "c10::BFloat16"
+    ops = [ForwardOp(10, "aten::relu", 0, [((32, 256), "float")]), ForwardOp(11, "aten::relu", 0, [((256, 1024), "float")])]
+    held = SimpleNamespace(task={10: (0, 10_000), 11: (1, 10_000)}.__getitem__,
+                           enclosing=SimpleNamespace(holding=lambda start, track: {100: 2, 200: 3}[start]))
+    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0, 96 << 10), (21, 8_000, 200, 0, 0, 3 << 20)])
+    done = _halve_memory_bound(graph, {0: ops}, {10: B, 11: B}, B, held, context,  # type: ignore[arg-type]
+                               fixed_ns=2_000.0, cache_bytes=1 << 20)
+    assert graph.tasks["duration_ns"].tolist() == [10_000, 6_000, 9_000, 6_000]
+    assert (done.halved, done.cached) == (2, 2)
+
+
+def test_a_cpus_core_cache_is_read_from_linux_and_falls_back_where_it_is_not_listed(tmp_path: Path) -> None:
+    from daydream.cost.measure import CORE_CACHE_BYTES, core_cache_bytes
+
+    for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"),
+                                                 ("3", "Unified", "32768K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    assert core_cache_bytes(tmp_path) == 2 << 20
+    assert core_cache_bytes(tmp_path / "absent") == CORE_CACHE_BYTES
 
 
 def test_amp_on_a_cpu_measures_each_names_largest_signature_first() -> None:
