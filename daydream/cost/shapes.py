@@ -20,6 +20,7 @@ import numpy as np
 
 from daydream.errors import InputError
 from daydream.trace import Trace
+from daydream.trace.kineto.shapes import streamed_bytes
 
 #: Bytes per element of the tensor types torch.profiler names ("Input type").
 ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
@@ -211,9 +212,10 @@ def tensor_bytes(tensor: Tensor) -> int:
 
 def footprint_bytes(inputs: list[Tensor | None]) -> int:
     """The bytes an elementwise or normalization op touches in fp32: its floating inputs and an
-    output the size of the largest; 0 where none was recorded."""
-    sizes = [elements(t[0]) for t in inputs if t is not None and t[1] in FLOATING]
-    return 4 * (sum(sizes) + max(sizes)) if sizes else 0
+    output the size of the largest (trace/kineto/shapes.streamed_bytes's rule, every floating
+    input taken as fp32); 0 where none was recorded."""
+    floats = [list(t[0]) for t in inputs if t is not None and t[1] in FLOATING]
+    return int(streamed_bytes(floats, [FULL] * len(floats)))
 
 
 def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, int] | None:

@@ -95,7 +95,7 @@ _ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "lon
                "c10::complex<float>": 8, "c10::complex<double>": 16}
 
 
-def _streamed_bytes(dims: list[Any], types: list[Any]) -> float:
+def streamed_bytes(dims: list[Any], types: list[Any]) -> float:
     """Bytes an elementwise op reads and writes: every tensor operand
     once, and its result (the largest operand, as broadcasting gives)
     once more. Scalars and untyped operands count nothing."""
@@ -123,9 +123,9 @@ def _elementwise_bytes(kind: np.ndarray, args: ArgsByRow, strings: _Interner,
 
 
 def _streamed_work(dims: msgspec.Raw, types: msgspec.Raw) -> float | None:
-    """`_streamed_bytes` from the recorded dims and types; None where they do not give it."""
+    """`streamed_bytes` from the recorded dims and types; None where they do not give it."""
     try:
-        value = _streamed_bytes(msgspec.json.decode(dims), msgspec.json.decode(types))
+        value = streamed_bytes(msgspec.json.decode(dims), msgspec.json.decode(types))
     except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
         return None  # shapes written otherwise: no bytes for this op
     return value if math.isfinite(value) and 0 < value < 1e18 else None
