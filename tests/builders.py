@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,17 @@ def load_raw(path: Path) -> Any:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as handle:  # type: ignore[operator]
         return json.load(handle, parse_float=Decimal)
+
+
+def copies_per_step(path: Path) -> float:
+    """The `aten::_to_copy` calls per ProfilerStep of a torch.profiler trace (.json, .json.gz or .json.xz): the casts a
+    run made, counted from the file alone."""
+    raw = json.load(lzma.open(path)) if path.suffix == ".xz" else load_raw(path)
+    events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")]
+    copies = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy"]
+    inside = [c for c in copies if any(s["ts"] <= c["ts"] < s["ts"] + s["dur"] for s in steps)]
+    return len(inside) / len(steps)
 
 
 def ns(microseconds: Any) -> int:

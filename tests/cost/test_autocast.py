@@ -13,7 +13,7 @@ from daydream.cli import main
 from daydream.simulate.whatif import forward_ops_of
 from daydream.trace import EventKind
 from daydream.transforms.autocast import ForwardOp, autocast_view, enclosing_layers, plan, plan_casts
-from tests.builders import load_raw
+from tests.builders import copies_per_step
 
 F = "float"
 
@@ -216,14 +216,6 @@ for _ in range(options.steps):
 '''
 
 
-def _copies_per_step(path: Path) -> float:
-    events = [e for e in load_raw(path)["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in events if str(e["name"]).startswith("ProfilerStep#")]
-    copies = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy"
-              and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
-    return len(copies) / len(steps)
-
-
 def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) -> None:
     # Two modules called in turn, three times a step, with the script's own .float() and an fp32 gate between them:
     # every call casts its input down, every .float() casts up, each weight once a step. Planned from the fp32 trace,
@@ -236,7 +228,7 @@ def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) ->
     for name, extra in (("fp32", []), ("bf16", ["--amp"])):
         runs[name] = tmp_path / f"{name}.json.gz"
         assert main(["trace", "--backend", "torch", "-o", str(runs[name]), str(script), "--", "--steps", "6", *extra]) == 0
-    real = _copies_per_step(runs["bf16"]) - _copies_per_step(runs["fp32"])
+    real = copies_per_step(runs["bf16"]) - copies_per_step(runs["fp32"])
     trace = open_job(runs["fp32"]).traces[0]
     planned = {}
     for between in (False, True):

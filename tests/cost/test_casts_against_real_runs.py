@@ -7,8 +7,6 @@ made, forward and backward; the plan from the baseline must count the same withi
 
 from __future__ import annotations
 
-import json
-import lzma
 from pathlib import Path
 
 import pytest
@@ -17,18 +15,9 @@ from daydream.api import open_trace
 from daydream.simulate.whatif import forward_ops_of
 from daydream.trace import discover
 from daydream.transforms.autocast import plan_casts
-from tests.builders import load_raw
+from tests.builders import copies_per_step
 
 H200 = Path(__file__).resolve().parents[2] / "examples" / "h200"
-
-
-def copies_per_iteration(path: Path) -> float:
-    raw = json.load(lzma.open(path)) if path.suffix == ".xz" else load_raw(path)
-    events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in events if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")]
-    copies = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy"]
-    inside = [c for c in copies if any(s["ts"] <= c["ts"] < s["ts"] + s["dur"] for s in steps)]
-    return len(inside) / len(steps)
 
 
 @pytest.mark.parametrize("example", ["mlp", "cnn", "transformer", "realistic/round-3/cnn", "realistic/round-3/transformer",
@@ -37,7 +26,7 @@ def test_planned_casts_match_the_real_bf16_run(example: str) -> None:
     # the realistic transformer (BERT-base size) has twelve pre-norm blocks whose residual adds run in fp32, and its
     # loss, computed outside the model's modules, casts the logits up (and its gradient back): 270 casts a step
     suffix = ".json.xz" if example.startswith("realistic") else ".json.gz"
-    real = copies_per_iteration(H200 / f"{example}-amp{suffix}") - copies_per_iteration(H200 / f"{example}-baseline{suffix}")
+    real = copies_per_step(H200 / f"{example}-amp{suffix}") - copies_per_step(H200 / f"{example}-baseline{suffix}")
     trace = open_trace(discover(H200 / f"{example}-baseline{suffix}")[0])
     ops, _ = forward_ops_of(trace, between=True)
     planned = [plan_casts(forward, "cuda") for forward in ops.values()]
