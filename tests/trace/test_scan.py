@@ -1,4 +1,5 @@
-"""The compiled scanner (daydream/trace/kineto/scan.py) reads what msgspec reads, the same way.
+"""The window scanner (daydream/trace/kineto/scan.py) reads what msgspec reads, the same way, in both of its
+implementations (the C extension and numba's kernels: every test runs on each that is here).
 
 msgspec is the reference throughout: each trace is read twice, once by msgspec alone and once with the scanner
 reading every window it can, and the two results must be equal to the bit; numbers are checked against
@@ -8,6 +9,7 @@ msgspec's own parse of the same text.
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -16,11 +18,26 @@ import numpy as np
 import pytest
 
 from daydream.trace import read_job
-from daydream.trace.kineto import scan, scanned, stream
+from daydream.trace.kineto import layout, scan, scanned, stream
 from daydream.trace.kineto.schema import _Args
 from daydream.trace.model import Trace
 
-pytestmark = pytest.mark.skipif(not stream.SCANNER, reason="the scanner is compiled by numba, which is not here")
+IMPLEMENTATIONS = scan.available()
+
+
+@pytest.fixture(autouse=True, params=IMPLEMENTATIONS or ["none"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test once per implementation of the scanner that is here."""
+    if request.param == "none":
+        pytest.skip("neither the C scanner was built nor numba is here")
+    monkeypatch.setattr(scan, "IMPLEMENTATION", request.param)
+    return str(request.param)
+
+
+def test_the_c_scanner_is_built_in_ci() -> None:
+    # CI installs with a compiler: the C scanner must have been built there, not silently left out.
+    if os.environ.get("CI") == "true":
+        assert "c" in IMPLEMENTATIONS
 
 
 def _read_both(path: Path, monkeypatch: pytest.MonkeyPatch, window: int | None = None) -> tuple[Trace, Trace]:
@@ -163,7 +180,7 @@ def test_events_are_counted_once_the_text_after_them_is_read() -> None:
 def test_the_hot_args_are_fields_of_the_args_struct() -> None:
     # The scanner reads these args itself; they must be the very fields `_Args` gives for those keys.
     fields = {field.encode_name: field.name for field in msgspec.structs.fields(_Args)}
-    assert [fields[key] for key in scan.HOT_KEYS] == list(scan.HOT_FIELDS)
+    assert [fields[key] for key in layout.HOT_KEYS] == list(layout.HOT_FIELDS)
 
 
 def _numbers(count: int) -> list[str]:
@@ -183,8 +200,7 @@ def _numbers(count: int) -> list[str]:
 
 def test_numbers_are_read_to_the_bit_msgspec_reads() -> None:
     for text in _numbers(3000):
-        buffer = np.frombuffer((text + ",").encode(), dtype=np.uint8)
-        after, kind, value, number = scan._number(buffer, 0, buffer.size)
+        after, kind, value, number = scan.number((text + ",").encode(), 0)
         assert after == len(text), text
         if kind == 1:
             assert value == int(text) and number == msgspec.json.decode(text, type=float), text
@@ -209,16 +225,25 @@ def test_corpus_traces_read_the_same(corpus: Path, monkeypatch: pytest.MonkeyPat
         _assert_same(*_read_both(corpus / name, monkeypatch, 1 << 20))
 
 
-def test_a_small_document_is_read_by_msgspec_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Loading the compiled scanner costs more than it saves on a document of a few MB.
-    def refuse(buffer: bytearray, start: int) -> None:
-        raise AssertionError("the scanner was used")
+def test_a_small_document_is_scanned_only_where_loading_the_scanner_costs_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, implementation: str) -> None:
+    # Loading numba's scanner costs more than it saves on a document of a few MB, so msgspec reads it alone; the C
+    # scanner costs nothing to load and reads every document (where it is the default).
+    assert stream.SCAN_FROM == (0 if IMPLEMENTATIONS[0] == "c" else 64 << 20)
+    scanned_rows = []
+    original = scanned.scan_events
 
-    monkeypatch.setattr(scanned, "scan_events", refuse)
+    def counted(buffer: bytearray, start: int) -> tuple[scanned.ScannedRows | None, int, int]:
+        found = original(buffer, start)
+        scanned_rows.append(0 if found[0] is None else found[0].size)
+        return found
+
+    monkeypatch.setattr(scanned, "scan_events", counted)
+    monkeypatch.setattr(stream, "SCAN_FROM", 0 if implementation == "c" else 64 << 20)
     path = tmp_path / "small.json"
     path.write_text(_document(_EVENTS[:6] * 100, "\n"))
-    assert len(path.read_bytes()) < stream.SCAN_FROM
     assert len(read_job(path, cache=False).traces[0]) == 600
+    assert sum(scanned_rows) == (600 if implementation == "c" else 0)
 
 
 def test_a_window_still_viewed_is_replaced_not_resized() -> None:
@@ -230,3 +255,23 @@ def test_a_window_still_viewed_is_replaced_not_resized() -> None:
     assert rest == bytearray(b'[{"b": 2}]') and rest is not buffer and view.tobytes().startswith(b'[{"a"')
     view.release()
     assert stream._without(buffer, buffer.index(b'{"b"')) is buffer and buffer == bytearray(b'[{"b": 2}]')
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="needs both the C scanner and numba")
+def test_both_implementations_write_the_same_columns_at_every_cut(implementation: str) -> None:
+    # The text of every kind of event, cut at each byte: both implementations read the same events into the same
+    # columns, and stop at the same place for the same reason.
+    if implementation != IMPLEMENTATIONS[0]:
+        pytest.skip("compares the implementations once")
+    whole = ("[" + ", ".join(_EVENTS[:16]) + "]").encode()
+    for cut in range(1, len(whole) + 1):
+        text = bytearray(whole[:cut])
+        results = []
+        for name in IMPLEMENTATIONS:
+            scan.IMPLEMENTATION = name
+            out = np.zeros((64, layout.WIDTH), dtype=np.int64)
+            times = np.zeros((64, 2), dtype=np.float64)
+            count, stop, status = scan.scan(text, 1, out, times)
+            results.append((count, stop, status, out[:count].tobytes(), times[:count].tobytes()))
+        assert results[0] == results[1], cut
+    assert results[0][0] > 10  # the whole text: most events read

@@ -1,7 +1,6 @@
 """The events the compiled scanner (scan.py) read, as `_Columns` reads a chunk (`rows.Rows`): its
 columns, the strings and numbers it left to Python decoded, and the args it left to msgspec decoded
-in one batch. Imported only when a document is large enough to scan: it compiles (or loads) numba
-code.
+in one batch.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from daydream.trace.kineto import scan
+from daydream.trace.kineto import layout, scan
 from daydream.trace.kineto.rows import Coded, Flow, arg_ints, arg_marks
 from daydream.trace.kineto.schema import _EMPTY_ARGS, _Args, _within_limit
 from daydream.trace.model import NO_VALUE
@@ -33,12 +32,10 @@ class NotScanned(Exception):
 def scan_events(buffer: bytearray, start: int) -> tuple[ScannedRows | None, int, int]:
     """The events of `buffer` from `start` (just after "[" or a comma) as far as the scanner reads
     them: (their rows, None where it read none; where it stopped; scan.END, PARTIAL or FAILED)."""
-    text = np.frombuffer(buffer, dtype=np.uint8)
     rows = min(SCAN_ROWS, len(buffer) // 32 + 16)
-    out = np.empty((rows, scan.WIDTH), dtype=np.int64)
+    out = np.empty((rows, layout.WIDTH), dtype=np.int64)
     times = np.empty((rows, 2), dtype=np.float64)
-    count, stop, status = scan.scan(text, start, text.size, out, times)
-    del text
+    count, stop, status = scan.scan(buffer, start, out, times)
     if count == 0:
         return None, stop, status
     try:
@@ -59,42 +56,42 @@ class ScannedRows:
         self.size = out.shape[0]
         self.ts, self.dur = _slow_numbers(text, out, times)
         self.full = _full_args(text, out)
-        flags = out[:, scan.I_FLAGS]
+        flags = out[:, layout.I_FLAGS]
         self._coded: dict[int, Coded] = {
             column: _distinct_texts(text, out[:, column], out[:, column + 1],
                                     (flags & flag) != 0, out[:, hashes])
-            for column, hashes, flag in ((scan.I_CAT, scan.I_CAT_HASH, scan.F_CAT),
-                                         (scan.I_NAME, scan.I_NAME_HASH, scan.F_NAME))}
-        self._coded[scan.I_PID] = _ids(text, out, scan.I_PID, scan.F_PID)
-        self._coded[scan.I_TID] = _ids(text, out, scan.I_TID, scan.F_TID)
+            for column, hashes, flag in ((layout.I_CAT, layout.I_CAT_HASH, layout.F_CAT),
+                                         (layout.I_NAME, layout.I_NAME_HASH, layout.F_NAME))}
+        self._coded[layout.I_PID] = _ids(text, out, layout.I_PID, layout.F_PID)
+        self._coded[layout.I_TID] = _ids(text, out, layout.I_TID, layout.F_TID)
 
     def cats(self) -> Coded:
-        return self._coded[scan.I_CAT]
+        return self._coded[layout.I_CAT]
 
     def names(self) -> Coded:
-        return self._coded[scan.I_NAME]
+        return self._coded[layout.I_NAME]
 
     def pids(self) -> Coded:
-        return self._coded[scan.I_PID]
+        return self._coded[layout.I_PID]
 
     def tids(self) -> Coded:
-        return self._coded[scan.I_TID]
+        return self._coded[layout.I_TID]
 
     def name_and_ph(self, rows: list[int]) -> list[tuple[str, str]]:
         names, at = self.names()
         assert at is not None
         return [(names[name], chr(ph) if ph >= 0 else _PH[ph]) for name, ph in
-                zip(at[rows].tolist(), self.out[rows, scan.I_PH].tolist())]
+                zip(at[rows].tolist(), self.out[rows, layout.I_PH].tolist())]
 
     def flows(self, rows: list[int]) -> Iterator[Flow]:
         pids, pid_at = self.pids()
         tids, tid_at = self.tids()
         assert pid_at is not None and tid_at is not None
         picked = self.out[rows]
-        ph = picked[:, scan.I_PH]
-        flowing = np.flatnonzero(((ph == 115) | (ph == 102)) & (picked[:, scan.I_ID] == 1))
+        ph = picked[:, layout.I_PH]
+        flowing = np.flatnonzero(((ph == 115) | (ph == 102)) & (picked[:, layout.I_ID] == 1))
         chosen = np.asarray(rows, dtype=np.int64)[flowing]
-        for flow_id, ts, pid, tid, mark in zip(picked[flowing, scan.I_ID + 1].tolist(),
+        for flow_id, ts, pid, tid, mark in zip(picked[flowing, layout.I_ID + 1].tolist(),
                                               self.ts[chosen].tolist(), pid_at[chosen].tolist(),
                                               tid_at[chosen].tolist(), ph[flowing].tolist()):
             yield flow_id, ts, (pids[pid], tids[tid]), mark == 115
@@ -112,7 +109,7 @@ class ScannedRows:
                       if new_rows[row] >= 0}
         # the names of the rows kept, no other: the trace's strings hold only names of its events
         # (a pid or tid of no kept row is harmless: tracks are made from rows)
-        taken._coded = {column: _subset(values, at, rows) if column == scan.I_NAME
+        taken._coded = {column: _subset(values, at, rows) if column == layout.I_NAME
                         else (values, None if at is None else at[rows])
                         for column, (values, at) in self._coded.items()}
         return taken
@@ -130,11 +127,11 @@ class ScannedRows:
     def device_stream(self, row: int) -> tuple[Any, Any]:
         if row in self.full:
             return self.full[row].device, self.full[row].stream
-        hot = scan.I_HOT + scan.HOT_FIELDS.index("device")
+        hot = layout.I_HOT + layout.HOT_FIELDS.index("device")
         return int(self.out[row, hot]), int(self.out[row, hot + 1])
 
     def ints(self) -> dict[str, np.ndarray]:
-        hot = {field: self.out[:, scan.I_HOT + k] for k, field in enumerate(scan.HOT_FIELDS)}
+        hot = {field: self.out[:, layout.I_HOT + k] for k, field in enumerate(layout.HOT_FIELDS)}
         columns = {"correlation": hot["correlation"],
                    "external_id": np.where(hot["external_id"] != NO_VALUE, hot["external_id"],
                                            hot["external_id_legacy"]),
@@ -191,7 +188,7 @@ def _ids(text: Text, out: np.ndarray, column: int, flag: int) -> Coded:
     if texts.any():
         written = out[texts]
         strings, at = _distinct_texts(text, written[:, column + 1], written[:, column + 2],
-                                      (written[:, scan.I_FLAGS] & flag) != 0)
+                                      (written[:, layout.I_FLAGS] & flag) != 0)
         assert at is not None
         inverse[texts] = at + len(values)
         values += strings
@@ -202,14 +199,12 @@ def _distinct_texts(text: Text, starts: np.ndarray, stops: np.ndarray, marked: n
                     hashes: np.ndarray | None = None) -> Coded:
     """The distinct strings of the spans and each span's index among them (`hashes`: the spans'
     `scan.span_hashes`, where the scanner gave them)."""
-    buffer = np.frombuffer(text, dtype=np.uint8)
     if hashes is None:
-        hashes = scan.span_hashes(buffer, starts, stops)
+        hashes = scan.span_hashes(text, starts, stops)
     distinct, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    if distinct.size > 1 and not scan.same_spans(buffer, starts, stops, first[inverse]):
+    if distinct.size > 1 and not scan.same_spans(text, starts, stops, first[inverse]):
         raise NotScanned("two strings share a hash")
-    del buffer
     values = [_string(text, int(starts[row]), int(stops[row]), bool(marked[row]))
               for row in first.tolist()]
     return values, inverse
@@ -231,9 +226,9 @@ def _slow_numbers(text: Text, out: np.ndarray,
                   times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """ts and dur, with the numbers the scanner left to Python read as msgspec reads them."""
     ts, dur = times[:, 0].copy(), times[:, 1].copy()
-    for column, flag, values in ((scan.I_TS, scan.F_TS_SLOW, ts),
-                                 (scan.I_DUR, scan.F_DUR_SLOW, dur)):
-        for row in np.flatnonzero(out[:, scan.I_FLAGS] & flag).tolist():
+    for column, flag, values in ((layout.I_TS, layout.F_TS_SLOW, ts),
+                                 (layout.I_DUR, layout.F_DUR_SLOW, dur)):
+        for row in np.flatnonzero(out[:, layout.I_FLAGS] & flag).tolist():
             number = float(text[out[row, column]:out[row, column + 1]])
             if not math.isfinite(number):
                 raise NotScanned("a number beyond a double")  # msgspec refuses it
@@ -243,14 +238,12 @@ def _slow_numbers(text: Text, out: np.ndarray,
 
 def _full_args(text: Text, out: np.ndarray) -> dict[int, _Args]:
     """row -> its args as msgspec reads them, for the rows the scanner marked."""
-    rows = np.flatnonzero(out[:, scan.I_FULL])
+    rows = np.flatnonzero(out[:, layout.I_FULL])
     if not rows.size:
         return {}
-    buffer = np.frombuffer(text, dtype=np.uint8)
-    joined = scan.joined_spans(buffer, out[rows, scan.I_ARGS], out[rows, scan.I_ARGS + 1])
-    del buffer
+    joined = scan.joined_spans(text, out[rows, layout.I_ARGS], out[rows, layout.I_ARGS + 1])
     try:
-        decoded = _FULL_ARGS.decode(joined.data)
+        decoded = _FULL_ARGS.decode(joined)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotScanned(str(exc)) from None
     return dict(zip(rows.tolist(), decoded))

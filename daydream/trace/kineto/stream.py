@@ -5,8 +5,6 @@ with certainty is read whole.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -14,6 +12,7 @@ from typing import Any, Protocol
 import msgspec
 
 from daydream._heap import give_back
+from daydream.trace.kineto import scan
 from daydream.trace.kineto.columns import _Columns
 from daydream.trace.kineto.document import (
     _EVENTS,
@@ -70,14 +69,14 @@ WINDOW = 8 << 20
 _NOT_STREAMED: Any = object()
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
-#: Whether windows are read by the compiled scanner first (numba is there to compile it: as plain
-#: Python it would be slower than msgspec; DAYDREAM_NO_JIT turns numba off, as in _jit.py), and
-#: from how many bytes of text on: loading it takes a process about 0.13 s (most of it numba's own
-#: start), and it saves up to 8 ms a MB on a GPU trace, little on one of CPU ops and `[memory]`
-#: events (`scripts/bench_ingest.py` prints both for a trace), so a smaller document is read as
-#: fast by msgspec alone.
-SCANNER = not os.environ.get("DAYDREAM_NO_JIT") and importlib.util.find_spec("numba") is not None
-SCAN_FROM = 64 << 20
+#: Whether windows are read by the scanner first (scan.py: the C extension, or numba's kernels where
+#: it was not built; as plain Python it would be slower than msgspec), and from how many bytes of
+#: text on: the C scanner from the first; numba's takes a process about 0.13 s to load (its own
+#: start), and saves up to 8 ms a MB on a GPU trace, little on one of CPU ops and `[memory]` events
+#: (`scripts/bench_ingest.py` prints both for a trace), so a smaller document is read as fast by
+#: msgspec alone.
+SCANNER = scan.IMPLEMENTATION is not None
+SCAN_FROM = 0 if scan.IMPLEMENTATION == "c" else 64 << 20
 #: Cuts tried per window before the document is read whole (a cut
 #: inside a string or a nested list fails to decode).
 _CUT_ATTEMPTS = 8
@@ -249,7 +248,7 @@ def _scanned(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> i
     """The events at the start of `buffer` ("[" and then events) that the compiled scanner reads,
     into `columns`: where the next event starts, or None where it read none (msgspec reads the
     window instead)."""
-    from daydream.trace.kineto.scanned import scan_events  # numba: only for documents this large
+    from daydream.trace.kineto.scanned import scan_events
 
     rows, stop, _ = scan_events(buffer, 1)
     if rows is None:
