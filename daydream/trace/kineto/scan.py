@@ -9,6 +9,7 @@ call of any compiled function), which is why stream.py scans with it only past `
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from types import ModuleType
@@ -33,8 +34,9 @@ __all__ = ["END", "FAILED", "HOT_FIELDS", "HOT_KEYS", "IMPLEMENTATION", "PARTIAL
 
 Text = bytes | bytearray
 
+_compiled: Any
 try:
-    from daydream.trace.kineto import _scan as _compiled
+    _compiled = importlib.import_module("daydream.trace.kineto._scan")
 except ImportError:  # built without a compiler: the numba kernels, where numba is here
     _compiled = None
 
@@ -42,7 +44,7 @@ except ImportError:  # built without a compiler: the numba kernels, where numba 
 def available() -> tuple[str, ...]:
     """The implementations here, the one used by default first: "c", "numba" (DAYDREAM_NO_JIT
     turns numba off, as in _jit.py)."""
-    found = ("c",) if _compiled is not None else ()
+    found: tuple[str, ...] = ("c",) if _compiled is not None else ()
     if not os.environ.get("DAYDREAM_NO_JIT") and importlib.util.find_spec("numba") is not None:
         found += ("numba",)
     return found
