@@ -23,9 +23,9 @@ enum { END = 0, PARTIAL = 1, FAILED = 2 };
 
 /* scan.py's LAYOUT, in this order */
 enum {
-    L_WIDTH, L_PH, L_CAT, L_NAME, L_PID, L_TID, L_ID, L_ARGS, L_FULL, L_HOT, L_FLAGS, L_TS,
-    L_DUR, L_CAT_HASH, L_NAME_HASH, L_F_CAT, L_F_NAME, L_F_PID, L_F_TID, L_F_TS_SLOW,
-    L_F_DUR_SLOW, L_COUNT
+    L_WIDTH, L_PH, L_CAT, L_NAME, L_PID, L_TID, L_ID, L_ARGS, L_FULL, L_HOT, L_DIMS, L_SEEN,
+    L_FLAGS, L_TS, L_DUR, L_CAT_HASH, L_NAME_HASH, L_F_CAT, L_F_NAME, L_F_PID, L_F_TID,
+    L_F_TS_SLOW, L_F_DUR_SLOW, L_COUNT
 };
 
 typedef struct {
@@ -40,7 +40,7 @@ typedef struct {
     int64_t *out;
     double *times;
     int64_t l[L_COUNT];
-    Keys top, hot, known;
+    Keys top, hot, dims, known;
 } Scan;
 
 static const int64_t MAX_INT = 922337203685477579LL; /* (2**63 - 1 - 9) // 10 */
@@ -468,6 +468,57 @@ static int64_t hot_value(Scan *s, int64_t pos, int64_t row, int64_t column)
     return skip(b, pos, s->end);
 }
 
+/* A launch dimension: a list of three ints in int64 into `column` and the two after it; past it.
+ * Anything else sends the event's args to msgspec. */
+static int64_t dim_value(Scan *s, int64_t pos, int64_t row, int64_t column)
+{
+    const uint8_t *b = s->buf;
+    int64_t end = s->end, at = b[pos] == '[' ? ws(b, pos + 1, end) : -1;
+    for (int k = 0; k < 3; k++) {
+        if (at >= 0 && k)
+            at = at < end && b[at] == ',' ? ws(b, at + 1, end) : -1;
+        if (at < 0 || at >= end || !(b[at] == '-' || is_digit(b[at]))) {
+            at = -1;
+            break;
+        }
+        int kind;
+        int64_t integer;
+        double real;
+        int64_t after = number(b, at, end, &kind, &integer, &real);
+        if (after < 0 || kind != 1) {
+            at = -1;
+            break;
+        }
+        CELL(s, row, column + k) = integer;
+        at = ws(b, after, end);
+    }
+    if (at >= 0 && at < end && b[at] == ']')
+        return at + 1;
+    CELL(s, row, s->l[L_FULL]) = 1;
+    return skip(b, pos, end);
+}
+
+/* One member of args, its key at b[start:stop] and its value at `pos`: past it; its bit into
+ * *seen. */
+static int64_t arg(Scan *s, int64_t pos, int64_t row, int64_t start, int64_t stop, int marked,
+                   int64_t *seen)
+{
+    const uint8_t *b = s->buf;
+    int which = marked ? -1 : key_id(b, start, stop, &s->hot);
+    int dim = marked || which >= 0 ? -1 : key_id(b, start, stop, &s->dims);
+    int bit = which >= 0 ? which : (dim >= 0 ? (int)s->hot.count + dim : -1);
+    if (marked || (bit >= 0 && (*seen & ((int64_t)1 << bit))) ||
+        (bit < 0 && key_id(b, start, stop, &s->known) >= 0))
+        CELL(s, row, s->l[L_FULL]) = 1; /* msgspec reads what these keys hold */
+    if (bit >= 0)
+        *seen |= (int64_t)1 << bit;
+    if (which >= 0)
+        return hot_value(s, pos, row, s->l[L_HOT] + which);
+    if (dim >= 0)
+        return dim_value(s, pos, row, s->l[L_DIMS] + 3 * dim);
+    return skip(b, pos, s->end);
+}
+
 static int64_t args(Scan *s, int64_t pos, int64_t row)
 {
     const uint8_t *b = s->buf;
@@ -480,22 +531,15 @@ static int64_t args(Scan *s, int64_t pos, int64_t row)
         pos = key(b, pos, end, &start, &stop, &marked);
         if (pos < 0)
             return pos;
-        int which = marked ? -1 : key_id(b, start, stop, &s->hot);
-        if (marked || (which >= 0 && (seen & ((int64_t)1 << which))) ||
-            (which < 0 && key_id(b, start, stop, &s->known) >= 0))
-            CELL(s, row, s->l[L_FULL]) = 1;
-        if (which >= 0) {
-            seen |= (int64_t)1 << which;
-            pos = hot_value(s, pos, row, s->l[L_HOT] + which);
-        } else {
-            pos = skip(b, pos, end);
-        }
+        pos = arg(s, pos, row, start, stop, marked, &seen);
         if (pos < 0)
             return pos;
         pos = next_member(b, pos, end, &more);
     }
-    if (pos >= 0)
+    if (pos >= 0) {
         CELL(s, row, s->l[L_ARGS] + 1) = pos;
+        CELL(s, row, s->l[L_SEEN]) = seen;
+    }
     return pos;
 }
 
@@ -622,7 +666,7 @@ static int64_t event(Scan *s, int64_t pos, int64_t row)
         cells[column] = -1;
     cells[s->l[L_CAT_HASH]] = cells[s->l[L_NAME_HASH]] = fnv1a(b, 0, 0);
     cells[s->l[L_PID]] = cells[s->l[L_TID]] = cells[s->l[L_ID]] = 0;
-    cells[s->l[L_FULL]] = cells[s->l[L_FLAGS]] = 0;
+    cells[s->l[L_FULL]] = cells[s->l[L_FLAGS]] = cells[s->l[L_SEEN]] = 0;
     s->times[row * 2] = s->times[row * 2 + 1] = NAN;
     int64_t seen = 0;
     pos = open_object(b, pos, end, &more);
@@ -719,13 +763,15 @@ static int load_keys(Keys *keys, Py_buffer *bytes, Py_buffer *starts)
 
 static PyObject *py_scan(PyObject *self, PyObject *a)
 {
-    Py_buffer text, out, times, layout, top, top_starts, hot, hot_starts, known, known_starts;
+    Py_buffer text, out, times, layout, top, top_starts, hot, hot_starts, dims, dims_starts, known,
+        known_starts;
     Py_ssize_t pos, end;
-    if (!PyArg_ParseTuple(a, "y*nnw*w*y*y*y*y*y*y*y*", &text, &pos, &end, &out, &times, &layout,
-                          &top, &top_starts, &hot, &hot_starts, &known, &known_starts))
+    if (!PyArg_ParseTuple(a, "y*nnw*w*y*y*y*y*y*y*y*y*y*", &text, &pos, &end, &out, &times,
+                          &layout, &top, &top_starts, &hot, &hot_starts, &dims, &dims_starts,
+                          &known, &known_starts))
         return NULL;
     Py_buffer *views[] = {&text, &out, &times, &layout, &top, &top_starts, &hot, &hot_starts,
-                          &known, &known_starts};
+                          &dims, &dims_starts, &known, &known_starts};
     PyObject *result = NULL;
     Scan s;
     int64_t count = 0, stop = 0;
@@ -747,8 +793,13 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
         goto done;
     }
     if (load_keys(&s.top, &top, &top_starts) < 0 || load_keys(&s.hot, &hot, &hot_starts) < 0 ||
+        load_keys(&s.dims, &dims, &dims_starts) < 0 ||
         load_keys(&s.known, &known, &known_starts) < 0)
         goto done;
+    if (s.hot.count + s.dims.count > 62) {
+        PyErr_SetString(PyExc_ValueError, "at most 62 hot and launch-dimension keys");
+        goto done;
+    }
     s.buf = (const uint8_t *)text.buf;
     s.end = end;
     s.out = (int64_t *)out.buf;

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ from daydream.trace.kineto.schema import (
     MODULE_SPAN_PREFIX,
     SPAN_LIMIT_NS,
     TIME_LIMIT_US,
-    _Args,
     _as_int,
     _Event,
     _Interner,
@@ -44,26 +42,26 @@ from daydream.trace.model import (
     empty_table,
 )
 
-#: Per side table, its columns as the file writes them: (column, the arg it comes from). `finish`
-#: turns the values into the table's dtypes ("grid" and "block" into their x, y, z columns; "_str"
-#: columns into string ids).
-_SIDE_FIELDS: dict[str, list[tuple[str, Callable[[_Args], Any]]]] = {
-    "memory": [(column, attrgetter(column)) for column in
+#: Per side table, its columns as the file writes them: (column, the `_Args` field it comes from,
+#: how the value is kept: as given, or as text). `finish` turns the values into the table's dtypes
+#: ("grid" and "block" into their x, y, z columns; "_str" columns into string ids).
+_Field = tuple[str, str, Callable[[Any], Any] | None]
+_SIDE_FIELDS: dict[str, list[_Field]] = {
+    "memory": [(column, column, None) for column in
                ("addr", "total_allocated", "total_reserved", "device_type", "device_id")],
-    "collective": [("collective_str", attrgetter("collective")),
-                   ("in_nelems", attrgetter("in_nelems")), ("out_nelems", attrgetter("out_nelems")),
-                   ("group_size", attrgetter("group_size")), ("dtype_str", lambda a: str(a.dtype)),
-                   ("group_name_str", lambda a: str(a.group_name)),
-                   ("group_ranks_str", lambda a: str(a.group_ranks))],
-    "launch_config": [(column, attrgetter(column))
+    "collective": [("collective_str", "collective", None), ("in_nelems", "in_nelems", None),
+                   ("out_nelems", "out_nelems", None), ("group_size", "group_size", None),
+                   ("dtype_str", "dtype", str), ("group_name_str", "group_name", str),
+                   ("group_ranks_str", "group_ranks", str)],
+    "launch_config": [(column, column, None)
                       for column in ("grid", "block", "registers", "shared_memory")],
     # kept as the file's bytes (`finish` decodes each distinct one once)
-    "shapes": [("dims_str", attrgetter("input_dims")), ("types_str", attrgetter("input_types")),
-               ("concrete_str", attrgetter("concrete_inputs")),
-               ("strides_str", attrgetter("input_strides"))],
-    "sync": [("sync_kind_str", attrgetter("sync_kind"))]
-    + [(column, attrgetter(column)) for column in
-             ("wait_on_stream", "wait_on_event_record_correlation", "wait_on_event_id")],
+    "shapes": [("dims_str", "input_dims", bytes), ("types_str", "input_types", bytes),
+               ("concrete_str", "concrete_inputs", bytes),
+               ("strides_str", "input_strides", bytes)],
+    "sync": [("sync_kind_str", "sync_kind", None), ("wait_on_stream", "wait_on_stream", None),
+             ("wait_on_event_record_correlation", "wait_on_event_record_correlation", None),
+             ("wait_on_event_id", "wait_on_event_id", None)],
 }
 
 
@@ -158,7 +156,7 @@ class _Columns:
         them (`finish` makes the columns)."""
         memory = np.flatnonzero(kind == EventKind.MEMORY)
         if memory.size:
-            bytes_column[memory] = _ints([a.memory_bytes for a in kept.args_of(memory.tolist())])
+            bytes_column[memory] = _ints(kept.arg_values(memory.tolist(), ("memory_bytes",))[0])
         chosen = {
             "memory": memory,
             "collective": np.flatnonzero(marks["collective"]),
@@ -170,10 +168,10 @@ class _Columns:
             if rows.size:
                 table = self.side[name]
                 table["event"].extend((rows + self.rows).tolist())
-                picked = kept.args_of(rows.tolist())
-                for column, field in _SIDE_FIELDS[name]:
-                    values = map(field, picked)
-                    table[column].extend(map(bytes, values) if name == "shapes" else values)
+                fields = _SIDE_FIELDS[name]
+                values = kept.arg_values(rows.tolist(), tuple(field for _, field, _ in fields))
+                for (column, _, kept_as), listed in zip(fields, values):
+                    table[column].extend(listed if kept_as is None else map(kept_as, listed))
         args = kept.args
         flops = _gemm_flops(kind, args, self.names, names, self.shape_memo)
         if flops["event"].size:

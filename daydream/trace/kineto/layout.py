@@ -26,12 +26,16 @@ END, PARTIAL, FAILED = 0, 1, 2
 
 # The top-level fields, in the order both implementations read them by position.
 TOP_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args")
-# The args read here ("hot"), as `_Args` names them in the file; then every other key of `_Args`,
-# whose presence sends the event's args to msgspec.
+# The args read here ("hot"), as `_Args` names them in the file: ints (a value the scanner cannot
+# read as one sends the event's args to msgspec); then the launch dimensions, lists of three ints;
+# then every other key of `_Args`, whose presence sends the event's args to msgspec.
 HOT_KEYS = ("correlation", "External id", "external id", "Sequence number", "bytes", "device",
-            "stream")
+            "stream", "Addr", "Bytes", "Total Allocated", "Total Reserved", "Device Type",
+            "Device Id", "registers per thread", "shared memory")
 HOT_FIELDS = ("correlation", "external_id", "external_id_legacy", "sequence", "bytes", "device",
-              "stream")
+              "stream", "addr", "memory_bytes", "total_allocated", "total_reserved", "device_type",
+              "device_id", "registers", "shared_memory")
+DIM_KEYS = ("grid", "block")
 
 # Columns of the integer output, one row per event.
 I_PH = 0  # the one ASCII character of ph; -1 when absent, -2 any other string
@@ -43,8 +47,11 @@ I_ID = 11  # kind (0 absent or null, 1 int, 2 string), then the int
 I_ARGS = 13  # start and end of the args object's text; -1 when absent or null
 I_FULL = 15  # 1: msgspec reads these args (a key or value the scanner does not read)
 I_HOT = 16  # the HOT_KEYS' values, -1 (NO_VALUE) when absent
-I_FLAGS = I_HOT + len(HOT_KEYS)  # bit per string with escapes or non-ASCII bytes (F_*), per
-# number read in Python
+I_DIMS = I_HOT + len(HOT_KEYS)  # DIM_KEYS' three values each, -1 when absent
+# bit k: HOT_KEYS[k] was read; bit len(HOT_KEYS) + j: DIM_KEYS[j]
+I_SEEN = I_DIMS + 3 * len(DIM_KEYS)
+# bit per string with escapes or non-ASCII bytes (F_*), per number read in Python
+I_FLAGS = I_SEEN + 1
 I_TS = I_FLAGS + 1  # start and end of ts's text (read in Python when F_TS_SLOW)
 I_DUR = I_TS + 2
 I_CAT_HASH = I_DUR + 2  # FNV-1a of cat's text, of name's text (`span_hashes`)
@@ -53,9 +60,9 @@ WIDTH = I_NAME_HASH + 1
 F_CAT, F_NAME, F_PID, F_TID, F_TS_SLOW, F_DUR_SLOW = 1, 2, 4, 8, 16, 32
 
 #: The columns and flags above in the order the C scanner takes them.
-LAYOUT = np.array([WIDTH, I_PH, I_CAT, I_NAME, I_PID, I_TID, I_ID, I_ARGS, I_FULL, I_HOT, I_FLAGS,
-                   I_TS, I_DUR, I_CAT_HASH, I_NAME_HASH, F_CAT, F_NAME, F_PID, F_TID, F_TS_SLOW,
-                   F_DUR_SLOW], dtype=np.int64)
+LAYOUT = np.array([WIDTH, I_PH, I_CAT, I_NAME, I_PID, I_TID, I_ID, I_ARGS, I_FULL, I_HOT, I_DIMS,
+                   I_SEEN, I_FLAGS, I_TS, I_DUR, I_CAT_HASH, I_NAME_HASH, F_CAT, F_NAME, F_PID,
+                   F_TID, F_TS_SLOW, F_DUR_SLOW], dtype=np.int64)
 
 
 def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -67,5 +74,6 @@ def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 TOP = key_table(TOP_KEYS)
 HOT = key_table(HOT_KEYS)
+DIMS = key_table(DIM_KEYS)
 KNOWN = key_table(tuple(field.encode_name for field in msgspec.structs.fields(_Args)
-                        if field.encode_name not in HOT_KEYS))
+                        if field.encode_name not in HOT_KEYS + DIM_KEYS))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import repeat
-from operator import is_not
+from operator import attrgetter, is_not
 from typing import Any, Protocol
 
 import numpy as np
@@ -80,6 +80,10 @@ class Rows(Protocol):
 
     def args_of(self, rows: list[int]) -> list[_Args]: ...
 
+    def arg_values(self, rows: list[int], fields: tuple[str, ...]) -> list[list[Any]]:
+        """Per field of `_Args`, its value in each of `rows` (the field's default where absent)."""
+        ...
+
     def device_stream(self, row: int) -> tuple[Any, Any]:
         """The device and stream args of `row`, as written."""
         ...
@@ -139,6 +143,10 @@ class EventRows:
     def args_of(self, rows: list[int]) -> list[_Args]:
         args = self.args
         return [args[i] for i in rows]
+
+    def arg_values(self, rows: list[int], fields: tuple[str, ...]) -> list[list[Any]]:
+        picked = self.args_of(rows)
+        return [list(map(attrgetter(field), picked)) for field in fields]
 
     def device_stream(self, row: int) -> tuple[Any, Any]:
         return self.args[row].device, self.args[row].stream

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from daydream.trace.kineto.layout import (
+    DIMS,
     END,
     FAILED,
     HOT,
@@ -77,7 +78,7 @@ def scan(text: Text, start: int, out: np.ndarray, times: np.ndarray) -> tuple[in
     compiled = _c()
     if compiled is not None:
         result: tuple[int, int, int] = compiled.scan(text, start, len(text), out, times, LAYOUT,
-                                                     *TOP, *HOT, *KNOWN)
+                                                     *TOP, *HOT, *DIMS, *KNOWN)
         return result
     buffer = np.frombuffer(text, dtype=np.uint8)
     count, stop, status = _kernels().scan(buffer, start, buffer.size, out, times)

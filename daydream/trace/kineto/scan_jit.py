@@ -11,6 +11,7 @@ import numpy as np
 from daydream._jit import jit
 from daydream.trace.kineto.layout import (
     BAD,
+    DIMS,
     END,
     F_CAT,
     F_DUR_SLOW,
@@ -20,9 +21,11 @@ from daydream.trace.kineto.layout import (
     F_TS_SLOW,
     FAILED,
     HOT,
+    HOT_KEYS,
     I_ARGS,
     I_CAT,
     I_CAT_HASH,
+    I_DIMS,
     I_DUR,
     I_FLAGS,
     I_FULL,
@@ -32,6 +35,7 @@ from daydream.trace.kineto.layout import (
     I_NAME_HASH,
     I_PH,
     I_PID,
+    I_SEEN,
     I_TID,
     I_TS,
     KNOWN,
@@ -49,6 +53,8 @@ _POW10 = np.array([10.0**k for k in range(23)])
 _TOP, _TOP_STARTS = TOP
 _HOT, _HOT_STARTS = HOT
 _KNOWN, _KNOWN_STARTS = KNOWN
+_DIMS, _DIMS_STARTS = DIMS
+_N_HOT = len(HOT_KEYS)
 
 
 @jit
@@ -401,6 +407,50 @@ def _hot_value(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int,
 
 
 @jit
+def _dim_value(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int,
+               column: int) -> int:
+    """A launch dimension: a list of three ints in int64 into `out` (three columns); past it.
+    Anything else sends the event's args to msgspec."""
+    at = _ws(buf, pos + 1, end) if buf[pos] == 91 else -1
+    for k in range(3):
+        if at >= 0 and k:
+            at = _ws(buf, at + 1, end) if at < end and buf[at] == 44 else -1
+        if at < 0 or at >= end or not (buf[at] == 45 or 48 <= buf[at] <= 57):
+            at = -1
+            break
+        after, kind, value, _ = _number(buf, at, end)
+        if after < 0 or kind != 1:
+            at = -1
+            break
+        out[row, column + k] = value
+        at = _ws(buf, after, end)
+    if 0 <= at < end and buf[at] == 93:
+        return at + 1
+    out[row, I_FULL] = 1
+    return _skip(buf, pos, end)
+
+
+@jit
+def _arg(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int, start: int, stop: int,
+         marked: int, seen: int) -> tuple[int, int]:
+    """One member of args, its key at buf[start:stop] and its value at `pos`: (past it, `seen`
+    with its bit)."""
+    which = -1 if marked else _key_id(buf, start, stop, _HOT, _HOT_STARTS)
+    dim = -1 if marked or which >= 0 else _key_id(buf, start, stop, _DIMS, _DIMS_STARTS)
+    bit = which if which >= 0 else (_N_HOT + dim if dim >= 0 else -1)
+    if marked or (bit >= 0 and seen & (1 << bit)) or (
+            bit < 0 and _key_id(buf, start, stop, _KNOWN, _KNOWN_STARTS) >= 0):
+        out[row, I_FULL] = 1  # msgspec reads what these keys hold
+    if bit >= 0:
+        seen |= 1 << bit
+    if which >= 0:
+        return _hot_value(buf, pos, end, out, row, I_HOT + which), seen
+    if dim >= 0:
+        return _dim_value(buf, pos, end, out, row, I_DIMS + 3 * dim), seen
+    return _skip(buf, pos, end), seen
+
+
+@jit
 def _args(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int) -> int:
     """Read the args object at `pos` into `out`'s row; past it."""
     out[row, I_ARGS] = pos
@@ -410,20 +460,13 @@ def _args(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int) -> int
         pos, start, stop, marked = _key(buf, pos, end)
         if pos < 0:
             return pos
-        which = -1 if marked else _key_id(buf, start, stop, _HOT, _HOT_STARTS)
-        if marked or (which >= 0 and seen & (1 << which)) or (
-                which < 0 and _key_id(buf, start, stop, _KNOWN, _KNOWN_STARTS) >= 0):
-            out[row, I_FULL] = 1  # msgspec reads what these keys hold
-        if which >= 0:
-            seen |= 1 << which
-            pos = _hot_value(buf, pos, end, out, row, I_HOT + which)
-        else:
-            pos = _skip(buf, pos, end)
+        pos, seen = _arg(buf, pos, end, out, row, start, stop, marked, seen)
         if pos < 0:
             return pos
         pos, more = _next_member(buf, pos, end)
     if pos >= 0:
         out[row, I_ARGS + 1] = pos
+        out[row, I_SEEN] = seen
     return pos
 
 
@@ -537,6 +580,7 @@ def _event(buf: np.ndarray, pos: int, end: int, out: np.ndarray, times: np.ndarr
         out[row, column] = -1
     out[row, I_CAT_HASH] = out[row, I_NAME_HASH] = _hash(buf, 0, 0)
     out[row, I_PID] = out[row, I_TID] = out[row, I_ID] = out[row, I_FULL] = out[row, I_FLAGS] = 0
+    out[row, I_SEEN] = 0
     times[row, 0] = times[row, 1] = np.nan
     seen = 0
     pos, more = _open_object(buf, pos, end)

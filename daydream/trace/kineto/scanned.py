@@ -120,6 +120,19 @@ class ScannedRows:
     def args_of(self, rows: list[int]) -> list[_Args]:
         return [self.full.get(i, _EMPTY_ARGS) for i in rows]
 
+    def arg_values(self, rows: list[int], fields: tuple[str, ...]) -> list[list[Any]]:
+        """From the scanner's columns where it read the field, msgspec's args where it did not."""
+        picked = np.asarray(rows, dtype=np.int64)
+        seen = self.out[picked, layout.I_SEEN]
+        full = [(at, self.full[row]) for at, row in enumerate(rows) if row in self.full]
+        values = []
+        for field in fields:
+            listed = _scanned_values(self.out, picked, seen, field)
+            for at, args in full:
+                listed[at] = getattr(args, field)
+            values.append(listed)
+        return values
+
     @property
     def args(self) -> _FullArgs:
         return _FullArgs(self.full)
@@ -144,12 +157,33 @@ class ScannedRows:
         return columns
 
     def marks(self) -> dict[str, np.ndarray]:
-        marks = {key: np.zeros(self.size, dtype=bool) for key in ("collective", "grid", "dims")}
+        marks = {key: np.zeros(self.size, dtype=bool) for key in ("collective", "dims")}
+        marks["grid"] = (self.out[:, layout.I_SEEN] & _SEEN_BIT["grid"]) != 0
         if self.full:
             rows = np.fromiter(self.full, dtype=np.int64, count=len(self.full))
             for key, values in arg_marks(list(self.full.values())).items():
                 marks[key][rows] = values
         return marks
+
+
+#: The bit of `layout.I_SEEN` that says the scanner read a field, by the field's `_Args` name.
+_SEEN_BIT = {field: 1 << k for k, field in
+             enumerate(layout.HOT_FIELDS + tuple(layout.DIM_KEYS))}
+
+
+def _scanned_values(out: np.ndarray, rows: np.ndarray, seen: np.ndarray, field: str) -> list[Any]:
+    """`field` of each of `rows` as the scanner read it: its default where it read none (the rows
+    whose args msgspec read are replaced by the caller)."""
+    default = getattr(_EMPTY_ARGS, field)
+    read = (seen & _SEEN_BIT.get(field, 0)) != 0
+    if field in layout.DIM_KEYS:
+        column = layout.I_DIMS + 3 * layout.DIM_KEYS.index(field)
+        dims = out[rows, column:column + 3].tolist()
+        return [dim if was_read else default for dim, was_read in zip(dims, read.tolist())]
+    if field not in layout.HOT_FIELDS:
+        return [default] * rows.size
+    values = out[rows, layout.I_HOT + layout.HOT_FIELDS.index(field)]
+    return np.where(read, values, default).tolist()
 
 
 def _subset(values: list[Any], at: np.ndarray | None, rows: np.ndarray) -> Coded:
