@@ -173,13 +173,14 @@ class _Columns:
                 for (column, _, kept_as), listed in zip(fields, values):
                     table[column].extend(listed if kept_as is None else map(kept_as, listed))
         args = kept.args
-        flops = _gemm_flops(kind, args, self.names, names, self.shape_memo)
+        shaped = (kind == EventKind.CPU_OP) & marks["dims"]
+        flops = _gemm_flops(shaped, args, self.names, names, self.shape_memo)
         if flops["event"].size:
             table = self.side["flops"]
             table["event"].extend((flops["event"] + self.rows).tolist())
             table["flops"].extend(flops["flops"].tolist())
             table["elements"].extend(flops["elements"].tolist())
-        moved = _elementwise_bytes(kind, args, self.names, names, self.shape_memo)
+        moved = _elementwise_bytes(shaped, args, self.names, names, self.shape_memo)
         if moved["event"].size:
             table = self.side["elementwise"]
             table["event"].extend((moved["event"] + self.rows).tolist())
@@ -323,16 +324,13 @@ def _classify(events: Rows, cats: np.ndarray, ids: dict[Any, int]) -> np.ndarray
     # [memory] instant events: cat cpu_instant_event, or no cat at all in 2021 files.
     instant = [ids[cat] for cat in ("cpu_instant_event", "") if cat in ids]
     if instant:
-        rows = np.flatnonzero(np.isin(cats, instant)).tolist()
-        memory = [i for i, (name, ph) in zip(rows, events.name_and_ph(rows))
-                  if name == "[memory]" and ph in ("i", "I")]
-        kinds[memory] = int(EventKind.MEMORY)
+        rows = np.flatnonzero(np.isin(cats, instant))
+        kinds[events.matching(rows, "[memory]".__eq__, ("i", "I"))] = int(EventKind.MEMORY)
     # Module spans recorded with with_stack=True: the only
     # python_function events kept (layer attribution).
     if "python_function" in ids:
-        rows = np.flatnonzero(cats == ids["python_function"]).tolist()
-        modules = [i for i, (name, ph) in zip(rows, events.name_and_ph(rows))
-                   if name.startswith(MODULE_SPAN_PREFIX) and ph == "X"]
+        rows = np.flatnonzero(cats == ids["python_function"])
+        modules = events.matching(rows, lambda name: name.startswith(MODULE_SPAN_PREFIX), ("X",))
         kinds[modules] = int(EventKind.ANNOTATION)
     return kinds
 

@@ -9,7 +9,7 @@ each row's index into them (None: one value per row, in order).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any, Protocol
@@ -59,8 +59,9 @@ class Rows(Protocol):
 
     def tids(self) -> Coded: ...
 
-    def name_and_ph(self, rows: list[int]) -> list[tuple[str, str]]:
-        """(name, ph) of each of `rows`."""
+    def matching(self, rows: np.ndarray, test: Callable[[str], bool],
+                 phs: tuple[str, ...]) -> np.ndarray:
+        """Those of `rows` whose name passes `test` and whose ph is one of `phs`."""
         ...
 
     def flows(self, rows: list[int]) -> Iterator[Flow]:
@@ -104,9 +105,11 @@ class EventRows:
     def cats(self) -> Coded:
         return list(map(_get_cat, self.events)), None
 
-    def name_and_ph(self, rows: list[int]) -> list[tuple[str, str]]:
+    def matching(self, rows: np.ndarray, test: Callable[[str], bool],
+                 phs: tuple[str, ...]) -> np.ndarray:
         events = self.events
-        return [(events[i].name, events[i].ph) for i in rows]
+        return np.array([i for i in rows.tolist() if events[i].ph in phs and test(events[i].name)],
+                        dtype=np.int64)
 
     def flows(self, rows: list[int]) -> Iterator[Flow]:
         for e in map(self.events.__getitem__, rows):

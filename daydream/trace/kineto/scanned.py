@@ -6,7 +6,7 @@ in one batch.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -77,11 +77,14 @@ class ScannedRows:
     def tids(self) -> Coded:
         return self._coded[layout.I_TID]
 
-    def name_and_ph(self, rows: list[int]) -> list[tuple[str, str]]:
+    def matching(self, rows: np.ndarray, test: Callable[[str], bool],
+                 phs: tuple[str, ...]) -> np.ndarray:
         names, at = self.names()
         assert at is not None
-        return [(names[name], chr(ph) if ph >= 0 else _PH[ph]) for name, ph in
-                zip(at[rows].tolist(), self.out[rows, layout.I_PH].tolist())]
+        passed = np.array([test(name) for name in names], dtype=bool)
+        # ph as the scanner writes it: one ASCII character's code (layout.I_PH)
+        codes = [ord(ph) if len(ph) == 1 and ph.isascii() else _PH_CODE.get(ph, -3) for ph in phs]
+        return rows[passed[at[rows]] & np.isin(self.out[rows, layout.I_PH], codes)]
 
     def flows(self, rows: list[int]) -> Iterator[Flow]:
         pids, pid_at = self.pids()
@@ -102,11 +105,13 @@ class ScannedRows:
         taken = object.__new__(ScannedRows)
         taken.out, taken.size = self.out[rows], rows.size
         taken.ts, taken.dur = self.ts[rows], self.dur[rows]
-        renumbered = np.full(self.size, -1, dtype=np.int64)
-        renumbered[rows] = np.arange(rows.size)
-        new_rows = renumbered.tolist()
-        taken.full = {new_rows[row]: args for row, args in self.full.items()
-                      if new_rows[row] >= 0}
+        taken.full = {}
+        if self.full:
+            renumbered = np.full(self.size, -1, dtype=np.int64)
+            renumbered[rows] = np.arange(rows.size)
+            new_rows = renumbered.tolist()
+            taken.full = {new_rows[row]: args for row, args in self.full.items()
+                          if new_rows[row] >= 0}
         # the names of the rows kept, no other: the trace's strings hold only names of its events
         # (a pid or tid of no kept row is harmless: tracks are made from rows)
         taken._coded = {column: _subset(values, at, rows) if column == layout.I_NAME
@@ -124,7 +129,8 @@ class ScannedRows:
         """From the scanner's columns where it read the field, msgspec's args where it did not."""
         picked = np.asarray(rows, dtype=np.int64)
         seen = self.out[picked, layout.I_SEEN]
-        full = [(at, self.full[row]) for at, row in enumerate(rows) if row in self.full]
+        full = [(at, self.full[row]) for at, row in enumerate(rows) if row in self.full] if (
+            self.full) else []
         values = []
         for field in fields:
             listed = _scanned_values(self.out, picked, seen, field)
@@ -196,8 +202,8 @@ def _subset(values: list[Any], at: np.ndarray | None, rows: np.ndarray) -> Coded
     return [value for value, kept in zip(values, used.tolist()) if kept], renumbered[picked]
 
 
-#: ph as the scanner writes it when it is not one ASCII character: absent, another string.
-_PH = {-1: "", -2: "??"}
+#: ph as the scanner writes it when it is not one ASCII character: absent (-1), another string (-2).
+_PH_CODE = {"": -1}
 
 
 class _FullArgs:

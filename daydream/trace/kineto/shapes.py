@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 
 from daydream.trace.kineto.schema import ArgsByRow, _Interner, _table
-from daydream.trace.model import EventKind, empty_table
+from daydream.trace.model import empty_table
 
 
 def _numel(dims: list[Any]) -> float:
@@ -50,13 +50,15 @@ def _remembered(memo: dict[Any, Any], key: Any, work: Callable[..., Any], *argum
     return value
 
 
-def _gemm_flops(kind: np.ndarray, args: ArgsByRow, strings: _Interner,
+def _gemm_flops(shaped: np.ndarray, args: ArgsByRow, strings: _Interner,
                 names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
+    """FLOPs of the matrix multiplies among the `shaped` rows (CPU ops that recorded their input
+    dims), from those dims."""
     gemm_names = {strings.index[name]: formula for name, formula in _GEMM_SHAPES.items()
                   if name in strings.index}
     if not gemm_names:
         return empty_table("flops")
-    rows = np.flatnonzero((kind == EventKind.CPU_OP) & np.isin(names, list(gemm_names)))
+    rows = np.flatnonzero(shaped & np.isin(names, list(gemm_names)))
     events, flops, elements = [], [], []
     for row in rows.tolist():
         raw = args[row].input_dims
@@ -104,13 +106,15 @@ def streamed_bytes(dims: list[Any], types: list[Any]) -> float:
     return float(sum(sizes) + max(sizes)) if sizes else 0.0
 
 
-def _elementwise_bytes(kind: np.ndarray, args: ArgsByRow, strings: _Interner,
+def _elementwise_bytes(shaped: np.ndarray, args: ArgsByRow, strings: _Interner,
                        names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
+    """Bytes the elementwise ops among the `shaped` rows (CPU ops that recorded their input dims)
+    stream, from their dims and types."""
     ids = [strings.index[name] for name in ELEMENTWISE_OPS if name in strings.index]
     if not ids:
         return empty_table("elementwise")
     events, moved = [], []
-    for row in np.flatnonzero((kind == EventKind.CPU_OP) & np.isin(names, ids)).tolist():
+    for row in np.flatnonzero(shaped & np.isin(names, ids)).tolist():
         dims, types = args[row].input_dims, args[row].input_types
         if not len(dims) or not len(types):
             continue
