@@ -32,7 +32,16 @@ typedef struct {
     const uint8_t *bytes;   /* the keys' UTF-8 bytes end to end */
     const int64_t *starts;  /* where each starts; one more entry: the end */
     Py_ssize_t count;
+    uint64_t lengths;       /* bit n: a key of n bytes (bit 63: of 63 or more) */
+    int16_t slot[1024];     /* from `key_slot` on, the first free one: 1 + the key, 0 for none */
 } Keys;
+
+/* Where a key of `size` bytes from `text` goes in a table's slots. */
+static inline int key_slot(const uint8_t *text, int64_t size)
+{
+    return size ? (int)((size * 131 + text[0] * 31 + text[size - 1] * 7 + text[size / 2]) & 1023)
+                : 0;
+}
 
 typedef struct {
     const uint8_t *buf;
@@ -145,14 +154,19 @@ static int64_t string_end(const uint8_t *b, int64_t pos, int64_t end, int *marke
 /* Past the run of digits at `pos`; *value -1 past int64. */
 static int64_t digits(const uint8_t *b, int64_t pos, int64_t end, int64_t *value, int64_t *count)
 {
-    *value = 0;
-    *count = 0;
-    while (pos < end && is_digit(b[pos])) {
-        if (*value >= 0)
-            *value = *value <= MAX_INT ? *value * 10 + (b[pos] - 48) : -1;
-        pos++;
-        (*count)++;
+    int64_t start = pos;
+    uint64_t quick = 0;
+    while (pos < end && is_digit(b[pos]))
+        quick = quick * 10 + (b[pos++] - 48);
+    *count = pos - start;
+    if (*count <= 18) { /* below 10**18: no overflow to watch for */
+        *value = (int64_t)quick;
+        return pos;
     }
+    *value = 0;
+    for (int64_t k = start; k < pos; k++)
+        if (*value >= 0)
+            *value = *value <= MAX_INT ? *value * 10 + (b[k] - 48) : -1;
     return pos;
 }
 
@@ -392,18 +406,16 @@ static int64_t skip(const uint8_t *b, int64_t pos, int64_t end)
 static int key_id(const uint8_t *b, int64_t start, int64_t stop, const Keys *keys)
 {
     int64_t size = stop - start;
-    for (Py_ssize_t k = 0; k < keys->count; k++) {
-        int64_t at = keys->starts[k];
-        if (keys->starts[k + 1] - at != size)
-            continue;
-        const uint8_t *known = keys->bytes + at;
-        int64_t j = 0;
-        while (j < size && known[j] == b[start + j])
-            j++;
-        if (j == size)
-            return (int)k;
+    if (!((keys->lengths >> (size < 63 ? size : 63)) & 1))
+        return -1;
+    for (int at = key_slot(b + start, size);; at = (at + 1) & 1023) {
+        int k = keys->slot[at] - 1;
+        if (k < 0)
+            return -1;
+        if (keys->starts[k + 1] - keys->starts[k] == size &&
+            memcmp(keys->bytes + keys->starts[k], b + start, size) == 0)
+            return k;
     }
-    return -1;
 }
 
 /* After a member of an object: past the comma and the space after it (*more), or past the
@@ -438,10 +450,18 @@ static int64_t open_object(const uint8_t *b, int64_t pos, int64_t end, int *more
     return pos;
 }
 
+/* FNV-1a over the text's 8-byte words (little-endian), then its last bytes one at a time. */
 static int64_t fnv1a(const uint8_t *b, int64_t start, int64_t stop)
 {
     uint64_t value = 14695981039346656037ULL;
-    for (int64_t k = start; k < stop; k++)
+    int64_t k = start;
+    for (; k + 8 <= stop; k += 8) {
+        uint64_t word = 0;
+        for (int j = 7; j >= 0; j--)
+            word = (word << 8) | b[k + j];
+        value = (value ^ word) * 1099511628211ULL;
+    }
+    for (; k < stop; k++)
         value = (value ^ (uint64_t)b[k]) * 1099511628211ULL;
     return (int64_t)value;
 }
@@ -757,6 +777,22 @@ static int load_keys(Keys *keys, Py_buffer *bytes, Py_buffer *starts)
     if (keys->count > 63) {
         PyErr_SetString(PyExc_ValueError, "at most 63 keys a table");
         return -1;
+    }
+    keys->lengths = 0;
+    for (Py_ssize_t k = 0; k < keys->count; k++) {
+        int64_t size = keys->starts[k + 1] - keys->starts[k];
+        if (size < 0 || keys->starts[k + 1] > bytes->len) {
+            PyErr_SetString(PyExc_ValueError, "a key table's starts lie outside its bytes");
+            return -1;
+        }
+        keys->lengths |= (uint64_t)1 << (size < 63 ? size : 63);
+    }
+    memset(keys->slot, 0, sizeof(keys->slot));
+    for (Py_ssize_t k = 0; k < keys->count; k++) {
+        int at = key_slot(keys->bytes + keys->starts[k], keys->starts[k + 1] - keys->starts[k]);
+        while (keys->slot[at])
+            at = (at + 1) & 1023;
+        keys->slot[at] = (int16_t)(k + 1);
     }
     return 0;
 }

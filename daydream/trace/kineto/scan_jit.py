@@ -491,10 +491,20 @@ def _text(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int, column
 
 @jit
 def _hash(buf: np.ndarray, start: int, stop: int) -> int:
-    """FNV-1a of buf[start:stop], as an int64."""
+    """FNV-1a over buf[start:stop]'s 8-byte words (little-endian), then its last bytes one at a
+    time, as an int64."""
     value = np.uint64(14695981039346656037)
-    for k in range(start, stop):
-        value = (value ^ np.uint64(buf[k])) * np.uint64(1099511628211)
+    prime = np.uint64(1099511628211)
+    k = start
+    while k + 8 <= stop:
+        word = np.uint64(0)
+        for j in range(7, -1, -1):
+            word = (word << np.uint64(8)) | np.uint64(buf[k + j])
+        value = (value ^ word) * prime
+        k += 8
+    while k < stop:
+        value = (value ^ np.uint64(buf[k])) * prime
+        k += 1
     return int(np.int64(value))
 
 
