@@ -51,21 +51,22 @@ _DAYDREAM_COLD_ZLIB = "import zlib\nfrom daydream.trace import sources\n" \
 _DAYDREAM_COLD_SCANNED = "import daydream.trace.kineto.stream as stream\nstream.SCAN_FROM = 0\n" + _DAYDREAM_COLD
 _DAYDREAM_COLD_MSGSPEC = "import daydream.trace.kineto.stream as stream\nstream.SCANNER = False\n" + _DAYDREAM_COLD
 
-#: What loading the compiled scanner costs a process: numba's own start (the first call of any compiled function,
-#: which a command that simulates pays anyway), then the scanner's first call on two events.
+#: What loading the scanner costs a process: for numba's kernels, numba's own start (the first call of any compiled
+#: function, which a command that simulates pays anyway); then the scanner's first call on two events.
 _SCANNER_LOAD = """
 import json, time
 import numpy as np
 from daydream.trace.kineto import scan, scanned
 start = time.perf_counter()
 empty = np.zeros(0, dtype=np.int64)
-scan.span_hashes(np.zeros(0, dtype=np.uint8), empty, empty)
+scan.span_hashes(b"", empty, empty)
 numba_start = time.perf_counter() - start
 text = bytearray(b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
                  b'"args": {"correlation": 3, "grid": [1, 1, 1]}}, {"ph": "X"}]')
 start = time.perf_counter()
 scanned.scan_events(text, 1)
-print(json.dumps({"seconds": numba_start + time.perf_counter() - start, "numba": numba_start}))
+print(json.dumps({"seconds": numba_start + time.perf_counter() - start, "numba": numba_start,
+                  "implementation": scan.IMPLEMENTATION}))
 """
 
 #: The floor: the same bytes gunzipped (as daydream does: python-isal where installed) and decoded by msgspec into
@@ -205,7 +206,7 @@ def main() -> int:
     ]
     rows += _scanner_rows(trace, statistics.median(scanned), statistics.median(msgspec_only),
                           statistics.median(r["seconds"] for r in load),
-                          statistics.median(r["numba"] for r in load))
+                          statistics.median(r["numba"] for r in load), str(load[0]["implementation"]))
     for label, (this, other) in against.items():
         rows.append((f"{label}, this / --against", f"{this:.3f} s / {other:.3f} s ({this / other:.2f}x)"))
     if hta_seconds is not None:
@@ -219,16 +220,18 @@ def main() -> int:
     return 0
 
 
-def _scanner_rows(trace: Path, scanned: float, msgspec_only: float, load: float,
-                  numba_start: float) -> list[tuple[str, str]]:
-    """The compiled scanner against msgspec on this trace, and where it starts to pay."""
+def _scanner_rows(trace: Path, scanned: float, msgspec_only: float, load: float, numba_start: float,
+                  implementation: str) -> list[tuple[str, str]]:
+    """The scanner (the implementation daydream uses here: "c" or "numba") against msgspec on this trace, and where
+    it starts to pay."""
     megabytes = _decompressed_bytes(trace) / 1e6
     saved = (msgspec_only - (scanned - load)) / megabytes
     pays_from = f"; it pays for its load past {load / saved:,.0f} MB of text" if saved > 0 else ""
+    started = (f" ({numba_start:.3f} s of it numba's own start, paid anyway by a command that simulates)"
+               if implementation == "numba" else "")
     return [("cold, scanner / msgspec alone", f"{scanned:.3f} s / {msgspec_only:.3f} s, every window read each way "
-                                              f"({megabytes:,.0f} MB of text)"),
-            ("scanner load, first call", f"{load:.3f} s a process ({numba_start:.3f} s of it numba's own start, paid "
-                                         f"anyway by a command that simulates); it saves {saved * 1e3:.2f} ms a MB"
+                                              f"({megabytes:,.0f} MB of text; the scanner in {implementation})"),
+            ("scanner load, first call", f"{load:.3f} s a process{started}; it saves {saved * 1e3:.2f} ms a MB"
                                          f"{pays_from}")]
 
 
