@@ -14,11 +14,13 @@ turned into numpy column pieces before the next window is read. When the typed
 decode rejects a window because some events are malformed, its events are
 decoded one by one and the bad ones are skipped and counted by reason.
 
-Past 64 MiB of text, a compiled scanner (scan.py) reads each window first: its
-events straight from the bytes into integer columns, with no object per event,
-the args it does not read itself decoded by msgspec in one batch. It reads only
-what msgspec would read the same way; at the first event it is unsure of, the
-rest of the window goes to msgspec as above. Both give the same trace to the bit.
+A scanner (scan.py) reads each window first: its events straight from the bytes
+into integer columns, with no object per event, the args it does not read itself
+decoded by msgspec in one batch. It reads only what msgspec would read the same
+way; at the first event it is unsure of, the rest of the window goes to msgspec as
+above. Both give the same trace to the bit. The scanner is C (_scan.c, built with
+the package where a compiler is at hand) and reads every document; without it,
+numba's kernels of the same scanner read past 64 MiB of text.
 """
 
 from daydream.trace.kineto.document import decode
