@@ -69,19 +69,20 @@ def _c() -> Any:
     return _compiled if IMPLEMENTATION == "c" else None
 
 
-def scan(text: Text, start: int, out: np.ndarray, times: np.ndarray) -> tuple[int, int, int]:
-    """Read the events of text[start:] (the text after a list's "[" or an event's comma) into `out`
-    (rows of layout.WIDTH int64) and `times` (rows of ts and dur): (events read, where reading
-    stopped, END, PARTIAL or FAILED). Reading stops at the "]" (END); where the text or `out` ends,
-    before the event there (PARTIAL); before an event the scanner does not read (FAILED). An event
-    counts once the comma or "]" after it is read."""
+def scan(text: Text, start: int, end: int, out: np.ndarray,
+         times: np.ndarray) -> tuple[int, int, int]:
+    """Read the events of text[start:end] (the text after a list's "[" or an event's comma) into
+    `out` (rows of layout.WIDTH int64) and `times` (rows of ts and dur): (events read, where
+    reading stopped, END, PARTIAL or FAILED). Reading stops at the "]" (END); where the text or
+    `out` ends, before the event there (PARTIAL); before an event the scanner does not read
+    (FAILED). An event counts once the comma or "]" after it is read."""
     compiled = _c()
     if compiled is not None:
-        result: tuple[int, int, int] = compiled.scan(text, start, len(text), out, times, LAYOUT,
+        result: tuple[int, int, int] = compiled.scan(text, start, end, out, times, LAYOUT,
                                                      *TOP, *HOT, *DIMS, *KNOWN)
         return result
     buffer = np.frombuffer(text, dtype=np.uint8)
-    count, stop, status = _kernels().scan(buffer, start, buffer.size, out, times)
+    count, stop, status = _kernels().scan(buffer, start, end, out, times)
     del buffer
     return int(count), int(stop), int(status)
 

@@ -29,13 +29,16 @@ class NotScanned(Exception):
     msgspec instead."""
 
 
-def scan_events(buffer: bytearray, start: int) -> tuple[ScannedRows | None, int, int]:
-    """The events of `buffer` from `start` (just after "[" or a comma) as far as the scanner reads
-    them: (their rows, None where it read none; where it stopped; scan.END, PARTIAL or FAILED)."""
-    rows = min(SCAN_ROWS, len(buffer) // 32 + 16)
+def scan_events(buffer: bytearray, start: int,
+                end: int | None = None) -> tuple[ScannedRows | None, int, int]:
+    """The events of `buffer[:end]` from `start` (just after "[" or a comma) as far as the scanner
+    reads them: (their rows, None where it read none; where it stopped; scan.END, PARTIAL or
+    FAILED)."""
+    end = len(buffer) if end is None else end
+    rows = min(SCAN_ROWS, end // 32 + 16)
     out = np.empty((rows, layout.WIDTH), dtype=np.int64)
     times = np.empty((rows, 2), dtype=np.float64)
-    count, stop, status = scan.scan(buffer, start, out, times)
+    count, stop, status = scan.scan(buffer, start, end, out, times)
     if count == 0:
         return None, stop, status
     try:

@@ -104,11 +104,15 @@ _CUT_ATTEMPTS = 8
 
 
 class _Window:
-    """The document's text from where reading has got to: a growing buffer of its blocks."""
+    """The document's text from where reading has got to: its blocks appended to one buffer that
+    keeps its memory as windows come and go (`text[:size]` is the text; what lies past `size` is
+    stale). A buffer let shrink and grow again each window would be handed fresh pages by the C
+    library each time, and taking them costs more than the copies."""
 
     def __init__(self, document: Readable, progress: Progress | None) -> None:
         self.blocks = iter(document.blocks(progress))
-        self.buffer = bytearray()
+        self.text = bytearray()
+        self.size = 0
         self.at_end = False
         self.read = 0  # bytes of text appended so far
 
@@ -123,14 +127,46 @@ class _Window:
         if block is None:
             self.at_end = True
             return False
-        self.buffer.extend(block)
+        room = len(self.text) - self.size
+        if len(block) <= room:
+            self.text[self.size:self.size + len(block)] = block
+        else:  # the buffer grows (as the C library grows it: no copy, no page touched twice)
+            if _viewed(self.text):
+                self.text = bytearray(self.text)
+            self.text[self.size:] = memoryview(block)[:room]
+            self.text += memoryview(block)[room:]
+        self.size += len(block)
         self.read += len(block)
         return True
 
     def fill(self, size: int) -> None:
         """Read on until the buffer holds `size` bytes or the text ends."""
-        while not self.at_end and len(self.buffer) < size:
+        while not self.at_end and self.size < size:
             self.more()
+
+    def drop(self, cut: int) -> None:
+        """Drop the text from byte 1 to `cut` (the events read; byte 0 stays). Where something
+        still views the text (a value msgspec decoded), it is left that text and the window goes
+        on in a copy."""
+        if _viewed(self.text):
+            self.text = bytearray(self.text)
+        rest = self.size - cut
+        self.text[1:1 + rest] = self.text[cut:self.size]
+        self.size = 1 + rest
+
+    def release(self) -> None:
+        self.text, self.size = bytearray(), 0
+
+
+def _viewed(text: bytearray) -> bool:
+    """Whether a buffer is exported (a memoryview or a decoded value views it): then it cannot
+    be resized, which is how this asks."""
+    try:
+        text.append(0)
+    except BufferError:
+        return True
+    del text[-1]
+    return False
 
 
 def _stream(document: Readable, columns: _Columns, skipped: dict[str, int],
@@ -144,31 +180,32 @@ def _stream(document: Readable, columns: _Columns, skipped: dict[str, int],
     if opened is _NOT_STREAMED:
         return _NOT_STREAMED
     prefix_envelope, start = opened
-    window.buffer[:start] = b"["  # from here on the buffer reads as the start of a list of events
+    window.text[0] = ord("[")  # from here on the text reads as the start of a list of events
+    window.drop(start)
     if not _cut_windows(window, columns, skipped):
         return _NOT_STREAMED
-    return _last_events(window.buffer, prefix_envelope, columns, skipped, document.label,
-                        window.scanning)
+    return _last_events(window, prefix_envelope, columns, skipped, document.label)
 
 
 def _open_events(window: _Window) -> Any:
     """(the envelope before the events, or None for a bare list; where
     the first event starts), or _NOT_STREAMED."""
-    buffer = window.buffer
-    first = _first_byte(buffer)
+    text = window.text
+    first = _first_byte(bytes(text[:window.size]))
     if first == b"[":
-        return None, buffer.index(b"[") + 1
+        return None, text.index(b"[", 0, window.size) + 1
     if first != b"{":
         return _NOT_STREAMED
-    found = _EVENTS_KEY.search(buffer)
-    while found is None and len(buffer) < 64 * WINDOW and window.more():
-        found = _EVENTS_KEY.search(buffer)
+    found = _EVENTS_KEY.search(text, 0, window.size)
+    while found is None and window.size < 64 * WINDOW and window.more():
+        text = window.text
+        found = _EVENTS_KEY.search(text, 0, window.size)
     if found is None:
         return _NOT_STREAMED
     try:
         # the key is the document's own, not text inside another value,
         # when what precedes it closes as a document
-        envelope = msgspec.json.decode(bytes(buffer[:found.start()]) + b'"traceEvents":[]}',
+        envelope = msgspec.json.decode(bytes(text[:found.start()]) + b'"traceEvents":[]}',
                                        type=_RawFile)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _NOT_STREAMED
@@ -180,41 +217,42 @@ def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) ->
     False when the text cannot be cut with certainty."""
     while True:
         window.fill(WINDOW)
-        buffer = window.buffer
         try:
-            cut = _cut(buffer, columns, skipped, window.scanning) if not window.at_end else None
+            cut = (_cut(window.text, window.size, columns, skipped, window.scanning)
+                   if not window.at_end else None)
         except RecursionError:
             # an event nested deeper than the decoder goes: the whole-document path says so
             return False
         if cut is None:
             if window.at_end:
                 return True
-            if len(buffer) > 8 * WINDOW:
+            if window.size > 8 * WINDOW:
                 # no event ends in this much text: not a layout the stream can cut
                 return False
             window.more()
             continue
-        window.buffer = _without(buffer, cut)
+        window.drop(cut)
 
 
-def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
-                 skipped: dict[str, int], label: str, scanning: bool) -> Any:
+def _last_events(window: _Window, prefix_envelope: Any, columns: _Columns,
+                 skipped: dict[str, int], label: str) -> Any:
     """The rest: the last events, the array's end and the keys after
     it; the whole envelope, or _NOT_STREAMED."""
-    scanned = _scanned(buffer, columns, skipped) if scanning else None
+    scanned = _scanned(window.text, window.size, columns, skipped) if window.scanning else None
     if scanned is not None:
-        buffer = _without(buffer, scanned)
+        window.drop(scanned)
+    rest = bytes(window.text[:window.size])
+    window.release()
     try:
         if prefix_envelope is None:
-            tail_events = msgspec.json.decode(bytes(buffer), type=list[msgspec.Raw])
+            tail_events = msgspec.json.decode(rest, type=list[msgspec.Raw])
             envelope = None
         else:
-            tail = msgspec.json.decode(b'{"traceEvents":' + bytes(buffer), type=_RawFile)
+            tail = msgspec.json.decode(b'{"traceEvents":' + rest, type=_RawFile)
             tail_events, tail.traceEvents = tail.traceEvents, []
             envelope = _merged(prefix_envelope, tail)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _NOT_STREAMED
-    buffer.clear()
     for chunk in _decoded_chunks(tail_events, skipped, label):
         columns.add(chunk, skipped)
     if columns.decoded == 0:
@@ -222,41 +260,23 @@ def _last_events(buffer: bytearray, prefix_envelope: Any, columns: _Columns,
     return envelope
 
 
-def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int],
+def _cut(text: bytearray, size: int, columns: _Columns, skipped: dict[str, int],
          scanning: bool = False) -> int | None:
-    """Decode the events of `buffer` ("[" and then events) up to the last place two events meet,
-    into `columns`; the offset of the next event's start, or None when no place decodes (the text
-    ends inside one event, or only false cuts were found)."""
-    scanned = _scanned(buffer, columns, skipped) if scanning else None
+    """Decode the events of `text[:size]` ("[" and then events) up to the last place two events
+    meet, into `columns`; the offset of the next event's start, or None when no place decodes (the
+    text ends inside one event, or only false cuts were found)."""
+    scanned = _scanned(text, size, columns, skipped) if scanning else None
     if scanned is not None:
         return scanned
-    end = len(buffer)
+    end = size
     for _ in range(_CUT_ATTEMPTS):
-        brace = buffer.rfind(b"}", 1, end)
+        brace = text.rfind(b"}", 1, end)
         found = None
-        while brace >= 0 and not (found := _BETWEEN_EVENTS.match(buffer, brace)):
-            brace = buffer.rfind(b"}", 1, brace)
+        while brace >= 0 and not (found := _BETWEEN_EVENTS.match(text, brace, size)):
+            brace = text.rfind(b"}", 1, brace)
         if found is None:
             return None
-        # Close the list in place of the byte after the brace (a space
-        # or the comma), decode, put the byte back.
-        after = buffer[brace + 1]
-        buffer[brace + 1] = ord("]")
-        try:
-            events = _EVENTS.decode(memoryview(buffer)[:brace + 2])
-        except msgspec.ValidationError:
-            try:
-                events = _tolerant(msgspec.json.decode(bytes(buffer[:brace + 2]),
-                                                       type=list[msgspec.Raw]), skipped)
-            except msgspec.DecodeError:
-                events = None
-        except msgspec.DecodeError as exc:
-            # a "},{" inside a string or a nested list: try the one
-            # before; text that is not UTF-8: replaced
-            events = (_repaired_events(bytes(buffer[:brace + 2]), skipped) if _not_utf8(exc)
-                      else None)
-        finally:
-            buffer[brace + 1] = after
+        events = _decoded_up_to(text, brace, skipped)
         if events is None:
             end = brace
             continue
@@ -265,28 +285,43 @@ def _cut(buffer: bytearray, columns: _Columns, skipped: dict[str, int],
     return None
 
 
-def _scanned(buffer: bytearray, columns: _Columns, skipped: dict[str, int]) -> int | None:
-    """The events at the start of `buffer` ("[" and then events) that the compiled scanner reads,
-    into `columns`: where the next event starts, or None where it read none (msgspec reads the
-    window instead)."""
+def _decoded_up_to(text: bytearray, brace: int, skipped: dict[str, int]) -> list[Any] | None:
+    """The events of text[:brace + 1] ("[", events, the last one's closing brace); None where
+    that does not decode (the brace was inside a string or a nested list)."""
+    # Close the list in place of the byte after the brace (a space
+    # or the comma), decode, put the byte back.
+    after = text[brace + 1]
+    text[brace + 1] = ord("]")
+    try:
+        events: list[Any] | None = _EVENTS.decode(memoryview(text)[:brace + 2])
+    except msgspec.ValidationError:
+        try:
+            events = _tolerant(msgspec.json.decode(bytes(text[:brace + 2]),
+                                                   type=list[msgspec.Raw]), skipped)
+        except msgspec.DecodeError:
+            events = None
+    except msgspec.DecodeError as exc:
+        # a "},{" inside a string or a nested list: try the one
+        # before; text that is not UTF-8: replaced
+        events = (_repaired_events(bytes(text[:brace + 2]), skipped) if _not_utf8(exc)
+                  else None)
+    finally:
+        text[brace + 1] = after
+    return events
+
+
+def _scanned(text: bytearray, size: int, columns: _Columns,
+             skipped: dict[str, int]) -> int | None:
+    """The events at the start of `text[:size]` ("[" and then events) that the compiled scanner
+    reads, into `columns`: where the next event starts, or None where it read none (msgspec reads
+    the window instead)."""
     from daydream.trace.kineto.scanned import scan_events
 
-    rows, stop, _ = scan_events(buffer, 1)
+    rows, stop, _ = scan_events(text, 1, size)
     if rows is None:
         return None
     columns.add_rows(rows, skipped)
     return stop
-
-
-def _without(buffer: bytearray, cut: int) -> bytearray:
-    """`buffer` without the events read (its bytes 1 to `cut`): itself, or a new buffer where
-    something still views the old one's text (a decoded value, the compiler of the scanner), which
-    then cannot be resized."""
-    try:
-        del buffer[1:cut]
-    except BufferError:
-        return bytearray(b"[") + buffer[cut:]
-    return buffer
 
 
 def _merged(before: Any, after: Any) -> Any:
