@@ -283,3 +283,28 @@ def test_both_implementations_write_the_same_columns_at_every_cut(implementation
             results.append((count, stop, status, out[:count].tobytes(), times[:count].tobytes()))
         assert results[0] == results[1], cut
     assert results[0][0] > 10  # the whole text: most events read
+
+
+def test_the_c_scanner_refuses_buffers_that_do_not_fit(implementation: str) -> None:
+    # A caller's mistake is a ValueError, never a write outside the arrays it was given.
+    if implementation != "c":
+        pytest.skip("the C scanner's own checks")
+    compiled = scan._compiled
+    text = bytearray(b'[{"ph": "X"}]')
+    tables = (*layout.TOP, *layout.HOT, *layout.DIMS, *layout.KNOWN)
+    out = np.zeros((4, layout.WIDTH), dtype=np.int64)
+    times = np.zeros((4, 2), dtype=np.float64)
+    assert compiled.scan(text, 1, len(text), out, times, layout.LAYOUT, *tables)[0] == 1
+    with pytest.raises(ValueError, match="within the text"):
+        compiled.scan(text, 1, len(text) + 1, out, times, layout.LAYOUT, *tables)
+    with pytest.raises(ValueError, match="width"):
+        compiled.scan(text, 1, len(text), out[:, :-1].copy(), times, layout.LAYOUT, *tables)
+    with pytest.raises(ValueError, match="two float64"):
+        compiled.scan(text, 1, len(text), out, times[:3].copy(), layout.LAYOUT, *tables)
+    narrow = layout.LAYOUT.copy()
+    narrow[0] = layout.I_NAME_HASH  # a row too narrow for its last column
+    with pytest.raises(ValueError, match="outside the row"):
+        compiled.scan(text, 1, len(text), np.zeros((4, layout.I_NAME_HASH), dtype=np.int64), times, narrow,
+                      *tables)
+    with pytest.raises(ValueError, match="outside the text"):
+        compiled.joined_spans(text, np.array([0]), np.array([len(text) + 1]))

@@ -828,6 +828,19 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
         PyErr_SetString(PyExc_ValueError, "pos and end must lie within the text");
         goto done;
     }
+    /* every cell a row writes lies inside the row: (column, how many cells from it) */
+    const int64_t extents[][2] = {
+        {s.l[L_PH], 1}, {s.l[L_CAT], 2}, {s.l[L_NAME], 2}, {s.l[L_PID], 3}, {s.l[L_TID], 3},
+        {s.l[L_ID], 2}, {s.l[L_ARGS], 2}, {s.l[L_FULL], 1}, {s.l[L_SEEN], 1}, {s.l[L_FLAGS], 1},
+        {s.l[L_TS], 2}, {s.l[L_DUR], 2}, {s.l[L_CAT_HASH], 1}, {s.l[L_NAME_HASH], 1},
+        {s.l[L_HOT], (int64_t)(hot_starts.len / 8 - 1)},
+        {s.l[L_DIMS], 3 * (int64_t)(dims_starts.len / 8 - 1)}};
+    for (size_t k = 0; k < sizeof(extents) / sizeof(extents[0]); k++) {
+        if (extents[k][0] < 0 || extents[k][0] + extents[k][1] > s.l[L_WIDTH]) {
+            PyErr_SetString(PyExc_ValueError, "layout: a column outside the row");
+            goto done;
+        }
+    }
     if (load_keys(&s.top, &top, &top_starts) < 0 || load_keys(&s.hot, &hot, &hot_starts) < 0 ||
         load_keys(&s.dims, &dims, &dims_starts) < 0 ||
         load_keys(&s.known, &known, &known_starts) < 0)
