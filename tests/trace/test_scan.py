@@ -291,7 +291,7 @@ def test_the_c_scanner_refuses_buffers_that_do_not_fit(implementation: str) -> N
         pytest.skip("the C scanner's own checks")
     compiled = scan._compiled
     text = bytearray(b'[{"ph": "X"}]')
-    tables = (*layout.TOP, *layout.HOT, *layout.DIMS, *layout.KNOWN)
+    tables = (*layout.TOP, *layout.HOT, *layout.DIMS, *layout.RAWS, *layout.KNOWN)
     out = np.zeros((4, layout.WIDTH), dtype=np.int64)
     times = np.zeros((4, 2), dtype=np.float64)
     assert compiled.scan(text, 1, len(text), out, times, layout.LAYOUT, *tables)[0] == 1
@@ -308,3 +308,18 @@ def test_the_c_scanner_refuses_buffers_that_do_not_fit(implementation: str) -> N
                       *tables)
     with pytest.raises(ValueError, match="outside the text"):
         compiled.joined_spans(text, np.array([0]), np.array([len(text) + 1]))
+
+
+def test_two_texts_that_share_a_hash_are_not_taken_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Names are told apart by a hash of their bytes; two names whose hashes agree (made to here) are found out by
+    # comparing the bytes, and the window goes to msgspec instead: the trace is the same.
+    text = bytearray(b'[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}, '
+                     b'{"ph": "X", "cat": "cpu_op", "name": "aten::bmm", "pid": 1, "tid": 1, "ts": 2, "dur": 1}]')
+    read, _, _ = scanned.scan_events(text, 1)
+    assert read is not None and sorted(read.names()[0]) == ["aten::bmm", "aten::mm"]
+    out = np.zeros((2, layout.WIDTH), dtype=np.int64)
+    times = np.zeros((2, 2), dtype=np.float64)
+    scan.scan(text, 1, len(text), out, times)
+    out[:, layout.I_NAME_HASH] = 7  # both names, one hash
+    with pytest.raises(scanned.NotScanned, match="share a hash"):
+        scanned.ScannedRows(text, out, times)

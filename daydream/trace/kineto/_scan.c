@@ -23,8 +23,8 @@ enum { END = 0, PARTIAL = 1, FAILED = 2 };
 
 /* scan.py's LAYOUT, in this order */
 enum {
-    L_WIDTH, L_PH, L_CAT, L_NAME, L_PID, L_TID, L_ID, L_ARGS, L_FULL, L_HOT, L_DIMS, L_SEEN,
-    L_FLAGS, L_TS, L_DUR, L_CAT_HASH, L_NAME_HASH, L_F_CAT, L_F_NAME, L_F_PID, L_F_TID,
+    L_WIDTH, L_PH, L_CAT, L_NAME, L_PID, L_TID, L_ID, L_ARGS, L_FULL, L_HOT, L_DIMS, L_RAWS,
+    L_SEEN, L_FLAGS, L_TS, L_DUR, L_CAT_HASH, L_NAME_HASH, L_F_CAT, L_F_NAME, L_F_PID, L_F_TID,
     L_F_TS_SLOW, L_F_DUR_SLOW, L_COUNT
 };
 
@@ -49,7 +49,7 @@ typedef struct {
     int64_t *out;
     double *times;
     int64_t l[L_COUNT];
-    Keys top, hot, dims, known;
+    Keys top, hot, dims, raws, known;
 } Scan;
 
 static const int64_t MAX_INT = 922337203685477579LL; /* (2**63 - 1 - 9) // 10 */
@@ -526,7 +526,10 @@ static int64_t arg(Scan *s, int64_t pos, int64_t row, int64_t start, int64_t sto
     const uint8_t *b = s->buf;
     int which = marked ? -1 : key_id(b, start, stop, &s->hot);
     int dim = marked || which >= 0 ? -1 : key_id(b, start, stop, &s->dims);
-    int bit = which >= 0 ? which : (dim >= 0 ? (int)s->hot.count + dim : -1);
+    int raw = marked || which >= 0 || dim >= 0 ? -1 : key_id(b, start, stop, &s->raws);
+    int bit = which >= 0 ? which
+              : dim >= 0 ? (int)s->hot.count + dim
+              : raw >= 0 ? (int)(s->hot.count + s->dims.count) + raw : -1;
     if (marked || (bit >= 0 && (*seen & ((int64_t)1 << bit))) ||
         (bit < 0 && key_id(b, start, stop, &s->known) >= 0))
         CELL(s, row, s->l[L_FULL]) = 1; /* msgspec reads what these keys hold */
@@ -536,7 +539,12 @@ static int64_t arg(Scan *s, int64_t pos, int64_t row, int64_t start, int64_t sto
         return hot_value(s, pos, row, s->l[L_HOT] + which);
     if (dim >= 0)
         return dim_value(s, pos, row, s->l[L_DIMS] + 3 * dim);
-    return skip(b, pos, s->end);
+    int64_t after = skip(b, pos, s->end);
+    if (raw >= 0 && after >= 0) { /* the value's text, as msgspec.Raw keeps it */
+        CELL(s, row, s->l[L_RAWS] + 2 * raw) = pos;
+        CELL(s, row, s->l[L_RAWS] + 2 * raw + 1) = after;
+    }
+    return after;
 }
 
 static int64_t args(Scan *s, int64_t pos, int64_t row)
@@ -799,15 +807,15 @@ static int load_keys(Keys *keys, Py_buffer *bytes, Py_buffer *starts)
 
 static PyObject *py_scan(PyObject *self, PyObject *a)
 {
-    Py_buffer text, out, times, layout, top, top_starts, hot, hot_starts, dims, dims_starts, known,
-        known_starts;
+    Py_buffer text, out, times, layout, top, top_starts, hot, hot_starts, dims, dims_starts, raws,
+        raws_starts, known, known_starts;
     Py_ssize_t pos, end;
-    if (!PyArg_ParseTuple(a, "y*nnw*w*y*y*y*y*y*y*y*y*y*", &text, &pos, &end, &out, &times,
+    if (!PyArg_ParseTuple(a, "y*nnw*w*y*y*y*y*y*y*y*y*y*y*y*", &text, &pos, &end, &out, &times,
                           &layout, &top, &top_starts, &hot, &hot_starts, &dims, &dims_starts,
-                          &known, &known_starts))
+                          &raws, &raws_starts, &known, &known_starts))
         return NULL;
     Py_buffer *views[] = {&text, &out, &times, &layout, &top, &top_starts, &hot, &hot_starts,
-                          &dims, &dims_starts, &known, &known_starts};
+                          &dims, &dims_starts, &raws, &raws_starts, &known, &known_starts};
     PyObject *result = NULL;
     Scan s;
     int64_t count = 0, stop = 0;
@@ -834,7 +842,8 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
         {s.l[L_ID], 2}, {s.l[L_ARGS], 2}, {s.l[L_FULL], 1}, {s.l[L_SEEN], 1}, {s.l[L_FLAGS], 1},
         {s.l[L_TS], 2}, {s.l[L_DUR], 2}, {s.l[L_CAT_HASH], 1}, {s.l[L_NAME_HASH], 1},
         {s.l[L_HOT], (int64_t)(hot_starts.len / 8 - 1)},
-        {s.l[L_DIMS], 3 * (int64_t)(dims_starts.len / 8 - 1)}};
+        {s.l[L_DIMS], 3 * (int64_t)(dims_starts.len / 8 - 1)},
+        {s.l[L_RAWS], 2 * (int64_t)(raws_starts.len / 8 - 1)}};
     for (size_t k = 0; k < sizeof(extents) / sizeof(extents[0]); k++) {
         if (extents[k][0] < 0 || extents[k][0] + extents[k][1] > s.l[L_WIDTH]) {
             PyErr_SetString(PyExc_ValueError, "layout: a column outside the row");
@@ -842,11 +851,11 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
         }
     }
     if (load_keys(&s.top, &top, &top_starts) < 0 || load_keys(&s.hot, &hot, &hot_starts) < 0 ||
-        load_keys(&s.dims, &dims, &dims_starts) < 0 ||
+        load_keys(&s.dims, &dims, &dims_starts) < 0 || load_keys(&s.raws, &raws, &raws_starts) < 0 ||
         load_keys(&s.known, &known, &known_starts) < 0)
         goto done;
-    if (s.hot.count + s.dims.count > 62) {
-        PyErr_SetString(PyExc_ValueError, "at most 62 hot and launch-dimension keys");
+    if (s.hot.count + s.dims.count + s.raws.count > 62) {
+        PyErr_SetString(PyExc_ValueError, "at most 62 hot, launch-dimension and shape keys");
         goto done;
     }
     s.buf = (const uint8_t *)text.buf;

@@ -36,6 +36,9 @@ HOT_FIELDS = ("correlation", "external_id", "external_id_legacy", "sequence", "b
               "stream", "addr", "memory_bytes", "total_allocated", "total_reserved", "device_type",
               "device_id", "registers", "shared_memory")
 DIM_KEYS = ("grid", "block")
+# The recorded shapes, kept as the JSON text of their values (`_Args` keeps them undecoded too).
+RAW_KEYS = ("Input Dims", "Input type", "Concrete Inputs", "Input Strides")
+RAW_FIELDS = ("input_dims", "input_types", "concrete_inputs", "input_strides")
 
 # Columns of the integer output, one row per event.
 I_PH = 0  # the one ASCII character of ph; -1 when absent, -2 any other string
@@ -48,8 +51,9 @@ I_ARGS = 13  # start and end of the args object's text; -1 when absent or null
 I_FULL = 15  # 1: msgspec reads these args (a key or value the scanner does not read)
 I_HOT = 16  # the HOT_KEYS' values, -1 (NO_VALUE) when absent
 I_DIMS = I_HOT + len(HOT_KEYS)  # DIM_KEYS' three values each, -1 when absent
-# bit k: HOT_KEYS[k] was read; bit len(HOT_KEYS) + j: DIM_KEYS[j]
-I_SEEN = I_DIMS + 3 * len(DIM_KEYS)
+I_RAWS = I_DIMS + 3 * len(DIM_KEYS)  # RAW_KEYS' values' text: start and end each, -1 when absent
+# bit k: HOT_KEYS[k] was read; then one per DIM_KEYS, then one per RAW_KEYS
+I_SEEN = I_RAWS + 2 * len(RAW_KEYS)
 # bit per string with escapes or non-ASCII bytes (F_*), per number read in Python
 I_FLAGS = I_SEEN + 1
 I_TS = I_FLAGS + 1  # start and end of ts's text (read in Python when F_TS_SLOW)
@@ -61,8 +65,8 @@ F_CAT, F_NAME, F_PID, F_TID, F_TS_SLOW, F_DUR_SLOW = 1, 2, 4, 8, 16, 32
 
 #: The columns and flags above in the order the C scanner takes them.
 LAYOUT = np.array([WIDTH, I_PH, I_CAT, I_NAME, I_PID, I_TID, I_ID, I_ARGS, I_FULL, I_HOT, I_DIMS,
-                   I_SEEN, I_FLAGS, I_TS, I_DUR, I_CAT_HASH, I_NAME_HASH, F_CAT, F_NAME, F_PID,
-                   F_TID, F_TS_SLOW, F_DUR_SLOW], dtype=np.int64)
+                   I_RAWS, I_SEEN, I_FLAGS, I_TS, I_DUR, I_CAT_HASH, I_NAME_HASH, F_CAT, F_NAME,
+                   F_PID, F_TID, F_TS_SLOW, F_DUR_SLOW], dtype=np.int64)
 
 
 def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -72,8 +76,12 @@ def key_table(keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), starts
 
 
+#: The bit of I_SEEN that says the scanner read a field, by the field's `_Args` name.
+SEEN_BIT = {field: 1 << k for k, field in enumerate(HOT_FIELDS + DIM_KEYS + RAW_FIELDS)}
+
 TOP = key_table(TOP_KEYS)
 HOT = key_table(HOT_KEYS)
 DIMS = key_table(DIM_KEYS)
+RAWS = key_table(RAW_KEYS)
 KNOWN = key_table(tuple(field.encode_name for field in msgspec.structs.fields(_Args)
-                        if field.encode_name not in HOT_KEYS + DIM_KEYS))
+                        if field.encode_name not in HOT_KEYS + DIM_KEYS + RAW_KEYS))

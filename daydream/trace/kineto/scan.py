@@ -27,6 +27,7 @@ from daydream.trace.kineto.layout import (
     KNOWN,
     LAYOUT,
     PARTIAL,
+    RAWS,
     TOP,
 )
 
@@ -79,7 +80,8 @@ def scan(text: Text, start: int, end: int, out: np.ndarray,
     compiled = _c()
     if compiled is not None:
         result: tuple[int, int, int] = compiled.scan(text, start, end, out, times, LAYOUT,
-                                                     *TOP, *HOT, *DIMS, *KNOWN)
+                                                     *TOP, *HOT, *DIMS, *RAWS,
+                                                     *KNOWN)
         return result
     buffer = np.frombuffer(text, dtype=np.uint8)
     count, stop, status = _kernels().scan(buffer, start, end, out, times)

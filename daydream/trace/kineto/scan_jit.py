@@ -35,6 +35,7 @@ from daydream.trace.kineto.layout import (
     I_NAME_HASH,
     I_PH,
     I_PID,
+    I_RAWS,
     I_SEEN,
     I_TID,
     I_TS,
@@ -42,6 +43,7 @@ from daydream.trace.kineto.layout import (
     MAX_DEPTH,
     OUT,
     PARTIAL,
+    RAWS,
     TOP,
     WIDTH,
 )
@@ -54,7 +56,9 @@ _TOP, _TOP_STARTS = TOP
 _HOT, _HOT_STARTS = HOT
 _KNOWN, _KNOWN_STARTS = KNOWN
 _DIMS, _DIMS_STARTS = DIMS
+_RAWS, _RAWS_STARTS = RAWS
 _N_HOT = len(HOT_KEYS)
+_N_HOT_DIMS = _N_HOT + _DIMS_STARTS.size - 1
 
 
 @jit
@@ -437,7 +441,10 @@ def _arg(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int, start: 
     with its bit)."""
     which = -1 if marked else _key_id(buf, start, stop, _HOT, _HOT_STARTS)
     dim = -1 if marked or which >= 0 else _key_id(buf, start, stop, _DIMS, _DIMS_STARTS)
-    bit = which if which >= 0 else (_N_HOT + dim if dim >= 0 else -1)
+    raw = -1 if marked or which >= 0 or dim >= 0 else _key_id(buf, start, stop, _RAWS,
+                                                                _RAWS_STARTS)
+    bit = which if which >= 0 else (
+        _N_HOT + dim if dim >= 0 else (_N_HOT_DIMS + raw if raw >= 0 else -1))
     if marked or (bit >= 0 and seen & (1 << bit)) or (
             bit < 0 and _key_id(buf, start, stop, _KNOWN, _KNOWN_STARTS) >= 0):
         out[row, I_FULL] = 1  # msgspec reads what these keys hold
@@ -447,7 +454,11 @@ def _arg(buf: np.ndarray, pos: int, end: int, out: np.ndarray, row: int, start: 
         return _hot_value(buf, pos, end, out, row, I_HOT + which), seen
     if dim >= 0:
         return _dim_value(buf, pos, end, out, row, I_DIMS + 3 * dim), seen
-    return _skip(buf, pos, end), seen
+    after = _skip(buf, pos, end)
+    if raw >= 0 and after >= 0:  # the value's text, as msgspec.Raw keeps it
+        out[row, I_RAWS + 2 * raw] = pos
+        out[row, I_RAWS + 2 * raw + 1] = after
+    return after, seen
 
 
 @jit

@@ -67,6 +67,7 @@ class ScannedRows:
                                          (layout.I_NAME, layout.I_NAME_HASH, layout.F_NAME))}
         self._coded[layout.I_PID] = _ids(text, out, layout.I_PID, layout.F_PID)
         self._coded[layout.I_TID] = _ids(text, out, layout.I_TID, layout.F_TID)
+        self.raws = _raw_values(text, out)
 
     def cats(self) -> Coded:
         return self._coded[layout.I_CAT]
@@ -120,13 +121,11 @@ class ScannedRows:
         taken._coded = {column: _subset(values, at, rows) if column == layout.I_NAME
                         else (values, None if at is None else at[rows])
                         for column, (values, at) in self._coded.items()}
+        taken.raws = {field: (values, at[rows]) for field, (values, at) in self.raws.items()}
         return taken
 
     def times(self) -> tuple[np.ndarray, np.ndarray]:
         return self.ts.copy(), self.dur.copy()
-
-    def args_of(self, rows: list[int]) -> list[_Args]:
-        return [self.full.get(i, _EMPTY_ARGS) for i in rows]
 
     def arg_values(self, rows: list[int], fields: tuple[str, ...]) -> list[list[Any]]:
         """From the scanner's columns where it read the field, msgspec's args where it did not."""
@@ -136,15 +135,32 @@ class ScannedRows:
             self.full) else []
         values = []
         for field in fields:
-            listed = _scanned_values(self.out, picked, seen, field)
+            listed = self._read(picked, seen, field)
             for at, args in full:
                 listed[at] = getattr(args, field)
             values.append(listed)
         return values
 
+    def _read(self, rows: np.ndarray, seen: np.ndarray, field: str) -> list[Any]:
+        """`field` of each of `rows` as the scanner read it: its default where it read none (the
+        rows whose args msgspec read are replaced by the caller)."""
+        default = getattr(_EMPTY_ARGS, field)
+        read = (seen & layout.SEEN_BIT.get(field, 0)) != 0
+        if field in self.raws:
+            values, at = self.raws[field]
+            return [values[i] if i >= 0 else default for i in at[rows].tolist()]
+        if field in layout.DIM_KEYS:
+            column = layout.I_DIMS + 3 * layout.DIM_KEYS.index(field)
+            dims = self.out[rows, column:column + 3].tolist()
+            return [dim if was_read else default for dim, was_read in zip(dims, read.tolist())]
+        if field not in layout.HOT_FIELDS:
+            return [default] * rows.size
+        values = self.out[rows, layout.I_HOT + layout.HOT_FIELDS.index(field)]
+        return np.where(read, values, default).tolist()
+
     @property
-    def args(self) -> _FullArgs:
-        return _FullArgs(self.full)
+    def args(self) -> _ScannedArgs:
+        return _ScannedArgs(self)
 
     def device_stream(self, row: int) -> tuple[Any, Any]:
         if row in self.full:
@@ -166,33 +182,15 @@ class ScannedRows:
         return columns
 
     def marks(self) -> dict[str, np.ndarray]:
-        marks = {key: np.zeros(self.size, dtype=bool) for key in ("collective", "dims")}
-        marks["grid"] = (self.out[:, layout.I_SEEN] & _SEEN_BIT["grid"]) != 0
+        seen = self.out[:, layout.I_SEEN]
+        marks = {"collective": np.zeros(self.size, dtype=bool),
+                 "grid": (seen & layout.SEEN_BIT["grid"]) != 0,
+                 "dims": (seen & layout.SEEN_BIT["input_dims"]) != 0}
         if self.full:
             rows = np.fromiter(self.full, dtype=np.int64, count=len(self.full))
             for key, values in arg_marks(list(self.full.values())).items():
                 marks[key][rows] = values
         return marks
-
-
-#: The bit of `layout.I_SEEN` that says the scanner read a field, by the field's `_Args` name.
-_SEEN_BIT = {field: 1 << k for k, field in
-             enumerate(layout.HOT_FIELDS + tuple(layout.DIM_KEYS))}
-
-
-def _scanned_values(out: np.ndarray, rows: np.ndarray, seen: np.ndarray, field: str) -> list[Any]:
-    """`field` of each of `rows` as the scanner read it: its default where it read none (the rows
-    whose args msgspec read are replaced by the caller)."""
-    default = getattr(_EMPTY_ARGS, field)
-    read = (seen & _SEEN_BIT.get(field, 0)) != 0
-    if field in layout.DIM_KEYS:
-        column = layout.I_DIMS + 3 * layout.DIM_KEYS.index(field)
-        dims = out[rows, column:column + 3].tolist()
-        return [dim if was_read else default for dim, was_read in zip(dims, read.tolist())]
-    if field not in layout.HOT_FIELDS:
-        return [default] * rows.size
-    values = out[rows, layout.I_HOT + layout.HOT_FIELDS.index(field)]
-    return np.where(read, values, default).tolist()
 
 
 def _subset(values: list[Any], at: np.ndarray | None, rows: np.ndarray) -> Coded:
@@ -209,15 +207,39 @@ def _subset(values: list[Any], at: np.ndarray | None, rows: np.ndarray) -> Coded
 _PH_CODE = {"": -1}
 
 
-class _FullArgs:
-    """`args[row]` over the rows whose args msgspec read; the others have none the side tables
-    read."""
+class _ScannedArgs:
+    """`args[row]`: msgspec's args where it read them; else the recorded shapes the scanner read
+    (the only args read row by row)."""
 
-    def __init__(self, full: dict[int, _Args]) -> None:
-        self.full = full
+    def __init__(self, rows: ScannedRows) -> None:
+        self.rows = rows
 
     def __getitem__(self, row: int) -> _Args:
-        return self.full.get(row, _EMPTY_ARGS)
+        full = self.rows.full.get(row)
+        if full is not None:
+            return full
+        shapes = {field: values[at[row]] for field, (values, at) in self.rows.raws.items()
+                  if at[row] >= 0}
+        return _Args(**shapes) if shapes else _EMPTY_ARGS
+
+
+def _raw_values(text: Text, out: np.ndarray) -> dict[str, tuple[list[msgspec.Raw], np.ndarray]]:
+    """Per recorded-shape field the scanner read in some row: its distinct values (the JSON text,
+    as msgspec.Raw), and each row's index among them (-1 where it read none)."""
+    found = {}
+    scanned = (out[:, layout.I_FULL] == 0)
+    for k, field in enumerate(layout.RAW_FIELDS):
+        rows = np.flatnonzero(scanned & ((out[:, layout.I_SEEN] & layout.SEEN_BIT[field]) != 0))
+        if not rows.size:
+            continue
+        starts = out[rows, layout.I_RAWS + 2 * k]
+        stops = out[rows, layout.I_RAWS + 2 * k + 1]
+        first, inverse = _distinct_spans(text, starts, stops)
+        at = np.full(out.shape[0], -1, dtype=np.int64)
+        at[rows] = inverse
+        found[field] = ([msgspec.Raw(bytes(text[starts[i]:stops[i]])) for i in first.tolist()],
+                        at)
+    return found
 
 
 def _ids(text: Text, out: np.ndarray, column: int, flag: int) -> Coded:
@@ -242,15 +264,23 @@ def _distinct_texts(text: Text, starts: np.ndarray, stops: np.ndarray, marked: n
                     hashes: np.ndarray | None = None) -> Coded:
     """The distinct strings of the spans and each span's index among them (`hashes`: the spans'
     `scan.span_hashes`, where the scanner gave them)."""
+    first, inverse = _distinct_spans(text, starts, stops, hashes)
+    values = [_string(text, int(starts[row]), int(stops[row]), bool(marked[row]))
+              for row in first.tolist()]
+    return values, inverse
+
+
+def _distinct_spans(text: Text, starts: np.ndarray, stops: np.ndarray,
+                    hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(the first span of each distinct text, each span's index among them), the texts told apart
+    by hash and every span checked against its hash's first."""
     if hashes is None:
         hashes = scan.span_hashes(text, starts, stops)
     distinct, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    if distinct.size > 1 and not scan.same_spans(text, starts, stops, first[inverse]):
+    if hashes.size > 1 and not scan.same_spans(text, starts, stops, first[inverse]):
         raise NotScanned("two strings share a hash")
-    values = [_string(text, int(starts[row]), int(stops[row]), bool(marked[row]))
-              for row in first.tolist()]
-    return values, inverse
+    return first, inverse
 
 
 def _string(text: Text, start: int, stop: int, marked: bool) -> str:
