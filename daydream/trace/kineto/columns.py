@@ -172,15 +172,14 @@ class _Columns:
                 values = kept.arg_values(rows.tolist(), tuple(field for _, field, _ in fields))
                 for (column, _, kept_as), listed in zip(fields, values):
                     table[column].extend(listed if kept_as is None else map(kept_as, listed))
-        args = kept.args
         shaped = (kind == EventKind.CPU_OP) & marks["dims"]
-        flops = _gemm_flops(shaped, args, self.names, names, self.shape_memo)
+        flops = _gemm_flops(shaped, kept.arg_values, self.names, names, self.shape_memo)
         if flops["event"].size:
             table = self.side["flops"]
             table["event"].extend((flops["event"] + self.rows).tolist())
             table["flops"].extend(flops["flops"].tolist())
             table["elements"].extend(flops["elements"].tolist())
-        moved = _elementwise_bytes(shaped, args, self.names, names, self.shape_memo)
+        moved = _elementwise_bytes(shaped, kept.arg_values, self.names, names, self.shape_memo)
         if moved["event"].size:
             table = self.side["elementwise"]
             table["event"].extend((moved["event"] + self.rows).tolist())

@@ -18,7 +18,6 @@ import numpy as np
 
 from daydream.trace.kineto.schema import (
     _EMPTY_ARGS,
-    ArgsByRow,
     _Args,
     _Event,
     _get_bytes,
@@ -75,9 +74,6 @@ class Rows(Protocol):
     def times(self) -> tuple[np.ndarray, np.ndarray]:
         """ts and dur in µs (NaN where absent), arrays the caller may change."""
         ...
-
-    @property
-    def args(self) -> ArgsByRow: ...
 
     def arg_values(self, rows: list[int], fields: tuple[str, ...]) -> list[list[Any]]:
         """Per field of `_Args`, its value in each of `rows` (the field's default where absent)."""

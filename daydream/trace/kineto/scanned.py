@@ -158,10 +158,6 @@ class ScannedRows:
         values = self.out[rows, layout.I_HOT + layout.HOT_FIELDS.index(field)]
         return np.where(read, values, default).tolist()
 
-    @property
-    def args(self) -> _ScannedArgs:
-        return _ScannedArgs(self)
-
     def device_stream(self, row: int) -> tuple[Any, Any]:
         if row in self.full:
             return self.full[row].device, self.full[row].stream
@@ -205,22 +201,6 @@ def _subset(values: list[Any], at: np.ndarray | None, rows: np.ndarray) -> Coded
 
 #: ph as the scanner writes it when it is not one ASCII character: absent (-1), another string (-2).
 _PH_CODE = {"": -1}
-
-
-class _ScannedArgs:
-    """`args[row]`: msgspec's args where it read them; else the recorded shapes the scanner read
-    (the only args read row by row)."""
-
-    def __init__(self, rows: ScannedRows) -> None:
-        self.rows = rows
-
-    def __getitem__(self, row: int) -> _Args:
-        full = self.rows.full.get(row)
-        if full is not None:
-            return full
-        shapes = {field: values[at[row]] for field, (values, at) in self.rows.raws.items()
-                  if at[row] >= 0}
-        return _Args(**shapes) if shapes else _EMPTY_ARGS
 
 
 def _raw_values(text: Text, out: np.ndarray) -> dict[str, tuple[list[msgspec.Raw], np.ndarray]]:

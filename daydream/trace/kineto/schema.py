@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from operator import attrgetter
-from typing import Any, Protocol, Union
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -82,10 +83,8 @@ class _Args(msgspec.Struct, gc=False):
 _EMPTY_ARGS = _Args()
 
 
-class ArgsByRow(Protocol):
-    """Each row's args, read for the few rows the side tables take."""
-
-    def __getitem__(self, row: int, /) -> _Args: ...
+#: A chunk's `Rows.arg_values`: per field of `_Args`, its value in each of the given rows.
+ArgValues = Callable[[list[int], tuple[str, ...]], list[list[Any]]]
 
 
 class _Event(msgspec.Struct, gc=False):

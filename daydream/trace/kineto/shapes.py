@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from daydream.trace.kineto.schema import ArgsByRow, _Interner, _table
+from daydream.trace.kineto.schema import ArgValues, _Interner, _table
 from daydream.trace.model import empty_table
 
 
@@ -50,7 +50,7 @@ def _remembered(memo: dict[Any, Any], key: Any, work: Callable[..., Any], *argum
     return value
 
 
-def _gemm_flops(shaped: np.ndarray, args: ArgsByRow, strings: _Interner,
+def _gemm_flops(shaped: np.ndarray, values: ArgValues, strings: _Interner,
                 names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
     """FLOPs of the matrix multiplies among the `shaped` rows (CPU ops that recorded their input
     dims), from those dims."""
@@ -60,11 +60,10 @@ def _gemm_flops(shaped: np.ndarray, args: ArgsByRow, strings: _Interner,
         return empty_table("flops")
     rows = np.flatnonzero(shaped & np.isin(names, list(gemm_names)))
     events, flops, elements = [], [], []
-    for row in rows.tolist():
-        raw = args[row].input_dims
+    listed = rows.tolist()
+    for row, name, raw in zip(listed, names[rows].tolist(), values(listed, ("input_dims",))[0]):
         if not len(raw):
             continue
-        name = int(names[row])
         found = _remembered(memo, ("gemm", name, bytes(raw)), _gemm_work, gemm_names[name], raw)
         if found is not None:
             events.append(row)
@@ -106,7 +105,7 @@ def streamed_bytes(dims: list[Any], types: list[Any]) -> float:
     return float(sum(sizes) + max(sizes)) if sizes else 0.0
 
 
-def _elementwise_bytes(shaped: np.ndarray, args: ArgsByRow, strings: _Interner,
+def _elementwise_bytes(shaped: np.ndarray, values: ArgValues, strings: _Interner,
                        names: np.ndarray, memo: dict[Any, Any]) -> dict[str, np.ndarray]:
     """Bytes the elementwise ops among the `shaped` rows (CPU ops that recorded their input dims)
     stream, from their dims and types."""
@@ -114,8 +113,8 @@ def _elementwise_bytes(shaped: np.ndarray, args: ArgsByRow, strings: _Interner,
     if not ids:
         return empty_table("elementwise")
     events, moved = [], []
-    for row in np.flatnonzero(shaped & np.isin(names, ids)).tolist():
-        dims, types = args[row].input_dims, args[row].input_types
+    rows = np.flatnonzero(shaped & np.isin(names, ids)).tolist()
+    for row, dims, types in zip(rows, *values(rows, ("input_dims", "input_types"))):
         if not len(dims) or not len(types):
             continue
         value = _remembered(memo, ("streamed", bytes(dims), bytes(types)), _streamed_work, dims,
