@@ -323,3 +323,18 @@ def test_two_texts_that_share_a_hash_are_not_taken_for_one(monkeypatch: pytest.M
     out[:, layout.I_NAME_HASH] = 7  # both names, one hash
     with pytest.raises(scanned.NotScanned, match="share a hash"):
         scanned.ScannedRows(text, out, times)
+
+
+def test_a_value_skipped_ends_where_its_text_ends() -> None:
+    # The scanner skips the values it does not keep (a call stack, an unknown arg) and keeps the text of the recorded
+    # shapes by where a skip ends: that end must be the value's own, and a value the text cuts short must be "more
+    # needed" (OUT), never a wrong end. Checked against the JSON's own length, every number msgspec reads included.
+    values = [*_numbers(500), '"a \\"quoted\\" \\u00e9 string"', "true", "false", "null", "[]", "{}",
+              "[[4, 8], [8, 16], []]", '{"a": [1, {"b": null}], "c": -2.5e-3}', "[" * 60 + "]" * 60]
+    for text in values:
+        encoded = text.encode()
+        assert scan.value_end(encoded + b",", 0) == len(encoded), text
+        for cut in range(1, len(encoded)):
+            assert scan.value_end(encoded[:cut], 0) in (layout.OUT, layout.BAD), (text, cut)
+    for bad in ("01", "1.", "1.e5", "-", "1e", "tru", "[1 2]", '{"a" 1}', "[" * 70 + "]" * 70):
+        assert scan.value_end((bad + ",").encode(), 0) == layout.BAD, bad

@@ -270,6 +270,41 @@ static int64_t number(const uint8_t *b, int64_t pos, int64_t end, int *kind, int
     return pos;
 }
 
+/* Past the JSON number at `pos`, read no further than its grammar: `number` without its value
+ * (the same positions, OUT and BAD), for the numbers of values skipped. */
+static int64_t number_end(const uint8_t *b, int64_t pos, int64_t end)
+{
+    if (b[pos] == '-')
+        pos++;
+    if (pos >= end)
+        return OUT;
+    if (!is_digit(b[pos]))
+        return BAD;
+    int64_t start = pos;
+    while (pos < end && is_digit(b[pos]))
+        pos++;
+    if (pos - start > 1 && b[start] == '0')
+        return BAD; /* a leading zero */
+    if (pos < end && b[pos] == '.') {
+        int64_t fraction = ++pos;
+        while (pos < end && is_digit(b[pos]))
+            pos++;
+        if (pos == fraction)
+            return pos >= end ? OUT : BAD;
+    }
+    if (pos < end && (b[pos] == 'e' || b[pos] == 'E')) {
+        pos++;
+        if (pos < end && (b[pos] == '+' || b[pos] == '-'))
+            pos++;
+        int64_t exponent = pos;
+        while (pos < end && is_digit(b[pos]))
+            pos++;
+        if (pos == exponent)
+            return pos >= end ? OUT : BAD;
+    }
+    return pos >= end ? OUT : pos; /* the number may go on in text not yet read */
+}
+
 /* Past the true, false or null at `pos`. */
 static int64_t literal_end(const uint8_t *b, int64_t pos, int64_t end)
 {
@@ -286,13 +321,11 @@ static int64_t literal_end(const uint8_t *b, int64_t pos, int64_t end)
 static int64_t scalar_end(const uint8_t *b, int64_t pos, int64_t end)
 {
     uint8_t c = b[pos];
-    int marked, kind;
-    int64_t integer;
-    double real;
+    int marked;
     if (c == '"')
         return string_end(b, pos, end, &marked);
     if (c == '-' || is_digit(c))
-        return number(b, pos, end, &kind, &integer, &real);
+        return number_end(b, pos, end);
     if (c == 't' || c == 'f' || c == 'n')
         return literal_end(b, pos, end);
     return BAD;
@@ -1000,12 +1033,29 @@ static PyObject *py_number(PyObject *self, PyObject *a)
     return result;
 }
 
+/* value_end(text, pos, end): past the JSON value at pos, as a value skipped is read (OUT, BAD). */
+static PyObject *py_value_end(PyObject *self, PyObject *a)
+{
+    Py_buffer text;
+    Py_ssize_t pos, end;
+    if (!PyArg_ParseTuple(a, "y*nn", &text, &pos, &end))
+        return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || pos >= end || end > text.len)
+        PyErr_SetString(PyExc_ValueError, "pos and end must lie within the text");
+    else
+        result = PyLong_FromLongLong((long long)skip(text.buf, pos, end));
+    PyBuffer_Release(&text);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, "Read the events of text[pos:end] into out and times."},
     {"span_hashes", py_span_hashes, METH_VARARGS, "FNV-1a of each span, into hashes."},
     {"same_spans", py_same_spans, METH_VARARGS, "Whether each span equals the one first names."},
     {"joined_spans", py_joined_spans, METH_VARARGS, "The spans as one JSON list (bytes)."},
     {"number", py_number, METH_VARARGS, "The JSON number at pos: (past it, kind, int, float)."},
+    {"value_end", py_value_end, METH_VARARGS, "Past the JSON value at pos, as one skipped."},
     {NULL, NULL, 0, NULL},
 };
 

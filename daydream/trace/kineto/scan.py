@@ -32,7 +32,7 @@ from daydream.trace.kineto.layout import (
 )
 
 __all__ = ["END", "FAILED", "HOT_FIELDS", "HOT_KEYS", "IMPLEMENTATION", "PARTIAL", "available",
-           "joined_spans", "number", "same_spans", "scan", "span_hashes"]
+           "joined_spans", "number", "same_spans", "scan", "span_hashes", "value_end"]
 
 Text = bytes | bytearray
 
@@ -135,3 +135,13 @@ def number(text: bytes, pos: int) -> tuple[int, int, int, float]:
     buffer = np.frombuffer(text, dtype=np.uint8)
     after, kind, value, real = _kernels()._number(buffer, pos, buffer.size)
     return int(after), int(kind), int(value), float(real)
+
+
+def value_end(text: bytes, pos: int) -> int:
+    """Past the JSON value at text[pos:] as the scanner skips a value it does not keep; OUT where
+    the text ends first, BAD where it is not JSON the scanner reads."""
+    compiled = _c()
+    if compiled is not None:
+        return int(compiled.value_end(text, pos, len(text)))
+    buffer = np.frombuffer(text, dtype=np.uint8)
+    return int(_kernels()._skip(buffer, pos, buffer.size))

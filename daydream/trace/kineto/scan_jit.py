@@ -229,6 +229,40 @@ def _leading_zeros(value: int) -> int:
 
 
 @jit
+def _number_end(buf: np.ndarray, pos: int, end: int) -> int:  # noqa: C901
+    """Past the JSON number at `pos`, read no further than its grammar: `_number` without its
+    value (the same positions, OUT and BAD), for the numbers of values skipped."""
+    if buf[pos] == 45:
+        pos += 1
+    if pos >= end:
+        return OUT
+    if not 48 <= buf[pos] <= 57:
+        return BAD
+    start = pos
+    while pos < end and 48 <= buf[pos] <= 57:
+        pos += 1
+    if pos - start > 1 and buf[start] == 48:
+        return BAD  # a leading zero
+    if pos < end and buf[pos] == 46:
+        pos += 1
+        fraction = pos
+        while pos < end and 48 <= buf[pos] <= 57:
+            pos += 1
+        if pos == fraction:
+            return OUT if pos >= end else BAD
+    if pos < end and (buf[pos] == 101 or buf[pos] == 69):
+        pos += 1
+        if pos < end and (buf[pos] == 43 or buf[pos] == 45):
+            pos += 1
+        exponent = pos
+        while pos < end and 48 <= buf[pos] <= 57:
+            pos += 1
+        if pos == exponent:
+            return OUT if pos >= end else BAD
+    return OUT if pos >= end else pos  # the number may go on in text not yet read
+
+
+@jit
 def _literal_end(buf: np.ndarray, pos: int, end: int) -> int:
     """Past the true, false or null at `pos`."""
     c = buf[pos]
@@ -250,7 +284,7 @@ def _scalar_end(buf: np.ndarray, pos: int, end: int) -> int:
     if c == 34:
         return _string_end(buf, pos, end)[0]
     if c == 45 or 48 <= c <= 57:
-        return _number(buf, pos, end)[0]
+        return _number_end(buf, pos, end)
     if c == 116 or c == 102 or c == 110:
         return _literal_end(buf, pos, end)
     return BAD
