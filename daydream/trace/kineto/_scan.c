@@ -43,6 +43,18 @@ static inline int key_slot(const uint8_t *text, int64_t size)
                 : 0;
 }
 
+/* The keys of args in one table: hot, launch dimensions, shapes, other known (in that order). */
+#define ARG_TABLES 4
+#define MAX_ARG_KEYS 256
+typedef struct {
+    const uint8_t *key[MAX_ARG_KEYS];
+    int64_t size[MAX_ARG_KEYS];
+    int16_t what[MAX_ARG_KEYS]; /* table * 64 + the key's index in it */
+    int count;
+    uint64_t lengths;
+    int16_t slot[1024]; /* from `key_slot` on, the first free one: 1 + the entry, 0 for none */
+} ArgKeys;
+
 typedef struct {
     const uint8_t *buf;
     int64_t end;
@@ -50,6 +62,8 @@ typedef struct {
     double *times;
     int64_t l[L_COUNT];
     Keys top, hot, dims, raws, known;
+    ArgKeys arg_keys;
+    const int64_t *blank; /* a row as `event` starts it */
 } Scan;
 
 static const int64_t MAX_INT = 922337203685477579LL; /* (2**63 - 1 - 9) // 10 */
@@ -451,6 +465,21 @@ static int key_id(const uint8_t *b, int64_t start, int64_t stop, const Keys *key
     }
 }
 
+/* Which args key b[start:stop] is: its table * 64 + its index there; -1 for none. */
+static int arg_key(const uint8_t *b, int64_t start, int64_t stop, const ArgKeys *keys)
+{
+    int64_t size = stop - start;
+    if (!((keys->lengths >> (size < 63 ? size : 63)) & 1))
+        return -1;
+    for (int at = key_slot(b + start, size);; at = (at + 1) & 1023) {
+        int k = keys->slot[at] - 1;
+        if (k < 0)
+            return -1;
+        if (keys->size[k] == size && memcmp(keys->key[k], b + start, size) == 0)
+            return keys->what[k];
+    }
+}
+
 /* After a member of an object: past the comma and the space after it (*more), or past the
  * closing brace. */
 static int64_t next_member(const uint8_t *b, int64_t pos, int64_t end, int *more)
@@ -557,14 +586,14 @@ static int64_t arg(Scan *s, int64_t pos, int64_t row, int64_t start, int64_t sto
                    int64_t *seen)
 {
     const uint8_t *b = s->buf;
-    int which = marked ? -1 : key_id(b, start, stop, &s->hot);
-    int dim = marked || which >= 0 ? -1 : key_id(b, start, stop, &s->dims);
-    int raw = marked || which >= 0 || dim >= 0 ? -1 : key_id(b, start, stop, &s->raws);
+    int found = marked ? -1 : arg_key(b, start, stop, &s->arg_keys);
+    int table = found < 0 ? -1 : found / 64, index = found < 0 ? -1 : found % 64;
+    int which = table == 0 ? index : -1, dim = table == 1 ? index : -1;
+    int raw = table == 2 ? index : -1;
     int bit = which >= 0 ? which
               : dim >= 0 ? (int)s->hot.count + dim
               : raw >= 0 ? (int)(s->hot.count + s->dims.count) + raw : -1;
-    if (marked || (bit >= 0 && (*seen & ((int64_t)1 << bit))) ||
-        (bit < 0 && key_id(b, start, stop, &s->known) >= 0))
+    if (marked || (bit >= 0 && (*seen & ((int64_t)1 << bit))) || table == 3)
         CELL(s, row, s->l[L_FULL]) = 1; /* msgspec reads what these keys hold */
     if (bit >= 0)
         *seen |= (int64_t)1 << bit;
@@ -721,13 +750,8 @@ static int64_t event(Scan *s, int64_t pos, int64_t row)
 {
     const uint8_t *b = s->buf;
     int64_t end = s->end, start, stop;
-    int64_t *cells = &CELL(s, row, 0);
     int more, marked;
-    for (int64_t column = 0; column < s->l[L_WIDTH]; column++)
-        cells[column] = -1;
-    cells[s->l[L_CAT_HASH]] = cells[s->l[L_NAME_HASH]] = fnv1a(b, 0, 0);
-    cells[s->l[L_PID]] = cells[s->l[L_TID]] = cells[s->l[L_ID]] = 0;
-    cells[s->l[L_FULL]] = cells[s->l[L_FLAGS]] = cells[s->l[L_SEEN]] = 0;
+    memcpy(&CELL(s, row, 0), s->blank, sizeof(int64_t) * s->l[L_WIDTH]);
     s->times[row * 2] = s->times[row * 2 + 1] = NAN;
     int64_t seen = 0;
     pos = open_object(b, pos, end, &more);
@@ -838,6 +862,36 @@ static int load_keys(Keys *keys, Py_buffer *bytes, Py_buffer *starts)
     return 0;
 }
 
+/* The args keys of the four tables in one table (`arg_key`). */
+static int load_arg_keys(Scan *s)
+{
+    const Keys *tables[ARG_TABLES] = {&s->hot, &s->dims, &s->raws, &s->known};
+    ArgKeys *keys = &s->arg_keys;
+    keys->count = 0;
+    keys->lengths = 0;
+    memset(keys->slot, 0, sizeof(keys->slot));
+    for (int table = 0; table < ARG_TABLES; table++) {
+        for (Py_ssize_t k = 0; k < tables[table]->count; k++) {
+            if (keys->count == MAX_ARG_KEYS) {
+                PyErr_SetString(PyExc_ValueError, "at most 256 args keys in all");
+                return -1;
+            }
+            const uint8_t *key = tables[table]->bytes + tables[table]->starts[k];
+            int64_t size = tables[table]->starts[k + 1] - tables[table]->starts[k];
+            int entry = keys->count++;
+            keys->key[entry] = key;
+            keys->size[entry] = size;
+            keys->what[entry] = (int16_t)(table * 64 + k);
+            keys->lengths |= (uint64_t)1 << (size < 63 ? size : 63);
+            int at = key_slot(key, size);
+            while (keys->slot[at])
+                at = (at + 1) & 1023;
+            keys->slot[at] = (int16_t)(entry + 1);
+        }
+    }
+    return 0;
+}
+
 static PyObject *py_scan(PyObject *self, PyObject *a)
 {
     Py_buffer text, out, times, layout, top, top_starts, hot, hot_starts, dims, dims_starts, raws,
@@ -851,6 +905,7 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
                           &dims, &dims_starts, &raws, &raws_starts, &known, &known_starts};
     PyObject *result = NULL;
     Scan s;
+    int64_t *blank = NULL;
     int64_t count = 0, stop = 0;
     int status = FAILED;
     if (int64_buffer(&layout, L_COUNT, "layout") < 0)
@@ -891,6 +946,19 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
         PyErr_SetString(PyExc_ValueError, "at most 62 hot, launch-dimension and shape keys");
         goto done;
     }
+    if (load_arg_keys(&s) < 0)
+        goto done;
+    blank = PyMem_Malloc(sizeof(int64_t) * s.l[L_WIDTH]);
+    if (blank == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t column = 0; column < s.l[L_WIDTH]; column++)
+        blank[column] = -1;
+    blank[s.l[L_CAT_HASH]] = blank[s.l[L_NAME_HASH]] = fnv1a(NULL, 0, 0);
+    blank[s.l[L_PID]] = blank[s.l[L_TID]] = blank[s.l[L_ID]] = 0;
+    blank[s.l[L_FULL]] = blank[s.l[L_FLAGS]] = blank[s.l[L_SEEN]] = 0;
+    s.blank = blank;
     s.buf = (const uint8_t *)text.buf;
     s.end = end;
     s.out = (int64_t *)out.buf;
@@ -900,6 +968,7 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("LLi", (long long)count, (long long)stop, status);
 done:
+    PyMem_Free(blank);
     for (size_t k = 0; k < sizeof(views) / sizeof(views[0]); k++)
         PyBuffer_Release(views[k]);
     return result;
