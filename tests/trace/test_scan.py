@@ -338,3 +338,16 @@ def test_a_value_skipped_ends_where_its_text_ends() -> None:
             assert scan.value_end(encoded[:cut], 0) in (layout.OUT, layout.BAD), (text, cut)
     for bad in ("01", "1.", "1.e5", "-", "1e", "tru", "[1 2]", '{"a" 1}', "[" * 70 + "]" * 70):
         assert scan.value_end((bad + ",").encode(), 0) == layout.BAD, bad
+
+
+@pytest.mark.parametrize("distinct", [1, 3, scanned.FEW, scanned.FEW + 1, 500])
+def test_unique_gives_what_numpy_gives(distinct: int, implementation: str) -> None:
+    if implementation != IMPLEMENTATIONS[0]:
+        pytest.skip("one implementation")
+    values = np.random.default_rng(distinct).integers(-2**62, 2**62, size=distinct)[
+        np.random.default_rng(0).integers(0, distinct, size=2000)]
+    expected = np.unique(values, return_index=True, return_inverse=True)
+    found = scanned.unique(values)
+    for mine, numpy_s in zip(found, expected):
+        assert np.array_equal(mine, numpy_s.reshape(-1))
+    assert [a.size for a in scanned.unique(np.zeros(0, dtype=np.int64))] == [0, 0, 0]

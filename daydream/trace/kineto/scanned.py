@@ -56,6 +56,7 @@ class ScannedRows:
         """Every string and number decoded now, from `text` (not kept): what cannot be is found
         before any column takes these rows."""
         self.out = out
+        self.at: np.ndarray | None = None  # the row of `out` each row is (None: the same)
         self.size = out.shape[0]
         self.ts, self.dur = _slow_numbers(text, out, times)
         self.full = _full_args(text, out)
@@ -68,6 +69,10 @@ class ScannedRows:
         self._coded[layout.I_PID] = _ids(text, out, layout.I_PID, layout.F_PID)
         self._coded[layout.I_TID] = _ids(text, out, layout.I_TID, layout.F_TID)
         self.raws = _raw_values(text, out)
+
+    def _cells(self, rows: Any, columns: Any) -> Any:
+        """The scanner's cells of these rows (an index, a slice, an array of rows) and columns."""
+        return self.out[rows if self.at is None else self.at[rows], columns]
 
     def cats(self) -> Coded:
         return self._coded[layout.I_CAT]
@@ -88,13 +93,13 @@ class ScannedRows:
         passed = np.array([test(name) for name in names], dtype=bool)
         # ph as the scanner writes it: one ASCII character's code (layout.I_PH)
         codes = [ord(ph) if len(ph) == 1 and ph.isascii() else _PH_CODE.get(ph, -3) for ph in phs]
-        return rows[passed[at[rows]] & np.isin(self.out[rows, layout.I_PH], codes)]
+        return rows[passed[at[rows]] & np.isin(self._cells(rows, layout.I_PH), codes)]
 
     def flows(self, rows: list[int]) -> Iterator[Flow]:
         pids, pid_at = self.pids()
         tids, tid_at = self.tids()
         assert pid_at is not None and tid_at is not None
-        picked = self.out[rows]
+        picked = self._cells(rows, slice(None))
         ph = picked[:, layout.I_PH]
         flowing = np.flatnonzero(((ph == 115) | (ph == 102)) & (picked[:, layout.I_ID] == 1))
         chosen = np.asarray(rows, dtype=np.int64)[flowing]
@@ -107,7 +112,8 @@ class ScannedRows:
         if rows.size == self.size:
             return self
         taken = object.__new__(ScannedRows)
-        taken.out, taken.size = self.out[rows], rows.size
+        taken.out, taken.size = self.out, rows.size
+        taken.at = rows if self.at is None else self.at[rows]
         taken.ts, taken.dur = self.ts[rows], self.dur[rows]
         taken.full = {}
         if self.full:
@@ -130,7 +136,7 @@ class ScannedRows:
     def arg_values(self, rows: list[int], fields: tuple[str, ...]) -> list[list[Any]]:
         """From the scanner's columns where it read the field, msgspec's args where it did not."""
         picked = np.asarray(rows, dtype=np.int64)
-        seen = self.out[picked, layout.I_SEEN]
+        seen = self._cells(picked, layout.I_SEEN)
         full = [(at, self.full[row]) for at, row in enumerate(rows) if row in self.full] if (
             self.full) else []
         values = []
@@ -151,21 +157,22 @@ class ScannedRows:
             return [values[i] if i >= 0 else default for i in at[rows].tolist()]
         if field in layout.DIM_KEYS:
             column = layout.I_DIMS + 3 * layout.DIM_KEYS.index(field)
-            dims = self.out[rows, column:column + 3].tolist()
+            dims = self._cells(rows, slice(column, column + 3)).tolist()
             return [dim if was_read else default for dim, was_read in zip(dims, read.tolist())]
         if field not in layout.HOT_FIELDS:
             return [default] * rows.size
-        values = self.out[rows, layout.I_HOT + layout.HOT_FIELDS.index(field)]
+        values = self._cells(rows, layout.I_HOT + layout.HOT_FIELDS.index(field))
         return np.where(read, values, default).tolist()
 
     def device_stream(self, row: int) -> tuple[Any, Any]:
         if row in self.full:
             return self.full[row].device, self.full[row].stream
         hot = layout.I_HOT + layout.HOT_FIELDS.index("device")
-        return int(self.out[row, hot]), int(self.out[row, hot + 1])
+        return int(self._cells(row, hot)), int(self._cells(row, hot + 1))
 
     def ints(self) -> dict[str, np.ndarray]:
-        hot = {field: self.out[:, layout.I_HOT + k] for k, field in enumerate(layout.HOT_FIELDS)}
+        hot = {field: self._cells(slice(None), layout.I_HOT + k)
+               for k, field in enumerate(layout.HOT_FIELDS)}
         columns = {"correlation": hot["correlation"],
                    "external_id": np.where(hot["external_id"] != NO_VALUE, hot["external_id"],
                                            hot["external_id_legacy"]),
@@ -178,7 +185,7 @@ class ScannedRows:
         return columns
 
     def marks(self) -> dict[str, np.ndarray]:
-        seen = self.out[:, layout.I_SEEN]
+        seen = self._cells(slice(None), layout.I_SEEN)
         marks = {"collective": np.zeros(self.size, dtype=bool),
                  "grid": (seen & layout.SEEN_BIT["grid"]) != 0,
                  "dims": (seen & layout.SEEN_BIT["input_dims"]) != 0}
@@ -227,8 +234,7 @@ def _ids(text: Text, out: np.ndarray, column: int, flag: int) -> Coded:
     kind, value = out[:, column], out[:, column + 1]
     texts = kind == 2
     inverse = np.zeros(out.shape[0], dtype=np.int64)
-    distinct, inverse[~texts] = np.unique(np.where(kind == 1, value, NO_VALUE)[~texts],
-                                          return_inverse=True)
+    distinct, _, inverse[~texts] = unique(np.where(kind == 1, value, NO_VALUE)[~texts])
     values: list[Any] = distinct.tolist()
     if texts.any():
         written = out[texts]
@@ -250,14 +256,38 @@ def _distinct_texts(text: Text, starts: np.ndarray, stops: np.ndarray, marked: n
     return values, inverse
 
 
+#: Distinct values `unique` looks for one at a time before it sorts instead.
+FEW = 12
+
+
+def unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`np.unique(values, return_index=True, return_inverse=True)`: one pass per distinct value
+    where there are at most FEW (a chunk's categories, processes, threads), a sort where there are
+    more."""
+    left = np.ones(values.size, dtype=bool)
+    firsts = []
+    for _ in range(FEW if values.size else 0):
+        at = int(np.argmax(left))
+        if not left[at]:
+            break
+        firsts.append(at)
+        left &= values != values[at]
+    else:
+        distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        return distinct, first, inverse.reshape(-1)
+    first = np.array(firsts, dtype=np.int64)
+    first = first[np.argsort(values[first], kind="stable")]
+    distinct = values[first]
+    return distinct, first, np.searchsorted(distinct, values)
+
+
 def _distinct_spans(text: Text, starts: np.ndarray, stops: np.ndarray,
                     hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(the first span of each distinct text, each span's index among them), the texts told apart
     by hash and every span checked against its hash's first."""
     if hashes is None:
         hashes = scan.span_hashes(text, starts, stops)
-    distinct, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    distinct, first, inverse = unique(hashes)
     if hashes.size > 1 and not scan.same_spans(text, starts, stops, first[inverse]):
         raise NotScanned("two strings share a hash")
     return first, inverse
