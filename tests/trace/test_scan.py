@@ -60,8 +60,9 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     read: list[int] = []
     original = scanned.scan_events
 
-    def counted(buffer: bytearray, start: int, end: int) -> tuple[scanned.ScannedRows | None, int, int]:
-        found = original(buffer, start, end)
+    def counted(buffer: bytearray, start: int, end: int,
+                scratch: scanned.Scratch | None) -> tuple[scanned.ScannedRows | None, int, int]:
+        found = original(buffer, start, end, scratch)
         read.append(0 if found[0] is None else found[0].size)
         return found
 
@@ -351,3 +352,21 @@ def test_unique_gives_what_numpy_gives(distinct: int, implementation: str) -> No
     for mine, numpy_s in zip(found, expected):
         assert np.array_equal(mine, numpy_s.reshape(-1))
     assert [a.size for a in scanned.unique(np.zeros(0, dtype=np.int64))] == [0, 0, 0]
+
+
+def test_the_scanner_s_columns_are_kept_from_window_to_window_unless_still_viewed() -> None:
+    scratch = scanned.Scratch()
+    text = bytearray(b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}]')
+    read, _, _ = scanned.scan_events(text, 1, len(text), scratch)
+    assert read is not None and read.size == 1
+    arrays = scratch.arrays
+    assert arrays is not None
+    scratch.release()  # the rows still refer to the columns: given up
+    assert scratch.arrays is None
+    del read
+    again, _, _ = scanned.scan_events(text, 1, len(text), scratch)
+    assert again is not None and again.names()[0] == ["k"]
+    kept = scratch.arrays
+    del again
+    scratch.release()  # nothing refers to them any more: kept for the next window
+    assert scratch.arrays is kept and scratch.get() is kept

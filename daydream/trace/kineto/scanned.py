@@ -6,6 +6,7 @@ in one batch.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,15 +30,44 @@ class NotScanned(Exception):
     msgspec instead."""
 
 
-def scan_events(buffer: bytearray, start: int,
-                end: int | None = None) -> tuple[ScannedRows | None, int, int]:
+class Scratch:
+    """The scanner's output columns, kept from one window to the next: columns made fresh for each
+    window are handed fresh pages by the C library, and taking them costs as much as the scan. Given
+    up where anything still views them once a chunk's rows are added."""
+
+    def __init__(self) -> None:
+        self.arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def get(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.arrays is None:
+            self.arrays = (np.empty((SCAN_ROWS, layout.WIDTH), dtype=np.int64),
+                           np.empty((SCAN_ROWS, 2), dtype=np.float64))
+        return self.arrays
+
+    def release(self) -> None:
+        """The chunk read into them is done with: keep them only where nothing else refers to
+        them (a view of them kept would see the next window's rows)."""
+        if self.arrays is not None and max(map(sys.getrefcount, self.arrays)) > _UNVIEWED:
+            self.arrays = None
+
+
+#: What sys.getrefcount gives for an array only `Scratch.arrays` refers to (the tuple, the
+#: argument).
+_UNVIEWED = 2
+
+
+def scan_events(buffer: bytearray, start: int, end: int | None = None,
+                scratch: Scratch | None = None) -> tuple[ScannedRows | None, int, int]:
     """The events of `buffer[:end]` from `start` (just after "[" or a comma) as far as the scanner
     reads them: (their rows, None where it read none; where it stopped; scan.END, PARTIAL or
-    FAILED)."""
+    FAILED); into `scratch`'s columns where given."""
     end = len(buffer) if end is None else end
-    rows = min(SCAN_ROWS, end // 32 + 16)
-    out = np.empty((rows, layout.WIDTH), dtype=np.int64)
-    times = np.empty((rows, 2), dtype=np.float64)
+    if scratch is not None:
+        out, times = scratch.get()
+    else:
+        rows = min(SCAN_ROWS, end // 32 + 16)
+        out = np.empty((rows, layout.WIDTH), dtype=np.int64)
+        times = np.empty((rows, 2), dtype=np.float64)
     count, stop, status = scan.scan(buffer, start, end, out, times)
     if count == 0:
         return None, stop, status

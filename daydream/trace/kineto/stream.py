@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import msgspec
 
 from daydream._heap import give_back
-from daydream.trace.kineto import scan
+from daydream.trace.kineto import scan, scanned
 from daydream.trace.kineto.columns import _Columns
 from daydream.trace.kineto.document import (
     _EVENTS,
@@ -115,11 +115,16 @@ class _Window:
         self.size = 0
         self.at_end = False
         self.read = 0  # bytes of text appended so far
+        self._scratch: scanned.Scratch | None = None
 
     @property
-    def scanning(self) -> bool:
-        """Whether the compiled scanner reads the windows from here on."""
-        return SCANNER and self.read >= SCAN_FROM
+    def scratch(self) -> scanned.Scratch | None:
+        """The scanner's columns where it reads the windows from here on; else None."""
+        if not (SCANNER and self.read >= SCAN_FROM):
+            return None
+        if self._scratch is None:
+            self._scratch = scanned.Scratch()
+        return self._scratch
 
     def more(self) -> bool:
         """Append the next block; False (and `at_end`) when there is none."""
@@ -218,7 +223,7 @@ def _cut_windows(window: _Window, columns: _Columns, skipped: dict[str, int]) ->
     while True:
         window.fill(WINDOW)
         try:
-            cut = (_cut(window.text, window.size, columns, skipped, window.scanning)
+            cut = (_cut(window.text, window.size, columns, skipped, window.scratch)
                    if not window.at_end else None)
         except RecursionError:
             # an event nested deeper than the decoder goes: the whole-document path says so
@@ -238,7 +243,7 @@ def _last_events(window: _Window, prefix_envelope: Any, columns: _Columns,
                  skipped: dict[str, int], label: str) -> Any:
     """The rest: the last events, the array's end and the keys after
     it; the whole envelope, or _NOT_STREAMED."""
-    scanned = _scanned(window.text, window.size, columns, skipped) if window.scanning else None
+    scanned = _scanned(window.text, window.size, columns, skipped, window.scratch)
     if scanned is not None:
         window.drop(scanned)
     rest = bytes(window.text[:window.size])
@@ -261,11 +266,12 @@ def _last_events(window: _Window, prefix_envelope: Any, columns: _Columns,
 
 
 def _cut(text: bytearray, size: int, columns: _Columns, skipped: dict[str, int],
-         scanning: bool = False) -> int | None:
+         scratch: scanned.Scratch | None = None) -> int | None:
     """Decode the events of `text[:size]` ("[" and then events) up to the last place two events
     meet, into `columns`; the offset of the next event's start, or None when no place decodes (the
-    text ends inside one event, or only false cuts were found)."""
-    scanned = _scanned(text, size, columns, skipped) if scanning else None
+    text ends inside one event, or only false cuts were found). The scanner reads first where
+    `scratch` is given (its columns)."""
+    scanned = _scanned(text, size, columns, skipped, scratch)
     if scanned is not None:
         return scanned
     end = size
@@ -310,17 +316,19 @@ def _decoded_up_to(text: bytearray, brace: int, skipped: dict[str, int]) -> list
     return events
 
 
-def _scanned(text: bytearray, size: int, columns: _Columns,
-             skipped: dict[str, int]) -> int | None:
-    """The events at the start of `text[:size]` ("[" and then events) that the compiled scanner
-    reads, into `columns`: where the next event starts, or None where it read none (msgspec reads
-    the window instead)."""
-    from daydream.trace.kineto.scanned import scan_events
-
-    rows, stop, _ = scan_events(text, 1, size)
+def _scanned(text: bytearray, size: int, columns: _Columns, skipped: dict[str, int],
+             scratch: scanned.Scratch | None) -> int | None:
+    """The events at the start of `text[:size]` ("[" and then events) that the scanner reads into
+    `scratch`, then into `columns`: where the next event starts, or None where it read none
+    (msgspec reads the window instead) or is not to read (`scratch` None)."""
+    if scratch is None:
+        return None
+    rows, stop, _ = scanned.scan_events(text, 1, size, scratch)
     if rows is None:
         return None
     columns.add_rows(rows, skipped)
+    del rows
+    scratch.release()
     return stop
 
 
