@@ -166,11 +166,13 @@ class _Window:
 def _viewed(text: bytearray) -> bool:
     """Whether a buffer is exported (a memoryview or a decoded value views it): then it cannot
     be resized, which is how this asks."""
+    if not text:
+        return False  # nothing in it to be seen
     try:
-        text.append(0)
+        last = text.pop()  # within its memory: no copy, unlike growing it
     except BufferError:
         return True
-    del text[-1]
+    text.append(last)
     return False
 
 
