@@ -32,8 +32,6 @@ typedef struct {
     const uint8_t *bytes;   /* the keys' UTF-8 bytes end to end */
     const int64_t *starts;  /* where each starts; one more entry: the end */
     Py_ssize_t count;
-    uint64_t lengths;       /* bit n: a key of n bytes (bit 63: of 63 or more) */
-    int16_t slot[1024];     /* from `key_slot` on, the first free one: 1 + the key, 0 for none */
 } Keys;
 
 /* Where a key of `size` bytes from `text` goes in a table's slots. */
@@ -43,17 +41,16 @@ static inline int key_slot(const uint8_t *text, int64_t size)
                 : 0;
 }
 
-/* The keys of args in one table: hot, launch dimensions, shapes, other known (in that order). */
-#define ARG_TABLES 4
-#define MAX_ARG_KEYS 256
+/* Keys of one or more tables, found by an open-addressed table of their slots. */
+#define MAX_KEYS 256
 typedef struct {
-    const uint8_t *key[MAX_ARG_KEYS];
-    int64_t size[MAX_ARG_KEYS];
-    int16_t what[MAX_ARG_KEYS]; /* table * 64 + the key's index in it */
+    const uint8_t *key[MAX_KEYS];
+    int64_t size[MAX_KEYS];
+    int16_t what[MAX_KEYS]; /* its table * 64 + its index there */
     int count;
-    uint64_t lengths;
-    int16_t slot[1024]; /* from `key_slot` on, the first free one: 1 + the entry, 0 for none */
-} ArgKeys;
+    uint64_t lengths;       /* bit n: a key of n bytes (bit 63: of 63 or more) */
+    int16_t slot[1024];     /* from `key_slot` on, the first free one: 1 + the entry, 0 for none */
+} KeyIndex;
 
 typedef struct {
     const uint8_t *buf;
@@ -62,7 +59,8 @@ typedef struct {
     double *times;
     int64_t l[L_COUNT];
     Keys top, hot, dims, raws, known;
-    ArgKeys arg_keys;
+    KeyIndex top_index; /* the top-level keys */
+    KeyIndex arg_index; /* args keys: hot, launch dimensions, shapes, other known (tables 0-3) */
     const int64_t *blank; /* a row as `event` starts it */
 } Scan;
 
@@ -449,24 +447,8 @@ static int64_t skip(const uint8_t *b, int64_t pos, int64_t end)
     return scalar_end(b, pos, end);
 }
 
-/* Which of the table's keys b[start:stop] is; -1 for none. */
-static int key_id(const uint8_t *b, int64_t start, int64_t stop, const Keys *keys)
-{
-    int64_t size = stop - start;
-    if (!((keys->lengths >> (size < 63 ? size : 63)) & 1))
-        return -1;
-    for (int at = key_slot(b + start, size);; at = (at + 1) & 1023) {
-        int k = keys->slot[at] - 1;
-        if (k < 0)
-            return -1;
-        if (keys->starts[k + 1] - keys->starts[k] == size &&
-            memcmp(keys->bytes + keys->starts[k], b + start, size) == 0)
-            return k;
-    }
-}
-
-/* Which args key b[start:stop] is: its table * 64 + its index there; -1 for none. */
-static int arg_key(const uint8_t *b, int64_t start, int64_t stop, const ArgKeys *keys)
+/* Which indexed key b[start:stop] is: its table * 64 + its index there; -1 for none. */
+static int find_key(const uint8_t *b, int64_t start, int64_t stop, const KeyIndex *keys)
 {
     int64_t size = stop - start;
     if (!((keys->lengths >> (size < 63 ? size : 63)) & 1))
@@ -586,7 +568,7 @@ static int64_t arg(Scan *s, int64_t pos, int64_t row, int64_t start, int64_t sto
                    int64_t *seen)
 {
     const uint8_t *b = s->buf;
-    int found = marked ? -1 : arg_key(b, start, stop, &s->arg_keys);
+    int found = marked ? -1 : find_key(b, start, stop, &s->arg_index);
     int table = found < 0 ? -1 : found / 64, index = found < 0 ? -1 : found % 64;
     int which = table == 0 ? index : -1, dim = table == 1 ? index : -1;
     int raw = table == 2 ? index : -1;
@@ -759,7 +741,7 @@ static int64_t event(Scan *s, int64_t pos, int64_t row)
         pos = key(b, pos, end, &start, &stop, &marked);
         if (pos < 0 || marked)
             return pos >= 0 ? BAD : pos;
-        int which = key_id(b, start, stop, &s->top);
+        int which = find_key(b, start, stop, &s->top_index);
         if (which >= 0) {
             if (seen & ((int64_t)1 << which))
                 return BAD; /* a key given twice: msgspec keeps the last */
@@ -843,50 +825,39 @@ static int load_keys(Keys *keys, Py_buffer *bytes, Py_buffer *starts)
         PyErr_SetString(PyExc_ValueError, "at most 63 keys a table");
         return -1;
     }
-    keys->lengths = 0;
     for (Py_ssize_t k = 0; k < keys->count; k++) {
-        int64_t size = keys->starts[k + 1] - keys->starts[k];
-        if (size < 0 || keys->starts[k + 1] > bytes->len) {
+        if (keys->starts[k + 1] < keys->starts[k] || keys->starts[k] < 0 ||
+            keys->starts[k + 1] > bytes->len) {
             PyErr_SetString(PyExc_ValueError, "a key table's starts lie outside its bytes");
             return -1;
         }
-        keys->lengths |= (uint64_t)1 << (size < 63 ? size : 63);
-    }
-    memset(keys->slot, 0, sizeof(keys->slot));
-    for (Py_ssize_t k = 0; k < keys->count; k++) {
-        int at = key_slot(keys->bytes + keys->starts[k], keys->starts[k + 1] - keys->starts[k]);
-        while (keys->slot[at])
-            at = (at + 1) & 1023;
-        keys->slot[at] = (int16_t)(k + 1);
     }
     return 0;
 }
 
-/* The args keys of the four tables in one table (`arg_key`). */
-static int load_arg_keys(Scan *s)
+/* An index of the keys of `count` tables (`find_key`). */
+static int index_keys(KeyIndex *index, const Keys *const *tables, int count)
 {
-    const Keys *tables[ARG_TABLES] = {&s->hot, &s->dims, &s->raws, &s->known};
-    ArgKeys *keys = &s->arg_keys;
-    keys->count = 0;
-    keys->lengths = 0;
-    memset(keys->slot, 0, sizeof(keys->slot));
-    for (int table = 0; table < ARG_TABLES; table++) {
+    index->count = 0;
+    index->lengths = 0;
+    memset(index->slot, 0, sizeof(index->slot));
+    for (int table = 0; table < count; table++) {
         for (Py_ssize_t k = 0; k < tables[table]->count; k++) {
-            if (keys->count == MAX_ARG_KEYS) {
-                PyErr_SetString(PyExc_ValueError, "at most 256 args keys in all");
+            if (index->count == MAX_KEYS) {
+                PyErr_SetString(PyExc_ValueError, "at most 256 keys in all");
                 return -1;
             }
             const uint8_t *key = tables[table]->bytes + tables[table]->starts[k];
             int64_t size = tables[table]->starts[k + 1] - tables[table]->starts[k];
-            int entry = keys->count++;
-            keys->key[entry] = key;
-            keys->size[entry] = size;
-            keys->what[entry] = (int16_t)(table * 64 + k);
-            keys->lengths |= (uint64_t)1 << (size < 63 ? size : 63);
+            int entry = index->count++;
+            index->key[entry] = key;
+            index->size[entry] = size;
+            index->what[entry] = (int16_t)(table * 64 + k);
+            index->lengths |= (uint64_t)1 << (size < 63 ? size : 63);
             int at = key_slot(key, size);
-            while (keys->slot[at])
+            while (index->slot[at])
                 at = (at + 1) & 1023;
-            keys->slot[at] = (int16_t)(entry + 1);
+            index->slot[at] = (int16_t)(entry + 1);
         }
     }
     return 0;
@@ -946,7 +917,8 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
         PyErr_SetString(PyExc_ValueError, "at most 62 hot, launch-dimension and shape keys");
         goto done;
     }
-    if (load_arg_keys(&s) < 0)
+    const Keys *top_tables[] = {&s.top}, *arg_tables[] = {&s.hot, &s.dims, &s.raws, &s.known};
+    if (index_keys(&s.top_index, top_tables, 1) < 0 || index_keys(&s.arg_index, arg_tables, 4) < 0)
         goto done;
     blank = PyMem_Malloc(sizeof(int64_t) * s.l[L_WIDTH]);
     if (blank == NULL) {
@@ -974,35 +946,67 @@ done:
     return result;
 }
 
-/* span_hashes(text, starts, stops, hashes): FNV-1a of each span into `hashes` (an absent span,
- * start -1, as the empty text). */
+/* Spans of a text: where each starts and ends (int64; a start below zero, an absent span, is the
+ * empty text at 0), as the span functions below take them. */
+typedef struct {
+    Py_buffer text, starts, stops;
+    Py_ssize_t count;
+} Spans;
+
+/* The text and spans from `a` (then `format`'s other buffers); -1 with an error set where they
+ * do not parse or the ends are not one an int64 for each start. */
+static int load_spans(Spans *spans, PyObject *a, const char *format, Py_buffer *more)
+{
+    memset(spans, 0, sizeof(*spans));
+    int parsed = more ? PyArg_ParseTuple(a, format, &spans->text, &spans->starts, &spans->stops,
+                                         more)
+                      : PyArg_ParseTuple(a, format, &spans->text, &spans->starts, &spans->stops);
+    if (!parsed)
+        return -1;
+    spans->count = spans->starts.len / 8;
+    return int64_buffer(&spans->stops, spans->count, "stops");
+}
+
+/* Release what `load_spans` took (a buffer never taken, or given back already, is left alone). */
+static void release_spans(Spans *spans, Py_buffer *more)
+{
+    PyBuffer_Release(&spans->text);
+    PyBuffer_Release(&spans->starts);
+    PyBuffer_Release(&spans->stops);
+    if (more)
+        PyBuffer_Release(more);
+}
+
+/* Span k's bytes: [*from, *to) within the text; -1 with an error set where it is not. */
+static int span(const Spans *spans, Py_ssize_t k, int64_t *from, int64_t *to)
+{
+    const int64_t start = ((const int64_t *)spans->starts.buf)[k];
+    const int64_t stop = ((const int64_t *)spans->stops.buf)[k];
+    *from = start > 0 ? start : 0;
+    *to = start < 0 ? 0 : stop;
+    if (*to < *from || *to > spans->text.len) {
+        PyErr_SetString(PyExc_ValueError, "a span outside the text");
+        return -1;
+    }
+    return 0;
+}
+
+/* span_hashes(text, starts, stops, hashes): `fnv1a` of each span into `hashes`. */
 static PyObject *py_span_hashes(PyObject *self, PyObject *a)
 {
-    Py_buffer text, starts, stops, hashes;
-    if (!PyArg_ParseTuple(a, "y*y*y*w*", &text, &starts, &stops, &hashes))
-        return NULL;
-    Py_ssize_t n = starts.len / 8;
+    Spans spans;
+    Py_buffer hashes = {0};
     PyObject *result = NULL;
-    if (int64_buffer(&stops, n, "stops") == 0 && int64_buffer(&hashes, n, "hashes") == 0) {
-        const int64_t *start = starts.buf, *stop = stops.buf;
-        int64_t *hash = hashes.buf;
-        int bad = 0;
-        for (Py_ssize_t k = 0; k < n && !bad; k++) {
-            int64_t from = start[k] > 0 ? start[k] : 0, to = stop[k] > 0 ? stop[k] : 0;
-            if (to > text.len || from > to)
-                bad = 1;
-            else
-                hash[k] = fnv1a(text.buf, from, to);
-        }
-        if (bad)
-            PyErr_SetString(PyExc_ValueError, "a span outside the text");
-        else
+    if (load_spans(&spans, a, "y*y*y*w*", &hashes) == 0 &&
+        int64_buffer(&hashes, spans.count, "hashes") == 0) {
+        int64_t *hash = hashes.buf, from, to;
+        Py_ssize_t k = 0;
+        for (; k < spans.count && span(&spans, k, &from, &to) == 0; k++)
+            hash[k] = fnv1a(spans.text.buf, from, to);
+        if (k == spans.count)
             result = Py_NewRef(Py_None);
     }
-    PyBuffer_Release(&text);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&stops);
-    PyBuffer_Release(&hashes);
+    release_spans(&spans, &hashes);
     return result;
 }
 
@@ -1010,75 +1014,71 @@ static PyObject *py_span_hashes(PyObject *self, PyObject *a)
  * `first` names for it. */
 static PyObject *py_same_spans(PyObject *self, PyObject *a)
 {
-    Py_buffer text, starts, stops, firsts;
-    if (!PyArg_ParseTuple(a, "y*y*y*y*", &text, &starts, &stops, &firsts))
-        return NULL;
-    Py_ssize_t n = starts.len / 8;
+    Spans spans;
+    Py_buffer firsts = {0};
     PyObject *result = NULL;
-    if (int64_buffer(&stops, n, "stops") == 0 && int64_buffer(&firsts, n, "first") == 0) {
-        const int64_t *start = starts.buf, *stop = stops.buf, *first = firsts.buf;
-        const uint8_t *b = text.buf;
-        int same = 1;
-        for (Py_ssize_t row = 0; row < n && same; row++) {
-            int64_t other = first[row];
-            if (other < 0 || other >= n) {
-                same = 0;
-                break;
+    if (load_spans(&spans, a, "y*y*y*y*", &firsts) == 0 &&
+        int64_buffer(&firsts, spans.count, "first") == 0) {
+        const int64_t *first = firsts.buf;
+        const uint8_t *b = spans.text.buf;
+        int same = 1, failed = 0;
+        for (Py_ssize_t row = 0; row < spans.count && same && !failed; row++) {
+            int64_t from, to, o_from, o_to, other = first[row];
+            if (other < 0 || other >= spans.count) {
+                PyErr_SetString(PyExc_ValueError, "first: a row outside the spans");
+                failed = 1;
+            } else if (span(&spans, row, &from, &to) < 0 ||
+                       span(&spans, other, &o_from, &o_to) < 0) {
+                failed = 1;
+            } else if (other != row) {
+                same = to - from == o_to - o_from && memcmp(b + from, b + o_from, to - from) == 0;
             }
-            int64_t from = start[row] > 0 ? start[row] : 0, to = stop[row] > 0 ? stop[row] : 0;
-            int64_t o_from = start[other] > 0 ? start[other] : 0;
-            int64_t o_to = stop[other] > 0 ? stop[other] : 0;
-            if (other == row)
-                continue;
-            if (to - from != o_to - o_from || to > text.len || o_to > text.len ||
-                memcmp(b + from, b + o_from, to - from) != 0)
-                same = 0;
         }
-        result = PyBool_FromLong(same);
+        result = failed ? NULL : PyBool_FromLong(same);
     }
-    PyBuffer_Release(&text);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&stops);
-    PyBuffer_Release(&firsts);
+    release_spans(&spans, &firsts);
     return result;
 }
 
 /* joined_spans(text, starts, stops): the spans' bytes as one JSON list, "[" span "," ... "]". */
 static PyObject *py_joined_spans(PyObject *self, PyObject *a)
 {
-    Py_buffer text, starts, stops;
-    if (!PyArg_ParseTuple(a, "y*y*y*", &text, &starts, &stops))
-        return NULL;
-    Py_ssize_t n = starts.len / 8;
+    Spans spans;
     PyObject *result = NULL;
-    if (int64_buffer(&stops, n, "stops") == 0) {
-        const int64_t *start = starts.buf, *stop = stops.buf;
-        Py_ssize_t size = 2 + (n > 0 ? n - 1 : 0);
-        int bad = 0;
-        for (Py_ssize_t k = 0; k < n; k++) {
-            if (start[k] < 0 || stop[k] < start[k] || stop[k] > text.len)
-                bad = 1;
-            else
-                size += stop[k] - start[k];
-        }
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "a span outside the text");
-        } else if ((result = PyBytes_FromStringAndSize(NULL, size)) != NULL) {
+    if (load_spans(&spans, a, "y*y*y*", NULL) == 0) {
+        Py_ssize_t size = 2 + (spans.count > 0 ? spans.count - 1 : 0), k = 0;
+        int64_t from, to;
+        for (; k < spans.count && span(&spans, k, &from, &to) == 0; k++)
+            size += to - from;
+        if (k == spans.count && (result = PyBytes_FromStringAndSize(NULL, size)) != NULL) {
             char *at = PyBytes_AS_STRING(result);
             *at++ = '[';
-            for (Py_ssize_t k = 0; k < n; k++) {
+            for (k = 0; k < spans.count; k++) {
+                span(&spans, k, &from, &to);
                 if (k)
                     *at++ = ',';
-                memcpy(at, (const char *)text.buf + start[k], stop[k] - start[k]);
-                at += stop[k] - start[k];
+                memcpy(at, (const char *)spans.text.buf + from, to - from);
+                at += to - from;
             }
             *at = ']';
         }
     }
-    PyBuffer_Release(&text);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&stops);
+    release_spans(&spans, NULL);
     return result;
+}
+
+/* The text, a position in it and where it ends from `a`; -1 with an error set (and nothing held)
+ * where they do not parse or do not lie within the text. */
+static int load_position(PyObject *a, Py_buffer *text, Py_ssize_t *pos, Py_ssize_t *end)
+{
+    if (!PyArg_ParseTuple(a, "y*nn", text, pos, end))
+        return -1;
+    if (*pos < 0 || *pos >= *end || *end > text->len) {
+        PyErr_SetString(PyExc_ValueError, "pos and end must lie within the text");
+        PyBuffer_Release(text);
+        return -1;
+    }
+    return 0;
 }
 
 /* number(text, pos, end): (past it, kind, its int, its float), as scan.py's `_number`. */
@@ -1086,20 +1086,14 @@ static PyObject *py_number(PyObject *self, PyObject *a)
 {
     Py_buffer text;
     Py_ssize_t pos, end;
-    if (!PyArg_ParseTuple(a, "y*nn", &text, &pos, &end))
+    if (load_position(a, &text, &pos, &end) < 0)
         return NULL;
-    PyObject *result = NULL;
-    if (pos < 0 || pos >= end || end > text.len) {
-        PyErr_SetString(PyExc_ValueError, "pos and end must lie within the text");
-    } else {
-        int kind;
-        int64_t integer;
-        double real;
-        int64_t after = number(text.buf, pos, end, &kind, &integer, &real);
-        result = Py_BuildValue("LiLd", (long long)after, kind, (long long)integer, real);
-    }
+    int kind;
+    int64_t integer;
+    double real;
+    int64_t after = number(text.buf, pos, end, &kind, &integer, &real);
     PyBuffer_Release(&text);
-    return result;
+    return Py_BuildValue("LiLd", (long long)after, kind, (long long)integer, real);
 }
 
 /* value_end(text, pos, end): past the JSON value at pos, as a value skipped is read (OUT, BAD). */
@@ -1107,15 +1101,11 @@ static PyObject *py_value_end(PyObject *self, PyObject *a)
 {
     Py_buffer text;
     Py_ssize_t pos, end;
-    if (!PyArg_ParseTuple(a, "y*nn", &text, &pos, &end))
+    if (load_position(a, &text, &pos, &end) < 0)
         return NULL;
-    PyObject *result = NULL;
-    if (pos < 0 || pos >= end || end > text.len)
-        PyErr_SetString(PyExc_ValueError, "pos and end must lie within the text");
-    else
-        result = PyLong_FromLongLong((long long)skip(text.buf, pos, end));
+    int64_t after = skip(text.buf, pos, end);
     PyBuffer_Release(&text);
-    return result;
+    return PyLong_FromLongLong((long long)after);
 }
 
 static PyMethodDef methods[] = {
