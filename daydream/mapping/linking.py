@@ -186,8 +186,9 @@ def innermost_enclosing(trace: Trace, candidate_rows: np.ndarray,
     result = np.full(query_rows.size, NO_VALUE, dtype=np.int64)
     if candidate_rows.size == 0 or query_rows.size == 0:
         return result
-    candidate_rows = candidate_rows[np.isin(trace.track[candidate_rows],
-                                            np.unique(trace.track[query_rows]))]
+    queried = np.zeros(len(trace.tracks), dtype=bool)  # the threads of the query rows
+    queried[trace.track[query_rows]] = True
+    candidate_rows = candidate_rows[queried[trace.track[candidate_rows]]]
     rows = np.concatenate([candidate_rows, query_rows])
     is_query = np.concatenate([np.zeros(candidate_rows.size, dtype=bool),
                                np.ones(query_rows.size, dtype=bool)])
