@@ -20,10 +20,14 @@ def _glibc() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
+        libc: Any = ctypes.CDLL("libc.so.6")  # glibc's soname
+    except OSError:  # elsewhere, ask the system: find_library runs `ldconfig -p` (about 15 ms)
+        found = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(found) if found else None
+        except OSError:
+            libc = None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
 def give_back() -> None:

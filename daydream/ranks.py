@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any
 
 from daydream.errors import InputError
@@ -124,6 +122,10 @@ def read_rank(source: Source, cache: bool, build: bool,
 
 def _with_processes(workers: int, sources: list[Source], cache: bool, build: bool,
                     progress: Progress | None) -> list[tuple[Trace, Graph | None]]:
+    # imported here: a process that reads one trace does not pay for them (about 20 ms)
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
     results: list[tuple[Trace, Graph | None] | None] = [None] * len(sources)
     # spawn, not fork: the parent may hold threads (numba, a progress
     # display) that fork would copy half-way.
