@@ -53,6 +53,8 @@ def test_the_c_scanner_refuses_buffers_that_do_not_fit() -> None:
         compiled.scan(text, 1, len(text), out[:, :-1].copy(), times, layout.LAYOUT, *tables)
     with pytest.raises(ValueError, match="two float64"):
         compiled.scan(text, 1, len(text), out, times[:3].copy(), layout.LAYOUT, *tables)
+    with pytest.raises(ValueError, match="not the columns"):
+        compiled.scan(text, 1, len(text), out, times, layout.LAYOUT[:-1].copy(), *tables)
     narrow = layout.LAYOUT.copy()
     narrow[0] = layout.I_NAME_HASH  # a row too narrow for its last column
     with pytest.raises(ValueError, match="outside the row"):

@@ -282,6 +282,14 @@ static int64_t number(const uint8_t *b, int64_t pos, int64_t end, int *kind, int
     return pos;
 }
 
+/* Past the run of digits at `pos` (none: `pos`). */
+static inline int64_t digits_end(const uint8_t *b, int64_t pos, int64_t end)
+{
+    while (pos < end && is_digit(b[pos]))
+        pos++;
+    return pos;
+}
+
 /* Past the JSON number at `pos`, read no further than its grammar: `number` without its value
  * (the same positions, OUT and BAD), for the numbers of values skipped. */
 static int64_t number_end(const uint8_t *b, int64_t pos, int64_t end)
@@ -293,15 +301,12 @@ static int64_t number_end(const uint8_t *b, int64_t pos, int64_t end)
     if (!is_digit(b[pos]))
         return BAD;
     int64_t start = pos;
-    while (pos < end && is_digit(b[pos]))
-        pos++;
+    pos = digits_end(b, pos, end);
     if (pos - start > 1 && b[start] == '0')
         return BAD; /* a leading zero */
     if (pos < end && b[pos] == '.') {
-        int64_t fraction = ++pos;
-        while (pos < end && is_digit(b[pos]))
-            pos++;
-        if (pos == fraction)
+        int64_t fraction = pos + 1;
+        if ((pos = digits_end(b, fraction, end)) == fraction)
             return pos >= end ? OUT : BAD;
     }
     if (pos < end && (b[pos] == 'e' || b[pos] == 'E')) {
@@ -309,9 +314,7 @@ static int64_t number_end(const uint8_t *b, int64_t pos, int64_t end)
         if (pos < end && (b[pos] == '+' || b[pos] == '-'))
             pos++;
         int64_t exponent = pos;
-        while (pos < end && is_digit(b[pos]))
-            pos++;
-        if (pos == exponent)
+        if ((pos = digits_end(b, exponent, end)) == exponent)
             return pos >= end ? OUT : BAD;
     }
     return pos >= end ? OUT : pos; /* the number may go on in text not yet read */
@@ -879,8 +882,10 @@ static PyObject *py_scan(PyObject *self, PyObject *a)
     int64_t *blank = NULL;
     int64_t count = 0, stop = 0;
     int status = FAILED;
-    if (int64_buffer(&layout, L_COUNT, "layout") < 0)
+    if (layout.len != (Py_ssize_t)sizeof(s.l)) {
+        PyErr_SetString(PyExc_ValueError, "layout: not the columns this scanner was built for");
         goto done;
+    }
     memcpy(s.l, layout.buf, sizeof(s.l));
     if (s.l[L_WIDTH] <= 0 || out.len % (8 * s.l[L_WIDTH]) != 0) {
         PyErr_SetString(PyExc_ValueError, "out: expected rows of the layout's width (int64)");

@@ -26,6 +26,7 @@ from daydream.trace.kineto.layout import (
     HOT_KEYS,
     KNOWN,
     LAYOUT,
+    MAX_DEPTH,
     PARTIAL,
     RAWS,
     TOP,
@@ -36,11 +37,19 @@ __all__ = ["END", "FAILED", "HOT_FIELDS", "HOT_KEYS", "IMPLEMENTATION", "PARTIAL
 
 Text = bytes | bytearray
 
-_compiled: Any
-try:
-    _compiled = importlib.import_module("daydream.trace.kineto._scan")
-except ImportError:  # built without a compiler: the numba kernels, where numba is here
-    _compiled = None
+def _built() -> Any:
+    """The C scanner, where it was built for this layout (an extension left from an older build of
+    other columns is not used: numba's kernels read instead); else None."""
+    try:
+        compiled = importlib.import_module("daydream.trace.kineto._scan")
+    except ImportError:  # built without a compiler: the numba kernels, where numba is here
+        return None
+    if compiled.LAYOUT_SIZE != LAYOUT.size or compiled.MAX_DEPTH != MAX_DEPTH:
+        return None
+    return compiled
+
+
+_compiled: Any = _built()
 
 
 def available() -> tuple[str, ...]:

@@ -229,6 +229,14 @@ def _leading_zeros(value: int) -> int:
 
 
 @jit
+def _digits_end(buf: np.ndarray, pos: int, end: int) -> int:
+    """Past the run of digits at `pos` (none: `pos`)."""
+    while pos < end and 48 <= buf[pos] <= 57:
+        pos += 1
+    return pos
+
+
+@jit
 def _number_end(buf: np.ndarray, pos: int, end: int) -> int:  # noqa: C901
     """Past the JSON number at `pos`, read no further than its grammar: `_number` without its
     value (the same positions, OUT and BAD), for the numbers of values skipped."""
@@ -239,15 +247,12 @@ def _number_end(buf: np.ndarray, pos: int, end: int) -> int:  # noqa: C901
     if not 48 <= buf[pos] <= 57:
         return BAD
     start = pos
-    while pos < end and 48 <= buf[pos] <= 57:
-        pos += 1
+    pos = _digits_end(buf, pos, end)
     if pos - start > 1 and buf[start] == 48:
         return BAD  # a leading zero
     if pos < end and buf[pos] == 46:
-        pos += 1
-        fraction = pos
-        while pos < end and 48 <= buf[pos] <= 57:
-            pos += 1
+        fraction = pos + 1
+        pos = _digits_end(buf, fraction, end)
         if pos == fraction:
             return OUT if pos >= end else BAD
     if pos < end and (buf[pos] == 101 or buf[pos] == 69):
@@ -255,8 +260,7 @@ def _number_end(buf: np.ndarray, pos: int, end: int) -> int:  # noqa: C901
         if pos < end and (buf[pos] == 43 or buf[pos] == 45):
             pos += 1
         exponent = pos
-        while pos < end and 48 <= buf[pos] <= 57:
-            pos += 1
+        pos = _digits_end(buf, exponent, end)
         if pos == exponent:
             return OUT if pos >= end else BAD
     return OUT if pos >= end else pos  # the number may go on in text not yet read

@@ -136,8 +136,7 @@ class _Window:
         if len(block) <= room:
             self.text[self.size:self.size + len(block)] = block
         else:  # the buffer grows (as the C library grows it: no copy, no page touched twice)
-            if _viewed(self.text):
-                self.text = bytearray(self.text)
+            self._own_text()
             self.text[self.size:] = memoryview(block)[:room]
             self.text += memoryview(block)[room:]
         self.size += len(block)
@@ -153,14 +152,18 @@ class _Window:
         """Drop the text from byte 1 to `cut` (the events read; byte 0 stays). Where something
         still views the text (a value msgspec decoded), it is left that text and the window goes
         on in a copy."""
-        if _viewed(self.text):
-            self.text = bytearray(self.text)
+        self._own_text()
         rest = self.size - cut
         self.text[1:1 + rest] = self.text[cut:self.size]
         self.size = 1 + rest
 
     def release(self) -> None:
         self.text, self.size = bytearray(), 0
+
+    def _own_text(self) -> None:
+        """Before the buffer is changed: a copy of it where something still views it."""
+        if _viewed(self.text):
+            self.text = bytearray(self.text)
 
 
 def _viewed(text: bytearray) -> bool:
