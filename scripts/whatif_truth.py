@@ -273,7 +273,10 @@ def drift(variant: Variant, measured: Path, base: Path) -> tuple[str, float] | N
     """(the phase `variant` leaves alone, its time in the variant's run / in the baseline's), or None for none."""
     if not variant.untouched:
         return None
-    return variant.untouched, phase_ns(measured, variant.untouched) / phase_ns(base, variant.untouched)
+    before, after = phase_ns(base, variant.untouched), phase_ns(measured, variant.untouched)
+    if not before > 0 or not after > 0:  # a script that records no such phase (an update loop written by hand)
+        return None
+    return variant.untouched, after / before
 
 
 def predicted_ns(path: Path, whatif: str, budget: float, memory: bool = False) -> tuple[float, str, int | None]:
