@@ -93,6 +93,40 @@ print(reserved, after - before, resident_bytes() - after)
     assert grew_after < 1 * MiB            # a 16 MiB tensor-sized block found the reserve
 
 
+def test_a_reserve_is_fenced_every_gib_so_no_freed_run_reaches_the_trim_limit() -> None:
+    per_run = heap.FENCE_EVERY // BLOCK                     # 128 blocks of 8 MiB: 1 GiB
+    assert heap.fenced(per_run) == set()                    # 1 GiB: no fence needed
+    assert heap.fenced(per_run + 1) == set()                # a fence as the last block would part nothing
+    assert heap.fenced(2 * per_run + 1) == {per_run}        # 0..127 freed, 128 kept, 129..256 freed
+    assert heap.fenced(RESERVE_MOST // BLOCK) == {128, 257, 386}
+    blocks = RESERVE_MOST // BLOCK
+    fences = sorted(heap.fenced(blocks))
+    runs = [b - a - 1 for a, b in zip([-1, *fences], [*fences, blocks])]
+    assert max(runs) * BLOCK <= heap.FENCE_EVERY < heap.TRIM_MOST
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's heap")
+def test_a_reserve_of_over_2_gib_is_kept_not_trimmed_back() -> None:
+    # glibc trims a free top chunk of 2 GiB (the largest trim threshold) at once: unfenced, a 2,200 MiB
+    # reserve was handed back whole and writing 256 MiB after it faulted every page again.
+    code = """
+import ctypes, resource
+from daydream.trace.collect.heap import BLOCK, reserve
+reserved = reserve(2200 * 2**20)
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(32):
+    ctypes.memset(libc.malloc(BLOCK - 64), 1, BLOCK - 64)
+print(reserved, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    reserved, faults = (int(v) for v in done.stdout.split())
+    if reserved < 2100 * MiB:
+        pytest.skip(f"only {reserved >> 20} MiB could be reserved here")
+    assert faults < 0.01 * 256 * MiB / 4096               # 65,536 pages written: under 1% came fresh
+
+
 def test_host_usage_counts_each_recorded_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
     samples = iter([(100, 0, 5_000_000, 400 * MiB), (300, 1, 9_000_000, 420 * MiB), (300, 1, 9_000_000, 460 * MiB)])
     clock = iter([1_000, 51_000, 91_000])

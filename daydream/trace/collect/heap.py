@@ -13,10 +13,12 @@ At the boundary before the first recorded iteration (whose time lands in no iter
 reserve keeps freed memory in the heap (M_TRIM_THRESHOLD), keeps tensors below 32 MiB in the heap
 as glibc's own threshold does once it has adapted (M_MMAP_THRESHOLD, its largest value), then
 allocates, writes and frees a block of memory at the heap's top: the heap grows into memory that is
-already there. Its size is what the process grew by over the iteration before, times the recorded
-iterations and a margin, or half the resident memory per recorded iteration where that is more;
-at least RESERVE_LEAST, at most RESERVE_MOST and a quarter of the room left (the memory the
-machine has available, and what this process's machine or container limit leaves it), shared
+already there (one 8 MiB block in each GiB stays allocated, so that glibc, which hands back a free
+top of 2 GiB or more whatever its threshold, keeps it). Its size is what the process grew by over
+the iteration before, times the recorded iterations and a margin, or half the resident memory per
+recorded iteration where that is more; at least RESERVE_LEAST, at most RESERVE_MOST and a quarter
+of the room left (the memory the machine has available, and what this process's machine or
+container limit leaves it), shared
 among the job's processes on this machine (torchrun's local ranks reserve at once).
 
     reserve = HeapReserve(warmup=1, iterations=3)
@@ -36,10 +38,19 @@ from daydream._memory import available_bytes, resident_bytes
 
 #: mallopt's parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: the largest trim threshold mallopt takes (an int): glibc gives the top of its heap back to the
+#: kernel at a free that leaves the free top this large, so a reserve that freed into one top
+#: chunk of 2 GiB or more was handed back at once (2,096 MiB reserved: all of it; 2,400 MiB: all
+#: but 352 MiB), and the recorded iterations faulted in fresh pages again
+TRIM_MOST = 2**31 - 1
 #: glibc's largest mmap threshold on 64-bit systems, which its adaptive threshold stops at
 MMAP_THRESHOLD_MOST = 32 * 2**20
 #: the reserve is allocated in blocks below the mmap threshold, so they come from the heap
 BLOCK = 8 * 2**20
+#: every this many bytes of the reserve, one block stays allocated: it parts the freed blocks into
+#: chunks that never join into a top chunk of TRIM_MOST (a chunk below the top stays in the heap
+#: whatever its size; later allocations are carved from it as from the top)
+FENCE_EVERY = 2**30
 RESERVE_LEAST, RESERVE_MOST = 256 * 2**20, 4 * 2**30
 #: the reserve covers the growth of this many iterations per recorded one
 MARGIN = 1.5
@@ -126,9 +137,18 @@ def reserve(size: int) -> int:
             break
         ctypes.memset(block, 0, BLOCK - 64)
         blocks.append(block)
-    for block in reversed(blocks):
-        libc.free(block)
-    return len(blocks) * BLOCK
+    fences = fenced(len(blocks))
+    for index in reversed(range(len(blocks))):
+        if index not in fences:
+            libc.free(blocks[index])
+    return (len(blocks) - len(fences)) * BLOCK
+
+
+def fenced(blocks: int) -> set[int]:
+    """Which of a reserve's `blocks` (allocated one after another) stay allocated, so that no run
+    of freed ones spans FENCE_EVERY bytes: the block after each such run."""
+    run = FENCE_EVERY // BLOCK
+    return set(range(run, blocks - 1, run + 1))
 
 
 class HeapReserve:
