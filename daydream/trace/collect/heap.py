@@ -18,8 +18,8 @@ top of 2 GiB or more whatever its threshold, keeps it). Its size is what the pro
 the iteration before, times the recorded iterations and a margin, or half the resident memory per
 recorded iteration where that is more; at least RESERVE_LEAST, at most RESERVE_MOST and a quarter
 of the room left (the memory the machine has available, and what this process's machine or
-container limit leaves it), shared
-among the job's processes on this machine (torchrun's local ranks reserve at once).
+container limit leaves it), shared among the job's processes on this machine (torchrun's local
+ranks reserve at once).
 
     reserve = HeapReserve(warmup=1, iterations=3)
     reserve.begin()          # when the script starts
