@@ -190,7 +190,8 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
 #: fp32 time: measured, not assumed).
 BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul",
                   "aten::convolution_backward",
-                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                  "aten::mkldnn_rnn_layer_backward")
 #: The forward ops a CPU trace's amp re-times by measurement: matrix multiplies and convolutions,
 #: whose time is their arithmetic.
 #: Elementwise and pooling ops are left as recorded: alone, in a loop, a bf16 relu of this CPU
@@ -199,7 +200,7 @@ BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten
 RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "aten::conv2d",
                             "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
                             "aten::conv_transpose3d", "aten::scaled_dot_product_attention",
-                            *BACKWARD_GEMMS})
+                            "aten::mkldnn_rnn_layer", *BACKWARD_GEMMS})
 
 
 def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],

@@ -33,8 +33,11 @@ LOWER = {
     "cuda": frozenset(f"aten::{op}" for op in (*_COMMON_LOWER, "addmv", "addr", "chain_matmul",
                                                "linalg_multi_dot", "mv", "gru_cell", "lstm_cell",
                                                "rnn_tanh_cell", "rnn_relu_cell")),
+    # a oneDNN LSTM layer (what the CPU's aten::lstm calls) and a fused
+    # linear-and-activation, as torch 2.x registers them for AutocastCPU
     "cpu": frozenset(f"aten::{op}"
-                     for op in (*_COMMON_LOWER, "linalg_vecdot", "_native_multi_head_attention")),
+                     for op in (*_COMMON_LOWER, "linalg_vecdot", "_native_multi_head_attention",
+                                "mkldnn_rnn_layer", "_addmm_activation")),
 }
 _COMMON_FP32 = ("binary_cross_entropy", "cdist", "cosine_embedding_loss", "hinge_embedding_loss",
                 "huber_loss", "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss",
@@ -70,7 +73,17 @@ PARAMETER_INPUTS = {"aten::linear": (1, 2), "aten::conv1d": (1, 2), "aten::conv2
                     "aten::conv3d": (1, 2), "aten::conv_transpose1d": (1, 2),
                     "aten::conv_transpose2d": (1, 2), "aten::conv_transpose3d": (1, 2),
                     "aten::_convolution": (1, 2), "aten::conv_tbc": (1, 2), "aten::prelu": (1,),
-                    "aten::addmm": (0, 2)}
+                    "aten::addmm": (0, 2), "aten::_addmm_activation": (0, 2),
+                    # the input-hidden and hidden-hidden weights and their biases
+                    "aten::mkldnn_rnn_layer": (1, 2, 3, 4)}
+#: Inputs that carry a recurrent state in, per op: cast down where the activation is fp32, as the
+#: activation is, but no gradient comes back through them (a state made afresh or detached each
+#: step requires none).
+STATE_INPUTS = {"aten::mkldnn_rnn_layer": (5, 6)}
+#: Inputs whose gradients an op's backward gives in fp32 whatever type it ran in (oneDNN's LSTM
+#: accumulates them so): autograd's engine casts each to its input's type in the op's own node,
+#: before the gradient goes on (a weight's then back up to fp32 by the cast's own node).
+FP32_GRADIENTS = {"aten::mkldnn_rnn_layer": (0, 1, 2, 3, 4)}
 #: Elementwise ops of two tensors: their result takes the wider type.
 PROMOTING = frozenset(f"aten::{op}"
                       for op in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "cat",
@@ -264,6 +277,7 @@ def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,
     """The casts of an op autocast runs in the reduced type: its
     parameters once per forward, its fp32 activations."""
     parameters = PARAMETER_INPUTS.get(op.name, ())
+    state = STATE_INPUTS.get(op.name, ())
     casts = []
     for index in floats:
         # a recorded input: None ones filtered out
@@ -274,5 +288,11 @@ def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,
                 cached.add(key)
                 casts.append(Cast(op.row, index, shape, FULL, low, weight=True, backward=True))
         elif activation == FULL:
-            casts.append(Cast(op.row, index, shape, FULL, low, weight=False, backward=not first))
+            casts.append(Cast(op.row, index, shape, FULL, low, weight=False,
+                              backward=not first and index not in state))
+    for index in FP32_GRADIENTS.get(op.name, ()):
+        # the data's gradient is never asked for
+        if index < len(op.inputs) and op.inputs[index] is not None and (index or not first):
+            casts.append(Cast(op.row, index, op.inputs[index][0], low, FULL,  # type: ignore[index]
+                              weight=False, backward=True, forward=False))
     return casts

@@ -240,3 +240,52 @@ def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) ->
     assert real == 8 * 2 + 12 * 2 - 1
     assert planned[True] == real
     assert planned[False] < real  # inside the modules alone, the .float() calls and the casts after them are not seen
+
+
+LSTM_SCRIPT = '''
+import argparse, torch, torch.nn as nn
+parser = argparse.ArgumentParser(); parser.add_argument("--steps", type=int, default=6); parser.add_argument("--amp", action="store_true")
+options = parser.parse_args()
+torch.manual_seed(0)
+emb, first, second, head = nn.Embedding(50, 16), nn.LSTM(16, 16), nn.LSTM(16, 16), nn.Linear(16, 50)
+model = nn.ModuleDict({"emb": emb, "first": first, "second": second, "head": head})
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randint(0, 50, (6, 4))
+for _ in range(options.steps):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.amp):
+        out = head(second(first(emb(x))[0])[0])
+        loss = nn.functional.cross_entropy(out.reshape(-1, 50), x.reshape(-1))
+    loss.backward()
+    opt.step(); opt.zero_grad()
+'''
+
+
+def test_an_lstm_layer_runs_in_bf16_on_the_cpu_with_the_casts_a_real_run_makes(tmp_path: Path) -> None:
+    # nn.LSTM on the CPU runs aten::lstm, which calls aten::mkldnn_rnn_layer: CPU autocast runs that in bf16 (its
+    # weights, biases, input and, where the input was fp32, the zero state nn.LSTM made are cast down; only the input's
+    # and the parameters' gradients come back). Planned from the fp32 trace, against the aten::_to_copy calls the real
+    # bf16 run added.
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("torch")
+    script = tmp_path / "lstm.py"
+    script.write_text(LSTM_SCRIPT)
+    runs = {}
+    for name, extra in (("fp32", []), ("bf16", ["--amp"])):
+        runs[name] = tmp_path / f"{name}.json.gz"
+        assert main(["trace", "--backend", "torch", "-o", str(runs[name]), str(script), "--", "--steps", "6", *extra]) == 0
+    real = copies_per_step(runs["bf16"]) - copies_per_step(runs["fp32"])
+    trace = open_job(runs["fp32"]).traces[0]
+    facts, _ = forward_ops_of(trace, between=True)   # the loss is computed outside the modules, as amp sees it
+    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
+    for ops, casts in zip(facts.values(), per_step):
+        rnn = [op.row for op in autocast_view(ops, "cpu") if op.name == "aten::mkldnn_rnn_layer"]
+        assert len(rnn) == 2
+        assert [sum(c.forward for c in casts if c.row == row) for row in rnn] == [7, 4]
+        assert [sum(c.backward and not c.forward for c in casts if c.row == row) for row in rnn] == [5, 5]
+    planned = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
+    # the first layer: input, 4 parameters, h and c down (7); in backward oneDNN gives the input's and the parameters'
+    # gradients in fp32, which the engine casts to bf16 (5), and the casts' own nodes take them back up (5). The
+    # second: its 4 parameters (its input and zero state are bf16 already), 5 gradients cast by the engine, 4 back up.
+    # The head: weight and bias (2 + 2); the loss's input up, its gradient back (1 + 1).
+    assert real == (7 + 5 + 5) + (4 + 5 + 4) + 4 + 2
+    assert planned == real

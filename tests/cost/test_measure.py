@@ -350,3 +350,41 @@ def test_measuring_keeps_freed_memory(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(measure, "make_tensor", lambda *a: events.append("made") or real(*a))
     assert Measurer(threads=1, budget_s=30.0, folder=tmp_path).op_ns("aten::mm", MM) > 0
     assert events[0] == "kept" and events.count("made") == 2
+
+
+def test_an_lstm_layer_backward_runs_on_the_state_its_forward_makes_in_the_asked_type(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the profiler records nn.LSTM(200, 200) on a [35, 20, 200] input: the backward's outputs and workspace are fp32
+    # ones; oneDNN lays the workspace out per type, so a bf16 run gets the bf16 forward's (smaller) one.
+    from daydream.transforms.amp import _retyped_arguments
+
+    def tensor(*shape: int, kind: str = "float") -> tuple[Any, ...]:
+        return ("tensor", shape, kind, None)
+
+    weights = [tensor(800, 200), tensor(800, 200), tensor(800), tensor(800)]
+    state = [tensor(20, 200), tensor(20, 200)]
+    forward = [tensor(35, 20, 200), *weights, *state, ("value", False), ("value", []), ("value", 2), ("value", 200),
+               ("value", 1), ("value", True), ("value", False), ("value", False), ("value", True)]
+    backward = [tensor(35, 20, 200), *weights, *state, tensor(35, 20, 200), *state, tensor(35, 20, 200), ("none",),
+                ("none",), ("value", False), ("value", 2), ("value", 200), ("value", 1), ("value", True), ("value", True),
+                ("value", False), ("value", []), ("value", False), tensor(8736768, kind="unsigned char")]
+    workspaces: list[tuple[int, Any]] = []
+    real = measure._rnn_forward_state
+
+    def recording(values: list[Any]) -> list[Any]:
+        ready = real(values)
+        workspaces.append((ready[22].numel(), ready[0].dtype))
+        return ready
+
+    monkeypatch.setattr(measure, "_rnn_forward_state", recording)
+    measurer = Measurer(threads=1, budget_s=60.0, folder=tmp_path)
+    name = "aten::mkldnn_rnn_layer_backward"
+    pair = measurer.call_pair_ns(name, _retyped_arguments(backward, "c10::BFloat16", name),
+                                 _retyped_arguments(backward, "float", name), hot=True)
+    assert pair is not None, measurer.failed
+    low = torch.ops.aten.mkldnn_rnn_layer(
+        *[torch.zeros(t[1], dtype=torch.bfloat16) for t in forward[:7]], *[a[1] for a in forward[7:]])
+    assert sorted(set(workspaces), key=str) == sorted({(low[3].numel(), torch.bfloat16), (8736768, torch.float32)}, key=str)
+    assert len(workspaces) == 2     # the forward ran once per signature, not once per repetition
+    assert measurer.call_pair_ns("aten::mkldnn_rnn_layer", _retyped_arguments(forward, "c10::BFloat16"),
+                                 _retyped_arguments(forward, "float"), hot=True) is not None, measurer.failed
