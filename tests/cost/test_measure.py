@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -388,3 +391,41 @@ def test_an_lstm_layer_backward_runs_on_the_state_its_forward_makes_in_the_asked
     assert len(workspaces) == 2     # the forward ran once per signature, not once per repetition
     assert measurer.call_pair_ns("aten::mkldnn_rnn_layer", _retyped_arguments(forward, "c10::BFloat16"),
                                  _retyped_arguments(forward, "float"), hot=True) is not None, measurer.failed
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's heap")
+def test_an_op_whose_output_glibc_would_map_afresh_is_timed_on_memory_the_heap_keeps(tmp_path: Path) -> None:
+    # A [5000, 1] x [1, 2000] multiply makes a 40 MB output: past glibc's largest mmap threshold (32 MiB), so in a fresh
+    # process each call maps it anew and faults in its 9,766 pages. In a step traced under the heap reserve the heap's
+    # top holds it; the measured tier grows its own heap so (`_heap_room`). In a process of its own: it changes the
+    # heap for good.
+    code = f"""
+import resource, torch
+from pathlib import Path
+from daydream.cost import measure
+from daydream.cost.measure import Measurer
+faults = []
+real = measure._runner
+def runner(name):
+    inner = real(name)
+    def run(t, xs):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        inner(t, xs)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return run
+measure._runner = runner
+grown = []
+real_room = measure._heap_room
+measure._heap_room = lambda fresh: grown.append(real_room(fresh)) or grown[-1]
+assert Measurer(threads=1, budget_s=60.0, folder=Path({str(tmp_path)!r})).op_ns(
+    "aten::mm", [((5000, 1), "float"), ((1, 2000), "float")])
+print(grown[0], *faults)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    grown, *faults = (int(v) for v in done.stdout.split())
+    pages = 5000 * 2000 * 4 // 4096
+    assert min(faults[:measure.WARMUP]) >= 0.9 * pages         # warming up, each call faulted the output's pages in
+    assert grown >= 4 * 0.9 * pages * 4096                      # so the heap grew by four times them
+    timed = faults[-measure.REPETITIONS:]
+    assert max(timed) < 0.01 * pages                            # and no timed call faulted
