@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -216,20 +217,25 @@ for _ in range(options.steps):
 '''
 
 
+def _fp32_trace_and_real_casts(folder: Path, script_text: str) -> tuple[Any, float]:
+    """A script (taking --steps and --amp) traced in fp32 and under bf16 autocast: the fp32 trace, and the casts per step
+    the bf16 run added (its `aten::_to_copy` calls over the fp32 run's), counted from the files alone."""
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("torch")
+    script = folder / "script.py"
+    script.write_text(script_text)
+    runs = {}
+    for name, extra in (("fp32", []), ("bf16", ["--amp"])):
+        runs[name] = folder / f"{name}.json.gz"
+        assert main(["trace", "--backend", "torch", "-o", str(runs[name]), str(script), "--", "--steps", "6", *extra]) == 0
+    return open_job(runs["fp32"]).traces[0], copies_per_step(runs["bf16"]) - copies_per_step(runs["fp32"])
+
+
 def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) -> None:
     # Two modules called in turn, three times a step, with the script's own .float() and an fp32 gate between them:
     # every call casts its input down, every .float() casts up, each weight once a step. Planned from the fp32 trace,
     # against the aten::_to_copy calls the real bf16 run added (forward casts and autograd's casts back).
-    if os.environ.get("CI") != "true":
-        pytest.importorskip("torch")
-    script = tmp_path / "between.py"
-    script.write_text(MODULES_BETWEEN_SCRIPT)
-    runs = {}
-    for name, extra in (("fp32", []), ("bf16", ["--amp"])):
-        runs[name] = tmp_path / f"{name}.json.gz"
-        assert main(["trace", "--backend", "torch", "-o", str(runs[name]), str(script), "--", "--steps", "6", *extra]) == 0
-    real = copies_per_step(runs["bf16"]) - copies_per_step(runs["fp32"])
-    trace = open_job(runs["fp32"]).traces[0]
+    trace, real = _fp32_trace_and_real_casts(tmp_path, MODULES_BETWEEN_SCRIPT)
     planned = {}
     for between in (False, True):
         facts, _ = forward_ops_of(trace, between=between)
@@ -265,16 +271,7 @@ def test_an_lstm_layer_runs_in_bf16_on_the_cpu_with_the_casts_a_real_run_makes(t
     # weights, biases, input and, where the input was fp32, the zero state nn.LSTM made are cast down; only the input's
     # and the parameters' gradients come back). Planned from the fp32 trace, against the aten::_to_copy calls the real
     # bf16 run added.
-    if os.environ.get("CI") != "true":
-        pytest.importorskip("torch")
-    script = tmp_path / "lstm.py"
-    script.write_text(LSTM_SCRIPT)
-    runs = {}
-    for name, extra in (("fp32", []), ("bf16", ["--amp"])):
-        runs[name] = tmp_path / f"{name}.json.gz"
-        assert main(["trace", "--backend", "torch", "-o", str(runs[name]), str(script), "--", "--steps", "6", *extra]) == 0
-    real = copies_per_step(runs["bf16"]) - copies_per_step(runs["fp32"])
-    trace = open_job(runs["fp32"]).traces[0]
+    trace, real = _fp32_trace_and_real_casts(tmp_path, LSTM_SCRIPT)
     facts, _ = forward_ops_of(trace, between=True)   # the loss is computed outside the modules, as amp sees it
     per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
     for ops, casts in zip(facts.values(), per_step):
