@@ -379,7 +379,7 @@ def test_an_lstm_layer_backward_runs_on_the_state_its_forward_makes_in_the_asked
         workspaces.append((ready[22].numel(), ready[0].dtype))
         return ready
 
-    monkeypatch.setattr(measure, "_rnn_forward_state", recording)
+    monkeypatch.setitem(measure.PREPARED, "aten::mkldnn_rnn_layer_backward", recording)
     measurer = Measurer(threads=1, budget_s=60.0, folder=tmp_path)
     name = "aten::mkldnn_rnn_layer_backward"
     pair = measurer.call_pair_ns(name, _retyped_arguments(backward, "c10::BFloat16", name),

@@ -35,6 +35,12 @@ def _sample() -> tuple[int, int, int, int] | None:
     return int(usage.ru_minflt), int(usage.ru_majflt), int(usage.ru_stime * 1e9), peak
 
 
+def minor_faults() -> int:
+    """The pages this process has faulted in so far (0 where getrusage does not exist)."""
+    sample = _sample()
+    return sample[0] if sample is not None else 0
+
+
 def _now() -> int:
     """The wall clock of the boundaries, ns."""
     return time.perf_counter_ns()
