@@ -44,6 +44,8 @@ from daydream.cost.measure import (
     invoke,
     keyword_only,
     make_tensor,
+    overload_of,
+    unrecorded,
 )
 from daydream.cost.shapes import FLOATING, elements
 
@@ -352,9 +354,11 @@ def _resolved(torch: Any, name: str,
               arguments: list[Any]) -> tuple[Any, list[tuple[str, Any]], dict[int, str]]:
     """(the overload that takes `arguments` as recorded, per argument ("tensor", None) or
     ("value", its value), position -> name of those passed by name)."""
-    overload = _overload(getattr(torch.ops.aten, name.split("::", 1)[1]), arguments)
-    layout = [("tensor", None) if a[0] == "tensor" else ("value", None if a[0] == "none" else a[1])
-              for a in arguments]
+    overload = overload_of(getattr(torch.ops.aten, name.split("::", 1)[1]), arguments)
+    defaults = unrecorded(overload)
+    layout = [("tensor", None) if a[0] == "tensor"
+              else ("value", defaults.get(i) if a[0] == "none" else a[1])
+              for i, a in enumerate(arguments)]
     return overload, layout, keyword_only(overload)
 
 
@@ -363,20 +367,6 @@ def _call(torch: Any, name: str, arguments: list[Any], tensors: list[Any]) -> An
     given = iter(tensors)
     values = [next(given) if kind == "tensor" else value for kind, value in layout]
     return invoke(overload, values, keywords)
-
-
-def _overload(op: Any, arguments: list[Any]) -> Any:
-    """The overload of `op` whose schema takes `arguments` as recorded (as many, tensors where
-    tensors were recorded): `aten::add_` with two tensors and a scalar is `add_.Tensor`, whose
-    `alpha` is passed by name."""
-    for name in op.overloads():
-        overload = getattr(op, name)
-        schema = overload._schema.arguments
-        if len(schema) == len(arguments) and all(
-                (a[0] == "tensor") == (str(s.type) in ("Tensor", "Optional[Tensor]"))
-                for a, s in zip(arguments, schema) if a[0] != "none"):
-            return overload
-    return op
 
 
 def _first_tensor(result: Any) -> Any:

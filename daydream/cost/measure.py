@@ -248,10 +248,11 @@ class Measurer:
         def runner() -> Callable[[Any, list[Any]], Any] | None:
             import torch
 
-            op = getattr(torch.ops.aten, name.split("::", 1)[1], None)
-            if op is None:
+            packet = getattr(torch.ops.aten, name.split("::", 1)[1], None)
+            if packet is None:
                 return None
-            keywords = keyword_only(op)
+            op = overload_of(packet, chosen)
+            keywords, defaults = keyword_only(op), unrecorded(op)
 
             prepare = PREPARED.get(name)
             # per list of tensors made: the arguments `prepare` made of them, once
@@ -261,8 +262,9 @@ class Measurer:
                 if id(xs) in prepared and prepared[id(xs)][0] is xs:
                     return invoke(op, prepared[id(xs)][1], keywords)
                 given = iter(xs)
-                values = [next(given) if a[0] == "tensor" else (None if a[0] == "none" else a[1])
-                          for a in chosen]
+                values = [next(given) if a[0] == "tensor"
+                          else (defaults.get(i) if a[0] == "none" else a[1])
+                          for i, a in enumerate(chosen)]
                 if prepare is not None:
                     values = prepare(values)
                     prepared[id(xs)] = (xs, values)
@@ -522,10 +524,44 @@ def invoke(op: Any, values: list[Any], keywords: dict[int, str]) -> Any:
 def keyword_only(op: Any) -> dict[int, str]:
     """Position -> name of the keyword-only arguments of aten op `op`
     (an overload's schema, or a packet's default overload's)."""
-    schema = getattr(op, "_schema", None) or getattr(getattr(op, "default", None), "_schema", None)
+    schema = _schema(op)
     if schema is None:
         return {}
     return {i: argument.name for i, argument in enumerate(schema.arguments) if argument.kwarg_only}
+
+
+def overload_of(op: Any, arguments: list[Any]) -> Any:
+    """The overload of `op` whose schema takes `arguments` as recorded (as many, tensors where
+    tensors were recorded): `aten::add_` with two tensors and a scalar is `add_.Tensor`, whose
+    `alpha` is passed by name."""
+    for name in op.overloads():
+        overload = getattr(op, name)
+        schema = overload._schema.arguments
+        if len(schema) == len(arguments) and all(
+                (a[0] == "tensor") == (str(s.type) in ("Tensor", "Optional[Tensor]"))
+                for a, s in zip(arguments, schema) if a[0] != "none"):
+            return overload
+    return op
+
+
+def unrecorded(op: Any) -> dict[int, Any]:
+    """Position -> the schema's default, for each argument of aten op `op` that cannot be None but
+    has a default: where the profiler recorded nothing for it, its default is passed. The profiler
+    records a string argument as it records an absent tensor (no type, no value): `aten::gelu`'s
+    `approximate` reads as nothing, and passing None for it fails ("Expected a value of type
+    'str'"), so an op of it could not be re-run; with its default it runs as most calls make it
+    (a string argument picks a formula, and the formulas of one op cost about the same)."""
+    schema = _schema(op)
+    if schema is None:
+        return {}
+    return {i: argument.default_value for i, argument in enumerate(schema.arguments)
+            if argument.has_default_value() and type(argument.type).__name__ != "OptionalType"}
+
+
+def _schema(op: Any) -> Any:
+    """The schema of aten op `op`: an overload's, or a packet's default
+    overload's; None if neither."""
+    return getattr(op, "_schema", None) or getattr(getattr(op, "default", None), "_schema", None)
 
 
 def make_tensor(torch: Any, shape: tuple[int, ...], kind: str,

@@ -208,3 +208,36 @@ def test_a_run_that_cannot_be_built_falls_back_and_says_why(tmp_path: Path) -> N
     broken = [("aten::no_such_op_here", [IMAGE])]
     assert fused_times(measurer, broken, channels_last=False) is None
     assert measurer.failed[fused_key(broken, False)] == "AttributeError"
+
+
+def test_a_string_argument_the_profiler_left_out_is_passed_its_default(tmp_path: Path) -> None:
+    """The profiler records a string argument (gelu's `approximate`) as it records an absent tensor: no type, no
+    value. Passed as None, the op failed ("Expected a value of type 'str'") and its run fell to the ratio; a
+    transformer's feed-forward GELU and dropout run is timed now."""
+    from daydream.api import open_trace
+    from daydream.cost.measure import overload_of, unrecorded
+    from daydream.cost.shapes import OpShapes
+    from daydream.trace import discover
+
+    x = torch.randn(4, 8, 16, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        torch.nn.functional.gelu(x).sum().backward()
+    out = tmp_path / "gelu.json"
+    profile.export_chrome_trace(str(out))
+    trace = open_trace(discover(out)[0])
+    shapes = OpShapes(trace)
+    rows = {trace.name_of(r): r for r in trace.indices(EventKind.CPU_OP)}
+    gelu = shapes.arguments(rows["aten::gelu"])
+    backward = shapes.arguments(rows["aten::gelu_backward"])
+    assert gelu == [("tensor", (4, 8, 16), "float", None), ("none",)]
+    assert backward is not None and backward[-1] == ("none",)
+    # the schema's default fills it; an optional argument (sum's dtype) keeps None
+    assert unrecorded(torch.ops.aten.gelu.default) == {1: "none"}
+    assert unrecorded(torch.ops.aten.sum.dim_IntList) == {2: False}
+    assert overload_of(torch.ops.aten.sum, [("tensor",), ("value", [1]), ("value", True), ("none",)]) \
+        is torch.ops.aten.sum.dim_IntList
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    assert fused_times(measurer, [("aten::gelu", gelu), ("aten::mul", [gelu[0], gelu[0]])],
+                       channels_last=False, training=True) is not None, measurer.failed
+    assert fused_times(measurer, [("aten::gelu_backward", backward)], channels_last=False) is not None, measurer.failed
+    assert measurer.failed == {}
