@@ -80,7 +80,7 @@ def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
     steps: list[Step] = []
     for unit in run:
         for row in unit.calls:
-            arguments = view.shapes.arguments(row)
+            arguments = view.shapes.arguments(row, lists=True)
             if arguments is None:
                 return None
             steps.append((view.name(row), arguments))
@@ -254,8 +254,7 @@ def _plan(torch: Any, steps: list[Step], consumer: bool = False) -> _Plan:
     trainable: list[bool] = []
     previous: Any = None
     for index, (name, arguments) in enumerate(steps):
-        tensors = [(a[1], a[2], a[3] if len(a) > 3 else None) for a in arguments
-                   if a[0] == "tensor"]
+        tensors = _specs(arguments)
         link = _link(previous, tensors, any_input=consumer and index == len(steps) - 1)
         chained.append(link)
         values = [previous.reshape(t[0]) if i == link[0] else make_tensor(torch, *t)
@@ -266,6 +265,17 @@ def _plan(torch: Any, steps: list[Step], consumer: bool = False) -> _Plan:
                          if i != link[0])
         previous = _first_tensor(_call(torch, name, arguments, values))
     return _Plan(steps, chained, made, trainable)
+
+
+def _specs(arguments: list[Any]) -> list[tuple[tuple[int, ...], str, tuple[int, ...] | None]]:
+    """(shape, type, order) of each tensor a step reads, in order: a list's elements one by one."""
+    found: list[tuple[tuple[int, ...], str, tuple[int, ...] | None]] = []
+    for argument in arguments:
+        if argument[0] == "tensor":
+            found.append((argument[1], argument[2], argument[3] if len(argument) > 3 else None))
+        elif argument[0] == "tensors":
+            found.extend((shape, argument[2], None) for shape in argument[1])
+    return found
 
 
 def _link(previous: Any, tensors: list[Any],
@@ -293,12 +303,13 @@ def _trainable(torch: Any, name: str, arguments: list[Any]) -> list[bool]:
     schema = overload._schema.arguments
     found = []
     for index, argument in enumerate(arguments):
-        if argument[0] != "tensor":
+        if argument[0] not in ("tensor", "tensors"):
             continue
         formal = schema[index] if index < len(schema) else None
         written = formal is not None and (formal.name.startswith("running_") or (
             formal.alias_info is not None and formal.alias_info.is_write))
-        found.append(argument[2] in FLOATING and not written)
+        wants = argument[2] in FLOATING and not written
+        found.extend([wants] * (len(argument[1]) if argument[0] == "tensors" else 1))
     return found
 
 
@@ -335,10 +346,13 @@ def _program(torch: Any, plan: _Plan) -> Callable[..., Any]:
                 left[at] = None  # read by this step: it stays inside the fused loop
             values, tensor = [], 0
             for kind, value in layout:
-                if kind == "tensor":
-                    value = ((previous if shape is None else previous.reshape(shape))
-                             if tensor == link else next(given))
-                    tensor += 1
+                if kind in ("tensor", "tensors"):
+                    taken = []
+                    for _ in range(value if kind == "tensors" else 1):
+                        taken.append((previous if shape is None else previous.reshape(shape))
+                                     if tensor == link else next(given))
+                        tensor += 1
+                    value = taken if kind == "tensors" else taken[0]
                 values.append(value)
             result = invoke(overload, values, keywords)
             outputs = [r for r in (result if isinstance(result, (tuple, list)) else (result,))
@@ -352,11 +366,11 @@ def _program(torch: Any, plan: _Plan) -> Callable[..., Any]:
 
 def _resolved(torch: Any, name: str,
               arguments: list[Any]) -> tuple[Any, list[tuple[str, Any]], dict[int, str]]:
-    """(the overload that takes `arguments` as recorded, per argument ("tensor", None) or
-    ("value", its value), position -> name of those passed by name)."""
+    """(the overload that takes `arguments` as recorded, per argument ("tensor", None),
+    ("tensors", how many) or ("value", its value), position -> name of those passed by name)."""
     overload = overload_of(getattr(torch.ops.aten, name.split("::", 1)[1]), arguments)
     defaults = unrecorded(overload)
-    layout = [("tensor", None) if a[0] == "tensor"
+    layout = [("tensor", None) if a[0] == "tensor" else ("tensors", len(a[1])) if a[0] == "tensors"
               else ("value", defaults.get(i) if a[0] == "none" else a[1])
               for i, a in enumerate(arguments)]
     return overload, layout, keyword_only(overload)
@@ -365,7 +379,8 @@ def _resolved(torch: Any, name: str,
 def _call(torch: Any, name: str, arguments: list[Any], tensors: list[Any]) -> Any:
     overload, layout, keywords = _resolved(torch, name, arguments)
     given = iter(tensors)
-    values = [next(given) if kind == "tensor" else value for kind, value in layout]
+    values = [next(given) if kind == "tensor" else [next(given) for _ in range(value)]
+              if kind == "tensors" else value for kind, value in layout]
     return invoke(overload, values, keywords)
 
 

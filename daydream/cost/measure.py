@@ -533,15 +533,24 @@ def keyword_only(op: Any) -> dict[int, str]:
 def overload_of(op: Any, arguments: list[Any]) -> Any:
     """The overload of `op` whose schema takes `arguments` as recorded (as many, tensors where
     tensors were recorded): `aten::add_` with two tensors and a scalar is `add_.Tensor`, whose
-    `alpha` is passed by name."""
+    `alpha` is passed by name; a list of tensors ("tensors") where the schema takes one; never an
+    overload of named dimensions (`Dimname`), which no recorded argument is."""
     for name in op.overloads():
         overload = getattr(op, name)
         schema = overload._schema.arguments
         if len(schema) == len(arguments) and all(
-                (a[0] == "tensor") == (str(s.type) in ("Tensor", "Optional[Tensor]"))
-                for a, s in zip(arguments, schema) if a[0] != "none"):
+                _fits(a[0], str(s.type)) for a, s in zip(arguments, schema) if a[0] != "none"):
             return overload
     return op
+
+
+def _fits(kind: str, formal: str) -> bool:
+    """Whether a recorded argument of `kind` ("tensor", "tensors", "value") fits a schema type."""
+    if "Dimname" in formal:
+        return False
+    if kind == "tensors":
+        return formal.startswith("List[") and "Tensor" in formal
+    return (kind == "tensor") == (formal in ("Tensor", "Optional[Tensor]"))
 
 
 def unrecorded(op: Any) -> dict[int, Any]:

@@ -68,13 +68,18 @@ class OpShapes:
                                          self._strings[int(self._types_str[entry])])
         return self._decoded[key]
 
-    def arguments(self, row: int) -> list[Argument] | None:
+    def arguments(self, row: int, lists: bool = False) -> list[Argument] | None:
         """Every input of the op at `row` as it could be passed again: ("tensor", shape, type,
         order), ("none",) for an absent optional tensor, ("value", v) for a recorded scalar or list;
         None where any non-tensor input's value was not recorded ("Concrete Inputs" missing: older
         profilers), so that the op cannot be re-run as called. `order`: the tensor's dims from
         outermost to innermost in memory where its recorded strides are not the contiguous ones (a
-        channels-last image is (0, 2, 3, 1)), None where they are or were not recorded."""
+        channels-last image is (0, 2, 3, 1)), None where they are or were not recorded.
+
+        `lists`: a list of tensors (`aten::cat`'s, `aten::stack`'s) as ("tensors", shapes, type).
+        The profiler records each element's dims but no element type ("TensorList"), so the type is
+        that of the op's other floating tensors, else fp32: what a list of activations holds. Left
+        out (None for the op) unless asked for, by callers that know the kind."""
         recorded = self.inputs(row)
         entry = self._row.get(int(row))
         if recorded is None or entry is None or self._concrete_str is None:
@@ -93,6 +98,8 @@ class OpShapes:
             if tensor is not None:
                 found.append(("tensor", tensor[0], tensor[1], orders[index] if index < len(orders)
                               else None))
+            elif lists and t == "TensorList" and _shapes(d) is not None:
+                found.append(("tensors", _shapes(d), _list_type(types)))
             elif c == "" and t == "":
                 found.append(("none",))
             elif isinstance(c, str) and c != "":
@@ -200,6 +207,20 @@ def _tensor(dims: Any, kind: Any) -> Tensor | None:
     if not dims and kind in ("Scalar", ""):
         return None
     return tuple(dims), kind
+
+
+def _shapes(dims: Any) -> tuple[tuple[int, ...], ...] | None:
+    """A recorded list of tensors' dims (one list of ints per element), or None where it is not."""
+    if not isinstance(dims, list) or not dims:
+        return None
+    found = [_tensor(d, FULL) for d in dims]
+    return tuple(t[0] for t in found if t is not None) if all(found) else None
+
+
+def _list_type(types: list[Any]) -> str:
+    """The element type assumed for an op's recorded list of tensors: its first floating tensor
+    input's type, else fp32."""
+    return next((t for t in types if t in FLOATING), FULL)
 
 
 def elements(shape: tuple[int, ...]) -> int:

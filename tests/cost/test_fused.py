@@ -241,3 +241,35 @@ def test_a_string_argument_the_profiler_left_out_is_passed_its_default(tmp_path:
                        channels_last=False, training=True) is not None, measurer.failed
     assert fused_times(measurer, [("aten::gelu_backward", backward)], channels_last=False) is not None, measurer.failed
     assert measurer.failed == {}
+
+
+def test_a_list_of_tensors_is_read_with_its_recorded_shapes_and_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`aten::cat` records its list as "TensorList" with each element's dims (no element type): read as one
+    ("tensors", shapes, type) argument where asked for, and a run holding it is compiled with the previous step's
+    output as the list's first element."""
+    from daydream.api import open_trace
+    from daydream.cost.shapes import OpShapes
+    from daydream.trace import discover
+
+    a, b = torch.randn(4, 3, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        torch.relu(torch.cat([torch.sigmoid(a), b], 1))
+    out = tmp_path / "cat.json"
+    profile.export_chrome_trace(str(out))
+    trace = open_trace(discover(out)[0])
+    shapes = OpShapes(trace)
+    rows = {trace.name_of(r): r for r in trace.indices(EventKind.CPU_OP)}
+    assert shapes.arguments(rows["aten::cat"]) is None  # callers that do not know lists get none
+    cat = shapes.arguments(rows["aten::cat"], lists=True)
+    assert cat == [("tensors", ((4, 3), (4, 5)), "float"), ("value", 1)]
+    plans: list[Any] = []
+    real_plan = fused._plan
+    monkeypatch.setattr(fused, "_plan", lambda t, steps, consumer=False: plans.append(real_plan(t, steps, consumer)) or plans[-1])
+    sigmoid = ("aten::sigmoid", [("tensor", (4, 3), "float", None)])
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    assert fused_times(measurer, [sigmoid, ("aten::cat", cat), ("aten::relu", [("tensor", (4, 8), "float", None)])],
+                       channels_last=False, training=True) is not None, measurer.failed
+    (plan,) = plans
+    # the cat reads the sigmoid's output as its first element and b from outside; the relu reads the cat's output
+    assert plan.chained == [(-1, None), (0, None), (0, None)]
+    assert [tuple(t.shape) for t in plan.made] == [(4, 3), (4, 5)] and plan.trainable == [True, True]
