@@ -186,3 +186,24 @@ def channels_last(arguments: list[Any] | None) -> list[Any] | None:
         else:
             laid_out.append(argument)
     return laid_out if images else None
+
+
+#: `aten::convolution_backward`'s arguments: where its groups are.
+GROUPS_AT = 9
+
+
+def grouped_backward(name: str, arguments: list[Any] | None) -> bool:
+    """Whether the op is a grouped (depthwise) convolution's backward, by its recorded groups."""
+    if name != "aten::convolution_backward" or not arguments or len(arguments) <= GROUPS_AT:
+        return False
+    groups = arguments[GROUPS_AT]
+    return groups[0] == "value" and isinstance(groups[1], int) and groups[1] > 1
+
+
+def contiguous(arguments: list[Any]) -> list[Any] | None:
+    """A convolution's recorded `arguments` with every image tensor (4 or 5 dims) contiguous; None
+    where each already was."""
+    laid_out = [("tensor", a[1], a[2], None) if a[0] == "tensor" and len(a[1]) in (4, 5) else a
+                for a in arguments]
+    return laid_out if laid_out != list(arguments) else None
+

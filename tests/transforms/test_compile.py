@@ -76,6 +76,42 @@ def test_channels_last_lays_out_the_images_only() -> None:
     assert channels_last(None) is None
 
 
+def test_a_grouped_convolutions_backward_is_found_by_its_groups_and_laid_out_contiguous() -> None:
+    from daydream.cost.compiled import contiguous, grouped_backward
+    from daydream.transforms.compiler import _contiguous_extra_ns
+
+    def backward(groups: int, order: tuple[int, ...] | None) -> list[tuple[object, ...]]:
+        # as the profiler records a 7x7 depthwise convolution's backward: grad, input, weight, then its arguments
+        image = ("tensor", (16, 48, 16, 16), "float", order)
+        return [image, image, ("tensor", (48, groups and 48 // groups, 7, 7), "float", None), ("value", [48]),
+                ("value", [1, 1]), ("value", [3, 3]), ("value", [1, 1]), ("value", False), ("value", [0, 0]),
+                ("value", groups), ("value", [True, True, True])]
+
+    depthwise = backward(48, (0, 2, 3, 1))
+    assert grouped_backward("aten::convolution_backward", depthwise)
+    assert not grouped_backward("aten::convolution_backward", backward(1, (0, 2, 3, 1)))
+    assert not grouped_backward("aten::convolution", depthwise)
+    plain = contiguous(depthwise)
+    assert plain is not None and [a[3] for a in plain[:3]] == [None, None, None] and plain[3:] == depthwise[3:]
+    assert contiguous(backward(48, None)) is None  # contiguous already
+
+    asked: list[tuple[list[object], list[object]]] = []
+
+    class Measurer:
+        def call_ratio(self, name: str, new: list[object], old: list[object]) -> float:
+            asked.append((new, old))
+            return 3.0
+
+    class Costs:
+        measurer = Measurer()
+
+    # timed at 1 ms as the prediction lays it out: contiguous, the measured tier's ratio says 3 ms, so 2 ms more
+    assert _contiguous_extra_ns("aten::convolution_backward", depthwise, 1_000_000, Costs()) == 2_000_000  # type: ignore[arg-type]
+    assert asked == [(plain, depthwise)]
+    Costs.measurer = None  # type: ignore[assignment]
+    assert _contiguous_extra_ns("aten::convolution_backward", depthwise, 1_000_000, Costs()) == 0  # type: ignore[arg-type]
+
+
 def _predicted(path: Path, spec: str = "compile", measure: bool = False,  # type: ignore[no-untyped-def]
                compile_budget_s: float = 0.0):
     return predict(_trace(path), [spec], cost_options=CostOptions(measure=measure, compile_budget_s=compile_budget_s))
