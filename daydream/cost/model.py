@@ -102,11 +102,13 @@ class CostModel:
                  if self.tally[t]]
         return ", ".join(parts) if parts else "nothing timed"
 
-    def cast(self, shape: tuple[int, ...], from_type: str, to_type: str) -> Timed:
+    def cast(self, shape: tuple[int, ...], from_type: str, to_type: str,
+             hot: bool = False) -> Timed:
         """One autocast cast of a tensor of `shape` from `from_type` to
-        `to_type` (torch.profiler's type names)."""
+        `to_type` (torch.profiler's type names); `hot`: its operand in the
+        caches (`Measurer.cast_ns`)."""
         if self.measurer is not None:
-            measured = self.measurer.cast_ns(shape, to_type, from_type)
+            measured = self.measurer.cast_ns(shape, to_type, from_type, hot)
             if measured is not None:
                 self.count(Tier.MEASURED)
                 return Timed(measured, 0, Tier.MEASURED)

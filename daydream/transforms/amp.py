@@ -26,7 +26,7 @@ import numpy as np
 
 from daydream.cost import CostModel, Tier
 from daydream.cost.measure import CALLED_AGAIN, core_cache_bytes
-from daydream.cost.shapes import FLOATING, OpShapes, footprint_bytes, top_level_ops
+from daydream.cost.shapes import FLOATING, OpShapes, footprint_bytes, tensor_bytes, top_level_ops
 from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import HOST_WORK, KERNELS
@@ -601,20 +601,24 @@ def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel,
     hosts: list[int] = []
     host_ns: list[int] = []
     device_ns: list[int] = []
+    cache = core_cache_bytes()
     for cast_list in casts.values():
         for cast in cast_list:
             anchor = host_anchor.get(cast.row, -1)
             if anchor < 0:
                 continue
+            # an activation (or its gradient) the op before has just written, where it fits in a
+            # core's cache; a weight was last written by the previous step's optimizer
+            hot = not cast.weight and tensor_bytes((cast.shape, cast.from_type)) <= cache
             if cast.forward:
-                timed = costs.cast(cast.shape, cast.from_type, cast.to_type)
+                timed = costs.cast(cast.shape, cast.from_type, cast.to_type, hot)
                 hosts.append(anchor)
                 host_ns.append(timed.host_ns)
                 device_ns.append(timed.device_ns)
             if cast.backward:
                 back = backward_anchor.get(cast.row, -1)
                 if back >= 0:
-                    again = costs.cast(cast.shape, cast.to_type, cast.from_type)
+                    again = costs.cast(cast.shape, cast.to_type, cast.from_type, hot)
                     hosts.append(back)
                     # a forward cast op has its ToCopyBackward0 node; the engine casts a promoted
                     # op's gradient inside the op's own node

@@ -20,7 +20,7 @@ whose input is the data).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from daydream.cost.shapes import FULL, Tensor, elements
@@ -88,6 +88,10 @@ FP32_GRADIENTS = {"aten::mkldnn_rnn_layer": (0, 1, 2, 3, 4)}
 PROMOTING = frozenset(f"aten::{op}"
                       for op in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "cat",
                                                 "stack", "where", "addcmul", "addcdiv"))
+#: Recurrent ops whose cells run as ATen ops autocast sees, their state kept in fp32 (`_gru_state`).
+GRU = frozenset({"aten::gru"})
+#: The ops of a GRU cell's state update, in order (`_gru_state`).
+UPDATE = ("aten::sub", "aten::mul_", "aten::add_")
 REDUCED_NAME = {"bf16": "c10::BFloat16", "fp16": "c10::Half"}
 #: c10::ScalarType's code of float32, as `aten::to` records its dtype argument (Concrete Inputs).
 FLOAT32_CODE = 6
@@ -110,6 +114,8 @@ class ForwardOp:
     arguments: list[Any] | None = None
     # the ops it called, in order, where autocast may decide on them (`autocast_view`)
     inner: tuple[ForwardOp, ...] = ()
+    # the op whose calls stand in its place in `autocast_view` ("aten::gru"), "" for none
+    within: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -166,7 +172,8 @@ def autocast_view(ops: list[ForwardOp], device_type: str) -> list[ForwardOp]:
     found: list[ForwardOp] = []
     for op in ops:
         if op.inner and decides(op.name, device_type) is None and _reaches(op.inner, device_type):
-            found.extend(autocast_view(list(op.inner), device_type))
+            found.extend(autocast_view([replace(inner, within=inner.within or op.name)
+                                        for inner in op.inner], device_type))
         else:
             found.append(op)
     return found
@@ -196,11 +203,21 @@ def plan(ops: list[ForwardOp], device_type: str,
     casts: list[Cast] = []
     types: dict[int, str] = {}
     first = True
+    # CPU: a promoting op copies its reduced input up to fp32 inside its kernel (TensorIterator's
+    # CPU path casts inputs of mixed types to the common one); a GPU kernel casts as it loads
+    copied = device_type == "cpu"
+    gru = ""  # where a GRU's cell stands (`_gru_state`)
     for op in ops:
         _enter(op, activation, entry_type)
+        activation, gru, state = _gru_state(op, activation, gru, low, copied, first)
+        if state:
+            casts += state
+            types[op.row] = activation
+            first = False
+            continue
         if _to_fp32(op):
             # the script's own `.float()`: nothing in an fp32 run, a cast up of a reduced activation
-            casts += _cast_up(op, low) if activation == low else []
+            casts += _cast_up(op, activation, low)
             activation = types[op.row] = FULL
             continue
         rule = decides(op.name, device_type)
@@ -220,20 +237,26 @@ def plan(ops: list[ForwardOp], device_type: str,
             casts += _lower_casts(op, floats, activation, low, cached, first)
             activation = low
         elif rule == "fp32":
-            if floats and activation == low:
-                index = floats[0]
-                # a recorded input: None ones filtered out
-                shape = op.inputs[index][0]  # type: ignore[index]
-                casts.append(Cast(op.row, index, shape, low, FULL, weight=False, backward=True))
+            casts += _fp32_casts(op, floats, activation, low)
             activation = FULL
-        elif op.name in PROMOTING and len(tensors) >= 2:
+        elif op.name in PROMOTING and len(tensors) >= 2 and op.within not in GRU:
             if activation == low and entry_type[op.layer] == FULL:
-                casts.append(_promoted(op, tensors, low))
+                casts.append(_promoted(op, tensors, low, copied))
             activation = FULL if FULL in (activation, entry_type[op.layer]) else low
         types[op.row] = activation
         if rule is not None or floats:
             first = False
     return casts, types
+
+
+def _fp32_casts(op: ForwardOp, floats: list[int], activation: str, low: str) -> list[Cast]:
+    """An op autocast runs in fp32: its first floating input cast up where the activation is
+    reduced."""
+    if not floats or activation != low:
+        return []
+    # a recorded input: None ones filtered out
+    shape = op.inputs[floats[0]][0]  # type: ignore[index]
+    return [Cast(op.row, floats[0], shape, low, FULL, weight=False, backward=True)]
 
 
 def _to_fp32(op: ForwardOp) -> bool:
@@ -245,22 +268,74 @@ def _to_fp32(op: ForwardOp) -> bool:
     return ("value", FLOAT32_CODE) in (op.arguments or [])[1:3]
 
 
-def _cast_up(op: ForwardOp, low: str) -> list[Cast]:
-    """The cast of `op`'s first input from the reduced type up to fp32 (its gradient's back)."""
+def _cast_up(op: ForwardOp, activation: str, low: str) -> list[Cast]:
+    """The cast of `op`'s first input from the reduced type up to fp32 (its gradient's back), where
+    the activation is reduced."""
+    if activation != low:
+        return []
     # `_to_fp32` checked that the first input was recorded
     return [Cast(op.row, 0, op.inputs[0][0], low, FULL,  # type: ignore[index]
                  weight=False, backward=True)]
 
 
-def _promoted(op: ForwardOp, tensors: list[int], low: str) -> Cast:
+def _promoted(op: ForwardOp, tensors: list[int], low: str, copied: bool) -> Cast:
     """An elementwise op of the layer's fp32 input and a reduced activation (a residual add) runs in
     fp32; in backward, autograd casts the gradient for the reduced input back to its type. Its
-    shape: the op's largest input's."""
+    shape: the op's largest input's. `copied`: the op copies the reduced input up first (a CPU's
+    TensorIterator: an `aten::to` inside the op; the transformer example's bf16 CPU run made one
+    in each residual `aten::add`), else its kernel reads it as it is."""
     # a recorded input: None ones filtered out
     shapes = [op.inputs[i][0] for i in tensors]  # type: ignore[index]
     largest = max(range(len(shapes)), key=lambda k: elements(shapes[k]))
     return Cast(op.row, tensors[largest], shapes[largest], low, FULL, weight=False, backward=True,
-                forward=False)
+                forward=copied)
+
+
+def _gru_state(op: ForwardOp, activation: str, gru: str, low: str, copied: bool,
+               first: bool) -> tuple[str, str, list[Cast]]:
+    """One op of a CPU `aten::gru`'s calls under autocast: (the activation's type after it, where
+    the cell stands ("fresh": a layer's input projected, its first step next; "update": in a step's
+    update of its state; "" otherwise), the casts it makes where they are decided here). For any
+    other op, or off a CPU: (`activation`, "", []). `first`: no op has read the data yet.
+
+    The GRU runs its cells as ATen ops (at::native's GRUCell), and each time step's hidden state
+    stays fp32 under autocast: the first is made in fp32 inside the op (no gradient), and the
+    cell's update, `(state - new_gate) * input_gate + new_gate`, mixes it with the reduced gates,
+    which promotes to fp32. So each layer (and direction) projects its input with its own weights
+    (`aten::linear` of the whole sequence: the input cast down where fp32, the weight and bias);
+    each step's hidden `aten::linear` (a 2-D input: one step's state) casts the state down (its
+    gradient back but at a layer's first step), and its weight and bias at the first step; each
+    op of the update (`aten::sub` begins it, then `aten::mul_` and `aten::add_`) copies its gate
+    (its second input) up, the engine casting that gate's gradient back in backward, and the
+    multiply's backward copies the gate up again (the gradient times the gate). The gates' own
+    ops run in the reduced type. A GRU's weights all sit in one module, several of one shape, so
+    they are told apart here by where they are used, not by the layer's weight cache. In a
+    two-layer GRU's bf16 CPU run: every cast as planned (tests/cost/test_autocast.py); a
+    bidirectional one of 48 steps a layer made 789 forward (examples/own/gru_tagger.py)."""
+    if not copied or op.within not in GRU:
+        return activation, "", []
+    if op.name == "aten::linear" and op.inputs and op.inputs[0] is not None:
+        step = len(op.inputs[0][0]) == 2
+        recorded = [(i, t) for i, t in enumerate(op.inputs) if t is not None and t[1] == FULL]
+        weights = [Cast(op.row, i, t[0], FULL, low, weight=True, backward=True)
+                   for i, t in recorded if i in PARAMETER_INPUTS[op.name]
+                   ] if not step or gru == "fresh" else []
+        if step:  # the state comes in fp32
+            state = Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False,
+                         backward=gru != "fresh")
+            return low, "", [state, *weights]
+        data = [Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False, backward=not first)
+                ] if activation == FULL and op.inputs[0][1] == FULL else []
+        return low, "fresh", data + weights
+    if op.name in UPDATE and (gru == "update" or op.name == UPDATE[0]) and len(op.inputs) > 1 \
+            and op.inputs[1] is not None and op.inputs[1][1] == FULL:
+        gate = op.inputs[1][0]
+        casts = [Cast(op.row, 1, gate, low, FULL, weight=False, backward=True, forward=copied)]
+        if op.name == "aten::mul_":
+            casts.append(Cast(op.row, 1, gate, FULL, low, weight=False, backward=True,
+                              forward=False))
+        return FULL, "update", casts
+    return activation, "" if gru == "update" and op.name in PROMOTING else gru, []
 
 
 def _enter(op: ForwardOp, activation: str, entry_type: dict[int, str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,8 @@ def test_a_block_begins_at_the_first_op_of_the_layers_it_holds() -> None:
 
     casts, types = plan(ops(enclosing), "cpu")
     assert types == {1: F, 2: "c10::BFloat16", 3: F, 4: F}
-    assert [(c.row, c.forward) for c in casts] == [(2, True)] * 3 + [(3, False)]
+    # on the CPU the add copies its bf16 input up inside itself (TensorIterator), a cast op of its own
+    assert [(c.row, c.forward) for c in casts] == [(2, True)] * 3 + [(3, True)]
     # without the layers that hold each op's, the block would seem to begin at the add, in bf16
     _, types = plan(ops([()] * len(names)), "cpu")
     assert types[3] == types[4] == "c10::BFloat16"
@@ -101,14 +103,34 @@ def test_a_model_recorded_in_bf16_gets_no_casts() -> None:
 
 
 def test_a_composite_ops_calls_go_through_autocast() -> None:
-    # aten::gru is on no CPU autocast list: it falls through, and the aten::linear calls it makes (input and hidden
-    # projections, a sigmoid between) are decided one by one, each with its casts.
-    cell = (linear(2, 0, 4, 8, 24), unary(3, "aten::sigmoid", 0, (4, 24)), linear(4, 0, 4, 24, 8))
+    # aten::gru is on no CPU autocast list: it falls through, and the aten::linear calls it makes are decided one by
+    # one, each with its casts. As at::native's GRU cell calls them: the layer's input projected (a [5, 4, 8] sequence),
+    # then per step the hidden linear, the gates (bf16), and the update mixing the fp32 state with them.
+    def step(row: int) -> tuple[ForwardOp, ...]:
+        gates = [ForwardOp(row + 1, "aten::add_", 0, [((4, 8), F), ((4, 8), F)]), unary(row + 2, "aten::sigmoid_", 0, (4, 8)),
+                 unary(row + 3, "aten::tanh_", 0, (4, 8))]
+        update = [ForwardOp(row + 4 + k, name, 0, [((4, 8), F), ((4, 8), F)])
+                  for k, name in enumerate(("aten::sub", "aten::mul_", "aten::add_"))]
+        return (linear(row, 0, 4, 8, 24), *gates, *update)
+
+    cell = (ForwardOp(2, "aten::linear", 0, [((5, 4, 8), F), ((24, 8), F), ((24,), F)]), *step(10), *step(20))
     gru = ForwardOp(1, "aten::gru", 0, [((4, 5, 8), F)], inner=cell)
     view = autocast_view([gru], "cpu")
-    assert [op.row for op in view] == [2, 3, 4]
-    # the first linear: x, W, b; the second: W, b (its input is the sigmoid's bf16 output)
-    assert [c.row for c in plan_casts(view, "cpu")] == [2, 2, 2, 4, 4]
+    assert [op.row for op in view] == [op.row for op in cell] and {op.within for op in view} == {"aten::gru"}
+    casts = plan_casts(view, "cpu")
+    B = "c10::BFloat16"
+    # the projection: x (the data: no gradient back), W, b; the first step's linear: the fp32 state (made in the op:
+    # no gradient back), its W and b; the second step's: the state only (W and b cast already); each update op copies
+    # its gate up, the multiply's backward copies it up again
+    update = [(14, B, True, True), (15, B, True, True), (15, F, False, True), (16, B, True, True)]
+    assert [(c.row, c.from_type, c.forward, c.backward) for c in casts] == [
+        (2, F, True, False), (2, F, True, True), (2, F, True, True),
+        (10, F, True, False), (10, F, True, True), (10, F, True, True), *update,
+        (20, F, True, True), *[(row + 10, *rest) for row, *rest in update]]
+    _, types = plan(view, "cpu")
+    assert types[13] == B and types[16] == types[26] == F  # the gates in bf16, the state in fp32
+    # a GPU's kernels read a mixed input as they load it: the state is not followed there, no copies
+    assert all(c.row in (2, 10, 20) for c in plan_casts(view, "cuda"))
     # seen whole, as before: no op autocast decides, no cast
     assert plan_casts([gru], "cpu") == []
 
@@ -124,7 +146,7 @@ def test_a_listed_op_decides_for_what_it_calls() -> None:
     # and what a list names differs by device: aten::linalg_vecdot is decided on the CPU only
     vecdot = ForwardOp(6, "aten::linalg_vecdot", 2, [((4, 8), F), ((4, 8), F)])
     wrapper = ForwardOp(5, "aten::einsum", 2, [((4, 8), F)], inner=(vecdot,))
-    assert autocast_view([wrapper], "cpu") == [vecdot]
+    assert autocast_view([wrapper], "cpu") == [replace(vecdot, within="aten::einsum")]
     assert autocast_view([wrapper], "cuda") == [wrapper]
 
 
@@ -286,3 +308,44 @@ def test_an_lstm_layer_runs_in_bf16_on_the_cpu_with_the_casts_a_real_run_makes(t
     # The head: weight and bias (2 + 2); the loss's input up, its gradient back (1 + 1).
     assert real == (7 + 5 + 5) + (4 + 5 + 4) + 4 + 2
     assert planned == real
+
+
+GRU_AMP_SCRIPT = '''
+import argparse, torch, torch.nn as nn
+parser = argparse.ArgumentParser(); parser.add_argument("--steps", type=int, default=6); parser.add_argument("--amp", action="store_true")
+options = parser.parse_args()
+torch.manual_seed(0)
+emb, rnn, head = nn.Embedding(50, 16), nn.GRU(16, 16, num_layers=2, batch_first=True), nn.Linear(16, 50)
+model = nn.ModuleDict({"emb": emb, "rnn": rnn, "head": head})
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randint(0, 50, (4, 5))
+for _ in range(options.steps):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.amp):
+        out = head(rnn(emb(x))[0])
+        loss = nn.functional.cross_entropy(out.reshape(-1, 50), x.reshape(-1))
+    loss.backward()
+    opt.step(); opt.zero_grad()
+'''
+
+
+def test_a_gru_keeps_its_state_in_fp32_on_the_cpu_with_the_casts_a_real_run_makes(tmp_path: Path) -> None:
+    # nn.GRU on the CPU runs its cells as ATen ops inside aten::gru; under autocast each step's hidden linear runs in bf16
+    # but the state stays fp32 (the first is made in fp32, and the update mixes it with the gates). Each step casts the
+    # state down for its linear, and its update's sub, mul_ and add_ copy a bf16 gate up inside themselves (the CPU's
+    # TensorIterator). Planned from the fp32 trace, against the aten::_to_copy calls the real bf16 run added.
+    trace, real = _fp32_trace_and_real_casts(tmp_path, GRU_AMP_SCRIPT)
+    facts, _ = forward_ops_of(trace, between=True)
+    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
+    for ops, casts in zip(facts.values(), per_step):
+        view = autocast_view(ops, "cpu")
+        updates = [op.row for op in view if op.within == "aten::gru" and op.name in ("aten::sub", "aten::mul_", "aten::add_")]
+        cast_up = [c.row for c in casts if c.from_type == "c10::BFloat16" and c.forward and c.row in updates]
+        # two layers of five steps: one sub, one mul_ and one add_ of the update per step, each copying its gate up
+        assert len(cast_up) == 2 * 5 * 3
+    planned = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
+    assert planned == real
+    # a GPU's kernels read a mixed input as they load it: no copies in the update there
+    for ops in facts.values():
+        view = autocast_view(ops, "cuda")
+        updates = {op.row for op in view if op.within == "aten::gru" and op.name in ("aten::sub", "aten::mul_", "aten::add_")}
+        assert updates and not any(c.forward and c.row in updates for c in plan_casts(view, "cuda"))
