@@ -41,6 +41,7 @@ from daydream.mapping.classes import (
 from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind, Trace
 from daydream.transforms.autocast import (
+    LISTING,
     REDUCED_NAME,
     Cast,
     ForwardOp,
@@ -132,10 +133,12 @@ class _OpTree:
         self.spans[row] = (int(self.trace.ts_ns[row]), int(self.end_ns[row]),
                            int(self.trace.track[row]))
         layer = int(self.layer_of_row[row])
+        listed = (next((a[1] for a in self.shapes.arguments(row, lists=True) or []
+                        if a[0] == "tensors"), ()) if name in LISTING else ())
         return ForwardOp(row, name, layer, self.shapes.tensors(row) or [],
                          arguments=self.shapes.arguments(row), inner=inner,
                          enclosing=self.enclosing[layer] if 0 <= layer < len(self.enclosing)
-                         else ())
+                         else (), listed=listed)
 
 
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

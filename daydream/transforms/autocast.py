@@ -88,6 +88,8 @@ FP32_GRADIENTS = {"aten::mkldnn_rnn_layer": (0, 1, 2, 3, 4)}
 PROMOTING = frozenset(f"aten::{op}"
                       for op in ("add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "cat",
                                                 "stack", "where", "addcmul", "addcdiv"))
+#: Promoting ops that take their tensors as one list (`ForwardOp.listed`).
+LISTING = frozenset({"aten::cat", "aten::stack"})
 #: Recurrent ops whose cells run as ATen ops autocast sees, their state kept in fp32 (`_gru_state`).
 GRU = frozenset({"aten::gru"})
 #: The ops of a GRU cell's state update, in order (`_gru_state`).
@@ -116,6 +118,9 @@ class ForwardOp:
     inner: tuple[ForwardOp, ...] = ()
     # the op whose calls stand in its place in `autocast_view` ("aten::gru"), "" for none
     within: str = ""
+    # the shapes of the tensors in its list argument (`LISTING`: aten::cat's), whose types the
+    # profiler does not record
+    listed: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -206,11 +211,11 @@ def plan(ops: list[ForwardOp], device_type: str,
     # CPU: a promoting op copies its reduced input up to fp32 inside its kernel (TensorIterator's
     # CPU path casts inputs of mixed types to the common one); a GPU kernel casts as it loads
     copied = device_type == "cpu"
-    gru = ""  # where a GRU's cell stands (`_gru_state`)
+    cell = _Cell()  # where a GRU's cells stand (`_gru_state`)
     for op in ops:
         _enter(op, activation, entry_type)
-        activation, gru, state = _gru_state(op, activation, gru, low, copied, first)
-        if state:
+        activation, state = _gru_state(op, activation, cell, low, copied, first)
+        if state is not None:
             casts += state
             types[op.row] = activation
             first = False
@@ -239,7 +244,7 @@ def plan(ops: list[ForwardOp], device_type: str,
         elif rule == "fp32":
             casts += _fp32_casts(op, floats, activation, low)
             activation = FULL
-        elif op.name in PROMOTING and len(tensors) >= 2 and op.within not in GRU:
+        elif op.name in PROMOTING and len(tensors) + len(op.listed) >= 2 and op.within not in GRU:
             if activation == low and entry_type[op.layer] == FULL:
                 casts.append(_promoted(op, tensors, low, copied))
             activation = FULL if FULL in (activation, entry_type[op.layer]) else low
@@ -284,6 +289,9 @@ def _promoted(op: ForwardOp, tensors: list[int], low: str, copied: bool) -> Cast
     shape: the op's largest input's. `copied`: the op copies the reduced input up first (a CPU's
     TensorIterator: an `aten::to` inside the op; the transformer example's bf16 CPU run made one
     in each residual `aten::add`), else its kernel reads it as it is."""
+    if op.listed:  # a list (aten::cat's): its last tensor, the one made just before, reduced
+        return Cast(op.row, 0, op.listed[-1], low, FULL, weight=False, backward=True,
+                    forward=copied)
     # a recorded input: None ones filtered out
     shapes = [op.inputs[i][0] for i in tensors]  # type: ignore[index]
     largest = max(range(len(shapes)), key=lambda k: elements(shapes[k]))
@@ -291,51 +299,64 @@ def _promoted(op: ForwardOp, tensors: list[int], low: str, copied: bool) -> Cast
                 forward=copied)
 
 
-def _gru_state(op: ForwardOp, activation: str, gru: str, low: str, copied: bool,
-               first: bool) -> tuple[str, str, list[Cast]]:
-    """One op of a CPU `aten::gru`'s calls under autocast: (the activation's type after it, where
-    the cell stands ("fresh": a layer's input projected, its first step next; "update": in a step's
-    update of its state; "" otherwise), the casts it makes where they are decided here). For any
-    other op, or off a CPU: (`activation`, "", []). `first`: no op has read the data yet.
+@dataclass(slots=True)
+class _Cell:
+    """Where a CPU GRU's cells stand, as `plan` follows its calls (`_gru_state`)."""
 
-    The GRU runs its cells as ATen ops (at::native's GRUCell), and each time step's hidden state
-    stays fp32 under autocast: the first is made in fp32 inside the op (no gradient), and the
-    cell's update, `(state - new_gate) * input_gate + new_gate`, mixes it with the reduced gates,
-    which promotes to fp32. So each layer (and direction) projects its input with its own weights
-    (`aten::linear` of the whole sequence: the input cast down where fp32, the weight and bias);
-    each step's hidden `aten::linear` (a 2-D input: one step's state) casts the state down (its
-    gradient back but at a layer's first step), and its weight and bias at the first step; each
-    op of the update (`aten::sub` begins it, then `aten::mul_` and `aten::add_`) copies its gate
-    (its second input) up, the engine casting that gate's gradient back in backward, and the
-    multiply's backward copies the gate up again (the gradient times the gate). The gates' own
-    ops run in the reduced type. A GRU's weights all sit in one module, several of one shape, so
-    they are told apart here by where they are used, not by the layer's weight cache. In a
-    two-layer GRU's bf16 CPU run: every cast as planned (tests/cost/test_autocast.py); a
-    bidirectional one of 48 steps a layer made 789 forward (examples/own/gru_tagger.py)."""
+    state: str = FULL  # the hidden state's type: the type of the input it was made like
+    first_step: bool = False  # a layer's input projected, its first step next
+    updating: bool = False  # in a step's update of the state
+
+
+def _gru_state(op: ForwardOp, activation: str, cell: _Cell, low: str, copied: bool,
+               first: bool) -> tuple[str, list[Cast] | None]:
+    """One op of a CPU `aten::gru`'s calls under autocast: (the activation's type after it, the
+    casts it makes where it is decided here, else None; `cell` follows the GRU). For any other op,
+    or off a CPU: (`activation`, None). `first`: no op has read the data yet.
+
+    The GRU runs its cells as ATen ops (at::native's GRUCell). Each layer (and direction) projects
+    its input with its own weights (an `aten::linear` of the whole sequence), then each step runs
+    a hidden `aten::linear` of the state (a 2-D input), the gates' ops, and the update
+    `(state - new_gate) * input_gate + new_gate`. The first state is made inside the op like the
+    input, so the state has the input's type: where the input is fp32, the state stays fp32 under
+    autocast (the update mixes it with the bf16 gates, which promotes), and each step casts it down
+    for its linear (its gradient back but at a layer's first step), while each op of the update
+    (`aten::sub`, `aten::mul_`, `aten::add_`) copies its gate (its second input) up, the engine
+    casting that gate's gradient back in backward, and the multiply's backward copies it up again
+    (the gradient times the gate). Where the input is bf16, so is everything: only the weights are
+    cast. A GRU's weights all sit in one module, several of one shape, so they are told apart by
+    where they are used: a projection's at it, a layer's hidden ones at its first step. A
+    two-layer GRU of an fp32 input in a bf16 CPU run: every cast as planned
+    (tests/cost/test_autocast.py); a bidirectional one of 48 steps a layer made 789 forward
+    (examples/own/gru_tagger.py); the speech model's, of a bf16 input, none but its weights'."""
     if not copied or op.within not in GRU:
-        return activation, "", []
+        return activation, None
     if op.name == "aten::linear" and op.inputs and op.inputs[0] is not None:
-        step = len(op.inputs[0][0]) == 2
         recorded = [(i, t) for i, t in enumerate(op.inputs) if t is not None and t[1] == FULL]
+        step = len(op.inputs[0][0]) == 2
         weights = [Cast(op.row, i, t[0], FULL, low, weight=True, backward=True)
                    for i, t in recorded if i in PARAMETER_INPUTS[op.name]
-                   ] if not step or gru == "fresh" else []
-        if step:  # the state comes in fp32
-            state = Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False,
-                         backward=gru != "fresh")
-            return low, "", [state, *weights]
+                   ] if not step or cell.first_step else []
+        if step:
+            state = [Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False,
+                          backward=not cell.first_step)] if cell.state == FULL else []
+            cell.first_step = cell.updating = False
+            return low, state + weights
+        cell.state, cell.first_step, cell.updating = activation, True, False
         data = [Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False, backward=not first)
                 ] if activation == FULL and op.inputs[0][1] == FULL else []
-        return low, "fresh", data + weights
-    if op.name in UPDATE and (gru == "update" or op.name == UPDATE[0]) and len(op.inputs) > 1 \
-            and op.inputs[1] is not None and op.inputs[1][1] == FULL:
+        return low, data + weights
+    if cell.state == FULL and op.name in UPDATE and (cell.updating or op.name == UPDATE[0]) \
+            and len(op.inputs) > 1 and op.inputs[1] is not None and op.inputs[1][1] == FULL:
         gate = op.inputs[1][0]
         casts = [Cast(op.row, 1, gate, low, FULL, weight=False, backward=True, forward=copied)]
         if op.name == "aten::mul_":
             casts.append(Cast(op.row, 1, gate, FULL, low, weight=False, backward=True,
                               forward=False))
-        return FULL, "update", casts
-    return activation, "" if gru == "update" and op.name in PROMOTING else gru, []
+        cell.updating = True
+        return FULL, casts
+    cell.updating = cell.updating and op.name not in PROMOTING
+    return activation, None
 
 
 def _enter(op: ForwardOp, activation: str, entry_type: dict[int, str]) -> None:

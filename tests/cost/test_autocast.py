@@ -67,6 +67,22 @@ def test_a_residual_add_promotes_to_fp32() -> None:
     assert (casts[-1].from_type, casts[-1].to_type, casts[-1].shape) == ("c10::BFloat16", F, (4, 8))
 
 
+def test_a_cat_of_an_fp32_and_a_bf16_tensor_copies_the_bf16_one_up() -> None:
+    # word embeddings (fp32) and a convolution's features (bf16) concatenated, as a tagger's encoder does: the profiler
+    # records cat's list without types, so the tensor made just before it (the list's last) carries the reduced type;
+    # a bf16 run of examples/own/gru_tagger.py copied its [32, 48, 64] features up in the cat, its gradient back
+    enc = 1
+    ops = [ForwardOp(1, "aten::embedding", enc, [((100, 8), F), ((4, 5), "long int")], layer_entry=True),
+           ForwardOp(2, "aten::conv1d", 2, [((20, 8, 3), F), ((6, 8, 3), F), ((6,), F)], enclosing=(enc,)),
+           ForwardOp(3, "aten::cat", enc, [None, None], listed=((4, 5, 8), (4, 5, 6))),
+           linear(4, 3, 4, 14, 8)]
+    casts, types = plan(ops, "cpu")
+    cat = [(c.shape, c.from_type, c.forward, c.backward) for c in casts if c.row == 3]
+    assert cat == [((4, 5, 6), "c10::BFloat16", True, True)] and types[3] == F
+    # the linear after it gets an fp32 input again: x, W, b
+    assert sum(c.row == 4 for c in casts) == 3
+
+
 def test_a_block_begins_at_the_first_op_of_the_layers_it_holds() -> None:
     # A pre-norm block (nn.MultiheadAttention's, as a user writes it): its first op of its own is the residual add,
     # after its sublayers' ops; the add's other input is the block's fp32 input, so it runs in fp32.
@@ -131,6 +147,10 @@ def test_a_composite_ops_calls_go_through_autocast() -> None:
     assert types[13] == B and types[16] == types[26] == F  # the gates in bf16, the state in fp32
     # a GPU's kernels read a mixed input as they load it: the state is not followed there, no copies
     assert all(c.row in (2, 10, 20) for c in plan_casts(view, "cuda"))
+    # a bf16 input (a linear before the GRU): the state is made like it, in bf16, and only the weights are cast
+    before = ForwardOp(0, "aten::linear", 5, [((4, 5, 8), F), ((8, 8), F), ((8,), F)])
+    casts = plan_casts([before, *view], "cpu")
+    assert [(c.row, c.weight) for c in casts if c.row > 0] == [(2, True), (2, True), (10, True), (10, True)]
     # seen whole, as before: no op autocast decides, no cast
     assert plan_casts([gru], "cpu") == []
 
