@@ -90,7 +90,7 @@ PROMOTING = frozenset(f"aten::{op}"
                                                 "stack", "where", "addcmul", "addcdiv"))
 #: Promoting ops that take their tensors as one list (`ForwardOp.listed`).
 LISTING = frozenset({"aten::cat", "aten::stack"})
-#: Recurrent ops whose cells run as ATen ops autocast sees, their state kept in fp32 (`_gru_state`).
+#: Recurrent ops whose cells run as ATen ops autocast sees, the state of the input's type.
 GRU = frozenset({"aten::gru"})
 #: The ops of a GRU cell's state update, in order (`_gru_state`).
 UPDATE = ("aten::sub", "aten::mul_", "aten::add_")
