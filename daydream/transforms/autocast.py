@@ -213,7 +213,10 @@ def plan(ops: list[ForwardOp], device_type: str,
     copied = device_type == "cpu"
     cell = _Cell()  # where a GRU's cells stand (`_gru_state`)
     for op in ops:
-        _enter(op, activation, entry_type)
+        # a layer whose first op mixes its inputs (a post-norm block's `norm(x + update)`) was
+        # handed a tensor made before the activation: its caller's input, of the caller's type
+        fresh = _enter(op, activation, entry_type)
+        entry = entry_type[op.enclosing[-1] if fresh and op.enclosing else op.layer]
         activation, state = _gru_state(op, activation, cell, low, copied, first)
         if state is not None:
             casts += state
@@ -245,9 +248,9 @@ def plan(ops: list[ForwardOp], device_type: str,
             casts += _fp32_casts(op, floats, activation, low)
             activation = FULL
         elif op.name in PROMOTING and len(tensors) + len(op.listed) >= 2 and op.within not in GRU:
-            if activation == low and entry_type[op.layer] == FULL:
+            if activation == low and entry == FULL:
                 casts.append(_promoted(op, tensors, low, copied))
-            activation = FULL if FULL in (activation, entry_type[op.layer]) else low
+            activation = FULL if FULL in (activation, entry) else low
         types[op.row] = activation
         if rule is not None or floats:
             first = False
@@ -359,13 +362,16 @@ def _gru_state(op: ForwardOp, activation: str, cell: _Cell, low: str, copied: bo
     return activation, None
 
 
-def _enter(op: ForwardOp, activation: str, entry_type: dict[int, str]) -> None:
+def _enter(op: ForwardOp, activation: str, entry_type: dict[int, str]) -> bool:
     """The activation's type as each layer began: at the first op of it or of a layer it holds
-    (`ForwardOp.enclosing`), or where an op says its layer begins again (`layer_entry`)."""
+    (`ForwardOp.enclosing`), or where an op says its layer begins again (`layer_entry`). Whether
+    `op` is the first op of its own layer."""
+    fresh = op.layer not in entry_type
     for layer in (*op.enclosing, op.layer):
         entry_type.setdefault(layer, activation)
     if op.layer_entry:
         entry_type[op.layer] = activation
+    return fresh
 
 
 def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,

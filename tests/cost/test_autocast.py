@@ -105,6 +105,26 @@ def test_a_block_begins_at_the_first_op_of_the_layers_it_holds() -> None:
     assert types[3] == types[4] == "c10::BFloat16"
 
 
+def test_a_post_norm_blocks_add_mixes_the_callers_fp32_input() -> None:
+    # A post-norm encoder layer (layer 1) as the translation model writes it: its attention's output linear (layer 2),
+    # then `AddNorm` (layer 3), whose first op is `x + update`: x is the encoder layer's own fp32 input, handed down,
+    # while the activation is the linear's bf16 output. The add runs in fp32 (a real bf16 CPU run of
+    # examples/suite/translation.py casts in each of its 10 such adds), and so does the layer norm after it.
+    held = {1: (0,), 2: (0, 1), 3: (0, 1), 4: (0, 1, 3)}
+    ops = [ForwardOp(1, "aten::linear", 2, [((4, 8), F), ((8, 8), F), ((8,), F)], enclosing=held[2]),
+           ForwardOp(2, "aten::add", 3, [((4, 8), F), ((4, 8), F)], enclosing=held[3]),
+           ForwardOp(3, "aten::layer_norm", 4, [((4, 8), F)], enclosing=held[4])]
+    casts, types = plan(ops, "cpu")
+    assert [(c.row, c.from_type) for c in casts if c.row == 2] == [(2, "c10::BFloat16")]
+    assert types[2] == types[3] == F
+    # a block whose first op is its own (a linear) keeps its entry type: the add later in it mixes nothing new
+    ops = [ForwardOp(1, "aten::linear", 3, [((4, 8), F), ((8, 8), F), ((8,), F)], enclosing=held[3]),
+           ForwardOp(2, "aten::add", 3, [((4, 8), F), ((4, 8), F)], enclosing=held[3])]
+    casts, types = plan([ForwardOp(0, "aten::linear", 1, [((4, 8), F), ((8, 8), F), ((8,), F)], enclosing=(0,)), *ops],
+                        "cpu")
+    assert not [c for c in casts if c.row == 2] and types[2] == "c10::BFloat16"
+
+
 def test_the_cpu_keeps_layer_norm_in_bf16() -> None:
     ops = [linear(1, 0, 4, 8, 8), unary(2, "aten::layer_norm", 1, (4, 8)), linear(3, 2, 4, 8, 8)]
     assert [c.row for c in plan_casts(ops, "cpu")] == [1, 1, 1, 3, 3]
