@@ -98,8 +98,8 @@ class OpShapes:
             if tensor is not None:
                 found.append(("tensor", tensor[0], tensor[1], orders[index] if index < len(orders)
                               else None))
-            elif lists and t == "TensorList" and _shapes(d) is not None:
-                found.append(("tensors", _shapes(d), _list_type(types)))
+            elif lists and t == "TensorList" and (listed := _shapes(d)) is not None:
+                found.append(("tensors", listed, _list_type(types)))
             elif c == "" and t == "":
                 found.append(("none",))
             elif isinstance(c, str) and c != "":

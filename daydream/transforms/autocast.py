@@ -335,20 +335,18 @@ def _gru_state(op: ForwardOp, activation: str, cell: _Cell, low: str, copied: bo
     if not copied or op.within not in GRU:
         return activation, None
     if op.name == "aten::linear" and op.inputs and op.inputs[0] is not None:
-        recorded = [(i, t) for i, t in enumerate(op.inputs) if t is not None and t[1] == FULL]
-        step = len(op.inputs[0][0]) == 2
-        weights = [Cast(op.row, i, t[0], FULL, low, weight=True, backward=True)
-                   for i, t in recorded if i in PARAMETER_INPUTS[op.name]
-                   ] if not step or cell.first_step else []
-        if step:
-            state = [Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False,
-                          backward=not cell.first_step)] if cell.state == FULL else []
+        floats = [i for i, t in enumerate(op.inputs) if t is not None and t[1] == FULL]
+        # each with a fresh weight cache: a GRU's weights are told apart by where they are used
+        if len(op.inputs[0][0]) == 2:  # a step's hidden linear, of the state
+            # its weight and bias at a layer's first step only; the state where it is fp32, its
+            # gradient back but at the first step (the op made that state: no gradient)
+            used = floats if cell.first_step else [i for i in floats if i == 0]
+            casts = _lower_casts(op, used, cell.state, low, set(), first=cell.first_step)
             cell.first_step = cell.updating = False
-            return low, state + weights
+            return low, casts
+        casts = _lower_casts(op, floats, activation, low, set(), first)  # a layer's projection
         cell.state, cell.first_step, cell.updating = activation, True, False
-        data = [Cast(op.row, 0, op.inputs[0][0], FULL, low, weight=False, backward=not first)
-                ] if activation == FULL and op.inputs[0][1] == FULL else []
-        return low, data + weights
+        return low, casts
     if cell.state == FULL and op.name in UPDATE and (cell.updating or op.name == UPDATE[0]) \
             and len(op.inputs) > 1 and op.inputs[1] is not None and op.inputs[1][1] == FULL:
         gate = op.inputs[1][0]
