@@ -314,3 +314,18 @@ def encoded_ratio(format_name: str, item_bytes: int, sparsity: float) -> float:
     if format_name == "fp8":
         return min(1.0, 1.0 / item_bytes)
     raise InputError(f"--opt gist:format={format_name}: the formats are {', '.join(GIST_FORMATS)}")
+
+
+def parameter_shapes(shapes: OpShapes, optimizer_rows: np.ndarray,
+                      update_rows: np.ndarray) -> set[tuple[int, ...]]:
+    """The shapes of the tensors the optimizer step (or a hand-written update loop) touches, and the
+    transposes of the 2-D ones (a linear layer's weight enters its multiply transposed): parameters,
+    whose size the batch leaves."""
+    found: set[tuple[int, ...]] = set()
+    for row in np.concatenate([optimizer_rows, update_rows]).tolist():
+        for tensor in shapes.tensors(row) or []:
+            if tensor is not None and tensor[0]:
+                found.add(tensor[0])
+                if len(tensor[0]) == 2:
+                    found.add(tensor[0][::-1])
+    return found

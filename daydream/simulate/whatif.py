@@ -170,7 +170,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "forward_ops": lambda: forward_ops_of(
                                   trace, attribution(), iterations()),
                               "autocast_ops": lambda: forward_ops_of(
-                                  trace, attribution(), iterations(), between=True),
+                                  trace, attribution(), iterations(), between=True,
+                                  update_loop=update_loop()),
                               "compiler_view": lambda: compiler_view_of(trace, attribution()),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
@@ -204,13 +205,21 @@ TIERS_NOTE = "cost stage: changed work timed "
 
 
 def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
-                   iterations: list[Iteration] | None = None, between: bool = False) -> Any:
+                   iterations: list[Iteration] | None = None, between: bool = False,
+                   update_loop: np.ndarray | None = None) -> Any:
     """Per iteration, the forward's top-level CPU ops with their recorded inputs, and their spans
     (transforms/amp.py). `attribution` and `iterations`: the trace's, where already made;
-    `between`: with the ops of no layer between the model's calls (amp.between_layers)."""
+    `between`: with the ops of no layer in the forward regions (amp.forward_regions);
+    `update_loop`: a hand-written update loop's rows (its tensors are parameters)."""
+    from daydream.cost.shapes import OpShapes, parameter_shapes
     from daydream.transforms.amp import forward_ops
 
     attribution = attribution if attribution is not None else attribute(trace)
+    ops = trace.indices(EventKind.CPU_OP)
+    optimizer = ops[attribution.phase[ops] == PHASES.index("optimizer")]
+    parameters = frozenset(parameter_shapes(
+        OpShapes(trace), optimizer,
+        update_loop if update_loop is not None else np.zeros(0, dtype=np.int64)))
     iterations = iterations if iterations is not None else find_iterations(trace)
     iteration = np.full(len(trace), -1, dtype=np.int64)
     if iterations:
@@ -220,7 +229,7 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
         inside = (index >= 0) & (index < len(iterations))
         iteration[inside] = index[inside]
     return forward_ops(trace, attribution.layer, attribution.phase, iteration, attribution.layers,
-                       between)
+                       between, parameters)
 
 
 def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:

@@ -26,7 +26,15 @@ import numpy as np
 
 from daydream.cost import CostModel, Tier
 from daydream.cost.measure import CALLED_AGAIN, core_cache_bytes
-from daydream.cost.shapes import FLOATING, OpShapes, footprint_bytes, tensor_bytes, top_level_ops
+from daydream.cost.shapes import (
+    FLOATING,
+    OpShapes,
+    Tensor,
+    elements,
+    footprint_bytes,
+    tensor_bytes,
+    top_level_ops,
+)
 from daydream.devices import FALLBACK_COMPUTE_FACTOR, FALLBACK_MEMORY_FACTOR
 from daydream.graph import DepKind, Graph
 from daydream.graph.model import HOST_WORK, KERNELS
@@ -61,44 +69,58 @@ FORWARD, BACKWARD, OTHER = (PHASES.index(phase) for phase in ("forward", "backwa
 
 def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray,
                 iteration_of_row: np.ndarray, layer_names: list[str] | None = None,
-                between: bool = False) -> tuple[dict[int, list[ForwardOp]], Spans]:
+                between: bool = False, parameters: frozenset[tuple[int, ...]] = frozenset()
+                ) -> tuple[dict[int, list[ForwardOp]], Spans]:
     """Per iteration, its forward's top-level CPU ops in program order, with their recorded tensor
     inputs, and, under an op some autocast list leaves out, the ops it called where they reach one
     the lists name (`ForwardOp.inner`, autocast.autocast_view); and each op's recorded span and
     thread. `layer_names`: the layers `layer_of_row` indexes (what layers hold each op's).
-    `between`: also the ops of no layer that run between the iteration's first forward op and its
-    first backward op (`between_layers`)."""
+    `between`: also the ops of no layer that run in a forward region, after a forward op and
+    before the next backward op (`forward_regions`). `parameters`: the shapes of the model's
+    parameters (`ForwardOp.broadcast_parameters`)."""
     rows = trace.indices(EventKind.CPU_OP)
     rows = rows[iteration_of_row[rows] >= 0]
+    rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
+    inside, region = forward_regions(trace, rows, phase_of_row, iteration_of_row)
     chosen = phase_of_row[rows] == FORWARD
     if between:
-        chosen |= between_layers(trace, rows, layer_of_row, phase_of_row, iteration_of_row)
-    rows = rows[chosen]
-    rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
-    tree = _OpTree(trace, rows, layer_of_row, enclosing_layers(layer_names or []))
+        chosen |= inside & (layer_of_row[rows] < 0) & (phase_of_row[rows] == OTHER)
+    rows, region = rows[chosen], region[chosen]
+    tree = _OpTree(trace, rows, layer_of_row, enclosing_layers(layer_names or []), parameters)
+    region_of = dict(zip(rows.tolist(), region.tolist()))
     found: dict[int, list[ForwardOp]] = {}
     for row in top_level_ops(trace, rows).tolist():
-        found.setdefault(int(iteration_of_row[row]), []).append(tree.op(row))
+        found.setdefault(int(iteration_of_row[row]), []).append(tree.op(row, region_of[row]))
     return found, tree.spans
 
 
-def between_layers(trace: Trace, rows: np.ndarray, layer_of_row: np.ndarray,
-                   phase_of_row: np.ndarray, iteration_of_row: np.ndarray) -> np.ndarray:
-    """Of CPU-op `rows`, those of no layer and no phase that start after their iteration's first
-    forward op and before its first backward op: what the training loop runs between and after
-    the model's calls, under the same autocast (a loss computed there, the script's own
-    `.float()`)."""
-    iterations = iteration_of_row[rows]
-    count = int(iterations.max()) + 1 if len(rows) else 0
-    first = {}
-    for phase in (FORWARD, BACKWARD):
-        start = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
-        mine = phase_of_row[rows] == phase
-        np.minimum.at(start, iterations[mine], trace.ts_ns[rows[mine]])
-        first[phase] = start[iterations]
-    ts = trace.ts_ns[rows]
-    return ((layer_of_row[rows] < 0) & (phase_of_row[rows] == OTHER) & (ts > first[FORWARD])
-            & (ts < first[BACKWARD]))
+def forward_regions(trace: Trace, rows: np.ndarray, phase_of_row: np.ndarray,
+                    iteration_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For CPU-op `rows` in time order: whether each runs in a forward region (the last forward or
+    backward op of its iteration that started before it, or itself, is a forward op: the model's
+    calls and what the script runs between and after them under the same autocast, such as a loss
+    or its own `.float()`, up to the backward), and which of its iteration's forward regions that
+    is, from 0 (a forward op after a backward op begins the next one: a second `with autocast():`,
+    whose weight cache starts empty, as a GAN's generator step has)."""
+    order = np.argsort(iteration_of_row[rows], kind="stable")  # time order kept within each
+    phase = phase_of_row[rows[order]]
+    iteration = iteration_of_row[rows[order]]
+    marked = np.where((phase == FORWARD) | (phase == BACKWARD), np.arange(len(rows)), -1)
+    last = np.maximum.accumulate(marked) if len(rows) else marked  # at or before each
+    before = np.concatenate([[-1], last[:-1]]).astype(np.int64)  # strictly before each
+
+    def phase_at(where: np.ndarray) -> np.ndarray:
+        # the phase there, where it is of the same iteration
+        same = (where >= 0) & (iteration[np.maximum(where, 0)] == iteration)
+        return np.where(same, phase[np.maximum(where, 0)], -1)
+
+    inside = phase_at(last) == FORWARD
+    begins = np.cumsum((phase == FORWARD) & (phase_at(before) == BACKWARD))
+    first = np.searchsorted(iteration, iteration, side="left")  # each iteration's first position
+    region = begins - np.where(first > 0, begins[np.maximum(first - 1, 0)], 0)
+    unsorted_inside, unsorted_region = np.empty_like(inside), np.empty_like(region)
+    unsorted_inside[order], unsorted_region[order] = inside, region
+    return unsorted_inside, unsorted_region
 
 
 class _OpTree:
@@ -106,8 +128,10 @@ class _OpTree:
     on them; their spans."""
 
     def __init__(self, trace: Trace, rows: np.ndarray, layer_of_row: np.ndarray,
-                 enclosing: list[tuple[int, ...]]) -> None:
+                 enclosing: list[tuple[int, ...]],
+                 parameters: frozenset[tuple[int, ...]] = frozenset()) -> None:
         self.trace, self.layer_of_row, self.enclosing = trace, layer_of_row, enclosing
+        self.parameters = parameters
         self.shapes = OpShapes(trace)
         self.spans: Spans = {}
         self.end_ns = trace.end_ns  # a computed column: once, not per op
@@ -126,19 +150,27 @@ class _OpTree:
                                      for child in self.children.get(row, ()))
         return self.reaching[row]
 
-    def op(self, row: int) -> ForwardOp:
+    def op(self, row: int, region: int = 0) -> ForwardOp:
         name = self.trace.name_of(row)
-        inner = (tuple(self.op(child) for child in self.children.get(row, ()))
+        inner = (tuple(self.op(child, region) for child in self.children.get(row, ()))
                  if not decided_everywhere(name) and self.reaches(row) else ())
         self.spans[row] = (int(self.trace.ts_ns[row]), int(self.end_ns[row]),
                            int(self.trace.track[row]))
         layer = int(self.layer_of_row[row])
         listed = (next((a[1] for a in self.shapes.arguments(row, lists=True) or []
                         if a[0] == "tensors"), ()) if name in LISTING else ())
-        return ForwardOp(row, name, layer, self.shapes.tensors(row) or [],
-                         arguments=self.shapes.arguments(row), inner=inner,
-                         enclosing=self.enclosing[layer] if 0 <= layer < len(self.enclosing)
-                         else (), listed=listed)
+        inputs = self.shapes.tensors(row) or []
+        return ForwardOp(row, name, layer, inputs, arguments=self.shapes.arguments(row),
+                         inner=inner, enclosing=self.enclosing[layer]
+                         if 0 <= layer < len(self.enclosing) else (), listed=listed,
+                         region=region, broadcast=self._broadcast(inputs))
+
+    def _broadcast(self, inputs: list[Tensor | None]) -> tuple[int, ...]:
+        """The inputs of a parameter's shape with fewer elements than the op's largest input: a
+        parameter it broadcasts (a bias, a layer scale; autocast leaves it in fp32)."""
+        largest = max((elements(t[0]) for t in inputs if t is not None), default=0)
+        return tuple(i for i, t in enumerate(inputs) if t is not None and t[0] in self.parameters
+                     and elements(t[0]) < largest)
 
 
 def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

@@ -92,6 +92,8 @@ PROMOTING = frozenset(f"aten::{op}"
 LISTING = frozenset({"aten::cat", "aten::stack"})
 #: Recurrent ops whose cells run as ATen ops autocast sees, the state of the input's type.
 GRU = frozenset({"aten::gru"})
+#: Elementwise multiplies: a reduced input's copy up is made again in backward (`_promoted`).
+MULTIPLY = ("aten::mul", "aten::mul_")
 #: The ops of a GRU cell's state update, in order (`_gru_state`).
 UPDATE = ("aten::sub", "aten::mul_", "aten::add_")
 REDUCED_NAME = {"bf16": "c10::BFloat16", "fp16": "c10::Half"}
@@ -121,6 +123,12 @@ class ForwardOp:
     # the shapes of the tensors in its list argument (`LISTING`: aten::cat's), whose types the
     # profiler does not record
     listed: tuple[tuple[int, ...], ...] = ()
+    # which of its iteration's forward regions it runs in (amp.forward_regions): each a
+    # `with autocast():` of its own, whose weight cache starts empty
+    region: int = 0
+    # its inputs of a parameter's shape that it broadcasts against a larger one (a bias, a layer
+    # scale): fp32 under autocast, so a reduced operand is promoted
+    broadcast: tuple[int, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -212,7 +220,16 @@ def plan(ops: list[ForwardOp], device_type: str,
     # CPU path casts inputs of mixed types to the common one); a GPU kernel casts as it loads
     copied = device_type == "cpu"
     cell = _Cell()  # where a GRU's cells stand (`_gru_state`)
+    region = 0
+    # the lower op just before this one, with the activation's type and `first` before it
+    lowered: tuple[ForwardOp, str, bool] | None = None
     for op in ops:
+        previous, lowered = lowered, None
+        if op.region != region:
+            # a forward after a backward (the next micro-batch, a GAN's other step): a new
+            # autocast, whose weight cache starts empty, and data read afresh
+            region, activation, first = op.region, FULL, True
+            cached.clear()
         # a layer whose first op mixes its inputs (a post-norm block's `norm(x + update)`) was
         # handed a tensor made before the activation: its caller's input, of the caller's type
         fresh = _enter(op, activation, entry_type)
@@ -242,19 +259,36 @@ def plan(ops: list[ForwardOp], device_type: str,
         # a recorded input: None ones filtered out
         floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]
         if rule == "lower":
+            activation, first = _reread(op, previous, activation, first)
+            lowered = (op, activation, first)
             casts += _lower_casts(op, floats, activation, low, cached, first)
             activation = low
         elif rule == "fp32":
             casts += _fp32_casts(op, floats, activation, low)
             activation = FULL
         elif op.name in PROMOTING and len(tensors) + len(op.listed) >= 2 and op.within not in GRU:
-            if activation == low and entry == FULL:
-                casts.append(_promoted(op, tensors, low, copied))
-            activation = FULL if FULL in (activation, entry) else low
+            activation = _mixed(op, tensors, activation, entry, low, copied, casts)
         types[op.row] = activation
         if rule is not None or floats:
             first = False
     return casts, types
+
+
+def _reread(op: ForwardOp, previous: tuple[ForwardOp, str, bool] | None, activation: str,
+            first: bool) -> tuple[str, bool]:
+    """The activation's type and `first` for an op autocast lowers, where it reads the tensor the
+    lower op just before it read: the same op of another layer, right after it, of an input of
+    the same shape (attention's query, key and value projections of one tensor; two linear maps
+    in a row make one, so a model rarely feeds one straight into the next), then as they were
+    before that op; else as they are."""
+    if previous is None:
+        return activation, first
+    before, was, was_first = previous
+    if before.name != op.name or before.layer == op.layer or not before.inputs or not op.inputs:
+        return activation, first
+    if before.inputs[0] is None or op.inputs[0] is None or before.inputs[0][0] != op.inputs[0][0]:
+        return activation, first
+    return was, was_first
 
 
 def _fp32_casts(op: ForwardOp, floats: list[int], activation: str, low: str) -> list[Cast]:
@@ -286,20 +320,39 @@ def _cast_up(op: ForwardOp, activation: str, low: str) -> list[Cast]:
                  weight=False, backward=True)]
 
 
-def _promoted(op: ForwardOp, tensors: list[int], low: str, copied: bool) -> Cast:
+def _mixed(op: ForwardOp, tensors: list[int], activation: str, entry: str, low: str,
+           copied: bool, casts: list[Cast]) -> str:
+    """An elementwise op of two or more tensors (PROMOTING): the type it computes in, the widest of
+    the activation's and its other operand's, that is a parameter it broadcasts (fp32) where it has
+    one, else the layer's input; the cast of a reduced activation appended to `casts` where the
+    other is fp32."""
+    other = FULL if op.broadcast else entry
+    if activation == low and other == FULL:
+        casts += _promoted(op, [i for i in tensors if i not in op.broadcast] or tensors, low,
+                           copied)
+    return FULL if FULL in (activation, other) else low
+
+
+def _promoted(op: ForwardOp, tensors: list[int], low: str, copied: bool) -> list[Cast]:
     """An elementwise op of the layer's fp32 input and a reduced activation (a residual add) runs in
     fp32; in backward, autograd casts the gradient for the reduced input back to its type. Its
     shape: the op's largest input's. `copied`: the op copies the reduced input up first (a CPU's
     TensorIterator: an `aten::to` inside the op; the transformer example's bf16 CPU run made one
-    in each residual `aten::add`), else its kernel reads it as it is."""
+    in each residual `aten::add`), else its kernel reads it as it is; a multiply's backward then
+    copies it up again, for the other operand's gradient (the gradient times it: a layer scale's
+    `MulBackward0` in examples/own/convnext.py's bf16 CPU run)."""
     if op.listed:  # a list (aten::cat's): its last tensor, the one made just before, reduced
-        return Cast(op.row, 0, op.listed[-1], low, FULL, weight=False, backward=True,
-                    forward=copied)
+        return [Cast(op.row, 0, op.listed[-1], low, FULL, weight=False, backward=True,
+                     forward=copied)]
     # a recorded input: None ones filtered out
     shapes = [op.inputs[i][0] for i in tensors]  # type: ignore[index]
     largest = max(range(len(shapes)), key=lambda k: elements(shapes[k]))
-    return Cast(op.row, tensors[largest], shapes[largest], low, FULL, weight=False, backward=True,
-                forward=copied)
+    casts = [Cast(op.row, tensors[largest], shapes[largest], low, FULL, weight=False,
+                  backward=True, forward=copied)]
+    if copied and op.name in MULTIPLY:
+        casts.append(Cast(op.row, tensors[largest], shapes[largest], low, FULL, weight=False,
+                          backward=True, forward=False))
+    return casts
 
 
 @dataclass(slots=True)

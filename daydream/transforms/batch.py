@@ -45,6 +45,7 @@ from daydream.cost.shapes import (
     gemm_bytes,
     gemm_dims,
     gemm_flops,
+    parameter_shapes,
     tensor_bytes,
     top_level_ops,
 )
@@ -249,7 +250,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     found.has_shapes = True
     ops = trace.indices(EventKind.CPU_OP)
     excluded = excluded if excluded is not None else np.zeros(0, dtype=np.int64)
-    parameters = _parameter_shapes(shapes, ops[phase_of_row[ops] == PHASES.index("optimizer")],
+    parameters = parameter_shapes(shapes, ops[phase_of_row[ops] == PHASES.index("optimizer")],
                                    excluded)
     first = _first_input(trace, shapes, ops, phase_of_row, parameters)
     size, found.source = (batch, "given") if batch > 0 else (batch_size(trace), "recorded")
@@ -314,21 +315,6 @@ def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
         while row >= 0 and row not in found:
             found.add(row)
             row = parent.get(row, -1)
-    return found
-
-
-def _parameter_shapes(shapes: OpShapes, optimizer_rows: np.ndarray,
-                      update_rows: np.ndarray) -> set[tuple[int, ...]]:
-    """The shapes of the tensors the optimizer step (or a hand-written update loop) touches, and the
-    transposes of the 2-D ones (a linear layer's weight enters its multiply transposed): parameters,
-    whose size the batch leaves."""
-    found: set[tuple[int, ...]] = set()
-    for row in np.concatenate([optimizer_rows, update_rows]).tolist():
-        for tensor in shapes.tensors(row) or []:
-            if tensor is not None and tensor[0]:
-                found.add(tensor[0])
-                if len(tensor[0]) == 2:
-                    found.add(tensor[0][::-1])
     return found
 
 

@@ -99,7 +99,7 @@ class Context:
     @property
     def autocast_ops(self) -> Any:
         """`forward_ops` with the ops of no layer the training loop runs between the model's calls
-        in forward (amp.between_layers): what autocast decides on."""
+        in forward (amp.forward_regions): what autocast decides on."""
         return self._fact("autocast_ops")
 
     @property

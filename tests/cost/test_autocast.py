@@ -57,6 +57,40 @@ def test_a_weight_used_twice_is_cast_once_per_forward() -> None:
     assert len(casts) == 3
 
 
+def test_projections_of_one_fp32_tensor_each_cast_it() -> None:
+    # attention's q, k and v (layers 1-3) read one fp32 tensor in turn: each casts it, as none reads the one before it
+    qkv = [linear(1, 1, 8, 16, 16), linear(2, 2, 8, 16, 16), linear(3, 3, 8, 16, 16)]
+    activations = [(c.row, c.backward) for c in plan_casts(qkv, "cuda") if not c.weight]
+    assert activations == [(1, False), (2, False), (3, False)]  # the data's: no gradient back
+    # a low-rank pair (16 -> 4 -> 16): the second reads the first's [8, 4] bf16 output, so casts only its weights
+    pair = [linear(1, 1, 8, 16, 4), linear(2, 2, 8, 4, 16)]
+    assert [c.row for c in plan_casts(pair, "cuda") if not c.weight] == [1]
+
+
+def test_a_forward_after_a_backward_casts_the_weights_again() -> None:
+    # two micro-batches' forwards in one step, each under its own autocast: each casts the weights and its data
+    ops = [linear(1, 0, 8, 16, 16), linear(2, 0, 8, 16, 16)]
+    ops[1] = replace(ops[1], region=1)
+    casts = plan_casts(ops, "cuda")
+    assert [(c.row, c.weight, c.backward) for c in casts] == [(1, False, False), (1, True, True), (1, True, True),
+                                                             (2, False, False), (2, True, True), (2, True, True)]
+
+
+def test_a_bf16_activation_times_an_fp32_parameter_is_fp32() -> None:
+    # a layer scale (an [8] parameter times the linear's [4, 8] bf16 output) promotes: on the CPU the multiply copies
+    # the bf16 input up, autograd casts its gradient back, and the multiply's backward copies it up again for the
+    # scale's gradient; the residual add after it is of two fp32 tensors, and the next linear casts its input down
+    scaled = [linear(1, 0, 4, 8, 8), ForwardOp(2, "aten::mul", 1, [((8,), F), ((4, 8), F)], broadcast=(0,)),
+              ForwardOp(3, "aten::add", 1, [((4, 8), F), ((4, 8), F)]), linear(4, 2, 4, 8, 8)]
+    casts, types = plan(scaled, "cpu")
+    assert [(c.row, c.input, c.shape, c.forward, c.backward) for c in casts if c.row in (2, 3)] == \
+        [(2, 1, (4, 8), True, True), (2, 1, (4, 8), False, True)]
+    assert types[2] == types[3] == F and [c.row for c in casts if not c.weight] == [1, 2, 2, 4]
+    # without the parameter (the same multiply by another bf16 activation of the layer), it stays bf16
+    casts, types = plan([replace(op, broadcast=()) for op in scaled], "cpu")
+    assert types[2] == "c10::BFloat16" and [c.row for c in casts if not c.weight] == [1]
+
+
 def test_a_residual_add_promotes_to_fp32() -> None:
     # block (layer 7): layer_norm -> linear (bf16) -> add with the block's fp32 input -> layer_norm needs no cast
     ops = [ForwardOp(1, "aten::layer_norm", 7, [((4, 8), F)], layer_entry=True), linear(2, 8, 4, 8, 8),
@@ -308,6 +342,49 @@ def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) ->
     assert real == 8 * 2 + 12 * 2 - 1
     assert planned[True] == real
     assert planned[False] < real  # inside the modules alone, the .float() calls and the casts after them are not seen
+
+
+ATTENTION_SCRIPT = '''
+import argparse, torch, torch.nn as nn
+parser = argparse.ArgumentParser(); parser.add_argument("--steps", type=int, default=6); parser.add_argument("--amp", action="store_true")
+options = parser.parse_args()
+torch.manual_seed(0)
+model = nn.ModuleDict({"norm": nn.LayerNorm(16), "q": nn.Linear(16, 16), "k": nn.Linear(16, 16), "v": nn.Linear(16, 16),
+                       "out": nn.Linear(16, 16), "critic": nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))})
+scale = nn.Parameter(torch.full((16,), 0.1))
+opt = torch.optim.SGD([*model.parameters(), scale], lr=0.01)
+x = torch.randn(8, 16)
+for _ in range(options.steps):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.amp):
+        h = model["norm"](x)
+        q, k, v = model["q"](h), model["k"](h), model["v"](h)
+        y = h + scale * model["out"](torch.softmax(q @ k.T, dim=-1) @ v)
+        loss = model["critic"](y).float().mean()
+    loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.amp):
+        loss = model["critic"](x).float().mean()
+    loss.backward()
+    opt.step(); opt.zero_grad()
+'''
+
+
+def test_projections_a_layer_scale_and_a_second_forward_match_a_real_bf16_run(tmp_path: Path) -> None:
+    # q, k and v of one fp32 tensor, a layer scale (an fp32 parameter times a bf16 activation), and a second forward
+    # and backward before the optimizer's step (another micro-batch), each under its own autocast. Planned from the
+    # fp32 trace, against the aten::_to_copy calls the real bf16 run added.
+    trace, real = _fp32_trace_and_real_casts(tmp_path, ATTENTION_SCRIPT)
+    facts, _ = forward_ops_of(trace, between=True)
+    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
+    planned = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
+    # the first forward: 12 weights and their gradients back (24); q, k and v each cast the norm's fp32 output, the
+    # critic the fp32 sum (4, each with its gradient back: 8); the scale's multiply copies the bf16 input up, and in
+    # backward its gradient is cast back and the input copied up again (3); .float() and its gradient (2). The second:
+    # the critic's 4 weights again (8), the data cast (no gradient back) and .float() with its gradient (3).
+    assert real == 24 + 8 + 3 + 2 + 8 + 3
+    assert planned == real
+    for ops in facts.values():
+        linears = [op for op in ops if op.name == "aten::linear"]
+        assert [op.region for op in linears] == [0] * 6 + [1] * 2
 
 
 LSTM_SCRIPT = '''
