@@ -20,7 +20,7 @@ whose input is the data).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from daydream.cost.shapes import FULL, Tensor, elements
@@ -208,70 +208,96 @@ def plan(ops: list[ForwardOp], device_type: str,
          reduced: str = "bf16") -> tuple[list[Cast], dict[int, str]]:
     """Follow the activation's type through one forward of `ops`: the casts autocast inserts, and
     per op (trace row) the type it computes in (the reduced type or "float")."""
-    low = REDUCED_NAME[reduced]
-    activation = FULL  # the data comes in as fp32
-    entry_type: dict[int, str] = {}  # the activation's type when each layer began
-    # weights cast in this forward: (layer, input, shape)
-    cached: set[tuple[int, int, tuple[int, ...]]] = set()
-    casts: list[Cast] = []
-    types: dict[int, str] = {}
-    first = True
-    # CPU: a promoting op copies its reduced input up to fp32 inside its kernel (TensorIterator's
-    # CPU path casts inputs of mixed types to the common one); a GPU kernel casts as it loads
-    copied = device_type == "cpu"
-    cell = _Cell()  # where a GRU's cells stand (`_gru_state`)
-    region = 0
+    follow = _Follow(REDUCED_NAME[reduced], device_type)
+    for op in ops:
+        follow.op(op)
+    return follow.casts, follow.types
+
+
+@dataclass(slots=True)
+class _Follow:
+    """The activation's type followed through a forward (`plan`), op by op."""
+
+    low: str  # the reduced type's name
+    device_type: str
+    activation: str = FULL  # the data comes in as fp32
+    # the activation's type as each layer began
+    entry_type: dict[int, str] = field(default_factory=dict)
+    # weights cast in this autocast: (layer, input, shape)
+    cached: set[tuple[int, int, tuple[int, ...]]] = field(default_factory=set)
+    casts: list[Cast] = field(default_factory=list)
+    types: dict[int, str] = field(default_factory=dict)
+    first: bool = True  # no op has read the data yet
+    cell: _Cell = field(default_factory=lambda: _Cell())  # where a GRU's cells stand (`_gru_state`)
+    region: int = 0
     # the lower op just before this one, with the activation's type and `first` before it
     lowered: tuple[ForwardOp, str, bool] | None = None
-    for op in ops:
-        previous, lowered = lowered, None
-        if op.region != region:
+
+    @property
+    def copied(self) -> bool:
+        # CPU: a promoting op copies its reduced input up to fp32 inside its kernel
+        # (TensorIterator's CPU path casts inputs of mixed types to the common one); a GPU kernel
+        # casts as it loads
+        return self.device_type == "cpu"
+
+    def op(self, op: ForwardOp) -> None:
+        previous, self.lowered = self.lowered, None
+        if op.region != self.region:
             # a forward after a backward (the next micro-batch, a GAN's other step): a new
             # autocast, whose weight cache starts empty, and data read afresh
-            region, activation, first = op.region, FULL, True
-            cached.clear()
+            self.region, self.activation, self.first = op.region, FULL, True
+            self.cached.clear()
         # a layer whose first op mixes its inputs (a post-norm block's `norm(x + update)`) was
         # handed a tensor made before the activation: its caller's input, of the caller's type
-        fresh = _enter(op, activation, entry_type)
-        entry = entry_type[op.enclosing[-1] if fresh and op.enclosing else op.layer]
-        activation, state = _gru_state(op, activation, cell, low, copied, first)
+        fresh = _enter(op, self.activation, self.entry_type)
+        entry = self.entry_type[op.enclosing[-1] if fresh and op.enclosing else op.layer]
+        low = self.low
+        self.activation, state = _gru_state(op, self.activation, self.cell, low, self.copied,
+                                            self.first)
         if state is not None:
-            casts += state
-            types[op.row] = activation
-            first = False
-            continue
+            self._made(op, self.activation, state)
+            return
         if _to_fp32(op):
             # the script's own `.float()`: nothing in an fp32 run, a cast up of a reduced activation
-            casts += _cast_up(op, activation, low)
-            activation = types[op.row] = FULL
-            continue
-        rule = decides(op.name, device_type)
+            self.casts += _cast_up(op, self.activation, low)
+            self.activation = self.types[op.row] = FULL
+            return
         tensors = [i for i, t in enumerate(op.inputs) if t is not None and t[1] in (FULL, low)]
-        floats = tensors
         # a recorded input: None ones filtered out
-        in_low = all(op.inputs[i][1] == low for i in floats)  # type: ignore[index]
-        if floats and in_low and op.name not in PROMOTING:
+        in_low = all(op.inputs[i][1] == low for i in tensors)  # type: ignore[index]
+        if tensors and in_low and op.name not in PROMOTING:
             # recorded in the reduced type already (a bf16 model): nothing for autocast to cast
-            activation = low
-            types[op.row] = low
-            first = False
-            continue
+            self._made(op, low, [])
+            return
+        self._decided(op, tensors, entry, previous)
+
+    def _made(self, op: ForwardOp, kind: str, casts: list[Cast]) -> None:
+        self.casts += casts
+        self.activation = self.types[op.row] = kind
+        self.first = False
+
+    def _decided(self, op: ForwardOp, tensors: list[int], entry: str,
+                 previous: tuple[ForwardOp, str, bool] | None) -> None:
+        """An op of recorded fp32 inputs: as autocast's lists decide it, or as type promotion
+        mixes its inputs."""
+        rule = decides(op.name, self.device_type)
         # a recorded input: None ones filtered out
-        floats = [i for i in floats if op.inputs[i][1] == FULL]  # type: ignore[index]
+        floats = [i for i in tensors if op.inputs[i][1] == FULL]  # type: ignore[index]
         if rule == "lower":
-            activation, first = _reread(op, previous, activation, first)
-            lowered = (op, activation, first)
-            casts += _lower_casts(op, floats, activation, low, cached, first)
-            activation = low
+            self.activation, self.first = _reread(op, previous, self.activation, self.first)
+            self.lowered = (op, self.activation, self.first)
+            self.casts += _lower_casts(op, floats, self.activation, self.low, self.cached,
+                                       self.first)
+            self.activation = self.low
         elif rule == "fp32":
-            casts += _fp32_casts(op, floats, activation, low)
-            activation = FULL
+            self.casts += _fp32_casts(op, floats, self.activation, self.low)
+            self.activation = FULL
         elif op.name in PROMOTING and len(tensors) + len(op.listed) >= 2 and op.within not in GRU:
-            activation = _mixed(op, tensors, activation, entry, low, copied, casts)
-        types[op.row] = activation
+            self.activation = _mixed(op, tensors, self.activation, entry, self.low, self.copied,
+                                     self.casts)
+        self.types[op.row] = self.activation
         if rule is not None or floats:
-            first = False
-    return casts, types
+            self.first = False
 
 
 def _reread(op: ForwardOp, previous: tuple[ForwardOp, str, bool] | None, activation: str,

@@ -7,6 +7,8 @@ made, forward and backward; the plan from the baseline must count the same withi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,19 @@ def test_planned_casts_match_the_real_bf16_run(example: str) -> None:
     per_iteration = sum(sum(c.forward for c in casts) + sum(c.backward for c in casts) for casts in planned) / len(planned)
     assert real > 5
     assert per_iteration == real, (per_iteration, real)
+
+
+def test_the_planned_casts_script_prints_each_pair(tmp_path: Path) -> None:
+    # scripts/planned_casts.py, which the validation pages quote, over the three small examples' pairs: one row each,
+    # planned as the real run's added copies counted here
+    script = Path(__file__).resolve().parents[2] / "scripts" / "planned_casts.py"
+    run = subprocess.run([sys.executable, str(script), str(H200)], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    rows = {line.split("|")[1].strip(): line.split("|")[4:6] for line in run.stdout.splitlines()[2:]}
+    assert sorted(rows) == ["cnn", "mlp", "transformer"]
+    for example, (planned, real) in rows.items():
+        counted = copies_per_step(H200 / f"{example}-amp.json.gz") - copies_per_step(H200 / f"{example}-baseline.json.gz")
+        assert float(planned) == float(real) == counted
+    # a folder without pairs: one line, a non-zero exit
+    empty = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, check=False)
+    assert empty.returncode == 2 and len(empty.stderr.splitlines()) == 1 and "no EXAMPLE-baseline" in empty.stderr
