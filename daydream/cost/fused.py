@@ -43,6 +43,7 @@ from daydream.cost.measure import (
     Measurer,
     invoke,
     keyword_only,
+    lacks_argument,
     make_tensor,
     overload_of,
     unrecorded,
@@ -85,6 +86,33 @@ def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
                 return None
             steps.append((view.name(row), arguments))
     return steps if 0 < len(steps) <= MOST_STEPS else None
+
+
+def pieces(run: list[Unit], view: CompilerView) -> list[tuple[list[Unit], bool]]:
+    """`run` cut around its units that cannot be called again from their recorded arguments
+    (`lacks_argument`: an index by a list of tensors, which the profiler does not record), in
+    order: (piece, whether it can be re-run). The pieces between are compiled and timed on their
+    own; such a unit keeps a share of its recorded time (inductor fuses it: a gather). Needs torch
+    (the ops' schemas); the whole run as one piece where it is missing."""
+    try:
+        import torch
+    except ImportError:
+        return [(run, True)]
+    found: list[tuple[list[Unit], bool]] = []
+    for unit in run:
+        runnable = not any(_lacks(torch, view.name(row), view.shapes.arguments(row, lists=True))
+                           for row in unit.calls)
+        if runnable and found and found[-1][1]:
+            found[-1][0].append(unit)
+        else:
+            found.append(([unit], runnable))
+    return found
+
+
+def _lacks(torch: Any, name: str, arguments: list[Any] | None) -> bool:
+    packet = getattr(torch.ops.aten, name.split("::", 1)[1], None) if name.startswith("aten::") \
+        else None
+    return packet is not None and arguments is not None and lacks_argument(packet, arguments)
 
 
 def fused_key(steps: list[Step], channels_last: bool, training: bool = False) -> str:

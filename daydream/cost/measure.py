@@ -576,6 +576,18 @@ def unrecorded(op: Any) -> dict[int, Any]:
             if argument.has_default_value() and type(argument.type).__name__ != "OptionalType"}
 
 
+def lacks_argument(op: Any, arguments: list[Any]) -> bool:
+    """Whether aten op `op`, at the overload its recorded `arguments` fit, needs one the profiler
+    recorded as nothing and that has no default: a list of optional tensors (`Tensor?[]`,
+    aten::index's and index_put's indices), which the profiler does not record at all, so such a
+    call cannot be made again (the indices' count sets the output's shape)."""
+    schema = _schema(overload_of(op, arguments))
+    if schema is None:
+        return False
+    return any(a[0] == "none" and type(s.type).__name__ != "OptionalType"
+               and not s.has_default_value() for a, s in zip(arguments, schema.arguments))
+
+
 def _schema(op: Any) -> Any:
     """The schema of aten op `op`: an overload's, or a packet's default
     overload's; None if neither."""

@@ -46,6 +46,7 @@ from daydream.cost.fused import (
     fused_steps,
     fused_times,
     graph_floor,
+    pieces,
 )
 from daydream.cost.measure import Measurer
 from daydream.errors import InputError
@@ -372,16 +373,19 @@ def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
     for units, phase in zip(called, phases):
         laid_out = any(unit.convolution for unit in units)  # inductor's channels-last images
         mine = []
-        for run, after in fed_runs(units):
-            steps = fused_steps(run, view)
-            consumer = _consumer(after, view) if phase == FORWARD else None
-            key = (fused_key(steps + ([consumer] if consumer else []), laid_out,
-                             phase == FORWARD) if steps is not None else "")
-            recorded = sum(unit.ns for unit in run)
-            if key:
-                weight[key] = weight.get(key, 0) + recorded
-                programs[key] = (steps or [], laid_out, phase == FORWARD, consumer)
-            mine.append((recorded, key))
+        for whole, after in fed_runs(units):
+            cut = pieces(whole, view) if measurer is not None else [(whole, True)]
+            for number, (run, runnable) in enumerate(cut):
+                steps = fused_steps(run, view) if runnable else None
+                last = number == len(cut) - 1  # the piece that feeds the extern op after
+                consumer = _consumer(after, view) if phase == FORWARD and last else None
+                key = (fused_key(steps + ([consumer] if consumer else []), laid_out,
+                                 phase == FORWARD) if steps is not None else "")
+                recorded = sum(unit.ns for unit in run)
+                if key:
+                    weight[key] = weight.get(key, 0) + recorded
+                    programs[key] = (steps or [], laid_out, phase == FORWARD, consumer)
+                mine.append((recorded, key))
         found.append(mine)
     measured: dict[str, FusedTimes] = {}
     if measurer is not None and weight:

@@ -273,3 +273,40 @@ def test_a_list_of_tensors_is_read_with_its_recorded_shapes_and_rerun(tmp_path: 
     # the cat reads the sigmoid's output as its first element and b from outside; the relu reads the cat's output
     assert plan.chained == [(-1, None), (0, None), (0, None)]
     assert [tuple(t.shape) for t in plan.made] == [(4, 3), (4, 5)] and plan.trainable == [True, True]
+
+
+def test_an_index_by_a_list_the_profiler_left_out_is_cut_out_of_its_run(tmp_path: Path) -> None:
+    """`aten::index` takes its indices as a list of optional tensors, which the profiler records as nothing: the op
+    cannot be called again, and a run holding it fell to the ratio whole (a mixture of experts' gather of each
+    expert's tokens). Cut around it, the ops before and after it are compiled and timed on their own."""
+    from daydream.api import open_trace
+    from daydream.cost.measure import lacks_argument
+    from daydream.trace import discover
+
+    x, keep = torch.randn(16, 8, requires_grad=True), torch.randn(16) > 0
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        rows = keep.nonzero(as_tuple=True)[0]
+        torch.relu(torch.sigmoid(x)[rows] * 2)
+    out = tmp_path / "index.json"
+    profile.export_chrome_trace(str(out))
+    trace = open_trace(discover(out)[0])
+    ops = trace.indices(EventKind.CPU_OP)
+    top = ops[innermost_enclosing(trace, ops, ops) < 0]
+    view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
+    units = [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
+    # by hand from the trace: the extern nonzero, then sigmoid, index, mul and relu in one run
+    assert [view.name(u.row) for u in units] == ["aten::nonzero", "aten::sigmoid", "aten::index", "aten::mul",
+                                                "aten::relu"]
+    (run,) = fused_runs(units)
+    index = view.shapes.arguments(units[2].row, lists=True)
+    assert index == [("tensor", (16, 8), "float", None), ("none",)]
+    assert lacks_argument(torch.ops.aten.index, index)
+    assert not lacks_argument(torch.ops.aten.gelu, [("tensor", (4,), "float", None), ("none",)])  # has a default
+    cut = fused.pieces(run, view)
+    assert [([view.name(u.row) for u in piece], runnable) for piece, runnable in cut] == \
+        [(["aten::sigmoid"], True), (["aten::index"], False), (["aten::mul", "aten::relu"], True)]
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    for piece, _ in (cut[0], cut[2]):
+        steps = fused_steps(piece, view)
+        assert steps is not None and fused_times(measurer, steps, channels_last=False, training=True) is not None
+    assert measurer.failed == {}
