@@ -177,7 +177,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "update_loop": update_loop,
                               "batch_ops": lambda: functools.cache(
                                   lambda batch: batch_ops_of(trace, attribution(),
-                                                             update_loop(), batch)),
+                                                             update_loop(), batch,
+                                                             iterations())),
                               "launching_op": lambda: link(trace).op,
                               "saved_tensors": lambda: functools.partial(saved_tensors_of, trace),
                               "large_host_blocks": lambda: large_host_blocks(trace, iterations()),
@@ -220,14 +221,8 @@ def forward_ops_of(trace: Trace, attribution: Attribution | None = None,
     parameters = frozenset(parameter_shapes(
         OpShapes(trace), optimizer,
         update_loop if update_loop is not None else np.zeros(0, dtype=np.int64)))
-    iterations = iterations if iterations is not None else find_iterations(trace)
-    iteration = np.full(len(trace), -1, dtype=np.int64)
-    if iterations:
-        bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns],
-                          dtype=np.int64)
-        index = np.searchsorted(bounds, trace.ts_ns, side="right") - 1
-        inside = (index >= 0) & (index < len(iterations))
-        iteration[inside] = index[inside]
+    iteration = iteration_of_row(trace, iterations if iterations is not None
+                                 else find_iterations(trace))
     return forward_ops(trace, attribution.layer, attribution.phase, iteration, attribution.layers,
                        between, parameters)
 
@@ -245,12 +240,26 @@ def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:
 
 
 def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray,
-                 batch: int = 0) -> Any:
+                 batch: int = 0, iterations: list[Iteration] | None = None) -> Any:
     """The trace's batch (`batch` where given) and the CPU ops that carry it (transforms/batch.py),
-    the update loop's ops left out."""
+    the update loop's ops left out. `iterations`: the trace's, where already found."""
     from daydream.transforms.batch import batch_ops
 
-    return batch_ops(trace, attribution.phase, update_loop, batch)
+    iterations = iterations if iterations is not None else find_iterations(trace)
+    return batch_ops(trace, attribution.phase, update_loop, batch,
+                     iteration_of_row(trace, iterations))
+
+
+def iteration_of_row(trace: Trace, iterations: list[Iteration]) -> np.ndarray:
+    """Per trace row, the iteration it starts in (-1: none)."""
+    iteration = np.full(len(trace), -1, dtype=np.int64)
+    if iterations:
+        bounds = np.array([it.start_ns for it in iterations] + [iterations[-1].end_ns],
+                          dtype=np.int64)
+        index = np.searchsorted(bounds, trace.ts_ns, side="right") - 1
+        inside = (index >= 0) & (index < len(iterations))
+        iteration[inside] = index[inside]
+    return iteration
 
 
 def backward_gemms_of(trace: Trace, attribution: Attribution | None = None

@@ -77,7 +77,7 @@ def forward_ops(trace: Trace, layer_of_row: np.ndarray, phase_of_row: np.ndarray
     thread. `layer_names`: the layers `layer_of_row` indexes (what layers hold each op's).
     `between`: also the ops of no layer that run in a forward region, after a forward op and
     before the next backward op (`forward_regions`). `parameters`: the shapes of the model's
-    parameters (`ForwardOp.broadcast_parameters`)."""
+    parameters (`ForwardOp.broadcast`)."""
     rows = trace.indices(EventKind.CPU_OP)
     rows = rows[iteration_of_row[rows] >= 0]
     rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]

@@ -112,19 +112,28 @@ class BatchShape:
     batch: int
     tokens: frozenset[int] = frozenset()
     parameters: frozenset[tuple[int, ...]] = frozenset()
+    # sizes that vary from iteration to iteration with the data (`ragged_sizes`): the rows a
+    # mixture of experts routes to each expert, the boxes a detector keeps
+    ragged: frozenset[int] = frozenset()
 
     def axis(self, shape: tuple[int, ...]) -> int | None:
         """The axis of `shape` that holds the batch: the first of the batch size (dim 1 of a
         sequence-first input) or of a token count (of a batch of 1, only a leading 1); a parameter's
         shape only by a token count (a weight as wide as the tokens are many is ambiguous and taken
-        as activation); else the first that is a whole multiple of the batch (leading dims flattened
-        into it, attention heads folded into it); None where no axis is."""
+        as activation); else the first of a ragged size; else the first that is a whole multiple of
+        the batch (leading dims flattened into it, attention heads folded into it); None where no
+        axis is."""
         parameter = shape in self.parameters
         for axis, size in enumerate(shape):
             if (size in self.tokens
                 or (size == self.batch and not parameter and (self.batch > 1 or axis == 0))):
                 return axis
-        if parameter or self.batch < 2:  # every size is a multiple of 1
+        if parameter:
+            return None
+        for axis, size in enumerate(shape):
+            if size in self.ragged:
+                return axis
+        if self.batch < 2:  # every size is a multiple of 1
             return None
         for axis, size in enumerate(shape):
             if size > self.batch and size % self.batch == 0:
@@ -238,11 +247,12 @@ PER_PARAMETER = ("AccumulateGrad", "Optimizer.", "optimizer_step", "zero_grad")
 
 
 def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | None = None,
-              batch: int = 0) -> BatchOps:
+              batch: int = 0, iteration_of_row: np.ndarray | None = None) -> BatchOps:
     """The trace's batch and the CPU ops of forward, backward and data work that carry it (ops in
     `excluded`, a hand-written update loop, and those inside per-parameter scopes left out). The
     batch size is `batch` where given, else the one `daydream trace` recorded, else the size most of
-    the forward's data inputs lead with."""
+    the forward's data inputs lead with. `iteration_of_row`: each row's iteration (-1: none), from
+    which the sizes that vary with the data are told (`ragged_sizes`; none without it)."""
     shapes = OpShapes(trace)
     found = BatchOps()
     if not len(shapes):
@@ -258,7 +268,10 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         size, found.source = first[0][0], "inferred"
     if size is None:
         return found
-    found.shape = BatchShape(size, _token_counts(first, size), frozenset(parameters))
+    tokens = _token_counts(first, size)
+    found.shape = BatchShape(size, tokens, frozenset(parameters), ragged_sizes(
+        trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)], iteration_of_row,
+        parameters, {size, *tokens}))
     scoped = [i for i, name in enumerate(trace.strings) if any(p in name for p in PER_PARAMETER)]
     scopes = ops[np.isin(trace.name[ops], scoped)]
     ops = ops[np.isin(phase_of_row[ops],
@@ -292,7 +305,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         # `daydream trace --batch-size` counts samples (environment
         # steps of a rollout, say), not an axis of any
         # input: the batch the inputs show is the one that grows
-        inferred = batch_ops(trace, phase_of_row, excluded, batch=first[0][0])
+        inferred = batch_ops(trace, phase_of_row, excluded, first[0][0], iteration_of_row)
         inferred.source = (f"inferred: the recorded {size} is in no op's inputs; if wrong, give "
                            "batch-size:batch=N")
         return inferred
@@ -316,6 +329,41 @@ def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
             found.add(row)
             row = parent.get(row, -1)
     return found
+
+
+def ragged_sizes(trace: Trace, shapes: OpShapes, rows: np.ndarray,
+                 iteration_of_row: np.ndarray | None, parameters: set[tuple[int, ...]],
+                 batch: set[int]) -> frozenset[int]:
+    """The sizes of `rows`' inputs that vary from iteration to iteration: per op name, input and
+    axis, those some iteration's ops show and another's do not, less any size that one of them
+    shows in every iteration, any parameter's dim, the batch's own and any below the batch size
+    (`batch`: the batch size and its token counts). What varies with the data
+    in a training loop counts what the batch holds (the tokens a mixture of experts routes to each
+    expert: 245, 272, 264 and 243 of 1,024 in one step, 257, 254, 279 and 234 in the next; the
+    boxes a detector keeps), so it grows with the batch. Needs two iterations."""
+    if iteration_of_row is None:
+        return frozenset()
+    rows = rows[iteration_of_row[rows] >= 0]
+    iterations = set(iteration_of_row[rows].tolist())
+    if len(iterations) < 2:
+        return frozenset()
+    seen: dict[tuple[int, int, int], dict[int, set[int]]] = {}
+    for row, iteration in zip(rows.tolist(), iteration_of_row[rows].tolist()):
+        for index, tensor in enumerate(shapes.tensors(row) or []):
+            for axis, size in enumerate(tensor[0] if tensor is not None else ()):
+                key = (int(trace.name[row]), index, axis)
+                seen.setdefault(key, {}).setdefault(iteration, set()).add(size)
+    varying: set[int] = set()
+    steady: set[int] = set()
+    for by_iteration in seen.values():
+        if len(by_iteration) < len(iterations):
+            continue  # an op some iterations do not run
+        common = set.intersection(*by_iteration.values())
+        steady |= common
+        varying |= set.union(*by_iteration.values()) - common
+    fixed = {size for shape in parameters for size in shape} | batch
+    # what a batch holds counts at least its samples: a size below them varies with something else
+    return frozenset(size for size in varying - steady - fixed if size > min(batch))
 
 
 #: An inferred batch size must lead the data input of at least this share of the forward's ops.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from daydream.cost import CostOptions
@@ -204,3 +205,45 @@ def test_a_cpu_op_no_longer_than_the_smallest_elementwise_ops_keeps_its_time(tmp
     assert len(small) == 72 and len(large) == 12
     assert all(after[t] == before[t] for t in small)
     assert all(after[t] == 400_000 + (400_000 - 3000) for t in large)
+
+
+def _linear(ts: float, dur: float, ext: int, rows: int) -> dict:
+    return op("aten::linear", ts, dur, ext=ext, **{"Input Dims": [[rows, 12], [8, 12], [8]],
+                                                     "Input type": ["float", "float", "float"]})
+
+
+def test_sizes_that_vary_with_the_data_grow_with_the_batch(tmp_path: Path) -> None:
+    # Three iterations of a made-up CPU forward at batch 16, as a mixture of experts runs it: a linear of the batch, two
+    # experts' linears of the rows routed to each (of 16 x 4: 20 and 44, then 26 and 38, then 30 and 34), and a linear
+    # of 24 rows every iteration (a size of the model, not of the data). At twice the batch the routed rows grow with
+    # it; the 24 rows do not.
+    routed = [(20, 44), (26, 38), (30, 34)]
+    events, ext = [], 0
+    for iteration, counts in enumerate(routed):
+        base = iteration * 3000.0
+        events += [annotation(f"ProfilerStep#{iteration + 1}", base, 2900), annotation("daydream.phase::forward", base, 2800)]
+        at = base + 1
+        for rows in (16, *counts, 24):
+            ext += 1
+            events.append(_linear(at, 400.0, ext, rows))
+            at += 405
+    path = write_trace(tmp_path, events, batch_size=16)
+    trace = read_job(path, cache=False).traces[0]
+    attribution = attribute(trace)
+    iteration = np.full(len(trace), -1)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#"))
+    for number, (start, end) in enumerate(steps):  # by hand: the rows inside each step's annotation
+        iteration[(trace.ts_ns >= start * 1000) & (trace.ts_ns < end * 1000)] = number
+    found = batch_ops(trace, attribution.phase, None, 16, iteration)
+    assert found.shape is not None and found.shape.ragged == {20, 44, 26, 38, 30, 34}
+    alone = batch_ops(trace, attribution.phase, None, 16).shape
+    assert alone is not None and alone.ragged == frozenset()  # without the iterations nothing is told
+    graph = build_graph(trace)
+    before = graph.tasks["duration_ns"].copy()
+    transform(graph, trace, ["batch-size:factor=2,batch=16"], cost_options=CostOptions(measure=False))
+    after = graph.tasks["duration_ns"]
+    linears = [t for t, e in enumerate(graph.tasks["event"].tolist()) if e >= 0 and trace.name_of(int(e)) == "aten::linear"]
+    assert len(linears) == 12
+    grown = [after[t] > before[t] for t in linears]
+    # per iteration, in order: the batch's linear and the two experts' grow, the 24 rows' keep their time
+    assert grown == [True, True, True, False] * 3
