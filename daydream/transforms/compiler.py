@@ -59,6 +59,13 @@ from daydream.transforms.registry import Context, Optimization, Parameter, regis
 FORWARD, BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 #: Module paths of loss functions: not part of the model a script compiles, by default.
 LOSS = re.compile(r"Loss$")
+#: Ops whose output's shape or value depends on the data: dynamo breaks its graph at each, as
+#: torch.compile's defaults leave `capture_dynamic_output_shape_ops` and `capture_scalar_outputs`
+#: off (`.item()` records aten::item, and aten::_local_scalar_dense inside it).
+GRAPH_BREAKS = frozenset({"aten::nonzero", "aten::item", "aten::_local_scalar_dense",
+                          "aten::masked_select", "aten::unique", "aten::_unique", "aten::_unique2",
+                          "aten::unique_dim",
+                          "aten::unique_consecutive", "aten::unique_dim_consecutive"})
 #: A call of a compiled module that begins at most this long after the last call of the same module
 #: (in the same phase and iteration) ended finds the wrapper's code and data still in the host's
 #: caches: it pays the warm wrapper (cost/host.py `compile.forward_warm.cpu`), ns.
@@ -96,6 +103,8 @@ class _Tally:
     floor: FusedTimes = FusedTimes(0, 0)  # a compiled graph's own call, cold and warm
     nodes: int = 0  # compiled backward nodes (one per forward call autograd recorded)
     warm: dict[int, int] = field(default_factory=lambda: {FORWARD: 0, BACKWARD: 0})
+    breaks: Counter[str] = field(default_factory=Counter)  # forward ops that break a graph, by name
+    iterations: int = 0  # the iterations the calls are in
 
 
 def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
@@ -243,6 +252,10 @@ def _merge_calls(graph: Graph, calls: list[Region], roots: set[str], view: Compi
     called = [[u for task in region.tasks for u in view.units.get(int(graph.tasks["event"][task]),
                                                                   [])] for region in calls]
     runs = _fused(called, [region.phase for region in calls], view, costs.measurer, tally)
+    tally.iterations = len({int(graph.tasks["iteration"][region.tasks[0]]) for region in calls})
+    tally.breaks.update(view.name(unit.row) for region, units in zip(calls, called)
+                        if region.phase == FORWARD for unit in units
+                        if view.name(unit.row) in GRAPH_BREAKS)
     for region, units, fused, graphs in zip(calls, called, runs, nodes):
         tasks = region.tasks
         compiled_ns = (_externs_ns(units, view, costs, tally) + _fused_ns(fused, graphs, tally)
@@ -454,6 +467,7 @@ def _notes(roots: set[str], tally: _Tally, wrapper: Wrapper, costs: CostModel) -
         f"{_fused_note(tally, costs)}",
         "compile: not seen in an eager trace, so not modelled: graph breaks and recompilation "
         "(each break is one more compiled call) and the first iterations' compilation"
+        + _breaks_note(tally.breaks, tally.iterations)
         + (f"; {tally.recurrent} recurrent layers (LSTM, GRU) are kept as recorded, though "
            "torch.compile decomposes them into per-step ops whose time is not modelled"
            if tally.recurrent else "")
@@ -464,6 +478,22 @@ def _notes(roots: set[str], tally: _Tally, wrapper: Wrapper, costs: CostModel) -
            f"{tally.grouped_risk_ns / 1e3:.0f} µs more in all (measured tier)"
            if tally.grouped_risk_ns else ""),
     ]
+
+
+def _breaks_note(breaks: Counter[str], iterations: int) -> str:
+    """What the compiled forward holds that breaks its graph (GRAPH_BREAKS), per iteration: each
+    splits the call, and what follows runs as another graph or eager, with dynamo's frame lookup
+    at every module call after it, so the prediction, one graph per call, is a bound from below."""
+    if not breaks:
+        return ""
+    count = sum(breaks.values()) // max(1, iterations)
+    names = ", ".join(f"{name} ×{n // max(1, iterations)}" for name, n in breaks.most_common())
+    return (f"; the compiled forward holds {count} ops per iteration whose output's shape or value "
+            f"depends on the data ({names}), each a graph break under torch.compile's defaults: "
+            "what follows runs as another graph or eager, with dynamo's lookup at each module "
+            "call after it, none of it in this prediction, which is a bound from below (a mixture "
+            "of experts' real compiled step, its experts' rows gathered by aten::nonzero: 18.5% "
+            "slower than predicted)")
 
 
 def _wrapper_note(tally: _Tally, wrapper: Wrapper, unit: int) -> str:

@@ -352,3 +352,51 @@ def test_a_calls_fused_runs_are_cold_and_warm_in_the_shares_of_its_graphs() -> N
     ns = _fused_ns(runs, _Nodes(cold=1, warm=3, wrapper_ns=0), tally)
     assert ns == round(0.25 * (50 - 10) + 0.75 * (20 - 4)) + round(FUSED_SHARE * 1000) + (1 * 10 + 3 * 4)
     assert (tally.fused_runs, tally.measured_runs) == (2, 1)
+
+
+ROUTED_SCRIPT = '''
+import argparse, torch, torch.nn as nn
+parser = argparse.ArgumentParser(); parser.add_argument("--steps", type=int, default=6)
+options = parser.parse_args()
+torch.manual_seed(0)
+
+class Routed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        rows = (x[:, 0] > 0).nonzero(as_tuple=True)[0]
+        y = torch.zeros_like(x).index_add(0, rows, self.a(x[rows]))
+        rows = (x[:, 1] > 0).nonzero(as_tuple=True)[0]
+        return y.index_add(0, rows, self.b(x[rows]))
+
+model = Routed()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(options.steps):
+    model(torch.randn(32, 8)).square().mean().backward()
+    opt.step(); opt.zero_grad()
+'''
+
+
+def test_ops_that_break_the_graph_are_counted_and_the_prediction_called_a_bound(tmp_path: Path) -> None:
+    # a module that gathers rows by aten::nonzero twice a call: under torch.compile's defaults each breaks the graph,
+    # which the prediction (one graph per call) leaves out; the note says how many, per iteration, as the trace has them
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("torch")
+    from daydream.cli import main
+
+    script, out = tmp_path / "routed.py", tmp_path / "routed.json.gz"
+    script.write_text(ROUTED_SCRIPT)
+    assert main(["trace", "--backend", "torch", "-o", str(out), str(script), "--", "--steps", "8"]) == 0
+    trace = _trace(out)
+    nonzero = _rows(trace, "aten::nonzero")
+    per_step = {sum(1 for r in nonzero.tolist() if start <= trace.ts_ns[r] < end) for start, end in _steps(trace)}
+    assert per_step == {2}  # by hand: two gathers a call, one call a step
+    note = next(n for n in _predicted(out).notes if n.startswith("compile: not seen in an eager trace"))
+    assert "holds 2 ops per iteration whose output's shape or value depends on the data (aten::nonzero ×2)" in note
+    assert "bound from below" in note
+    # a model without such ops: the note says nothing of them
+    plain = next(n for n in _predicted(ROUNDS[0] / "mlp-baseline.json.gz").notes
+                 if n.startswith("compile: not seen in an eager trace"))
+    assert "depends on the data" not in plain
