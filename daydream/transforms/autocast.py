@@ -80,6 +80,11 @@ PARAMETER_INPUTS = {"aten::linear": (1, 2), "aten::conv1d": (1, 2), "aten::conv2
 #: activation is, but no gradient comes back through them (a state made afresh or detached each
 #: step requires none).
 STATE_INPUTS = {"aten::mkldnn_rnn_layer": (5, 6)}
+#: Inputs made apart from the activation, per op: an attention's additive mask, built from
+#: constants or handed in with the data, is fp32 whatever the activation's type, so autocast casts
+#: it down at every call; it requires no gradient (nn.MultiheadAttention's causal mask: 4 casts a
+#: step in examples/own/moe.py's bf16 CPU run, one per call).
+APART_INPUTS = {"aten::scaled_dot_product_attention": (3,)}
 #: Inputs whose gradients an op's backward gives in fp32 whatever type it ran in (oneDNN's LSTM
 #: accumulates them so): autograd's engine casts each to its input's type in the op's own node,
 #: before the gradient goes on (a weight's then back up to fp32 by the cast's own node).
@@ -466,6 +471,8 @@ def _lower_casts(op: ForwardOp, floats: list[int], activation: str, low: str,
             if key not in cached:
                 cached.add(key)
                 casts.append(Cast(op.row, index, shape, FULL, low, weight=True, backward=True))
+        elif index in APART_INPUTS.get(op.name, ()):
+            casts.append(Cast(op.row, index, shape, FULL, low, weight=False, backward=False))
         elif activation == FULL:
             casts.append(Cast(op.row, index, shape, FULL, low, weight=False,
                               backward=not first and index not in state))

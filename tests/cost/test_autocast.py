@@ -91,6 +91,16 @@ def test_a_bf16_activation_times_an_fp32_parameter_is_fp32() -> None:
     assert types[2] == "c10::BFloat16" and [c.row for c in casts if not c.weight] == [1]
 
 
+def test_an_attention_mask_is_cast_at_every_call() -> None:
+    # q, k and v from a linear (bf16 by then); the additive mask is made apart from them, fp32: autocast casts it down
+    # at each call, and it requires no gradient
+    q = ((2, 4, 6, 8), F)
+    attention = ForwardOp(2, "aten::scaled_dot_product_attention", 1, [q, q, q, ((1, 1, 6, 6), F)])
+    casts = plan_casts([linear(1, 0, 12, 8, 8), attention, replace(attention, row=3)], "cpu")
+    assert [(c.row, c.input, c.shape, c.backward) for c in casts if c.row > 1] == \
+        [(2, 3, (1, 1, 6, 6), False), (3, 3, (1, 1, 6, 6), False)]
+
+
 def test_a_residual_add_promotes_to_fp32() -> None:
     # block (layer 7): layer_norm -> linear (bf16) -> add with the block's fp32 input -> layer_norm needs no cast
     ops = [ForwardOp(1, "aten::layer_norm", 7, [((4, 8), F)], layer_entry=True), linear(2, 8, 4, 8, 8),
