@@ -268,17 +268,9 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         size, found.source = first[0][0], "inferred"
     if size is None:
         return found
-    tokens = _token_counts(first, size)
-    found.shape = BatchShape(size, tokens, frozenset(parameters), ragged_sizes(
-        trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)], iteration_of_row,
-        parameters, {size, *tokens}))
-    scoped = [i for i, name in enumerate(trace.strings) if any(p in name for p in PER_PARAMETER)]
-    scopes = ops[np.isin(trace.name[ops], scoped)]
-    ops = ops[np.isin(phase_of_row[ops],
-                      SCALED_PHASES) & ~np.isin(ops, excluded) & ~np.isin(ops, scopes)]
-    ops = ops[innermost_enclosing(trace, scopes, ops) < 0]
-    unit_names = [i for i in (trace.string_index(n) for n in UNIT_OPS) if i >= 0]
-    ops = ops[~np.isin(trace.name[ops], unit_names)]
+    found.shape = _shape(trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)], size,
+                         first, parameters, iteration_of_row)
+    ops = _scaled_rows(trace, ops, phase_of_row, excluded)
     rows, exclusive = exclusive_host_ns(trace)
     own = dict(zip(rows.tolist(), exclusive.tolist()))
     launched = _launching(trace, link(trace).op[trace.indices(*GPU_ACTIVITY_KINDS)])
@@ -329,6 +321,27 @@ def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
             found.add(row)
             row = parent.get(row, -1)
     return found
+
+
+def _scaled_rows(trace: Trace, ops: np.ndarray, phase_of_row: np.ndarray,
+                 excluded: np.ndarray) -> np.ndarray:
+    """Of CPU-op rows `ops`, those of forward, backward and data work that may carry the batch:
+    not in `excluded`, not inside a per-parameter scope, not a cheap dispatcher op."""
+    scoped = [i for i, name in enumerate(trace.strings) if any(p in name for p in PER_PARAMETER)]
+    scopes = ops[np.isin(trace.name[ops], scoped)]
+    ops = ops[np.isin(phase_of_row[ops],
+                      SCALED_PHASES) & ~np.isin(ops, excluded) & ~np.isin(ops, scopes)]
+    ops = ops[innermost_enclosing(trace, scopes, ops) < 0]
+    unit_names = [i for i in (trace.string_index(n) for n in UNIT_OPS) if i >= 0]
+    return ops[~np.isin(trace.name[ops], unit_names)]
+
+
+def _shape(trace: Trace, shapes: OpShapes, rows: np.ndarray, size: int, first: Tensor | None,
+           parameters: set[tuple[int, ...]], iteration_of_row: np.ndarray | None) -> BatchShape:
+    """How the batch of `size` shows in the shapes of `rows` (forward, backward and data work)."""
+    tokens = _token_counts(first, size)
+    return BatchShape(size, tokens, frozenset(parameters), ragged_sizes(
+        trace, shapes, rows, iteration_of_row, parameters, {size, *tokens}))
 
 
 def ragged_sizes(trace: Trace, shapes: OpShapes, rows: np.ndarray,
