@@ -337,6 +337,14 @@ def _fp32_trace_and_real_casts(folder: Path, script_text: str) -> tuple[Any, flo
     return open_job(runs["fp32"]).traces[0], copies_per_step(runs["bf16"]) - copies_per_step(runs["fp32"])
 
 
+def _planned_on_the_cpu(trace: Any) -> tuple[dict[int, list[ForwardOp]], list[list[Any]], float]:
+    """The trace's forward ops per iteration (the ops between the modules' calls included, as amp sees them), the casts
+    planned for each on the CPU, and their count (forward casts and gradients cast back) per iteration."""
+    facts, _ = forward_ops_of(trace, between=True)
+    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
+    return facts, per_step, sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
+
+
 def test_casts_between_the_models_calls_match_a_real_bf16_run(tmp_path: Path) -> None:
     # Two modules called in turn, three times a step, with the script's own .float() and an fp32 gate between them:
     # every call casts its input down, every .float() casts up, each weight once a step. Planned from the fp32 trace,
@@ -383,9 +391,7 @@ def test_projections_a_layer_scale_and_a_second_forward_match_a_real_bf16_run(tm
     # and backward before the optimizer's step (another micro-batch), each under its own autocast. Planned from the
     # fp32 trace, against the aten::_to_copy calls the real bf16 run added.
     trace, real = _fp32_trace_and_real_casts(tmp_path, ATTENTION_SCRIPT)
-    facts, _ = forward_ops_of(trace, between=True)
-    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
-    planned = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
+    facts, per_step, planned = _planned_on_the_cpu(trace)
     # the first forward: 12 weights and their gradients back (24); q, k and v each cast the norm's fp32 output, the
     # critic the fp32 sum (4, each with its gradient back: 8); the scale's multiply copies the bf16 input up, and in
     # backward its gradient is cast back and the input copied up again (3); .float() and its gradient (2). The second:
@@ -421,14 +427,12 @@ def test_an_lstm_layer_runs_in_bf16_on_the_cpu_with_the_casts_a_real_run_makes(t
     # and the parameters' gradients come back). Planned from the fp32 trace, against the aten::_to_copy calls the real
     # bf16 run added.
     trace, real = _fp32_trace_and_real_casts(tmp_path, LSTM_SCRIPT)
-    facts, _ = forward_ops_of(trace, between=True)   # the loss is computed outside the modules, as amp sees it
-    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
+    facts, per_step, planned = _planned_on_the_cpu(trace)  # the loss is outside the modules, as amp sees it
     for ops, casts in zip(facts.values(), per_step):
         rnn = [op.row for op in autocast_view(ops, "cpu") if op.name == "aten::mkldnn_rnn_layer"]
         assert len(rnn) == 2
         assert [sum(c.forward for c in casts if c.row == row) for row in rnn] == [7, 4]
         assert [sum(c.backward and not c.forward for c in casts if c.row == row) for row in rnn] == [5, 5]
-    planned = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
     # the first layer: input, 4 parameters, h and c down (7); in backward oneDNN gives the input's and the parameters'
     # gradients in fp32, which the engine casts to bf16 (5), and the casts' own nodes take them back up (5). The
     # second: its 4 parameters (its input and zero state are bf16 already), 5 gradients cast by the engine, 4 back up.
@@ -461,15 +465,13 @@ def test_a_gru_keeps_its_state_in_fp32_on_the_cpu_with_the_casts_a_real_run_make
     # state down for its linear, and its update's sub, mul_ and add_ copy a bf16 gate up inside themselves (the CPU's
     # TensorIterator). Planned from the fp32 trace, against the aten::_to_copy calls the real bf16 run added.
     trace, real = _fp32_trace_and_real_casts(tmp_path, GRU_AMP_SCRIPT)
-    facts, _ = forward_ops_of(trace, between=True)
-    per_step = [plan_casts(autocast_view(ops, "cpu"), "cpu") for ops in facts.values()]
+    facts, per_step, planned = _planned_on_the_cpu(trace)
     for ops, casts in zip(facts.values(), per_step):
         view = autocast_view(ops, "cpu")
         updates = [op.row for op in view if op.within == "aten::gru" and op.name in ("aten::sub", "aten::mul_", "aten::add_")]
         cast_up = [c.row for c in casts if c.from_type == "c10::BFloat16" and c.forward and c.row in updates]
         # two layers of five steps: one sub, one mul_ and one add_ of the update per step, each copying its gate up
         assert len(cast_up) == 2 * 5 * 3
-    planned = sum(sum(c.forward + c.backward for c in casts) for casts in per_step) / len(per_step)
     assert planned == real
     # a GPU's kernels read a mixed input as they load it: no copies in the update there
     for ops in facts.values():
