@@ -110,9 +110,19 @@ def pieces(run: list[Unit], view: CompilerView) -> list[tuple[list[Unit], bool]]
 
 
 def _lacks(torch: Any, name: str, arguments: list[Any] | None) -> bool:
-    packet = getattr(torch.ops.aten, name.split("::", 1)[1], None) if name.startswith("aten::") \
-        else None
-    return packet is not None and arguments is not None and lacks_argument(packet, arguments)
+    """`lacks_argument` for the op `name` with `arguments`, remembered by the op and its
+    arguments' kinds, all the answer depends on (a run holds the same ops again and again)."""
+    if arguments is None or not name.startswith("aten::"):
+        return False
+    key = (name, tuple(str(a[0]) for a in arguments))
+    if key not in _LACKING:
+        packet = getattr(torch.ops.aten, name.split("::", 1)[1], None)
+        _LACKING[key] = packet is not None and lacks_argument(packet, arguments)
+    return _LACKING[key]
+
+
+#: `_lacks`'s answers: (op name, its arguments' kinds) -> whether it lacks one.
+_LACKING: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
 def fused_key(steps: list[Step], channels_last: bool, training: bool = False) -> str:
