@@ -478,3 +478,40 @@ def test_a_gru_keeps_its_state_in_fp32_on_the_cpu_with_the_casts_a_real_run_make
         view = autocast_view(ops, "cuda")
         updates = {op.row for op in view if op.within == "aten::gru" and op.name in ("aten::sub", "aten::mul_", "aten::add_")}
         assert updates and not any(c.forward and c.row in updates for c in plan_casts(view, "cuda"))
+
+
+def test_each_forward_after_a_backward_is_a_region_of_its_own(tmp_path: Path) -> None:
+    # Two made-up iterations, each two micro-batches (a forward, a loss op of no layer, a backward) and a loss op after
+    # the last backward. By hand: the loss ops right after a forward run in a forward region, the one after the last
+    # backward does not; the second forward of each iteration is its region 1, and each iteration starts at 0.
+    from daydream.mapping import attribute, find_iterations
+    from daydream.simulate.whatif import iteration_of_row
+    from daydream.transforms.amp import forward_regions
+    from tests.builders import annotation, op, write_trace
+
+    events, ext, names = [], 0, []
+    for iteration in range(2):
+        base = iteration * 1000.0
+        events.append(annotation(f"ProfilerStep#{iteration + 1}", base, 900))
+        for micro in range(2):
+            at = base + micro * 400
+            events += [annotation("daydream.phase::forward", at, 100), annotation("daydream.phase::backward", at + 200, 100)]
+            for name, ts in ((f"aten::mm#{micro}", at + 10), (f"aten::mse_loss#{micro}", at + 150),
+                             (f"aten::mm_backward#{micro}", at + 210)):
+                ext += 1
+                events.append(op(name.split("#")[0], ts, 20, ext=ext))
+                names.append((iteration, name))
+        ext += 1
+        events.append(op("aten::mean", base + 850, 20, ext=ext))
+        names.append((iteration, "after"))
+    trace = open_job(write_trace(tmp_path, events)).traces[0]
+    attribution = attribute(trace)
+    rows = trace.indices(EventKind.CPU_OP)
+    rows = rows[np.argsort(trace.ts_ns[rows], kind="stable")]
+    inside, region = forward_regions(trace, rows, attribution.phase, iteration_of_row(trace, find_iterations(trace)))
+    assert len(rows) == len(names) == 14
+    got = {(iteration, name): (bool(i), int(r)) for (iteration, name), i, r in zip(names, inside, region)}
+    for iteration in range(2):
+        assert got[(iteration, "aten::mm#0")] == (True, 0) and got[(iteration, "aten::mm#1")] == (True, 1)
+        assert got[(iteration, "aten::mse_loss#0")][0] and got[(iteration, "aten::mse_loss#1")][0]
+        assert not got[(iteration, "aten::mm_backward#0")][0] and not got[(iteration, "after")][0]
