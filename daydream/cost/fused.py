@@ -80,39 +80,58 @@ def fused_steps(run: list[Unit], view: CompilerView) -> list[Step] | None:
     None where any has no recorded arguments, or the run is longer than MOST_STEPS."""
     steps: list[Step] = []
     for unit in run:
-        for row in unit.calls:
-            arguments = view.shapes.arguments(row, lists=True)
-            if arguments is None:
-                return None
-            steps.append((view.name(row), arguments))
-    return steps if 0 < len(steps) <= MOST_STEPS else None
+        mine = _unit_steps(unit, view)
+        if mine is None:
+            return None
+        steps += mine
+    return _bounded(steps)
 
 
-def pieces(run: list[Unit], view: CompilerView) -> list[tuple[list[Unit], bool]]:
+def _unit_steps(unit: Unit, view: CompilerView) -> list[Step] | None:
+    """A unit's outermost ATen ops with their recorded arguments; None where one has none."""
+    steps: list[Step] = []
+    for row in unit.calls:
+        arguments = view.shapes.arguments(row, lists=True)
+        if arguments is None:
+            return None
+        steps.append((view.name(row), arguments))
+    return steps
+
+
+def _bounded(steps: list[Step] | None) -> list[Step] | None:
+    return steps if steps is not None and 0 < len(steps) <= MOST_STEPS else None
+
+
+def pieces(run: list[Unit], view: CompilerView) -> list[tuple[list[Unit], list[Step] | None]]:
     """`run` cut around its units that cannot be called again from their recorded arguments
     (`lacks_argument`: an index by a list of tensors, which the profiler does not record), in
-    order: (piece, whether it can be re-run). The pieces between are compiled and timed on their
-    own; such a unit keeps a share of its recorded time (inductor fuses it: a gather). Needs torch
-    (the ops' schemas); the whole run as one piece where it is missing."""
+    order: (piece, its steps as `fused_steps` gives them; None for such a unit, and as there). The
+    pieces between are compiled and timed on their own; such a unit keeps a share of its recorded
+    time (inductor fuses it: a gather). Needs torch (the ops' schemas); the whole run as one piece
+    where it is missing."""
     try:
         import torch
     except ImportError:
-        return [(run, True)]
-    found: list[tuple[list[Unit], bool]] = []
+        return [(run, fused_steps(run, view))]
+    # (units, their steps: None where one has no recorded arguments, whether it can be re-run)
+    cut: list[tuple[list[Unit], list[Step] | None, bool]] = []
     for unit in run:
-        runnable = not any(_lacks(torch, view.name(row), view.shapes.arguments(row, lists=True))
-                           for row in unit.calls)
-        if runnable and found and found[-1][1]:
-            found[-1][0].append(unit)
+        mine = _unit_steps(unit, view)
+        runnable = mine is None or not any(_lacks(torch, name, arguments)
+                                           for name, arguments in mine)
+        if runnable and cut and cut[-1][2]:
+            units, steps, _ = cut[-1]
+            cut[-1] = (units + [unit], None if steps is None or mine is None else steps + mine,
+                       True)
         else:
-            found.append(([unit], runnable))
-    return found
+            cut.append(([unit], mine, runnable))
+    return [(units, _bounded(steps) if runnable else None) for units, steps, runnable in cut]
 
 
-def _lacks(torch: Any, name: str, arguments: list[Any] | None) -> bool:
+def _lacks(torch: Any, name: str, arguments: list[Any]) -> bool:
     """`lacks_argument` for the op `name` with `arguments`, remembered by the op and its
     arguments' kinds, all the answer depends on (a run holds the same ops again and again)."""
-    if arguments is None or not name.startswith("aten::"):
+    if not name.startswith("aten::"):
         return False
     key = (name, tuple(str(a[0]) for a in arguments))
     if key not in _LACKING:

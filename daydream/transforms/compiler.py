@@ -387,9 +387,9 @@ def _fused(called: list[list[Unit]], phases: list[int], view: CompilerView,
         laid_out = any(unit.convolution for unit in units)  # inductor's channels-last images
         mine = []
         for whole, after in fed_runs(units):
-            cut = pieces(whole, view) if measurer is not None else [(whole, True)]
-            for number, (run, runnable) in enumerate(cut):
-                steps = fused_steps(run, view) if runnable else None
+            cut = (pieces(whole, view) if measurer is not None
+                   else [(whole, fused_steps(whole, view))])
+            for number, (run, steps) in enumerate(cut):
                 last = number == len(cut) - 1  # the piece that feeds the extern op after
                 consumer = _consumer(after, view) if phase == FORWARD and last else None
                 key = (fused_key(steps + ([consumer] if consumer else []), laid_out,
