@@ -273,6 +273,25 @@ def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, i
     return None
 
 
+def product_shape(name: str, tensors: list[Tensor | None]) -> tuple[int, ...] | None:
+    """The shape of a matrix multiply's product (as `gemm_dims` reads its operands), or None for
+    other ops, shapes that do not multiply, or a matmul that broadcasts a vector."""
+    shaped: list[Any] = [t[0] if t is not None else None for t in tensors]
+    first, second = (1, 2) if name in ("aten::addmm", "aten::baddbmm") else (0, 1)
+    try:
+        a, b = shaped[first], shaped[second]
+        if name == "aten::linear":
+            return (*a[:-1], b[0])
+        if name not in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul"):
+            return None
+        if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+            return None
+        leading = a[:-2] if len(a) >= len(b) else b[:-2]
+        return (*leading, a[-2], b[-1])
+    except (TypeError, IndexError):
+        return None
+
+
 def gemm_flops(dims: tuple[int, int, int, int]) -> float:
     batch, m, n, k = dims
     return 2.0 * batch * m * n * k

@@ -25,7 +25,7 @@ from daydream.report.throughput import samples_per_s
 from daydream.simulate.bound import bound_line
 from daydream.simulate.whatif import Prediction
 from daydream.trace.model import batch_size
-from daydream.transforms.specs import job_ranks, samples_factor
+from daydream.transforms.specs import job_ranks, samples_factor, stated_batch
 
 SCHEMA_VERSION = 1
 
@@ -36,7 +36,7 @@ def summarize_predictions(source: str, specs: list[str],
     baseline = max(predictions, key=lambda p: p.simulated_ns)
     measured = max(p.measured_ns for p in predictions)
     bound = slowest.bound.as_dict() if slowest.bound else None
-    samples = batch_size(slowest.trace)
+    samples = stated_batch(specs) or batch_size(slowest.trace)
     predicted_samples = samples * samples_factor(specs) if samples else None
     # The job's throughput: every rank processes its own batch (ddp:world=8 runs eight of them).
     ranks = {"baseline": len(predictions), "predicted": job_ranks(specs, len(predictions))}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from daydream.cost.shapes import (
     gemm_dims,
     gemm_flops,
     parameter_shapes,
+    product_shape,
     tensor_bytes,
     top_level_ops,
 )
@@ -115,6 +116,14 @@ class BatchShape:
     # sizes that vary from iteration to iteration with the data (`ragged_sizes`): the rows a
     # mixture of experts routes to each expert, the boxes a detector keeps
     ragged: frozenset[int] = frozenset()
+    # the shapes of tensors that hold the batch twice, each with those axes: the product of two
+    # activations across their batch axes and what follows it (a contrastive loss's similarity of
+    # every sample with every other: `pairwise_products`)
+    pairs: frozenset[tuple[tuple[int, ...], tuple[int, ...]]] = frozenset()
+
+    def pair_axes(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The two batch axes of a tensor of `shape` that holds the batch twice, else None."""
+        return next((axes for known, axes in self.pairs if known == shape), None)
 
     def axis(self, shape: tuple[int, ...]) -> int | None:
         """The axis of `shape` that holds the batch: the first of the batch size (dim 1 of a
@@ -145,12 +154,24 @@ class BatchShape:
         if tensor is None:
             return None
         shape = tensor[0]
-        axis = self.axis(shape)
-        if axis is None:
-            return None
+        axes = self.pair_axes(shape) if self.pairs else None
+        if axes is None:
+            axis = self.axis(shape)
+            if axis is None:
+                return None
+            axes = (axis,)
         new = list(shape)
-        new[axis] = max(1, int(round(shape[axis] * factor)))
+        for axis in axes:
+            new[axis] = max(1, int(round(shape[axis] * factor)))
         return tuple(new), tensor[1]
+
+    def growth(self, name: str, tensors: list[Tensor | None], factor: float) -> float:
+        """How many times its FLOPs a multiply of `tensors` does at the new batch: `factor`, or its
+        square where an operand or the product holds the batch twice."""
+        if any(t is not None and self.pair_axes(t[0]) is not None for t in tensors):
+            return factor * factor
+        product = product_shape(name, tensors)
+        return factor * factor if product is not None and self.pair_axes(product) else factor
 
 
 #: Of ops whose inputs mix activations and weights in a known order,
@@ -173,26 +194,30 @@ def scale_inputs(name: str, tensors: list[Tensor | None], shape: BatchShape, fac
     if all(s is None for s in scaled):
         return None
     found = [s if s is not None else t for s, t in zip(scaled, tensors)]
-    if name in MULTIPLIES and not _one_dimension_grows(name, tensors, found, factor):
+    if name not in MULTIPLIES:
+        return found
+    growth = shape.growth(name, tensors, factor) if shape.pairs else factor
+    if not _grows_by(name, tensors, found, growth):
         first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
         alone = [shape.scaled(t, factor) if i == first else t for i, t in enumerate(tensors)]
         return (alone if alone[first] is not None
-                and _one_dimension_grows(name, tensors, alone, factor) else None)
+                and _grows_by(name, tensors, alone, factor) else None)
     return found
 
 
-def _one_dimension_grows(name: str, old: list[Tensor | None], new: list[Tensor | None],
-                         factor: float) -> bool:
-    """Whether the scaled operands of a multiply still fit and grow exactly
-    one of its dimensions (its FLOPs by `factor`): a weight as wide as the
-    tokens are many must not grow along with the activation."""
+def _grows_by(name: str, old: list[Tensor | None], new: list[Tensor | None],
+              growth: float) -> bool:
+    """Whether the scaled operands of a multiply still fit and its FLOPs
+    grow `growth` times (the batch factor: exactly one of its dimensions
+    grows; a weight as wide as the tokens are many must not grow along with
+    the activation)."""
     if not _fits(name, new):
         return False
     before, after = gemm_dims(name, old), gemm_dims(name, new)
     if before is None or after is None:
         return True
     ratio = gemm_flops(after) / max(gemm_flops(before), 1.0)
-    return abs(ratio / factor - 1.0) < 0.02
+    return abs(ratio / growth - 1.0) < 0.02
 
 
 def _fits(name: str, tensors: list[Tensor | None]) -> bool:
@@ -232,9 +257,25 @@ def scale_arguments(name: str, arguments: list[Argument], shape: BatchShape,
 
 def _makes_batch(name: str, arguments: list[Argument] | None, batch: int) -> bool:
     """A factory op whose recorded size list holds the batch size."""
-    if name not in FACTORIES or not arguments:
-        return False
-    return any(a[0] == "value" and isinstance(a[1], list) and batch in a[1] for a in arguments)
+    size = factory_size(name, arguments)
+    return size is not None and batch in size
+
+
+def factory_size(name: str, arguments: list[Argument] | None) -> tuple[int, ...] | None:
+    """The shape a factory op makes: its recorded size list, or an identity matrix's n × m (`eye(n,
+    m, ...)` has three or six arguments, `eye(n, ...)` two or five); None for other ops."""
+    if not arguments:
+        return None
+    if name == "aten::eye":
+        sizes = [a[1] for a in arguments[:2] if a[0] == "value" and isinstance(a[1], int)]
+        if not sizes:
+            return None
+        with_m = len(arguments) in (3, 6) and len(sizes) == 2
+        return (sizes[0], sizes[1]) if with_m else (sizes[0], sizes[0])
+    if name not in FACTORIES:
+        return None
+    return next((tuple(a[1]) for a in arguments
+                 if a[0] == "value" and isinstance(a[1], list)), None)
 
 
 #: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is
@@ -340,8 +381,50 @@ def _shape(trace: Trace, shapes: OpShapes, rows: np.ndarray, size: int, first: T
            parameters: set[tuple[int, ...]], iteration_of_row: np.ndarray | None) -> BatchShape:
     """How the batch of `size` shows in the shapes of `rows` (forward, backward and data work)."""
     tokens = _token_counts(first, size)
-    return BatchShape(size, tokens, frozenset(parameters), ragged_sizes(
+    shape = BatchShape(size, tokens, frozenset(parameters), ragged_sizes(
         trace, shapes, rows, iteration_of_row, parameters, {size, *tokens}))
+    return replace(shape, pairs=pairwise_products(trace, shapes, rows, shape))
+
+
+#: Multiplies of two activations whose product may hold the batch twice.
+PAIRWISE = ("aten::mm", "aten::bmm", "aten::matmul")
+
+
+def pairwise_products(trace: Trace, shapes: OpShapes, rows: np.ndarray, shape: BatchShape
+                      ) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The products (shape, batch axes) of `rows`' multiplies that hold the batch twice: two
+    activations, the first with its batch along the product's rows, the second along its columns,
+    neither along a leading (batched) dim, and the two sizes equal (every sample against every
+    other: SimCLR's and CLIP's similarities) or each exactly the batch. Their work, and that of
+    every op on a tensor of their shape, grows with the square of the batch. A 2-D product's
+    transpose is one too."""
+    names = [i for i in (trace.string_index(n) for n in PAIRWISE) if i >= 0]
+    found: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for row in rows[np.isin(trace.name[rows], names)].tolist():
+        tensors = (shapes.tensors(row) or [])[:2]
+        product = product_shape(trace.name_of(row), tensors)
+        if product is None or not _holds_pair(tensors, product, shape):
+            continue
+        found.add((product, (len(product) - 2, len(product) - 1)))
+        if len(product) == 2:
+            found.add((product[::-1], (0, 1)))
+    return frozenset(found)
+
+
+def _holds_pair(tensors: list[Tensor | None], product: tuple[int, ...], shape: BatchShape) -> bool:
+    """Whether a multiply of activations `tensors` into `product` holds the batch twice (see
+    `pairwise_products`)."""
+    if len(tensors) < 2 or any(t is None or t[0] in shape.parameters for t in tensors):
+        return False
+    first, second = tensors[0][0], tensors[1][0]  # type: ignore[index]
+    if shape.axis(first) != len(first) - 2 or shape.axis(second) != len(second) - 1:
+        return False
+    leading = int(np.prod(product[:-2])) if len(product) > 2 else 1
+    if shape.batch > 1 and leading >= shape.batch and leading % shape.batch == 0:
+        return False  # the batch is in the leading dims (attention's heads × samples)
+    rows, columns = product[-2], product[-1]
+    exact = {shape.batch, *shape.tokens}
+    return rows == columns or (rows in exact and columns in exact)
 
 
 def ragged_sizes(trace: Trace, shapes: OpShapes, rows: np.ndarray,
@@ -456,8 +539,11 @@ def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel,
     """How many times its own work the op does at the new batch, and the tier that said so."""
     scaled = scale_inputs(op.name, op.tensors, shape, factor)
     if scaled is None:
-        # a factory op whose size list holds the batch, or a multiply whose scaling is ambiguous
-        return factor, Tier.MODELLED
+        # a factory op whose size list holds the batch (twice: a pairwise mask), or a multiply
+        # whose scaling is ambiguous
+        size = factory_size(op.name, op.arguments)
+        pair = size is not None and shape.pairs and shape.pair_axes(size) is not None
+        return (factor * factor if pair else factor), Tier.MODELLED
     measurer = costs.measurer
     if measure and measurer is not None and not op.wrapper:
         ratio = None

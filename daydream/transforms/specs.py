@@ -96,6 +96,18 @@ def samples_factor(specs: list[str]) -> float:
     return factor
 
 
+def stated_batch(specs: list[str]) -> int | None:
+    """The samples per iteration a batch-size spec states (batch-size:batch=N), where one does: it
+    overrides the trace's own (the model's first input counts two views of each sample as two)."""
+    for spec in specs:
+        if is_pipeline_file(spec):
+            continue
+        name, params = parse_spec(spec)
+        if name == "batch-size" and int(params.get("batch") or 0) > 0:
+            return int(params["batch"])
+    return None
+
+
 def job_ranks(specs: list[str], traced: int) -> int:
     """How many data-parallel ranks run the step under the optimizations
     `specs`: the last `world` one of them sets (ddp:world=8, zero:world=64,

@@ -247,3 +247,91 @@ def test_sizes_that_vary_with_the_data_grow_with_the_batch(tmp_path: Path) -> No
     grown = [after[t] > before[t] for t in linears]
     # per iteration, in order: the batch's linear and the two experts' grow, the 24 rows' keep their time
     assert grown == [True, True, True, False] * 3
+
+
+def _multiply(name: str, ts: float, ext: int, first: list[int], second: list[int]) -> dict:
+    return op(name, ts, 400.0, ext=ext, **{"Input Dims": [first, second], "Input type": ["float", "float"]})
+
+
+def test_a_product_of_every_sample_with_every_other_holds_the_batch_twice(tmp_path: Path) -> None:
+    # A made-up CPU forward at batch 32 with three multiplies of two activations: a contrastive loss's similarity
+    # z z^T (32 x 24 by 24 x 32: every sample against every other), attention's scores over 8 heads of 32 positions
+    # (256 x 32 x 16 by 256 x 16 x 32: the batch is in the leading dim, the 32 positions only look like it), and a
+    # product with an untrained table (32 x 100 by 100 x 64: 64 columns, a multiple of the batch but not the rows').
+    events = [annotation("ProfilerStep#1", 0, 2900), annotation("daydream.phase::forward", 0, 2800),
+              _multiply("aten::mm", 1, 1, [32, 24], [24, 32]),
+              _multiply("aten::bmm", 500, 2, [256, 32, 16], [256, 16, 32]),
+              _multiply("aten::mm", 1000, 3, [32, 100], [100, 64])]
+    trace = read_job(write_trace(tmp_path, events, batch_size=32), cache=False).traces[0]
+    found = batch_ops(trace, attribute(trace).phase, None, 32)
+    shape = found.shape
+    assert shape is not None and shape.pairs == {((32, 32), (0, 1))}
+    # the similarity: both operands grow along their batch, the product four times over (64 x 24 x 64)
+    assert scale_inputs("aten::mm", [((32, 24), "float"), ((24, 32), "float")], shape, 2.0) == \
+        [((64, 24), "float"), ((24, 64), "float")]
+    # its gradient d(sim) z: the 32 x 32 input grows along both axes, z along its rows (64 x 64 x 24)
+    assert scale_inputs("aten::mm", [((32, 32), "float"), ((32, 24), "float")], shape, 2.0) == \
+        [((64, 64), "float"), ((64, 24), "float")]
+    # what reads the similarity (the mask, the softmax) grows along both axes
+    assert shape.scaled(((32, 32), "bool"), 2.0) == ((64, 64), "bool")
+    # attention's scores and the table's product grow twice over, as before: one operand (of the scores, its first
+    # axis of 32, which doubles the FLOPs as the batch's would)
+    assert scale_inputs("aten::bmm", [((256, 32, 16), "float"), ((256, 16, 32), "float")], shape, 2.0) == \
+        [((256, 64, 16), "float"), ((256, 16, 32), "float")]
+    assert scale_inputs("aten::mm", [((32, 100), "float"), ((100, 64), "float")], shape, 2.0) == \
+        [((64, 100), "float"), ((100, 64), "float")]
+
+
+def test_without_such_a_product_nothing_holds_the_batch_twice(tmp_path: Path) -> None:
+    events = [annotation("ProfilerStep#1", 0, 2900), annotation("daydream.phase::forward", 0, 2800),
+              _multiply("aten::bmm", 500, 2, [256, 32, 16], [256, 16, 32])]
+    trace = read_job(write_trace(tmp_path, events, batch_size=32), cache=False).traces[0]
+    shape = batch_ops(trace, attribute(trace).phase, None, 32).shape
+    assert shape is not None and shape.pairs == frozenset()
+    assert shape.scaled(((32, 32), "float"), 2.0) == ((64, 32), "float")  # the first axis of the batch, as before
+
+
+def test_a_recorded_contrastive_loss_grows_with_the_square_of_its_batch(tmp_path: Path) -> None:
+    """SimCLR's loss recorded for real: 16 samples, two views each (32 rows), a linear encoder to 24 features, the
+    32 x 32 similarities over a temperature, the self-pairs masked out, cross entropy against the other view; then
+    AdamW's step. At twice the batch the similarity's multiplies do four times the FLOPs, and every op that reads a
+    32 x 32 tensor (the mask, the softmax, their backward) reads a 64 x 64 one; the encoder's linear only doubles."""
+    torch = pytest.importorskip("torch")
+    from daydream.api import open_trace
+    from daydream.cost.shapes import gemm_dims, gemm_flops
+    from daydream.trace import discover
+
+    encoder = torch.nn.Linear(8, 24)
+    optimizer = torch.optim.AdamW(encoder.parameters(), foreach=False)
+    x = torch.randn(16, 8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        z = torch.nn.functional.normalize(encoder(torch.cat([x + 0.1, x - 0.1])), dim=-1)
+        similarity = (z @ z.t() / 0.2).masked_fill(torch.eye(32, dtype=torch.bool), float("-inf"))
+        targets = torch.cat([torch.arange(16, 32), torch.arange(0, 16)])
+        torch.nn.functional.cross_entropy(similarity, targets).backward()
+        optimizer.step()
+    path = tmp_path / "simclr.json"
+    profile.export_chrome_trace(str(path))
+    trace = open_trace(discover(path)[0])
+    found = batch_ops(trace, attribute(trace).phase, None, 32)
+    assert found.shape is not None and found.shape.pairs == {((32, 32), (0, 1))}
+    products = [o for o in found.ops if o.name in ("aten::mm", "aten::matmul") and not o.wrapper
+                and (32, 32) in [t[0] for t in o.tensors if t is not None]
+                or o.name == "aten::mm" and [t[0] for t in o.tensors if t is not None] == [(32, 24), (24, 32)]]
+    # by hand: z z^T forward, and d(sim) z and d(sim)^T z backward
+    assert len(products) == 3
+    for product in products:
+        scaled = scale_inputs(product.name, product.tensors, found.shape, 2.0)
+        assert scaled is not None
+        ratio = gemm_flops(gemm_dims(product.name, scaled)) / gemm_flops(gemm_dims(product.name, product.tensors))
+        assert ratio == 4.0
+    readers = [o for o in found.ops if o.name in ("aten::masked_fill", "aten::_log_softmax",
+                                                 "aten::_log_softmax_backward_data")]
+    assert {o.name for o in readers} == {"aten::masked_fill", "aten::_log_softmax", "aten::_log_softmax_backward_data"}
+    for reader in readers:
+        scaled = scale_inputs(reader.name, reader.tensors, found.shape, 2.0)
+        assert scaled is not None and all(s[0] == (64, 64) for s, t in zip(scaled, reader.tensors)
+                                          if t is not None and t[0] == (32, 32))
+    linear = next(o for o in found.ops if o.name == "aten::addmm")
+    scaled = scale_inputs(linear.name, linear.tensors, found.shape, 2.0)
+    assert scaled is not None and gemm_flops(gemm_dims("aten::addmm", scaled)) == 2 * gemm_flops(gemm_dims("aten::addmm", linear.tensors))
