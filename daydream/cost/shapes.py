@@ -133,6 +133,24 @@ class OpShapes:
         dims, types = recorded
         return [_tensor(d, t) for d, t in zip(dims, types)]
 
+    def tensors_listed(self, row: int) -> list[Tensor | None] | None:
+        """As `tensors`, with each list of tensors (`aten::cat`'s, `aten::stack`'s) as its elements
+        in its place, of the type `arguments` gives them."""
+        recorded = self.inputs(row)
+        if recorded is None:
+            return None
+        dims, types = recorded
+        if "TensorList" not in types:
+            return [_tensor(d, t) for d, t in zip(dims, types)]
+        found: list[Tensor | None] = []
+        for d, t in zip(dims, types):
+            listed = _shapes(d) if t == "TensorList" else None
+            if listed is not None:
+                found.extend((shape, _list_type(types)) for shape in listed)
+            else:
+                found.append(_tensor(d, t))
+        return found
+
 
 Argument = tuple[Any, ...]
 _MISSING = object()

@@ -12,7 +12,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
     from daydream.mapping.attribution import layer_types, layer_work
     from daydream.memory import analyze_memory
     from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
-    from daydream.simulate.whatif import gradient_bytes_of, resolve_device
+    from daydream.simulate.whatif import gradient_bytes_of, pair_bytes_of, resolve_device
     from daydream.transforms import is_pipeline_file, parse_spec
 
     parsed = [parse_spec(spec) for spec in specs if not is_pipeline_file(spec)]
@@ -31,10 +31,14 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
         if targets:  # gpu:target=NAME: the memory must fit the target's
             from daydream.devices import device as table_device
             device = table_device(str(targets[-1]))
+        batched = device is not None or any(name == "batch-size" for name, _ in parsed)
+        stated = [int(params["batch"]) for name, params in parsed if name == "batch-size"]
+        pairs = (pair_bytes_of(trace, attribution, stated[-1] if stated else 0) if batched
+                 else frozenset())
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None
             prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work,
-                                        types)
+                                        types, pairs)
             entry: dict[str, object] = {
                 "rank": trace.meta.rank,
                 "device": memory.device,
@@ -48,6 +52,6 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
             }
             if target is not None:
                 entry["largest_batch_factor"] = largest_batch_factor(
-                    memory, parsed, layers, current, target, layer_bytes, work, types)
+                    memory, parsed, layers, current, target, layer_bytes, work, types, pairs)
             results.append(entry)
     return results

@@ -99,18 +99,22 @@ class ModelFacts:
     layer_types: tuple[str, ...] = ()
     #: the GPU the memory is on, as the device table has it (None where not known)
     gpu: Device | None = None
+    #: the bytes of tensors that hold the batch twice (a contrastive loss's similarity of every
+    #: sample with every other: `daydream.transforms.batch.pairwise_products`), at each type seen
+    pair_bytes: frozenset[int] = frozenset()
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
                    current_optimizer: str | None, device: Device | None,
                    layer_bytes: dict[str, int] | None = None, layer_work: LayerWork | None = None,
-                   layer_types: tuple[str, ...] = ()) -> MemoryPrediction:
+                   layer_types: tuple[str, ...] = (),
+                   pair_bytes: frozenset[int] = frozenset()) -> MemoryPrediction:
     """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and
     width scale); `layer_work`: each layer's work (what pipeline stages balance); `layer_types`:
-    each layer's module type."""
+    each layer's module type; `pair_bytes`: the sizes of tensors that hold the batch twice."""
     allocations = _from(memory)
     model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work,
-                       layer_types, device)
+                       layer_types, device, pair_bytes)
     notes: list[str] = []
     for name, params in specs:
         memory_model = MEMORY_MODELS.get(name)
@@ -129,12 +133,14 @@ def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, 
                          layers: list[str], current_optimizer: str | None, device: Device,
                          layer_bytes: dict[str, int] | None = None,
                          layer_work: LayerWork | None = None,
-                         layer_types: tuple[str, ...] = ()) -> float | None:
+                         layer_types: tuple[str, ...] = (),
+                         pair_bytes: frozenset[int] = frozenset()) -> float | None:
     """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None
     if even 1/64 does not."""
     def fits(factor: float) -> bool:
         prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers,
-                                    current_optimizer, device, layer_bytes, layer_work, layer_types)
+                                    current_optimizer, device, layer_bytes, layer_work, layer_types,
+                                    pair_bytes)
         return bool(prediction.fits)
 
     low, high = 1 / 64, 1.0
@@ -210,12 +216,34 @@ def _batch_proportional(a: Allocations) -> np.ndarray:
 
 
 def batch_size_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """activations, and temporaries and workspaces of forward and backward, × factor"""
+    """activations, and temporaries and workspaces of forward and backward, × factor; those the
+    size of a tensor that holds the batch twice (every sample's similarity with every other)
+    × factor²"""
     factor = float(params["factor"])
     chosen = _batch_proportional(a)
-    a.size[chosen] *= factor
+    pairs = chosen & _pair_sized(a.size, model.pair_bytes, model.device.startswith("cuda"))
+    a.size[chosen & ~pairs] *= factor
+    a.size[pairs] *= factor * factor
+    twice = (f"; {int(pairs.sum())} of them the size of a tensor that holds the batch twice "
+             f"× {factor * factor:g}" if pairs.any() else "")
     return (f"batch-size: {int(chosen.sum())} activation and other forward/backward allocations × "
-            f"{factor:g}")
+            f"{factor:g}{twice}")
+
+
+#: The caching allocator of CUDA rounds a block up to a multiple of this many bytes.
+BLOCK_ROUNDING = 512
+
+
+def _pair_sized(size: np.ndarray, pair_bytes: frozenset[int], rounded: bool) -> np.ndarray:
+    """Which allocations of `size` are as large as a tensor of `pair_bytes`: as asked for, or also
+    (`rounded`: a GPU's) as its caching allocator rounds it."""
+    if not pair_bytes:
+        return np.zeros(size.shape, dtype=bool)
+    exact = np.array(sorted(pair_bytes), dtype=np.float64)
+    found = np.isin(size, exact)
+    if rounded:
+        found |= np.isin(size, np.ceil(exact / BLOCK_ROUNDING) * BLOCK_ROUNDING)
+    return found
 
 
 def amp_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:

@@ -250,6 +250,13 @@ def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray
                      iteration_of_row(trace, iterations))
 
 
+def pair_bytes_of(trace: Trace, attribution: Attribution, batch: int = 0) -> frozenset[int]:
+    """The bytes of the trace's tensors that hold the batch twice (what `batch-size`'s memory model
+    grows with the square of its factor); empty where none does or the trace has no shapes."""
+    found = batch_ops_of(trace, attribution, update_loop_of(trace, attribution), batch)
+    return found.pair_bytes()
+
+
 def iteration_of_row(trace: Trace, iterations: list[Iteration]) -> np.ndarray:
     """Per trace row, the iteration it starts in (-1: none)."""
     iteration = np.full(len(trace), -1, dtype=np.int64)

@@ -103,6 +103,14 @@ class BatchOps:
     def batch(self) -> int | None:
         return self.shape.batch if self.shape is not None else None
 
+    def pair_bytes(self) -> frozenset[int]:
+        """The bytes of the ops' tensors that hold the batch twice, at each type they have."""
+        shape = self.shape
+        if shape is None or not shape.pairs:
+            return frozenset()
+        return frozenset(tensor_bytes(t) for op in self.ops for t in op.tensors
+                         if t is not None and t[1] in ITEM_BYTES and shape.pair_axes(t[0]))
+
 
 @dataclass(slots=True, frozen=True)
 class BatchShape:
@@ -309,8 +317,8 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         size, found.source = first[0][0], "inferred"
     if size is None:
         return found
-    found.shape = _shape(trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)], size,
-                         first, parameters, iteration_of_row)
+    found.shape = _shape(trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)],
+                         phase_of_row, size, first, parameters, iteration_of_row)
     ops = _scaled_rows(trace, ops, phase_of_row, excluded)
     rows, exclusive = exclusive_host_ns(trace)
     own = dict(zip(rows.tolist(), exclusive.tolist()))
@@ -323,7 +331,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         if row not in shapes:
             continue
         found.shaped.add(row)
-        tensors = shapes.tensors(row) or []
+        tensors = shapes.tensors_listed(row) or []
         arguments = shapes.arguments(row)
         name = trace.name_of(row)
         if (scale_inputs(name, tensors, found.shape, 2.0) is None
@@ -377,13 +385,37 @@ def _scaled_rows(trace: Trace, ops: np.ndarray, phase_of_row: np.ndarray,
     return ops[~np.isin(trace.name[ops], unit_names)]
 
 
-def _shape(trace: Trace, shapes: OpShapes, rows: np.ndarray, size: int, first: Tensor | None,
-           parameters: set[tuple[int, ...]], iteration_of_row: np.ndarray | None) -> BatchShape:
+def _shape(trace: Trace, shapes: OpShapes, rows: np.ndarray, phase_of_row: np.ndarray, size: int,
+           first: Tensor | None, parameters: set[tuple[int, ...]],
+           iteration_of_row: np.ndarray | None) -> BatchShape:
     """How the batch of `size` shows in the shapes of `rows` (forward, backward and data work)."""
     tokens = _token_counts(first, size)
-    shape = BatchShape(size, tokens, frozenset(parameters), ragged_sizes(
-        trace, shapes, rows, iteration_of_row, parameters, {size, *tokens}))
+    ragged = ragged_sizes(trace, shapes, rows, iteration_of_row, parameters, {size, *tokens})
+    dims = {dim for parameter in parameters for dim in parameter}
+    ragged |= _varying_batches(trace, shapes, rows, phase_of_row, iteration_of_row, parameters,
+                               size) - dims
+    shape = BatchShape(size, tokens, frozenset(parameters), ragged)
     return replace(shape, pairs=pairwise_products(trace, shapes, rows, shape))
+
+
+def _varying_batches(trace: Trace, shapes: OpShapes, rows: np.ndarray, phase_of_row: np.ndarray,
+                     iteration_of_row: np.ndarray | None, parameters: set[tuple[int, ...]],
+                     size: int) -> frozenset[int]:
+    """Where the model's input shows the batch size in no axis in some iteration, the size its
+    input leads with in each such iteration: that iteration's batch (the nodes of a batch of graphs
+    of varying size, whose recorded batch is one warm-up step's node count; a last, shorter batch).
+    Empty where every iteration's input shows the batch (a sequence-first input whose length
+    varies leads with the length)."""
+    if iteration_of_row is None:
+        return frozenset()
+    found: set[int] = set()
+    inside = rows[iteration_of_row[rows] >= 0]
+    for iteration in np.unique(iteration_of_row[inside]).tolist():
+        mine = inside[iteration_of_row[inside] == iteration]
+        first = _first_input(trace, shapes, mine, phase_of_row, parameters)
+        if first is not None and first[0] and size not in first[0]:
+            found.add(int(first[0][0]))
+    return frozenset(found)
 
 
 #: Multiplies of two activations whose product may hold the batch twice.
@@ -436,7 +468,9 @@ def ragged_sizes(trace: Trace, shapes: OpShapes, rows: np.ndarray,
     (`batch`: the batch size and its token counts). What varies with the data
     in a training loop counts what the batch holds (the tokens a mixture of experts routes to each
     expert: 245, 272, 264 and 243 of 1,024 in one step, 257, 254, 279 and 234 in the next; the
-    boxes a detector keeps), so it grows with the batch. Needs two iterations."""
+    boxes a detector keeps), so it grows with the batch; so does a size below the batch's where it
+    stands in for the batch's own in another iteration (the model's input varies: the nodes of a
+    batch of graphs). Needs two iterations."""
     if iteration_of_row is None:
         return frozenset()
     rows = rows[iteration_of_row[rows] >= 0]
@@ -451,15 +485,22 @@ def ragged_sizes(trace: Trace, shapes: OpShapes, rows: np.ndarray,
                 seen.setdefault(key, {}).setdefault(iteration, set()).add(size)
     varying: set[int] = set()
     steady: set[int] = set()
+    batches: set[int] = set()  # the batch's own sizes in the other iterations
     for by_iteration in seen.values():
         if len(by_iteration) < len(iterations):
             continue  # an op some iterations do not run
         common = set.intersection(*by_iteration.values())
         steady |= common
-        varying |= set.union(*by_iteration.values()) - common
+        moving = set.union(*by_iteration.values()) - common
+        varying |= moving
+        if moving & batch:
+            batches |= moving
     fixed = {size for shape in parameters for size in shape} | batch
-    # what a batch holds counts at least its samples: a size below them varies with something else
-    return frozenset(size for size in varying - steady - fixed if size > min(batch))
+    # what a batch holds counts at least its samples: a size below them varies with something else,
+    # unless it is where the batch is in another iteration (a batch of graphs' nodes, recorded as
+    # the first iteration's node count)
+    return frozenset(size for size in varying - steady - fixed
+                     if size > min(batch) or size in batches)
 
 
 #: An inferred batch size must lead the data input of at least this share of the forward's ops.

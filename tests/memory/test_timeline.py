@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from daydream.cli import main
@@ -124,6 +125,31 @@ def test_what_if_memory_on_the_hand_built_trace(tmp_path: Path) -> None:
     # optimizer; the peak moves to forward's temporary: 10,000 + 5,000 + 1,000 + 100 + 400.
     assert peak("ddp:world=4,bucket_view=1") == 16_500
     assert peak(r"checkpoint:layers=net\.fc") == 16_400  # recomputed before backward: the peak stays in backward
+
+
+def test_a_tensor_that_holds_the_batch_twice_grows_with_the_square_of_the_factor(tmp_path: Path) -> None:
+    # The hand-built trace's 1000-byte activation taken as a similarity of every sample with every other (its bytes
+    # those of a tensor that holds the batch twice): at twice the batch it holds 4000 bytes, so the peak in backward is
+    # 10,000 + 5,000 + 4,000 + 400; the 100-byte temporary, not of that size, is gone by then.
+    trace = _trace(tmp_path)
+    (device,) = analyze_memory(trace)
+    layers = attribute(trace).layers
+    spec = [parse_spec("batch-size:factor=2")]
+    paired = predict_memory(device, spec, layers, None, None, pair_bytes=frozenset({1000}))
+    assert paired.predicted_peak_bytes == 10_000 + 5_000 + 4_000 + 400
+    assert any("2 of them the size of a tensor that holds the batch twice × 4" in n for n in paired.notes)
+    assert predict_memory(device, spec, layers, None, None).predicted_peak_bytes == 16_400 + 1000
+
+
+def test_a_pair_sized_block_is_found_as_asked_for_or_as_a_caching_allocator_rounds_it() -> None:
+    from daydream.memory.whatif import _pair_sized
+
+    sizes = np.array([1024.0, 1000.0, 512.0])
+    assert _pair_sized(sizes, frozenset({1000}), rounded=False).tolist() == [False, True, False]  # a CPU's
+    # a GPU's caching allocator rounds a block up to a multiple of 512 bytes: 1000 and 700 take 1024
+    assert _pair_sized(sizes, frozenset({1000}), rounded=True).tolist() == [True, True, False]
+    assert _pair_sized(sizes, frozenset({700}), rounded=True).tolist() == [True, False, False]
+    assert _pair_sized(sizes, frozenset(), rounded=True).tolist() == [False, False, False]
 
 
 def test_current_optimizer_is_read_from_annotations() -> None:

@@ -315,6 +315,7 @@ def test_a_recorded_contrastive_loss_grows_with_the_square_of_its_batch(tmp_path
     trace = open_trace(discover(path)[0])
     found = batch_ops(trace, attribute(trace).phase, None, 32)
     assert found.shape is not None and found.shape.pairs == {((32, 32), (0, 1))}
+    assert found.pair_bytes() == {32 * 32 * 4, 32 * 32}  # the floats' and the self-pairs' bool mask's bytes
     products = [o for o in found.ops if o.name in ("aten::mm", "aten::matmul") and not o.wrapper
                 and (32, 32) in [t[0] for t in o.tensors if t is not None]
                 or o.name == "aten::mm" and [t[0] for t in o.tensors if t is not None] == [(32, 24), (24, 32)]]
