@@ -220,8 +220,11 @@ def batch_size_memory(a: Allocations, params: dict[str, Any], model: ModelFacts)
     size of a tensor that holds the batch twice (every sample's similarity with every other)
     × factor²"""
     factor = float(params["factor"])
-    chosen = _batch_proportional(a)
-    pairs = chosen & _pair_sized(a.size, model.pair_bytes, model.device.startswith("cuda"))
+    # a pair-sized tensor holds the batch wherever in the step it is made (SimCLR's loss, outside
+    # the model's forward, makes its similarity in the step's other work)
+    pairs = (_pair_sized(a.size, model.pair_bytes, model.device.startswith("cuda"))
+             & np.isin(a.category, [ACT, TMP, WORKSPACE, OTHER]))
+    chosen = _batch_proportional(a) | pairs
     a.size[chosen & ~pairs] *= factor
     a.size[pairs] *= factor * factor
     twice = (f"; {int(pairs.sum())} of them the size of a tensor that holds the batch twice "

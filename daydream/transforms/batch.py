@@ -104,12 +104,23 @@ class BatchOps:
         return self.shape.batch if self.shape is not None else None
 
     def pair_bytes(self) -> frozenset[int]:
-        """The bytes of the ops' tensors that hold the batch twice, at each type they have."""
+        """The bytes of the ops' tensors that hold the batch twice, at each type they have, less
+        those a tensor that holds it once also has (an allocation is told by its size alone: a
+        1,024 × 1,024 bool mask and a 1,024 × 256 float activation both take 1 MiB)."""
         shape = self.shape
         if shape is None or not shape.pairs:
             return frozenset()
-        return frozenset(tensor_bytes(t) for op in self.ops for t in op.tensors
-                         if t is not None and t[1] in ITEM_BYTES and shape.pair_axes(t[0]))
+        pairs: set[int] = set()
+        once: set[int] = set()
+        for op in self.ops:
+            for t in op.tensors:
+                if t is None or t[1] not in ITEM_BYTES:
+                    continue
+                if shape.pair_axes(t[0]):
+                    pairs.add(tensor_bytes(t))
+                elif shape.axis(t[0]) is not None:
+                    once.add(tensor_bytes(t))
+        return frozenset(pairs - once)
 
 
 @dataclass(slots=True, frozen=True)

@@ -315,7 +315,8 @@ def test_a_recorded_contrastive_loss_grows_with_the_square_of_its_batch(tmp_path
     trace = open_trace(discover(path)[0])
     found = batch_ops(trace, attribute(trace).phase, None, 32)
     assert found.shape is not None and found.shape.pairs == {((32, 32), (0, 1))}
-    assert found.pair_bytes() == {32 * 32 * 4, 32 * 32}  # the floats' and the self-pairs' bool mask's bytes
+    # the similarity's floats; the self-pairs' bool mask takes 1 KiB, as the 32 x 8 float input does: left out
+    assert found.pair_bytes() == {32 * 32 * 4}
     products = [o for o in found.ops if o.name in ("aten::mm", "aten::matmul") and not o.wrapper
                 and (32, 32) in [t[0] for t in o.tensors if t is not None]
                 or o.name == "aten::mm" and [t[0] for t in o.tensors if t is not None] == [(32, 24), (24, 32)]]
@@ -336,3 +337,52 @@ def test_a_recorded_contrastive_loss_grows_with_the_square_of_its_batch(tmp_path
     linear = next(o for o in found.ops if o.name == "aten::addmm")
     scaled = scale_inputs(linear.name, linear.tensors, found.shape, 2.0)
     assert scaled is not None and gemm_flops(gemm_dims("aten::addmm", scaled)) == 2 * gemm_flops(gemm_dims("aten::addmm", linear.tensors))
+
+
+def _forward_steps(tmp_path: Path, shapes: list[list[list[int]]], batch: int):  # type: ignore[no-untyped-def]
+    """A made-up CPU trace of one step per entry of `shapes`, each a forward of one linear per input shape (12 features
+    to 8), recorded with `batch` as its batch; and each row's step, by hand from the steps' annotations."""
+    events, ext = [], 0
+    for step, inputs in enumerate(shapes):
+        base = step * 3000.0
+        events += [annotation(f"ProfilerStep#{step + 1}", base, 2900), annotation("daydream.phase::forward", base, 2800)]
+        for index, dims in enumerate(inputs):
+            ext += 1
+            events.append(op("aten::linear", base + 1 + 405 * index, 400.0, ext=ext,
+                             **{"Input Dims": [dims, [8, 12], [8]], "Input type": ["float", "float", "float"]}))
+    trace = read_job(write_trace(tmp_path, events, batch_size=batch), cache=False).traces[0]
+    iteration = np.full(len(trace), -1)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#"))
+    for number, (start, end) in enumerate(steps):
+        iteration[(trace.ts_ns >= start * 1000) & (trace.ts_ns < end * 1000)] = number
+    return trace, iteration
+
+
+def test_a_batch_whose_size_varies_is_the_models_input_in_each_step(tmp_path: Path) -> None:
+    # Graphs of varying size packed into one: the model's input leads with the step's node count (20, 28, 24), and the
+    # batch recorded is a warm-up step's (26), in none of them. Each step's node count is its batch: 20 and 24 grow
+    # though they are below 26.
+    trace, iteration = _forward_steps(tmp_path, [[[20, 12], [20, 12]], [[28, 12], [28, 12]], [[24, 12], [24, 12]]], 26)
+    shape = batch_ops(trace, attribute(trace).phase, None, 26, iteration).shape
+    assert shape is not None and shape.ragged == {20, 24, 28}
+
+
+def test_a_sequence_whose_length_varies_is_not_its_batch(tmp_path: Path) -> None:
+    # A sequence-first input (length, batch 16, 12 features) whose length changes from step to step (10, 14, 12): every
+    # step's input shows the batch, so the lengths it leads with are not batches.
+    trace, iteration = _forward_steps(tmp_path, [[[10, 16, 12]], [[14, 16, 12]], [[12, 16, 12]]], 16)
+    shape = batch_ops(trace, attribute(trace).phase, None, 16, iteration).shape
+    assert shape is not None and shape.ragged == frozenset()
+
+
+def test_a_list_of_tensors_carries_the_batch_by_its_elements(tmp_path: Path) -> None:
+    # aten::cat records its list as one input ("TensorList") holding each element's dims.
+    events = [annotation("ProfilerStep#1", 0, 2900), annotation("daydream.phase::forward", 0, 2800),
+              op("aten::cat", 1, 400.0, ext=1, **{"Input Dims": [[[16, 8], [16, 24]], []],
+                                                  "Input type": ["TensorList", "Scalar"]})]
+    trace = read_job(write_trace(tmp_path, events, batch_size=16), cache=False).traces[0]
+    found = batch_ops(trace, attribute(trace).phase, None, 16)
+    (cat,) = found.ops
+    assert cat.name == "aten::cat" and cat.tensors == [((16, 8), "float"), ((16, 24), "float"), None]
+    assert found.shape is not None
+    assert scale_inputs("aten::cat", cat.tensors, found.shape, 2.0) == [((32, 8), "float"), ((32, 24), "float"), None]
