@@ -14,6 +14,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
     from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
     from daydream.simulate.whatif import gradient_bytes_of, pair_bytes_of, resolve_device
     from daydream.transforms import is_pipeline_file, parse_spec
+    from daydream.transforms.specs import stated_batch
 
     parsed = [parse_spec(spec) for spec in specs if not is_pipeline_file(spec)]
     results: list[dict[str, object]] = []
@@ -32,8 +33,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
             from daydream.devices import device as table_device
             device = table_device(str(targets[-1]))
         batched = device is not None or any(name == "batch-size" for name, _ in parsed)
-        stated = [int(params["batch"]) for name, params in parsed if name == "batch-size"]
-        pairs = (pair_bytes_of(trace, attribution, stated[-1] if stated else 0) if batched
+        pairs = (pair_bytes_of(trace, attribution, stated_batch(specs) or 0) if batched
                  else frozenset())
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None

@@ -421,8 +421,9 @@ def _varying_batches(trace: Trace, shapes: OpShapes, rows: np.ndarray, phase_of_
         return frozenset()
     found: set[int] = set()
     inside = rows[iteration_of_row[rows] >= 0]
-    for iteration in np.unique(iteration_of_row[inside]).tolist():
-        mine = inside[iteration_of_row[inside] == iteration]
+    inside = inside[np.argsort(iteration_of_row[inside], kind="stable")]
+    # each iteration's rows, split once (not a mask over all rows per iteration)
+    for mine in np.split(inside, np.flatnonzero(np.diff(iteration_of_row[inside])) + 1):
         first = _first_input(trace, shapes, mine, phase_of_row, parameters)
         if first is not None and first[0] and size not in first[0]:
             found.add(int(first[0][0]))
