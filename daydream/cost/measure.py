@@ -206,6 +206,29 @@ class Measurer:
             return None
         return self._ratio(self._call(name, new, None), self._call(name, old, None))
 
+    def runs_ratio(self, key: str, new: Callable[[], Callable[[Any, list[Any]], Any] | None],
+                   old: Callable[[], Callable[[Any, list[Any]], Any] | None],
+                   tensors: list[Operand], repetitions: int = REPETITIONS) -> float | None:
+        """The median time of the runner `new()` makes over that of `old()`'s, each on its own
+        tensors of `tensors`, timed in turns `repetitions` times (cached under `key` as parts per
+        million); None where either cannot be made or run here (and why, in `failed`)."""
+        if key in self.cache:
+            return self.cache[key] / RATIO_SCALE
+        if not self._may_run(key, tensors):
+            return None
+        run_new, run_old = new(), old()
+        if run_new is None or run_old is None:
+            self.failed[key] = "not one the measured tier runs"
+            return None
+
+        def measure() -> int:
+            times = self._median_ns([(run_new, tensors), (run_old, tensors)],
+                                    repetitions=repetitions)
+            return max(1, int(round(times[0] / times[1] * RATIO_SCALE)))
+
+        value = self._run(key, measure)
+        return None if value is None else value / RATIO_SCALE
+
     def op_pair_ns(self, name: str, new: list[Operand | None], old: list[Operand | None],
                    hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
         """Op `name`'s median times on tensors of `new` and of `old` ((shape, type) or (shape,
@@ -404,9 +427,10 @@ class Measurer:
         return max(1, timed - view)
 
     def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
-                   flush: bool = True) -> list[int]:
+                   flush: bool = True, repetitions: int = 0) -> list[int]:
         """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times (each
-        after the caches were emptied, where `flush`): their medians, ns."""
+        after the caches were emptied, where `flush`), or `repetitions` where given: their
+        medians, ns."""
         import torch
 
         # An op's temporaries come from memory the heap keeps, as in a training process that has run
@@ -428,7 +452,8 @@ class Measurer:
                         runner(torch, made)  # warm again, on the memory the heap now keeps
                 times: list[list[int]] = [[] for _ in runs]
                 emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
-                for _ in range(REPETITIONS if slowest <= SLOW_NS else SLOW_REPETITIONS):
+                for _ in range(repetitions or (REPETITIONS if slowest <= SLOW_NS
+                                               else SLOW_REPETITIONS)):
                     for (runner, _), made, mine in zip(runs, values, times):
                         if flush:  # caches emptied of the operands, as in a
                             emptied.zero_()  # training step that streams through them

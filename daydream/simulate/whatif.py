@@ -20,6 +20,7 @@ from daydream.cost import CostModel, CostOptions
 from daydream.cost.elementwise import elementwise_speed
 from daydream.cost.heap import large_host_blocks
 from daydream.cost.measure import measuring_enabled
+from daydream.cost.optimizer import stepped_optimizer
 from daydream.cost.saved import saved_tensors_of
 from daydream.devices import Device, device, recorded_device
 from daydream.errors import InputError
@@ -175,6 +176,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "compiler_view": lambda: compiler_view_of(trace, attribution()),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
+                              "stepped_optimizer": lambda: stepped_optimizer(
+                                  trace, iteration_of_row(trace, iterations())),
                               "batch_ops": lambda: functools.cache(
                                   lambda batch: batch_ops_of(trace, attribution(),
                                                              update_loop(), batch,

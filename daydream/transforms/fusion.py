@@ -4,11 +4,14 @@ graphs, fused elementwise kernels."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from daydream.cost import Tier
+from daydream.cost.optimizer import IMPLEMENTATIONS, step_ratio
+from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.model import KERNELS
 from daydream.mapping import PHASES
@@ -22,11 +25,14 @@ MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
 
 
 def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    optimizer = PHASES.index("optimizer")
+    implementation = str(params["implementation"])
+    if implementation not in IMPLEMENTATIONS:
+        raise InputError(f"--opt fused-optimizer:implementation={implementation}: the forms are "
+                         f"{' and '.join(IMPLEMENTATIONS)} (torch.optim's keyword set to True)")
     gpu = graph.has_device_work()
     kinds = KERNELS if gpu else (TaskKind.HOST_OP,)
     work = select(graph, kind=kinds)
-    work = work[graph.tasks["phase"][work] == optimizer]
+    work = work[graph.tasks["phase"][work] == PHASES.index("optimizer")]
     work = np.setdiff1d(work, matching(graph, work, MULTI_TENSOR))
     found_in = "the optimizer's step"
     if work.size == 0:
@@ -36,33 +42,87 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     if work.size == 0:
         return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?), "
                 "and no hand-written update loop after backward; nothing changed"]
-    keep_per_iteration = max(1, int(params["kernels"]))
+    keep = max(1, int(params["kernels"]))
+    measured, why = ((None, "") if gpu or found_in != "the optimizer's step"
+                     else _measured_step(context, implementation))
     fixed = low_percentile(graph.tasks["duration_ns"][work])
+    if measured is not None:
+        gone, kept = _fuse_iterations(graph, work, keep,
+                                      lambda mine: _scaled_step(graph, mine, measured[1]))
+    else:
+        gone, kept = _fuse_iterations(graph, work, keep,
+                                      lambda mine: _fixed_cost_step(graph, mine, fixed, keep))
+    calls = launchers(graph, gone) if gpu else np.zeros(0, dtype=np.int64)
+    calls = np.setdiff1d(calls, launchers(graph, np.setdiff1d(work, gone)))
+    remove(graph, np.concatenate([gone, calls]))
+    if context.costs is not None:
+        # a ratio: the fused ones' bytes left, at a percentile's fixed cost
+        context.costs.count(Tier.MEASURED if measured is not None else Tier.RATIO, kept)
+    unit = "kernels" if gpu else "CPU ops"
+    became = (f"fused-optimizer: {gone.size + kept} per-parameter {unit} of {found_in} became "
+              f"{kept} multi-tensor ones")
+    if measured is not None:
+        name, ratio, count = measured
+        return [f"{became}, timed by stepping torch.optim.{name}({implementation}=True) here "
+                f"at the trace's {count} parameters' shapes: it took x{ratio:.2f} the time of "
+                "its loop over the parameters, and so does the step's recorded per-parameter "
+                "work with the host time between its ops"]
+    return [f"{became} (fixed cost {fixed} ns each removed, from the trace's 10th-percentile "
+            f"optimizer {unit[:-1]}){why}; {calls.size} launches and the CPU work between them "
+            "removed"]
+
+
+def _measured_step(context: Context, implementation: str
+                   ) -> tuple[tuple[str, float, int] | None, str]:
+    """(optimizer class, the measured ratio of its `implementation` step to its loop, parameters
+    stepped), or None and why not (for the note; empty where the measured tier does not apply)."""
+    costs = context.costs
+    if costs is None or costs.measurer is None:
+        return None, ""
+    found = context.stepped_optimizer
+    if found is None:
+        return None, ("; not measured: no torch.optim class named by the trace's steps, or no "
+                      "recorded gradient shapes")
+    ratio = step_ratio(costs.measurer, found, implementation)
+    if ratio is None:
+        why = next(iter(costs.measurer.failed.values()), "it could not run here")
+        return None, (f"; not measured: torch.optim.{found.name}({implementation}=True) did not "
+                      f"step here ({why})")
+    return (found.name, ratio, len(found.parameters)), ""
+
+
+def _fuse_iterations(graph: Graph, work: np.ndarray, keep_per_iteration: int,
+                     fused_ns: Callable[[np.ndarray], int]) -> tuple[np.ndarray, int]:
+    """Per iteration, `work`'s first `keep_per_iteration` tasks take `fused_ns(its work in program
+    order)` between them; (the rest, to remove; how many were kept)."""
     removed: list[np.ndarray] = []
     kept_total = 0
     for iteration in np.unique(graph.tasks["iteration"][work]).tolist():
         mine = work[graph.tasks["iteration"][work] == iteration]
         mine = mine[np.argsort(graph.tasks["measured_start_ns"][mine], kind="stable")]
         keep = mine[:keep_per_iteration]
-        total = int(graph.tasks["duration_ns"][mine].sum())
-        # The same bytes move through fewer, larger kernels: each
-        # removed one takes its fixed cost with it.
-        fused = max(total - fixed * (mine.size - keep.size), fixed * keep.size)
-        graph.tasks["duration_ns"][keep] = fused // keep.size
+        graph.tasks["duration_ns"][keep] = fused_ns(mine) // keep.size
         removed.append(mine[keep.size:])
         kept_total += keep.size
     gone = np.concatenate(removed) if removed else np.zeros(0, dtype=np.int64)
-    calls = launchers(graph, gone) if gpu else np.zeros(0, dtype=np.int64)
-    calls = np.setdiff1d(calls, launchers(graph, np.setdiff1d(work, gone)))
-    remove(graph, np.concatenate([gone, calls]))
-    if context.costs is not None:
-        # the fused ones: the bytes left, at a percentile's fixed cost
-        context.costs.count(Tier.RATIO, kept_total)
-    unit = "kernels" if gpu else "CPU ops"
-    return [f"fused-optimizer: {gone.size + kept_total} per-parameter {unit} of {found_in} became "
-            f"{kept_total} multi-tensor ones (fixed cost {fixed} ns each removed, from the trace's "
-            f"10th-percentile optimizer {unit[:-1]}); {calls.size} launches and the CPU work "
-            "between them removed"]
+    return gone, kept_total
+
+
+def _fixed_cost_step(graph: Graph, mine: np.ndarray, fixed: int, keep_per_iteration: int) -> int:
+    """The same bytes move through fewer, larger kernels: each removed one takes its fixed cost
+    with it."""
+    keep = min(keep_per_iteration, mine.size)
+    total = int(graph.tasks["duration_ns"][mine].sum())
+    return max(total - fixed * (mine.size - keep), fixed * keep)
+
+
+def _scaled_step(graph: Graph, mine: np.ndarray, ratio: float) -> int:
+    """The per-parameter ops `mine` (in program order) and the host time between them, scaled by
+    `ratio`; the gaps before all but the first are taken into it."""
+    recorded = (int(graph.tasks["duration_ns"][mine].sum())
+                + int(graph.tasks["gap_ns"][mine[1:]].sum()))
+    graph.tasks["gap_ns"][mine[1:]] = 0
+    return int(round(recorded * ratio))
 
 
 def _update_loop_tasks(graph: Graph, kinds: tuple[TaskKind, ...],
@@ -84,9 +144,14 @@ register(Optimization(
     "launches replaced by `kernels` multi-tensor ones per iteration, whose time follows the bytes "
     "moved: the removed ones' total minus, for each removed one, the fixed cost of a near-empty "
     "one (10th percentile of the optimizer's kernels in this trace); the CPU work between the "
-    "removed launches goes too",
+    "removed launches goes too. On a CPU trace whose steps name a torch.optim class, the step is "
+    "timed instead by stepping that class here in both forms at the parameters' recorded shapes "
+    "(the measured tier): the recorded per-parameter work and the host time between its ops "
+    "scaled by their ratio",
     _fused_optimizer,
-    {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration", 1, 1e6)},
+    {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration", 1, 1e6),
+     "implementation": Parameter(str, "foreach", "the form measured on a CPU trace: foreach or "
+                                 "fused (torch.optim's keyword set to True)")},
 ))
 
 

@@ -153,6 +153,13 @@ class Context:
         return self._fact("update_loop")
 
     @property
+    def stepped_optimizer(self) -> Any:
+        """The torch.optim class the trace's optimizer steps name, and the shapes of the
+        parameters one iteration's backward accumulated gradients for
+        (cost/optimizer.SteppedOptimizer); None where either is missing."""
+        return self._fact("stepped_optimizer")
+
+    @property
     def loader_ranges(self) -> Any:
         """The trace's DataLoader `__next__` ranges
         (transforms/loading.LoaderRanges); None where not derived."""

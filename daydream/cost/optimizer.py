@@ -1,0 +1,141 @@
+"""The measured tier for `fused-optimizer`: the trace's own `torch.optim` class stepped here, at the
+shapes and dtypes of the parameters its backward accumulated gradients for, once as the trace ran
+it (a loop over the parameters) and once as the what-if asks (`foreach=True` or `fused=True`).
+
+What a multi-tensor step saves, or costs, on a CPU is not in an eager trace: CPU builds have no
+multi-tensor kernels, so `foreach=True` runs the same per-tensor kernels from C++, and some
+optimizers' multi-tensor form does more work than their loop. In this project's real runs
+(docs/validation-whatif-cpu.md) Adagrad's took longer than its loop, as its step size multiplies
+every gradient in a pass of its own (`_foreach_mul`, 3.4 ms of a 21 ms step), and AdamW's took about
+as long as its loop; a fixed launch cost removed per kernel, as on a GPU, predicted both faster.
+
+The two forms are stepped in turns on parameters of the same shapes (each its own copy, random
+gradients, the optimizer's default settings), and the ratio of their median step times is cached
+by (class, form, parameter shapes). Past `MOST_ELEMENTS` parameters, the first ones up to it stand
+for all (the ratio of two forms of the same per-parameter work, not a time).
+
+    found = stepped_optimizer(trace, iteration_of_row)  # SteppedOptimizer("Adagrad", (...)) or None
+    ratio = step_ratio(measurer, found, "foreach")       # e.g. 1.27; None where it cannot run here
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daydream.cost.measure import Measurer
+from daydream.cost.shapes import OpShapes, elements
+from daydream.trace import EventKind, Trace
+
+#: PyTorch's annotation of an optimizer's step: `Optimizer.step#Adagrad.step`.
+STEP = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+#: The autograd node that accumulates a parameter's gradient (its input: the gradient).
+ACCUMULATE = "torch::autograd::AccumulateGrad"
+#: The forms a what-if may ask for: `torch.optim` keyword set to True.
+IMPLEMENTATIONS = ("foreach", "fused")
+#: Steps of each form timed in turns. On this project's 2-core machine the same Adagrad's ratio
+#: measured 1.32 to 1.89 at seven turns, 1.31 to 1.54 at 21 (five processes); its real traced steps
+#: 1.13 to 1.45 (five rounds).
+REPETITIONS = 21
+#: Parameters (elements, all together) stepped at most: the first ones up to it stand for all.
+MOST_ELEMENTS = 1 << 25
+
+
+@dataclass(frozen=True, slots=True)
+class SteppedOptimizer:
+    """The `torch.optim` class a trace's steps name, and the (shape, type) of each parameter one
+    iteration's backward accumulated a gradient for, in the order it did."""
+
+    name: str
+    parameters: tuple[tuple[tuple[int, ...], str], ...]
+
+
+def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray) -> SteppedOptimizer | None:
+    """The optimizer of `trace`'s steps and its parameters (`iteration_of_row`: per trace row, its
+    iteration, -1 for none); None where no step names a class or no gradient's shape is recorded."""
+    steps = {i: found.group(1) for i, found in enumerate(STEP.match(s) for s in trace.strings)
+             if found}
+    rows = trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
+    named = Counter(steps[n] for n in trace.name[rows].tolist() if n in steps)
+    if not named:
+        return None
+    accumulated = rows[np.isin(trace.name[rows], [i for i, s in enumerate(trace.strings)
+                                                  if s == ACCUMULATE])]
+    accumulated = accumulated[iteration_of_row[accumulated] >= 0]
+    if accumulated.size == 0:
+        return None
+    first = accumulated[iteration_of_row[accumulated] == iteration_of_row[accumulated].min()]
+    shapes = OpShapes(trace)
+    parameters = []
+    for row in first[np.argsort(trace.ts_ns[first], kind="stable")].tolist():
+        tensors = shapes.tensors(row) or []
+        if tensors and tensors[0] is not None and tensors[0][1] in FLOATING_TYPES:
+            parameters.append((tuple(tensors[0][0]), tensors[0][1]))
+    if not parameters:
+        return None
+    return SteppedOptimizer(named.most_common(1)[0][0], tuple(parameters))
+
+
+#: Parameter types the measured tier steps (torch.profiler's names).
+FLOATING_TYPES = ("float", "double", "c10::BFloat16", "c10::Half")
+
+
+def step_ratio(measurer: Measurer, optimizer: SteppedOptimizer, implementation: str
+               ) -> float | None:
+    """The time of `optimizer`'s step in form `implementation` ("foreach" or "fused") over its
+    time as a loop over the parameters, both stepped here in turns; None where the class is not
+    one of `torch.optim`'s, does not take that form, or cannot step here (or the budget is spent).
+    Why not is in `measurer.failed`."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation {implementation!r}: one of {IMPLEMENTATIONS}")
+    parameters = _within_size(list(optimizer.parameters))
+    listed = json.dumps([[list(shape), kind] for shape, kind in parameters])
+    digest = hashlib.sha1(listed.encode()).hexdigest()[:16]
+    key = f"optimizer-step|{optimizer.name}|{implementation}|{len(parameters)}|{digest}"
+    return measurer.runs_ratio(key, _stepper(optimizer.name, {implementation: True}),
+                               _stepper(optimizer.name, {"foreach": False}), parameters,
+                               repetitions=REPETITIONS)
+
+
+def _within_size(parameters: list[tuple[tuple[int, ...], str]]
+                 ) -> list[tuple[tuple[int, ...], str]]:
+    """The first of `parameters` up to `MOST_ELEMENTS` elements in all (at least one)."""
+    kept: list[tuple[tuple[int, ...], str]] = []
+    total = 0
+    for parameter in parameters:
+        total += elements(parameter[0])
+        if kept and total > MOST_ELEMENTS:
+            break
+        kept.append(parameter)
+    return kept
+
+
+def _stepper(name: str, options: dict[str, bool]
+             ) -> Callable[[], Callable[[Any, list[Any]], Any] | None]:
+    """How to make a runner that steps `torch.optim.<name>(parameters, **options)` once per call
+    (the optimizer made, and each parameter given a random gradient, on its first call)."""
+    def make() -> Callable[[Any, list[Any]], Any] | None:
+        import torch
+
+        kind: Any = getattr(torch.optim, name, None)
+        if not (isinstance(kind, type) and issubclass(kind, torch.optim.Optimizer)):
+            return None
+        made: dict[int, tuple[list[Any], Any]] = {}
+
+        def run(_torch: Any, parameters: list[Any]) -> None:
+            if id(parameters) not in made or made[id(parameters)][0] is not parameters:
+                for parameter in parameters:
+                    parameter.grad = torch.randn_like(parameter)
+                made[id(parameters)] = (parameters, kind(parameters, **options))
+            made[id(parameters)][1].step()
+
+        return run
+
+    return make
