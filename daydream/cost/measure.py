@@ -429,8 +429,8 @@ class Measurer:
     def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
                    flush: bool = True, repetitions: int = 0) -> list[int]:
         """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times (each
-        after the caches were emptied, where `flush`), or `repetitions` where given: their
-        medians, ns."""
+        after the caches were emptied, where `flush`), or up to `repetitions` where given
+        (`_repetitions`): their medians, ns."""
         import torch
 
         # An op's temporaries come from memory the heap keeps, as in a training process that has run
@@ -452,8 +452,8 @@ class Measurer:
                         runner(torch, made)  # warm again, on the memory the heap now keeps
                 times: list[list[int]] = [[] for _ in runs]
                 emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
-                for _ in range(repetitions or (REPETITIONS if slowest <= SLOW_NS
-                                               else SLOW_REPETITIONS)):
+                for _ in range(self._repetitions(repetitions, slowest,
+                                                 sum(first for first, _ in warmed))):
                     for (runner, _), made, mine in zip(runs, values, times):
                         if flush:  # caches emptied of the operands, as in a
                             emptied.zero_()  # training step that streams through them
@@ -463,6 +463,15 @@ class Measurer:
         finally:
             torch.set_num_threads(previous)
         return [max(1, int(statistics.median(mine))) for mine in times]
+
+    def _repetitions(self, asked: int, slowest: int, turn_ns: int) -> int:
+        """Turns to time: `REPETITIONS`, or `SLOW_REPETITIONS` after a first run over `SLOW_NS`;
+        where `asked`, as many as the budget left holds at `turn_ns` a turn, from
+        `SLOW_REPETITIONS` to `asked`."""
+        if not asked:
+            return REPETITIONS if slowest <= SLOW_NS else SLOW_REPETITIONS
+        left_ns = (self.budget_s - self.spent_s) * 1e9
+        return max(SLOW_REPETITIONS, min(asked, int(left_ns // max(1, turn_ns))))
 
     def save(self) -> None:
         """Write what was measured in this process to the cache

@@ -117,7 +117,7 @@ def _within_size(parameters: list[tuple[tuple[int, ...], str]]
     return kept
 
 
-def _stepper(name: str, options: dict[str, bool]
+def _stepper(name: str, options: dict[str, Any]
              ) -> Callable[[], Callable[[Any, list[Any]], Any] | None]:
     """How to make a runner that steps `torch.optim.<name>(parameters, **options)` once per call
     (the optimizer made, and each parameter given a random gradient, on its first call)."""

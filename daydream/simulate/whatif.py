@@ -199,6 +199,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
         else:
             notes += apply_spec(graph, parse_spec(spec), context)
     model = context.made("costs")
+    if model is not None and model.measurer is not None:
+        model.measurer.save()  # what the optimizations measured, for the next run
     if model is not None and model.tally:
         notes.append(f"{TIERS_NOTE}{model.tiers_note()}")
     return notes
