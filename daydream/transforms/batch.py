@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ from daydream.cost.shapes import (
     gemm_flops,
     parameter_shapes,
     product_shape,
+    read_bytes,
     tensor_bytes,
     top_level_ops,
 )
@@ -139,19 +141,24 @@ class BatchShape:
     # activations across their batch axes and what follows it (a contrastive loss's similarity of
     # every sample with every other: `pairwise_products`)
     pairs: frozenset[tuple[tuple[int, ...], tuple[int, ...]]] = frozenset()
+    # of `parameters`, the shapes that are only a 2-D parameter's transpose: a weight as a
+    # multiply's operand, an activation anywhere else (a [512, 256] activation of a batch of 512
+    # beside a [256, 512] weight)
+    transposed: frozenset[tuple[int, ...]] = frozenset()
 
     def pair_axes(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         """The two batch axes of a tensor of `shape` that holds the batch twice, else None."""
         return next((axes for known, axes in self.pairs if known == shape), None)
 
-    def axis(self, shape: tuple[int, ...]) -> int | None:
+    def axis(self, shape: tuple[int, ...], operand: bool = False) -> int | None:
         """The axis of `shape` that holds the batch: the first of the batch size (dim 1 of a
         sequence-first input) or of a token count (of a batch of 1, only a leading 1); a parameter's
         shape only by a token count (a weight as wide as the tokens are many is ambiguous and taken
         as activation); else the first of a ragged size; else the first that is a whole multiple of
         the batch (leading dims flattened into it, attention heads folded into it); None where no
-        axis is."""
-        parameter = shape in self.parameters
+        axis is. A 2-D parameter's transpose is a parameter's shape only as a multiply's
+        `operand`."""
+        parameter = shape in self.parameters and (operand or shape not in self.transposed)
         for axis, size in enumerate(shape):
             if (size in self.tokens
                 or (size == self.batch and not parameter and (self.batch > 1 or axis == 0))):
@@ -168,14 +175,16 @@ class BatchShape:
                 return axis
         return None
 
-    def scaled(self, tensor: Tensor | None, factor: float) -> Tensor | None:
-        """`tensor` with its batch axis scaled by `factor`; None where it carries no batch."""
+    def scaled(self, tensor: Tensor | None, factor: float, operand: bool = False
+               ) -> Tensor | None:
+        """`tensor` with its batch axis scaled by `factor`; None where it carries no batch
+        (`operand`: it is a multiply's, see `axis`)."""
         if tensor is None:
             return None
         shape = tensor[0]
         axes = self.pair_axes(shape) if self.pairs else None
         if axes is None:
-            axis = self.axis(shape)
+            axis = self.axis(shape, operand)
             if axis is None:
                 return None
             axes = (axis,)
@@ -208,20 +217,46 @@ def scale_inputs(name: str, tensors: list[Tensor | None], shape: BatchShape, fac
     input carries the batch. A multiply whose operands would no longer
     fit scales only its first matrix operand (the same FLOPs)."""
     positions = ACTIVATION_INPUTS.get(name)
-    scaled = [shape.scaled(t, factor) if positions is None or i in positions else None
+    operand = name in MULTIPLIES
+    scaled = [shape.scaled(t, factor, operand) if positions is None or i in positions else None
               for i, t in enumerate(tensors)]
     if all(s is None for s in scaled):
-        return None
+        return _as_activations(name, tensors, shape, factor) if operand else None
     found = [s if s is not None else t for s, t in zip(scaled, tensors)]
-    if name not in MULTIPLIES:
+    if not operand:
         return found
     growth = shape.growth(name, tensors, factor) if shape.pairs else factor
     if not _grows_by(name, tensors, found, growth):
         first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
-        alone = [shape.scaled(t, factor) if i == first else t for i, t in enumerate(tensors)]
-        return (alone if alone[first] is not None
-                and _grows_by(name, tensors, alone, factor) else None)
+        alone = [shape.scaled(t, factor, operand) if i == first else t
+                 for i, t in enumerate(tensors)]
+        if alone[first] is not None and _grows_by(name, tensors, alone, factor):
+            return alone
+        return _as_activations(name, tensors, shape, factor)
     return found
+
+
+def _as_activations(name: str, tensors: list[Tensor | None], shape: BatchShape,
+                    factor: float) -> list[Tensor | None] | None:
+    """A multiply whose operands look like weights where the batch size is also one of the model's
+    widths (a linear layer's backward at a batch of 512 beside a [256, 512] weight: the gradient
+    [512, 256] is the weight's transpose in shape), scaled as activations: the batch-sized axes of
+    two operands it contracts (a weight's gradient), else of one operand, such that the multiply
+    still fits and its FLOPs grow by `factor`; None where no such scaling is."""
+    axes = [(i, axis) for i, t in enumerate(tensors) if t is not None
+            for axis, size in enumerate(t[0]) if size == shape.batch and shape.batch > 1]
+    choices = [list(p) for p in combinations(axes, 2) if p[0][0] != p[1][0]]
+    for chosen in choices + [[a] for a in axes]:
+        new = list(tensors)
+        for i, axis in chosen:
+            old = new[i]
+            assert old is not None
+            dims = list(old[0])
+            dims[axis] = max(1, int(round(dims[axis] * factor)))
+            new[i] = (tuple(dims), old[1])
+        if _grows_by(name, tensors, new, factor):
+            return new
+    return None
 
 
 def _grows_by(name: str, old: list[Tensor | None], new: list[Tensor | None],
@@ -321,7 +356,9 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     ops = trace.indices(EventKind.CPU_OP)
     excluded = excluded if excluded is not None else np.zeros(0, dtype=np.int64)
     parameters = parameter_shapes(shapes, ops[phase_of_row[ops] == PHASES.index("optimizer")],
-                                   excluded)
+                                   excluded, transposed=False)
+    transposed = {tuple(p[::-1]) for p in parameters if len(p) == 2} - parameters
+    parameters |= transposed
     first = _first_input(trace, shapes, ops, phase_of_row, parameters)
     size, found.source = (batch, "given") if batch > 0 else (batch_size(trace), "recorded")
     if size is None and first is not None:
@@ -329,7 +366,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     if size is None:
         return found
     found.shape = _shape(trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)],
-                         phase_of_row, size, first, parameters, iteration_of_row)
+                         phase_of_row, size, first, parameters, iteration_of_row, transposed)
     ops = _scaled_rows(trace, ops, phase_of_row, excluded)
     rows, exclusive = exclusive_host_ns(trace)
     own = dict(zip(rows.tolist(), exclusive.tolist()))
@@ -398,14 +435,17 @@ def _scaled_rows(trace: Trace, ops: np.ndarray, phase_of_row: np.ndarray,
 
 def _shape(trace: Trace, shapes: OpShapes, rows: np.ndarray, phase_of_row: np.ndarray, size: int,
            first: Tensor | None, parameters: set[tuple[int, ...]],
-           iteration_of_row: np.ndarray | None) -> BatchShape:
-    """How the batch of `size` shows in the shapes of `rows` (forward, backward and data work)."""
+           iteration_of_row: np.ndarray | None,
+           transposed: set[tuple[int, ...]] | None = None) -> BatchShape:
+    """How the batch of `size` shows in the shapes of `rows` (forward, backward and data work);
+    `transposed`: which of `parameters` are only a 2-D parameter's transpose."""
     tokens = _token_counts(first, size)
     ragged = ragged_sizes(trace, shapes, rows, iteration_of_row, parameters, {size, *tokens})
     dims = {dim for parameter in parameters for dim in parameter}
     ragged |= _varying_batches(trace, shapes, rows, phase_of_row, iteration_of_row, parameters,
                                size) - dims
-    shape = BatchShape(size, tokens, frozenset(parameters), ragged)
+    shape = BatchShape(size, tokens, frozenset(parameters), ragged,
+                       transposed=frozenset(transposed or ()))
     return replace(shape, pairs=pairwise_products(trace, shapes, rows, shape))
 
 
@@ -611,8 +651,7 @@ def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel,
     old_dims, new_dims = gemm_dims(op.name, op.tensors), gemm_dims(op.name, scaled)
     if old_dims is not None and new_dims is not None:
         return gemm_flops(new_dims) / max(gemm_flops(old_dims), 1.0), Tier.MODELLED
-    old_bytes = sum(tensor_bytes(t) for t in op.tensors if t is not None)
-    new_bytes = sum(tensor_bytes(t) for t in scaled if t is not None)
+    old_bytes, new_bytes = read_bytes(op.name, op.tensors), read_bytes(op.name, scaled)
     return (new_bytes / old_bytes if old_bytes else factor), Tier.MODELLED
 
 
