@@ -243,7 +243,8 @@ def _as_activations(name: str, tensors: list[Tensor | None], shape: BatchShape,
     [512, 256] is the weight's transpose in shape), scaled as activations: the batch-sized axes of
     two operands it contracts (a weight's gradient), else of one operand, such that the multiply
     still fits and its FLOPs grow by `factor`; None where no such scaling is."""
-    axes = [(i, axis) for i, t in enumerate(tensors) if t is not None
+    operands = (1, 2) if name in ("aten::addmm", "aten::baddbmm") else (0, 1)  # not a bias
+    axes = [(i, axis) for i, t in enumerate(tensors) if t is not None and i in operands
             for axis, size in enumerate(t[0]) if size == shape.batch and shape.batch > 1]
     choices = [list(p) for p in combinations(axes, 2) if p[0][0] != p[1][0]]
     for chosen in choices + [[a] for a in axes]:

@@ -386,3 +386,100 @@ def test_a_list_of_tensors_carries_the_batch_by_its_elements(tmp_path: Path) -> 
     assert cat.name == "aten::cat" and cat.tensors == [((16, 8), "float"), ((16, 24), "float"), None]
     assert found.shape is not None
     assert scale_inputs("aten::cat", cat.tensors, found.shape, 2.0) == [((32, 8), "float"), ((32, 24), "float"), None]
+
+
+def test_a_weights_transpose_is_a_weight_only_as_a_multiplys_operand() -> None:
+    """A batch of 512 beside a [256, 512] weight: the [512, 256] activation after the layer has the weight's transposed
+    shape. It carries the batch wherever it is not a multiply's operand (the weight enters its multiply transposed)."""
+    shape = BatchShape(512, parameters=frozenset({(256, 512), (512, 256)}), transposed=frozenset({(512, 256)}))
+    assert shape.axis((512, 256)) == 0
+    assert shape.axis((512, 256), operand=True) is None
+    assert shape.axis((256, 512)) is None  # the weight itself
+    assert scale_inputs("aten::threshold_backward", [((512, 256), "float"), ((512, 256), "float"), None], shape,
+                        2.0) == [((1024, 256), "float"), ((1024, 256), "float"), None]
+
+
+def test_a_linear_layers_backward_at_a_batch_as_wide_as_the_layer_grows_with_it() -> None:
+    """By hand, the backward of a 512 -> 256 linear at a batch of 512: the input's gradient d(out) [512, 256] x W
+    [256, 512], both shaped like the weight; the weight's gradient d(out)^T [256, 512] x input [512, 512], which
+    contracts the batch. At twice the batch: [1024, 256] x [256, 512], and [256, 1024] x [1024, 512]."""
+    from daydream.cost.shapes import gemm_dims, gemm_flops
+
+    shape = BatchShape(512, parameters=frozenset({(256, 512), (512, 256), (256,)}), transposed=frozenset({(512, 256)}))
+    grad_input = [((512, 256), "float"), ((256, 512), "float")]
+    assert scale_inputs("aten::mm", grad_input, shape, 2.0) == [((1024, 256), "float"), ((256, 512), "float")]
+    grad_weight = [((256, 512), "float"), ((512, 512), "float")]
+    assert scale_inputs("aten::mm", grad_weight, shape, 2.0) == [((256, 1024), "float"), ((1024, 512), "float")]
+    # the forward is as before: its input is no weight's shape
+    forward = [((256,), "float"), ((512, 512), "float"), ((512, 256), "float")]
+    scaled = scale_inputs("aten::addmm", forward, shape, 2.0)
+    assert scaled == [((256,), "float"), ((1024, 512), "float"), ((512, 256), "float")]
+    assert gemm_flops(gemm_dims("aten::addmm", scaled)) == 2 * gemm_flops(gemm_dims("aten::addmm", forward))
+    # weights only, none with an axis of the batch's size: nothing grows
+    assert scale_inputs("aten::mm", [((256, 128), "float"), ((128, 256), "float")], shape, 2.0) is None
+    assert scale_inputs("aten::mm", [((256, 512), "float"), ((512, 256), "float")], shape, 2.0) == [
+        ((256, 1024), "float"), ((1024, 256), "float")]  # as a 256 -> 256 layer's weight gradient would be
+
+
+def test_a_recorded_mlp_as_wide_as_its_batch_grows_every_multiply_as_the_real_run_at_twice_the_batch(
+        tmp_path: Path) -> None:
+    """Recorded for real at a batch of 32 and of 64, an MLP 8 -> 32 -> 16 -> 4 whose hidden width is the batch: every
+    multiply of the batch-32 step, scaled by two, does the FLOPs the batch-64 step's multiply at the same place did."""
+    torch = pytest.importorskip("torch")
+    from daydream.api import open_trace
+    from daydream.cost.shapes import OpShapes, gemm_dims, gemm_flops
+    from daydream.trace import EventKind, discover
+
+    def record(batch: int) -> object:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 4))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
+        x, y = torch.randn(batch, 8), torch.randn(batch, 4)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        path = tmp_path / f"mlp{batch}.json"
+        profile.export_chrome_trace(str(path))
+        return open_trace(discover(path)[0])
+
+    def multiplies(trace: object) -> list[tuple[int, str, list]]:
+        shapes = OpShapes(trace)  # type: ignore[arg-type]
+        rows = [r for r in trace.indices(EventKind.CPU_OP).tolist()  # type: ignore[attr-defined]
+                if trace.name_of(r) in ("aten::mm", "aten::addmm")]  # type: ignore[attr-defined]
+        rows.sort(key=lambda r: trace.ts_ns[r])  # type: ignore[attr-defined]
+        return [(r, trace.name_of(r), shapes.tensors(r)) for r in rows]  # type: ignore[attr-defined]
+
+    small, large = record(32), record(64)
+    found = batch_ops(small, attribute(small).phase, None, 32)  # type: ignore[arg-type]
+    assert found.shape is not None
+    mine, theirs = multiplies(small), multiplies(large)
+    assert len(mine) == len(theirs) == 8  # three forward, five backward (the first layer's input needs no gradient)
+    carried = {o.row for o in found.ops}
+    for (row, name, tensors), (_, _, real) in zip(mine, theirs):
+        assert row in carried, (name, tensors)
+        scaled = scale_inputs(name, tensors, found.shape, 2.0)
+        assert scaled is not None, (name, tensors)
+        assert gemm_flops(gemm_dims(name, scaled)) == gemm_flops(gemm_dims(name, real)), (name, tensors, real)
+
+
+def test_a_lookup_reads_only_the_rows_its_indices_name() -> None:
+    from daydream.cost.shapes import read_bytes
+
+    table, ids, offsets = ((20000, 64), "float"), ((5000,), "long int"), ((512,), "long int")
+    # by hand: 5,000 rows of 64 floats, 5,000 ids and 512 offsets of 8 bytes
+    assert read_bytes("aten::embedding_bag", [table, ids, offsets]) == 5000 * 64 * 4 + 5000 * 8 + 512 * 8
+    # never more than the table
+    assert read_bytes("aten::embedding", [table, ((90000,), "long int")]) == 20000 * 64 * 4 + 90000 * 8
+    # any other op reads all of each input
+    assert read_bytes("aten::index_select", [table, None, ids]) == 20000 * 64 * 4 + 5000 * 8
+
+
+def test_a_bias_is_never_what_grows() -> None:
+    """addmm(bias [32], input [32, 8], weight^T [8, 32]) of a batch of 32 beside a Linear(8, 32), whose weight is [32, 8]
+    as the input is: the input grows, the bias cannot (it would no longer add to the product)."""
+    shape = BatchShape(32, parameters=frozenset({(32, 8), (8, 32), (32,)}), transposed=frozenset({(8, 32)}))
+    assert scale_inputs("aten::addmm", [((32,), "float"), ((32, 8), "float"), ((8, 32), "float")], shape, 2.0) == [
+        ((32,), "float"), ((64, 8), "float"), ((8, 32), "float")]
+    assert scale_inputs("aten::linear", [((32, 8), "float"), ((32, 8), "float"), ((32,), "float")], shape, 2.0) == [
+        ((64, 8), "float"), ((32, 8), "float"), ((32,), "float")]
