@@ -96,12 +96,18 @@ def step_ratio(measurer: Measurer, optimizer: SteppedOptimizer, implementation: 
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation {implementation!r}: one of {IMPLEMENTATIONS}")
     parameters = _within_size(list(optimizer.parameters))
-    listed = json.dumps([[list(shape), kind] for shape, kind in parameters])
-    digest = hashlib.sha1(listed.encode()).hexdigest()[:16]
-    key = f"optimizer-step|{optimizer.name}|{implementation}|{len(parameters)}|{digest}"
-    return measurer.runs_ratio(key, _stepper(optimizer.name, {implementation: True}),
+    return measurer.runs_ratio(step_key(optimizer, implementation),
+                               _stepper(optimizer.name, {implementation: True}),
                                _stepper(optimizer.name, {"foreach": False}), parameters,
                                repetitions=REPETITIONS)
+
+
+def step_key(optimizer: SteppedOptimizer, implementation: str) -> str:
+    """The measured tier's key for `step_ratio`'s measurement (and for why it failed)."""
+    parameters = _within_size(list(optimizer.parameters))
+    listed = json.dumps([[list(shape), kind] for shape, kind in parameters])
+    digest = hashlib.sha1(listed.encode()).hexdigest()[:16]
+    return f"optimizer-step|{optimizer.name}|{implementation}|{len(parameters)}|{digest}"
 
 
 def _within_size(parameters: list[tuple[tuple[int, ...], str]]

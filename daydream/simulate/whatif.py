@@ -198,12 +198,17 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
             notes += apply_pipeline(graph, load_pipeline(spec))
         else:
             notes += apply_spec(graph, parse_spec(spec), context)
-    model = context.made("costs")
-    if model is not None and model.measurer is not None:
-        model.measurer.save()  # what the optimizations measured, for the next run
-    if model is not None and model.tally:
-        notes.append(f"{TIERS_NOTE}{model.tiers_note()}")
-    return notes
+    return notes + _cost_notes(context.made("costs"))
+
+
+def _cost_notes(model: CostModel | None) -> list[str]:
+    """The cost stage's note (how it timed the changed work, by tier), what it measured saved for
+    the next run."""
+    if model is None:
+        return []
+    if model.measurer is not None:
+        model.measurer.save()
+    return [f"{TIERS_NOTE}{model.tiers_note()}"] if model.tally else []
 
 
 #: The note that says how the cost stage timed the work the optimizations added or changed, by tier.

@@ -215,7 +215,9 @@ def scale_inputs(name: str, tensors: list[Tensor | None], shape: BatchShape, fac
                  ) -> list[Tensor | None] | None:
     """The op's inputs with every batch axis scaled, or None where no
     input carries the batch. A multiply whose operands would no longer
-    fit scales only its first matrix operand (the same FLOPs)."""
+    fit scales only its first matrix operand (the same FLOPs); one whose
+    operands all look like weights, or that neither way fits, is scaled
+    as activations where it can be (`_as_activations`)."""
     positions = ACTIVATION_INPUTS.get(name)
     operand = name in MULTIPLIES
     scaled = [shape.scaled(t, factor, operand) if positions is None or i in positions else None

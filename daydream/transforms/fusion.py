@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from daydream.cost import Tier
-from daydream.cost.optimizer import IMPLEMENTATIONS, step_ratio
+from daydream.cost.optimizer import IMPLEMENTATIONS, step_key, step_ratio
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.model import KERNELS
@@ -64,7 +64,7 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     if measured is not None:
         name, ratio, count = measured
         return [f"{became}, timed by stepping torch.optim.{name}({implementation}=True) here "
-                f"at the trace's {count} parameters' shapes: it took x{ratio:.2f} the time of "
+                f"at the trace's {count} parameters' shapes: it took ×{ratio:.2f} the time of "
                 "its loop over the parameters, and so does the step's recorded per-parameter "
                 "work with the host time between its ops"]
     return [f"{became} (fixed cost {fixed} ns each removed, from the trace's 10th-percentile "
@@ -85,7 +85,7 @@ def _measured_step(context: Context, implementation: str
                       "recorded gradient shapes")
     ratio = step_ratio(costs.measurer, found, implementation)
     if ratio is None:
-        why = next(iter(costs.measurer.failed.values()), "it could not run here")
+        why = costs.measurer.failed.get(step_key(found, implementation), "it could not run here")
         return None, (f"; not measured: torch.optim.{found.name}({implementation}=True) did not "
                       f"step here ({why})")
     return (found.name, ratio, len(found.parameters)), ""

@@ -148,7 +148,7 @@ def test_the_recorded_step_is_scaled_by_the_measured_ratio(tmp_path: Path, monke
         assert mine.size == 4  # the default four multi-tensor ones
         assert abs(int(graph.tasks["duration_ns"][mine].sum()) - total) <= mine.size  # integer division
         assert graph.tasks["gap_ns"][np.sort(mine)[1:]].sum() == 0
-    assert any("torch.optim.Adagrad(foreach=True)" in n and "x1.50" in n for n in notes)
+    assert any("torch.optim.Adagrad(foreach=True)" in n and "×1.50" in n for n in notes)
     assert f"cost stage: changed work timed {4 * len(expected)} measured" in notes
 
 
