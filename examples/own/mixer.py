@@ -8,7 +8,7 @@ shared loop (examples/training.py), as a user's own script is, that takes the fl
 
 Each optimizer step accumulates the gradients of two micro-batches of `--batch-size` random 32 x 32 images (each loss
 divided by two), clips the gradients' norm to 1, and steps AdamW (weight decay 0.05) under a cosine learning-rate
-schedule. The model cuts each image into 64 patches of 4 x 4, embeds each to 128 features, and runs six Mixer blocks:
+schedule. The model cuts each image into 64 patches of 4 x 4, embeds each to 128 features, and runs four Mixer blocks:
 a token-mixing MLP across the 64 patches (64 -> 256 -> 64, on the transposed activations) and a channel-mixing MLP
 across the features (128 -> 512 -> 128), each after a LayerNorm and with a residual; then a mean over the patches and a
 linear classifier (`--optim loop`: foreach=False, the default; `foreach`: foreach=True). At a batch of 64 the batch is
@@ -37,7 +37,7 @@ class MixerBlock(nn.Module):
 
 
 class Mixer(nn.Module):
-    def __init__(self, size=32, patch=4, dim=128, depth=6, classes=10, use_checkpoint=False):
+    def __init__(self, size=32, patch=4, dim=128, depth=4, classes=10, use_checkpoint=False):
         super().__init__()
         self.use_checkpoint = use_checkpoint
         tokens = (size // patch) ** 2
