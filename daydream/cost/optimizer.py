@@ -57,9 +57,12 @@ class SteppedOptimizer:
     parameters: tuple[tuple[tuple[int, ...], str], ...]
 
 
-def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray) -> SteppedOptimizer | None:
+def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray,
+                      phase_of_row: np.ndarray | None = None) -> SteppedOptimizer | None:
     """The optimizer of `trace`'s steps and its parameters (`iteration_of_row`: per trace row, its
-    iteration, -1 for none); None where no step names a class or no gradient's shape is recorded."""
+    iteration, -1 for none); None where no step names a class or no gradient's shape is recorded.
+    With `phase_of_row` (per row, its index in mapping.PHASES), gradients accumulated over several
+    backward passes in an iteration (micro-batches) count once: those of its largest pass."""
     steps = {i: found.group(1) for i, found in enumerate(STEP.match(s) for s in trace.strings)
              if found}
     rows = trace.indices(EventKind.ANNOTATION, EventKind.CPU_OP)
@@ -72,15 +75,32 @@ def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray) -> SteppedOpti
     if accumulated.size == 0:
         return None
     first = accumulated[iteration_of_row[accumulated] == iteration_of_row[accumulated].min()]
+    first = first[np.argsort(trace.ts_ns[first], kind="stable")]
+    if phase_of_row is not None:
+        first = _largest_pass(trace, first, iteration_of_row, phase_of_row)
     shapes = OpShapes(trace)
     parameters = []
-    for row in first[np.argsort(trace.ts_ns[first], kind="stable")].tolist():
+    for row in first.tolist():
         tensors = shapes.tensors(row) or []
         if tensors and tensors[0] is not None and tensors[0][1] in FLOATING_TYPES:
             parameters.append((tuple(tensors[0][0]), tensors[0][1]))
     if not parameters:
         return None
     return SteppedOptimizer(named.most_common(1)[0][0], tuple(parameters))
+
+
+def _largest_pass(trace: Trace, rows: np.ndarray, iteration_of_row: np.ndarray,
+                  phase_of_row: np.ndarray) -> np.ndarray:
+    """Of one iteration's gradient accumulations `rows` (in time order), those of its backward pass
+    that accumulated the most: passes are told apart by the forward ops between them."""
+    from daydream.mapping import PHASES
+
+    ops = trace.indices(EventKind.CPU_OP)
+    forward = ops[(phase_of_row[ops] == PHASES.index("forward"))
+                  & (iteration_of_row[ops] == iteration_of_row[rows[0]])]
+    passes = np.searchsorted(np.sort(trace.ts_ns[forward]), trace.ts_ns[rows])
+    values, counts = np.unique(passes, return_counts=True)
+    return rows[passes == values[int(np.argmax(counts))]]
 
 
 #: Parameter types the measured tier steps (torch.profiler's names).

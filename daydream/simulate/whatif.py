@@ -177,7 +177,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
                               "stepped_optimizer": lambda: stepped_optimizer(
-                                  trace, iteration_of_row(trace, iterations())),
+                                  trace, iteration_of_row(trace, iterations()),
+                                  attribution().phase),
                               "batch_ops": lambda: functools.cache(
                                   lambda batch: batch_ops_of(trace, attribution(),
                                                              update_loop(), batch,

@@ -31,9 +31,10 @@ else:
 MEASURE = CostOptions(measure=True)
 
 
-def _record(tmp_path: Path, optimizer: str = "Adagrad", steps: int = 3) -> tuple[Path, Any]:
+def _record(tmp_path: Path, optimizer: str = "Adagrad", steps: int = 3, micro_batches: int = 1) -> tuple[Path, Any]:
     """A CPU trace (torch.profiler, shapes recorded) of `steps` training steps of a small model with one frozen
-    parameter, stepped by torch.optim.<optimizer> as a loop over the parameters; the model."""
+    parameter, each accumulating the gradients of `micro_batches` backward passes, stepped by torch.optim.<optimizer>
+    as a loop over the parameters; the model."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4),
                                 torch.nn.LayerNorm(4))
@@ -43,7 +44,8 @@ def _record(tmp_path: Path, optimizer: str = "Adagrad", steps: int = 3) -> tuple
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            torch.nn.functional.mse_loss(model(x), y).backward()
+            for _ in range(micro_batches):
+                torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
             profile.step()
     out = tmp_path / "trace.json"
@@ -60,6 +62,22 @@ def test_the_steps_name_the_optimizer_and_the_gradients_give_the_trainable_param
     trainable = sorted((tuple(p.shape), "float") for p in model.parameters() if p.requires_grad)
     assert sorted(found.parameters) == trainable  # one iteration's, the frozen bias left out
     assert len(found.parameters) == 5
+
+
+def test_gradients_accumulated_over_micro_batches_count_each_parameter_once(tmp_path: Path) -> None:
+    from daydream.mapping import attribute
+
+    out, model = _record(tmp_path, micro_batches=3)
+    trace = open_trace(discover(out)[0])
+    rows = iteration_of_row(trace, find_iterations(trace))
+    # read from the trace: three accumulations of each of the five trainable parameters in every step
+    accumulations = [r for r in range(len(trace)) if trace.name_of(r) == "torch::autograd::AccumulateGrad"]
+    assert len(accumulations) == 3 * 5 * 3
+    found = stepped_optimizer(trace, rows, attribute(trace).phase)
+    assert found is not None
+    assert sorted(found.parameters) == sorted((tuple(p.shape), "float") for p in model.parameters() if p.requires_grad)
+    without_phases = stepped_optimizer(trace, rows)
+    assert without_phases is not None and len(without_phases.parameters) == 3 * 5
 
 
 def test_a_trace_without_an_optimizer_step_names_none(tmp_path: Path) -> None:
