@@ -44,6 +44,8 @@ IMPLEMENTATIONS = ("foreach", "fused")
 #: measured 1.32 to 1.89 at seven turns, 1.31 to 1.54 at 21 (five processes); its real traced steps
 #: 1.13 to 1.45 (five rounds).
 REPETITIONS = 21
+#: Parameter types the measured tier steps (torch.profiler's names).
+FLOATING_TYPES = ("float", "double", "c10::BFloat16", "c10::Half")
 #: Parameters (elements, all together) stepped at most: the first ones up to it stand for all.
 MOST_ELEMENTS = 1 << 25
 
@@ -101,10 +103,6 @@ def _largest_pass(trace: Trace, rows: np.ndarray, iteration_of_row: np.ndarray,
     passes = np.searchsorted(np.sort(trace.ts_ns[forward]), trace.ts_ns[rows])
     values, counts = np.unique(passes, return_counts=True)
     return rows[passes == values[int(np.argmax(counts))]]
-
-
-#: Parameter types the measured tier steps (torch.profiler's names).
-FLOATING_TYPES = ("float", "double", "c10::BFloat16", "c10::Half")
 
 
 def step_ratio(measurer: Measurer, optimizer: SteppedOptimizer, implementation: str
