@@ -71,8 +71,7 @@ def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray,
     named = Counter(steps[n] for n in trace.name[rows].tolist() if n in steps)
     if not named:
         return None
-    accumulated = rows[np.isin(trace.name[rows], [i for i, s in enumerate(trace.strings)
-                                                  if s == ACCUMULATE])]
+    accumulated = rows[trace.name[rows] == trace.string_index(ACCUMULATE)]
     accumulated = accumulated[iteration_of_row[accumulated] >= 0]
     if accumulated.size == 0:
         return None
@@ -114,7 +113,7 @@ def step_ratio(measurer: Measurer, optimizer: SteppedOptimizer, implementation: 
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation {implementation!r}: one of {IMPLEMENTATIONS}")
     parameters = _within_size(list(optimizer.parameters))
-    return measurer.runs_ratio(step_key(optimizer, implementation),
+    return measurer.runs_ratio(_key(optimizer.name, implementation, parameters),
                                _stepper(optimizer.name, {implementation: True}),
                                _stepper(optimizer.name, {"foreach": False}), parameters,
                                repetitions=REPETITIONS)
@@ -122,10 +121,14 @@ def step_ratio(measurer: Measurer, optimizer: SteppedOptimizer, implementation: 
 
 def step_key(optimizer: SteppedOptimizer, implementation: str) -> str:
     """The measured tier's key for `step_ratio`'s measurement (and for why it failed)."""
-    parameters = _within_size(list(optimizer.parameters))
+    return _key(optimizer.name, implementation, _within_size(list(optimizer.parameters)))
+
+
+def _key(name: str, implementation: str, parameters: list[tuple[tuple[int, ...], str]]) -> str:
+    """The cache key of class `name` stepped in form `implementation` at `parameters`."""
     listed = json.dumps([[list(shape), kind] for shape, kind in parameters])
     digest = hashlib.sha1(listed.encode()).hexdigest()[:16]
-    return f"optimizer-step|{optimizer.name}|{implementation}|{len(parameters)}|{digest}"
+    return f"optimizer-step|{name}|{implementation}|{len(parameters)}|{digest}"
 
 
 def _within_size(parameters: list[tuple[tuple[int, ...], str]]

@@ -313,11 +313,21 @@ def gemm_dims(name: str, tensors: list[Tensor | None]) -> tuple[int, int, int, i
     return None
 
 
+#: Multiplies whose first input is the bias the product is added to.
+WITH_BIAS = ("aten::addmm", "aten::baddbmm")
+
+
+def matrix_operands(name: str) -> tuple[int, int]:
+    """The positions of multiply `name`'s two matrix operands among its inputs (after the bias of
+    `WITH_BIAS`'s)."""
+    return (1, 2) if name in WITH_BIAS else (0, 1)
+
+
 def product_shape(name: str, tensors: list[Tensor | None]) -> tuple[int, ...] | None:
     """The shape of a matrix multiply's product (as `gemm_dims` reads its operands), or None for
     other ops, shapes that do not multiply, or a matmul that broadcasts a vector."""
     shaped: list[Any] = [t[0] if t is not None else None for t in tensors]
-    first, second = (1, 2) if name in ("aten::addmm", "aten::baddbmm") else (0, 1)
+    first, second = matrix_operands(name)
     try:
         a, b = shaped[first], shaped[second]
         if name == "aten::linear":

@@ -194,22 +194,27 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     notes: list[str] = []
     if name and found is None:
         notes.append(f"{name} is not in the device table: Daydream's published constants are used")
-    for spec in specs:
-        if is_pipeline_file(spec):
-            notes += apply_pipeline(graph, load_pipeline(spec))
-        else:
-            notes += apply_spec(graph, parse_spec(spec), context)
-    return notes + _cost_notes(context.made("costs"))
+    notes += _apply_specs(graph, specs, context)
+    model = context.made("costs")
+    return notes + ([f"{TIERS_NOTE}{model.tiers_note()}"] if model is not None and model.tally
+                    else [])
 
 
-def _cost_notes(model: CostModel | None) -> list[str]:
-    """The cost stage's note (how it timed the changed work, by tier), what it measured saved for
-    the next run."""
-    if model is None:
-        return []
-    if model.measurer is not None:
-        model.measurer.save()
-    return [f"{TIERS_NOTE}{model.tiers_note()}"] if model.tally else []
+def _apply_specs(graph: Graph, specs: list[str], context: Context) -> list[str]:
+    """`specs` applied to `graph` in order, their notes; what the cost stage measured is saved for
+    the next run, also where one of them fails."""
+    notes: list[str] = []
+    try:
+        for spec in specs:
+            if is_pipeline_file(spec):
+                notes += apply_pipeline(graph, load_pipeline(spec))
+            else:
+                notes += apply_spec(graph, parse_spec(spec), context)
+    finally:
+        model = context.made("costs")
+        if model is not None and model.measurer is not None:
+            model.measurer.save()
+    return notes
 
 
 #: The note that says how the cost stage timed the work the optimizations added or changed, by tier.

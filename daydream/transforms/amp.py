@@ -214,8 +214,6 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not gpu:
         notes.append(_retime_cpu_ops(graph, facts, types, str(params["dtype"]), costs, context,
                                      spans))
-    if costs.measurer is not None:
-        costs.measurer.save()
     return notes
 
 

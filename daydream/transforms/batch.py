@@ -46,6 +46,7 @@ from daydream.cost.shapes import (
     gemm_bytes,
     gemm_dims,
     gemm_flops,
+    matrix_operands,
     parameter_shapes,
     product_shape,
     read_bytes,
@@ -188,10 +189,7 @@ class BatchShape:
             if axis is None:
                 return None
             axes = (axis,)
-        new = list(shape)
-        for axis in axes:
-            new[axis] = max(1, int(round(shape[axis] * factor)))
-        return tuple(new), tensor[1]
+        return _grown(tensor, axes, factor)
 
     def growth(self, name: str, tensors: list[Tensor | None], factor: float) -> float:
         """How many times its FLOPs a multiply of `tensors` does at the new batch: `factor`, or its
@@ -229,7 +227,7 @@ def scale_inputs(name: str, tensors: list[Tensor | None], shape: BatchShape, fac
         return found
     growth = shape.growth(name, tensors, factor) if shape.pairs else factor
     if not _grows_by(name, tensors, found, growth):
-        first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
+        first = matrix_operands(name)[0]
         alone = [shape.scaled(t, factor, operand) if i == first else t
                  for i, t in enumerate(tensors)]
         if alone[first] is not None and _grows_by(name, tensors, alone, factor):
@@ -245,21 +243,28 @@ def _as_activations(name: str, tensors: list[Tensor | None], shape: BatchShape,
     [512, 256] is the weight's transpose in shape), scaled as activations: the batch-sized axes of
     two operands it contracts (a weight's gradient), else of one operand, such that the multiply
     still fits and its FLOPs grow by `factor`; None where no such scaling is."""
-    operands = (1, 2) if name in ("aten::addmm", "aten::baddbmm") else (0, 1)  # not a bias
-    axes = [(i, axis) for i, t in enumerate(tensors) if t is not None and i in operands
-            for axis, size in enumerate(t[0]) if size == shape.batch and shape.batch > 1]
+    axes: list[tuple[int, int, Tensor]] = []  # (input, axis, its tensor), never a bias
+    for i in matrix_operands(name):
+        tensor = tensors[i] if i < len(tensors) else None
+        if tensor is not None and shape.batch > 1:
+            axes += [(i, axis, tensor) for axis, size in enumerate(tensor[0])
+                     if size == shape.batch]
     choices = [list(p) for p in combinations(axes, 2) if p[0][0] != p[1][0]]
     for chosen in choices + [[a] for a in axes]:
         new = list(tensors)
-        for i, axis in chosen:
-            old = new[i]
-            assert old is not None
-            dims = list(old[0])
-            dims[axis] = max(1, int(round(dims[axis] * factor)))
-            new[i] = (tuple(dims), old[1])
+        for i, axis, tensor in chosen:  # one axis of each operand chosen
+            new[i] = _grown(tensor, (axis,), factor)
         if _grows_by(name, tensors, new, factor):
             return new
     return None
+
+
+def _grown(tensor: Tensor, axes: tuple[int, ...], factor: float) -> Tensor:
+    """`tensor` with each of its `axes` scaled by `factor` (to at least 1)."""
+    new = list(tensor[0])
+    for axis in axes:
+        new[axis] = max(1, int(round(new[axis] * factor)))
+    return tuple(new), tensor[1]
 
 
 def _grows_by(name: str, old: list[Tensor | None], new: list[Tensor | None],
@@ -622,12 +627,8 @@ def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[
                          "the trace records no batch size and its forward's inputs do not make "
                          "one clear (give it: batch-size:batch=N)")
     if graph.has_device_work():
-        notes = _retime_gpu(graph, found, factor, costs, context, params)
-    else:
-        notes = _retime_cpu_trace(graph, found, factor, costs, context)
-    if costs.measurer is not None:
-        costs.measurer.save()
-    return notes
+        return _retime_gpu(graph, found, factor, costs, context, params)
+    return _retime_cpu_trace(graph, found, factor, costs, context)
 
 
 def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel,

@@ -130,8 +130,6 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     costs.count(Tier.MODELLED, tally.calls[FORWARD] + tally.calls[BACKWARD])
     costs.count(Tier.RATIO, tally.fused_runs - tally.measured_runs)
     costs.count(Tier.MEASURED, tally.convolutions + tally.measured_runs)
-    if costs.measurer is not None:
-        costs.measurer.save()
     return _notes(roots, tally, wrapper, costs)
 
 

@@ -34,8 +34,8 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     work = select(graph, kind=kinds)
     work = work[graph.tasks["phase"][work] == PHASES.index("optimizer")]
     work = np.setdiff1d(work, matching(graph, work, MULTI_TENSOR))
-    found_in = "the optimizer's step"
-    if work.size == 0:
+    found_in, in_step = "the optimizer's step", work.size > 0
+    if not in_step:
         work = _update_loop_tasks(graph, kinds, context.update_loop)
         found_in = ("a hand-written update loop over the parameters (in-place updates after "
                     "backward)")
@@ -43,8 +43,8 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
         return ["fused-optimizer: no per-parameter optimizer work in the trace (already fused?), "
                 "and no hand-written update loop after backward; nothing changed"]
     keep = max(1, int(params["kernels"]))
-    measured, why = ((None, "") if gpu or found_in != "the optimizer's step"
-                     else _measured_step(context, implementation))
+    measured, why = (_measured_step(context, implementation) if in_step and not gpu
+                     else (None, ""))
     fixed = low_percentile(graph.tasks["duration_ns"][work])
     if measured is not None:
         gone, kept = _fuse_iterations(graph, work, keep,
