@@ -34,22 +34,18 @@ import numpy as np
 
 from daydream.cost import CostModel, Tier
 from daydream.cost.heap import heap_note
-from daydream.cost.host import UNIT_OPS, exclusive_host_ns
-from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES
-from daydream.cost.roofline import Roofline, gemm_waves
+from daydream.cost.host import UNIT_OPS
+from daydream.cost.measure import MULTIPLIES
 from daydream.cost.shapes import (
     ITEM_BYTES,
-    REDUCED,
     Argument,
     OpShapes,
     Tensor,
-    gemm_bytes,
     gemm_dims,
     gemm_flops,
     matrix_operands,
     parameter_shapes,
     product_shape,
-    read_bytes,
     tensor_bytes,
     top_level_ops,
 )
@@ -57,36 +53,19 @@ from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.model import GPU_WORK
 from daydream.mapping import PHASES
-from daydream.mapping.linking import innermost_enclosing, link
-from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
+from daydream.mapping.linking import innermost_enclosing
+from daydream.trace import EventKind, Trace
 from daydream.trace.model import batch_size
 from daydream.transforms.kernels import low_percentile, matching
 from daydream.transforms.primitives import HostSpans, select, task_of_event
 from daydream.transforms.registry import Context, Optimization, Parameter, register
+from daydream.transforms.reshape import ShapedOp, grow_kernel, retime_host, shaped_ops
 
 SCALED_PHASES = tuple(PHASES.index(p) for p in ("forward", "backward", "other"))
 #: Ops that make a tensor from a size list: with the batch size in that list, they make the batch.
 FACTORIES = frozenset(f"aten::{op}" for op in ("randn", "rand", "randint", "randperm", "empty",
                                                "zeros", "ones", "full", "normal", "arange",
                                                "new_empty", "new_zeros", "new_ones"))
-
-
-@dataclass(slots=True, frozen=True)
-class BatchOp:
-    """A recorded CPU op whose inputs carry the batch."""
-
-    row: int
-    name: str
-    tensors: list[Tensor | None]
-    arguments: list[Argument] | None
-    exclusive_ns: int  # its own host time, nested ops and API calls taken out
-    start_ns: int
-    track: int
-    launched: bool  # it, or an op nested in it, launched GPU work
-    # it encloses another matrix multiply or convolution, or is an autograd node: others do the work
-    wrapper: bool
-    # another matrix multiply or convolution encloses it (a linear's matmul, a matmul's mm)
-    nested: bool = False
 
 
 @dataclass(slots=True)
@@ -96,8 +75,8 @@ class BatchOps:
 
     shape: BatchShape | None = None
     source: str = ""  # "recorded" (daydream trace) or "inferred" (the forward's first input)
-    ops: list[BatchOp] = field(default_factory=list)
-    by_row: dict[int, BatchOp] = field(default_factory=dict)
+    ops: list[ShapedOp] = field(default_factory=list)
+    by_row: dict[int, ShapedOp] = field(default_factory=dict)
     # rows of CPU ops with recorded shapes, carrying the batch or not
     shaped: set[int] = field(default_factory=set)
     has_shapes: bool = False  # the trace recorded op shapes at all
@@ -198,6 +177,27 @@ class BatchShape:
             return factor * factor
         product = product_shape(name, tensors)
         return factor * factor if product is not None and self.pair_axes(product) else factor
+
+
+@dataclass(frozen=True, slots=True)
+class BatchScaling:
+    """What a batch `factor` times as large does to an op's inputs (reshape.Scaling)."""
+
+    shape: BatchShape
+    factor: float
+
+    def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
+        return scale_inputs(name, tensors, self.shape, self.factor)
+
+    def arguments(self, name: str, arguments: list[Argument]) -> list[Argument]:
+        return scale_arguments(name, arguments, self.shape, self.factor)
+
+    def unscaled(self, op: ShapedOp) -> float:
+        """A factory op whose size list holds the batch (twice: a pairwise mask), or a multiply
+        whose scaling is ambiguous: by the factor (its square for a pair)."""
+        size = factory_size(op.name, op.arguments)
+        pair = size is not None and self.shape.pairs and self.shape.pair_axes(size) is not None
+        return self.factor * self.factor if pair else self.factor
 
 
 #: Of ops whose inputs mix activations and weights in a known order,
@@ -376,28 +376,16 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
     found.shape = _shape(trace, shapes, ops[np.isin(phase_of_row[ops], SCALED_PHASES)],
                          phase_of_row, size, first, parameters, iteration_of_row, transposed)
     ops = _scaled_rows(trace, ops, phase_of_row, excluded)
-    rows, exclusive = exclusive_host_ns(trace)
-    own = dict(zip(rows.tolist(), exclusive.tolist()))
-    launched = _launching(trace, link(trace).op[trace.indices(*GPU_ACTIVITY_KINDS)])
-    compute_names = [i for i in (trace.string_index(n) for n in (*MULTIPLIES, *CALLED_AGAIN))
-                     if i >= 0]
-    compute = ops[np.isin(trace.name[ops], compute_names)]
-    wrappers, nested = _wrappers_and_nested(trace, compute)
-    for row in ops.tolist():
-        if row not in shapes:
-            continue
-        found.shaped.add(row)
-        tensors = shapes.tensors_listed(row) or []
-        arguments = shapes.arguments(row)
-        name = trace.name_of(row)
-        if (scale_inputs(name, tensors, found.shape, 2.0) is None
-            and not _makes_batch(name, arguments, size)):
-            continue
-        op = BatchOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])),
-                     int(trace.ts_ns[row]), int(trace.track[row]), row in launched, row in wrappers
-                     or bool(AUTOGRAD_NODE.search(name)), row in nested)
-        found.ops.append(op)
-        found.by_row[row] = op
+    found.shaped = {row for row in ops.tolist() if row in shapes}
+
+    def carries(name: str, tensors: list[Tensor | None], arguments: list[Argument] | None) -> bool:
+        assert found.shape is not None
+        return (scale_inputs(name, tensors, found.shape, 2.0) is not None
+                or _makes_batch(name, arguments, size))
+
+    found.ops = shaped_ops(trace, ops, shapes, carries,
+                           lambda name: bool(AUTOGRAD_NODE.search(name)))
+    found.by_row = {op.row: op for op in found.ops}
     if not found.ops and found.source == "recorded" and first is not None and first[0][0] != size:
         # `daydream trace --batch-size` counts samples (environment
         # steps of a rollout, say), not an axis of any
@@ -406,25 +394,6 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         inferred.source = (f"inferred: the recorded {size} is in no op's inputs; if wrong, give "
                            "batch-size:batch=N")
         return inferred
-    return found
-
-
-def _wrappers_and_nested(trace: Trace, compute: np.ndarray) -> tuple[set[int], set[int]]:
-    """Of the multiplies and convolutions `compute`: those that enclose another, and those another
-    encloses (a linear's matmul, a matmul's mm)."""
-    enclosing = innermost_enclosing(trace, compute, compute)
-    return set(enclosing.tolist()), set(compute[enclosing >= 0].tolist())
-
-
-def _launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
-    """The CPU ops that launched GPU work, and every op enclosing one of them."""
-    ops = trace.indices(EventKind.CPU_OP)
-    parent = dict(zip(ops.tolist(), innermost_enclosing(trace, ops, ops).tolist()))
-    found: set[int] = set()
-    for row in np.unique(launching_ops[launching_ops >= 0]).tolist():
-        while row >= 0 and row not in found:
-            found.add(row)
-            row = parent.get(row, -1)
     return found
 
 
@@ -631,64 +600,16 @@ def _batch_size(graph: Graph, params: dict[str, Any], context: Context) -> list[
     return _retime_cpu_trace(graph, found, factor, costs, context)
 
 
-def _op_ratio(op: BatchOp, shape: BatchShape, factor: float, costs: CostModel,
-              measure: bool) -> tuple[float, Tier]:
-    """How many times its own work the op does at the new batch, and the tier that said so."""
-    scaled = scale_inputs(op.name, op.tensors, shape, factor)
-    if scaled is None:
-        # a factory op whose size list holds the batch (twice: a pairwise mask), or a multiply
-        # whose scaling is ambiguous
-        size = factory_size(op.name, op.arguments)
-        pair = size is not None and shape.pairs and shape.pair_axes(size) is not None
-        return (factor * factor if pair else factor), Tier.MODELLED
-    measurer = costs.measurer
-    if measure and measurer is not None and not op.wrapper:
-        ratio = None
-        if op.name in MULTIPLIES:
-            ratio = measurer.op_ratio(op.name, scaled, op.tensors)
-        elif op.name in CALLED_AGAIN and op.arguments is not None:
-            ratio = measurer.call_ratio(op.name,
-                                        scale_arguments(op.name, op.arguments, shape, factor),
-                                        op.arguments)
-        if ratio is not None:
-            return ratio, Tier.MEASURED
-    old_dims, new_dims = gemm_dims(op.name, op.tensors), gemm_dims(op.name, scaled)
-    if old_dims is not None and new_dims is not None:
-        return gemm_flops(new_dims) / max(gemm_flops(old_dims), 1.0), Tier.MODELLED
-    old_bytes, new_bytes = read_bytes(op.name, op.tensors), read_bytes(op.name, scaled)
-    return (new_bytes / old_bytes if old_bytes else factor), Tier.MODELLED
-
-
-def _retime_cpu(graph: Graph, found: BatchOps, shape: BatchShape, factor: float, costs: CostModel,
-                ops: list[BatchOp], fixed_ns: float = 0.0) -> str:
-    """Each of `ops`' own time, past its fixed part, times its work ratio, added to the task
-    holding it. The fixed part: one host unit of dispatch, or `fixed_ns` where more (what the
-    trace's smallest elementwise ops take whole: the part of an op's time its bytes do not grow)."""
-    of_event = task_of_event(graph)
-    spans = HostSpans(graph)
-    fixed = int(round(max(costs.host.unit_ns, fixed_ns)))
-    changed, wrappers, before_ns, after_ns = 0, 0, 0, 0
-    for op in ops:
-        if op.wrapper:
-            wrappers += 1
-            continue
-        task = of_event.get(op.row, spans.holding(op.start_ns, op.track))
-        if task < 0:
-            continue
-        ratio, tier = _op_ratio(op, shape, factor, costs, measure=True)
-        work = max(0, op.exclusive_ns - fixed)
-        delta = int(round(work * (ratio - 1.0)))
-        graph.tasks["duration_ns"][task] = max(0, int(graph.tasks["duration_ns"][task]) + delta)
-        costs.count(tier)
-        changed += 1
-        before_ns += work
-        after_ns += work + delta
-    iterations = max(1, len(np.unique(graph.tasks["iteration"][graph.tasks["iteration"] >= 0])))
+def _retime_cpu(graph: Graph, shape: BatchShape, factor: float, costs: CostModel,
+                ops: list[ShapedOp], fixed_ns: float = 0.0) -> str:
+    """Each of `ops` re-timed at the new batch (reshape.retime_host), in words."""
+    done = retime_host(graph, BatchScaling(shape, factor), costs, ops, fixed_ns)
+    before, after = done.per_iteration(graph)
     what = "dispatch" if fixed_ns <= costs.host.unit_ns else "the trace's smallest elementwise ops"
-    return (f"{changed} CPU ops whose inputs carry it re-timed at their new shapes ({fixed} ns "
-            f"each kept, as {what}): their own work {before_ns / iterations / 1e3:.0f} → "
-            f"{after_ns / iterations / 1e3:.0f} µs per iteration; {wrappers} wrappers (of a "
-            "multiply or convolution, autograd nodes) keep their time")
+    return (f"{done.changed} CPU ops whose inputs carry it re-timed at their new shapes "
+            f"({done.fixed_ns} ns each kept, as {what}): their own work {before:.0f} → "
+            f"{after:.0f} µs per iteration; {done.wrappers} wrappers (of a multiply or "
+            "convolution, autograd nodes) keep their time")
 
 
 def _batch_note(found: BatchOps, factor: float) -> str:
@@ -706,7 +627,7 @@ def _retime_cpu_trace(graph: Graph, found: BatchOps, factor: float, costs: CostM
     shape = found.shape
     assert shape is not None
     speed = context.elementwise_speed(False)
-    done = _retime_cpu(graph, found, shape, factor, costs, found.ops,
+    done = _retime_cpu(graph, shape, factor, costs, found.ops,
                        speed.overhead_ns if speed is not None else 0.0)
     still = len(found.shaped) - len(found.ops)
     return [f"{_batch_note(found, factor)}: {done}; {still} ops whose inputs carry no batch "
@@ -739,7 +660,7 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
             else:
                 unknown.append(task)
             continue
-        _grow_kernel(graph, task, op, shape, factor, costs)
+        grow_kernel(graph, task, op, BatchScaling(shape, factor), costs)
         grown += 1
     by_ratio = np.array(unknown, dtype=np.int64)
     if by_ratio.size:
@@ -749,7 +670,7 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
     host = [o for o in found.ops if not o.launched]
     host_note = ""
     if host:
-        retimed = _retime_cpu(graph, found, shape, factor, costs, host)
+        retimed = _retime_cpu(graph, shape, factor, costs, host)
         host_note = f"; host work that launched no GPU work (making the batch): {retimed}"
     return [f"{_batch_note(found, factor)}: {grown} GPU tasks whose op's inputs carry it grown "
             f"past {floor} ns (the trace's shortest kernel) by their op's work at the new shapes "
@@ -793,7 +714,7 @@ def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, cos
         return "no batch found, nothing re-timed"
     chosen = [op for op in found.ops if op.row in rows]
     if not graph.has_device_work():
-        return _retime_cpu(graph, found, shape, factor, costs, chosen)
+        return _retime_cpu(graph, shape, factor, costs, chosen)
     trace_op = context.launching_op
     work = select(graph, kind=GPU_WORK)
     work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
@@ -805,49 +726,10 @@ def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, cos
         op = found.by_row.get(row) if row in rows else None
         if op is None:
             continue
-        _grow_kernel(graph, task, op, shape, factor, costs)
+        grow_kernel(graph, task, op, BatchScaling(shape, factor), costs)
         grown += 1
     return (f"{grown} GPU tasks of {len(chosen)} ops grown past {floor} ns by their op's work at "
             "the new shapes")
-
-
-def _grow_kernel(graph: Graph, task: int, op: BatchOp, shape: BatchShape, factor: float,
-                 costs: CostModel) -> None:
-    """GPU task `task` of `op` grown past the trace's shortest kernel
-    by its op's ratio at the new batch."""
-    ratio, tier = _kernel_ratio(op, shape, factor, costs)
-    duration = int(graph.tasks["duration_ns"][task])
-    fixed = min(duration, costs.floor_ns)
-    graph.tasks["duration_ns"][task] = int(round(fixed + (duration - fixed) * ratio))
-    costs.count(tier)
-
-
-def _kernel_ratio(op: BatchOp, shape: BatchShape, factor: float,
-                  costs: CostModel) -> tuple[float, Tier]:
-    """How many times its time a kernel of `op` takes at the new batch:
-    a GEMM by the roofline of the device table at the old and new shapes
-    (wave quantization included), other work by its op's bytes."""
-    scaled = scale_inputs(op.name, op.tensors, shape, factor)
-    device = costs.device
-    old_dims = gemm_dims(op.name, op.tensors)
-    new_dims = gemm_dims(op.name, scaled) if scaled is not None else None
-    if (old_dims is not None and new_dims is not None and device is not None
-        and device.fp32_tflops > 0):
-        kind = next((t[1] for t in op.tensors if t is not None), "float")
-        peak = ((device.bf16_tflops or device.fp16_tflops) if kind in REDUCED
-                else (device.tf32_tflops or device.fp32_tflops))
-        roofline = Roofline(peak, device.memory_bandwidth_gbs, device.sm_count)
-        item = ITEM_BYTES.get(kind, 4)
-
-        def model(dims: tuple[int, int, int, int]) -> float:
-            waves = gemm_waves(dims[0], dims[1], dims[2], device.sm_count)
-            return max(roofline.compute_ns(gemm_flops(dims), waves),
-                       roofline.memory_ns(gemm_bytes(dims, item)))
-
-        old = model(old_dims)
-        if old > 0:
-            return model(new_dims) / old, Tier.MODELLED
-    return _op_ratio(op, shape, factor, costs, measure=False)
 
 
 def _grow(graph: Graph, tasks: np.ndarray, factor: float, percentile: float) -> int:

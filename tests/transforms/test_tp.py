@@ -12,7 +12,8 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.simulate import simulate
 from daydream.transforms import Context, apply_spec, parse_spec
-from daydream.transforms.batch import BatchOp, BatchOps, BatchShape
+from daydream.transforms.batch import BatchOps, BatchShape
+from daydream.transforms.reshape import ShapedOp
 from tests.transforms.graphs import graph, op
 
 #: 1000 tokens of width 16: blocks.0.up takes them to 32, blocks.0.down back to 16 (fp32).
@@ -40,7 +41,7 @@ def _step() -> tuple[Graph, Context]:
     g.tasks["measured_end_ns"][:] = g.tasks["measured_start_ns"] + 5
     inputs = [[_x(TOKENS, WIDTH), _x(HIDDEN, WIDTH), _x(HIDDEN)], [_x(TOKENS, HIDDEN), _x(WIDTH, HIDDEN), _x(WIDTH)],
               [_x(TOKENS, WIDTH), _x(WIDTH, HIDDEN)], [_x(TOKENS, HIDDEN), _x(HIDDEN, WIDTH)]]
-    ops = [BatchOp(row, name, tensors, None, int(g.tasks["duration_ns"][row]), int(g.tasks["measured_start_ns"][row]),
+    ops = [ShapedOp(row, name, tensors, None, int(g.tasks["duration_ns"][row]), int(g.tasks["measured_start_ns"][row]),
                    0, False, False)
            for row, (name, tensors) in enumerate(zip(["aten::linear", "aten::linear", "aten::mm", "aten::mm"], inputs))]
     shape = BatchShape(TOKENS, parameters=frozenset({(HIDDEN, WIDTH), (HIDDEN,), (WIDTH, HIDDEN), (WIDTH,)}))

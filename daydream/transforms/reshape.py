@@ -1,0 +1,224 @@
+"""Ops re-timed at new shapes: what `batch-size` and `width` share.
+
+A what-if that re-shapes work says, per recorded CPU op, what its inputs become (a `Scaling`); this
+module times the op at both shapes by the cost stage and moves the graph:
+
+- on a CPU trace, an op's own host time past its fixed part (one host unit of dispatch, or more)
+  grows by the ratio of its work: a matrix multiply or convolution run here at both shapes (the
+  measured tier), else its FLOPs (a GEMM) or the bytes its inputs carry (modelled);
+- on a GPU trace, each kernel its op launched keeps the trace's shortest kernel as its fixed part
+  and grows by the roofline of the op's GEMM at the new shapes (the device table, wave
+  quantization) or by its bytes.
+
+    ops = shaped_ops(trace, rows, keep)               # the recorded ops, with their own host time
+    done = retime_host(graph, scaling, costs, ops)    # a CPU trace's ops at their new shapes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from daydream.cost import CostModel, Tier
+from daydream.cost.host import exclusive_host_ns
+from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES
+from daydream.cost.roofline import Roofline, gemm_waves
+from daydream.cost.shapes import (
+    ITEM_BYTES,
+    REDUCED,
+    Argument,
+    OpShapes,
+    Tensor,
+    gemm_bytes,
+    gemm_dims,
+    gemm_flops,
+    read_bytes,
+)
+from daydream.graph import Graph
+from daydream.mapping.linking import innermost_enclosing, link
+from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
+from daydream.transforms.primitives import HostSpans, task_of_event
+
+
+@dataclass(slots=True, frozen=True)
+class ShapedOp:
+    """A recorded CPU op with its recorded inputs."""
+
+    row: int
+    name: str
+    tensors: list[Tensor | None]
+    arguments: list[Argument] | None
+    exclusive_ns: int  # its own host time, nested ops and API calls taken out
+    start_ns: int
+    track: int
+    launched: bool  # it, or an op nested in it, launched GPU work
+    # it encloses another matrix multiply or convolution, or is an autograd node: others do the work
+    wrapper: bool
+    # another matrix multiply or convolution encloses it (a linear's matmul, a matmul's mm)
+    nested: bool = False
+
+
+class Scaling(Protocol):
+    """What a re-shaping what-if does to an op's recorded inputs."""
+
+    def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
+        """The op's inputs at the new shapes; None where none of them changes."""
+
+    def arguments(self, name: str, arguments: list[Argument]) -> list[Argument]:
+        """The op's recorded call arguments at the new shapes (values as recorded)."""
+
+    def unscaled(self, op: ShapedOp) -> float:
+        """How many times its work an op whose inputs do not change (`inputs` is None) does."""
+
+
+def shaped_ops(trace: Trace, rows: Iterable[int], shapes: OpShapes,
+               keep: Callable[[str, list[Tensor | None], list[Argument] | None], bool],
+               wrapper: Callable[[str], bool]) -> list[ShapedOp]:
+    """The CPU ops of `rows` with recorded shapes that `keep` (name, inputs, arguments) takes, each
+    with its own host time; `wrapper`: whether an op of that name is an autograd node (others do its
+    work), besides the multiplies and convolutions that enclose another."""
+    rows = np.asarray(list(rows), dtype=np.int64)
+    found_rows, exclusive = exclusive_host_ns(trace)
+    own = dict(zip(found_rows.tolist(), exclusive.tolist()))
+    launched = launching(trace, link(trace).op[trace.indices(*GPU_ACTIVITY_KINDS)])
+    compute_names = [i for i in (trace.string_index(n) for n in (*MULTIPLIES, *CALLED_AGAIN))
+                     if i >= 0]
+    wrappers, nested = wrappers_and_nested(trace, rows[np.isin(trace.name[rows], compute_names)])
+    found = []
+    for row in rows.tolist():
+        if row not in shapes:
+            continue
+        tensors = shapes.tensors_listed(row) or []
+        arguments = shapes.arguments(row)
+        name = trace.name_of(row)
+        if not keep(name, tensors, arguments):
+            continue
+        found.append(ShapedOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])),
+                              int(trace.ts_ns[row]), int(trace.track[row]), row in launched,
+                              row in wrappers or wrapper(name), row in nested))
+    return found
+
+
+def wrappers_and_nested(trace: Trace, compute: np.ndarray) -> tuple[set[int], set[int]]:
+    """Of the multiplies and convolutions `compute`: those that enclose another, and those another
+    encloses (a linear's matmul, a matmul's mm)."""
+    enclosing = innermost_enclosing(trace, compute, compute)
+    return set(enclosing.tolist()), set(compute[enclosing >= 0].tolist())
+
+
+def launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
+    """The CPU ops that launched GPU work, and every op enclosing one of them."""
+    ops = trace.indices(EventKind.CPU_OP)
+    parent = dict(zip(ops.tolist(), innermost_enclosing(trace, ops, ops).tolist()))
+    found: set[int] = set()
+    for row in np.unique(launching_ops[launching_ops >= 0]).tolist():
+        while row >= 0 and row not in found:
+            found.add(row)
+            row = parent.get(row, -1)
+    return found
+
+
+def op_ratio(op: ShapedOp, scaling: Scaling, costs: CostModel, measure: bool) -> tuple[float, Tier]:
+    """How many times its own work the op does at its new shapes, and the tier that said so."""
+    scaled = scaling.inputs(op.name, op.tensors)
+    if scaled is None:
+        return scaling.unscaled(op), Tier.MODELLED
+    measurer = costs.measurer
+    if measure and measurer is not None and not op.wrapper:
+        ratio = None
+        if op.name in MULTIPLIES:
+            ratio = measurer.op_ratio(op.name, scaled, op.tensors)
+        elif op.name in CALLED_AGAIN and op.arguments is not None:
+            ratio = measurer.call_ratio(op.name, scaling.arguments(op.name, op.arguments),
+                                        op.arguments)
+        if ratio is not None:
+            return ratio, Tier.MEASURED
+    old_dims, new_dims = gemm_dims(op.name, op.tensors), gemm_dims(op.name, scaled)
+    if old_dims is not None and new_dims is not None:
+        return gemm_flops(new_dims) / max(gemm_flops(old_dims), 1.0), Tier.MODELLED
+    old_bytes, new_bytes = read_bytes(op.name, op.tensors), read_bytes(op.name, scaled)
+    return (new_bytes / old_bytes if old_bytes else scaling.unscaled(op)), Tier.MODELLED
+
+
+@dataclass(slots=True)
+class Retimed:
+    """What `retime_host` did: ops re-timed, wrappers kept, their own work before and after (ns
+    over all iterations), the part of each op kept (ns)."""
+
+    changed: int = 0
+    wrappers: int = 0
+    before_ns: int = 0
+    after_ns: int = 0
+    fixed_ns: int = 0
+
+    def per_iteration(self, graph: Graph) -> tuple[float, float]:
+        """Their own work before and after, µs per iteration."""
+        iterations = graph.tasks["iteration"]
+        count = max(1, len(np.unique(iterations[iterations >= 0])))
+        return self.before_ns / count / 1e3, self.after_ns / count / 1e3
+
+
+def retime_host(graph: Graph, scaling: Scaling, costs: CostModel, ops: list[ShapedOp],
+                fixed_ns: float = 0.0) -> Retimed:
+    """Each of `ops`' own time, past its fixed part, times its work ratio, added to the task
+    holding it. The fixed part: one host unit of dispatch, or `fixed_ns` where more (what the
+    trace's smallest elementwise ops take whole: the part of an op's time its bytes do not grow)."""
+    of_event = task_of_event(graph)
+    spans = HostSpans(graph)
+    done = Retimed(fixed_ns=int(round(max(costs.host.unit_ns, fixed_ns))))
+    for op in ops:
+        if op.wrapper:
+            done.wrappers += 1
+            continue
+        task = of_event.get(op.row, spans.holding(op.start_ns, op.track))
+        if task < 0:
+            continue
+        ratio, tier = op_ratio(op, scaling, costs, measure=True)
+        work = max(0, op.exclusive_ns - done.fixed_ns)
+        delta = int(round(work * (ratio - 1.0)))
+        graph.tasks["duration_ns"][task] = max(0, int(graph.tasks["duration_ns"][task]) + delta)
+        costs.count(tier)
+        done.changed += 1
+        done.before_ns += work
+        done.after_ns += work + delta
+    return done
+
+
+def grow_kernel(graph: Graph, task: int, op: ShapedOp, scaling: Scaling, costs: CostModel) -> None:
+    """GPU task `task` of `op` grown past the trace's shortest kernel by its op's ratio at the new
+    shapes."""
+    ratio, tier = kernel_ratio(op, scaling, costs)
+    duration = int(graph.tasks["duration_ns"][task])
+    fixed = min(duration, costs.floor_ns)
+    graph.tasks["duration_ns"][task] = int(round(fixed + (duration - fixed) * ratio))
+    costs.count(tier)
+
+
+def kernel_ratio(op: ShapedOp, scaling: Scaling, costs: CostModel) -> tuple[float, Tier]:
+    """How many times its time a kernel of `op` takes at the new shapes: a GEMM by the roofline of
+    the device table at the old and new shapes (wave quantization included), other work by its op's
+    bytes."""
+    scaled = scaling.inputs(op.name, op.tensors)
+    device = costs.device
+    old_dims = gemm_dims(op.name, op.tensors)
+    new_dims = gemm_dims(op.name, scaled) if scaled is not None else None
+    if (old_dims is not None and new_dims is not None and device is not None
+            and device.fp32_tflops > 0):
+        kind = next((t[1] for t in op.tensors if t is not None), "float")
+        peak = ((device.bf16_tflops or device.fp16_tflops) if kind in REDUCED
+                else (device.tf32_tflops or device.fp32_tflops))
+        roofline = Roofline(peak, device.memory_bandwidth_gbs, device.sm_count)
+        item = ITEM_BYTES.get(kind, 4)
+
+        def model(dims: tuple[int, int, int, int]) -> float:
+            waves = gemm_waves(dims[0], dims[1], dims[2], device.sm_count)
+            return max(roofline.compute_ns(gemm_flops(dims), waves),
+                       roofline.memory_ns(gemm_bytes(dims, item)))
+
+        old = model(old_dims)
+        if old > 0:
+            return model(new_dims) / old, Tier.MODELLED
+    return op_ratio(op, scaling, costs, measure=False)
