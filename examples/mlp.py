@@ -53,13 +53,14 @@ class MLP(nn.Module):
 def main() -> None:
     parser = training.options(__doc__.splitlines()[0], batch_size=64)
     parser.add_argument("--samples", type=int, default=1024, help="samples in the in-memory dataset (cycled through)")
+    parser.add_argument("--width", type=int, default=512, help="hidden size")
     args = parser.parse_args()
     device, _ = training.setup(args)
     if args.samples < args.batch_size:
         raise SystemExit(f"--samples {args.samples} is smaller than one batch of {args.batch_size}")
     data = TensorDataset(torch.randn(args.samples, 256), torch.randint(0, 10, (args.samples,)))
     batches = list(DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True))
-    model = training.wrap(MLP(checkpoint=args.checkpoint).to(device), args)
+    model = training.wrap(MLP(hidden=args.width, checkpoint=args.checkpoint).to(device), args)
     optimizer = training.optimizer(torch.optim.Adam, model, args, lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     training.train(model, lambda step: tuple(t.to(device) for t in batches[step % len(batches)]),

@@ -48,7 +48,8 @@ STEP_FUNCTION = "training:train_step"  # what ends an iteration under --cuda-gra
 CONFIGURATIONS = {
     "cuda": {"mlp": ["--batch-size", "2048"], "cnn": ["--batch-size", "256"],
              "transformer": ["--batch-size", "32", "--context", "256"]},
-    "cpu": {"mlp": ["--batch-size", "64"], "cnn": ["--batch-size", "16"], "transformer": ["--batch-size", "4"]},
+    "cpu": {"mlp": ["--batch-size", "64", "--width", "512"], "cnn": ["--batch-size", "16"],
+            "transformer": ["--batch-size", "4", "--width", "256"]},
 }
 #: example -> script arguments at GPU-bound, realistic sizes (--sizes realistic, scripts/gpu_check.sh on a lent GPU):
 #: ResNet-50 on 224x224 images, batch 64; a transformer of BERT-base size (12 blocks, width 768, sequence 512, batch 8)
@@ -59,7 +60,7 @@ REALISTIC = {
 #: the training benchmark suite (examples/suite, one model per domain of the TBD suite): model -> (domain, baseline
 #: arguments, the layers to checkpoint, daydream trace options); `--examples suite` names all six
 SUITE: dict[str, tuple[str, list[str], str, tuple[str, ...]]] = {
-    "resnet": ("image classification", ["--batch-size", "16"], r"blocks\.\d+$", ()),
+    "resnet": ("image classification", ["--batch-size", "16", "--width", "16"], r"blocks\.\d+$", ()),
     "translation": ("machine translation", ["--batch-size", "16"], r"(encoder|decoder)\.\d+$", ()),
     "speech": ("speech recognition", ["--batch-size", "8"], r"blocks\.\d+$", ()),
     "detection": ("object detection", ["--batch-size", "8"], r"blocks\.\d+$", ()),
@@ -91,7 +92,7 @@ def variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) -> 
 def chosen_whatifs(text: str) -> set[str]:
     """The first words of --whatifs (a whole spec such as batch-size:factor=2 names its first word); SystemExit naming
     a word that is no what-if here."""
-    known = {v.whatif.split(":")[0] for device in ("cpu", "cuda") for v in _variants(device, ["--batch-size", "1"])}
+    known = {v.whatif.split(":")[0] for device in ("cpu", "cuda") for v in _variants(device, ["--batch-size", "1", "--width", "1"])}
     words = {w.strip().split(":")[0] for w in text.split(",") if w.strip()}
     unknown = sorted(words - known)
     if unknown:
@@ -122,6 +123,11 @@ def _variants(device: str, baseline: list[str], checkpoint: str = CHECKPOINT) ->
         # when backward needs them)
         Variant(f"offload:layers={checkpoint.partition('layers=')[2]},prefetch=0,stream=compute", ["--offload"],
                 "offload", needs_gpu=True, untouched="optimizer"),
+        # twice as wide, where the baseline names its width (--width N: the examples' hidden size, the suite ResNet's
+        # first channels): the layers the checkpoint what-if names make the hidden sizes
+        *([Variant(f"width:layers={checkpoint.partition('layers=')[2]},factor=2",
+                   ["--width", str(2 * int(baseline[baseline.index("--width") + 1]))], "width-x2")]
+          if "--width" in baseline[:-1] else []),
     ]
 
 

@@ -183,6 +183,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                                   lambda batch: batch_ops_of(trace, attribution(),
                                                              update_loop(), batch,
                                                              iterations())),
+                              "step_ops": lambda: step_ops_of(trace, attribution(),
+                                                              update_loop()),
                               "launching_op": lambda: link(trace).op,
                               "saved_tensors": lambda: functools.partial(saved_tensors_of, trace),
                               "large_host_blocks": lambda: large_host_blocks(trace, iterations()),
@@ -264,6 +266,14 @@ def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray
     iterations = iterations if iterations is not None else find_iterations(trace)
     return batch_ops(trace, attribution.phase, update_loop, batch,
                      iteration_of_row(trace, iterations))
+
+
+def step_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray) -> Any:
+    """The step's CPU ops with their shapes (transforms/width.py), the update loop's tensors counted
+    as parameters."""
+    from daydream.transforms.width import step_ops
+
+    return step_ops(trace, attribution.phase, update_loop)
 
 
 def pair_bytes_of(trace: Trace, attribution: Attribution, batch: int = 0) -> frozenset[int]:

@@ -15,9 +15,10 @@ from daydream.transforms import (
     distributed,  # noqa: F401  (registers ddp, comm, no-comm, ...)
     fusion,  # noqa: F401  (registers fused-optimizer, cuda-graphs, fuse-elementwise)
     loading,  # noqa: F401  (registers overlap-data-loading)
-    model_size,  # noqa: F401  (registers depth, width)
+    model_size,  # noqa: F401  (registers depth)
     speed,  # noqa: F401  (registers faster-host, no-host-overhead, faster-gpu, optimizer)
     target,  # noqa: F401  (registers gpu)
+    width,  # noqa: F401  (registers width)
 )
 from daydream.transforms.pipeline import Pipeline, apply_pipeline, is_pipeline_file, load_pipeline
 from daydream.transforms.primitives import (

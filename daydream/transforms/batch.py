@@ -57,7 +57,7 @@ from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind, Trace
 from daydream.trace.model import batch_size
 from daydream.transforms.kernels import low_percentile, matching
-from daydream.transforms.primitives import HostSpans, select, task_of_event
+from daydream.transforms.primitives import select
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 from daydream.transforms.reshape import ShapedOp, grow_kernel, retime_host, shaped_ops
 
@@ -168,7 +168,7 @@ class BatchShape:
             if axis is None:
                 return None
             axes = (axis,)
-        return _grown(tensor, axes, factor)
+        return grown(tensor, axes, factor)
 
     def growth(self, name: str, tensors: list[Tensor | None], factor: float) -> float:
         """How many times its FLOPs a multiply of `tensors` does at the new batch: `factor`, or its
@@ -192,12 +192,12 @@ class BatchScaling:
     def arguments(self, name: str, arguments: list[Argument]) -> list[Argument]:
         return scale_arguments(name, arguments, self.shape, self.factor)
 
-    def unscaled(self, op: ShapedOp) -> float:
+    def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
         """A factory op whose size list holds the batch (twice: a pairwise mask), or a multiply
-        whose scaling is ambiguous: by the factor (its square for a pair)."""
+        whose scaling is ambiguous: by the factor (its square for a pair), modelled."""
         size = factory_size(op.name, op.arguments)
         pair = size is not None and self.shape.pairs and self.shape.pair_axes(size) is not None
-        return self.factor * self.factor if pair else self.factor
+        return (self.factor * self.factor if pair else self.factor), Tier.MODELLED
 
 
 #: Of ops whose inputs mix activations and weights in a known order,
@@ -253,13 +253,13 @@ def _as_activations(name: str, tensors: list[Tensor | None], shape: BatchShape,
     for chosen in choices + [[a] for a in axes]:
         new = list(tensors)
         for i, axis, tensor in chosen:  # one axis of each operand chosen
-            new[i] = _grown(tensor, (axis,), factor)
+            new[i] = grown(tensor, (axis,), factor)
         if _grows_by(name, tensors, new, factor):
             return new
     return None
 
 
-def _grown(tensor: Tensor, axes: tuple[int, ...], factor: float) -> Tensor:
+def grown(tensor: Tensor, axes: tuple[int, ...], factor: float) -> Tensor:
     """`tensor` with each of its `axes` scaled by `factor` (to at least 1)."""
     new = list(tensor[0])
     for axis in axes:
@@ -273,7 +273,7 @@ def _grows_by(name: str, old: list[Tensor | None], new: list[Tensor | None],
     grow `growth` times (the batch factor: exactly one of its dimensions
     grows; a weight as wide as the tokens are many must not grow along with
     the activation)."""
-    if not _fits(name, new):
+    if not operands_fit(name, new):
         return False
     before, after = gemm_dims(name, old), gemm_dims(name, new)
     if before is None or after is None:
@@ -282,7 +282,7 @@ def _grows_by(name: str, old: list[Tensor | None], new: list[Tensor | None],
     return abs(ratio / growth - 1.0) < 0.02
 
 
-def _fits(name: str, tensors: list[Tensor | None]) -> bool:
+def operands_fit(name: str, tensors: list[Tensor | None]) -> bool:
     """Whether a multiply's operands agree on their inner dimension (and batch, for bmm)."""
     shaped = [t[0] if t is not None else () for t in tensors]
     try:
@@ -678,30 +678,6 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
             f"ops that carry no batch (per-parameter work) kept; {by_ratio.size} GPU tasks whose "
             f"op recorded no shapes by ratio (fixed + linear){host_note}; launches, the optimizer "
             f"and collectives kept; timed by the cost stage ({costs.tiers_note()})"]
-
-
-def op_layers(graph: Graph, found: BatchOps, context: Context) -> dict[int, int]:
-    """Per op of `found` (trace row), its layer: that of the host task holding it (a CPU graph) or
-    of the GPU work it launched (a GPU graph); ops without one are left out."""
-    layers: dict[int, int] = {}
-    if graph.has_device_work():
-        trace_op = context.launching_op
-        if trace_op is None:
-            return layers
-        work = select(graph, kind=GPU_WORK)
-        events = graph.tasks["event"][work]
-        rows = np.where(events >= 0, trace_op[np.maximum(events, 0)], -1)
-        for row, layer in zip(rows.tolist(), graph.tasks["layer"][work].tolist()):
-            if row >= 0 and layer >= 0 and row in found.by_row:
-                layers.setdefault(row, layer)
-        return layers
-    of_event = task_of_event(graph)
-    spans = HostSpans(graph)
-    for op in found.ops:
-        task = of_event.get(op.row, spans.holding(op.start_ns, op.track))
-        if task >= 0 and graph.tasks["layer"][task] >= 0:
-            layers[op.row] = int(graph.tasks["layer"][task])
-    return layers
 
 
 def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, costs: CostModel,

@@ -1,4 +1,4 @@
-"""`depth:` and `width:`: predict a bigger model from a small run (BOOM's "use your desktop").
+"""`depth:`: predict a bigger model from a small run (BOOM's "use your desktop").
 
 `depth:layers=REGEX,factor=N`: the same model with its repeated blocks N times over.
 
@@ -10,13 +10,7 @@ records each layer's parameter bytes (traces of `daydream trace`). Memory (memor
 the blocks' activations N times over, weights, gradients and optimizer state by the same
 parameter ratio.
 
-`width:layers=REGEX,factor=F`: the matching layers F times wider (hidden sizes x F). Their GEMM and
-convolution work (kernels, or CPU ops on a CPU trace) x F^2 (both dimensions of each weight grow),
-attention, normalization, elementwise and other work x F (the activations grow by F); the
-optimizer's work by the parameter ratio (all + (F^2 - 1) x the layers'). Memory: the layers'
-activations x F, weights, gradients and optimizer state by the parameter ratio. A layer that
-connects a widened one to a fixed size (the first and last) grows by F, not F^2: matching only the
-inner layers is exact, matching the edges too overstates them.
+`width:` is in transforms/width.py.
 """
 
 from __future__ import annotations
@@ -28,14 +22,12 @@ import numpy as np
 from daydream.graph import DepKind, Graph
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import choose_layers, parameter_ratio
-from daydream.mapping.classes import CLASSES
 from daydream.transforms.checkpoint import copy_launched_work
-from daydream.transforms.kernels import kernel_classes
 from daydream.transforms.primitives import GPU_WORK, HOST_WORK, scale, select, splice_chain, unpin
-from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
+from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 
-def _grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str,
+def grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str,
                     whose: str) -> str:
     """Scale the optimizer's work by the parameter ratio (the matching
     layers' parameters x factor); the note."""
@@ -89,7 +81,7 @@ def _depth(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     added = sum(repeat_after(graph, tasks) for tasks in chosen for _ in range(factor - 1))
     notes = [f"depth: {len(targets)} block(s) {described} ×{factor}: their "
              f"forward and backward work repeated ({added} tasks added)"]
-    return [*notes, _grow_optimizer(graph, context, targets, factor, "depth", "the blocks'")]
+    return [*notes, grow_optimizer(graph, context, targets, factor, "depth", "the blocks'")]
 
 
 register(Optimization(
@@ -102,34 +94,4 @@ register(Optimization(
     {"layers": Parameter(str, "", "regular expression over layer paths: the repeated blocks "
                                   "(default: the model's, such as blocks.0, blocks.1, ...)"),
      "factor": Parameter(int, 2, "how many times the blocks' count (2: twice as deep)", 1, 64)},
-))
-
-
-def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
-    factor = float(params["factor"])
-    targets, owner, chosen = choose_layers(graph.layers, str(params["layers"]),
-                                           context.gradient_bytes, "width")
-    kinds = (*GPU_WORK,) if graph.has_device_work() else HOST_WORK
-    work = select(graph, kind=kinds, phase=["forward", "backward"])
-    work = work[owner[graph.tasks["layer"][work]] >= 0]
-    classes = kernel_classes(graph, work)
-    square = np.isin(classes, [CLASSES.index("gemm"), CLASSES.index("convolution")])
-    scale(graph, work[square], factor=factor ** 2)
-    scale(graph, work[~square], factor=factor)
-    unit = "kernels" if graph.has_device_work() else "CPU ops"
-    notes = [f"width: {len(targets)} layer(s) {chosen} ×{factor:g} wide: "
-             f"{int(square.sum())} GEMM/conv {unit} ×{factor ** 2:g}, {int((~square).sum())} other "
-             f"{unit} ×{factor:g}"]
-    return [*notes, _grow_optimizer(graph, context, targets, factor ** 2, "width", "the layers'")]
-
-
-register(Optimization(
-    "width", "a wider model: the matching layers' hidden sizes times F",
-    "the matching layers' GEMM and convolution work (kernels, or CPU ops on a CPU trace) x "
-    "factor^2, their other forward and backward work x factor; the optimizer's work by the "
-    "parameter ratio (all + (factor^2 - 1) x the layers')",
-    _width,
-    {"layers": Parameter(str, "", "regular expression over layer paths: the layers made wider "
-                                  "(default: the model's repeated blocks)"),
-     "factor": Parameter(float, 2.0, "how many times wider", **FACTOR_RANGE)},
 ))

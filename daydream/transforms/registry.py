@@ -121,6 +121,12 @@ class Context:
         return self._fact("batch_ops")
 
     @property
+    def step_ops(self) -> Any:
+        """The step's CPU ops with recorded shapes, each one's phase, and the parameters' shapes
+        (transforms/width.StepOps); None where not derived."""
+        return self._fact("step_ops")
+
+    @property
     def layer_work(self) -> Any:
         """Per layer of the trace's attribution (the graph's `layers`), its forward's and backward's
         work and its forward's start (mapping.attribution.LayerWork); None without a trace."""

@@ -38,9 +38,11 @@ from daydream.cost.shapes import (
     read_bytes,
 )
 from daydream.graph import Graph
+from daydream.graph.model import GPU_WORK
 from daydream.mapping.linking import innermost_enclosing, link
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
-from daydream.transforms.primitives import HostSpans, task_of_event
+from daydream.transforms.primitives import HostSpans, select, task_of_event
+from daydream.transforms.registry import Context
 
 
 @dataclass(slots=True, frozen=True)
@@ -70,8 +72,9 @@ class Scaling(Protocol):
     def arguments(self, name: str, arguments: list[Argument]) -> list[Argument]:
         """The op's recorded call arguments at the new shapes (values as recorded)."""
 
-    def unscaled(self, op: ShapedOp) -> float:
-        """How many times its work an op whose inputs do not change (`inputs` is None) does."""
+    def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
+        """How many times its work an op whose inputs do not change (`inputs` is None) does, and
+        the tier that says so."""
 
 
 def shaped_ops(trace: Trace, rows: Iterable[int], shapes: OpShapes,
@@ -121,11 +124,36 @@ def launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
     return found
 
 
+def op_layers(graph: Graph, ops: list[ShapedOp], context: Context) -> dict[int, int]:
+    """Per op of `ops` (trace row), its layer: that of the host task holding it (a CPU graph) or
+    of the GPU work it launched (a GPU graph); ops without one are left out."""
+    layers: dict[int, int] = {}
+    if graph.has_device_work():
+        trace_op = context.launching_op
+        if trace_op is None:
+            return layers
+        known = {op.row for op in ops}
+        work = select(graph, kind=GPU_WORK)
+        events = graph.tasks["event"][work]
+        rows = np.where(events >= 0, trace_op[np.maximum(events, 0)], -1)
+        for row, layer in zip(rows.tolist(), graph.tasks["layer"][work].tolist()):
+            if row >= 0 and layer >= 0 and row in known:
+                layers.setdefault(row, layer)
+        return layers
+    of_event = task_of_event(graph)
+    spans = HostSpans(graph)
+    for op in ops:
+        task = of_event.get(op.row, spans.holding(op.start_ns, op.track))
+        if task >= 0 and graph.tasks["layer"][task] >= 0:
+            layers[op.row] = int(graph.tasks["layer"][task])
+    return layers
+
+
 def op_ratio(op: ShapedOp, scaling: Scaling, costs: CostModel, measure: bool) -> tuple[float, Tier]:
     """How many times its own work the op does at its new shapes, and the tier that said so."""
     scaled = scaling.inputs(op.name, op.tensors)
     if scaled is None:
-        return scaling.unscaled(op), Tier.MODELLED
+        return scaling.unscaled(op)
     measurer = costs.measurer
     if measure and measurer is not None and not op.wrapper:
         ratio = None
@@ -140,7 +168,7 @@ def op_ratio(op: ShapedOp, scaling: Scaling, costs: CostModel, measure: bool) ->
     if old_dims is not None and new_dims is not None:
         return gemm_flops(new_dims) / max(gemm_flops(old_dims), 1.0), Tier.MODELLED
     old_bytes, new_bytes = read_bytes(op.name, op.tensors), read_bytes(op.name, scaled)
-    return (new_bytes / old_bytes if old_bytes else scaling.unscaled(op)), Tier.MODELLED
+    return (new_bytes / old_bytes, Tier.MODELLED) if old_bytes else scaling.unscaled(op)
 
 
 @dataclass(slots=True)

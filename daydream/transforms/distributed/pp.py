@@ -35,7 +35,6 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, Resource, ResourceKind, TaskKind
 from daydream.graph.model import GPU_WORK, HOST_TASKS
 from daydream.mapping.attribution import LayerWork, repeated_blocks, work_by_layer
-from daydream.transforms.batch import op_layers
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
@@ -46,6 +45,7 @@ from daydream.transforms.distributed.buckets import (
 from daydream.transforms.distributed.fabric import LINK_PARAMETERS, fabric
 from daydream.transforms.primitives import launcher_of, remove
 from daydream.transforms.registry import Context, Optimization, Parameter, register
+from daydream.transforms.reshape import op_layers
 
 SCHEDULES = ("gpipe", "1f1b")
 #: Edges that say the order of work on one thread or stream: a chunk's
@@ -319,7 +319,7 @@ def _activation_bytes(context: Context, graph: Graph, stages: list[Stage],
     found = of_batch(0) if of_batch is not None else None
     if found is None or found.batch is None or not found.ops or len(stages) < 2:
         return None
-    layer_of_row = op_layers(graph, found, context)
+    layer_of_row = op_layers(graph, found.ops, context)
     second = stages[1].layers
     for op in sorted(found.ops, key=lambda o: o.start_ns):
         if layer_of_row.get(op.row, -1) in second:

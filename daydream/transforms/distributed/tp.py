@@ -38,7 +38,7 @@ from daydream.errors import InputError
 from daydream.graph import DepKind, Graph, TaskKind
 from daydream.interconnect import collective_steps
 from daydream.mapping.attribution import LayerWork, layer_owners, repeated_blocks
-from daydream.transforms.batch import BatchOps, op_layers, retime_ops
+from daydream.transforms.batch import BatchOps, retime_ops
 from daydream.transforms.distributed.buckets import (
     BACKWARD,
     FORWARD,
@@ -60,6 +60,7 @@ from daydream.transforms.distributed.fabric import LINK_PARAMETERS, Fabric, fabr
 from daydream.transforms.distributed.pp import graph_layer_work
 from daydream.transforms.primitives import launcher_of, splice
 from daydream.transforms.registry import MAX_WORLD, Context, Optimization, Parameter, register
+from daydream.transforms.reshape import op_layers
 
 #: Attention ops whose first input is (batch, heads, sequence, head width): the heads T must divide.
 ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
@@ -333,7 +334,7 @@ def plan_split(graph: Graph, context: Context, pattern: str) -> Split:
         raise InputError("tp: the trace records no op shapes, so its linear layers and their "
                          "widths are not known — record it with daydream trace (or torch.profiler "
                          "with record_shapes=True)")
-    layer_of = op_layers(graph, found, context)
+    layer_of = op_layers(graph, found.ops, context)
     work = context.layer_work if context.layer_work is not None else graph_layer_work(graph)
     found_linears = linears(found, layer_of)
     pairs, whole = tp_pairs(graph.layers, context.gradient_bytes, work, found_linears, pattern,
