@@ -5,8 +5,8 @@ module times the op at both shapes by the cost stage and moves the graph:
 
 - on a CPU trace, an op's own host time past its fixed part (one host unit of dispatch, or more)
   changes with its work: a matrix multiply or convolution run here at both shapes (the measured
-  tier: what it measured more where it grows, the ratio where it shrinks, `op_growth`), else by
-  the ratio of its FLOPs (a GEMM) or of the bytes its inputs carry (modelled);
+  tier: what it measured more where it grows, the ratio where it shrinks, `measured_growth`), else
+  by the ratio of its FLOPs (a GEMM) or of the bytes its inputs carry (modelled);
 - on a GPU trace, each kernel its op launched keeps the trace's shortest kernel as its fixed part
   and grows by the roofline of the op's GEMM at the new shapes (the device table, wave
   quantization) or by its bytes.
@@ -25,7 +25,7 @@ import numpy as np
 
 from daydream.cost import CostModel, Tier
 from daydream.cost.host import exclusive_host_ns
-from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES
+from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES, Measurer
 from daydream.cost.roofline import Roofline, gemm_waves
 from daydream.cost.shapes import (
     ITEM_BYTES,
@@ -165,27 +165,17 @@ class Growth:
 
 def op_growth(op: ShapedOp, scaling: Scaling, costs: CostModel, measure: bool) -> Growth:
     """How the op's own work changes at its new shapes. Measured here (`measure`, a multiply or a
-    convolution): where it grows, by what it measured more (recorded + (new - old)); where it
-    shrinks, scaled (recorded × new / old). Scaling a growing op would multiply by its growth
-    whatever sets the run apart from the measurement: a transformer's multiply that took 1,559 µs
-    in its step measured 1,647 µs alone, and at twice the width 6,335 µs in the wider step, 6,410
-    alone (as `amp`'s reduced_ns times a slower path). Else its FLOPs (a GEMM) or its bytes."""
+    convolution): where it grows, by the time it measured more with its operands in cache
+    (recorded + (new - old), `measured_growth`); where it shrinks, scaled by the ratio measured with
+    caches emptied. Else by the ratio of its FLOPs (a GEMM) or of its bytes (modelled)."""
     scaled = scaling.inputs(op.name, op.tensors)
     if scaled is None:
         ratio, tier = scaling.unscaled(op)
         return Growth(ratio, 0, tier)
-    measurer = costs.measurer
-    if measure and measurer is not None and not op.wrapper:
-        pair = None
-        if op.name in MULTIPLIES:
-            pair = measurer.op_pair_ns(op.name, scaled, op.tensors)
-        elif op.name in CALLED_AGAIN and op.arguments is not None:
-            pair = measurer.call_pair_ns(op.name, scaling.arguments(op.name, op.arguments),
-                                         op.arguments)
-        if pair is not None:
-            new, old = pair
-            return (Growth(1.0, new - old, Tier.MEASURED) if new > old
-                    else Growth(new / old, 0, Tier.MEASURED))
+    if measure and costs.measurer is not None and not op.wrapper:
+        growth = measured_growth(op, scaled, scaling, costs.measurer)
+        if growth is not None:
+            return growth
     old_dims, new_dims = gemm_dims(op.name, op.tensors), gemm_dims(op.name, scaled)
     if old_dims is not None and new_dims is not None:
         return Growth(gemm_flops(new_dims) / max(gemm_flops(old_dims), 1.0), 0, Tier.MODELLED)
@@ -194,6 +184,37 @@ def op_growth(op: ShapedOp, scaling: Scaling, costs: CostModel, measure: bool) -
         return Growth(new_bytes / old_bytes, 0, Tier.MODELLED)
     ratio, tier = scaling.unscaled(op)
     return Growth(ratio, 0, tier)
+
+
+def measured_growth(op: ShapedOp, scaled: list[Tensor | None], scaling: Scaling,
+                    measurer: Measurer) -> Growth | None:
+    """A multiply or convolution run here at its new shapes and its recorded ones, in turns; None
+    where it cannot run.
+
+    Where it grows, it gains the time it measured more hot (operands as the previous run left
+    them, as the op before leaves them in a step): recorded + (new - old). Scaled instead, the
+    recorded time would carry whatever sets the step apart from a measurement (an op that ran faster
+    in its step than alone) times the growth; measured with the caches emptied, the difference
+    would carry a cold start that grows with the operands' bytes. A transformer's multiplies at
+    twice the width, in three rounds: hot differences within 4% of the wider steps' own, the ratio
+    6-9% short (docs/validation-whatif-cpu.md); the same rule as `amp`'s slower path
+    (amp.reduced_ns). Where it shrinks, scaled by the ratio measured with
+    caches emptied (a layout that splits a layer's work: tensor parallelism)."""
+    arguments = op.arguments if op.name in CALLED_AGAIN else None
+    if op.name not in MULTIPLIES and arguments is None:
+        return None
+    if arguments is not None:
+        new_arguments = scaling.arguments(op.name, arguments)
+        hot = measurer.call_pair_ns(op.name, new_arguments, arguments, hot=True)
+    else:
+        hot = measurer.op_pair_ns(op.name, scaled, op.tensors, hot=True)
+    if hot is None:
+        return None
+    if hot[0] > hot[1]:
+        return Growth(1.0, hot[0] - hot[1], Tier.MEASURED)
+    ratio = (measurer.call_ratio(op.name, new_arguments, arguments) if arguments is not None
+             else measurer.op_ratio(op.name, scaled, op.tensors))
+    return Growth(ratio, 0, Tier.MEASURED) if ratio is not None else None
 
 
 @dataclass(slots=True)

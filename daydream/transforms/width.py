@@ -67,6 +67,22 @@ CHANNELS_FIRST = frozenset(f"aten::{op}" for op in (
     "native_group_norm_backward", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"))
 
 
+#: Ops whose first N inputs are always activations (a normalization's input, and its gradient in
+#: backward), however much their shapes look like a parameter's: a [24, 24] batch through 24-wide
+#: layers has the shape of their square weight.
+ACTIVATIONS_FIRST = {
+    **{f"aten::{op}": 1 for op in (
+        "native_layer_norm", "layer_norm", "native_batch_norm", "batch_norm",
+        "_batch_norm_impl_index", "native_group_norm", "group_norm", "_softmax", "_log_softmax",
+        "softmax", "log_softmax", "gelu", "relu", "clamp_min", "silu", "tanh", "sigmoid", "dropout",
+        "native_dropout")},
+    **{f"aten::{op}": 2 for op in (
+        "native_layer_norm_backward", "native_batch_norm_backward", "native_group_norm_backward",
+        "gelu_backward", "threshold_backward", "silu_backward", "tanh_backward",
+        "sigmoid_backward", "_softmax_backward_data", "_log_softmax_backward_data")},
+}
+
+
 @dataclass(slots=True, frozen=True)
 class StepOps:
     """The step's CPU ops with recorded shapes (cheap dispatcher ops aside), each one's phase, and
@@ -106,14 +122,16 @@ class WidthShape:
     parameters: frozenset[tuple[int, ...]]
     batch: BatchShape | None = None
 
-    def axes(self, name: str, shape: tuple[int, ...], operand: bool) -> tuple[int, ...]:
+    def axes(self, name: str, shape: tuple[int, ...], operand: bool,
+             activation: bool = False) -> tuple[int, ...]:
         """The axes of an input of `shape` to op `name` that hold a hidden size (`operand`: it is a
-        multiply's, where a 2-D parameter may enter transposed)."""
+        multiply's, where a 2-D parameter may enter transposed; `activation`: it is in a place only
+        an activation takes, whatever its shape looks like)."""
         transposed = len(shape) == 2 and shape[::-1] in self.parameters
-        if shape in self.parameters or (operand and transposed):
+        if not activation and (shape in self.parameters or (operand and transposed)):
             candidates: tuple[int, ...] = tuple(range(min(2, len(shape))))
         else:
-            batch = self.batch.axis(shape, operand) if self.batch is not None else None
+            batch = self._batch_axis(shape, operand, activation)
             if len(shape) >= 4 or (len(shape) == 3 and name in CHANNELS_FIRST):
                 candidates = (1,)
             elif len(shape) == 3:
@@ -123,27 +141,40 @@ class WidthShape:
             candidates = tuple(a for a in candidates if a != batch)
         return tuple(a for a in candidates if shape[a] in self.sizes)
 
-    def scaled(self, name: str, tensor: Tensor | None, operand: bool = False) -> Tensor | None:
+    def _batch_axis(self, shape: tuple[int, ...], operand: bool, activation: bool) -> int | None:
+        """The axis of `shape` that holds the batch (`BatchShape.axis`); of an `activation`, the
+        first of the batch size or a token count even where the shape is a parameter's too."""
+        if self.batch is None:
+            return None
+        if activation:
+            counts = {self.batch.batch, *self.batch.tokens}
+            return next((axis for axis, size in enumerate(shape) if size in counts), None)
+        return self.batch.axis(shape, operand)
+
+    def scaled(self, name: str, tensor: Tensor | None, operand: bool = False,
+               activation: bool = False) -> Tensor | None:
         """`tensor` with its hidden axes grown, or None where it has none."""
         if tensor is None:
             return None
-        axes = self.axes(name, tensor[0], operand)
+        axes = self.axes(name, tensor[0], operand, activation)
         return grown(tensor, axes, self.factor) if axes else None
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         if name in MULTIPLIES:
             return self._multiply(name, tensors)
-        scaled = [self.scaled(name, t) for t in tensors]
+        places = ACTIVATIONS_FIRST.get(name, 0)
+        scaled = [self.scaled(name, t, activation=i < places) for i, t in enumerate(tensors)]
         if all(s is None for s in scaled):
             return None
         return [s if s is not None else t for s, t in zip(scaled, tensors)]
 
-    def target(self, dims: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        """A multiply's GEMM `dims` (batch, m, n, k) wider: each of m, n and k that is a hidden
-        size grows, except one that counts the batch (its size or its tokens) where only hidden
-        sizes do (a step of 256 tokens through 256-wide layers): the rows first (a layer's forward,
-        the gradient of its input), else the contracted dim (a weight's gradient). Where none counts
-        the batch, at most two grow (a weight's two sides)."""
+    def target(self, name: str, dims: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """Multiply `name`'s GEMM `dims` (batch, m, n, k) wider: each of m, n and k that is a
+        hidden size grows, except one that counts the batch (its size or its tokens) where only
+        hidden sizes do (a step of 256 tokens through 256-wide layers): the contracted dim of a
+        weight's gradient (a multiply without a bias whose product has a parameter's shape), else
+        the rows (a layer's forward, an input's gradient). Where none counts the batch, at most two
+        grow (a weight's two sides)."""
         tokens = {self.batch.batch, *self.batch.tokens} if self.batch is not None else set()
         batched, m, n, k = dims
         grow = [d in self.sizes for d in (m, n, k)]
@@ -151,7 +182,9 @@ class WidthShape:
         held = (any(c and not g for c, g in zip(counting, grow))
                 or (self.batch is not None and batched > 1 and batched % self.batch.batch == 0))
         if not held:
-            for i in (0, 2, 1):
+            gradient = (name not in (*WITH_BIAS, "aten::linear")
+                        and ((m, n) in self.parameters or (n, m) in self.parameters))
+            for i in ((2, 0, 1) if gradient else (0, 2, 1)):
                 if counting[i] or (not any(counting) and sum(grow) > 2):
                     grow[i] = False
                     break
@@ -165,7 +198,7 @@ class WidthShape:
         dims = gemm_dims(name, tensors)
         if dims is None:
             return None
-        target = self.target(dims)
+        target = self.target(name, dims)
         if target == dims:
             return None
         first, second = matrix_operands(name)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream.cost.shapes import Tensor, gemm_dims, parameter_shapes
+from daydream.cost.shapes import Tensor, gemm_dims, gemm_flops, parameter_shapes
 from daydream.graph import TaskKind, build_graph
 from daydream.mapping import PHASES
 from daydream.simulate.whatif import transform
@@ -35,7 +35,7 @@ def test_a_linear_at_as_many_tokens_as_its_width_grows_its_features_not_its_toke
     # q, k, v's forward: bias (768), x (256 tokens x 256), W^T (256 x 768): the features grow, the tokens do not
     assert shape.inputs("aten::addmm", [_f(768), _f(256, 256), _f(256, 768)]) == [_f(1536), _f(256, 512),
                                                                                   _f(512, 1536)]
-    assert shape.target((1, 256, 768, 256)) == (1, 256, 1536, 512)
+    assert shape.target("aten::addmm", (1, 256, 768, 256)) == (1, 256, 1536, 512)
     # the up projection's weight gradient: grad^T (1024 x 256 tokens) x x (256 tokens x 256): the tokens are contracted
     assert shape.inputs("aten::mm", [_f(1024, 256), _f(256, 256)]) == [_f(2048, 256), _f(256, 512)]
     # the head's input gradient: grad (256 tokens x 1000 words) x W (1000 x 256): only the model's width grows
@@ -48,7 +48,7 @@ def test_a_linear_at_as_many_tokens_as_its_width_grows_its_features_not_its_toke
 
 def test_a_convolutions_channels_grow_never_its_image_or_kernel() -> None:
     # 32 channels on 32 x 32 images: the image's extent is a hidden size too, but only axis 1 is its channels.
-    parameters = frozenset({(32, 32, 3, 3), (32, 3, 3, 3), (32,)})
+    parameters = frozenset({(32, 32, 3, 3), (32, 3, 3, 3), (32, 32, 3), (32,)})
     shape = WidthShape(frozenset({32}), 2.0, parameters, BatchShape(8, parameters=parameters))
     assert shape.inputs("aten::convolution", [_f(8, 32, 32, 32), _f(32, 32, 3, 3), _f(32)]) == [
         _f(8, 64, 32, 32), _f(64, 64, 3, 3), _f(64)]
@@ -108,7 +108,8 @@ def _ops(trace, names: tuple[str, ...]) -> list[tuple[str, list]]:  # type: igno
 def test_a_recorded_mlp_widened_runs_the_shapes_of_the_real_wider_one(tmp_path: Path, batch: int) -> None:
     """An MLP 12 -> 24 -> 24 -> 6 recorded for real at hidden width 24 and 48: every multiply, layer norm and optimizer
     update of the narrow steps, widened, has the shapes of the wide steps' op at the same place. At a batch of 24 the
-    batch is as wide as the layers (the size is both)."""
+    batch is as wide as the layers (the size is both): a multiply whose every dim is 24 (a weight's gradient) cannot be
+    told from its shapes alone, and does the wide one's FLOPs."""
     from daydream.cost.shapes import OpShapes
     from daydream.mapping import attribute
     from daydream.trace import EventKind
@@ -127,7 +128,9 @@ def test_a_recorded_mlp_widened_runs_the_shapes_of_the_real_wider_one(tmp_path: 
     assert len(mine) == len(theirs) > 0 and [n for n, _ in mine] == [n for n, _ in theirs]
     for (name, tensors), (_, real) in zip(mine, theirs):
         widened = shape.inputs(name, tensors) or tensors
-        if name in ("aten::addmm", "aten::mm"):
+        if name in ("aten::addmm", "aten::mm") and len({*gemm_dims(name, tensors)[1:]}) == 1:
+            assert gemm_flops(gemm_dims(name, widened)) == gemm_flops(gemm_dims(name, real)), (name, tensors, real)
+        elif name in ("aten::addmm", "aten::mm"):
             assert gemm_dims(name, widened) == gemm_dims(name, real), (name, tensors, real)
         else:
             assert [t[0] if t else None for t in widened] == [t[0] if t else None for t in real], (name, tensors)
