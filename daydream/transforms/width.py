@@ -168,13 +168,13 @@ class WidthShape:
             return None
         return [s if s is not None else t for s, t in zip(scaled, tensors)]
 
-    def target(self, name: str, dims: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-        """Multiply `name`'s GEMM `dims` (batch, m, n, k) wider: each of m, n and k that is a
-        hidden size grows, except one that counts the batch (its size or its tokens) where only
-        hidden sizes do (a step of 256 tokens through 256-wide layers): the contracted dim of a
-        weight's gradient (a multiply without a bias whose product has a parameter's shape), else
-        the rows (a layer's forward, an input's gradient). Where none counts the batch, at most two
-        grow (a weight's two sides)."""
+    def target(self, dims: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """A multiply's GEMM `dims` (batch, m, n, k) wider: each of m, n and k that is a hidden
+        size grows, except one that counts the batch (its size or its tokens) where only hidden
+        sizes do (a step of 256 tokens through 256-wide layers): the rows first (a layer's forward,
+        an input's gradient), else the contracted dim. A weight's gradient then grows the same
+        FLOPs along other sides: its shapes alone cannot tell which of its equal sizes are the
+        tokens. Where none counts the batch, at most two grow (a weight's two sides)."""
         tokens = {self.batch.batch, *self.batch.tokens} if self.batch is not None else set()
         batched, m, n, k = dims
         grow = [d in self.sizes for d in (m, n, k)]
@@ -182,9 +182,7 @@ class WidthShape:
         held = (any(c and not g for c, g in zip(counting, grow))
                 or (self.batch is not None and batched > 1 and batched % self.batch.batch == 0))
         if not held:
-            gradient = (name not in (*WITH_BIAS, "aten::linear")
-                        and ((m, n) in self.parameters or (n, m) in self.parameters))
-            for i in ((2, 0, 1) if gradient else (0, 2, 1)):
+            for i in (0, 2, 1):
                 if counting[i] or (not any(counting) and sum(grow) > 2):
                     grow[i] = False
                     break
@@ -198,7 +196,7 @@ class WidthShape:
         dims = gemm_dims(name, tensors)
         if dims is None:
             return None
-        target = self.target(name, dims)
+        target = self.target(dims)
         if target == dims:
             return None
         first, second = matrix_operands(name)

@@ -35,7 +35,7 @@ def test_a_linear_at_as_many_tokens_as_its_width_grows_its_features_not_its_toke
     # q, k, v's forward: bias (768), x (256 tokens x 256), W^T (256 x 768): the features grow, the tokens do not
     assert shape.inputs("aten::addmm", [_f(768), _f(256, 256), _f(256, 768)]) == [_f(1536), _f(256, 512),
                                                                                   _f(512, 1536)]
-    assert shape.target("aten::addmm", (1, 256, 768, 256)) == (1, 256, 1536, 512)
+    assert shape.target((1, 256, 768, 256)) == (1, 256, 1536, 512)
     # the up projection's weight gradient: grad^T (1024 x 256 tokens) x x (256 tokens x 256): the tokens are contracted
     assert shape.inputs("aten::mm", [_f(1024, 256), _f(256, 256)]) == [_f(2048, 256), _f(256, 512)]
     # the head's input gradient: grad (256 tokens x 1000 words) x W (1000 x 256): only the model's width grows
@@ -108,8 +108,9 @@ def _ops(trace, names: tuple[str, ...]) -> list[tuple[str, list]]:  # type: igno
 def test_a_recorded_mlp_widened_runs_the_shapes_of_the_real_wider_one(tmp_path: Path, batch: int) -> None:
     """An MLP 12 -> 24 -> 24 -> 6 recorded for real at hidden width 24 and 48: every multiply, layer norm and optimizer
     update of the narrow steps, widened, has the shapes of the wide steps' op at the same place. At a batch of 24 the
-    batch is as wide as the layers (the size is both): a multiply whose every dim is 24 (a weight's gradient) cannot be
-    told from its shapes alone, and does the wide one's FLOPs."""
+    batch is as wide as the layers (the size is both): a multiply of which two dims are 24 (a weight's gradient
+    contracts the batch, a layer's forward keeps it as rows) cannot be told apart by its shapes alone, and does the
+    wide one's FLOPs."""
     from daydream.cost.shapes import OpShapes
     from daydream.mapping import attribute
     from daydream.trace import EventKind
@@ -128,7 +129,7 @@ def test_a_recorded_mlp_widened_runs_the_shapes_of_the_real_wider_one(tmp_path: 
     assert len(mine) == len(theirs) > 0 and [n for n, _ in mine] == [n for n, _ in theirs]
     for (name, tensors), (_, real) in zip(mine, theirs):
         widened = shape.inputs(name, tensors) or tensors
-        if name in ("aten::addmm", "aten::mm") and len({*gemm_dims(name, tensors)[1:]}) == 1:
+        if name in ("aten::addmm", "aten::mm") and list(gemm_dims(name, tensors)[1:]).count(24) >= 2 and batch == 24:
             assert gemm_flops(gemm_dims(name, widened)) == gemm_flops(gemm_dims(name, real)), (name, tensors, real)
         elif name in ("aten::addmm", "aten::mm"):
             assert gemm_dims(name, widened) == gemm_dims(name, real), (name, tensors, real)
