@@ -201,8 +201,9 @@ def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     options = argparse.Namespace(device="cpu", backend="torch", warmup=1, iterations=3, budget=180.0)
     rows = whatif_truth.compare("mlp", options, tmp_path)
     offload = f"offload:layers={whatif_truth.CHECKPOINT.partition('layers=')[2]},prefetch=0,stream=compute"
+    width = f"width:layers={whatif_truth.CHECKPOINT.partition('layers=')[2]},factor=2"  # the mlp names its --width
     assert [row.whatif for row in rows] == ["amp", "fused-optimizer", "cuda-graphs", "batch-size:factor=2",
-                                            whatif_truth.CHECKPOINT, "compile", offload]
+                                            whatif_truth.CHECKPOINT, "compile", offload, width]
     # The baseline's measured time is the median of its recorded ProfilerSteps, read from the file itself.
     steps = [e for e in load_raw(tmp_path / "mlp-baseline.json.gz")["traceEvents"]
              if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
@@ -214,7 +215,7 @@ def test_the_comparison_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         else:
             assert not row.problem, row.problem
             assert row.predicted_ns and row.measured_ns and row.error is not None
-    assert whatif_truth.table(rows).count("\n| mlp |") == 7
+    assert whatif_truth.table(rows).count("\n| mlp |") == 8
 
 
 def test_gpu_check_without_a_gpu_exits_2_with_one_line() -> None:
