@@ -121,6 +121,7 @@ class WidthShape:
     factor: float
     parameters: frozenset[tuple[int, ...]]
     batch: BatchShape | None = None
+    additive: bool = True  # a measured op gains what it measured more (reshape.measured_growth)
 
     def axes(self, name: str, shape: tuple[int, ...], operand: bool,
              activation: bool = False) -> tuple[int, ...]:

@@ -11,7 +11,10 @@ from daydream.transforms.reshape import Growth, ShapedOp, op_growth
 
 
 class Doubled:
-    """A Scaling that doubles every tensor's last axis."""
+    """A Scaling that doubles every tensor's last axis; `additive`: a measured op that grows gains what it measured
+    more."""
+
+    additive = True
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         return [((*t[0][:-1], t[0][-1] * 2), t[1]) if t is not None else None for t in tensors]
@@ -23,6 +26,10 @@ class Doubled:
         return 2.0, Tier.RATIO
 
 
+class Scaled(Doubled):
+    additive = False
+
+
 class Untouched(Doubled):
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         return None
@@ -32,39 +39,40 @@ def _op(name: str, *shapes: tuple[int, ...]) -> ShapedOp:
     return ShapedOp(0, name, [(s, "float") for s in shapes], None, 1_000, 0, 0, False, False)
 
 
-def _costs(hot: tuple[int, int] | None, ratio: float | None = None) -> Any:
-    """A cost model whose measurer gives the pair `hot` (new, old) measured hot, and `ratio` measured with caches
-    emptied; it notes what it was asked to run."""
-    seen: list[tuple[str, list, list, bool]] = []
+def _costs(pair: tuple[int, int] | None, ratio: float | None = None) -> Any:
+    """A cost model whose measurer gives the pair (new, old) and the ratio, both measured with caches emptied; it
+    notes what it was asked for."""
+    seen: list[str] = []
 
-    def op_pair_ns(name: str, new: list, old: list, hot: bool = False) -> tuple[int, int] | None:
-        seen.append((name, new, old, hot))
-        return pair if hot else None
+    def op_pair_ns(name: str, new: list, old: list) -> tuple[int, int] | None:
+        seen.append(f"pair {name} {new} {old}")
+        return pair
 
     def op_ratio(name: str, new: list, old: list) -> float | None:
-        seen.append((name, new, old, False))
+        seen.append(f"ratio {name}")
         return ratio
 
-    pair = hot
     return SimpleNamespace(measurer=SimpleNamespace(op_pair_ns=op_pair_ns, op_ratio=op_ratio, seen=seen))
 
 
-def test_a_measured_op_that_grows_gains_what_it_measured_more_hot() -> None:
-    # Alone and hot it took 1,100 ns at its shapes and 4,300 ns at the new ones: 800 ns of its own work past the fixed
-    # part becomes 800 + 3,200, not 800 x 4,300 / 1,100.
+def test_a_measured_op_whose_weights_grow_gains_what_it_measured_more() -> None:
+    # Alone it took 1,100 ns at its shapes and 4,300 ns at the new ones: 800 ns of its own work past the fixed part
+    # becomes 800 + 3,200, not 800 x 4,300 / 1,100.
     costs = _costs((4_300, 1_100))
     growth = op_growth(_op("aten::mm", (8, 16), (16, 32)), Doubled(), costs, measure=True)
     assert growth == Growth(1.0, 3_200, Tier.MEASURED) and growth.new_ns(800) == 4_000
-    # it ran the op hot at the new shapes and the recorded ones, and nothing else
-    assert costs.measurer.seen == [("aten::mm", [((8, 32), "float"), ((16, 64), "float")],
-                                    [((8, 16), "float"), ((16, 32), "float")], True)]
+    # it ran the op at the new shapes and the recorded ones, and nothing else
+    assert costs.measurer.seen == ["pair aten::mm [((8, 32), 'float'), ((16, 64), 'float')] "
+                                   "[((8, 16), 'float'), ((16, 32), 'float')]"]
 
 
-def test_a_measured_op_that_shrinks_is_scaled_by_the_ratio_measured_cold() -> None:
-    costs = _costs((900, 1_200), ratio=0.25)
-    growth = op_growth(_op("aten::mm", (8, 16), (16, 32)), Doubled(), costs, measure=True)
+def test_a_measured_op_that_shrinks_or_whose_activations_grow_is_scaled() -> None:
+    shrinking = _costs((900, 1_200), ratio=0.25)
+    growth = op_growth(_op("aten::mm", (8, 16), (16, 32)), Doubled(), shrinking, measure=True)
     assert growth == Growth(0.25, 0, Tier.MEASURED) and growth.new_ns(800) == 200
-    assert [hot for *_, hot in costs.measurer.seen] == [True, False]
+    batch = _costs((4_300, 1_100), ratio=3.9)
+    assert op_growth(_op("aten::mm", (8, 16), (16, 32)), Scaled(), batch, measure=True) == Growth(3.9, 0, Tier.MEASURED)
+    assert batch.measurer.seen == ["ratio aten::mm"]
 
 
 def test_without_a_measurement_a_multiply_grows_by_its_flops_and_other_ops_by_their_bytes() -> None:
