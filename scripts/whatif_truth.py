@@ -393,8 +393,9 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
     base = kept(folder, f"{example}-baseline")
     known = setup(example, options.device, getattr(options, "sizes", "default"))
     chosen = variants(options.device, known.arguments, checkpoint if checkpoint != CHECKPOINT else known.checkpoint)
-    if not base.exists():
-        return [Row(example, v.whatif, problem=f"no {base.name} in {folder}") for v in chosen]
+    if not base.exists():  # the variants that run kept, each without its baseline
+        return [Row(example, v.whatif, problem=f"no {base.name} in {folder}") for v in chosen
+                if kept(folder, f"{example}-{v.slug}").exists()]
     baseline_ns = measured_ns(base, options.budget)
     rows = []
     for variant in chosen:
