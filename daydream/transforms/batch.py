@@ -59,7 +59,13 @@ from daydream.trace.model import batch_size
 from daydream.transforms.kernels import low_percentile, matching
 from daydream.transforms.primitives import select
 from daydream.transforms.registry import Context, Optimization, Parameter, register
-from daydream.transforms.reshape import ShapedOp, grow_kernel, retime_host, shaped_ops
+from daydream.transforms.reshape import (
+    ShapedOp,
+    grow_kernel,
+    launched_work,
+    retime_host,
+    shaped_ops,
+)
 
 SCALED_PHASES = tuple(PHASES.index(p) for p in ("forward", "backward", "other"))
 #: Ops that make a tensor from a size list: with the batch size in that list, they make the batch.
@@ -644,12 +650,7 @@ def _retime_gpu(graph: Graph, found: BatchOps, factor: float, costs: CostModel, 
     carries the batch as on a CPU trace."""
     shape = found.shape
     assert shape is not None
-    trace_op = context.launching_op
-    work = select(graph, kind=GPU_WORK, phase=[PHASES[p] for p in SCALED_PHASES])
-    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
-    events = graph.tasks["event"][work]
-    ops = (np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None
-           else np.full(work.size, -1))
+    work, ops = launched_work(graph, context, [PHASES[p] for p in SCALED_PHASES])
     floor = costs.floor_ns
     unknown = []
     grown, kept = 0, 0
@@ -692,12 +693,7 @@ def retime_ops(graph: Graph, found: BatchOps, rows: set[int], factor: float, cos
     chosen = [op for op in found.ops if op.row in rows]
     if not graph.has_device_work():
         return _retime_cpu(graph, shape, factor, costs, chosen)
-    trace_op = context.launching_op
-    work = select(graph, kind=GPU_WORK)
-    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
-    events = graph.tasks["event"][work]
-    launched = (np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None
-                else np.full(work.size, -1))
+    work, launched = launched_work(graph, context)
     floor, grown = costs.floor_ns, 0
     for task, row in zip(work.tolist(), launched.tolist()):
         op = found.by_row.get(row) if row in rows else None

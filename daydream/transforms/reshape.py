@@ -38,7 +38,7 @@ from daydream.cost.shapes import (
     gemm_flops,
     read_bytes,
 )
-from daydream.graph import Graph
+from daydream.graph import Graph, TaskKind
 from daydream.graph.model import GPU_WORK
 from daydream.mapping.linking import innermost_enclosing, link
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
@@ -128,6 +128,19 @@ def launching(trace: Trace, launching_ops: np.ndarray) -> set[int]:
             found.add(row)
             row = parent.get(row, -1)
     return found
+
+
+def launched_work(graph: Graph, context: Context,
+                  phases: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The graph's GPU tasks (of `phases`, all where None; collectives aside) and, per task, the
+    trace row of the CPU op that launched it (-1 where none is known)."""
+    trace_op = context.launching_op
+    work = select(graph, kind=GPU_WORK, phase=phases)
+    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
+    events = graph.tasks["event"][work]
+    launched = (np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None
+                else np.full(work.size, -1))
+    return work, launched
 
 
 def op_layers(graph: Graph, ops: list[ShapedOp], context: Context) -> dict[int, int]:

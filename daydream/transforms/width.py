@@ -44,7 +44,7 @@ from daydream.cost.shapes import (
     matrix_operands,
     parameter_shapes,
 )
-from daydream.graph import Graph, TaskKind
+from daydream.graph import Graph
 from daydream.graph.model import GPU_WORK
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import choose_layers
@@ -55,7 +55,14 @@ from daydream.transforms.kernels import kernel_classes
 from daydream.transforms.model_size import grow_optimizer
 from daydream.transforms.primitives import HOST_WORK, scale, select
 from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
-from daydream.transforms.reshape import ShapedOp, grow_kernel, op_layers, retime_host, shaped_ops
+from daydream.transforms.reshape import (
+    ShapedOp,
+    grow_kernel,
+    launched_work,
+    op_layers,
+    retime_host,
+    shaped_ops,
+)
 
 LAYER_PHASES = (PHASES.index("forward"), PHASES.index("backward"))
 #: Ops whose 3-D inputs are channels-first ([samples, channels, length]).
@@ -319,12 +326,7 @@ def _retime_kernels(graph: Graph, shape: WidthShape, ops: list[ShapedOp], owner:
     """Each GPU task whose op is one of `ops` grown by its op's work at the new shapes; the matching
     layers' other forward and backward GPU tasks by ratio (GEMMs and convolutions × F², the rest ×
     F); the host side kept."""
-    trace_op = context.launching_op
-    work = select(graph, kind=GPU_WORK)
-    work = work[graph.tasks["kind"][work] != TaskKind.COLLECTIVE]
-    events = graph.tasks["event"][work]
-    launched = (np.where(events >= 0, trace_op[np.maximum(events, 0)], -1) if trace_op is not None
-                else np.full(work.size, -1))
+    work, launched = launched_work(graph, context)
     by_row = {op.row: op for op in ops}
     grown, unknown = 0, []
     for task, row in zip(work.tolist(), launched.tolist()):
