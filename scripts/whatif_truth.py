@@ -64,7 +64,7 @@ SUITE: dict[str, tuple[str, list[str], str, tuple[str, ...]]] = {
     "translation": ("machine translation", ["--batch-size", "16"], r"(encoder|decoder)\.\d+$", ()),
     "speech": ("speech recognition", ["--batch-size", "8"], r"blocks\.\d+$", ()),
     "detection": ("object detection", ["--batch-size", "8"], r"blocks\.\d+$", ()),
-    "dcgan": ("adversarial network", ["--batch-size", "16"], r"blocks\.\d+$", ()),
+    "dcgan": ("adversarial network", ["--batch-size", "16", "--width", "32"], r"blocks\.\d+$", ()),
     # an RL "sample" is one environment step: 64 environments x 16 rollout steps per iteration
     "a2c": ("reinforcement learning", ["--batch-size", "64"], r"blocks\.\d+$", ("--batch-size", "1024")),
 }

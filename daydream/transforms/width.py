@@ -264,22 +264,34 @@ def _with_bias(name: str, old: list[Tensor | None], new: list[Tensor | None]
 def hidden_sizes(ops: list[ShapedOp], phase: dict[int, int], layer_of: dict[int, int],
                  owner: np.ndarray, parameters: frozenset[tuple[int, ...]]) -> frozenset[int]:
     """The sizes the matching layers make: the out features or channels of each parameter their
-    forward ops take (a weight's first axis, its second where it enters transposed; a bias's or a
-    normalization's only one). A layer's in features are another's out, or the data's (an image's 3
-    channels): never a hidden size by themselves."""
+    forward ops take (a weight's first axis, its second where it enters transposed or belongs to a
+    transposed convolution; a bias's or a normalization's only one). A layer's in features are
+    another's out, or the data's (an image's 3 channels): never a hidden size by themselves."""
     found: set[int] = set()
     for op in ops:
         layer = layer_of.get(op.row, -1)
         if phase.get(op.row) != PHASES.index("forward") or layer < 0 or owner[layer] < 0:
             continue
+        out = 1 if _transposed_convolution(op) else 0
         for tensor in op.tensors:
             if tensor is None or not tensor[0]:
                 continue
             if tensor[0] in parameters:
-                found.add(tensor[0][0])
+                found.add(tensor[0][out if len(tensor[0]) > 2 else 0])
             elif len(tensor[0]) == 2 and tensor[0][::-1] in parameters:
                 found.add(tensor[0][1])
     return frozenset(found - {1})
+
+
+def _transposed_convolution(op: ShapedOp) -> bool:
+    """A transposed convolution, whose weight is (in channels, out channels, kernel...):
+    `aten::conv_transpose2d` and the like, or `aten::convolution` with `transposed` set."""
+    if "conv_transpose" in op.name:
+        return True
+    if op.name not in ("aten::convolution", "aten::_convolution") or not op.arguments:
+        return False
+    flag = op.arguments[6] if len(op.arguments) > 6 else None
+    return flag is not None and flag[0] == "value" and flag[1] is True
 
 
 def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:

@@ -74,6 +74,21 @@ def test_the_hidden_sizes_are_what_the_matching_layers_make() -> None:
     assert sizes == {32, 64}  # never the image's 3 channels, nor the head's 10 outputs, nor a backward op's sizes
 
 
+def test_a_transposed_convolution_makes_its_weights_second_axis() -> None:
+    # A generator's first layer, 100 latent channels -> 256 (a ConvTranspose2d's weight is in x out x kernel): 256 is
+    # what it makes, the latent's 100 is the data's; as aten::conv_transpose2d and as aten::convolution(transposed=True).
+    weight = _f(100, 256, 4, 4)
+    arguments = [("tensor", (8, 100, 1, 1), "float", None), ("tensor", (100, 256, 4, 4), "float", None),
+                 ("value", None), ("value", [1, 1]), ("value", [0, 0]), ("value", [1, 1]), ("value", True),
+                 ("value", [0, 0]), ("value", 1)]
+    ops = [ShapedOp(0, "aten::conv_transpose2d", [_f(8, 100, 1, 1), weight], None, 0, 0, 0, False, False),
+           ShapedOp(1, "aten::convolution", [_f(8, 100, 1, 1), weight, None], arguments, 0, 1, 0, False, False)]
+    forward = PHASES.index("forward")
+    for op in ops:
+        assert hidden_sizes([op], {op.row: forward}, {op.row: 0}, np.array([0, -1]), frozenset({(100, 256, 4, 4)})) \
+            == {256}
+
+
 def _record_mlp(tmp_path: Path, batch: int, width: int):  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
     from daydream.api import open_trace
