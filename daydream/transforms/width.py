@@ -9,14 +9,18 @@ each op re-timed at its new shapes.
   it, the optimizer's work on every widened parameter).
 - Which axis of an input is a hidden one: a parameter's first two (out and in; never a kernel's
   extent); an activation's channels (axis 1) where it has four or more dims or feeds a
-  channels-first op, its last where that is a hidden size, else any axis of a hidden size; never
-  the batch's (or its tokens') axis.
+  channels-first op, a 3-D one's last where that is a hidden size, else axis 1; a 2-D one's any;
+  never the batch's (or its tokens') axis. A normalization's or activation function's input is an
+  activation even where its shape is a weight's too (`ACTIVATIONS_FIRST`). Where a size is both the
+  tokens' and a hidden one, a multiply keeps the rows (else the contracted dim) and grows at most
+  F² (`WidthShape.target`).
 - How long: the cost stage, as `batch-size` times a re-shaped op (transforms/reshape.py). On a CPU
-  trace a matrix multiply or convolution runs here at both shapes (measured), other ops grow by
-  their FLOPs or bytes past one host unit of dispatch; on a GPU trace each kernel past the trace's
-  shortest by its GEMM's roofline or its bytes. An op of the matching layers whose inputs hold no
-  hidden size (attention's heads × head width, where the head width is no layer's size) grows by F,
-  by ratio.
+  trace a matrix multiply or convolution runs here at both shapes and gains the time it measured
+  more (`reshape.measured_growth`), other ops grow by their FLOPs or bytes past the part the
+  trace's smallest elementwise ops take whole; on a GPU trace each kernel past the trace's
+  shortest by its GEMM's roofline or its bytes, the host side kept. An op of the matching layers
+  whose inputs hold no hidden size (attention's heads × head width, where the head width is no
+  layer's size) grows by F, by ratio.
 - Without recorded shapes: the matching layers' GEMM and convolution work × F², the rest of their
   forward and backward × F, the optimizer by the parameter ratio (all + (F² - 1) × the layers'), by
   ratio.
