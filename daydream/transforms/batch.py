@@ -64,6 +64,7 @@ from daydream.transforms.reshape import (
     grow_kernel,
     launched_work,
     retime_host,
+    scaled_arguments,
     shaped_ops,
 )
 
@@ -315,13 +316,8 @@ def scale_arguments(name: str, arguments: list[Argument], shape: BatchShape,
     """Recorded call arguments with each activation tensor's batch axis
     scaled (values as recorded)."""
     positions = ACTIVATION_INPUTS.get(name)
-    found: list[Argument] = []
-    for index, argument in enumerate(arguments):
-        scaled = shape.scaled((argument[1], argument[2]), factor) if argument[0] == "tensor" and (
-            positions is None or index in positions) else None
-        # its layout kept
-        found.append(("tensor", *scaled, *argument[3:4]) if scaled is not None else argument)
-    return found
+    return scaled_arguments(arguments, lambda index, tensor: shape.scaled(tensor, factor)
+                            if positions is None or index in positions else None)
 
 
 def _makes_batch(name: str, arguments: list[Argument] | None, batch: int) -> bool:
@@ -347,11 +343,9 @@ def factory_size(name: str, arguments: list[Argument] | None) -> tuple[int, ...]
                  if a[0] == "value" and isinstance(a[1], list)), None)
 
 
-#: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is
-#: the engine's, the ops they run do the work (in examples/mlp.py at twice the batch, AddmmBackward0
-#: took the same time). Per-parameter and bookkeeping ops whose time does not follow the batch.
+#: Per-parameter and bookkeeping ops whose time does not follow the batch (autograd's nodes:
+#: reshape.AUTOGRAD_NODE).
 NOT_BATCH_PROPORTIONAL = re.compile(r"AccumulateGrad|zero_|fill_|Optimizer", re.IGNORECASE)
-AUTOGRAD_NODE = re.compile(r"^autograd::|^torch::autograd::|^[A-Za-z0-9_]+Backward\d*$")
 #: Autograd's and the optimizers' per-parameter scopes: nothing inside them grows with the batch.
 PER_PARAMETER = ("AccumulateGrad", "Optimizer.", "optimizer_step", "zero_grad")
 
@@ -390,8 +384,7 @@ def batch_ops(trace: Trace, phase_of_row: np.ndarray, excluded: np.ndarray | Non
         return (scale_inputs(name, tensors, found.shape, 2.0) is not None
                 or _makes_batch(name, arguments, size))
 
-    found.ops = shaped_ops(trace, ops, shapes, carries,
-                           lambda name: bool(AUTOGRAD_NODE.search(name)))
+    found.ops = shaped_ops(trace, ops, shapes, carries)
     found.by_row = {op.row: op for op in found.ops}
     if not found.ops and found.source == "recorded" and first is not None and first[0][0] != size:
         # `daydream trace --batch-size` counts samples (environment

@@ -28,7 +28,7 @@ from daydream.transforms.registry import Context, Optimization, Parameter, regis
 
 
 def grow_optimizer(graph: Graph, context: Context, targets: list[int], factor: float, name: str,
-                    whose: str) -> str:
+                   whose: str) -> str:
     """Scale the optimizer's work by the parameter ratio (the matching
     layers' parameters x factor); the note."""
     ratio = parameter_ratio(context.gradient_bytes, graph.layers, targets, factor)

@@ -17,6 +17,7 @@ module times the op at both shapes by the cost stage and moves the graph:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -83,12 +84,18 @@ class Scaling(Protocol):
         the tier that says so."""
 
 
+#: Autograd's nodes (AddmmBackward0, autograd::engine::evaluate_function: ...): their own time is
+#: the engine's, the ops they run do the work (in examples/mlp.py at twice the batch, AddmmBackward0
+#: took the same time).
+AUTOGRAD_NODE = re.compile(r"^autograd::|^torch::autograd::|^[A-Za-z0-9_]+Backward\d*$")
+
+
 def shaped_ops(trace: Trace, rows: Iterable[int], shapes: OpShapes,
-               keep: Callable[[str, list[Tensor | None], list[Argument] | None], bool],
-               wrapper: Callable[[str], bool]) -> list[ShapedOp]:
+               keep: Callable[[str, list[Tensor | None], list[Argument] | None], bool]
+               ) -> list[ShapedOp]:
     """The CPU ops of `rows` with recorded shapes that `keep` (name, inputs, arguments) takes, each
-    with its own host time; `wrapper`: whether an op of that name is an autograd node (others do its
-    work), besides the multiplies and convolutions that enclose another."""
+    with its own host time; wrappers (others do their work): autograd nodes, and the multiplies and
+    convolutions that enclose another."""
     rows = np.asarray(list(rows), dtype=np.int64)
     found_rows, exclusive = exclusive_host_ns(trace)
     own = dict(zip(found_rows.tolist(), exclusive.tolist()))
@@ -107,7 +114,20 @@ def shaped_ops(trace: Trace, rows: Iterable[int], shapes: OpShapes,
             continue
         found.append(ShapedOp(row, name, tensors, arguments, int(own.get(row, trace.dur_ns[row])),
                               int(trace.ts_ns[row]), int(trace.track[row]), row in launched,
-                              row in wrappers or wrapper(name), row in nested))
+                              row in wrappers or bool(AUTOGRAD_NODE.search(name)),
+                              row in nested))
+    return found
+
+
+def scaled_arguments(arguments: list[Argument],
+                     scaled: Callable[[int, Tensor], Tensor | None]) -> list[Argument]:
+    """Recorded call arguments with each tensor argument (by position, as (shape, type)) as
+    `scaled` gives it, its memory layout kept; values, and tensors it gives None for, as
+    recorded."""
+    found: list[Argument] = []
+    for index, argument in enumerate(arguments):
+        new = scaled(index, (argument[1], argument[2])) if argument[0] == "tensor" else None
+        found.append(("tensor", *new, *argument[3:4]) if new is not None else argument)
     return found
 
 

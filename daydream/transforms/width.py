@@ -54,7 +54,7 @@ from daydream.mapping import PHASES
 from daydream.mapping.attribution import choose_layers
 from daydream.mapping.classes import CLASSES
 from daydream.trace import EventKind, Trace
-from daydream.transforms.batch import AUTOGRAD_NODE, BatchShape, grown, operands_fit
+from daydream.transforms.batch import BatchShape, grown, operands_fit
 from daydream.transforms.kernels import kernel_classes
 from daydream.transforms.model_size import grow_optimizer
 from daydream.transforms.primitives import HOST_WORK, scale, select
@@ -65,6 +65,7 @@ from daydream.transforms.reshape import (
     launched_work,
     op_layers,
     retime_host,
+    scaled_arguments,
     shaped_ops,
 )
 
@@ -117,8 +118,7 @@ def step_ops(trace: Trace, phase_of_row: np.ndarray, update_rows: np.ndarray | N
     update = update_rows if update_rows is not None else np.zeros(0, dtype=np.int64)
     parameters = parameter_shapes(shapes, rows[phase_of_row[rows] == PHASES.index("optimizer")],
                                   update, transposed=False)
-    found = shaped_ops(trace, rows, shapes, lambda *_: True,
-                       lambda name: bool(AUTOGRAD_NODE.search(name)))
+    found = shaped_ops(trace, rows, shapes, lambda *_: True)
     return StepOps(found, {op.row: int(phase_of_row[op.row]) for op in found},
                    frozenset(parameters))
 
@@ -234,12 +234,7 @@ class WidthShape:
         return [grown(tensor, axes, self.factor) for axes in ordered]
 
     def arguments(self, name: str, arguments: list[Argument]) -> list[Argument]:
-        found: list[Argument] = []
-        for argument in arguments:
-            scaled = (self.scaled(name, (argument[1], argument[2]))
-                      if argument[0] == "tensor" else None)
-            found.append(("tensor", *scaled, *argument[3:4]) if scaled is not None else argument)
-        return found
+        return scaled_arguments(arguments, lambda _, tensor: self.scaled(name, tensor))
 
     def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
         """An op of the matching layers whose inputs hold no hidden size: × factor, by ratio."""
@@ -386,12 +381,13 @@ def _by_ratio(graph: Graph, context: Context, targets: list[int], owner: np.ndar
 
 register(Optimization(
     "width", "a wider model: the matching layers' hidden sizes times F",
-    "the hidden sizes are the matching layers' parameters' sizes (in and out features, channels); "
-    "every op of the step whose inputs hold one grows along it (what feeds and reads the layers, "
-    "the optimizer's work on the widened parameters too) and is re-timed at its new shapes by the "
-    "cost stage (CPU: multiplies and convolutions measured, other ops by FLOPs or bytes past one "
-    "host unit; GPU: each kernel by its GEMM's roofline or its bytes past the shortest kernel); an "
-    "op of the matching layers that holds no hidden size x factor. Without recorded shapes, by "
+    "the hidden sizes are what the matching layers make (their parameters' out features or "
+    "channels); every op of the step whose inputs hold one grows along it (what feeds and reads "
+    "the layers, the optimizer's work on the widened parameters too) and is re-timed at its new "
+    "shapes by the cost stage (CPU: multiplies and convolutions measured, each gaining the time it "
+    "measured more, other ops by FLOPs or bytes past the part the trace's smallest elementwise ops "
+    "take whole; GPU: each kernel by its GEMM's roofline or its bytes past the shortest kernel); "
+    "an op of the matching layers that holds no hidden size x factor. Without recorded shapes, by "
     "ratio: the layers' GEMM/convolution work x factor^2, the rest of their work x factor, the "
     "optimizer by the parameter ratio",
     _width,
