@@ -10,6 +10,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
     """Predicted peak memory per device of each trace (rank) under `specs`, with a fits verdict."""
     from daydream.mapping import attribute
     from daydream.mapping.attribution import layer_types, layer_work
+    from daydream.mapping.parameters import recorded_parameters
     from daydream.memory import analyze_memory
     from daydream.memory.whatif import current_optimizer_of, largest_batch_factor, predict_memory
     from daydream.simulate.whatif import gradient_bytes_of, pair_bytes_of, resolve_device
@@ -35,10 +36,11 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
         batched = device is not None or any(name == "batch-size" for name, _ in parsed)
         pairs = (pair_bytes_of(trace, attribution, stated_batch(specs) or 0) if batched
                  else frozenset())
+        shapes = recorded_parameters(trace)
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None
             prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work,
-                                        types, pairs)
+                                        types, pairs, shapes)
             entry: dict[str, object] = {
                 "rank": trace.meta.rank,
                 "device": memory.device,
@@ -52,6 +54,7 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
             }
             if target is not None:
                 entry["largest_batch_factor"] = largest_batch_factor(
-                    memory, parsed, layers, current, target, layer_bytes, work, types, pairs)
+                    memory, parsed, layers, current, target, layer_bytes, work, types, pairs,
+                    shapes)
             results.append(entry)
     return results

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,11 +27,13 @@ from daydream.errors import InputError
 from daydream.mapping.attribution import (
     BACKWARD,
     FORWARD,
+    OPTIMIZER,
     LayerWork,
     layer_owners,
     layers_chosen,
     parameter_ratio,
 )
+from daydream.mapping.parameters import LayerParameters, Widened, widened
 from daydream.memory.timeline import CATEGORIES, NEVER, DeviceMemory
 
 #: An optimization's memory model: rewrites the allocations in place, returns its note.
@@ -102,19 +104,24 @@ class ModelFacts:
     #: the bytes of tensors that hold the batch twice (a contrastive loss's similarity of every
     #: sample with every other: `daydream.transforms.batch.pairwise_products`), at each type seen
     pair_bytes: frozenset[int] = frozenset()
+    #: per layer, its type and own parameters' shapes, where the recording lists them (what a
+    #: wider model grows: mapping/parameters.py)
+    layer_parameters: dict[str, LayerParameters] = field(default_factory=dict)
 
 
 def predict_memory(memory: DeviceMemory, specs: list[tuple[str, dict[str, Any]]], layers: list[str],
                    current_optimizer: str | None, device: Device | None,
                    layer_bytes: dict[str, int] | None = None, layer_work: LayerWork | None = None,
                    layer_types: tuple[str, ...] = (),
-                   pair_bytes: frozenset[int] = frozenset()) -> MemoryPrediction:
+                   pair_bytes: frozenset[int] = frozenset(),
+                   layer_parameters: dict[str, LayerParameters] | None = None) -> MemoryPrediction:
     """`layer_bytes`: each layer's own parameter bytes, where the trace records them (what depth and
     width scale); `layer_work`: each layer's work (what pipeline stages balance); `layer_types`:
-    each layer's module type; `pair_bytes`: the sizes of tensors that hold the batch twice."""
+    each layer's module type; `pair_bytes`: the sizes of tensors that hold the batch twice;
+    `layer_parameters`: each layer's own parameters' shapes, where recorded (what width grows)."""
     allocations = _from(memory)
     model = ModelFacts(layers, current_optimizer, layer_bytes or {}, memory.device, layer_work,
-                       layer_types, device, pair_bytes)
+                       layer_types, device, pair_bytes, layer_parameters or {})
     notes: list[str] = []
     for name, params in specs:
         memory_model = MEMORY_MODELS.get(name)
@@ -134,13 +141,15 @@ def largest_batch_factor(memory: DeviceMemory, specs: list[tuple[str, dict[str, 
                          layer_bytes: dict[str, int] | None = None,
                          layer_work: LayerWork | None = None,
                          layer_types: tuple[str, ...] = (),
-                         pair_bytes: frozenset[int] = frozenset()) -> float | None:
+                         pair_bytes: frozenset[int] = frozenset(),
+                         layer_parameters: dict[str, LayerParameters] | None = None
+                         ) -> float | None:
     """The largest batch-size factor (with `specs` applied) whose predicted peak fits `device`; None
     if even 1/64 does not."""
     def fits(factor: float) -> bool:
         prediction = predict_memory(memory, [*specs, ("batch-size", {"factor": factor})], layers,
                                     current_optimizer, device, layer_bytes, layer_work, layer_types,
-                                    pair_bytes)
+                                    pair_bytes, layer_parameters)
         return bool(prediction.fits)
 
     low, high = 1 / 64, 1.0
@@ -754,15 +763,46 @@ def depth_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> s
 
 
 def width_memory(a: Allocations, params: dict[str, Any], model: ModelFacts) -> str:
-    """the matching layers' activations × factor; weights, gradients
-    and optimizer state by their parameters × factor²"""
+    """the matching layers' activations × factor, and those of the layers outside them that write
+    their width (forward) or read it (backward); weights, gradients and optimizer state by every
+    parameter's growth along its axes that hold a hidden size (mapping/parameters.py), or, where the
+    recording lists no parameter shapes, by the matching layers' parameters × factor²"""
     factor = float(params["factor"])
     targets, owner = layers_chosen(model.layers, str(params["layers"]), model.layer_bytes)
     if not targets:
         return "width: no matching layer; allocations unchanged"
-    a.size[_in_layers(a, owner, model) & np.isin(a.category, [ACT, TMP, WORKSPACE])] *= factor
+    inside = _in_layers(a, owner, model)
+    grows = np.isin(a.category, [ACT, TMP, WORKSPACE])
+    a.size[inside & grows] *= factor
     note = f"width: the activations of {len(targets)} layer(s) ×{factor:g}"
-    return note + _grow_parameters(a, model, targets, factor ** 2)
+    wider = widened(model.layer_parameters, model.layers, [model.layers[t] for t in targets],
+                    factor)
+    if wider.ratio is None or not wider.sizes:
+        return note + _grow_parameters(a, model, targets, factor ** 2)
+    edges, count = _edge_allocations(a, model, owner, wider)
+    a.size[edges & grows & ~inside] *= factor
+    state = np.isin(a.category, [WEIGHTS, GRAD, OPT])
+    # the optimizer's own temporaries (Adam's denominator) have its parameters' sizes
+    a.size[state | ((a.phase == OPTIMIZER) & ~inside)] *= wider.ratio
+    listed = "/".join(str(s) for s in sorted(wider.sizes))
+    return (f"{note}, and those of {count} layer(s) outside them that write or read a hidden size "
+            f"({listed}); weights, gradients, optimizer state and the optimizer's temporaries "
+            f"×{wider.ratio:.2f} (each parameter grown along its axes that hold one)")
+
+
+def _edge_allocations(a: Allocations, model: ModelFacts, owner: np.ndarray,
+                      wider: Widened) -> tuple[np.ndarray, int]:
+    """Per allocation: made in the forward of a layer outside the matching ones that writes a
+    hidden size (an embedding of the blocks' width), or in the backward of one that reads it (the
+    head: its input's gradient); and how many such layers there are."""
+    writes = np.zeros(len(model.layers) + 1, dtype=bool)
+    reads = np.zeros(len(model.layers) + 1, dtype=bool)
+    for index, path in enumerate(model.layers):
+        if owner[index] < 0:
+            writes[index], reads[index] = path in wider.writes, path in wider.reads
+    at = np.where(a.layer >= 0, a.layer, len(model.layers))
+    found = (writes[at] & (a.phase == FORWARD)) | (reads[at] & (a.phase == BACKWARD))
+    return found, int((writes | reads).sum())
 
 
 def _in_layers(a: Allocations, owner: np.ndarray, model: ModelFacts) -> np.ndarray:

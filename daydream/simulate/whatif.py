@@ -32,6 +32,7 @@ from daydream.mapping import PHASES, Attribution, Iteration, attribute, find_ite
 from daydream.mapping.attribution import layer_work
 from daydream.mapping.capture import captures
 from daydream.mapping.linking import link
+from daydream.mapping.parameters import recorded_parameters
 from daydream.simulate.bound import Bound, bound_line, iteration_bounds, merge, warnings_for
 from daydream.simulate.contention import with_contention
 from daydream.simulate.interval import Interval, interval_of
@@ -185,6 +186,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                                                              iterations())),
                               "step_ops": lambda: step_ops_of(trace, attribution(),
                                                               update_loop()),
+                              "layer_parameters": lambda: recorded_parameters(trace),
                               "launching_op": lambda: link(trace).op,
                               "saved_tensors": lambda: functools.partial(saved_tensors_of, trace),
                               "large_host_blocks": lambda: large_host_blocks(trace, iterations()),

@@ -121,6 +121,12 @@ class Context:
         return self._fact("batch_ops")
 
     @property
+    def layer_parameters(self) -> Any:
+        """Per layer (path), its type and own parameters' shapes as a daydream recording lists them
+        (mapping/parameters.LayerParameters); None where not derived."""
+        return self._fact("layer_parameters")
+
+    @property
     def step_ops(self) -> Any:
         """The step's CPU ops with recorded shapes, each one's phase, and the parameters' shapes
         (transforms/width.StepOps); None where not derived."""

@@ -262,6 +262,13 @@ class Retimed:
     after_ns: int = 0
     fixed_ns: int = 0
 
+    def add(self, other: Retimed) -> None:
+        """`other`'s counts and work added to these (the part kept stays these')."""
+        self.changed += other.changed
+        self.wrappers += other.wrappers
+        self.before_ns += other.before_ns
+        self.after_ns += other.after_ns
+
     def per_iteration(self, graph: Graph) -> tuple[float, float]:
         """Their own work before and after, µs per iteration."""
         iterations = graph.tasks["iteration"]

@@ -53,6 +53,7 @@ from daydream.graph.model import GPU_WORK
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import choose_layers
 from daydream.mapping.classes import CLASSES
+from daydream.mapping.parameters import reading_data, widened
 from daydream.trace import EventKind, Trace
 from daydream.transforms.batch import BatchShape, grown, operands_fit
 from daydream.transforms.kernels import kernel_classes
@@ -60,6 +61,7 @@ from daydream.transforms.model_size import grow_optimizer
 from daydream.transforms.primitives import HOST_WORK, scale, select
 from daydream.transforms.registry import FACTOR_RANGE, Context, Optimization, Parameter, register
 from daydream.transforms.reshape import (
+    Scaling,
     ShapedOp,
     grow_kernel,
     launched_work,
@@ -241,6 +243,24 @@ class WidthShape:
         return self.factor, Tier.RATIO
 
 
+@dataclass(slots=True, frozen=True)
+class LayerRatio:
+    """The ops of a layer that reads the data (reshape.Scaling): its inputs as recorded, its work ×
+    its parameters' growth (mapping/parameters.reading_data), modelled."""
+
+    ratio: float
+    additive: bool = False
+
+    def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
+        return None
+
+    def arguments(self, name: str, arguments: list[Argument]) -> list[Argument]:
+        return arguments
+
+    def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
+        return self.ratio, Tier.MODELLED
+
+
 def _with_bias(name: str, old: list[Tensor | None], new: list[Tensor | None]
                ) -> list[Tensor | None]:
     """`new` operands of a multiply with its bias (addmm's, baddbmm's, linear's) made to match the
@@ -310,30 +330,58 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     of_batch = context.batch_ops
     batch = of_batch(0).shape if of_batch is not None else None
     shape = WidthShape(sizes, factor, found.parameters, batch)
-    mine = [op for op in found.ops if shape.inputs(op.name, op.tensors) is not None
+    readers = _reading_data(graph, context, targets, factor)
+    scalings: dict[int, Scaling] = {row: readers[graph.layers[layer]]
+                                    for row, layer in layer_of.items()
+                                    if graph.layers[layer] in readers}
+    mine = [op for op in found.ops if op.row in scalings
+            or shape.inputs(op.name, op.tensors) is not None
             or owner[layer_of.get(op.row, -1)] >= 0]
     head = (f"width: {len(targets)} layer(s) {chosen} ×{factor:g} wide, hidden sizes "
             f"{'/'.join(str(s) for s in sorted(sizes))}")
-    done = (_retime_kernels(graph, shape, mine, owner, costs, context) if graph.has_device_work()
-            else _retime_ops(graph, shape, mine, costs, context))
-    return [f"{head}: {done}; ops that hold no hidden size keep their time; timed by the cost "
-            f"stage ({costs.tiers_note()})"]
+    done = (_retime_kernels(graph, shape, scalings, mine, owner, costs, context)
+            if graph.has_device_work()
+            else _retime_ops(graph, shape, scalings, mine, costs, context))
+    said = (f"; {', '.join(sorted(readers))}: read(s) the data, whose features no width "
+            "changes: its work × its parameters' growth" if readers else "")
+    return [f"{head}: {done}{said}; ops that hold no hidden size keep their time; timed by the "
+            f"cost stage ({costs.tiers_note()})"]
 
 
-def _retime_ops(graph: Graph, shape: WidthShape, ops: list[ShapedOp], costs: CostModel,
-                context: Context) -> str:
-    """A CPU trace's `ops` re-timed at their new shapes, past the part of each that its bytes do not
-    grow (the trace's smallest elementwise ops, at least one host unit); in words."""
+def _reading_data(graph: Graph, context: Context, targets: list[int],
+                  factor: float) -> dict[str, LayerRatio]:
+    """The layers outside the matching ones that write a hidden size but read the data with as many
+    features (mapping/parameters.reading_data; a daydream recording lists the layers' parameter
+    shapes): per layer path, its ops' scaling."""
+    recorded = context.layer_parameters
+    if not recorded:
+        return {}
+    chosen = [graph.layers[t] for t in targets]
+    wider = widened(recorded, list(graph.layers), chosen, factor)
+    return {path: LayerRatio(ratio)
+            for path, ratio in reading_data(recorded, wider, chosen, factor).items()}
+
+
+def _retime_ops(graph: Graph, shape: WidthShape, scalings: dict[int, Scaling],
+                ops: list[ShapedOp], costs: CostModel, context: Context) -> str:
+    """A CPU trace's `ops` re-timed at their new shapes (those of `scalings` as it says), past the
+    part of each that its bytes do not grow (the trace's smallest elementwise ops, at least one host
+    unit); in words."""
     speed = context.elementwise_speed(False)
-    retimed = retime_host(graph, shape, costs, ops, speed.overhead_ns if speed is not None else 0.0)
+    fixed = speed.overhead_ns if speed is not None else 0.0
+    retimed = retime_host(graph, shape, costs, [op for op in ops if op.row not in scalings], fixed)
+    for scaling in set(scalings.values()):
+        mine = [op for op in ops if scalings.get(op.row) == scaling]
+        retimed.add(retime_host(graph, scaling, costs, mine, fixed))
     before, after = retimed.per_iteration(graph)
     return (f"{retimed.changed} CPU ops re-timed at their new shapes ({retimed.fixed_ns} ns of "
             f"each kept): their own work {before:.0f} → {after:.0f} µs per iteration; "
             f"{retimed.wrappers} wrappers (autograd nodes, a multiply's) keep their time")
 
 
-def _retime_kernels(graph: Graph, shape: WidthShape, ops: list[ShapedOp], owner: np.ndarray,
-                    costs: CostModel, context: Context) -> str:
+def _retime_kernels(graph: Graph, shape: WidthShape, scalings: dict[int, Scaling],
+                    ops: list[ShapedOp], owner: np.ndarray, costs: CostModel,
+                    context: Context) -> str:
     """Each GPU task whose op is one of `ops` grown by its op's work at the new shapes; the matching
     layers' other forward and backward GPU tasks by ratio (GEMMs and convolutions × F², the rest ×
     F); the host side kept."""
@@ -343,7 +391,7 @@ def _retime_kernels(graph: Graph, shape: WidthShape, ops: list[ShapedOp], owner:
     for task, row in zip(work.tolist(), launched.tolist()):
         op = by_row.get(row)
         if op is not None:
-            grow_kernel(graph, task, op, shape, costs)
+            grow_kernel(graph, task, op, scalings.get(op.row, shape), costs)
             grown += 1
         elif owner[graph.tasks["layer"][task]] >= 0 and graph.tasks["phase"][task] in LAYER_PHASES:
             unknown.append(task)

@@ -313,6 +313,16 @@ def test_layers_count_their_own_parameter_tensors(example_traces: dict[str, Path
     assert {path: info["gradient_tensors"] for path, info in layers.items() if info["gradient_tensors"]} == expected
 
 
+def test_layers_list_their_own_parameter_shapes(example_traces: dict[str, Path]) -> None:
+    layers = load_raw(example_traces["mlp"])["daydream"]["layers"]
+    # examples/mlp.py: a 256 -> 512 Linear, three blocks of a 512 -> 512 Linear and a LayerNorm, a 512 -> 10 head.
+    expected = {"MLP.embed": [[512, 256], [512]], "MLP.head": [[10, 512], [10]]}
+    for block in range(3):
+        expected[f"MLP.blocks.{block}.linear"] = [[512, 512], [512]]
+        expected[f"MLP.blocks.{block}.norm"] = [[512], [512]]
+    assert {path: info["parameter_shapes"] for path, info in layers.items() if info["parameter_shapes"]} == expected
+
+
 def _trace_ddp_ranks(tmp_path: Path, example: str, *script_args: str) -> Path:
     """Two real gloo ranks of `example`, each traced (two warm-up steps, two recorded); rank 0's file."""
     port = _free_port()

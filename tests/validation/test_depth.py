@@ -88,13 +88,14 @@ def test_twice_as_wide_blocks(widths: dict[int, Path], capsys: pytest.CaptureFix
         widened = shape.inputs(name, tensors)
         assert widened is not None, (name, tensors)
         assert gemm_flops(gemm_dims(name, widened)) == gemm_flops(gemm_dims(name, real)), (name, tensors, real)
-    # The wider model's real peak: the blocks' activations and every parameter grow; the embedding and the head,
-    # which this what-if leaves at their size, hold the rest (about 5% here).
+    # The wider model's real peak: the blocks' activations and every parameter grow, the embedding's and the head's
+    # too (their tables and weights, the embedding's output, the gradient of the head's input): within 2%. Before the
+    # layers outside the blocks grew, the prediction was about 5% short.
     assert main(["memory", "--json", str(widths[512])]) == 0
     measured = json.loads(capsys.readouterr().out)["devices"][0]["peak_allocated_bytes"]
     assert main(["whatif", str(widths[256]), "--opt", r"width:layers=blocks\.\d+$,factor=2", "--memory", "--json"]) == 0
     predicted = json.loads(capsys.readouterr().out)["memory"][0]["predicted_peak_bytes"]
-    assert 0.9 * measured <= predicted <= measured
+    assert abs(predicted - measured) <= 0.02 * measured, (predicted, measured)
 
 
 def _multiplies(trace) -> list[tuple[str, list]]:  # type: ignore[no-untyped-def]

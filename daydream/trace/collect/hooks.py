@@ -40,11 +40,15 @@ class LayerInfo:
     buffer_bytes: int = 0
     #: The same bytes by dtype ("float32", "int64", ...): DDP coalesces its broadcasts per dtype.
     buffer_dtypes: dict[str, int] = field(default_factory=dict)
+    #: The shapes of those parameters, in the module's order: what a wider model grows
+    #: (mapping/parameters.py).
+    parameter_shapes: list[list[int]] = field(default_factory=list)
 
     def as_metadata(self) -> dict[str, Any]:
         return {"type": self.type, "leaf": self.leaf, "gradient_bytes": self.gradient_bytes,
                 "gradient_tensors": self.gradient_tensors,
-                "buffer_bytes": self.buffer_bytes, "buffer_dtypes": self.buffer_dtypes}
+                "buffer_bytes": self.buffer_bytes, "buffer_dtypes": self.buffer_dtypes,
+                "parameter_shapes": self.parameter_shapes}
 
 
 @dataclass
@@ -163,13 +167,13 @@ def _layer_name(hooks: Hooks, module: Any) -> str:
             continue
         full = f"{root_name}.{path}" if path else root_name
         hooks._names[child] = full
-        gradient_bytes, gradient_tensors = _own_gradients(child)
+        trainable = _own_trainable(child)
         buffers = _own_buffer_bytes(child)
-        hooks.layers[full] = LayerInfo(full, type(child).__name__,
-                                       leaf=not any(True for _ in child.children()),
-                                       gradient_bytes=gradient_bytes,
-                                       gradient_tensors=gradient_tensors,
-                                       buffer_bytes=sum(buffers.values()), buffer_dtypes=buffers)
+        hooks.layers[full] = LayerInfo(
+            full, type(child).__name__, leaf=not any(True for _ in child.children()),
+            gradient_bytes=sum(int(p.numel()) * int(p.element_size()) for p in trainable),
+            gradient_tensors=len(trainable), buffer_bytes=sum(buffers.values()),
+            buffer_dtypes=buffers, parameter_shapes=[list(p.shape) for p in trainable])
     return hooks._names[module]
 
 
@@ -458,11 +462,9 @@ def _sequence_and_batch(args: Any) -> tuple[int, int] | None:
     return None
 
 
-def _own_gradients(module: Any) -> tuple[int, int]:
-    """Bytes of the gradients a module's own parameters get (what data
-    parallelism all-reduces), and how many tensors."""
-    trainable = [p for p in module.parameters(recurse=False) if p.requires_grad]
-    return sum(int(p.numel()) * int(p.element_size()) for p in trainable), len(trainable)
+def _own_trainable(module: Any) -> list[Any]:
+    """A module's own parameters that get gradients (what data parallelism all-reduces)."""
+    return [p for p in module.parameters(recurse=False) if p.requires_grad]
 
 
 def _own_buffer_bytes(module: Any) -> dict[str, int]:
