@@ -1,5 +1,6 @@
 """The shapes of each layer's own trainable parameters, as `daydream trace` records them, and what a
-wider model makes of them (the `width` what-if's memory model).
+wider model makes of them: the `width` what-if's memory model, and its time model's layers that read
+the data.
 
 A layer's out size is the axis of its parameters that it writes: a weight's first, a bias's or a
 normalization's only one; the second of an embedding's table (its rows are the vocabulary) and of a
