@@ -576,8 +576,9 @@ def test_on_the_cpu_ddps_buffer_broadcasts_compete_with_rank_0s_forward(example_
     # The CNN's BatchNorm buffers are broadcast before each forward. On the CPU rank 0 sends them and runs its forward,
     # so with contention 2 each broadcast takes between its own time (nothing beside it) and twice it (rank 0's
     # forward beside it throughout); without contention, its own time. How much of each overlaps compute depends on
-    # the recorded times (a loaded machine records a first iteration whose forward starts late), so: none shrinks, none
-    # more than doubles, and some grow.
+    # the recorded times (a loaded machine records iterations whose forward starts late, and then none does), so: none
+    # shrinks and none more than doubles. That a broadcast beside the root's compute does grow is
+    # tests/transforms/test_contention.py's hand-built rooted broadcast.
     from daydream.simulate.whatif import predict
 
     trace = read_job(example_traces["cnn"], cache=False).traces[0]
@@ -595,7 +596,6 @@ def test_on_the_cpu_ddps_buffer_broadcasts_compete_with_rank_0s_forward(example_
         assert (durations[2] == durations[1]).all()
         return
     assert (durations[2] >= durations[1]).all() and (durations[2] <= 2 * durations[1] + 1).all()
-    assert (durations[2] > durations[1]).any()
 
 
 def test_a_script_that_never_steps_is_told_what_ends_an_iteration(capsys: pytest.CaptureFixture[str]) -> None:
