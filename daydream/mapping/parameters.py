@@ -38,18 +38,22 @@ class LayerParameters:
     type: str
     shapes: tuple[tuple[int, ...], ...]
 
+    def axes(self, shape: tuple[int, ...]) -> tuple[int, int | None]:
+        """Of one of this layer's parameters, of `shape`: the axis it writes (`OUT_SECOND`; a
+        vector's only one) and the axis it reads (a weight's other leading one; None for a vector
+        or an embedding's table)."""
+        out = 1 if self.type in OUT_SECOND and len(shape) > 1 else 0
+        reads = None if self.type in NO_INPUT or len(shape) <= 1 else 1 - out
+        return out, reads
+
     def out_sizes(self) -> set[int]:
-        """The sizes this layer writes: each parameter's out axis (`OUT_SECOND`)."""
-        axis = 1 if self.type in OUT_SECOND else 0
-        return {shape[axis if len(shape) > 1 else 0] for shape in self.shapes if shape}
+        """The sizes this layer writes: each parameter's out axis."""
+        return {shape[self.axes(shape)[0]] for shape in self.shapes if shape}
 
     def in_sizes(self) -> set[int]:
-        """The feature sizes this layer reads: its weights' other leading axis (none for an
-        embedding, or a layer of vectors only)."""
-        if self.type in NO_INPUT:
-            return set()
-        axis = 0 if self.type in OUT_SECOND else 1
-        return {shape[axis] for shape in self.shapes if len(shape) > 1}
+        """The feature sizes this layer reads: its weights' in axis (none for an embedding, or a
+        layer of vectors only)."""
+        return {shape[axis] for shape in self.shapes if (axis := self.axes(shape)[1]) is not None}
 
 
 def recorded_parameters(trace: Trace) -> dict[str, LayerParameters]:
@@ -135,10 +139,7 @@ def grown_elements(shape: tuple[int, ...], layer: LayerParameters, sizes: frozen
                    factor: float, writes: bool, reads: bool) -> float:
     """The elements of one of `layer`'s parameters, of `shape`, once its out axis (where the layer
     `writes` a hidden size) and its in axis (where it `reads` one) are `factor` times as large."""
-    out_axis = 1 if layer.type in OUT_SECOND and len(shape) > 1 else 0
-    in_axis = 0 if out_axis == 1 else 1
-    if layer.type in NO_INPUT:
-        in_axis = -1
+    out_axis, in_axis = layer.axes(shape)
     grown = [n * factor if n in sizes and ((axis == out_axis and writes)
                                            or (axis == in_axis and reads)) else n
              for axis, n in enumerate(shape)]

@@ -36,7 +36,9 @@ def predict_memory_for(traces: list[Trace], specs: list[str],
         batched = device is not None or any(name == "batch-size" for name, _ in parsed)
         pairs = (pair_bytes_of(trace, attribution, stated_batch(specs) or 0) if batched
                  else frozenset())
-        shapes = recorded_parameters(trace)
+        # what width grows; no other memory model reads it
+        shapes = (recorded_parameters(trace) if any(name == "width" for name, _ in parsed)
+                  else {})
         for memory in analyze_memory(trace):
             target = device if memory.device.startswith("cuda") else None
             prediction = predict_memory(memory, parsed, layers, current, target, layer_bytes, work,
