@@ -20,8 +20,10 @@ repetition.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -51,6 +53,37 @@ FLUSH_BYTES = 64 * 2**20
 #: project's machine, 512 KiB to 2 MiB on server CPUs since 2017).
 CORE_CACHE_BYTES = 1 << 20
 CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+CPU_INFO = Path("/proc/cpuinfo")
+
+
+def cpu_identity(info: Path = CPU_INFO, caches: Path = CPU_CACHES) -> str:
+    """This CPU, as far as an op's time depends on it: a short digest of its model name, its
+    instruction-set flags and its caches' sizes (what Linux lists; the machine's architecture
+    alone where it lists none). Cached times are kept per identity: a home folder shared by
+    machines of different CPUs (a cluster's nodes, a virtual machine moved to other hardware)
+    never hands one CPU's times to another, even where both call themselves the same model
+    ("Intel(R) Xeon(R) Processor" in many virtual machines)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "flags", "Features", "CPU part") and key not in fields:
+                fields[key] = " ".join(sorted(value.split())) if key != "model name" else value
+    except OSError:
+        pass
+    sizes = []
+    for index in sorted(caches.glob("index*")):
+        try:
+            sizes.append(f"{(index / 'level').read_text().strip()}:"
+                         f"{(index / 'size').read_text().strip()}")
+        except OSError:
+            continue
+    described = "|".join([platform.machine(), *(f"{k}={v.strip()}" for k, v in
+                                                 sorted(fields.items())), *sizes])
+    return hashlib.sha1(described.encode()).hexdigest()[:10]
 
 
 def core_cache_bytes(caches: Path = CPU_CACHES) -> int:
@@ -145,7 +178,8 @@ class Measurer:
         self.failed: dict[str, str] = {}  # signature -> why it could not run
         self.ran: list[str] = []  # signatures run in this process (not from the cache)
         folder = folder if folder is not None else cache_dir() / "cost"
-        self.path = folder / f"cpu-torch{torch.__version__}-threads{self.threads}.json"
+        self.path = (folder / f"cpu-{cpu_identity()}-torch{torch.__version__}"
+                     f"-threads{self.threads}.json")
         self.cache = _read_cache(self.path)
         self._dirty = False
 
@@ -452,17 +486,28 @@ class Measurer:
                         runner(torch, made)  # warm again, on the memory the heap now keeps
                 times: list[list[int]] = [[] for _ in runs]
                 emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
+                emptied.zero_()  # its pages faulted in before the first timed run
+                clock = self._clock()
                 for _ in range(self._repetitions(repetitions, slowest,
                                                  sum(first for first, _ in warmed))):
                     for (runner, _), made, mine in zip(runs, values, times):
                         if flush:  # caches emptied of the operands, as in a
                             emptied.zero_()  # training step that streams through them
-                        start = time.perf_counter_ns()
+                        start = clock()
                         runner(torch, made)
-                        mine.append(time.perf_counter_ns() - start)
+                        mine.append(clock() - start)
         finally:
             torch.set_num_threads(previous)
         return [max(1, int(statistics.median(mine))) for mine in times]
+
+    def _clock(self) -> Callable[[], int]:
+        """What a repetition is timed by, ns: with one thread, the thread's own CPU time, which
+        another process taking the core does not stretch (with two busy loops beside it on a 2-core
+        machine, a [1536, 256] x [256, 1024] multiply read 20-24 ms of wall time and 9-12 ms of its
+        thread's; a cache on this project's machine had kept 14.6 ms for it, where measured again
+        alone it took 6.7 ms); with more threads, the wall clock (the op's work runs on the others
+        as well, while this one waits)."""
+        return time.thread_time_ns if self.threads == 1 else time.perf_counter_ns
 
     def _repetitions(self, asked: int, slowest: int, turn_ns: int) -> int:
         """Turns to time: `REPETITIONS`, or `SLOW_REPETITIONS` after a first run over `SLOW_NS`;
@@ -489,8 +534,9 @@ class Measurer:
 
 
 #: 2: repetitions start with cold caches; 3: floating inputs require grad; 4: freed memory kept;
-#: 5: blocks of 32 MiB and more from the heap's top, not fresh pages (`_heap_room`)
-CACHE_VERSION = 5
+#: 5: blocks of 32 MiB and more from the heap's top, not fresh pages (`_heap_room`); 6: one thread
+#: timed by its own CPU time (`Measurer._clock`), kept per CPU (`cpu_identity`)
+CACHE_VERSION = 6
 
 
 #: Fewer fresh pages than this in a warmed-up run of an op are not worth growing the heap for.

@@ -436,3 +436,43 @@ print(grown[0], warmed[0][0], *faults)
     assert grown == 0 if last < measure.FRESH_PAGES_LEAST else grown >= 4 * last * 4096   # the heap grew where warmed up
     timed = faults[-(measure.SLOW_REPETITIONS if slow else measure.REPETITIONS):]  # calls still faulted, by four
     assert max(timed) < 0.01 * pages                            # times their pages, and no timed call faulted
+
+
+def _cpu(folder: Path, model: str, flags: str, l2: str) -> tuple[Path, Path]:
+    """A /proc/cpuinfo of two logical CPUs and a cache listing with one level 2 of `l2`."""
+    folder.mkdir()
+    info = folder / "cpuinfo"
+    entry = f"processor\t: {{}}\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
+    info.write_text(entry.format(0) + entry.format(1))
+    index = folder / "cache" / "index2"
+    index.mkdir(parents=True)
+    (index / "level").write_text("2\n")
+    (index / "size").write_text(f"{l2}\n")
+    return info, folder / "cache"
+
+
+def test_cached_times_are_kept_apart_per_cpu_even_where_the_model_names_agree(tmp_path: Path) -> None:
+    name = "Intel(R) Xeon(R) Processor"  # what many virtual machines call any Xeon
+    avx2 = measure.cpu_identity(*_cpu(tmp_path / "a", name, "fpu sse2 avx2 fma", "1024K"))
+    amx = measure.cpu_identity(*_cpu(tmp_path / "b", name, "fpu sse2 avx2 fma avx512f amx_bf16", "2048K"))
+    again = measure.cpu_identity(*_cpu(tmp_path / "c", name, "fma avx2 sse2 fpu", "1024K"))  # flags in another order
+    larger = measure.cpu_identity(*_cpu(tmp_path / "d", name, "fpu sse2 avx2 fma", "2048K"))
+    assert avx2 == again
+    assert len({avx2, amx, larger}) == 3
+    # Without /proc/cpuinfo or a cache listing (another system): still a name, the same each time.
+    assert measure.cpu_identity(tmp_path / "none", tmp_path / "none") == measure.cpu_identity(tmp_path / "none", tmp_path / "none")
+    assert measure.cpu_identity() in Measurer(threads=1, budget_s=30.0, folder=tmp_path).path.name
+
+
+def test_with_one_thread_a_run_is_timed_by_the_threads_own_cpu_time(tmp_path: Path) -> None:
+    """A run that waits (as one does whose core another process holds) is not counted for its wait: a 20 ms sleep
+    uses next to no CPU. With two threads the wall clock times it, sleep included."""
+    import time
+
+    def sleeping(_t: Any, _xs: list[Any]) -> None:
+        time.sleep(0.02)
+
+    one = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert one._median_ns([(sleeping, [((4,), "float")])], flush=False, repetitions=3)[0] < 10_000_000
+    two = Measurer(threads=2, budget_s=30.0, folder=tmp_path)
+    assert two._median_ns([(sleeping, [((4,), "float")])], flush=False, repetitions=3)[0] >= 20_000_000
