@@ -184,7 +184,7 @@ def _timed(measurer: Measurer, key: str,
     compile budget; None where it fails (and why in `measurer.failed`) or the budget is spent."""
     warm_key = f"{key}|warm"
     if key in measurer.cache and warm_key in measurer.cache:
-        return FusedTimes(measurer.cache[key], measurer.cache[warm_key])
+        return FusedTimes(measurer.cached(key), measurer.cached(warm_key))
     if key in measurer.failed:
         return None
     if measurer.compile_spent_s >= measurer.compile_budget_s:
@@ -200,7 +200,7 @@ def _timed(measurer: Measurer, key: str,
         measurer.compile_spent_s += time.perf_counter() - started
     measurer.remember(key, max(1, cold))
     measurer.remember(warm_key, max(1, warm))
-    return FusedTimes(measurer.cache[key], measurer.cache[warm_key])
+    return FusedTimes(measurer.cached(key), measurer.cached(warm_key))
 
 
 #: The cache key of `graph_floor`.

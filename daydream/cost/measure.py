@@ -33,6 +33,7 @@ from typing import Any
 from daydream._files import write_atomically
 from daydream.cost.shapes import Tensor, elements
 from daydream.trace.collect.heap import BLOCK, RESERVE_LEAST, keep_freed, reserve
+from daydream.trace.collect.speed import cpu_clock, speed_probe_ns
 from daydream.trace.collect.usage import minor_faults
 from daydream.trace.store import cache_dir
 
@@ -180,7 +181,12 @@ class Measurer:
         folder = folder if folder is not None else cache_dir() / "cost"
         self.path = (folder / f"cpu-{cpu_identity()}-torch{torch.__version__}"
                      f"-threads{self.threads}.json")
-        self.cache = _read_cache(self.path)
+        # each cached time, and the speed probe of the process that measured it
+        # (trace/collect/speed.py)
+        self.cache, self.probes = _read_cache(self.path)
+        # the probe of the trace the times are asked for (its host facts), None where it has none
+        self.speed_at: int | None = None
+        self._probe: int | None = None
         self._dirty = False
 
     @classmethod
@@ -193,11 +199,34 @@ class Measurer:
             return None
         return cls(threads, budget_s, compile_budget_s=compile_budget_s)
 
-    def remember(self, key: str, value: int) -> None:
-        """Cache `value` under `key`, measured in this process."""
+    def remember(self, key: str, value: int, ran: bool = True) -> None:
+        """Cache `value` under `key`, measured in this process (`ran`: listed in `ran`, as one
+        signature run; the other half of a pair is not), with this process's speed probe."""
         self.cache[key] = value
-        self.ran.append(key)
+        self.probes[key] = self.probe_ns()
+        if ran:
+            self.ran.append(key)
         self._dirty = True
+
+    def probe_ns(self) -> int:
+        """How fast this CPU runs in this process (trace/collect/speed.py), measured once, counted
+        against the budget."""
+        if self._probe is None:
+            started = time.perf_counter()
+            self._probe = speed_probe_ns(self.threads) or 1
+            self.spent_s += time.perf_counter() - started
+        return self._probe
+
+    def cached(self, key: str) -> int:
+        """The cached time under `key`, ns, at the speed of the trace it is asked for: × the
+        trace's probe / that of the process that measured it, where both are known (a time kept
+        hours before on a machine whose speed drifts carries none of the drift into a trace recorded
+        now); as measured otherwise."""
+        value = self.cache[key]
+        measured_at = self.probes.get(key)
+        if self.speed_at is None or measured_at is None:
+            return value
+        return max(1, int(round(value * self.speed_at / measured_at)))
 
     def within(self, timed: Callable[[], int]) -> int:
         """`timed()` run as the measured tier runs ops: this process's threads set to the trace's,
@@ -354,7 +383,7 @@ class Measurer:
         kind = "pair-hot" if hot else "pair-cold-net" if cold else "pair"
         keys = f"{kind}|{new[0]}|{old[0]}|new", f"{kind}|{new[0]}|{old[0]}|old"
         if all(key in self.cache for key in keys):
-            return self.cache[keys[0]], self.cache[keys[1]]
+            return self.cached(keys[0]), self.cached(keys[1])
         if not self._may_run(keys[0], [*new[2], *old[2]]):
             return None
         run_new, run_old = new[1](), old[1]()
@@ -374,8 +403,8 @@ class Measurer:
 
         if self._run(keys[0], measure) is None:
             return None
-        self.cache[keys[1]] = measured[1]
-        return measured[0], measured[1]
+        self.remember(keys[1], measured[1], ran=False)
+        return self.cached(keys[0]), self.cached(keys[1])
 
     def cast_ns(self, shape: tuple[int, ...], to_type: str,
                 from_type: str = "float", hot: bool = False) -> int | None:
@@ -417,14 +446,16 @@ class Measurer:
         (and why, in `failed`). `net_of_view`: less a view's time after the caches were emptied
         (`cast_ns`); `flush`: the caches emptied before each run."""
         if key in self.cache:
-            return self.cache[key]
+            return self.cached(key)
         if not self._may_run(key, tensors):
             return None
         runner = runner_of()
         if runner is None:
             self.failed[key] = "not an op the measured tier runs"
             return None
-        return self._run(key, lambda: self._time(runner, tensors, net_of_view, flush))
+        if self._run(key, lambda: self._time(runner, tensors, net_of_view, flush)) is None:
+            return None
+        return self.cached(key)
 
     def _may_run(self, key: str, tensors: list[Operand]) -> bool:
         """Whether signature `key` may be measured now: not failed
@@ -501,13 +532,11 @@ class Measurer:
         return [max(1, int(statistics.median(mine))) for mine in times]
 
     def _clock(self) -> Callable[[], int]:
-        """What a repetition is timed by, ns: with one thread, the thread's own CPU time, which
-        another process taking the core does not stretch (with two busy loops beside it on a 2-core
-        machine, a [1536, 256] x [256, 1024] multiply read 20-24 ms of wall time and 9-12 ms of its
-        thread's; a cache on this project's machine had kept 14.6 ms for it, where measured again
-        alone it took 6.7 ms); with more threads, the wall clock (the op's work runs on the others
-        as well, while this one waits)."""
-        return time.thread_time_ns if self.threads == 1 else time.perf_counter_ns
+        """What a repetition is timed by (trace/collect/speed.cpu_clock): with one thread, its own
+        CPU time (with two busy loops beside it on a 2-core machine, a [1536, 256] x [256, 1024]
+        multiply read 20-24 ms of wall time and 9-12 ms of its thread's; a cache on this project's
+        machine had kept 14.6 ms for it, where measured again alone it took 6.7 ms)."""
+        return cpu_clock(self.threads)
 
     def _repetitions(self, asked: int, slowest: int, turn_ns: int) -> int:
         """Turns to time: `REPETITIONS`, or `SLOW_REPETITIONS` after a first run over `SLOW_NS`;
@@ -525,8 +554,8 @@ class Measurer:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.path, json.dumps({"version": CACHE_VERSION, "ns": self.cache},
-                                                   sort_keys=True).encode(),
+            document = {"version": CACHE_VERSION, "ns": self.cache, "probes": self.probes}
+            write_atomically(self.path, json.dumps(document, sort_keys=True).encode(),
                              cache=True)
             self._dirty = False
         except OSError:
@@ -535,7 +564,8 @@ class Measurer:
 
 #: 2: repetitions start with cold caches; 3: floating inputs require grad; 4: freed memory kept;
 #: 5: blocks of 32 MiB and more from the heap's top, not fresh pages (`_heap_room`); 6: one thread
-#: timed by its own CPU time (`Measurer._clock`), kept per CPU (`cpu_identity`)
+#: timed by its own CPU time (`Measurer._clock`), kept per CPU (`cpu_identity`), each time with the
+#: speed probe of the process that measured it (`Measurer.cached`)
 CACHE_VERSION = 6
 
 
@@ -698,20 +728,28 @@ def make_tensor(torch: Any, shape: tuple[int, ...], kind: str,
     return made.requires_grad_() if made.is_floating_point() else made
 
 
-def _read_cache(path: Path) -> dict[str, int]:
-    """The cached times at `path`: only well-formed entries (positive
-    ints); a missing or damaged file gives none."""
+def _read_cache(path: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """The cached times at `path`, and the speed probes they were measured at: only well-formed
+    entries (positive ints); a missing or damaged file gives none."""
     try:
         if not path.is_file() or path.stat().st_size > 64 * 2**20:
-            return {}
+            return {}, {}
         document = json.loads(path.read_text())
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}
+        return {}, {}
     if (not isinstance(document, dict) or document.get("version") != CACHE_VERSION
         or not isinstance(document.get("ns"), dict)):
+        return {}, {}
+    times, probes = (_positive(document.get(part)) for part in ("ns", "probes"))
+    return times, {k: v for k, v in probes.items() if k in times}
+
+
+def _positive(entries: Any) -> dict[str, int]:
+    """The entries of a cache's map that are positive ints under string keys."""
+    if not isinstance(entries, dict):
         return {}
-    return {k: v for k, v in document["ns"].items() if isinstance(k, str) and isinstance(v, int)
-            and v > 0}
+    return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, int)
+            and not isinstance(v, bool) and v > 0}
 
 
 def measuring_enabled(choice: bool | None) -> bool:

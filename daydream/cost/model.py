@@ -74,10 +74,11 @@ class CostModel:
     def of(cls, trace: Trace, device: Device | None, measure: bool = True, budget_s: float = 5.0,
            threads: int = 0,
            elementwise_of: Callable[[bool], CopySpeed | None] | None = None,
-           compile_budget_s: float = COMPILE_BUDGET_S) -> CostModel:
+           compile_budget_s: float = COMPILE_BUDGET_S, speed_at: int = 0) -> CostModel:
         """The model of `trace`; with `measure`, a CPU trace gets the measured tier (torch,
         `threads` intra-op threads, 0: torch's default) within `budget_s` seconds per what-if,
-        and `compile_budget_s` for compiling fused runs.
+        and `compile_budget_s` for compiling fused runs; `speed_at`: the speed probe the trace
+        recorded (its host facts; 0: none), the speed its measured times are carried to.
         `elementwise_of(on_gpu)`: the trace's streaming speed where the caller has it already
         (cost/elementwise.py)."""
         gpu_track = np.array([t.kind is TrackKind.GPU for t in trace.tracks], dtype=bool)
@@ -88,6 +89,8 @@ class CostModel:
         measurer = None
         if measure and not on_gpu:
             measurer = Measurer.for_cpu(threads or _default_threads(), budget_s, compile_budget_s)
+            if measurer is not None and speed_at > 0:
+                measurer.speed_at = speed_at
         speed = (elementwise_of(on_gpu) if elementwise_of is not None
                  else elementwise_speed(trace, on_gpu))
         return cls(host=HostCosts.of(trace), on_gpu=on_gpu, device=device, elementwise=speed,

@@ -160,7 +160,8 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
     def costs() -> CostModel:
         return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s,
                             host.get("intra_op_threads", 0), elementwise_of=speed,
-                            compile_budget_s=options.compile_budget_s)
+                            compile_budget_s=options.compile_budget_s,
+                            speed_at=host.get("speed_probe_ns", 0))
 
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks,
@@ -398,7 +399,7 @@ def launch_blocks_of(trace: Trace) -> np.ndarray | None:
 
 
 def host_of(trace: Trace) -> dict[str, int]:
-    """The host facts daydream trace recorded (cpus, intra_op_threads);
+    """The host facts daydream trace recorded (cpus, intra_op_threads, speed_probe_ns);
     empty when the trace does not say."""
     host = trace.meta.collector.get("host") if isinstance(trace.meta.collector, dict) else None
     if not isinstance(host, dict):

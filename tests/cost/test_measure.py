@@ -476,3 +476,77 @@ def test_with_one_thread_a_run_is_timed_by_the_threads_own_cpu_time(tmp_path: Pa
     assert one._median_ns([(sleeping, [((4,), "float")])], flush=False, repetitions=3)[0] < 10_000_000
     two = Measurer(threads=2, budget_s=30.0, folder=tmp_path)
     assert two._median_ns([(sleeping, [((4,), "float")])], flush=False, repetitions=3)[0] >= 20_000_000
+
+
+def _stored(measurer: Measurer, times: dict[str, int], probes: dict[str, int]) -> None:
+    measurer.path.parent.mkdir(parents=True, exist_ok=True)
+    measurer.path.write_text(json.dumps({"version": CACHE_VERSION, "ns": times, "probes": probes}))
+
+
+def test_a_cached_time_is_carried_to_the_speed_the_trace_ran_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept at a probe of 2.0 ms, asked for a trace whose probe took 1.5 ms: 3/4 of it. Without the trace's probe, or
+    without the entry's, as kept."""
+    monkeypatch.setattr(measure, "speed_probe_ns", lambda threads: pytest.fail("nothing is measured here"))
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    key = measure.Measurer._op(measurer, "aten::mm", MM, None)[0]
+    _stored(measurer, {key: 800_000, "old-entry": 400_000}, {key: 2_000_000})
+    kept = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert kept.op_ns("aten::mm", MM) == 800_000  # no trace probe: as kept
+    kept.speed_at = 1_500_000
+    assert kept.op_ns("aten::mm", MM) == 600_000
+    assert kept.cached("old-entry") == 400_000  # kept without a probe: as kept
+    assert kept.ran == []
+
+
+def test_a_pair_is_carried_alike_and_its_ratio_is_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(measure, "speed_probe_ns", lambda threads: pytest.fail("nothing is measured here"))
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    new, old = [((16, 16), "float"), ((16, 4), "float")], MM
+    signature = f"{measurer._op('aten::mm', new, None)[0]}|{measurer._op('aten::mm', old, None)[0]}"
+    times = {f"pair|{signature}|new": 900_000, f"pair|{signature}|old": 300_000, f"ratio|{signature}": 3_000_000}
+    _stored(measurer, times, {key: 1_000_000 for key in times})
+    kept = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    kept.speed_at = 2_000_000  # the trace ran at half this speed: twice the time
+    assert kept.op_pair_ns("aten::mm", new, old) == (1_800_000, 600_000)
+    assert kept.op_ratio("aten::mm", new, old) == 3.0
+
+
+def test_what_is_measured_is_kept_with_this_processs_probe_measured_once(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    probes: list[int] = []
+
+    def probe(threads: int) -> int:
+        probes.append(threads)
+        return 1_250_000
+
+    monkeypatch.setattr(measure, "speed_probe_ns", probe)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    assert measurer.op_ns("aten::mm", MM) > 0
+    assert measurer.op_pair_ns("aten::mm", [((16, 16), "float"), ((16, 4), "float")], MM) is not None
+    measurer.save()
+    stored = json.loads(measurer.path.read_text())
+    assert probes == [1] and len(stored["ns"]) == 3 and stored["probes"] == {key: 1_250_000 for key in stored["ns"]}
+    # Measured now for a trace recorded at twice this probe: the time handed back is twice the kept one.
+    later = Measurer(threads=1, budget_s=30.0, folder=tmp_path / "other")
+    later.speed_at = 2_500_000
+    got = later.op_ns("aten::mm", MM)
+    kept = later.cache[next(iter(later.cache))]
+    assert got == 2 * kept
+
+
+def test_the_speed_probe_runs_here_on_the_threads_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from daydream.trace.collect import speed
+
+    seen: list[tuple[tuple[int, ...], ...]] = []
+    real = torch.addmm
+
+    def addmm(*tensors: Any) -> Any:
+        seen.append(tuple(tuple(t.shape) for t in tensors))
+        assert torch.get_num_threads() == 1
+        return real(*tensors)
+
+    monkeypatch.setattr(torch, "addmm", addmm)
+    before = torch.get_num_threads()
+    assert speed.speed_probe_ns(1) > 0
+    assert torch.get_num_threads() == before
+    assert seen == [speed.PROBE_SHAPES] * (speed.PROBE_WARMUP + speed.PROBE_REPETITIONS)

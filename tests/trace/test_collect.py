@@ -323,6 +323,14 @@ def test_layers_list_their_own_parameter_shapes(example_traces: dict[str, Path])
     assert {path: info["parameter_shapes"] for path, info in layers.items() if info["parameter_shapes"]} == expected
 
 
+def test_a_trace_records_how_fast_its_cpu_ran(example_traces: dict[str, Path]) -> None:
+    """The speed probe (trace/collect/speed.py) on the script's own intra-op threads, and the threads it ran on: the
+    measured tier carries its cached times to this speed (cost/measure.py Measurer.cached)."""
+    host = load_raw(example_traces["mlp"])["daydream"]["host"]
+    assert isinstance(host["speed_probe_ns"], int) and host["speed_probe_ns"] > 0
+    assert host["intra_op_threads"] >= 1
+
+
 def _trace_ddp_ranks(tmp_path: Path, example: str, *script_args: str) -> Path:
     """Two real gloo ranks of `example`, each traced (two warm-up steps, two recorded); rank 0's file."""
     port = _free_port()

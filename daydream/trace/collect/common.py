@@ -12,6 +12,7 @@ from typing import Any
 from daydream import __version__
 from daydream.errors import DaydreamError
 from daydream.trace.collect.runner import module_file
+from daydream.trace.collect.speed import recorded_speed
 
 #: Where a capture reports what it is doing (one line at a time).
 Status = Callable[[str], None]
@@ -86,7 +87,9 @@ def daydream_metadata(options: CaptureOptions, backend: str, layers: dict[str, A
 
 def host_facts() -> dict[str, int]:
     """The CPUs this process may run on and torch's intra-op threads: how much room the host leaves
-    for communication threads (the contention model of the distributed what-ifs)."""
+    for communication threads (the contention model of the distributed what-ifs); and how fast the
+    CPU ran just after the recorded iterations (speed.py: the measured tier's times are carried to
+    it)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -95,4 +98,4 @@ def host_facts() -> dict[str, int]:
     torch = sys.modules.get("torch")
     if torch is not None:
         facts["intra_op_threads"] = int(torch.get_num_threads())
-    return facts
+    return {**facts, **recorded_speed()}

@@ -1,0 +1,80 @@
+"""How fast this CPU runs just now: one fixed fp32 multiply, timed with emptied caches.
+
+A trace records it when its iterations are done (the host facts' `speed_probe_ns`), and the cost
+stage's measured tier records it with each time it caches. A shared or virtual machine's speed
+drifts by tens of percent over hours: on this project's 2-core virtual machine the same
+multiplies measured 1.26 to 1.39 times longer (the middle half of 27 large ones) in a session
+after the one whose cache had kept them, and two examples' steps took 1.47 and 1.52 times as long.
+A time cached then, carried to a trace recorded now, would carry that drift into every prediction
+made from it (cost/measure.py `Measurer.cached`: a cached time × the trace's probe / the probe of
+the process that measured it).
+
+    speed_probe_ns(threads=1)  # e.g. 1_100_000 (None without torch)
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: The probe: bias + [256, 512] x [512, 512], fp32 (0.13 GFLOP, about a millisecond on one core of a
+#: server CPU; its 1 MiB weight comes from memory after the caches are emptied, as a layer's does
+#: in a training step).
+PROBE_SHAPES = ((512,), (256, 512), (512, 512))
+#: Warm-up runs, then timed runs (the median kept).
+PROBE_WARMUP = 3
+PROBE_REPETITIONS = 15
+#: Bytes written before each timed run: more than a CPU's last-level cache.
+PROBE_FLUSH_BYTES = 64 * 2**20
+
+
+def cpu_clock(threads: int) -> Callable[[], int]:
+    """What a run on `threads` intra-op threads is timed by, ns: with one, the thread's own CPU
+    time, which another process taking the core does not stretch; with more, the wall clock (the
+    op's work runs on the other threads as well, while this one waits)."""
+    return time.thread_time_ns if threads == 1 else time.perf_counter_ns
+
+
+def speed_probe_ns(threads: int | None = None) -> int | None:
+    """The probe's median time here now, ns, on `threads` intra-op threads (None: torch's setting);
+    None where torch cannot be imported."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    previous = torch.get_num_threads()
+    count = threads or previous
+    torch.set_num_threads(count)
+    try:
+        with torch.no_grad():
+            return _timed(torch, cpu_clock(count))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _timed(torch: Any, clock: Callable[[], int]) -> int:
+    bias, rows, weight = (torch.randn(*shape) for shape in PROBE_SHAPES)
+    emptied = torch.zeros(PROBE_FLUSH_BYTES // 4, dtype=torch.float32)
+    for _ in range(PROBE_WARMUP):
+        torch.addmm(bias, rows, weight)
+    times = []
+    for _ in range(PROBE_REPETITIONS):
+        emptied.zero_()
+        start = clock()
+        torch.addmm(bias, rows, weight)
+        times.append(clock() - start)
+    return max(1, int(statistics.median(times)))
+
+
+def recorded_speed() -> dict[str, int]:
+    """The host fact a trace records: {"speed_probe_ns": ...} on the intra-op threads its script
+    set, where the script imported torch; empty otherwise (a probe of its own would import torch
+    into a process that never used it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    found = speed_probe_ns(int(torch.get_num_threads()))
+    return {"speed_probe_ns": found} if found is not None else {}
