@@ -271,16 +271,13 @@ class Measurer:
 
     def runs_ratio(self, key: str, new: Callable[[], Callable[[Any, list[Any]], Any] | None],
                    old: Callable[[], Callable[[Any, list[Any]], Any] | None],
-                   tensors: list[Operand], repetitions: int = REPETITIONS,
-                   old_tensors: list[Operand] | None = None) -> float | None:
+                   tensors: list[Operand], repetitions: int = REPETITIONS) -> float | None:
         """The median time of the runner `new()` makes over that of `old()`'s, each on its own
-        tensors of `tensors` (`old()`'s of `old_tensors` where given), timed in turns
-        `repetitions` times (cached under `key` as parts per million); None where either cannot be
-        made or run here (and why, in `failed`)."""
+        tensors of `tensors`, timed in turns `repetitions` times (cached under `key` as parts per
+        million); None where either cannot be made or run here (and why, in `failed`)."""
         if key in self.cache:
             return self.cache[key] / RATIO_SCALE
-        previous = old_tensors if old_tensors is not None else tensors
-        if not self._may_run(key, [*tensors, *previous]):
+        if not self._may_run(key, tensors):
             return None
         run_new, run_old = new(), old()
         if run_new is None or run_old is None:
@@ -288,7 +285,7 @@ class Measurer:
             return None
 
         def measure() -> int:
-            times = self._median_ns([(run_new, tensors), (run_old, previous)],
+            times = self._median_ns([(run_new, tensors), (run_old, tensors)],
                                     repetitions=repetitions)
             return max(1, int(round(times[0] / times[1] * RATIO_SCALE)))
 

@@ -119,30 +119,6 @@ def step_ratio(measurer: Measurer, optimizer: SteppedOptimizer, implementation: 
                                repetitions=REPETITIONS)
 
 
-def resized_ratio(measurer: Measurer, optimizer: SteppedOptimizer,
-                  resized: list[tuple[tuple[int, ...], str]]) -> float | None:
-    """The time of `optimizer`'s step (a loop over the parameters) on parameters of the `resized`
-    shapes over its time on the recorded ones, both stepped here in turns, each after the caches
-    were emptied; None where it cannot step here (why: `measurer.failed`). The step's whole state
-    (parameters, gradients, the optimizer's own) goes through the caches as in a training step, so
-    a state that outgrows them costs more per byte than its bytes say: Adam on examples/mlp.py's
-    parameters 3.7 times as large took 4.2-4.3 times as long here, its ops 4.3 times as long in
-    the real wider step (docs/validation-whatif-cpu.md)."""
-    old = _within_size(list(optimizer.parameters))
-    stepper = _stepper(optimizer.name, {"foreach": False})
-    return measurer.runs_ratio(resized_key(optimizer, resized), stepper, stepper,
-                               list(resized[:len(old)]), repetitions=REPETITIONS,
-                               old_tensors=old)
-
-
-def resized_key(optimizer: SteppedOptimizer, resized: list[tuple[tuple[int, ...], str]]) -> str:
-    """The measured tier's key for `resized_ratio`'s measurement (and for why it failed)."""
-    old = _within_size(list(optimizer.parameters))
-    listed = json.dumps([[list(shape), kind] for shape, kind in resized[:len(old)]])
-    digest = hashlib.sha1(listed.encode()).hexdigest()[:16]
-    return f"{_key(optimizer.name, 'resized', old)}|{digest}"
-
-
 def step_key(optimizer: SteppedOptimizer, implementation: str) -> str:
     """The measured tier's key for `step_ratio`'s measurement (and for why it failed)."""
     return _key(optimizer.name, implementation, _within_size(list(optimizer.parameters)))

@@ -139,24 +139,11 @@ def grown_elements(shape: tuple[int, ...], layer: LayerParameters, sizes: frozen
                    factor: float, writes: bool, reads: bool) -> float:
     """The elements of one of `layer`'s parameters, of `shape`, once its out axis (where the layer
     `writes` a hidden size) and its in axis (where it `reads` one) are `factor` times as large."""
-    return math.prod(_grown(shape, layer, sizes, factor, writes, reads))
-
-
-def _grown(shape: tuple[int, ...], layer: LayerParameters, sizes: frozenset[int], factor: float,
-           writes: bool, reads: bool) -> list[float]:
     out_axis, in_axis = layer.axes(shape)
-    return [n * factor if n in sizes and ((axis == out_axis and writes)
-                                          or (axis == in_axis and reads)) else n
-            for axis, n in enumerate(shape)]
-
-
-def wider_shapes(recorded: dict[str, LayerParameters], wider: Widened, factor: float
-                 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Each recorded parameter's shape, and its shape in the wider model (`grown_elements`'s axes),
-    layer by layer."""
-    return [(shape, tuple(max(1, int(round(n))) for n in _grown(
-                shape, layer, wider.sizes, factor, path in wider.writes, path in wider.reads)))
-            for path, layer in recorded.items() for shape in layer.shapes]
+    grown = [n * factor if n in sizes and ((axis == out_axis and writes)
+                                           or (axis == in_axis and reads)) else n
+             for axis, n in enumerate(shape)]
+    return math.prod(grown)
 
 
 def reading_data(recorded: dict[str, LayerParameters], wider: Widened, chosen: list[str],

@@ -20,9 +20,7 @@ each op re-timed at its new shapes.
   trace's smallest elementwise ops take whole; on a GPU trace each kernel past the trace's
   shortest by its GEMM's roofline or its bytes, the host side kept. An op of the matching layers
   whose inputs hold no hidden size (attention's heads × head width, where the head width is no
-  layer's size) grows by F, by ratio. On a CPU trace whose steps name a torch.optim class, the
-  optimizer's ops that hold a hidden size grow by that class stepped here on the wider parameters
-  over the recorded ones (`_stepped_wider`): a state that outgrows the caches costs more per byte.
+  layer's size) grows by F, by ratio.
 - Without recorded shapes: the matching layers' GEMM and convolution work × F², the rest of their
   forward and backward × F, the optimizer by the parameter ratio (all + (F² - 1) × the layers'), by
   ratio.
@@ -41,7 +39,6 @@ import numpy as np
 from daydream.cost import CostModel, Tier
 from daydream.cost.host import UNIT_OPS
 from daydream.cost.measure import MULTIPLIES
-from daydream.cost.optimizer import resized_key, resized_ratio
 from daydream.cost.shapes import (
     WITH_BIAS,
     Argument,
@@ -56,7 +53,7 @@ from daydream.graph.model import GPU_WORK
 from daydream.mapping import PHASES
 from daydream.mapping.attribution import choose_layers
 from daydream.mapping.classes import CLASSES
-from daydream.mapping.parameters import reading_data, widened, wider_shapes
+from daydream.mapping.parameters import reading_data, widened
 from daydream.trace import EventKind, Trace
 from daydream.transforms.batch import BatchShape, grown, operands_fit
 from daydream.transforms.kernels import kernel_classes
@@ -248,14 +245,11 @@ class WidthShape:
 
 @dataclass(slots=True, frozen=True)
 class LayerRatio:
-    """Ops timed by one ratio (reshape.Scaling): their inputs as recorded, their work × `ratio`.
-    Those of a layer that reads the data: its parameters' growth (mapping/parameters.reading_data),
-    modelled; the optimizer's: its step on the wider parameters over the recorded ones, measured
-    (`_stepped_wider`)."""
+    """The ops of a layer that reads the data (reshape.Scaling): its inputs as recorded, its work ×
+    its parameters' growth (mapping/parameters.reading_data), modelled."""
 
     ratio: float
     additive: bool = False
-    tier: Tier = Tier.MODELLED
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         return None
@@ -264,7 +258,7 @@ class LayerRatio:
         return arguments
 
     def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
-        return self.ratio, self.tier
+        return self.ratio, Tier.MODELLED
 
 
 def _with_bias(name: str, old: list[Tensor | None], new: list[Tensor | None]
@@ -340,9 +334,6 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     scalings: dict[int, Scaling] = {row: readers[graph.layers[layer]]
                                     for row, layer in layer_of.items()
                                     if graph.layers[layer] in readers}
-    stepped = ("" if graph.has_device_work()
-               else _stepped_wider(found, shape, scalings, context, costs,
-                                   _recorded_growth(graph, context, targets, factor)))
     mine = [op for op in found.ops if op.row in scalings
             or shape.inputs(op.name, op.tensors) is not None
             or owner[layer_of.get(op.row, -1)] >= 0]
@@ -353,63 +344,8 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
             else _retime_ops(graph, shape, scalings, mine, costs, context))
     said = (f"; {', '.join(sorted(readers))}: read(s) the data, whose features no width "
             "changes: its work × its parameters' growth" if readers else "")
-    return [f"{head}: {done}{said}{stepped}; ops that hold no hidden size keep their time; timed "
-            f"by the cost stage ({costs.tiers_note()})"]
-
-
-def _stepped_wider(found: StepOps, shape: WidthShape, scalings: dict[int, Scaling],
-                   context: Context, costs: CostModel,
-                   recorded: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> str:
-    """The optimizer's ops that hold a hidden size timed by its step on the wider parameters over
-    its step on the recorded ones, both run here (cost/optimizer.resized_ratio), added to
-    `scalings`; in words ("" where nothing was measured: their bytes time them then). Their bytes
-    alone miss what a state that outgrows the caches costs: the narrow step finds it in cache, the
-    wide one streams it from memory."""
-    stepped = context.stepped_optimizer
-    if stepped is None or costs.measurer is None:
-        return ""
-    resized = _wider_parameters(list(stepped.parameters), shape, recorded)
-    ratio = resized_ratio(costs.measurer, stepped, resized)
-    if ratio is None:
-        why = costs.measurer.failed.get(resized_key(stepped, resized), "it could not run here")
-        return f"; torch.optim.{stepped.name} did not step here ({why}): its ops by their bytes"
-    optimizer = PHASES.index("optimizer")
-    rows = [op.row for op in found.ops if found.phase.get(op.row) == optimizer
-            and op.row not in scalings and shape.inputs(op.name, op.tensors) is not None]
-    scaling = LayerRatio(ratio, tier=Tier.MEASURED)
-    scalings.update({row: scaling for row in rows})
-    return (f"; the optimizer's {len(rows)} ops × {ratio:.2f}: torch.optim.{stepped.name} "
-            "stepped here on the wider parameters over the recorded ones")
-
-
-def _wider_parameters(parameters: list[Tensor], shape: WidthShape,
-                      recorded: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[Tensor]:
-    """The stepped parameters' (shape, type) in the wider model: as the layers' recorded parameters
-    say (a first layer that reads the data keeps its in features; `recorded`: each recorded shape
-    and its wider one, taken once each), else with their first two axes that hold a hidden size
-    grown."""
-    left: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for old, new in recorded:
-        left.setdefault(old, []).append(new)
-    found = []
-    for parameter in parameters:
-        if left.get(parameter[0]):
-            found.append((left[parameter[0]].pop(0), parameter[1]))
-            continue
-        axes = tuple(a for a in range(min(2, len(parameter[0]))) if parameter[0][a] in shape.sizes)
-        found.append(grown(parameter, axes, shape.factor) if axes else parameter)
-    return found
-
-
-def _recorded_growth(graph: Graph, context: Context, targets: list[int], factor: float
-                     ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Each parameter the layers recorded, and its shape in the wider model (mapping/parameters);
-    empty where the trace lists no layer's parameters."""
-    recorded = context.layer_parameters
-    if not recorded:
-        return []
-    chosen = [graph.layers[t] for t in targets]
-    return wider_shapes(recorded, widened(recorded, list(graph.layers), chosen, factor), factor)
+    return [f"{head}: {done}{said}; ops that hold no hidden size keep their time; timed by the "
+            f"cost stage ({costs.tiers_note()})"]
 
 
 def _reading_data(graph: Graph, context: Context, targets: list[int],
@@ -497,10 +433,8 @@ register(Optimization(
     "channels); every op of the step whose inputs hold one grows along it (what feeds and reads "
     "the layers, the optimizer's work on the widened parameters too) and is re-timed at its new "
     "shapes by the cost stage (CPU: multiplies and convolutions measured, each gaining the time it "
-    "measured more, the optimizer's ops by its torch.optim class stepped here on the wider "
-    "parameters over the recorded ones, other ops by FLOPs or bytes past the part the trace's "
-    "smallest elementwise ops take whole; GPU: each kernel by its GEMM's roofline or its bytes "
-    "past the shortest kernel); "
+    "measured more, other ops by FLOPs or bytes past the part the trace's smallest elementwise ops "
+    "take whole; GPU: each kernel by its GEMM's roofline or its bytes past the shortest kernel); "
     "an op of the matching layers that holds no hidden size x factor. Without recorded shapes, by "
     "ratio: the layers' GEMM/convolution work x factor^2, the rest of their work x factor, the "
     "optimizer by the parameter ratio",

@@ -124,45 +124,6 @@ def test_the_ratio_is_measured_once_and_reused_from_the_cache(tmp_path: Path) ->
     assert again.ran[0].startswith("optimizer-step|Adam|fused|2|")
 
 
-def test_the_resized_step_runs_the_wider_parameters_against_the_recorded_ones(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """What ran: the loop form (foreach=False) of the trace's class, on tensors of the resized shapes and of the
-    recorded ones, in turns; the ratio cached under a key of its own, reused by the next process."""
-    import daydream.cost.optimizer as optimizer
-
-    seen: list[tuple[tuple[tuple[int, ...], ...], dict[str, Any]]] = []
-    real = optimizer._stepper
-
-    def stepper(name: str, options: dict[str, Any]) -> Any:
-        make = real(name, options)
-
-        def made() -> Any:
-            run = make()
-
-            def recording(t: Any, parameters: list[Any]) -> None:
-                seen.append((tuple(tuple(p.shape) for p in parameters), options))
-                run(t, parameters)
-
-            return recording
-
-        return made
-
-    monkeypatch.setattr(optimizer, "_stepper", stepper)
-    stepped = SteppedOptimizer("Adam", (((64, 32), "float"), ((64,), "float")))
-    wider = [((128, 64), "float"), ((128,), "float")]
-    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
-    ratio = optimizer.resized_ratio(measurer, stepped, wider)
-    assert ratio is not None and ratio > 0, measurer.failed
-    assert {shapes for shapes, _ in seen} == {((128, 64), (128,)), ((64, 32), (64,))}
-    assert all(options == {"foreach": False} for _, options in seen)
-    assert measurer.ran == [optimizer.resized_key(stepped, wider)]
-    measurer.save()
-    seen.clear()
-    again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
-    assert optimizer.resized_ratio(again, stepped, wider) == ratio and seen == []
-    assert optimizer.resized_key(stepped, wider) != optimizer.resized_key(stepped, [((96, 64), "float"), ((96,), "float")])
-
-
 def test_a_class_or_form_that_cannot_step_here_gives_none_and_why(tmp_path: Path) -> None:
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     parameters = (((4, 4), "float"),)

@@ -99,36 +99,24 @@ def test_without_recorded_shapes_width_grows_the_matching_layers_only(tmp_path: 
     assert prediction.predicted_peak_bytes == pytest.approx(5000 * ratio + 1000 + 4000 + 300 + 500, abs=1)
 
 
-def _run(*arguments: str) -> str:
+def test_a_recorded_mlp_widened_holds_what_the_real_wider_one_held(tmp_path: Path) -> None:
+    """examples/mlp.py traced at hidden width 256 and 512: `width` of its blocks from the narrow trace against the wide
+    trace's own peak (its embedding and head grow with --width too, as do the optimizer's per-parameter temporaries)."""
+    import json
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
-    done = subprocess.run([sys.executable, "-m", "daydream", *arguments], capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    def run(*arguments: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "daydream", *arguments], capture_output=True, text=True,
+                              timeout=600, cwd=REPO)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
 
-
-@pytest.fixture(scope="module")
-def mlp_widths(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/mlp.py traced at hidden width 256 and 512 (FOLDER/256.json.gz, FOLDER/512.json.gz)."""
-    from tests.conftest import REPO
-
-    folder = tmp_path_factory.mktemp("mlp-widths")
     for width in (256, 512):
-        _run("trace", "--warmup", "2", "--iterations", "2", "-o", str(folder / f"{width}.json.gz"),
-             str(REPO / "examples" / "mlp.py"), "--", "--steps", "5", "--threads", "1", "--width", str(width))
-    return folder
-
-
-def test_a_recorded_mlp_widened_holds_what_the_real_wider_one_held(mlp_widths: Path) -> None:
-    """examples/mlp.py traced at hidden width 256 and 512: `width` of its blocks from the narrow trace against the wide
-    trace's own peak (its embedding and head grow with --width too, as do the optimizer's per-parameter temporaries)."""
-    import json
-
-    tmp_path, run = mlp_widths, _run
+        run("trace", "--warmup", "2", "--iterations", "2", "-o", str(tmp_path / f"{width}.json.gz"),
+            str(REPO / "examples" / "mlp.py"), "--", "--steps", "5", "--threads", "1", "--width", str(width))
     real = json.loads(run("memory", "--json", str(tmp_path / "512.json.gz")))["devices"][0]["peak_allocated_bytes"]
     narrow = json.loads(run("memory", "--json", str(tmp_path / "256.json.gz")))["devices"][0]["peak_allocated_bytes"]
     predicted = json.loads(run("whatif", str(tmp_path / "256.json.gz"), "--opt", WIDTH.replace("net\\.", ""),
@@ -161,41 +149,3 @@ def _layer_flops(trace, layer: str) -> float:  # type: ignore[no-untyped-def]
             dims = gemm_dims(trace.name_of(row), shapes.tensors(row))
             total += gemm_flops(dims) if dims is not None else 0.0
     return total
-
-
-def test_widths_optimizer_is_stepped_here_on_the_real_wider_models_parameters(mlp_widths: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """`width` times the optimizer's ops by the trace's optimizer (Adam) stepped here on the wider parameters over the
-    recorded ones. The wider parameters are the real wider model's, read from its own trace's steps (the first layer
-    reads the data's 256 features: 512 x 256, not 512 x 512). With a ratio of 2.5 standing in for the measurement,
-    the note says how many of the optimizer's ops it timed: those of its phase that hold a hidden size."""
-    import daydream.transforms.width as width
-    from daydream.cost import CostOptions
-    from daydream.cost.optimizer import stepped_optimizer
-    from daydream.cost.shapes import OpShapes
-    from daydream.graph import build_graph
-    from daydream.mapping import PHASES, find_iterations
-    from daydream.simulate.whatif import iteration_of_row, transform
-    from daydream.trace import EventKind
-
-    asked: list[tuple[Any, list[Any]]] = []
-
-    def ratio(_measurer: Any, stepped: Any, resized: list[Any]) -> float:
-        asked.append((stepped, resized))
-        return 2.5
-
-    monkeypatch.setattr(width, "resized_ratio", ratio)
-    narrow, wide = (read_job(mlp_widths / f"{w}.json.gz").traces[0] for w in (256, 512))
-    steps = {w: stepped_optimizer(t, iteration_of_row(t, find_iterations(t))) for w, t in ((256, narrow), (512, wide))}
-    notes = transform(build_graph(narrow), narrow, ["width"], cost_options=CostOptions(measure=True))
-    assert len(asked) == 1 and asked[0][0] == steps[256] and steps[256].name == "Adam"
-    assert sorted(asked[0][1]) == sorted(steps[512].parameters)
-    assert ((512, 256), "float") in asked[0][1] and ((512, 512), "float") in asked[0][1]
-    # The optimizer phase's ops on a parameter that grows: every parameter has a 256-wide axis (the head's weight
-    # reads the blocks' width: 10 x 256) but the head's bias (10).
-    phase, shapes = attribute(narrow).phase, OpShapes(narrow)
-    rows = [r for r in narrow.indices(EventKind.CPU_OP).tolist() if phase[r] == PHASES.index("optimizer")
-            and r in shapes]
-    growing = sum(any(t is not None and 256 in t[0] for t in shapes.tensors(r)) for r in rows)
-    assert growing > 0
-    assert any(f"the optimizer's {growing} ops × 2.50: torch.optim.Adam stepped here" in n for n in notes), notes
