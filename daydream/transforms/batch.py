@@ -193,6 +193,7 @@ class BatchScaling:
     shape: BatchShape
     factor: float
     additive: bool = False  # a measured op scaled by its ratio: the activations grow
+    pointwise: bool = False  # elementwise ops by their bytes
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         return scale_inputs(name, tensors, self.shape, self.factor)

@@ -26,7 +26,7 @@ import numpy as np
 
 from daydream.cost import CostModel, Tier
 from daydream.cost.host import exclusive_host_ns
-from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES, Measurer
+from daydream.cost.measure import CALLED_AGAIN, MULTIPLIES, POINTWISE_AGAIN, Measurer
 from daydream.cost.roofline import Roofline, gemm_waves
 from daydream.cost.shapes import (
     ITEM_BYTES,
@@ -72,6 +72,11 @@ class Scaling(Protocol):
     @property
     def additive(self) -> bool:
         """Whether a measured op that grows gains what it measured more (else it is scaled)."""
+
+    @property
+    def pointwise(self) -> bool:
+        """Whether the elementwise ops of `POINTWISE_AGAIN` are measured too (called again with
+        their recorded arguments), not only multiplies and `CALLED_AGAIN`'s."""
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         """The op's inputs at the new shapes; None where none of them changes."""
@@ -235,7 +240,8 @@ def measured_growth(op: ShapedOp, scaled: list[Tensor | None], scaling: Scaling,
     the width 6,335 µs in the wider step and 6,410 µs alone (the same rule as `amp`'s slower path,
     amp.reduced_ns). Otherwise (a batch: what grows is activations the step just wrote; a layout
     that splits a layer's work) scaled by the ratio."""
-    arguments = op.arguments if op.name in CALLED_AGAIN else None
+    again = op.name in CALLED_AGAIN or (scaling.pointwise and op.name in POINTWISE_AGAIN)
+    arguments = op.arguments if again else None
     if op.name not in MULTIPLIES and arguments is None:
         return None
     new_arguments = scaling.arguments(op.name, arguments) if arguments is not None else None

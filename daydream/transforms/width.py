@@ -30,7 +30,7 @@ each op re-timed at its new shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Any
 
@@ -135,6 +135,8 @@ class WidthShape:
     parameters: frozenset[tuple[int, ...]]
     batch: BatchShape | None = None
     additive: bool = True  # a measured op gains what it measured more (reshape.measured_growth)
+    # the elementwise ops of cost/measure.POINTWISE_AGAIN measured too (the optimizer's, `_width`)
+    pointwise: bool = False
 
     def axes(self, name: str, shape: tuple[int, ...], operand: bool,
              activation: bool = False) -> tuple[int, ...]:
@@ -250,6 +252,7 @@ class LayerRatio:
 
     ratio: float
     additive: bool = False
+    pointwise: bool = False
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         return None
@@ -334,6 +337,11 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     scalings: dict[int, Scaling] = {row: readers[graph.layers[layer]]
                                     for row, layer in layer_of.items()
                                     if graph.layers[layer] in readers}
+    updates = replace(shape, pointwise=True)
+    optimizer = PHASES.index("optimizer")
+    scalings.update({op.row: updates for op in found.ops if op.row not in scalings
+                     and found.phase.get(op.row) == optimizer
+                     and shape.inputs(op.name, op.tensors) is not None})
     mine = [op for op in found.ops if op.row in scalings
             or shape.inputs(op.name, op.tensors) is not None
             or owner[layer_of.get(op.row, -1)] >= 0]
