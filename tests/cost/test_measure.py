@@ -550,3 +550,21 @@ def test_the_speed_probe_runs_here_on_the_threads_asked(monkeypatch: pytest.Monk
     assert speed.speed_probe_ns(1) > 0
     assert torch.get_num_threads() == before
     assert seen == [speed.PROBE_SHAPES] * (speed.PROBE_WARMUP + speed.PROBE_REPETITIONS)
+
+
+def test_an_optimizers_elementwise_update_is_called_again_with_its_recorded_arguments(tmp_path: Path) -> None:
+    """What ran, read from a profile of the measurement: lerp_ at the new and the recorded shapes, with the recorded
+    weight; an elementwise op outside the measured tier's lists is not run; a square root's operand is made
+    non-negative, as an optimizer's second moment is."""
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    old = [("tensor", (32, 16), "float"), ("tensor", (32, 16), "float"), ("value", 0.25)]
+    new = [("tensor", (64, 32), "float"), ("tensor", (64, 32), "float"), ("value", 0.25)]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        pair = measurer.call_pair_ns("aten::lerp_", new, old)
+    assert pair is not None and min(pair) > 0
+    shapes = {tuple(tuple(s) for s in e.input_shapes) for e in profile.events() if e.name == "aten::lerp_"}
+    assert shapes == {((64, 32), (64, 32), ()), ((32, 16), (32, 16), ())}
+    assert "0.25" in measurer.ran[0]
+    assert measurer.call_pair_ns("aten::exp_", new[:1], old[:1]) is None
+    made = measure.PREPARED["aten::sqrt"]([torch.randn(64, 64)])
+    assert bool((made[0] >= 0).all())

@@ -149,3 +149,51 @@ def _layer_flops(trace, layer: str) -> float:  # type: ignore[no-untyped-def]
             dims = gemm_dims(trace.name_of(row), shapes.tensors(row))
             total += gemm_flops(dims) if dims is not None else 0.0
     return total
+
+
+def test_widths_optimizer_updates_are_measured_at_the_real_wider_models_shapes(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/mlp.py traced at hidden width 384 and 768. With measuring on, `width` of the narrow trace calls the
+    optimizer's elementwise updates (Adam's lerp_, mul_, addcmul_, sqrt, div, addcdiv_, add_) again at their wider
+    shapes, and each gains what its pair measured more: the (op, first input's shape) it asks for are exactly those the
+    real wider run's optimizer ran on a widened parameter, read from that run's own trace (the first layer reads the
+    data's 256 features: 768 x 256)."""
+    import subprocess
+    import sys
+
+    from daydream.cost import CostOptions
+    from daydream.cost.measure import POINTWISE_AGAIN, Measurer
+    from daydream.cost.shapes import OpShapes
+    from daydream.graph import build_graph
+    from daydream.mapping import PHASES
+    from daydream.simulate.whatif import transform
+    from daydream.trace import EventKind
+    from tests.conftest import REPO
+
+    for width in (384, 768):
+        done = subprocess.run([sys.executable, "-m", "daydream", "trace", "--warmup", "2", "--iterations", "2", "-o",
+                               str(tmp_path / f"{width}.json.gz"), str(REPO / "examples" / "mlp.py"), "--", "--steps",
+                               "5", "--threads", "1", "--width", str(width)], capture_output=True, text=True,
+                              timeout=600, cwd=REPO)
+        assert done.returncode == 0, done.stderr[-2000:]
+    asked: set[tuple[str, tuple[int, ...]]] = set()
+
+    def pair(_self: Any, name: str, new: list[Any], _old: list[Any], hot: bool = False,
+             cold: bool = False) -> tuple[int, int]:
+        if name in POINTWISE_AGAIN:
+            asked.add((name, next(a[1] for a in new if a[0] == "tensor")))
+        return 3_000, 1_000  # measured 2 us more: nothing is run
+
+    monkeypatch.setattr(Measurer, "call_pair_ns", pair)
+    monkeypatch.setattr(Measurer, "op_pair_ns", lambda *_a, **_k: (3_000, 1_000))
+    narrow, wide = (read_job(tmp_path / f"{w}.json.gz").traces[0] for w in (384, 768))
+    notes = transform(build_graph(narrow), narrow, ["width"], cost_options=CostOptions(measure=True))
+    phase, shapes = attribute(wide).phase, OpShapes(wide)
+    ran = {(wide.name_of(r), shapes.tensors(r)[0][0]) for r in wide.indices(EventKind.CPU_OP).tolist()
+           if phase[r] == PHASES.index("optimizer") and wide.name_of(r) in POINTWISE_AGAIN and r in shapes
+           and shapes.tensors(r) and shapes.tensors(r)[0] is not None and 768 in shapes.tensors(r)[0][0]}
+    assert {name for name, _ in ran} >= {"aten::lerp_", "aten::addcmul_", "aten::addcdiv_", "aten::sqrt"}
+    assert ((("aten::lerp_", (768, 256)) in ran) and (("aten::lerp_", (768, 768)) in ran)
+            and (("aten::lerp_", (10, 768)) in ran))
+    assert asked == ran
+    assert "measured" in notes[-1]
