@@ -239,7 +239,9 @@ def measured_growth(op: ShapedOp, scaled: list[Tensor | None], scaling: Scaling,
     the growth: a transformer's multiply took 1,559 µs in its step and 1,647 µs alone, and at twice
     the width 6,335 µs in the wider step and 6,410 µs alone (the same rule as `amp`'s slower path,
     amp.reduced_ns). Otherwise (a batch: what grows is activations the step just wrote; a layout
-    that splits a layer's work) scaled by the ratio."""
+    that splits a layer's work) scaled by the ratio. Where the scaling asks (`Scaling.pointwise`),
+    an elementwise op of `POINTWISE_AGAIN` is measured too, called again with its recorded
+    arguments (an optimizer's update on a widened parameter)."""
     again = op.name in CALLED_AGAIN or (scaling.pointwise and op.name in POINTWISE_AGAIN)
     arguments = op.arguments if again else None
     if op.name not in MULTIPLIES and arguments is None:

@@ -339,9 +339,10 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
                                     if graph.layers[layer] in readers}
     updates = replace(shape, pointwise=True)
     optimizer = PHASES.index("optimizer")
-    scalings.update({op.row: updates for op in found.ops if op.row not in scalings
-                     and found.phase.get(op.row) == optimizer
-                     and shape.inputs(op.name, op.tensors) is not None})
+    stepped = {op.row: updates for op in found.ops if op.row not in scalings
+               and found.phase.get(op.row) == optimizer
+               and shape.inputs(op.name, op.tensors) is not None}
+    scalings.update(stepped)
     mine = [op for op in found.ops if op.row in scalings
             or shape.inputs(op.name, op.tensors) is not None
             or owner[layer_of.get(op.row, -1)] >= 0]
@@ -352,6 +353,10 @@ def _width(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
             else _retime_ops(graph, shape, scalings, mine, costs, context))
     said = (f"; {', '.join(sorted(readers))}: read(s) the data, whose features no width "
             "changes: its work × its parameters' growth" if readers else "")
+    if stepped:
+        said += (f"; the optimizer's {len(stepped)} ops on widened parameters: "
+                 + ("its elementwise updates measured here at both shapes, as multiplies are"
+                    if costs.measurer is not None else "by their bytes (nothing measured)"))
     return [f"{head}: {done}{said}; ops that hold no hidden size keep their time; timed by the "
             f"cost stage ({costs.tiers_note()})"]
 

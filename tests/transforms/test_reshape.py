@@ -12,9 +12,10 @@ from daydream.transforms.reshape import Growth, ShapedOp, op_growth
 
 class Doubled:
     """A Scaling that doubles every tensor's last axis; `additive`: a measured op that grows gains what it measured
-    more."""
+    more; `pointwise`: elementwise ops are not measured."""
 
     additive = True
+    pointwise = False
 
     def inputs(self, name: str, tensors: list[Tensor | None]) -> list[Tensor | None] | None:
         return [((*t[0][:-1], t[0][-1] * 2), t[1]) if t is not None else None for t in tensors]
