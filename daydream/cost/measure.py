@@ -20,6 +20,7 @@ repetition.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -33,7 +34,7 @@ from typing import Any
 from daydream._files import write_atomically
 from daydream.cost.shapes import Tensor, elements
 from daydream.trace.collect.heap import BLOCK, RESERVE_LEAST, keep_freed, reserve
-from daydream.trace.collect.speed import cpu_clock, speed_probe_ns
+from daydream.trace.collect.speed import PROBE_FLUSH_BYTES, cpu_clock, speed_probe_ns
 from daydream.trace.collect.usage import minor_faults
 from daydream.trace.store import cache_dir
 
@@ -48,8 +49,9 @@ SLOW_REPETITIONS = 3
 #: Bytes written before each timed repetition, more than a CPU's last-level cache: each run starts
 #: with cold caches, as an op inside a training step does (its operands were evicted by the ops
 #: between). Timed hot, a small GEMM of examples/mlp.py grew 1.78x at twice the batch, cold 1.57x;
-#: in the real run at twice the batch about 1.65x.
-FLUSH_BYTES = 64 * 2**20
+#: in the real run at twice the batch about 1.65x. The speed probe empties them alike, so that it
+#: times what the measured tier's runs meet (trace/collect/speed.py).
+FLUSH_BYTES = PROBE_FLUSH_BYTES
 #: A core's own cache, bytes, where Linux does not list this CPU's (its level 2: 1 MiB on this
 #: project's machine, 512 KiB to 2 MiB on server CPUs since 2017).
 CORE_CACHE_BYTES = 1 << 20
@@ -59,13 +61,14 @@ CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 CPU_INFO = Path("/proc/cpuinfo")
 
 
+@functools.cache
 def cpu_identity(info: Path = CPU_INFO, caches: Path = CPU_CACHES) -> str:
     """This CPU, as far as an op's time depends on it: a short digest of its model name, its
     instruction-set flags and its caches' sizes (what Linux lists; the machine's architecture
     alone where it lists none). Cached times are kept per identity: a home folder shared by
     machines of different CPUs (a cluster's nodes, a virtual machine moved to other hardware)
     never hands one CPU's times to another, even where both call themselves the same model
-    ("Intel(R) Xeon(R) Processor" in many virtual machines)."""
+    ("Intel(R) Xeon(R) Processor" in many virtual machines). Read once per process."""
     fields: dict[str, str] = {}
     try:
         for line in info.read_text(errors="replace").splitlines():
@@ -136,6 +139,8 @@ CALLED_AGAIN = frozenset(f"aten::{op}" for op in (
 POINTWISE_AGAIN = frozenset(f"aten::{op}" for op in (
     "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "lerp_", "addcmul_", "addcdiv_",
     "sqrt", "sqrt_", "rsqrt", "maximum", "clamp_", "neg", "sign"))
+#: Every op the measured tier calls again with its recorded arguments.
+RUN_AGAIN = CALLED_AGAIN | POINTWISE_AGAIN
 #: Where the backward of a oneDNN LSTM layer (`aten::mkldnn_rnn_layer_backward`'s arguments) finds
 #: what its forward made: the output, the last hidden and cell states and the workspace.
 #: The workspace is laid out per type (8,736,768 bytes for a [35, 20, 200] LSTM layer in fp32,
@@ -261,8 +266,8 @@ class Measurer:
         """The median time of op `name` called again with its recorded `arguments`
         (cost/shapes.OpShapes.arguments: tensors rebuilt at their shapes, floating
         ones in `as_type` where given; scalars and lists as recorded), ns; None
-        for ops outside `CALLED_AGAIN` (and `POINTWISE_AGAIN`) or that cannot run here."""
-        if name not in CALLED_AGAIN | POINTWISE_AGAIN:
+        for ops outside `RUN_AGAIN` or that cannot run here."""
+        if name not in RUN_AGAIN:
             return None
         return self._cached_or_run(*self._call(name, arguments, as_type))
 
@@ -273,9 +278,9 @@ class Measurer:
         return self._ratio(self._op(name, new, None), self._op(name, old, None))
 
     def call_ratio(self, name: str, new: list[Any], old: list[Any]) -> float | None:
-        """As `op_ratio`, for an op of `CALLED_AGAIN` called with
+        """As `op_ratio`, for an op of `RUN_AGAIN` called with
         recorded arguments `new` and `old`."""
-        if name not in CALLED_AGAIN | POINTWISE_AGAIN:
+        if name not in RUN_AGAIN:
             return None
         return self._ratio(self._call(name, new, None), self._call(name, old, None))
 
@@ -315,9 +320,9 @@ class Measurer:
 
     def call_pair_ns(self, name: str, new: list[Any], old: list[Any],
                      hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
-        """As `op_pair_ns`, for an op of `CALLED_AGAIN` (or `POINTWISE_AGAIN`) called with
+        """As `op_pair_ns`, for an op of `RUN_AGAIN` called with
         recorded arguments `new` and `old`."""
-        if name not in CALLED_AGAIN | POINTWISE_AGAIN:
+        if name not in RUN_AGAIN:
             return None
         return self._pair(self._call(name, new, None), self._call(name, old, None), hot, cold)
 
@@ -528,7 +533,7 @@ class Measurer:
                 times: list[list[int]] = [[] for _ in runs]
                 emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
                 emptied.zero_()  # its pages faulted in before the first timed run
-                clock = self._clock()
+                clock = cpu_clock(self.threads)
                 for _ in range(self._repetitions(repetitions, slowest,
                                                  sum(first for first, _ in warmed))):
                     for (runner, _), made, mine in zip(runs, values, times):
@@ -540,13 +545,6 @@ class Measurer:
         finally:
             torch.set_num_threads(previous)
         return [max(1, int(statistics.median(mine))) for mine in times]
-
-    def _clock(self) -> Callable[[], int]:
-        """What a repetition is timed by (trace/collect/speed.cpu_clock): with one thread, its own
-        CPU time (with two busy loops beside it on a 2-core machine, a [1536, 256] x [256, 1024]
-        multiply read 20-24 ms of wall time and 9-12 ms of its thread's; a cache on this project's
-        machine had kept 14.6 ms for it, where measured again alone it took 6.7 ms)."""
-        return cpu_clock(self.threads)
 
     def _repetitions(self, asked: int, slowest: int, turn_ns: int) -> int:
         """Turns to time: `REPETITIONS`, or `SLOW_REPETITIONS` after a first run over `SLOW_NS`;
@@ -574,8 +572,8 @@ class Measurer:
 
 #: 2: repetitions start with cold caches; 3: floating inputs require grad; 4: freed memory kept;
 #: 5: blocks of 32 MiB and more from the heap's top, not fresh pages (`_heap_room`); 6: one thread
-#: timed by its own CPU time (`Measurer._clock`), kept per CPU (`cpu_identity`), each time with the
-#: speed probe of the process that measured it (`Measurer.cached`)
+#: timed by its own CPU time (trace/collect/speed.cpu_clock), kept per CPU (`cpu_identity`), each
+#: time with the speed probe of the process that measured it (`Measurer.cached`)
 CACHE_VERSION = 6
 
 
@@ -617,8 +615,6 @@ def _rnn_forward_state(values: list[Any]) -> list[Any]:
     return ready
 
 
-#: Ops of `CALLED_AGAIN` whose recorded arguments are made ready before the op is timed (once per
-#: set of tensors, outside the timed calls): op name -> arguments -> arguments.
 def _non_negative(values: list[Any]) -> list[Any]:
     """A square root's operand made non-negative, as an optimizer's second moment is: of a
     random normal one, half the results are NaN, which took a [512, 512] `sqrt` 2.5 ms here
@@ -626,6 +622,8 @@ def _non_negative(values: list[Any]) -> list[Any]:
     return [values[0].abs(), *values[1:]]
 
 
+#: Ops of `RUN_AGAIN` whose recorded arguments are made ready before the op is timed (once per
+#: set of tensors, outside the timed calls): op name -> arguments -> arguments.
 PREPARED: dict[str, Callable[[list[Any]], list[Any]]] = {
     "aten::mkldnn_rnn_layer_backward": _rnn_forward_state,
     **{f"aten::{op}": _non_negative for op in ("sqrt", "sqrt_", "rsqrt")}}
