@@ -19,8 +19,10 @@ each op re-timed at its new shapes.
   more (`reshape.measured_growth`), other ops grow by their FLOPs or bytes past the part the
   trace's smallest elementwise ops take whole; on a GPU trace each kernel past the trace's
   shortest by its GEMM's roofline or its bytes, the host side kept. An op of the matching layers
-  whose inputs hold no hidden size (attention's heads × head width, where the head width is no
-  layer's size) grows by F, by ratio.
+  whose inputs hold no hidden size is attention's work per head, at a fixed head count (as
+  `nn.MultiheadAttention` takes it): the head width grows, so its multiplies, a fused attention and
+  the ops on its queries, keys and values grow by F, by ratio; the scores (queries × keys per head)
+  do not, so the softmax, dropout and masking of them keep their time (`attention_scores`).
 - Without recorded shapes: the matching layers' GEMM and convolution work × F², the rest of their
   forward and backward × F, the optimizer by the parameter ratio (all + (F² - 1) × the layers'), by
   ratio.
@@ -241,8 +243,34 @@ class WidthShape:
         return scaled_arguments(arguments, lambda _, tensor: self.scaled(name, tensor))
 
     def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
-        """An op of the matching layers whose inputs hold no hidden size: × factor, by ratio."""
+        """An op of the matching layers whose inputs hold no hidden size: attention's work per
+        head, at a fixed head count. Its multiplies (and a fused attention) contract over or make
+        the head width, which grows: × factor, by ratio. Its scores (queries × keys per head) do
+        not grow: an op on them alone (softmax, dropout, masking; `attention_scores`) keeps its
+        time, modelled, as does one whose inputs have no axis that may hold a width (a scalar, a
+        padding mask). Any other: × factor, by ratio."""
+        if op.name in MULTIPLIES or "attention" in op.name:
+            return self.factor, Tier.RATIO
+        lengths = self.lengths()
+        if attention_scores(op.tensors, lengths) or not self._sized(op.tensors, lengths):
+            return 1.0, Tier.MODELLED
         return self.factor, Tier.RATIO
+
+    def _sized(self, tensors: list[Tensor | None], lengths: frozenset[int]) -> bool:
+        """Whether one of `tensors` has an axis that may hold a width: one of another size than
+        the batch's, its tokens', a sequence's length, 1 or 0 (a scalar, a padding mask, an
+        empty tensor have none)."""
+        counted = {0, 1, *lengths}
+        if self.batch is not None:
+            counted |= {self.batch.batch, *self.batch.tokens}
+        return any(size not in counted for t in tensors if t is not None for size in t[0])
+
+    def lengths(self) -> frozenset[int]:
+        """The positions per sample of a sequence input (its token counts ÷ the batch)."""
+        if self.batch is None or self.batch.batch < 1:
+            return frozenset()
+        return frozenset(t // self.batch.batch for t in self.batch.tokens
+                         if t % self.batch.batch == 0)
 
 
 @dataclass(slots=True, frozen=True)
@@ -262,6 +290,21 @@ class LayerRatio:
 
     def unscaled(self, op: ShapedOp) -> tuple[float, Tier]:
         return self.ratio, Tier.MODELLED
+
+
+def attention_scores(tensors: list[Tensor | None], lengths: frozenset[int] = frozenset()) -> bool:
+    """Whether `tensors` (an op's inputs) are attention's scores and what masks them: every input
+    of two or more axes ends in queries × keys or a mask of them, and one at least does. Queries ×
+    keys: two equal axes (self-attention's), or each a sequence's length (one of `lengths`); a mask:
+    one of those sides and 1 ([batch, heads, 1, keys])."""
+    found = [(t[0][-2], t[0][-1]) for t in tensors if t is not None and len(t[0]) >= 2]
+    square = {last[0] for last in found if last[0] == last[1] and last[0] > 1}
+    sides = square | lengths
+
+    def scores(last: tuple[int, int]) -> bool:
+        return last[0] == last[1] > 1 or (set(last) <= sides | {1} and bool(set(last) & sides))
+
+    return bool(found) and all(scores(last) for last in found)
 
 
 def _with_bias(name: str, old: list[Tensor | None], new: list[Tensor | None]

@@ -16,7 +16,7 @@ from daydream.trace import read_job
 from daydream.transforms.batch import BatchShape
 from daydream.transforms.kernels import kernel_classes
 from daydream.transforms.reshape import ShapedOp
-from daydream.transforms.width import WidthShape, hidden_sizes
+from daydream.transforms.width import LAYER_PHASES, WidthShape, attention_scores, hidden_sizes
 from tests.conftest import REPO
 
 #: examples/transformer.py's block at width 256: q, k, v packed (768 x 256), the projection (256 x 256), the MLP's up
@@ -89,6 +89,88 @@ def test_a_transposed_convolution_makes_its_weights_second_axis() -> None:
             == {256}
 
 
+def test_attentions_scores_keep_their_time_at_a_fixed_head_count() -> None:
+    # 16 samples of 96 tokens through 128-wide blocks of 4 heads: the head width (32) is no hidden size, nor are the
+    # scores' 96 x 96. At twice the width the head width grows (the multiplies and the ops on q, k, v: x2), the scores
+    # do not (their softmax, dropout, masking: x1).
+    parameters = frozenset({(384, 128), (384,), (128, 128), (128,)})
+    shape = WidthShape(frozenset({128, 384}), 2.0, parameters,
+                       BatchShape(16, tokens=frozenset({1536}), parameters=parameters))
+
+    def ratio(name: str, *tensors: Tensor | None) -> float:
+        op = ShapedOp(0, name, list(tensors), None, 0, 0, 0, False, False)
+        assert shape.inputs(name, op.tensors) is None  # no hidden size: the op is timed by `unscaled`
+        return shape.unscaled(op)[0]
+
+    scores, heads = _f(16, 4, 96, 96), _f(16, 4, 96, 32)
+    assert ratio("aten::_safe_softmax", scores, None, None) == 1.0
+    assert ratio("aten::dropout", scores, None, None) == 1.0
+    assert ratio("aten::where", _f(16, 4, 96, 1), None, scores, scores) == 1.0  # a padding mask over the scores
+    assert ratio("aten::_softmax_backward_data", scores, scores, None, None) == 1.0
+    assert ratio("aten::mul", heads, None) == 2.0  # q scaled by 1/sqrt(head width)
+    assert ratio("aten::bmm", _f(64, 96, 32), _f(64, 32, 96)) == 2.0  # q k^T contracts the head width
+    assert ratio("aten::bmm", _f(64, 96, 96), _f(64, 96, 32)) == 2.0  # the scores times v make it
+    assert ratio("aten::_scaled_dot_product_flash_attention_for_cpu", heads, heads, heads) == 2.0
+    # cross-attention of the 96 tokens over 40 others: scores only where both are known sequence lengths
+    assert ratio("aten::_softmax", _f(16, 4, 96, 40), None, None) == 2.0
+    crossing = WidthShape(shape.sizes, 2.0, parameters,
+                          BatchShape(16, tokens=frozenset({1536, 640}), parameters=parameters))
+    cross = _f(16, 4, 96, 40)
+    assert crossing.unscaled(ShapedOp(0, "aten::_softmax", [cross, None, None], None, 0, 0, 0, False, False))[0] == 1.0
+    assert not attention_scores([_f(16, 4, 96, 96), _f(16, 4, 96, 32)])  # one of its inputs holds the head width
+
+
+def _record_attention(tmp_path: Path, width: int):  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    from daydream.api import open_trace
+    from daydream.trace import discover
+
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(50, width)
+    layer = torch.nn.TransformerEncoderLayer(width, 2, 2 * width, dropout=0.1, batch_first=True)
+    optimizer = torch.optim.SGD([*embedding.parameters(), *layer.parameters()], lr=0.1, foreach=False)
+    tokens = torch.randint(1, 50, (3, 10))
+    padding = torch.zeros(3, 10, dtype=torch.bool)
+    padding[:, -2:] = True
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        for _ in range(2):
+            layer(embedding(tokens), src_key_padding_mask=padding).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    path = tmp_path / f"attention-{width}.json"
+    profile.export_chrome_trace(str(path))
+    return open_trace(discover(path)[0])
+
+
+def test_what_holds_no_hidden_size_grows_where_the_real_wider_attention_grew(tmp_path: Path) -> None:
+    """nn.TransformerEncoderLayer (2 heads, a padding mask, dropout) recorded for real at width 16 and 32: of every op
+    of the step whose inputs hold no hidden size (the head width, 8, is none; the scores are 10 x 10), `unscaled` keeps
+    the time of exactly those whose inputs the wider run's op at the same place had at the same shapes (the scores,
+    their softmax, dropout and masks, scalars), and grows the others (q, k, v per head, their multiplies)."""
+    from daydream.cost.shapes import OpShapes
+    from daydream.mapping import attribute
+    from daydream.trace import EventKind
+    from daydream.transforms.batch import batch_ops
+
+    narrow, wide = _record_attention(tmp_path, 16), _record_attention(tmp_path, 32)
+    phase = attribute(narrow).phase
+    rows = narrow.indices(EventKind.CPU_OP)
+    parameters = frozenset(parameter_shapes(OpShapes(narrow), rows[phase[rows] == PHASES.index("optimizer")],
+                                            np.zeros(0, dtype=np.int64), transposed=False))
+    shape = WidthShape(frozenset({16, 32, 48}), 2.0, parameters, batch_ops(narrow, phase, None, 3).shape)
+    mine, theirs = _ops(narrow, None), _ops(wide, None)
+    assert [n for _, n, _ in mine] == [n for _, n, _ in theirs]
+    kept = grew = 0
+    for (row, name, tensors), (_, _, real) in zip(mine, theirs):
+        if tensors is None or phase[row] not in LAYER_PHASES or shape.inputs(name, tensors) is not None:
+            continue
+        same = [t[0] if t else None for t in tensors] == [t[0] if t else None for t in real]
+        ratio = shape.unscaled(ShapedOp(row, name, tensors, None, 0, 0, 0, False, False))[0]
+        assert ratio == (1.0 if same else 2.0), (name, tensors, real)
+        kept, grew = kept + same, grew + (not same)
+    assert kept > 0 and grew > 0
+
+
 def _record_mlp(tmp_path: Path, batch: int, width: int):  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
     from daydream.api import open_trace
@@ -109,14 +191,15 @@ def _record_mlp(tmp_path: Path, batch: int, width: int):  # type: ignore[no-unty
     return open_trace(discover(path)[0])
 
 
-def _ops(trace, names: tuple[str, ...]) -> list[tuple[str, list]]:  # type: ignore[no-untyped-def]
+def _ops(trace, names: tuple[str, ...] | None) -> list[tuple[int, str, list]]:  # type: ignore[no-untyped-def]
+    """The trace's CPU ops named `names` (all where None) in time order: (row, name, input tensors)."""
     from daydream.cost.shapes import OpShapes
     from daydream.trace import EventKind
 
     shapes = OpShapes(trace)
-    rows = sorted((r for r in trace.indices(EventKind.CPU_OP).tolist() if trace.name_of(r) in names),
+    rows = sorted((r for r in trace.indices(EventKind.CPU_OP).tolist() if names is None or trace.name_of(r) in names),
                   key=lambda r: trace.ts_ns[r])
-    return [(trace.name_of(r), shapes.tensors(r)) for r in rows]
+    return [(r, trace.name_of(r), shapes.tensors(r)) for r in rows]
 
 
 @pytest.mark.parametrize("batch", [8, 24])
@@ -141,8 +224,8 @@ def test_a_recorded_mlp_widened_runs_the_shapes_of_the_real_wider_one(tmp_path: 
     names = ("aten::addmm", "aten::mm", "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::add_",
              "aten::mul_")
     mine, theirs = _ops(narrow, names), _ops(wide, names)
-    assert len(mine) == len(theirs) > 0 and [n for n, _ in mine] == [n for n, _ in theirs]
-    for (name, tensors), (_, real) in zip(mine, theirs):
+    assert len(mine) == len(theirs) > 0 and [n for _, n, _ in mine] == [n for _, n, _ in theirs]
+    for (_, name, tensors), (_, _, real) in zip(mine, theirs):
         widened = shape.inputs(name, tensors) or tensors
         if name in ("aten::addmm", "aten::mm") and list(gemm_dims(name, tensors)[1:]).count(24) >= 2 and batch == 24:
             assert gemm_flops(gemm_dims(name, widened)) == gemm_flops(gemm_dims(name, real)), (name, tensors, real)
