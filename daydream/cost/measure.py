@@ -272,17 +272,20 @@ class Measurer:
         return self._cached_or_run(*self._call(name, arguments, as_type))
 
     def op_ratio(self, name: str, new: list[Tensor | None],
-                 old: list[Tensor | None]) -> float | None:
+                 old: list[Tensor | None], hot: bool = False) -> float | None:
         """Op `name`'s time on tensors of `new` over its time on `old`, both run here in turns (so
-        that what the machine does meanwhile slows both alike); None where either cannot run."""
-        return self._ratio(self._op(name, new, None), self._op(name, old, None))
+        that what the machine does meanwhile slows both alike); None where either cannot run.
+        `hot`: each run finds the caches as the previous one left them (its operands just
+        written), instead of emptied."""
+        return self._ratio(self._op(name, new, None), self._op(name, old, None), hot)
 
-    def call_ratio(self, name: str, new: list[Any], old: list[Any]) -> float | None:
+    def call_ratio(self, name: str, new: list[Any], old: list[Any],
+                   hot: bool = False) -> float | None:
         """As `op_ratio`, for an op of `RUN_AGAIN` called with
         recorded arguments `new` and `old`."""
         if name not in RUN_AGAIN:
             return None
-        return self._ratio(self._call(name, new, None), self._call(name, old, None))
+        return self._ratio(self._call(name, new, None), self._call(name, old, None), hot)
 
     def runs_ratio(self, key: str, new: Callable[[], Callable[[Any, list[Any]], Any] | None],
                    old: Callable[[], Callable[[Any, list[Any]], Any] | None],
@@ -377,13 +380,13 @@ class Measurer:
         key = f"{name}|call|{json.dumps(listed)}"
         return key, runner, tensors
 
-    def _ratio(self, new: _Signature, old: _Signature) -> float | None:
-        """The time of signature `new` over that of `old`, measured in
-        turns (cached as parts per million)."""
-        key = f"ratio|{new[0]}|{old[0]}"
+    def _ratio(self, new: _Signature, old: _Signature, hot: bool = False) -> float | None:
+        """The time of signature `new` over that of `old`, measured in turns (cached as parts per
+        million; `hot`: caches not emptied between runs)."""
+        key = f"{'ratio-hot' if hot else 'ratio'}|{new[0]}|{old[0]}"
         if key in self.cache:
             return self.cache[key] / RATIO_SCALE
-        pair = self._pair(new, old)
+        pair = self._pair(new, old, hot=hot)
         if pair is None:
             return None
         self.cache[key] = max(1, int(round(pair[0] / pair[1] * RATIO_SCALE)))

@@ -253,9 +253,11 @@ def measured_growth(op: ShapedOp, scaled: list[Tensor | None], scaling: Scaling,
                 else measurer.op_pair_ns(op.name, scaled, op.tensors))
         if pair is not None and pair[0] > pair[1]:
             return Growth(1.0, pair[0] - pair[1], Tier.MEASURED)
-    ratio = (measurer.call_ratio(op.name, new_arguments, arguments)
+    # the activations a batch grows were just written by the op before them: timed hot
+    hot = not scaling.additive
+    ratio = (measurer.call_ratio(op.name, new_arguments, arguments, hot=hot)
              if arguments is not None and new_arguments is not None
-             else measurer.op_ratio(op.name, scaled, op.tensors))
+             else measurer.op_ratio(op.name, scaled, op.tensors, hot=hot))
     return Growth(ratio, 0, Tier.MEASURED) if ratio is not None else None
 
 

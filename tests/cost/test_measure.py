@@ -178,6 +178,22 @@ def test_a_ratio_runs_both_signatures_in_turns_and_is_cached(tmp_path: Path, mon
     assert again.op_ratio("aten::mm", bigger, MM) == pytest.approx(ratio, abs=1e-6) and seen == []
 
 
+def test_a_hot_ratio_is_the_hot_pairs_and_cached_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # batch-size's ratio: the two signatures timed in turns with the caches as the previous run left them
+    seen = _recording(monkeypatch)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    bigger = [((16, 16), "float"), ((16, 4), "float")]
+    ratio = measurer.op_ratio("aten::mm", bigger, MM, hot=True)
+    assert ratio is not None and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
+    assert measurer.ran == [next(k for k in measurer.cache if k.startswith("pair-hot|"))]
+    hot = measurer.op_pair_ns("aten::mm", bigger, MM, hot=True)
+    assert hot is not None and ratio == pytest.approx(hot[0] / hot[1], rel=1e-5) and len(measurer.ran) == 1
+    assert any(k.startswith("ratio-hot|") for k in measurer.cache)
+    # the emptied-caches ratio is another measurement
+    assert measurer.op_ratio("aten::mm", bigger, MM) is not None and len(measurer.ran) == 2
+    assert measurer.ran[1].startswith("pair|")
+
+
 def test_a_tensor_is_made_in_its_recorded_memory_order() -> None:
     from daydream.cost.shapes import memory_order
 

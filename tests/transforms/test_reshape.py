@@ -41,16 +41,16 @@ def _op(name: str, *shapes: tuple[int, ...]) -> ShapedOp:
 
 
 def _costs(pair: tuple[int, int] | None, ratio: float | None = None) -> Any:
-    """A cost model whose measurer gives the pair (new, old) and the ratio, both measured with caches emptied; it
-    notes what it was asked for."""
+    """A cost model whose measurer gives the pair (new, old) and the ratio; it notes what it was asked for, and whether
+    hot (caches as the previous run left them) or with caches emptied."""
     seen: list[str] = []
 
     def op_pair_ns(name: str, new: list, old: list) -> tuple[int, int] | None:
         seen.append(f"pair {name} {new} {old}")
         return pair
 
-    def op_ratio(name: str, new: list, old: list) -> float | None:
-        seen.append(f"ratio {name}")
+    def op_ratio(name: str, new: list, old: list, hot: bool = False) -> float | None:
+        seen.append(f"ratio {name} {'hot' if hot else 'emptied'}")
         return ratio
 
     return SimpleNamespace(measurer=SimpleNamespace(op_pair_ns=op_pair_ns, op_ratio=op_ratio, seen=seen))
@@ -71,9 +71,11 @@ def test_a_measured_op_that_shrinks_or_whose_activations_grow_is_scaled() -> Non
     shrinking = _costs((900, 1_200), ratio=0.25)
     growth = op_growth(_op("aten::mm", (8, 16), (16, 32)), Doubled(), shrinking, measure=True)
     assert growth == Growth(0.25, 0, Tier.MEASURED) and growth.new_ns(800) == 200
+    assert shrinking.measurer.seen[-1] == "ratio aten::mm emptied"  # what grows is weights, read from memory
     batch = _costs((4_300, 1_100), ratio=3.9)
     assert op_growth(_op("aten::mm", (8, 16), (16, 32)), Scaled(), batch, measure=True) == Growth(3.9, 0, Tier.MEASURED)
-    assert batch.measurer.seen == ["ratio aten::mm"]
+    # what grows is activations the op before has just written: measured hot
+    assert batch.measurer.seen == ["ratio aten::mm hot"]
 
 
 def test_without_a_measurement_a_multiply_grows_by_its_flops_and_other_ops_by_their_bytes() -> None:
