@@ -176,15 +176,14 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
                                   trace, attribution(), iterations(), between=True,
                                   update_loop=update_loop()),
                               "compiler_view": lambda: compiler_view_of(trace, attribution()),
+                              "module_calls": lambda: module_calls_of(trace),
                               "backward_gemms": lambda: backward_gemms_of(trace, attribution()),
                               "update_loop": update_loop,
                               "stepped_optimizer": lambda: stepped_optimizer(
                                   trace, iteration_of_row(trace, iterations()),
                                   attribution().phase),
-                              "batch_ops": lambda: functools.cache(
-                                  lambda batch: batch_ops_of(trace, attribution(),
-                                                             update_loop(), batch,
-                                                             iterations())),
+                              "batch_ops": lambda: functools.cache(lambda batch: batch_ops_of(
+                                  trace, attribution(), update_loop(), batch, iterations())),
                               "step_ops": lambda: step_ops_of(trace, attribution(),
                                                               update_loop()),
                               "layer_parameters": lambda: recorded_parameters(trace),
@@ -258,6 +257,20 @@ def compiler_view_of(trace: Trace, attribution: Attribution) -> Any:
     rows = rows[np.isin(attribution.phase[rows],
                         [PHASES.index("forward"), PHASES.index("backward")])]
     return compiler_view(trace, top_level_ops(trace, rows))
+
+
+def module_calls_of(trace: Trace) -> dict[str, np.ndarray]:
+    """Per module path, the start times of its forward calls (ns, sorted), from the
+    `daydream.layer::PATH` ranges a daydream recording wraps each call in."""
+    from daydream.trace.collect.hooks import LAYER_PREFIX
+
+    rows = trace.indices(EventKind.ANNOTATION)
+    starts: dict[str, list[int]] = {}
+    for row, name in zip(rows.tolist(), trace.name[rows].tolist()):
+        text = trace.strings[name]
+        if text.startswith(LAYER_PREFIX):
+            starts.setdefault(text[len(LAYER_PREFIX):], []).append(int(trace.ts_ns[row]))
+    return {path: np.sort(np.array(times, dtype=np.int64)) for path, times in starts.items()}
 
 
 def batch_ops_of(trace: Trace, attribution: Attribution, update_loop: np.ndarray,

@@ -114,7 +114,9 @@ def _compile(graph: Graph, params: dict[str, Any], context: Context) -> list[str
     roots = compiled_roots(graph, params["modules"])
     view: CompilerView | None = context.compiler_view
     costs = context.costs
-    calls = regions(graph, roots)
+    recorded = context.module_calls or {}
+    started = [recorded[root] for root in sorted(roots) if root in recorded]
+    calls = regions(graph, roots, np.sort(np.concatenate(started)) if started else None)
     if view is None or costs is None or not calls:
         return (["compile: no forward or backward work of the compiled modules in the trace; "
                  "nothing changed"])
@@ -287,12 +289,15 @@ def compiled_roots(graph: Graph, pattern: str) -> set[str]:
     return {root for root in roots if not LOSS.search(root)}
 
 
-def regions(graph: Graph, roots: set[str]) -> list[Region]:
+def regions(graph: Graph, roots: set[str], starts: np.ndarray | None = None) -> list[Region]:
     """The calls of the compiled modules: per thread and iteration, each run of consecutive forward
     (or backward) host tasks of their layers; any other host task ends a run, except that in
     backward a task of no layer (AccumulateGrad)
     does not: the compiled backward is one autograd node, and the
-    gradients it returns are accumulated after it."""
+    gradients it returns are accumulated after it. `starts`: the recorded start times of the
+    compiled modules' calls (ns, sorted); a forward task past the next one begins another run (a
+    model called on the anchors, the positives and the negatives with nothing between the calls
+    is three compiled calls)."""
     tasks = graph.tasks
     host = select(graph, kind=HOST_WORK)
     host = host[(tasks["iteration"][host] >= 0) & (tasks["event"][host] >= 0)]
@@ -305,10 +310,14 @@ def regions(graph: Graph, roots: set[str]) -> list[Region]:
     transparent = (phase == BACKWARD) & (tasks["layer"][host] < 0)
     found: list[Region] = []
     current: Region | None = None
-    previous: tuple[int, int, int] | None = None
-    for task, compiled, passes in zip(host.tolist(), inside.tolist(), transparent.tolist()):
+    previous: tuple[int, int, int, int] | None = None
+    call = (np.searchsorted(starts, tasks["measured_start_ns"][host], side="right")
+            if starts is not None and starts.size else np.zeros(host.size, dtype=np.int64))
+    call = np.where(phase == FORWARD, call, -1)
+    for task, compiled, passes, made in zip(host.tolist(), inside.tolist(), transparent.tolist(),
+                                            call.tolist()):
         key = (int(tasks["resource"][task]), int(tasks["iteration"][task]),
-               int(tasks["phase"][task]))
+               int(tasks["phase"][task]), int(made))
         if key != previous or not (compiled or passes):
             current = None
         previous = key

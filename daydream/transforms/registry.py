@@ -85,6 +85,12 @@ class Context:
         return self._fact("costs")
 
     @property
+    def module_calls(self) -> Any:
+        """Per module path, the start times (ns, in order) of its recorded forward calls (the
+        `daydream.layer::PATH` ranges of a daydream recording); None where not derived."""
+        return self._fact("module_calls")
+
+    @property
     def compiler_view(self) -> Any:
         """The forward's and backward's top-level CPU ops as torch.compile sees them
         (cost/compiled.CompilerView)."""

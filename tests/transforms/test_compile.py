@@ -281,6 +281,45 @@ def test_the_pages_calibration_rows_of_the_kept_pairs_are_what_the_script_gives(
     assert all(row in page for row in rows + warm)
 
 
+def test_a_model_called_back_to_back_is_one_compiled_call_per_call() -> None:
+    """examples/own/triplet.py's encoder runs on the anchors, the positives and the negatives with nothing between the
+    calls. Its real compiled run (examples/compile/triplet, the same round) ran one compiled forward graph per call;
+    the prediction from the eager run makes as many forward calls per iteration, and as many backward nodes."""
+    base, compiled = _trace(RUNS / "triplet" / "triplet-baseline.json.gz"), _trace(RUNS / "triplet" / "triplet-compile.json.gz")
+    real = [sum(1 for r in _rows(compiled, "CompiledFunction").tolist() if start <= compiled.ts_ns[r] < end)
+            for start, end in _steps(compiled)]
+    calls = [sum(1 for r in _rows(base, "daydream.layer::Encoder").tolist() if start <= base.ts_ns[r] < end)
+             for start, end in _steps(base)]
+    assert set(real) == set(calls) == {3}
+    prediction = _predicted(RUNS / "triplet" / "triplet-baseline.json.gz")
+    graph = prediction.graph
+    assert graph is not None
+    tasks = graph.tasks
+    iterations = len(np.unique(tasks["iteration"][tasks["iteration"] >= 0]))
+    in_model = np.array([layer >= 0 and graph.layers[layer].split(".")[0] == "Encoder" for layer in tasks["layer"].tolist()])
+    assert np.count_nonzero(in_model & (tasks["phase"] == 0) & (tasks["iteration"] >= 0)) == 3 * iterations
+    assert any(f"{3 * iterations} forward and" in n and f"({3 * iterations} nodes" in n for n in prediction.notes), \
+        prediction.notes
+
+
+def test_consecutive_calls_are_told_apart_by_their_recorded_starts() -> None:
+    """Three forward calls of one module with nothing between them, then one backward pass: one forward region without
+    the calls' starts, three with them; the backward stays one."""
+    from daydream.graph import TaskKind
+    from daydream.transforms.compiler import BACKWARD, FORWARD, regions
+    from tests.transforms.graphs import graph as hand_made
+
+    tasks = [{"kind": TaskKind.HOST_OP, "name": "op", "duration": 1, "phase": phase, "layer": layer, "iteration": 0}
+             for phase, layer in [("forward", "Encoder.a"), ("forward", "Encoder.b")] * 3
+             + [("backward", "Encoder.b"), ("backward", "Encoder.a")] * 3]
+    built = hand_made(tasks, [], ["Encoder", "Encoder.a", "Encoder.b"])
+    built.tasks["measured_start_ns"][:] = np.arange(len(tasks)) * 1000 + 10
+    built.tasks["event"][:] = np.arange(len(tasks))
+    assert [(c.phase, len(c.tasks)) for c in regions(built, {"Encoder"})] == [(FORWARD, 6), (BACKWARD, 6)]
+    starts = np.array([0, 2000, 4000])  # each call's range begins just before its first op
+    assert [(c.phase, len(c.tasks)) for c in regions(built, {"Encoder"}, starts)] == [(FORWARD, 2)] * 3 + [(BACKWARD, 6)]
+
+
 def test_the_wrapper_is_warm_for_a_close_call_of_the_same_module_and_backward_pays_one_per_recorded_call() -> None:
     """A hand-made iteration, as a2c's rollout runs it: the policy called at 0, 1 ms after its last call ended (warm),
     15 ms after (cold again), once under no_grad 1 ms later (warm, but it makes no backward node); another module
