@@ -144,6 +144,19 @@ def _lacks(torch: Any, name: str, arguments: list[Any]) -> bool:
 _LACKING: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
+#: Ops not run here: their integer inputs give the sizes or offsets of their other inputs
+#: (a packed sequence's batch sizes, a bag's offsets, repeat counts), which made-up values get
+#: wrong and ATen does not check: `_pad_packed_sequence` on made-up batch sizes wrote past its
+#: output and took the process down (an nn.GRU over packed sequences). A run holding one falls to
+#: the ratio.
+SIZED_BY_VALUES = frozenset(f"aten::{op}" for op in (
+    "_pack_padded_sequence", "_pack_padded_sequence_backward", "_pad_packed_sequence",
+    "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_backward",
+    "_embedding_bag_dense_backward", "_embedding_bag_sparse_backward",
+    "_embedding_bag_per_sample_weights_backward", "segment_reduce", "_segment_reduce_backward",
+    "repeat_interleave"))
+
+
 def fused_key(steps: list[Step], channels_last: bool, training: bool = False) -> str:
     listed = [[name, [[a[0], *[list(v) if isinstance(v, tuple) else v for v in a[1:]]]
                       for a in arguments]] for name, arguments in steps]
@@ -174,6 +187,10 @@ def fused_times(measurer: Measurer, steps: list[Step], channels_last: bool,
     whose output a convolution keeps anyway needs no mask of its own; in the dcgan's generator,
     0.7 ms with its convolution against 5.4 ms alone)."""
     key = fused_key(steps + ([consumer] if consumer and training else []), channels_last, training)
+    held = sorted({name for name, _ in steps if name in SIZED_BY_VALUES})
+    if held:
+        measurer.failed[key] = f"{held[0]} reads sizes from its values, which are not recorded"
+        return None
     return _timed(measurer, key, lambda: _measure(measurer, steps, channels_last, training,
                                                    consumer if training else None))
 

@@ -203,6 +203,19 @@ def test_past_the_compile_budget_a_run_is_not_compiled(tmp_path: Path, monkeypat
     assert measurer.failed[fused_key([RELU], False)] == "over the compiling budget"
 
 
+def test_a_run_holding_an_op_sized_by_its_values_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nn.GRU over packed sequences: `_pad_packed_sequence` on made-up batch sizes writes past its output (on this
+    # project's machine a process running it on [93, 128] data and random 0/1 sizes died of a segmentation fault),
+    # so its run is neither run eagerly nor compiled, and falls to the ratio
+    monkeypatch.setattr(fused, "_measure", lambda *a, **k: pytest.fail("ran"))
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    packed = [RELU, ("aten::_pad_packed_sequence", [("tensor", (93, 128), "float", None),
+                                                    ("tensor", (40,), "long int", None), ("value", True),
+                                                    ("value", 0.0), ("value", 40)])]
+    assert fused_times(measurer, packed, channels_last=False) is None
+    assert "aten::_pad_packed_sequence reads sizes" in measurer.failed[fused_key(packed, False)]
+
+
 def test_a_run_that_cannot_be_built_falls_back_and_says_why(tmp_path: Path) -> None:
     measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
     broken = [("aten::no_such_op_here", [IMAGE])]
