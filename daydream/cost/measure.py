@@ -383,7 +383,7 @@ class Measurer:
     def _ratio(self, new: _Signature, old: _Signature, hot: bool = False) -> float | None:
         """The time of signature `new` over that of `old`, measured in turns (cached as parts per
         million; `hot`: caches not emptied between runs)."""
-        key = f"{'ratio-hot' if hot else 'ratio'}|{new[0]}|{old[0]}"
+        key = f"{'ratio-primed' if hot else 'ratio'}|{new[0]}|{old[0]}"
         if key in self.cache:
             return self.cache[key] / RATIO_SCALE
         pair = self._pair(new, old, hot=hot)
@@ -398,7 +398,7 @@ class Measurer:
         entries; hot: caches not emptied between runs; cold: emptied, net of a view's time)."""
         if hot and cold:
             raise ValueError("a pair is measured hot or cold, not both")
-        kind = "pair-hot" if hot else "pair-cold-net" if cold else "pair"
+        kind = "pair-primed" if hot else "pair-cold-net" if cold else "pair"
         keys = f"{kind}|{new[0]}|{old[0]}|new", f"{kind}|{new[0]}|{old[0]}|old"
         if all(key in self.cache for key in keys):
             return self.cached(keys[0]), self.cached(keys[1])
@@ -512,8 +512,16 @@ class Measurer:
     def _median_ns(self, runs: list[tuple[Callable[[Any, list[Any]], Any], list[Operand]]],
                    flush: bool = True, repetitions: int = 0) -> list[int]:
         """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times (each
-        after the caches were emptied, where `flush`), or up to `repetitions` where given
-        (`_repetitions`): their medians, ns."""
+        after the caches were emptied, where `flush`; else each after an untimed run of its own,
+        unless one is slow: `SLOW_NS`),
+        or up to `repetitions` where given (`_repetitions`): their medians, ns.
+
+        Hot, a run of a pair follows one of its own, so that it finds the caches holding its own
+        operands, as an op of a training step finds those the op before it has just written. In
+        strict turns each found them as the other signature left them, and the larger one's bytes
+        evicted the smaller's operands: a bf16 multiply of [512, 64]ᵀ by [64, 512] took 103-107 µs
+        after its fp32 twin (1.25 MB of operands and output) and 70-84 µs after itself on this
+        project's machine, and 77-83 µs in examples/mlp.py's real bf16 step (cached as "primed")."""
         import torch
 
         # An op's temporaries come from memory the heap keeps, as in a training process that has run
@@ -537,11 +545,15 @@ class Measurer:
                 emptied = torch.empty(FLUSH_BYTES // 4 if flush else 0, dtype=torch.float32)
                 emptied.zero_()  # its pages faulted in before the first timed run
                 clock = cpu_clock(self.threads)
+                # a slow op's bytes outgrow the caches: priming it would only spend the budget
+                primed = not flush and len(runs) > 1 and slowest <= SLOW_NS
                 for _ in range(self._repetitions(repetitions, slowest,
                                                  sum(first for first, _ in warmed))):
                     for (runner, _), made, mine in zip(runs, values, times):
                         if flush:  # caches emptied of the operands, as in a
                             emptied.zero_()  # training step that streams through them
+                        elif primed:
+                            runner(torch, made)  # after a run of its own
                         start = clock()
                         runner(torch, made)
                         mine.append(clock() - start)

@@ -184,11 +184,15 @@ def test_a_hot_ratio_is_the_hot_pairs_and_cached_apart(tmp_path: Path, monkeypat
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     bigger = [((16, 16), "float"), ((16, 4), "float")]
     ratio = measurer.op_ratio("aten::mm", bigger, MM, hot=True)
-    assert ratio is not None and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
-    assert measurer.ran == [next(k for k in measurer.cache if k.startswith("pair-hot|"))]
+    assert ratio is not None and len(seen) == 2 * (measure.WARMUP + 2 * measure.REPETITIONS)
+    # primed: each timed run follows an untimed one of its own signature, not the other's
+    shapes = [tuple(shape for shape, _ in call) for call in seen][2 * measure.WARMUP:]
+    assert shapes == [((16, 16), (16, 4))] * 2 + [((8, 16), (16, 4))] * 2 + \
+        ([((16, 16), (16, 4))] * 2 + [((8, 16), (16, 4))] * 2) * (measure.REPETITIONS - 1)
+    assert measurer.ran == [next(k for k in measurer.cache if k.startswith("pair-primed|"))]
     hot = measurer.op_pair_ns("aten::mm", bigger, MM, hot=True)
     assert hot is not None and ratio == pytest.approx(hot[0] / hot[1], rel=1e-5) and len(measurer.ran) == 1
-    assert any(k.startswith("ratio-hot|") for k in measurer.cache)
+    assert any(k.startswith("ratio-primed|") for k in measurer.cache)
     # the emptied-caches ratio is another measurement
     assert measurer.op_ratio("aten::mm", bigger, MM) is not None and len(measurer.ran) == 2
     assert measurer.ran[1].startswith("pair|")
@@ -286,8 +290,8 @@ def test_a_pair_keeps_both_times_and_gives_the_same_ratio(tmp_path: Path, monkey
     again = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     assert again.op_pair_ns("aten::mm", bigger, MM) == pair and seen == []
     # hot (caches not emptied between repetitions) is another measurement, cached apart
-    assert again.op_pair_ns("aten::mm", bigger, MM, hot=True) is not None and len(seen) == 2 * (measure.WARMUP + measure.REPETITIONS)
-    assert again.ran[0].startswith("pair-hot|") and not next(iter(measurer.cache)).startswith("pair-hot|")
+    assert again.op_pair_ns("aten::mm", bigger, MM, hot=True) is not None and len(seen) == 2 * (measure.WARMUP + 2 * measure.REPETITIONS)
+    assert again.ran[0].startswith("pair-primed|") and not next(iter(measurer.cache)).startswith("pair-primed|")
     # cold: the caches emptied before each repetition and a view's time (run in turns with the two) taken off
     seen.clear()
     cold = again.op_pair_ns("aten::mm", bigger, MM, cold=True)
