@@ -336,12 +336,14 @@ def backward_gemms_of(trace: Trace, attribution: Attribution | None = None
 
 
 def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None
-                           ) -> list[tuple[int, int, int, int, int, int]]:
+                           ) -> list[tuple[int, int, int, int, int, int, str, Any]]:
     """The backward's elementwise and normalization CPU ops (aten::..._backward): (row, duration,
     start, track, layer, the bytes its tensors take in fp32: `footprint_bytes`, 0 where its shapes
-    were not recorded)."""
+    were not recorded, name, and for those amp measures (`MEASURED_BACKWARD`) the recorded
+    arguments, else None)."""
     from daydream.cost.shapes import OpShapes, footprint_bytes
     from daydream.mapping.classes import classify
+    from daydream.transforms.amp import MEASURED_BACKWARD
 
     rows = trace.indices(EventKind.CPU_OP)
     attribution = attribution if attribution is not None else attribute(trace)
@@ -351,9 +353,13 @@ def backward_memory_ops_of(trace: Trace, attribution: Attribution | None = None
               and classify(n) in ("elementwise", "normalization")]
     rows = rows[np.isin(trace.name[rows], wanted)]
     shapes = OpShapes(trace)
-    return [(r, int(trace.dur_ns[r]), int(trace.ts_ns[r]), int(trace.track[r]),
-             int(attribution.layer[r]), footprint_bytes(shapes.tensors(r) or []))
-            for r in rows.tolist()]
+    found = []
+    for r in rows.tolist():
+        name = names[int(trace.name[r])]
+        found.append((r, int(trace.dur_ns[r]), int(trace.ts_ns[r]), int(trace.track[r]),
+                      int(attribution.layer[r]), footprint_bytes(shapes.tensors(r) or []), name,
+                      shapes.arguments(r) if name in MEASURED_BACKWARD else None))
+    return found
 
 
 #: In-place updates a hand-written optimizer applies to each parameter (p.add_(g, alpha=-lr),

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from daydream.cost import CostModel, Tier
-from daydream.cost.measure import CALLED_AGAIN, core_cache_bytes
+from daydream.cost.measure import CALLED_AGAIN, NORMALIZATION_AGAIN, core_cache_bytes
 from daydream.cost.shapes import (
     FLOATING,
     OpShapes,
@@ -226,14 +227,19 @@ BACKWARD_GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten
                   "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
                   "aten::mkldnn_rnn_layer_backward")
 #: The forward ops a CPU trace's amp re-times by measurement: matrix multiplies and convolutions,
-#: whose time is their arithmetic.
+#: whose time is their arithmetic, and batch norm, which a CPU runs on another path per type
+#: (`NORMALIZATION_AGAIN`; its backward too, `MEASURED_BACKWARD`).
 #: Elementwise and pooling ops are left as recorded: alone, in a loop, a bf16 relu of this CPU
 #: measured 1.9x its fp32 time, while in the real bf16 training run the same ops took less (half the
 #: bytes to allocate and touch).
 RETIMED_ON_CPU = frozenset({"aten::linear", "aten::matmul", "aten::conv1d", "aten::conv2d",
                             "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
                             "aten::conv_transpose3d", "aten::scaled_dot_product_attention",
-                            "aten::mkldnn_rnn_layer", *BACKWARD_GEMMS})
+                            "aten::mkldnn_rnn_layer", "aten::batch_norm", *BACKWARD_GEMMS})
+#: Backward normalization ops measured in the reduced type where their layer runs in it, as the
+#: forward's batch norm is: in examples/cnn.py's real bf16 steps its backward took 0.69, 0.95 and
+#: 1.28 of its fp32 time at three sizes, where halving the bytes gave 0.5-0.6.
+MEASURED_BACKWARD = frozenset({"aten::native_batch_norm_backward"})
 
 
 def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
@@ -263,6 +269,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     cache = core_cache_bytes()
     halving = _halve_memory_bound(graph, facts, types, low, held, context, fixed, cache)
     halved = halving.halved
+    found.extend(halving.measured)
     for row, name, inputs, duration, start, track, arguments in context.backward_gemms or []:
         task = of_event.get(row, enclosing.holding(start, track))
         if task >= 0:
@@ -387,10 +394,11 @@ def _apply_retimed(graph: Graph, found: list[_Retimed]) -> tuple[int, int]:
     return saved, by_kind
 
 
-def _sharing(name: str) -> tuple[str, str, str]:
+def _sharing(name: str) -> tuple[str, ...]:
     """The groups whose median change an unmeasured op of `name` takes, nearest first: its name, its
-    class, all measured ops."""
-    return name, f"class:{classify(name)}", "all"
+    class, all measured ops (not for a normalization: those are mostly multiplies)."""
+    kind = classify(name)
+    return (name, f"class:{kind}") if kind == "normalization" else (name, f"class:{kind}", "all")
 
 
 def measured_ratios(ratios: list[float], reduced: str) -> str:
@@ -443,6 +451,8 @@ class _Halved:
     halved: int = 0
     cached: int = 0
     low_layers: set[int] = field(default_factory=set)
+    # backward ops of those layers measured instead (MEASURED_BACKWARD)
+    measured: list[_Retimed] = field(default_factory=list)
 
 
 def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict[int, str],
@@ -477,11 +487,24 @@ def _halve_memory_bound(graph: Graph, facts: dict[int, list[ForwardOp]], types: 
             task, own_ns = held.task(op.row)
             if task >= 0 and classify(op.name) in HALVED_CLASSES and op.name not in RETIMED_ON_CPU:
                 halve(task, own_ns, footprint_bytes(op.inputs))
-    for _, duration, start, track, layer, footprint in context.backward_memory_ops or []:
-        task = held.enclosing.holding(start, track)
-        if task >= 0 and layer in done.low_layers:
-            halve(task, duration, footprint)
+    _backward_of(done, context, held, halve)
     return done
+
+
+def _backward_of(done: _Halved, context: Context, held: _HeldOps,
+                 halve: Callable[[int, int, int], None]) -> None:
+    """The backward's elementwise and normalization ops of the layers that run in the reduced type
+    (`done.low_layers`): those amp measures (`MEASURED_BACKWARD`, with recorded arguments) into
+    `done.measured`, the others `halve`d."""
+    for _, duration, start, track, layer, footprint, name, arguments in (
+            context.backward_memory_ops or []):
+        task = held.enclosing.holding(start, track)
+        if task < 0 or layer not in done.low_layers:
+            continue
+        if name in MEASURED_BACKWARD and arguments:
+            done.measured.append(_Retimed(task, duration, name, arguments=arguments))
+        else:
+            halve(task, duration, footprint)
 
 
 def _measured_pair(measurer: Any, name: str, inputs: list[Any], low: str,
@@ -490,7 +513,7 @@ def _measured_pair(measurer: Any, name: str, inputs: list[Any], low: str,
     """The op's measured times in the reduced type and in fp32, ns, both run here in turns, hot
     (operands just written) or `cold` (caches emptied, net of a view's time); None if either cannot
     run."""
-    if name in CALLED_AGAIN:
+    if name in CALLED_AGAIN or name in NORMALIZATION_AGAIN:
         if arguments is None:
             return None
         return measurer.call_pair_ns(name, _retyped_arguments(arguments, low, name),
@@ -558,8 +581,13 @@ def _retyped(inputs: list[Any], kind: str) -> list[Any]:
 
 
 #: Tensor arguments (by position) an op takes in fp32 whatever autocast runs it in: flash
-#: attention's log-sum-exp is kept in its accumulation type.
-KEPT_FP32 = {"aten::_scaled_dot_product_flash_attention_for_cpu_backward": frozenset({5})}
+#: attention's log-sum-exp is kept in its accumulation type; a normalization's own parameters and
+#: statistics.
+KEPT_FP32 = {"aten::_scaled_dot_product_flash_attention_for_cpu_backward": frozenset({5}),
+             # batch norm's weight, bias, running and saved statistics: the module's own, in fp32
+             "aten::batch_norm": frozenset({1, 2, 3, 4}),
+             "aten::native_batch_norm": frozenset({1, 2, 3, 4}),
+             "aten::native_batch_norm_backward": frozenset({2, 3, 4, 5, 6})}
 
 
 def _retyped_arguments(arguments: list[Any], kind: str, name: str = "") -> list[Any]:

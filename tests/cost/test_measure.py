@@ -588,3 +588,26 @@ def test_an_optimizers_elementwise_update_is_called_again_with_its_recorded_argu
     assert measurer.call_pair_ns("aten::exp_", new[:1], old[:1]) is None
     made = measure.PREPARED["aten::sqrt"]([torch.randn(64, 64)])
     assert bool((made[0] >= 0).all())
+
+
+def test_batch_norm_is_called_again_in_bf16_with_its_own_parameters_and_statistics_in_fp32(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As autocast runs it on a CPU (and as a real bf16 step of examples/cnn.py recorded it): a bf16 activation, the
+    # module's weight, bias and running statistics in fp32; its backward's saved statistics in fp32 as well.
+    import torch
+
+    from daydream.transforms.amp import _measured_pair
+
+    x = ("tensor", (4, 8, 6, 6), "float", None)
+    c = ("tensor", (8,), "float", None)
+    forward = [x, c, c, c, c, ("value", True), ("value", 0.1), ("value", 1e-05), ("value", True)]
+    backward = [x, x, c, c, c, c, c, ("value", True), ("value", 1e-05), ("value", [True, True, True])]
+    made = _made_tensors(monkeypatch)
+    measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
+    for name, arguments in (("aten::batch_norm", forward), ("aten::native_batch_norm_backward", backward)):
+        made.clear()
+        pair = _measured_pair(measurer, name, [], "c10::BFloat16", arguments)
+        assert pair is not None and min(pair) > 0, measurer.failed
+        kinds = {(tuple(t.shape), t.dtype) for t in made}
+        # the activation (and its gradient) in both types, the per-channel tensors only ever in fp32
+        assert kinds == {((4, 8, 6, 6), torch.bfloat16), ((4, 8, 6, 6), torch.float32), ((8,), torch.float32)}

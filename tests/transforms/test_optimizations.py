@@ -492,7 +492,8 @@ def test_amp_on_a_cpu_halves_only_what_an_elementwise_op_spends_beyond_a_small_o
     nodes = {100: 4, 200: 5}  # the backward node holding each backward op, by its start
     held = SimpleNamespace(task=recorded.__getitem__,
                            enclosing=SimpleNamespace(holding=lambda start, track: nodes[start]))
-    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0, 0), (21, 5_000, 200, 0, 1, 0)])
+    relu = ("aten::threshold_backward", None)
+    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0, 0, *relu), (21, 5_000, 200, 0, 1, 0, *relu)])
     done = _halve_memory_bound(graph, {0: ops}, types, "c10::BFloat16", held, context,  # type: ignore[arg-type]
                                fixed_ns=2_000.0, cache_bytes=1 << 20)
     assert graph.tasks["duration_ns"].tolist() == [6_000, 1_500, 4_000, 3_000, 6_000, 5_000]
@@ -513,11 +514,43 @@ def test_amp_on_a_cpu_keeps_the_time_of_an_elementwise_op_whose_tensors_fit_in_a
     ops = [ForwardOp(10, "aten::relu", 0, [((32, 256), "float")]), ForwardOp(11, "aten::relu", 0, [((256, 1024), "float")])]
     held = SimpleNamespace(task={10: (0, 10_000), 11: (1, 10_000)}.__getitem__,
                            enclosing=SimpleNamespace(holding=lambda start, track: {100: 2, 200: 3}[start]))
-    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0, 96 << 10), (21, 8_000, 200, 0, 0, 3 << 20)])
+    relu = ("aten::threshold_backward", None)
+    context = SimpleNamespace(backward_memory_ops=[(20, 8_000, 100, 0, 0, 96 << 10, *relu),
+                                                   (21, 8_000, 200, 0, 0, 3 << 20, *relu)])
     done = _halve_memory_bound(graph, {0: ops}, {10: B, 11: B}, B, held, context,  # type: ignore[arg-type]
                                fixed_ns=2_000.0, cache_bytes=1 << 20)
     assert graph.tasks["duration_ns"].tolist() == [10_000, 6_000, 9_000, 6_000]
     assert (done.halved, done.cached) == (2, 2)
+
+
+def test_amp_on_a_cpu_measures_batch_norm_forward_and_backward_instead_of_halving_it() -> None:
+    # A forward bf16 batch norm is left to the measured tier (RETIMED_ON_CPU); of the backward ops of its bf16 layer,
+    # batch norm's backward with recorded arguments is handed to the measured tier (MEASURED_BACKWARD), one without them
+    # and the relu's backward are halved beyond the 2,000 ns; a batch norm backward of an fp32 layer keeps its time.
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import MEASURED_BACKWARD, RETIMED_ON_CPU, _halve_memory_bound
+    from daydream.transforms.autocast import ForwardOp
+
+    assert "aten::batch_norm" in RETIMED_ON_CPU and "aten::native_batch_norm_backward" in MEASURED_BACKWARD
+    B = "c10::BFloat16"
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([10_000, 9_000, 9_000, 9_000, 9_000], dtype=np.int64)})
+    ops = [ForwardOp(10, "aten::batch_norm", 0, [((64, 64, 32, 32), "float")])]
+    held = SimpleNamespace(task={10: (0, 10_000)}.__getitem__,
+                           enclosing=SimpleNamespace(holding=lambda start, track: start // 100))
+    arguments = [("tensor", (64, 64, 32, 32), "float", None)]
+    big = 32 << 20
+    context = SimpleNamespace(backward_memory_ops=[
+        (20, 9_000, 100, 0, 0, big, "aten::native_batch_norm_backward", arguments),
+        (21, 9_000, 200, 0, 0, big, "aten::native_batch_norm_backward", None),
+        (22, 9_000, 300, 0, 0, big, "aten::threshold_backward", None),
+        (23, 9_000, 400, 0, 1, big, "aten::native_batch_norm_backward", arguments)])
+    done = _halve_memory_bound(graph, {0: ops}, {10: B}, B, held, context,  # type: ignore[arg-type]
+                               fixed_ns=2_000.0, cache_bytes=1 << 20)
+    assert graph.tasks["duration_ns"].tolist() == [10_000, 9_000, 5_500, 5_500, 9_000]
+    assert done.halved == 2 and done.low_layers == {0}
+    assert [(m.task, m.recorded_ns, m.name, m.arguments) for m in done.measured] == [
+        (1, 9_000, "aten::native_batch_norm_backward", arguments)]
 
 
 def test_a_cpus_core_cache_is_read_from_linux_and_falls_back_where_it_is_not_listed(tmp_path: Path) -> None:
