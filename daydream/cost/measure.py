@@ -282,8 +282,8 @@ class Measurer:
                  old: list[Tensor | None], hot: bool = False) -> float | None:
         """Op `name`'s time on tensors of `new` over its time on `old`, both run here in turns (so
         that what the machine does meanwhile slows both alike); None where either cannot run.
-        `hot`: each run finds the caches as the previous one left them (its operands just
-        written), instead of emptied."""
+        `hot`: each timed run follows an untimed one of its own, so it finds its operands in the
+        caches, just written (`_median_ns`), instead of emptied."""
         return self._ratio(self._op(name, new, None), self._op(name, old, None), hot)
 
     def call_ratio(self, name: str, new: list[Any], old: list[Any],
@@ -321,8 +321,8 @@ class Measurer:
                    hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
         """Op `name`'s median times on tensors of `new` and of `old` ((shape, type) or (shape,
         type, memory order) each), ns, both run here in turns; None where either cannot run.
-        `hot`: each repetition finds the caches as the previous one left them (operands just
-        written, as a cast leaves them), instead of emptied (`FLUSH_BYTES`). `cold`: emptied, and
+        `hot`: each timed run follows an untimed one of its own (operands just written, as a
+        cast leaves them; `_median_ns`), instead of emptied (`FLUSH_BYTES`). `cold`: emptied, and
         less what the emptying costs an op that touches no data (a view, timed in turns with
         them, as `cast_ns`): the op at its coldest, its code and address translations evicted
         too."""
