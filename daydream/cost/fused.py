@@ -104,11 +104,11 @@ def _bounded(steps: list[Step] | None) -> list[Step] | None:
 
 def pieces(run: list[Unit], view: CompilerView) -> list[tuple[list[Unit], list[Step] | None]]:
     """`run` cut around its units that cannot be called again from their recorded arguments
-    (`lacks_argument`: an index by a list of tensors, which the profiler does not record), in
-    order: (piece, its steps as `fused_steps` gives them; None for such a unit, and as there). The
-    pieces between are compiled and timed on their own; such a unit keeps a share of its recorded
-    time (inductor fuses it: a gather). Needs torch (the ops' schemas); the whole run as one piece
-    where it is missing."""
+    (`_lacks`: an index by a list of tensors, which the profiler does not record; an op sized by
+    its values, such as a packed sequence's padding), in order: (piece, its steps as
+    `fused_steps` gives them; None for such a unit, and as there). The pieces between are compiled
+    and timed on their own; such a unit keeps a share of its recorded time (inductor fuses a
+    gather). Needs torch (the ops' schemas); the whole run as one piece where it is missing."""
     try:
         import torch
     except ImportError:
@@ -129,8 +129,11 @@ def pieces(run: list[Unit], view: CompilerView) -> list[tuple[list[Unit], list[S
 
 
 def _lacks(torch: Any, name: str, arguments: list[Any]) -> bool:
-    """`lacks_argument` for the op `name` with `arguments`, remembered by the op and its
+    """Whether the op `name` cannot be called again from its recorded `arguments`: it reads sizes
+    from its values (`SIZED_BY_VALUES`), or `lacks_argument`, remembered by the op and its
     arguments' kinds, all the answer depends on (a run holds the same ops again and again)."""
+    if name in SIZED_BY_VALUES:
+        return True
     if not name.startswith("aten::"):
         return False
     key = (name, tuple(str(a[0]) for a in arguments))
@@ -147,8 +150,8 @@ _LACKING: dict[tuple[str, tuple[str, ...]], bool] = {}
 #: Ops not run here: their integer inputs give the sizes or offsets of their other inputs
 #: (a packed sequence's batch sizes, a bag's offsets, repeat counts), which made-up values get
 #: wrong and ATen does not check: `_pad_packed_sequence` on made-up batch sizes wrote past its
-#: output and took the process down (an nn.GRU over packed sequences). A run holding one falls to
-#: the ratio.
+#: output and took the process down (an nn.GRU over packed sequences). `pieces` cuts a run around
+#: them, as around an op it cannot call again; `fused_times` runs none.
 SIZED_BY_VALUES = frozenset(f"aten::{op}" for op in (
     "_pack_padded_sequence", "_pack_padded_sequence_backward", "_pad_packed_sequence",
     "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_backward",

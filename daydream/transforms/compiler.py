@@ -527,7 +527,8 @@ def _fused_note(tally: _Tally, costs: CostModel) -> str:
     if costs.measurer is None:
         why.append("the measured tier is off (--no-measure, or torch missing)")
     if tally.unrunnable:
-        why.append(f"{tally.unrunnable} runs without the recorded arguments to run them again")
+        why.append(f"{tally.unrunnable} runs without the recorded arguments to run them again "
+                   f"(or sized by their values, as a packed sequence's padding)")
     for reason, count in sorted(tally.unfused.items()):
         if reason == "over the compiling budget" and costs.measurer is not None:
             why.append(f"{count} distinct runs past the compiling budget "

@@ -323,3 +323,37 @@ def test_an_index_by_a_list_the_profiler_left_out_is_cut_out_of_its_run(tmp_path
         assert steps == fused_steps(piece, view)  # a piece's steps, as its run's would be
         assert steps is not None and fused_times(measurer, steps, channels_last=False, training=True) is not None
     assert measurer.failed == {}
+
+
+def test_a_packed_sequences_padding_is_cut_out_of_its_run_and_the_rest_is_timed(tmp_path: Path) -> None:
+    """Packing and padding a sequence read the batch sizes from their values, so they are not run here (made-up
+    sizes wrote past `_pad_packed_sequence`'s output and took the process down): the run holding them is cut around
+    them, as around an op that cannot be called again, and the ops before and after are compiled and timed."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from daydream.api import open_trace
+    from daydream.trace import discover
+
+    x, lengths = torch.randn(6, 3, 4, requires_grad=True), torch.tensor([6, 4, 2])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        padded, _ = pad_packed_sequence(pack_padded_sequence(torch.sigmoid(x), lengths))
+        torch.relu(padded * 2)
+    out = tmp_path / "packed.json"
+    profile.export_chrome_trace(str(out))
+    trace = open_trace(discover(out)[0])
+    ops = trace.indices(EventKind.CPU_OP)
+    top = ops[innermost_enclosing(trace, ops, ops) < 0]
+    view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
+    units = [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
+    # by hand from the trace: the sigmoid, the lengths' copy to int64, the two packing ops, the multiply and relu
+    assert [view.name(u.row) for u in units] == ["aten::sigmoid", "aten::to", "aten::_pack_padded_sequence",
+                                                "aten::_pad_packed_sequence", "aten::mul", "aten::relu"]
+    (run,) = fused_runs(units)
+    cut = fused.pieces(run, view)
+    assert [([view.name(u.row) for u in piece], steps is not None) for piece, steps in cut] == [
+        (["aten::sigmoid", "aten::to"], True), (["aten::_pack_padded_sequence"], False),
+        (["aten::_pad_packed_sequence"], False), (["aten::mul", "aten::relu"], True)]
+    measurer = Measurer(threads=1, budget_s=5.0, folder=tmp_path)
+    for _, steps in (cut[0], cut[3]):
+        assert steps is not None and fused_times(measurer, steps, channels_last=False, training=True) is not None
+    assert measurer.failed == {}
