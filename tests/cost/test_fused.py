@@ -292,21 +292,13 @@ def test_an_index_by_a_list_the_profiler_left_out_is_cut_out_of_its_run(tmp_path
     """`aten::index` takes its indices as a list of optional tensors, which the profiler records as nothing: the op
     cannot be called again, and a run holding it fell to the ratio whole (a mixture of experts' gather of each
     expert's tokens). Cut around it, the ops before and after it are compiled and timed on their own."""
-    from daydream.api import open_trace
     from daydream.cost.measure import lacks_argument
-    from daydream.trace import discover
 
     x, keep = torch.randn(16, 8, requires_grad=True), torch.randn(16) > 0
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
         rows = keep.nonzero(as_tuple=True)[0]
         torch.relu(torch.sigmoid(x)[rows] * 2)
-    out = tmp_path / "index.json"
-    profile.export_chrome_trace(str(out))
-    trace = open_trace(discover(out)[0])
-    ops = trace.indices(EventKind.CPU_OP)
-    top = ops[innermost_enclosing(trace, ops, ops) < 0]
-    view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
-    units = [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
+    view, units = _recorded_units(profile, tmp_path / "index.json")
     # by hand from the trace: the extern nonzero, then sigmoid, index, mul and relu in one run
     assert [view.name(u.row) for u in units] == ["aten::nonzero", "aten::sigmoid", "aten::index", "aten::mul",
                                                 "aten::relu"]
@@ -331,20 +323,11 @@ def test_a_packed_sequences_padding_is_cut_out_of_its_run_and_the_rest_is_timed(
     them, as around an op that cannot be called again, and the ops before and after are compiled and timed."""
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-    from daydream.api import open_trace
-    from daydream.trace import discover
-
     x, lengths = torch.randn(6, 3, 4, requires_grad=True), torch.tensor([6, 4, 2])
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
         padded, _ = pad_packed_sequence(pack_padded_sequence(torch.sigmoid(x), lengths))
         torch.relu(padded * 2)
-    out = tmp_path / "packed.json"
-    profile.export_chrome_trace(str(out))
-    trace = open_trace(discover(out)[0])
-    ops = trace.indices(EventKind.CPU_OP)
-    top = ops[innermost_enclosing(trace, ops, ops) < 0]
-    view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
-    units = [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
+    view, units = _recorded_units(profile, tmp_path / "packed.json")
     # by hand from the trace: the sigmoid, the lengths' copy to int64, the two packing ops, the multiply and relu
     assert [view.name(u.row) for u in units] == ["aten::sigmoid", "aten::to", "aten::_pack_padded_sequence",
                                                 "aten::_pad_packed_sequence", "aten::mul", "aten::relu"]
@@ -357,3 +340,17 @@ def test_a_packed_sequences_padding_is_cut_out_of_its_run_and_the_rest_is_timed(
     for _, steps in (cut[0], cut[3]):
         assert steps is not None and fused_times(measurer, steps, channels_last=False, training=True) is not None
     assert measurer.failed == {}
+
+
+def _recorded_units(profile: Any, out: Path) -> tuple[Any, list[Any]]:
+    """A CPU profile exported to `out` and read back: its compiler view of the top-level ops and their units, in
+    the order they ran."""
+    from daydream.api import open_trace
+    from daydream.trace import discover
+
+    profile.export_chrome_trace(str(out))
+    trace = open_trace(discover(out)[0])
+    ops = trace.indices(EventKind.CPU_OP)
+    top = ops[innermost_enclosing(trace, ops, ops) < 0]
+    view = compiler_view(trace, top[np.argsort(trace.ts_ns[top])])
+    return view, [u for row in sorted(view.units, key=lambda r: trace.ts_ns[r]) for u in view.units[row]]
