@@ -520,8 +520,8 @@ class Measurer:
                    flush: bool = True, repetitions: int = 0) -> list[int]:
         """Each (runner, tensors) warmed up, then all timed in turns `REPETITIONS` times (each
         after the caches were emptied, where `flush`; else each after an untimed run of its own,
-        unless one is slow: `SLOW_NS`),
-        or up to `repetitions` where given (`_repetitions`): their medians, ns.
+        unless one is slow: `SLOW_NS`), or up to `repetitions` where given (`_repetitions`): their
+        medians, ns.
 
         Hot, a run of a pair follows one of its own, so that it finds the caches holding its own
         operands, as an op of a training step finds those the op before it has just written. In
