@@ -12,10 +12,24 @@ unmodelled part of the step can be.
 
     blocks = large_host_blocks(trace, find_iterations(trace))
     notes += heap_note(blocks, "checkpoint")
+
+While it records, a profiler keeps its event records in the same heap, between the step's tensors:
+a freed block that a record was carved from no longer holds the next tensor of its size, which then
+takes memory the recording had not written before. `heap_walk` finds those pages by the addresses
+of the `[memory]` events. Writing them is dear in a virtual machine that reclaims memory left idle:
+on this project's 2-core one, examples/mlp.py's weight-gradient multiply took 383 µs where its
+output came on 256 such pages and 230 µs where it came on memory written before. A what-if that
+changes the step's allocations (`amp`, `fused-optimizer`) moves how many there are, which no
+what-if models; `heap_note` says how many the recording had.
+
+    walk = heap_walk(trace, find_iterations(trace))
+    walk.per_iteration       # pages written first per recorded iteration
+    walk.pages[row]          # those op `row` allocated
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,22 +37,26 @@ import numpy as np
 
 from daydream.mapping.attribution import within_any
 from daydream.mapping.iterations import Iteration
-from daydream.trace import Trace
+from daydream.trace import EventKind, Trace
 
 #: glibc's initial mmap threshold (M_MMAP_THRESHOLD's default): blocks this large may come fresh.
 FRESH_BLOCK_BYTES = 128 * 2**10
 #: "Device Type" of a [memory] event on the CPU.
 CPU_DEVICE_TYPE = 0
+#: The page a first write faults in, or (in a virtual machine) the host hands back.
+PAGE_BYTES = 4096
 
 
 @dataclass(slots=True, frozen=True)
 class LargeBlocks:
     """Per recorded iteration, the CPU blocks of at least `FRESH_BLOCK_BYTES` the trace's ops asked
-    for, and their bytes."""
+    for, and their bytes; and the pages of any size the recording allocated on memory it had not
+    allocated before (`heap_walk`)."""
 
     blocks: float
     bytes: float
     iterations: int
+    walked_pages: float = 0.0
 
 
 def large_host_blocks(trace: Trace, iterations: Sequence[Iteration]) -> LargeBlocks | None:
@@ -56,16 +74,101 @@ def large_host_blocks(trace: Trace, iterations: Sequence[Iteration]) -> LargeBlo
     inside = within_any(starts, [(i.start_ns, i.end_ns) for i in iterations])
     large = inside & (sizes >= FRESH_BLOCK_BYTES)
     count = len(iterations)
-    return LargeBlocks(np.count_nonzero(large) / count, float(sizes[large].sum()) / count, count)
+    walk = heap_walk(trace, iterations)
+    return LargeBlocks(np.count_nonzero(large) / count, float(sizes[large].sum()) / count, count,
+                       walk.per_iteration if walk is not None else 0.0)
 
 
 def heap_note(blocks: LargeBlocks | None, whatif: str) -> list[str]:
-    """The note a what-if that changes what is live adds on a CPU trace: how much the step allocates
-    in blocks that may come fresh, which its prediction leaves as recorded."""
+    """The note a what-if that changes what is live, or what the step allocates, adds on a CPU
+    trace: how much the step allocates in blocks that may come fresh, and how much the recording
+    put on memory it had not used before, which its prediction leaves as recorded."""
     if blocks is None or blocks.blocks == 0:
         return []
+    walked = (f"; the recording put {blocks.walked_pages * PAGE_BYTES / 2**20:,.1f} MiB per "
+              "iteration after its first on memory it had not allocated before (the profiler's "
+              "records take freed blocks the step would reuse; writing such memory is dear in a "
+              "virtual machine that reclaims memory left idle)" if blocks.walked_pages >= 1 else "")
     return [f"{whatif}: not modelled on a CPU, the C library's fresh pages: this trace's ops asked "
             f"for {blocks.bytes / 2**20:,.1f} MiB per iteration in {blocks.blocks:,.0f} blocks of "
             f"{FRESH_BLOCK_BYTES // 2**10} KiB or more, which glibc may map fresh (the kernel "
-            "zeroing each page); the what-if changes how many do, and its prediction keeps their "
-            "recorded cost (scripts/allocator_effect.py measures the effect on this machine)"]
+            f"zeroing each page){walked}; the what-if changes how many do, and its prediction "
+            "keeps their recorded cost (scripts/allocator_effect.py measures the effect on this "
+            "machine)"]
+
+
+@dataclass(slots=True, frozen=True)
+class HeapWalk:
+    """The CPU pages each op of a recording allocated on memory no allocation of the recording had
+    taken before (`pages`: CPU op row -> pages, counting an allocation in every op that encloses
+    it), and those pages per recorded iteration after the first (`per_iteration`)."""
+
+    pages: dict[int, int]
+    per_iteration: float
+
+
+def heap_walk(trace: Trace, iterations: Sequence[Iteration]) -> HeapWalk | None:
+    """Which CPU ops of the recorded iterations allocated heap pages the recording had not
+    allocated before; None without CPU memory events.
+
+    A page counts from the second recorded iteration on: the first one reuses what the warm-up
+    wrote unrecorded, which the trace does not show."""
+    table = trace.tables.get("memory")
+    if table is None or table["event"].size == 0 or not iterations:
+        return None
+    events = table["event"]
+    wanted = (table["device_type"] == CPU_DEVICE_TYPE) & (trace.bytes[events] > 0)
+    if not wanted.any():
+        return None
+    events, addresses = events[wanted], table["addr"][wanted]
+    order = np.argsort(trace.ts_ns[events], kind="stable")
+    events, addresses = events[order], addresses[order]
+    first_end = min(i.end_ns for i in iterations)
+    spans = [(i.start_ns, i.end_ns) for i in iterations]
+    counted = within_any(trace.ts_ns[events], spans) & (trace.ts_ns[events] >= first_end)
+    written = _Written()
+    fresh = {}
+    for index, (event, address) in enumerate(zip(events.tolist(), addresses.tolist())):
+        pages = written.add(address, int(trace.bytes[event])) // PAGE_BYTES
+        if pages and counted[index]:
+            fresh[event] = pages
+    later = max(len(iterations) - 1, 1)
+    return HeapWalk(_by_op(trace, fresh), sum(fresh.values()) / later)
+
+
+class _Written:
+    """The address ranges written so far, as sorted disjoint [start, end) pairs."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, start: int, size: int) -> int:
+        """Mark [start, start + size) written; how many of its bytes were not before."""
+        end = start + size
+        first = bisect.bisect_left(self.ends, start)  # the first range that ends at or after start
+        last = bisect.bisect_right(self.starts, end)  # past the last range that starts by end
+        covered = sum(min(e, end) - max(s, start)
+                      for s, e in zip(self.starts[first:last], self.ends[first:last]))
+        if first < last:
+            start, end = min(start, self.starts[first]), max(end, self.ends[last - 1])
+        self.starts[first:last], self.ends[first:last] = [start], [end]
+        return size - covered
+
+
+def _by_op(trace: Trace, fresh: dict[int, int]) -> dict[int, int]:
+    """Per CPU op row, the fresh pages of the allocations (`fresh`: memory event -> pages) made
+    while it ran on their thread."""
+    ops = trace.indices(EventKind.CPU_OP)
+    found: dict[int, int] = {}
+    if ops.size == 0 or not fresh:
+        return found
+    ops = ops[np.argsort(trace.ts_ns[ops], kind="stable")]
+    starts, ends, tracks = trace.ts_ns[ops], trace.ts_ns[ops] + trace.dur_ns[ops], trace.track[ops]
+    for event, pages in fresh.items():
+        time = trace.ts_ns[event]
+        before = int(np.searchsorted(starts, time, side="right"))
+        holding = ops[:before][(ends[:before] > time) & (tracks[:before] == trace.track[event])]
+        for row in holding.tolist():
+            found[row] = found.get(row, 0) + pages
+    return found

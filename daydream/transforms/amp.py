@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from daydream.cost import CostModel, Tier
+from daydream.cost.heap import heap_note
 from daydream.cost.measure import CALLED_AGAIN, NORMALIZATION_AGAIN, core_cache_bytes
 from daydream.cost.shapes import (
     FLOATING,
@@ -215,6 +216,7 @@ def _amp(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     if not gpu:
         notes.append(_retime_cpu_ops(graph, facts, types, str(params["dtype"]), costs, context,
                                      spans))
+        notes += heap_note(context.large_host_blocks, "amp")
     return notes
 
 

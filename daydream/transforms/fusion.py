@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from daydream.cost import Tier
+from daydream.cost.heap import heap_note
 from daydream.cost.optimizer import IMPLEMENTATIONS, step_key, step_ratio
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
@@ -59,6 +60,7 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
         # a ratio: the fused ones' bytes left, at a percentile's fixed cost
         context.costs.count(Tier.MEASURED if measured is not None else Tier.RATIO, kept)
     unit = "kernels" if gpu else "CPU ops"
+    heap = [] if gpu else heap_note(context.large_host_blocks, "fused-optimizer")
     became = (f"fused-optimizer: {gone.size + kept} per-parameter {unit} of {found_in} became "
               f"{kept} multi-tensor ones")
     if measured is not None:
@@ -66,10 +68,10 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
         return [f"{became}, timed by stepping torch.optim.{name}({implementation}=True) here "
                 f"at the trace's {count} parameters' shapes: it took ×{ratio:.2f} the time of "
                 "its loop over the parameters, and so does the step's recorded per-parameter "
-                "work with the host time between its ops"]
+                "work with the host time between its ops", *heap]
     return [f"{became} (fixed cost {fixed} ns each removed, from the trace's 10th-percentile "
             f"optimizer {unit[:-1]}){why}; {calls.size} launches and the CPU work between them "
-            "removed"]
+            "removed", *heap]
 
 
 def _measured_step(context: Context, implementation: str

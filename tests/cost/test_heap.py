@@ -1,5 +1,6 @@
-"""The C library's heap on a CPU trace: the large blocks a step asks for, counted from the trace's [memory] events, and
-the note the what-ifs that change what is live carry on a CPU trace."""
+"""The C library's heap on a CPU trace: the large blocks a step asks for, counted from the trace's [memory] events, the
+pages the recording allocated on memory it had not allocated before, and the note the what-ifs that change what is live
+carry on a CPU trace."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 
 from daydream.api import predict_job
 from daydream.cost import CostOptions
-from daydream.cost.heap import FRESH_BLOCK_BYTES, heap_note, large_host_blocks
+from daydream.cost.heap import FRESH_BLOCK_BYTES, PAGE_BYTES, heap_note, heap_walk, large_host_blocks
 from daydream.mapping import find_iterations
 from daydream.trace import read_job
-from tests.builders import annotation, write_trace
+from tests.builders import annotation, op, write_trace
 from tests.conftest import REPO
 
 MLP = REPO / "examples" / "cpu-avx2" / "round-1" / "mlp-baseline.json.gz"
@@ -44,11 +45,39 @@ def test_large_cpu_blocks_inside_the_iterations_are_counted_per_iteration(tmp_pa
         "effect on this machine)"]
 
 
+def test_pages_the_recording_had_not_allocated_before_are_counted_per_op_after_the_first_iteration(
+        tmp_path: Path) -> None:
+    first, second = 256 * PAGE_BYTES, 512 * PAGE_BYTES
+    events = [annotation("ProfilerStep#1", 0, 100), annotation("ProfilerStep#2", 100, 100),
+              annotation("ProfilerStep#3", 200, 100),
+              # step 1: 8 pages at `first`, not counted (the warm-up may have used them unrecorded)
+              op("aten::mm", 10, 20, 1), _memory(15, 8 * PAGE_BYTES, addr=first), _memory(25, -8 * PAGE_BYTES, addr=first),
+              # step 2: the same 8 pages again (none new); 4 pages and a part of one at `second`, inside a nested op
+              op("aten::mm", 110, 20, 2), _memory(115, 8 * PAGE_BYTES, addr=first),
+              op("aten::linear", 140, 40, 3), op("aten::addmm", 145, 30, 4),
+              _memory(150, 4 * PAGE_BYTES + 100, addr=second), _memory(160, FRESH_BLOCK_BYTES, device_type=1, addr=second),
+              # step 3: 40 pages from 2 below `second`, over the 4 and a part written in step 2: 35 whole pages new; the
+              # op runs on another thread
+              op("aten::mm", 210, 20, 5, tid=2), _memory(215, 40 * PAGE_BYTES, addr=second - 2 * PAGE_BYTES)]
+    events[-1]["tid"] = 2
+    trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
+    walk = heap_walk(trace, find_iterations(trace))
+    assert walk is not None
+    named = {trace.name_of(row) + f"@{trace.ts_ns[row] // 1000}": pages for row, pages in walk.pages.items()}
+    assert named == {"aten::linear@140": 4, "aten::addmm@145": 4, "aten::mm@210": 35}
+    assert walk.per_iteration == (4 + 35) / 2
+    blocks = large_host_blocks(trace, find_iterations(trace))
+    assert blocks is not None and blocks.walked_pages == walk.per_iteration
+    assert ("; the recording put 0.1 MiB per iteration after its first on memory it had not allocated before (the "
+            "profiler's records take freed blocks") in heap_note(blocks, "amp")[0]
+
+
 def test_without_cpu_memory_events_nothing_is_said(tmp_path: Path) -> None:
     events = [annotation("ProfilerStep#1", 0, 100), _memory(10, FRESH_BLOCK_BYTES * 4, device_type=1)]
     trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
     assert large_host_blocks(trace, find_iterations(trace)) is None
     assert heap_note(None, "batch-size") == []
+    assert heap_walk(trace, find_iterations(trace)) is None
 
 
 @pytest.mark.parametrize("spec", [r"checkpoint:layers=blocks\.\d+$", "batch-size:factor=2"])
