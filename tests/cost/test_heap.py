@@ -72,6 +72,30 @@ def test_pages_the_recording_had_not_allocated_before_are_counted_per_op_after_t
             "profiler's records take freed blocks") in heap_note(blocks, "amp")[0]
 
 
+def test_a_pages_cost_is_read_from_the_ops_that_ran_with_new_pages_and_without(tmp_path: Path) -> None:
+    # aten::mm [4, 4] x [4, 4]: 10 µs twice on memory allocated before, 30 and 34 µs on 4 new pages each: (32 - 10) / 4
+    # = 5.5 µs a page. aten::empty, which allocates 8 new pages in 1 µs without writing them, and a signature seen once
+    # each way, say nothing.
+    shapes = {"Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"]}
+    events = [annotation(f"ProfilerStep#{step}", 100 * step, 100) for step in range(3)]
+    events += [op("aten::mm", 10, 5, 1, **shapes), _memory(12, 4 * PAGE_BYTES, addr=2**20)]  # the first step: not read
+    events += [op("aten::mm", 110, 10, 2, **shapes), _memory(112, 4 * PAGE_BYTES, addr=2**20),
+               op("aten::mm", 130, 30, 3, **shapes), _memory(132, 4 * PAGE_BYTES, addr=2**21),
+               op("aten::empty", 170, 1, 4, **{"Input Dims": [[]], "Input type": [""]}),
+               _memory(170.5, 8 * PAGE_BYTES, addr=2**22),
+               op("aten::mm", 210, 10, 5, **shapes), _memory(212, 4 * PAGE_BYTES, addr=2**20),
+               op("aten::mm", 230, 34, 6, **shapes), _memory(232, 4 * PAGE_BYTES, addr=2**23),
+               op("aten::bmm", 270, 20, 7, **shapes), _memory(272, 4 * PAGE_BYTES, addr=2**24),
+               op("aten::bmm", 292, 2, 8, **shapes), _memory(293, 4 * PAGE_BYTES, addr=2**20)]
+    trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
+    walk = heap_walk(trace, find_iterations(trace))
+    assert walk is not None
+    assert walk.page_ns == pytest.approx((32_000 - 10_000) / 4)
+    assert walk.per_iteration == (4 + 8 + 4 + 4) / 2
+    third_mm = next(row for row in walk.pages if trace.ts_ns[row] == 230_000)
+    assert walk.walked_ns(third_mm) == round(4 * 5_500)
+
+
 def test_without_cpu_memory_events_nothing_is_said(tmp_path: Path) -> None:
     events = [annotation("ProfilerStep#1", 0, 100), _memory(10, FRESH_BLOCK_BYTES * 4, device_type=1)]
     trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]

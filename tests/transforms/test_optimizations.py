@@ -448,6 +448,67 @@ def test_amp_on_a_cpu_takes_both_types_at_the_warmth_the_op_ran_at_in_fp32() -> 
     assert in_situ_ns(18_000, hot, (70_000, 4_000)) == 18_000 + 17_000
 
 
+def test_amp_on_a_cpu_keeps_the_time_an_op_spent_on_memory_the_recording_had_not_used_as_recorded() -> None:
+    # examples/mlp.py's weight-gradient multiply: 383 µs recorded, of which 130 µs on memory the recording had not
+    # allocated before (cost/heap.HeapWalk); hot alone bf16 109 µs, fp32 262 µs; cold 309 and 319 µs.
+    from types import SimpleNamespace
+
+    from daydream.transforms.amp import _measure_most_first, _Retimed
+
+    asked: list[bool] = []
+
+    def pair(name: str, new: list[Any], old: list[Any], hot: bool, cold: bool) -> tuple[int, int]:
+        asked.append(cold)
+        return (309_000, 319_000) if cold else (109_000, 262_000)
+
+    walked = _Retimed(0, 383_000, "aten::mm", inputs=[((512, 64), "float"), ((64, 512), "float")], walked_ns=130_000)
+    _measure_most_first(SimpleNamespace(call_pair_ns=pair, op_pair_ns=pair), [walked], "c10::BFloat16")
+    # its own 253 µs sit below its hot fp32 time: no cold pair asked for, the hot one scales them
+    # (253 x 109 / 262 = 105.3 µs), and the 130 µs are kept
+    assert asked == [False] and walked.cold is None
+    assert walked.new_ns() == round(253_000 * 109_000 / 262_000) + 130_000
+    # read whole as cold caches instead (w = 1): the cold pair scales all of it, 383 x 309 / 319 = 371 µs
+    plain = _Retimed(0, 383_000, "aten::mm", pair=(109_000, 262_000), cold=(309_000, 319_000))
+    assert plain.new_ns() == round(383_000 * 309_000 / 319_000)
+    # more than it ran for: all of it kept
+    assert _Retimed(0, 50_000, "aten::mm", pair=(10_000, 20_000), walked_ns=80_000).new_ns() == 50_000
+
+
+def test_amp_casts_a_weight_down_cold_and_its_gradient_back_up_hot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A weight was last written by the previous step's optimizer: its cast down finds it out of the caches. Its gradient,
+    # which autocast casts back up in backward, the backward op before has just written: hot where it fits in a core's
+    # cache (here 1 MiB), as an activation's cast and its gradient's are; a tensor too large for it is cold both ways.
+    from types import SimpleNamespace
+
+    import daydream.transforms.amp as amp
+    from daydream.cost import Tier
+    from daydream.cost.model import Timed
+    from daydream.transforms.autocast import Cast
+
+    asked: list[tuple[tuple[int, ...], str, bool]] = []
+
+    def cast(shape: tuple[int, ...], from_type: str, to_type: str, hot: bool = False) -> Timed:
+        asked.append((shape, to_type, hot))
+        return Timed(1_000, 0, Tier.MEASURED)
+
+    spliced: list[list[int]] = []
+    monkeypatch.setattr(amp, "core_cache_bytes", lambda: 2**20)
+    monkeypatch.setattr(amp, "splice", lambda graph, hosts, durations, name, after: spliced.append(list(hosts))
+                        or np.arange(len(hosts)))
+    low = "c10::BFloat16"
+    weight = Cast(5, 1, (512, 512), "float", low, weight=True, backward=True)       # 1 MiB in fp32
+    activation = Cast(5, 0, (64, 512), "float", low, weight=False, backward=True)
+    large = Cast(6, 0, (1024, 1024), "float", low, weight=False, backward=True)     # 4 MiB
+    costs = SimpleNamespace(cast=cast, cast_backward_host_ns=lambda: 0)
+    graph = SimpleNamespace(has_device_work=lambda: False)
+    added = amp._insert_casts(graph, {0: [weight, activation, large]}, costs,  # type: ignore[arg-type]
+                              {5: 10, 6: 11}, {5: 20, 6: 21})
+    assert asked == [((512, 512), low, False), ((512, 512), "float", True),
+                     ((64, 512), low, True), ((64, 512), "float", True),
+                     ((1024, 1024), low, False), ((1024, 1024), "float", False)]
+    assert spliced == [[10, 20, 10, 20, 11, 21]] and added == 6
+
+
 def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_name_or_class() -> None:
     from types import SimpleNamespace
 
