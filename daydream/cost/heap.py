@@ -17,8 +17,9 @@ While it records, a profiler keeps its event records in the same heap, between t
 a freed block that a record was carved from no longer holds the next tensor of its size, which then
 takes memory the recording had not written before. `heap_walk` finds those pages by the addresses
 of the `[memory]` events. Writing them is dear in a virtual machine that reclaims memory left idle:
-on this project's 2-core one, examples/mlp.py's weight-gradient multiply took 383 µs where its
-output came on 256 such pages and 230 µs where it came on memory written before. A what-if that
+on this project's 2-core one, examples/mlp.py's weight-gradient multiply took 367 µs where its
+output came on 256 such pages and 246 µs where it came on memory allocated before (medians of one
+recording: `python scripts/heap_walk.py TRACE`). A what-if that
 changes the step's allocations (`amp`, `fused-optimizer`) moves how many there are, which no
 what-if models; `heap_note` says how many the recording had.
 
@@ -196,8 +197,9 @@ def page_cost_ns(trace: Trace, pages: dict[int, int], after_ns: int) -> float:
     (not `NOT_WRITING`) and ran after `after_ns` at least `CALIBRATION_LEAST` times with such
     pages and as often without, the median time with less the median without, per median page,
     each signature weighing by its pages; the weighted median, 0 where no signature did or it is
-    not positive. examples/mlp.py's weight-gradient multiply on this project's machine: 383 µs
-    with 256 pages, 230 µs without, 0.6 µs a page."""
+    not positive. One recording of examples/mlp.py on this project's machine: its weight-gradient
+    multiply took 367 µs with 256 such pages and 246 µs without, and the trace's ops gave 476 ns a
+    page."""
     table = trace.tables.get("shapes")
     if table is None or table["event"].size == 0 or not pages:
         return 0.0

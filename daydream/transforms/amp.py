@@ -703,7 +703,7 @@ def _insert_casts(graph: Graph, casts: dict[int, list[Cast]], costs: CostModel,
                 if back >= 0:
                     # a gradient, a weight's too, the backward op before has just written: the
                     # MLP's [512, 512] weight gradient cast up measured 64 µs hot and 206 µs cold;
-                    # in its real bf16 step 60-64 µs on memory written before (133-160 µs on memory
+                    # in its real bf16 step 60-64 µs on memory written before (133-310 µs on memory
                     # the recording had not allocated before: cost/heap.py)
                     again = costs.cast(cast.shape, cast.to_type, cast.from_type, fits)
                     hosts.append(back)

@@ -96,6 +96,28 @@ def test_a_pages_cost_is_read_from_the_ops_that_ran_with_new_pages_and_without(t
     assert walk.walked_ns(third_mm) == round(4 * 5_500)
 
 
+def test_a_recorded_cpu_traces_new_pages_lie_between_the_whole_and_the_touched_pages_read_from_its_events() -> None:
+    # From the file itself: per iteration after the first, the pages of its CPU allocations that no earlier allocation
+    # of the trace touched; counted by whole pages (at least what heap_walk finds) and by any page touched (at most).
+    raw = json.loads(gzip.decompress(MLP.read_bytes()))["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in raw
+                   if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#"))
+    allocations = sorted((e["ts"], e["args"]["Addr"], e["args"]["Bytes"]) for e in raw if e.get("name") == "[memory]"
+                         and e["args"].get("Device Type") == 0 and e["args"]["Bytes"] > 0)
+    seen: set[int] = set()
+    whole = touched = 0
+    for ts, address, size in allocations:
+        pages = set(range(address // PAGE_BYTES, (address + size + PAGE_BYTES - 1) // PAGE_BYTES))
+        if ts >= steps[0][1] and any(start <= ts < end for start, end in steps):
+            whole += len(set(range(-(-address // PAGE_BYTES), (address + size) // PAGE_BYTES)) - seen)
+            touched += len(pages - seen)
+        seen |= pages
+    trace = read_job(MLP).traces[0]
+    walk = heap_walk(trace, find_iterations(trace))
+    assert walk is not None and whole > 0
+    assert whole / (len(steps) - 1) <= walk.per_iteration <= touched / (len(steps) - 1)
+
+
 def test_without_cpu_memory_events_nothing_is_said(tmp_path: Path) -> None:
     events = [annotation("ProfilerStep#1", 0, 100), _memory(10, FRESH_BLOCK_BYTES * 4, device_type=1)]
     trace = read_job(write_trace(tmp_path, events), cache=False).traces[0]
