@@ -19,9 +19,9 @@ takes memory the recording had not written before. `heap_walk` finds those pages
 of the `[memory]` events. Writing them is dear in a virtual machine that reclaims memory left idle:
 on this project's 2-core one, examples/mlp.py's weight-gradient multiply took 367 µs where its
 output came on 256 such pages and 246 µs where it came on memory allocated before (medians of one
-recording: `python scripts/heap_walk.py TRACE`). A what-if that
-changes the step's allocations (`amp`, `fused-optimizer`) moves how many there are, which no
-what-if models; `heap_note` says how many the recording had.
+recording: `python scripts/heap_walk.py TRACE`). A what-if that changes the step's allocations
+(`amp`, `fused-optimizer`) moves how many there are, which no what-if models; `heap_note` says how
+many the recording had, and `amp` keeps an op's time on them as recorded.
 
     walk = heap_walk(trace, find_iterations(trace))
     walk.per_iteration       # pages written first per recorded iteration
@@ -95,10 +95,13 @@ def heap_note(blocks: LargeBlocks | None, whatif: str) -> list[str]:
     put on memory it had not used before, which its prediction leaves as recorded."""
     if blocks is None or blocks.blocks == 0:
         return []
+    cost = (f", {blocks.walk.page_ns:,.0f} ns more a page for this trace's ops that ran both ways"
+            if blocks.walk is not None and blocks.walk.page_ns > 0 else "")
     walked = (f"; the recording put {blocks.walked_pages * PAGE_BYTES / 2**20:,.1f} MiB per "
               "iteration after its first on memory it had not allocated before (the profiler's "
               "records take freed blocks the step would reuse; writing such memory is dear in a "
-              "virtual machine that reclaims memory left idle)" if blocks.walked_pages >= 1 else "")
+              f"virtual machine that reclaims memory left idle{cost})"
+              if blocks.walked_pages >= 1 else "")
     return [f"{whatif}: not modelled on a CPU, the C library's fresh pages: this trace's ops asked "
             f"for {blocks.bytes / 2**20:,.1f} MiB per iteration in {blocks.blocks:,.0f} blocks of "
             f"{FRESH_BLOCK_BYTES // 2**10} KiB or more, which glibc may map fresh (the kernel "

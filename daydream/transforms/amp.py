@@ -260,10 +260,7 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
     enclosing = HostSpans(graph)
     held = _HeldOps(graph, of_event, enclosing, spans)
     walk = _walk_of(context)
-    found = [_Retimed(task, own_ns, op.name, inputs=op.inputs, arguments=op.arguments,
-                      walked_ns=walk.walked_ns(op.row))
-             for ops in facts.values() for op in ops for task, own_ns in [held.task(op.row)]
-             if types.get(op.row) == low and task >= 0 and op.inputs and op.name in RETIMED_ON_CPU]
+    found = _forward_retimed(facts, types, low, held, walk)
     fixed = costs.elementwise.overhead_ns if costs.elementwise is not None else 0.0
     cache = core_cache_bytes()
     halving = _halve_memory_bound(graph, facts, types, low, held, context, fixed, cache)
@@ -302,6 +299,21 @@ def _retime_cpu_ops(graph: Graph, facts: dict[int, list[ForwardOp]], types: dict
                f"their time (no fewer bytes from memory in {reduced})" if halving.cached else ""))
 
 
+def _forward_retimed(facts: dict[int, list[ForwardOp]], types: dict[int, str], low: str,
+                     held: _HeldOps, walk: HeapWalk) -> list[_Retimed]:
+    """The forward ops autocast runs in `low` that amp re-times by measurement on a CPU: their
+    tasks, their own recorded time, and what they spent on memory new to the recording."""
+    found = []
+    for ops in facts.values():
+        for op in ops:
+            task, own_ns = held.task(op.row)
+            if (types.get(op.row) == low and task >= 0 and op.inputs
+                    and op.name in RETIMED_ON_CPU):
+                found.append(_Retimed(task, own_ns, op.name, inputs=op.inputs,
+                                      arguments=op.arguments, walked_ns=walk.walked_ns(op.row)))
+    return found
+
+
 def _walk_of(context: Context) -> HeapWalk:
     """Which ops of a CPU trace wrote memory the recording had not allocated before, and at what
     cost a page (cost/heap.heap_walk); none where the trace cannot tell."""
@@ -319,9 +331,9 @@ class _Retimed:
     That part is the recording's, not the op's: the profiler's records pushed its output onto new
     memory, which the run without the profiler reuses, and which the bf16 run moved elsewhere
     (examples/mlp.py: the weight gradient's fp32 copy, which autocast's cast back writes). It is
-    kept as recorded, and not read as cold caches (`in_situ_ns`): that multiply took 383 µs on new
-    memory against 262 µs hot alone, which read as cold gave 370 µs in bf16; its real bf16 time
-    was 83 µs."""
+    kept as recorded, and not read as cold caches (`in_situ_ns`): in one recording that multiply
+    took 383 µs on new memory against 262 µs hot alone, which read as cold gave 370 µs in bf16; its
+    real bf16 time was 83 µs."""
     task: int
     recorded_ns: int
     name: str
