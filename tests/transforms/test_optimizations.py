@@ -501,12 +501,43 @@ def test_amp_casts_a_weight_down_cold_and_its_gradient_back_up_hot(monkeypatch: 
     large = Cast(6, 0, (1024, 1024), "float", low, weight=False, backward=True)     # 4 MiB
     costs = SimpleNamespace(cast=cast, cast_backward_host_ns=lambda: 0)
     graph = SimpleNamespace(has_device_work=lambda: False)
-    added = amp._insert_casts(graph, {0: [weight, activation, large]}, costs,  # type: ignore[arg-type]
-                              {5: 10, 6: 11}, {5: 20, 6: 21})
+    added, weights = amp._insert_casts(graph, {0: [weight, activation, large]}, costs,  # type: ignore[arg-type]
+                                       {5: 10, 6: 11}, {5: 20, 6: 21})
     assert asked == [((512, 512), low, False), ((512, 512), "float", True),
                      ((64, 512), low, True), ((64, 512), "float", True),
                      ((1024, 1024), low, False), ((1024, 1024), "float", False)]
     assert spliced == [[10, 20, 10, 20, 11, 21]] and added == 6
+    assert weights == [(0, weight)]  # the weight's cast down: the first task spliced
+
+
+def test_amp_on_a_cpu_times_a_weights_cast_down_at_the_warmth_of_the_op_that_reads_it() -> None:
+    # Three weight casts, timed cold (with the caches emptied) at 200 µs: the first read by an op at warmth 0.25 (its
+    # recorded fp32 time a quarter of the way from hot to cold), hot 60 µs: 60 + 0.25 x 140 = 95 µs. The second's op
+    # was not measured (no warmth): cold kept. The third measures no faster hot: kept.
+    from types import SimpleNamespace
+
+    import daydream.transforms.amp as amp
+    from daydream.transforms.autocast import Cast
+
+    low = "c10::BFloat16"
+    read, unmeasured, flat = (Cast(row, 1, shape, "float", low, weight=True, backward=True)
+                              for row, shape in ((5, (512, 512)), (6, (256, 512)), (7, (10, 512))))
+    hot_times = {(512, 512): 60_000, (256, 512): 30_000, (10, 512): 250_000}
+    measurer = SimpleNamespace(cast_ns=lambda shape, to_type, from_type, hot: hot_times[shape])
+    graph = SimpleNamespace(tasks={"duration_ns": np.array([200_000, 200_000, 200_000], dtype=np.int64)})
+    op = amp._Retimed(0, 1_500, "aten::linear", pair=(900, 1_000), cold=(3_000, 3_000), row=5)
+    assert op.warmth() == 0.25
+    notes = amp._warm_weight_casts(graph, [(0, read), (1, unmeasured), (2, flat)],  # type: ignore[arg-type]
+                                   {5: op.warmth(), 7: 0.5}, SimpleNamespace(measurer=measurer))  # type: ignore[arg-type]
+    assert graph.tasks["duration_ns"].tolist() == [95_000, 200_000, 200_000]
+    assert notes == ["amp: 1 weight casts per iteration timed at the warmth of the op that reads each (between hot "
+                     "and caches emptied, as the op's recorded fp32 time sits between its own): 200 → 95 µs an "
+                     "iteration"]
+    # warmth: none without a cold pair, none where cold is no slower, clipped to [0, 1]
+    assert amp._Retimed(0, 1_500, "aten::mm", pair=(900, 1_000)).warmth() == 0.0
+    assert amp._Retimed(0, 1_500, "aten::mm", pair=(900, 1_000), cold=(2_000, 1_000)).warmth() == 0.0
+    assert amp._Retimed(0, 9_000, "aten::mm", pair=(900, 1_000), cold=(3_000, 3_000)).warmth() == 1.0
+    assert amp._Retimed(0, 900, "aten::mm", pair=(900, 1_000), cold=(3_000, 3_000)).warmth() == 0.0
 
 
 def test_amp_on_a_cpu_gives_an_op_it_could_not_measure_the_median_change_of_its_name_or_class() -> None:
