@@ -351,11 +351,8 @@ class _Retimed:
     row: int = -1  # the forward op's trace row (-1: a backward op)
 
     def warmth(self) -> float:
-        """Where its own recorded time sits between its hot and cold fp32 times, 0 to 1
-        (`in_situ_ns`): 0 without a cold pair, or one not slower than hot."""
-        if self.pair is None or self.cold is None or self.cold[1] <= self.pair[1]:
-            return 0.0
-        return min(1.0, max(0.0, (self.own_ns - self.pair[1]) / (self.cold[1] - self.pair[1])))
+        """Where its own recorded time sits between its hot and cold fp32 times (`warmth_of`)."""
+        return warmth_of(self.own_ns, self.pair, self.cold) if self.pair is not None else 0.0
 
     @property
     def own_ns(self) -> int:
@@ -590,7 +587,7 @@ def in_situ_ns(recorded: int, hot: tuple[int, int], cold: tuple[int, int] | None
     (49 at w = 0.5; 35 from the hot pair alone). Without a cold pair, the hot one (w = 0)."""
     if cold is None or cold[1] <= hot[1]:
         return reduced_ns(recorded, *hot)
-    warmth = min(1.0, max(0.0, (recorded - hot[1]) / (cold[1] - hot[1])))
+    warmth = warmth_of(recorded, hot, cold)
     reduced = hot[0] + warmth * (cold[0] - hot[0])
     full = hot[1] + warmth * (cold[1] - hot[1])
     return reduced_ns(recorded, max(1, int(round(reduced))), max(1, int(round(full))))
@@ -602,6 +599,14 @@ def _ordered(arguments: list[Any]) -> list[Any]:
     of contiguous operands (an AVX2-only CPU's bf16 one took twice as long)."""
     return [(a[1], a[2], *([a[3]] if len(a) > 3 and a[3] is not None else []))
             for a in arguments if a[0] == "tensor"]
+
+
+def warmth_of(recorded: int, hot: tuple[int, int], cold: tuple[int, int] | None) -> float:
+    """Where an op's `recorded` fp32 time sits between its measured fp32 times `hot` and `cold`
+    ((reduced, fp32) pairs), 0 to 1; 0 without a cold pair, or one not slower than hot."""
+    if cold is None or cold[1] <= hot[1]:
+        return 0.0
+    return min(1.0, max(0.0, (recorded - hot[1]) / (cold[1] - hot[1])))
 
 
 def reduced_ns(recorded: int, reduced: int, full: int) -> int:
