@@ -83,7 +83,7 @@ def idle(rounds: int) -> str:
 def walk_of(path: Path) -> str:
     import numpy as np
 
-    from daydream.cost.heap import CALIBRATION_LEAST, NOT_WRITING, heap_walk
+    from daydream.cost.heap import calibration_groups, heap_walk
     from daydream.mapping import find_iterations
     from daydream.trace import read_job
 
@@ -94,23 +94,12 @@ def walk_of(path: Path) -> str:
         return f"{path}: no CPU memory events (record with profile_memory)"
     lines = [f"{path}: {walk.per_iteration:,.0f} pages per iteration after the first on memory the recording had "
              f"not allocated before; {walk.page_ns:,.0f} ns a page"]
-    table = trace.tables["shapes"]
-    after = min(i.end_ns for i in iterations)
-    groups: dict[tuple[str, str, str], tuple[list[int], list[tuple[int, int]]]] = {}
-    for row, dims, kinds in zip(table["event"].tolist(), table["dims_str"].tolist(), table["types_str"].tolist()):
-        name = trace.name_of(row)
-        if trace.ts_ns[row] < after or not name.startswith("aten::") or NOT_WRITING.match(name):
-            continue
-        without, walked = groups.setdefault((name, trace.strings[dims], trace.strings[kinds]), ([], []))
-        if walk.pages.get(row, 0):
-            walked.append((walk.pages[row], int(trace.dur_ns[row])))
-        else:
-            without.append(int(trace.dur_ns[row]))
+    groups = calibration_groups(trace, walk.pages, min(i.end_ns for i in iterations))
     for (name, dims, _), (without, walked) in sorted(groups.items(), key=lambda kv: -sum(p for p, _ in kv[1][1])):
-        if len(without) >= CALIBRATION_LEAST and len(walked) >= CALIBRATION_LEAST:
-            lines.append(f"  {name} {dims}: {len(walked)} on {np.median([p for p, _ in walked]):,.0f} new pages, "
-                         f"median {np.median([d for _, d in walked]) / 1e3:,.0f} µs; {len(without)} without, "
-                         f"median {np.median(without) / 1e3:,.0f} µs")
+        lines.append(f"  {trace.strings[name]} {trace.strings[dims]}: {len(walked)} on "
+                     f"{np.median([p for p, _ in walked]):,.0f} new pages, median "
+                     f"{np.median([d for _, d in walked]) / 1e3:,.0f} µs; {len(without)} without, "
+                     f"median {np.median(without) / 1e3:,.0f} µs")
     return "\n".join(lines)
 
 

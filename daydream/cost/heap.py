@@ -39,6 +39,7 @@ import numpy as np
 
 from daydream.mapping.attribution import within_any
 from daydream.mapping.iterations import Iteration
+from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import EventKind, Trace
 
 #: glibc's initial mmap threshold (M_MMAP_THRESHOLD's default): blocks this large may come fresh.
@@ -65,8 +66,12 @@ class LargeBlocks:
     blocks: float
     bytes: float
     iterations: int
-    walked_pages: float = 0.0
     walk: HeapWalk | None = None
+
+    @property
+    def walked_pages(self) -> float:
+        """Pages per iteration after the first on memory the recording had not allocated before."""
+        return self.walk.per_iteration if self.walk is not None else 0.0
 
 
 def large_host_blocks(trace: Trace, iterations: Sequence[Iteration]) -> LargeBlocks | None:
@@ -84,9 +89,8 @@ def large_host_blocks(trace: Trace, iterations: Sequence[Iteration]) -> LargeBlo
     inside = within_any(starts, [(i.start_ns, i.end_ns) for i in iterations])
     large = inside & (sizes >= FRESH_BLOCK_BYTES)
     count = len(iterations)
-    walk = heap_walk(trace, iterations)
     return LargeBlocks(np.count_nonzero(large) / count, float(sizes[large].sum()) / count, count,
-                       walk.per_iteration if walk is not None else 0.0, walk)
+                       heap_walk(trace, iterations))
 
 
 def heap_note(blocks: LargeBlocks | None, whatif: str) -> list[str]:
@@ -178,58 +182,68 @@ class _Written:
 
 def _by_op(trace: Trace, fresh: dict[int, int]) -> dict[int, int]:
     """Per CPU op row, the fresh pages of the allocations (`fresh`: memory event -> pages) made
-    while it ran on their thread."""
+    while it ran on their thread: the innermost op enclosing each, and the ops enclosing that."""
     ops = trace.indices(EventKind.CPU_OP)
     found: dict[int, int] = {}
     if ops.size == 0 or not fresh:
         return found
-    ops = ops[np.argsort(trace.ts_ns[ops], kind="stable")]
-    starts, ends, tracks = trace.ts_ns[ops], trace.ts_ns[ops] + trace.dur_ns[ops], trace.track[ops]
-    for event, pages in fresh.items():
-        time = trace.ts_ns[event]
-        before = int(np.searchsorted(starts, time, side="right"))
-        holding = ops[:before][(ends[:before] > time) & (tracks[:before] == trace.track[event])]
-        for row in holding.tolist():
-            found[row] = found.get(row, 0) + pages
+    events = np.fromiter(fresh, dtype=np.int64, count=len(fresh))
+    # only the ops some allocation falls in can hold one, and each holds its own parent's too
+    times = np.sort(trace.ts_ns[events])
+    ops = ops[np.searchsorted(times, trace.end_ns[ops], side="right")
+              > np.searchsorted(times, trace.ts_ns[ops])]
+    parent = dict(zip(ops.tolist(), innermost_enclosing(trace, ops, ops).tolist()))
+    for event, row in zip(events.tolist(), innermost_enclosing(trace, ops, events).tolist()):
+        while row >= 0:
+            found[row] = found.get(row, 0) + fresh[event]
+            row = parent[row]
     return found
 
 
 def page_cost_ns(trace: Trace, pages: dict[int, int], after_ns: int) -> float:
     """What writing a page the recording had not allocated before cost this trace's ops, ns: over
-    the signatures (name, recorded shapes and types) of the ATen ops that write what they allocate
-    (not `NOT_WRITING`) and ran after `after_ns` at least `CALIBRATION_LEAST` times with such
-    pages and as often without, the median time with less the median without, per median page,
-    each signature weighing by its pages; the weighted median, 0 where no signature did or it is
-    not positive. One recording of examples/mlp.py on this project's machine: its weight-gradient
-    multiply took 367 µs with 256 such pages and 246 µs without, and the trace's ops gave 476 ns a
-    page."""
-    table = trace.tables.get("shapes")
-    if table is None or table["event"].size == 0 or not pages:
-        return 0.0
-    rows = table["event"]
-    later = trace.ts_ns[rows] >= after_ns
-    groups: dict[tuple[int, int, int], tuple[list[int], list[tuple[int, int]]]] = {}
-    writing = {index: name.startswith("aten::") and not NOT_WRITING.match(name)
-               for index, name in enumerate(trace.strings)}
-    for row, dims, kinds in zip(rows[later].tolist(), table["dims_str"][later].tolist(),
-                                table["types_str"][later].tolist()):
-        if not writing[int(trace.name[row])]:
-            continue
-        without, walked = groups.setdefault((int(trace.name[row]), dims, kinds), ([], []))
-        if pages.get(row, 0):
-            walked.append((pages[row], int(trace.dur_ns[row])))
-        else:
-            without.append(int(trace.dur_ns[row]))
+    the signatures `calibration_groups` gives, the median time with such pages less the median
+    without, per median page, each signature weighing by its pages; the weighted median, 0 where
+    no signature qualifies or it is not positive. One recording of examples/mlp.py on this
+    project's machine: its weight-gradient multiply took 367 µs with 256 such pages and 246 µs
+    without, and the trace's ops gave 476 ns a page."""
     costs, weights = [], []
-    for without, walked in groups.values():
-        if len(without) >= CALIBRATION_LEAST and len(walked) >= CALIBRATION_LEAST:
-            typical = float(np.median([p for p, _ in walked]))
-            costs.append((float(np.median([d for _, d in walked])) - float(np.median(without)))
-                         / typical)
-            weights.append(sum(p for p, _ in walked))
+    for without, walked in calibration_groups(trace, pages, after_ns).values():
+        typical = float(np.median([p for p, _ in walked]))
+        costs.append((float(np.median([d for _, d in walked])) - float(np.median(without)))
+                     / typical)
+        weights.append(sum(p for p, _ in walked))
     if not costs:
         return 0.0
     order = np.argsort(costs)
     cumulative = np.cumsum(np.asarray(weights, dtype=np.float64)[order])
     return max(float(np.asarray(costs)[order][np.searchsorted(cumulative, cumulative[-1] / 2)]),
                0.0)
+
+
+def calibration_groups(trace: Trace, pages: dict[int, int], after_ns: int
+                       ) -> dict[tuple[int, int, int], tuple[list[int], list[tuple[int, int]]]]:
+    """The op signatures a page's cost is read from: (name, recorded shapes, recorded types, as
+    string indices) -> (the durations of its calls without pages new to the recording, the (pages,
+    duration) of those with), for the ATen ops that write what they allocate (not `NOT_WRITING`)
+    that ran after `after_ns` at least `CALIBRATION_LEAST` times each way."""
+    table = trace.tables.get("shapes")
+    if table is None or table["event"].size == 0 or not pages:
+        return {}
+    rows = table["event"]
+    later = trace.ts_ns[rows] >= after_ns
+    writing = {int(index) for index in np.unique(trace.name[rows[later]])
+               if trace.strings[index].startswith("aten::")
+               and not NOT_WRITING.match(trace.strings[index])}
+    groups: dict[tuple[int, int, int], tuple[list[int], list[tuple[int, int]]]] = {}
+    for row, dims, kinds in zip(rows[later].tolist(), table["dims_str"][later].tolist(),
+                                table["types_str"][later].tolist()):
+        if int(trace.name[row]) not in writing:
+            continue
+        without, walked = groups.setdefault((int(trace.name[row]), dims, kinds), ([], []))
+        if pages.get(row, 0):
+            walked.append((pages[row], int(trace.dur_ns[row])))
+        else:
+            without.append(int(trace.dur_ns[row]))
+    return {key: (without, walked) for key, (without, walked) in groups.items()
+            if len(without) >= CALIBRATION_LEAST and len(walked) >= CALIBRATION_LEAST}

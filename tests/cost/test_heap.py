@@ -94,7 +94,7 @@ def test_a_pages_cost_is_read_from_the_ops_that_ran_with_new_pages_and_without(t
     assert walk.per_iteration == (4 + 8 + 4 + 4) / 2
     third_mm = next(row for row in walk.pages if trace.ts_ns[row] == 230_000)
     assert walk.walked_ns(third_mm) == round(4 * 5_500)
-    note = heap_note(LargeBlocks(1.0, 2.0**20, 2, walk.per_iteration, walk), "amp")[0]
+    note = heap_note(LargeBlocks(1.0, 2.0**20, 2, walk), "amp")[0]
     assert "; the recording put 0.0 MiB per iteration after its first" in note
     assert "left idle, 5,500 ns more a page for this trace's ops that ran both ways)" in note
 
