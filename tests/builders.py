@@ -62,3 +62,16 @@ def kernel(name: str, ts: float, dur: float, correlation: int, ext: int, stream:
 
 def annotation(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:
     return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+
+def bf16_lstm_runs_here() -> bool:
+    """Whether this CPU runs nn.LSTM under bf16 autocast: oneDNN builds no bf16 LSTM primitive without AVX-512 (on an
+    AVX2 CPU the call raises RuntimeError). Needs torch."""
+    import torch
+
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.LSTM(4, 4)(torch.zeros(2, 1, 4))
+    except RuntimeError:
+        return False
+    return True

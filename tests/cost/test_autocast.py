@@ -15,7 +15,7 @@ from daydream.cli import main
 from daydream.simulate.whatif import forward_ops_of
 from daydream.trace import EventKind
 from daydream.transforms.autocast import ForwardOp, autocast_view, enclosing_layers, plan, plan_casts
-from tests.builders import copies_per_step
+from tests.builders import bf16_lstm_runs_here, copies_per_step
 
 F = "float"
 
@@ -428,7 +428,9 @@ def test_an_lstm_layer_runs_in_bf16_on_the_cpu_with_the_casts_a_real_run_makes(t
     # weights, biases, input and, where the input was fp32, the zero state nn.LSTM made are cast down; only the input's
     # and the parameters' gradients come back). Planned from the fp32 trace, against the aten::_to_copy calls the real
     # bf16 run added.
-    real_run = _bf16_lstm_runs_here()
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("torch")
+    real_run = bf16_lstm_runs_here()
     trace, real = _fp32_trace_and_real_casts(tmp_path, LSTM_SCRIPT, bf16=real_run)
     facts, per_step, planned = _planned_on_the_cpu(trace)  # the loss is outside the modules, as amp sees it
     for ops, casts in zip(facts.values(), per_step):
@@ -443,17 +445,6 @@ def test_an_lstm_layer_runs_in_bf16_on_the_cpu_with_the_casts_a_real_run_makes(t
     assert planned == (7 + 5 + 5) + (4 + 5 + 4) + 4 + 2
     if real_run:  # oneDNN's bf16 LSTM needs AVX-512 (on an AVX2 CPU it fails to build its primitive)
         assert real == planned
-
-
-def _bf16_lstm_runs_here() -> bool:
-    """Whether this CPU runs nn.LSTM under bf16 autocast (oneDNN builds no bf16 LSTM without AVX-512)."""
-    torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
-    try:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            torch.nn.LSTM(4, 4)(torch.zeros(2, 1, 4))
-    except RuntimeError:
-        return False
-    return True
 
 
 GRU_AMP_SCRIPT = '''

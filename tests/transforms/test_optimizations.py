@@ -263,7 +263,7 @@ def test_host_and_gpu_speed() -> None:
 
 
 def test_spec_parsing_errors_name_the_problem() -> None:
-    assert parse_spec("fused-adam") == ("fused-optimizer", {"kernels": 4, "implementation": "foreach"})
+    assert parse_spec("fused-adam") == ("fused-optimizer", {"kernels": 4, "implementation": "auto"})
     for bad, message in (("warp-speed", "unknown optimization"), ("amp:speed=3", "no parameter"),
                          ("batch-size:factor=two", "not a float")):
         with pytest.raises(InputError, match=message):
