@@ -16,6 +16,15 @@ for all (the ratio of two forms of the same per-parameter work, not a time).
 
     found = stepped_optimizer(trace, iteration_of_row)  # SteppedOptimizer("Adagrad", (...)) or None
     ratio = step_ratio(measurer, found, "foreach")       # e.g. 1.27; None where it cannot run here
+
+On a GPU the modelled tier times a fused step (`fused=True`) by the bytes it moves: one pass that
+reads each gradient and reads and writes each parameter and its state tensors (`fused_step_bytes`),
+where the loop over the parameters ran an elementwise kernel per update of each (AdamW: seven, 21
+accesses an element in the BERT-size transformer of docs/gpu-validation.md, against 7 fused). The
+state tensors per parameter are read from the recording where daydream trace listed the optimizer's
+state (`memory_before`), else from the class (`FUSED_STATE`).
+
+    fused_step_bytes(found)                              # bytes per step, None where not known
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from daydream.cost.measure import Measurer
-from daydream.cost.shapes import OpShapes, elements
+from daydream.cost.shapes import ITEM_BYTES, OpShapes, elements
 from daydream.trace import EventKind, Trace
 
 #: PyTorch's annotation of an optimizer's step: `Optimizer.step#Adagrad.step`.
@@ -48,6 +57,11 @@ REPETITIONS = 21
 FLOATING_TYPES = ("float", "double", "c10::BFloat16", "c10::Half")
 #: Parameters (elements, all together) stepped at most: the first ones up to it stand for all.
 MOST_ELEMENTS = 1 << 25
+#: The torch.optim classes whose step takes `fused=True` on a GPU (torch 2.x's CUDA kernels).
+FUSED_ON_GPU = ("Adam", "AdamW", "SGD")
+#: State tensors per parameter of the classes whose count their settings do not change, where the
+#: recording does not list the optimizer's state (SGD has a momentum buffer or none: its settings).
+FUSED_STATE = {"Adam": 2, "AdamW": 2, "Adagrad": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +71,8 @@ class SteppedOptimizer:
 
     name: str
     parameters: tuple[tuple[tuple[int, ...], str], ...]
+    #: state tensors per parameter (Adam: 2), as recorded or by the class; None where neither says
+    state_tensors: int | None = None
 
 
 def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray,
@@ -87,7 +103,42 @@ def stepped_optimizer(trace: Trace, iteration_of_row: np.ndarray,
             parameters.append((tuple(tensors[0][0]), tensors[0][1]))
     if not parameters:
         return None
-    return SteppedOptimizer(named.most_common(1)[0][0], tuple(parameters))
+    name = named.most_common(1)[0][0]
+    state = recorded_state_tensors(trace)
+    return SteppedOptimizer(name, tuple(parameters),
+                            state if state is not None else FUSED_STATE.get(name))
+
+
+def recorded_state_tensors(trace: Trace) -> int | None:
+    """The optimizer's state tensors per parameter, as daydream trace found them when its warm-up
+    ended: the optimizer state's bytes over the weights', on the device that held most weights
+    (a step counter per parameter adds bytes, not a tensor); None where not recorded, or where
+    there was none."""
+    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
+    before = collector.get("memory_before")
+    if not isinstance(before, dict):
+        return None
+    held: list[tuple[int, int]] = []
+    for entry in before.values():
+        weights, state = ((entry.get("weights"), entry.get("optimizer state"))
+                          if isinstance(entry, dict) else (None, None))
+        if isinstance(weights, int) and isinstance(state, int) and weights > 0 and state > 0:
+            held.append((weights, state))
+    if not held:  # none recorded, or none yet (no step in the warm-up; SGD without momentum)
+        return None
+    weights, state = max(held)
+    return int(round(state / weights))
+
+
+def fused_step_bytes(optimizer: SteppedOptimizer) -> int | None:
+    """The bytes one fused step of `optimizer` moves: per parameter, its gradient read, itself and
+    each state tensor read and written, at the parameter's type; None where the state tensors per
+    parameter are not known."""
+    if optimizer.state_tensors is None:
+        return None
+    accesses = 3 + 2 * optimizer.state_tensors
+    return sum(elements(shape) * ITEM_BYTES.get(kind, 4) * accesses
+               for shape, kind in optimizer.parameters)
 
 
 def _largest_pass(trace: Trace, rows: np.ndarray, iteration_of_row: np.ndarray,

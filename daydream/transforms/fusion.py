@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from daydream.cost import Tier
 from daydream.cost.heap import heap_note
-from daydream.cost.optimizer import IMPLEMENTATIONS, step_key, step_ratio
+from daydream.cost.optimizer import (
+    FUSED_ON_GPU,
+    IMPLEMENTATIONS,
+    fused_step_bytes,
+    step_key,
+    step_ratio,
+)
 from daydream.errors import InputError
 from daydream.graph import Graph, TaskKind
 from daydream.graph.model import KERNELS
@@ -23,14 +30,21 @@ from daydream.transforms.primitives import remove, select
 from daydream.transforms.registry import Context, Optimization, Parameter, register
 
 MULTI_TENSOR = re.compile(r"multi_tensor|_foreach|fused", re.IGNORECASE)
+#: fused-optimizer's default form: torch.optim's fused=True on a GPU trace (AdamW's fused CUDA
+#: kernel moves a third of its loop's bytes), foreach=True on a CPU one (what this project's CPU
+#: validation runs).
+AUTO = "auto"
 
 
 def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> list[str]:
     implementation = str(params["implementation"])
-    if implementation not in IMPLEMENTATIONS:
+    if implementation not in (AUTO, *IMPLEMENTATIONS):
         raise InputError(f"--opt fused-optimizer:implementation={implementation}: the forms are "
-                         f"{' and '.join(IMPLEMENTATIONS)} (torch.optim's keyword set to True)")
+                         f"{' and '.join(IMPLEMENTATIONS)} (torch.optim's keyword set to True), "
+                         f"or {AUTO} (fused on a GPU trace, foreach on a CPU one)")
     gpu = graph.has_device_work()
+    if implementation == AUTO:
+        implementation = "fused" if gpu else "foreach"
     kinds = KERNELS if gpu else (TaskKind.HOST_OP,)
     work = select(graph, kind=kinds)
     work = work[graph.tasks["phase"][work] == PHASES.index("optimizer")]
@@ -46,19 +60,24 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     keep = max(1, int(params["kernels"]))
     measured, why = (_measured_step(context, implementation) if in_step and not gpu
                      else (None, ""))
+    if gpu and in_step:
+        streamed, why = _fused_kernels(context, implementation, keep)
+    else:
+        streamed = None
     fixed = low_percentile(graph.tasks["duration_ns"][work])
     if measured is not None:
         gone, kept = _fuse_iterations(graph, work, keep,
                                       lambda mine: _scaled_step(graph, mine, measured[1]))
     else:
-        gone, kept = _fuse_iterations(graph, work, keep,
-                                      lambda mine: _fixed_cost_step(graph, mine, fixed, keep))
+        gone, kept = _fuse_iterations(graph, work, keep, lambda mine: min(
+            _fixed_cost_step(graph, mine, fixed, keep), streamed.time_ns if streamed else 2**62))
     calls = launchers(graph, gone) if gpu else np.zeros(0, dtype=np.int64)
     calls = np.setdiff1d(calls, launchers(graph, np.setdiff1d(work, gone)))
     remove(graph, np.concatenate([gone, calls]))
     if context.costs is not None:
         # a ratio: the fused ones' bytes left, at a percentile's fixed cost
-        context.costs.count(Tier.MEASURED if measured is not None else Tier.RATIO, kept)
+        context.costs.count(Tier.MEASURED if measured is not None
+                            else Tier.MODELLED if streamed else Tier.RATIO, kept)
     unit = "kernels" if gpu else "CPU ops"
     heap = [] if gpu else heap_note(context.large_host_blocks, "fused-optimizer")
     became = (f"fused-optimizer: {gone.size + kept} per-parameter {unit} of {found_in} became "
@@ -69,9 +88,11 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
                 f"at the trace's {count} parameters' shapes: it took ×{ratio:.2f} the time of "
                 "its loop over the parameters, and so does the step's recorded per-parameter "
                 "work with the host time between its ops", *heap]
-    return [f"{became} (fixed cost {fixed} ns each removed, from the trace's 10th-percentile "
-            f"optimizer {unit[:-1]}){why}; {calls.size} launches and the CPU work between them "
-            "removed", *heap]
+    timed = (streamed.note + f" (or the loop's time less {fixed} ns each removed, from the "
+             "trace's 10th-percentile optimizer kernel, where that is less)" if streamed else
+             f" (fixed cost {fixed} ns each removed, from the trace's 10th-percentile optimizer "
+             f"{unit[:-1]}){why}")
+    return [f"{became}{timed}; {calls.size} launches and the CPU work between them removed", *heap]
 
 
 def _measured_step(context: Context, implementation: str
@@ -91,6 +112,43 @@ def _measured_step(context: Context, implementation: str
         return None, (f"; not measured: torch.optim.{found.name}({implementation}=True) did not "
                       f"step here ({why})")
     return (found.name, ratio, len(found.parameters)), ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Streamed:
+    """A fused step's kernels timed by the bytes they move: their time per iteration, and how."""
+
+    time_ns: int
+    note: str
+
+
+def _fused_kernels(context: Context, implementation: str, kernels: int
+                   ) -> tuple[_Streamed | None, str]:
+    """On a GPU, the `kernels` kernels of one fused step (`implementation` "fused") timed by the
+    bytes they move at the trace's own streaming speed (cost/optimizer.fused_step_bytes), or None
+    and why not (for the note; empty where the form is foreach, whose kernels run the loop's
+    updates over lists of parameters: the same bytes)."""
+    if implementation != "fused":
+        return None, ""
+    found, costs = context.stepped_optimizer, context.costs
+    if found is None:
+        return None, ("; the fused step not timed by its bytes: no torch.optim class named by the "
+                      "trace's steps, or no recorded gradient shapes")
+    if found.name not in FUSED_ON_GPU:
+        return None, (f"; torch.optim.{found.name} has no fused step on a GPU "
+                      f"({', '.join(FUSED_ON_GPU)} have): timed as its foreach form")
+    moved = fused_step_bytes(found)
+    speed = costs.elementwise if costs is not None else None
+    if moved is None or costs is None or speed is None:
+        missing = ("its state tensors per parameter (daydream trace records them)" if moved is None
+                   else "the trace's streaming speed (too few large elementwise kernels)")
+        return None, f"; the fused step not timed by its bytes: not known, {missing}"
+    time_ns = kernels * costs.stream_ns(moved / kernels)
+    return _Streamed(time_ns, (
+        f", timed by the bytes torch.optim.{found.name}(fused=True) moves: each of "
+        f"{len(found.parameters)} parameters' gradient read, it and its {found.state_tensors} "
+        f"state tensor(s) read and written, {moved / 2**20:,.1f} MiB per step at the trace's "
+        f"own streaming speed ({speed.bytes_per_ns:,.0f} GB/s; {speed.source})")), ""
 
 
 def _fuse_iterations(graph: Graph, work: np.ndarray, keep_per_iteration: int,
@@ -146,14 +204,17 @@ register(Optimization(
     "launches replaced by `kernels` multi-tensor ones per iteration, whose time follows the bytes "
     "moved: the removed ones' total minus, for each removed one, the fixed cost of a near-empty "
     "one (10th percentile of the optimizer's kernels in this trace); the CPU work between the "
-    "removed launches goes too. On a CPU trace whose steps name a torch.optim class, the step is "
-    "timed instead by stepping that class here in both forms at the parameters' recorded shapes "
-    "(the measured tier): the recorded per-parameter work and the host time between its ops "
-    "scaled by their ratio",
+    "removed launches goes too. The fused form (fused=True) on a GPU trace whose steps name Adam, "
+    "AdamW or SGD: its kernels timed by the bytes they move (each gradient read, each parameter "
+    "and its state tensors read and written, at the parameters' recorded shapes) at the trace's "
+    "own streaming speed, where that is less (the modelled tier). On a CPU trace whose steps name "
+    "a torch.optim class, the step is timed instead by stepping that class here in both forms at "
+    "the parameters' recorded shapes (the measured tier): the recorded per-parameter work and the "
+    "host time between its ops scaled by their ratio",
     _fused_optimizer,
     {"kernels": Parameter(int, 4, "multi-tensor kernels per iteration", 1, 1e6),
-     "implementation": Parameter(str, "foreach", "the form measured on a CPU trace: foreach or "
-                                 "fused (torch.optim's keyword set to True)")},
+     "implementation": Parameter(str, AUTO, "the form: foreach or fused (torch.optim's keyword "
+                                 "set to True); auto: fused on a GPU trace, foreach on a CPU one")},
 ))
 
 

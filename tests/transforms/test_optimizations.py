@@ -89,6 +89,73 @@ def test_fused_optimizer_keeps_the_bytes_and_drops_fixed_costs() -> None:
     assert simulate(g).end_ns.max() == 85
 
 
+def _fused_step_context(optimizer: Any) -> tuple[Context, Any]:
+    from daydream.cost import CostModel, HostCosts
+    from daydream.cost.elementwise import CopySpeed
+
+    costs = CostModel(host=HostCosts(unit_ns=1000, launch_ns=5), on_gpu=True, device=find_device("H100"),
+                      elementwise=CopySpeed(3.0, 100.0, "by hand"))
+    return Context(derive={"costs": lambda: costs, "stepped_optimizer": lambda: optimizer}), costs
+
+
+def _loop_step() -> Any:
+    durations = [100, 100, 100, 100, 300, 500]
+    tasks, edges = launch_chain([call(phase="optimizer", gap=8) for _ in durations],
+                                [kernel("adam_kernel", d, phase="optimizer") for d in durations])
+    return graph(tasks, edges)
+
+
+def test_a_fused_step_on_a_gpu_is_timed_by_the_bytes_it_moves() -> None:
+    from daydream.cost import Tier
+    from daydream.cost.optimizer import SteppedOptimizer
+
+    adamw = SteppedOptimizer("AdamW", (((100, 10), "float"), ((10,), "float")), state_tensors=2)
+    context, costs = _fused_step_context(adamw)
+    g = _loop_step()
+    notes = _apply(g, "fused-optimizer:kernels=2", context)  # auto: fused on a GPU trace
+    # 1,010 elements x 4 bytes x (gradient read; parameter and 2 state tensors read and written: 7) = 28,280 bytes, over
+    # 2 kernels: each 3 ns + 14,140 / 100 ns = 144 ns; less than the loop's 1,200 ns less 4 x 100 ns fixed
+    kernels = g.tasks["kind"] == TaskKind.KERNEL
+    assert g.tasks["duration_ns"][kernels].tolist() == [144, 144]
+    assert costs.tally[Tier.MODELLED] == 2
+    assert any("AdamW(fused=True)" in n and "2 parameters" in n for n in notes)
+    foreach = _loop_step()
+    _apply(foreach, "fused-optimizer:kernels=2,implementation=foreach", _fused_step_context(adamw)[0])
+    assert foreach.tasks["duration_ns"][foreach.tasks["kind"] == TaskKind.KERNEL].tolist() == [400, 400]
+
+
+@pytest.mark.parametrize(("name", "state", "why"), [
+    ("RMSprop", 1, "torch.optim.RMSprop has no fused step on a GPU"),
+    ("SGD", None, "its state tensors per parameter"),
+])
+def test_a_fused_step_that_cannot_be_timed_by_its_bytes_says_why(name: str, state: int | None, why: str) -> None:
+    from daydream.cost.optimizer import SteppedOptimizer
+
+    g = _loop_step()
+    notes = _apply(g, "fused-optimizer:kernels=2", _fused_step_context(SteppedOptimizer(name, (((8,), "float"),),
+                                                                                        state))[0])
+    assert g.tasks["duration_ns"][g.tasks["kind"] == TaskKind.KERNEL].tolist() == [400, 400]  # the fixed costs' rule
+    assert any(why in n for n in notes)
+
+
+def test_the_state_tensors_a_recording_lists() -> None:
+    from types import SimpleNamespace
+
+    from daydream.cost.optimizer import SteppedOptimizer, fused_step_bytes, recorded_state_tensors
+
+    def recorded(before: Any) -> Any:
+        return SimpleNamespace(meta=SimpleNamespace(collector={"memory_before": before}))
+
+    # AdamW's two moments beside a step counter per parameter (the CPU entry holds no weights)
+    assert recorded_state_tensors(recorded({"cuda:0": {"weights": 4000, "optimizer state": 8004},
+                                            "cpu": {"weights": 0, "optimizer state": 596}})) == 2
+    assert recorded_state_tensors(recorded({"cuda:0": {"weights": 4000, "optimizer state": 0}})) is None
+    assert recorded_state_tensors(recorded(None)) is None
+    # SGD with momentum: one buffer; 10 x 3 elements of bf16: (3 + 2) x 2 bytes each
+    assert fused_step_bytes(SteppedOptimizer("SGD", (((10, 3), "c10::BFloat16"),), 1)) == 30 * 2 * 5
+    assert fused_step_bytes(SteppedOptimizer("SGD", (((10, 3), "float"),))) is None
+
+
 def test_cuda_graphs_keeps_one_launch_and_every_kernel() -> None:
     tasks, edges = launch_chain([call(gap=20, phase="forward") for _ in range(3)],
                                 [kernel("k", 10, phase="forward") for _ in range(3)])
