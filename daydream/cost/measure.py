@@ -595,8 +595,9 @@ class Measurer:
 #: 2: repetitions start with cold caches; 3: floating inputs require grad; 4: freed memory kept;
 #: 5: blocks of 32 MiB and more from the heap's top, not fresh pages (`_heap_room`); 6: one thread
 #: timed by its own CPU time (trace/collect/speed.cpu_clock), kept per CPU (`cpu_identity`), each
-#: time with the speed probe of the process that measured it (`Measurer.cached`)
-CACHE_VERSION = 6
+#: time with the speed probe of the process that measured it (`Measurer.cached`); 7: that probe
+#: timed hot (trace/collect/speed.py)
+CACHE_VERSION = 7
 
 
 #: Fewer fresh pages than this in a warmed-up run of an op are not worth growing the heap for.

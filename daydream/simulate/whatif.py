@@ -41,6 +41,7 @@ from daydream.simulate.kernel_time import kernel_time_warning
 from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
+from daydream.trace.collect.speed import PROBE_FACT
 from daydream.transforms import (
     Context,
     apply_pipeline,
@@ -161,7 +162,7 @@ def transform(graph: Graph, trace: Trace, specs: list[str], device_name: str | N
         return CostModel.of(trace, found, measuring_enabled(options.measure), options.budget_s,
                             host.get("intra_op_threads", 0), elementwise_of=speed,
                             compile_budget_s=options.compile_budget_s,
-                            speed_at=host.get("speed_probe_ns", 0))
+                            speed_at=host.get(PROBE_FACT, 0))
 
     context = Context(device=found, device_name=name, gradient_bytes=gradient_bytes_of(trace),
                       world_size=trace.meta.world_size or 0, simulated_ranks=simulated_ranks,
@@ -418,7 +419,7 @@ def launch_blocks_of(trace: Trace) -> np.ndarray | None:
 
 
 def host_of(trace: Trace) -> dict[str, int]:
-    """The host facts daydream trace recorded (cpus, intra_op_threads, speed_probe_ns);
+    """The host facts daydream trace recorded (cpus, intra_op_threads, the speed probe);
     empty when the trace does not say."""
     host = trace.meta.collector.get("host") if isinstance(trace.meta.collector, dict) else None
     if not isinstance(host, dict):

@@ -327,7 +327,7 @@ def test_a_trace_records_how_fast_its_cpu_ran(example_traces: dict[str, Path]) -
     """The speed probe (trace/collect/speed.py) on the script's own intra-op threads, and the threads it ran on: the
     measured tier carries its cached times to this speed (cost/measure.py Measurer.cached)."""
     host = load_raw(example_traces["mlp"])["daydream"]["host"]
-    assert isinstance(host["speed_probe_ns"], int) and host["speed_probe_ns"] > 0
+    assert isinstance(host["speed_probe_hot_ns"], int) and host["speed_probe_hot_ns"] > 0
     assert host["intra_op_threads"] >= 1
 
 

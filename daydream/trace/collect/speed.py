@@ -1,13 +1,22 @@
-"""How fast this CPU runs just now: one fixed fp32 multiply, timed with emptied caches.
+"""How fast this CPU runs just now: one fixed fp32 multiply, timed with its operands in the caches.
 
-A trace records it when its iterations are done (the host facts' `speed_probe_ns`), and the cost
-stage's measured tier records it with each time it caches. A shared or virtual machine's speed
-drifts by tens of percent over hours: on this project's 2-core virtual machine the same
+A trace records it when its iterations are done (the host facts' `speed_probe_hot_ns`), and the
+cost stage's measured tier records it with each time it caches. A shared or virtual machine's
+speed drifts by tens of percent over hours: on this project's 2-core virtual machine the same
 multiplies measured 1.26 to 1.39 times longer (the middle half of 27 large ones) in a session
 after the one whose cache had kept them, and two examples' steps took 1.47 and 1.52 times as long.
 A time cached then, carried to a trace recorded now, would carry that drift into every prediction
 made from it (cost/measure.py `Measurer.cached`: a cached time × the trace's probe / the probe of
 the process that measured it).
+
+The multiply runs hot, as the core's own speed: with the caches emptied first (the probe before,
+recorded as `speed_probe_ns`), it also timed what another process did to memory just then. On the
+2-core AVX2 machine, with the other core streaming through 64 MiB, the emptied probe took 2.6-3.1
+ms against 2.1-2.4 alone while the hot one stayed at 1.9-2.2; in one run of the examples' `amp`
+the emptied probes of the measuring processes ranged from 2.2 to 3.9 ms, and a bf16 convolution
+measured at 33.5 ms (as the real bf16 step ran it) was carried to 19 ms, 0.58 of it: the
+convolution is bound by the core, not by memory. A probe recorded before this one is not carried
+from (a trace that has only `speed_probe_ns` gets its cached times as measured).
 
     speed_probe_ns(threads=1)  # e.g. 1_100_000 (None without torch)
 """
@@ -21,14 +30,16 @@ from collections.abc import Callable
 from typing import Any
 
 #: The probe: bias + [256, 512] x [512, 512], fp32 (0.13 GFLOP, about a millisecond on one core of a
-#: server CPU; its 1 MiB weight comes from memory after the caches are emptied, as a layer's does
-#: in a training step).
+#: server CPU), its operands in the caches from the run before.
 PROBE_SHAPES = ((512,), (256, 512), (512, 512))
 #: Warm-up runs, then timed runs (the median kept).
 PROBE_WARMUP = 3
 PROBE_REPETITIONS = 15
-#: Bytes written before each timed run: more than a CPU's last-level cache.
+#: Bytes the measured tier writes to empty the caches before an op's run: more than a CPU's
+#: last-level cache.
 PROBE_FLUSH_BYTES = 64 * 2**20
+#: The host fact a trace records the probe under (`speed_probe_ns` held the emptied one's).
+PROBE_FACT = "speed_probe_hot_ns"
 
 
 def cpu_clock(threads: int) -> Callable[[], int]:
@@ -60,12 +71,10 @@ def speed_probe_ns(threads: int | None = None) -> int | None:
 
 def _timed(torch: Any, clock: Callable[[], int]) -> int:
     bias, rows, weight = (torch.randn(*shape) for shape in PROBE_SHAPES)
-    emptied = torch.zeros(PROBE_FLUSH_BYTES // 4, dtype=torch.float32)
     for _ in range(PROBE_WARMUP):
         torch.addmm(bias, rows, weight)
     times = []
     for _ in range(PROBE_REPETITIONS):
-        emptied.zero_()
         start = clock()
         torch.addmm(bias, rows, weight)
         times.append(clock() - start)
@@ -73,11 +82,11 @@ def _timed(torch: Any, clock: Callable[[], int]) -> int:
 
 
 def recorded_speed() -> dict[str, int]:
-    """The host fact a trace records: {"speed_probe_ns": ...} on the intra-op threads its script
-    set, where the script imported torch; empty otherwise (a probe of its own would import torch
-    into a process that never used it)."""
+    """The host fact a trace records: {PROBE_FACT: ...} on the intra-op threads its script set,
+    where the script imported torch; empty otherwise (a probe of its own would import torch into a
+    process that never used it)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return {}
     found = speed_probe_ns(int(torch.get_num_threads()))
-    return {"speed_probe_ns": found} if found is not None else {}
+    return {PROBE_FACT: found} if found is not None else {}
