@@ -14,9 +14,10 @@ recorded as `speed_probe_ns`), it also timed what another process did to memory 
 2-core AVX2 machine, with the other core streaming through 64 MiB, the emptied probe took 2.6-3.1
 ms against 2.1-2.4 alone while the hot one stayed at 1.9-2.2; in one run of the examples' `amp`
 the emptied probes of the measuring processes ranged from 2.2 to 3.9 ms, and a bf16 convolution
-measured at 33.5 ms (as the real bf16 step ran it) was carried to 19 ms, 0.58 of it: the
-convolution is bound by the core, not by memory. A probe recorded before this one is not carried
-from (a trace that has only `speed_probe_ns` gets its cached times as measured).
+measured at 33.5 ms (the real bf16 step ran it in 33.0) was carried to 21.9 ms, 0.65 of it: the
+convolution is bound by the core, not by memory (docs/validation-whatif-cpu.md, seventh run). A
+probe recorded before this one is not carried from (a trace that has only `speed_probe_ns` gets
+its cached times as measured).
 
     speed_probe_ns(threads=1)  # e.g. 1_100_000 (None without torch)
 """
