@@ -75,7 +75,7 @@ def _fused_optimizer(graph: Graph, params: dict[str, Any], context: Context) -> 
     calls = np.setdiff1d(calls, launchers(graph, np.setdiff1d(work, gone)))
     remove(graph, np.concatenate([gone, calls]))
     if context.costs is not None:
-        # a ratio: the fused ones' bytes left, at a percentile's fixed cost
+        # by ratio: the loop's bytes at its time less a percentile's fixed cost per kernel removed
         context.costs.count(Tier.MEASURED if measured is not None
                             else Tier.MODELLED if streamed else Tier.RATIO, kept)
     unit = "kernels" if gpu else "CPU ops"
