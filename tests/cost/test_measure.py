@@ -614,3 +614,31 @@ def test_batch_norm_is_called_again_in_bf16_with_its_own_parameters_and_statisti
         kinds = {(tuple(t.shape), t.dtype) for t in made}
         # the activation (and its gradient) in both types, the per-channel tensors only ever in fp32
         assert kinds == {((4, 8, 6, 6), torch.bfloat16), ((4, 8, 6, 6), torch.float32), ((8,), torch.float32)}
+
+
+@pytest.mark.parametrize(("host", "carried_from"), [({"speed_probe_hot_ns": 2_000_000}, 2_000_000),
+                                                    ({"speed_probe_ns": 2_000_000}, 0)])
+def test_a_prediction_carries_cached_times_from_the_hot_probe_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: dict[str, int], carried_from: int) -> None:
+    """A trace's cached times are carried from the probe it recorded hot; one that recorded only the probe with the
+    caches emptied (before 2026-12-07) gets them as measured (no probe to carry from: 0)."""
+    import gzip
+
+    from daydream.api import predict_job
+    from daydream.cost import CostModel, CostOptions
+    from tests.conftest import REPO
+
+    document = json.loads(gzip.decompress((REPO / "examples/cpu-avx2/round-1/mlp-baseline.json.gz").read_bytes()))
+    document["daydream"]["host"] = {**document["daydream"]["host"], **host}
+    path = tmp_path / "mlp.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    seen: list[int] = []
+    made = CostModel.of.__func__  # type: ignore[attr-defined]
+
+    def of(cls: Any, *arguments: Any, speed_at: int = 0, **keywords: Any) -> Any:
+        seen.append(speed_at)
+        return made(cls, *arguments, speed_at=speed_at, **keywords)
+
+    monkeypatch.setattr(CostModel, "of", classmethod(of))
+    predict_job(path, ["fused-optimizer"], cache=False, cost_options=CostOptions(measure=False))
+    assert seen == [carried_from]
