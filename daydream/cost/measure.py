@@ -34,7 +34,7 @@ from typing import Any
 from daydream._files import write_atomically
 from daydream.cost.shapes import Tensor, elements
 from daydream.trace.collect.heap import BLOCK, RESERVE_LEAST, keep_freed, reserve
-from daydream.trace.collect.speed import PROBE_FLUSH_BYTES, cpu_clock, speed_probe_ns
+from daydream.trace.collect.speed import cpu_clock, speed_probe_ns
 from daydream.trace.collect.usage import minor_faults
 from daydream.trace.store import cache_dir
 
@@ -49,9 +49,9 @@ SLOW_REPETITIONS = 3
 #: Bytes written before each timed repetition, more than a CPU's last-level cache: each run starts
 #: with cold caches, as an op inside a training step does (its operands were evicted by the ops
 #: between). Timed hot, a small GEMM of examples/mlp.py grew 1.78x at twice the batch, cold 1.57x;
-#: in the real run at twice the batch about 1.65x. The speed probe empties them alike, so that it
-#: times what the measured tier's runs meet (trace/collect/speed.py).
-FLUSH_BYTES = PROBE_FLUSH_BYTES
+#: in the real run at twice the batch about 1.65x. The speed probe does not empty them: it times the
+#: core, not what another process does to memory meanwhile (trace/collect/speed.py).
+FLUSH_BYTES = 64 * 2**20
 #: A core's own cache, bytes, where Linux does not list this CPU's (its level 2: 1 MiB on this
 #: project's machine, 512 KiB to 2 MiB on server CPUs since 2017).
 CORE_CACHE_BYTES = 1 << 20

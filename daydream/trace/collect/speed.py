@@ -36,9 +36,6 @@ PROBE_SHAPES = ((512,), (256, 512), (512, 512))
 #: Warm-up runs, then timed runs (the median kept).
 PROBE_WARMUP = 3
 PROBE_REPETITIONS = 15
-#: Bytes the measured tier writes to empty the caches before an op's run: more than a CPU's
-#: last-level cache.
-PROBE_FLUSH_BYTES = 64 * 2**20
 #: The host fact a trace records the probe under (`speed_probe_ns` held the emptied one's).
 PROBE_FACT = "speed_probe_hot_ns"
 
