@@ -42,6 +42,7 @@ import numpy as np
 from daydream.cost.measure import Measurer
 from daydream.cost.shapes import ITEM_BYTES, OpShapes, elements
 from daydream.trace import EventKind, Trace
+from daydream.trace.model import memory_before
 
 #: PyTorch's annotation of an optimizer's step: `Optimizer.step#Adagrad.step`.
 STEP = re.compile(r"^Optimizer\.step#(\w+)\.step$")
@@ -114,14 +115,9 @@ def recorded_state_tensors(trace: Trace) -> int | None:
     ended: the optimizer state's bytes over the weights', on the device that held most weights
     (a step counter per parameter adds bytes, not a tensor); None where not recorded, or where
     there was none."""
-    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
-    before = collector.get("memory_before")
-    if not isinstance(before, dict):
-        return None
     held: list[tuple[int, int]] = []
-    for entry in before.values():
-        weights, state = ((entry.get("weights"), entry.get("optimizer state"))
-                          if isinstance(entry, dict) else (None, None))
+    for entry in memory_before(trace).values():
+        weights, state = entry.get("weights"), entry.get("optimizer state")
         if isinstance(weights, int) and isinstance(state, int) and weights > 0 and state > 0:
             held.append((weights, state))
     if not held:  # none recorded, or none yet (no step in the warm-up; SGD without momentum)

@@ -36,6 +36,7 @@ from daydream.mapping.linking import Links, innermost_enclosing, link
 from daydream.trace import API_KINDS, GPU_ACTIVITY_KINDS, NO_VALUE, EventKind, Trace
 from daydream.trace.collect.hooks import LAYER_PREFIX, PHASE_PREFIX
 from daydream.trace.kineto import MODULE_SPAN_PREFIX
+from daydream.trace.model import recorded_fact
 
 PHASES = ("forward", "backward", "optimizer", "other")
 FORWARD, BACKWARD, OPTIMIZER, OTHER = range(4)
@@ -254,10 +255,9 @@ def _leaves(trace: Trace, layers: list[str], layer_rows: np.ndarray,
             layer_ids: np.ndarray) -> np.ndarray:
     """Leaf modules: from the recorder's module table when there is
     one, else layers with no layer inside."""
-    recorded = (trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict)
-                else None)
-    if isinstance(recorded, dict) and recorded:
-        return np.array([bool(recorded.get(name, {}).get("leaf", True)) for name in layers],
+    listed = recorded_fact(trace, "layers")
+    if isinstance(listed, dict) and listed:
+        return np.array([bool(listed.get(name, {}).get("leaf", True)) for name in layers],
                         dtype=bool)
     leaf = np.ones(len(layers), dtype=bool)
     parents = innermost_enclosing(trace, layer_rows, layer_rows)
@@ -404,13 +404,12 @@ def layer_types(trace: Trace, layers: list[str]) -> list[str]:
 
     `daydream trace` writes each module path's type in the trace's `daydream.layers`.
     """
-    recorded = (trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict)
-                else None)
-    if not isinstance(recorded, dict):
+    listed = recorded_fact(trace, "layers")
+    if not isinstance(listed, dict):
         return [""] * len(layers)
     types = []
     for name in layers:
-        info = recorded.get(name)
+        info = listed.get(name)
         kind = info.get("type") if isinstance(info, dict) else None
         types.append(kind if isinstance(kind, str) else "")
     return types

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daydream.trace import Trace
+from daydream.trace.model import recorded_fact
 
 #: Module types whose weight holds what they write on its second axis.
 OUT_SECOND = frozenset({"Embedding", "EmbeddingBag", "ConvTranspose1d", "ConvTranspose2d",
@@ -59,8 +60,7 @@ class LayerParameters:
 def recorded_parameters(trace: Trace) -> dict[str, LayerParameters]:
     """Per layer (module path) of a daydream recording, its type and own parameters' shapes; only
     layers whose recording lists them (recordings before the shapes were recorded list none)."""
-    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
-    layers = collector.get("layers")
+    layers = recorded_fact(trace, "layers")
     found: dict[str, LayerParameters] = {}
     for path, info in (layers.items() if isinstance(layers, dict) else ()):
         shapes = info.get("parameter_shapes") if isinstance(info, dict) else None

@@ -42,6 +42,7 @@ from daydream.mapping import attribute, find_iterations
 from daydream.mapping.attribution import BACKWARD, FORWARD, OPTIMIZER
 from daydream.mapping.linking import innermost_enclosing
 from daydream.trace import NO_VALUE, EventKind, Trace
+from daydream.trace.model import memory_before
 
 CATEGORIES = ("weights", "activations", "gradients", "optimizer state", "workspace", "temporaries",
               "before the trace", "other")
@@ -325,10 +326,7 @@ def _known_into(known: dict[str, int], label: str, before_first: int, categories
 def _recorded_before(trace: Trace, label: str) -> dict[str, object] | None:
     """What daydream trace recorded about device `label` at the first traced iteration
     (`memory_before`), if anything."""
-    collector = trace.meta.collector if isinstance(trace.meta.collector, dict) else {}
-    before = collector.get("memory_before")
-    entry = before.get(label) if isinstance(before, dict) else None
-    return entry if isinstance(entry, dict) else None
+    return memory_before(trace).get(label)
 
 
 def _bytes(value: object) -> int:

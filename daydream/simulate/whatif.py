@@ -42,6 +42,7 @@ from daydream.simulate.replay import Replay, measure_replay
 from daydream.simulate.steady import left_out, median_of, steady
 from daydream.trace import GPU_ACTIVITY_KINDS, EventKind, Trace
 from daydream.trace.collect.speed import PROBE_FACT
+from daydream.trace.model import recorded_fact
 from daydream.transforms import (
     Context,
     apply_pipeline,
@@ -421,7 +422,7 @@ def launch_blocks_of(trace: Trace) -> np.ndarray | None:
 def host_of(trace: Trace) -> dict[str, int]:
     """The host facts daydream trace recorded (cpus, intra_op_threads, the speed probe);
     empty when the trace does not say."""
-    host = trace.meta.collector.get("host") if isinstance(trace.meta.collector, dict) else None
+    host = recorded_fact(trace, "host")
     if not isinstance(host, dict):
         return {}
     return {key: int(value) for key, value in host.items() if isinstance(value, int)
@@ -446,7 +447,7 @@ def gemm_shapes_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _recorded_layers(trace: Trace) -> dict[str, dict[str, Any]]:
     """The layers a daydream recording lists (module path -> its facts); empty for other traces."""
-    layers = trace.meta.collector.get("layers") if isinstance(trace.meta.collector, dict) else None
+    layers = recorded_fact(trace, "layers")
     return ({path: info for path, info in layers.items() if isinstance(info, dict)}
             if isinstance(layers, dict) else {})
 

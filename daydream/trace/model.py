@@ -355,8 +355,24 @@ class Job:
         return max(sizes) if sizes else None
 
 
+def recorded_fact(trace: Trace, key: str) -> Any:
+    """What `daydream trace` wrote under `key` in the trace's `daydream` block (its host facts,
+    layers, batch size, memory when the warm-up ended, ...), as read from the file and not yet
+    checked; None where the trace does not say (a trace other recorders wrote has no such block)."""
+    collector = trace.meta.collector
+    return collector.get(key) if isinstance(collector, dict) else None
+
+
+def memory_before(trace: Trace) -> dict[str, dict[str, Any]]:
+    """Per device label ("cuda:0", "cpu"), what `daydream trace` found held there when its warm-up
+    ended (`memory_before`: weights, gradients, optimizer state, bytes); empty where not recorded,
+    and without entries that are not tables."""
+    before = recorded_fact(trace, "memory_before")
+    return ({str(label): entry for label, entry in before.items() if isinstance(entry, dict)}
+            if isinstance(before, dict) else {})
+
+
 def batch_size(trace: Trace) -> int | None:
     """Samples per iteration, as `daydream trace` recorded it; None when the trace does not say."""
-    value = (trace.meta.collector.get("batch_size") if isinstance(trace.meta.collector, dict)
-             else None)
+    value = recorded_fact(trace, "batch_size")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

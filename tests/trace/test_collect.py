@@ -508,6 +508,25 @@ def test_memory_before_the_trace_is_recorded(example_traces: dict[str, Path]) ->
     assert before["optimizer state"] == 2 * MLP_PARAMETER_BYTES + 16 * 4
 
 
+def test_the_recorded_block_is_read_as_written_and_malformed_parts_are_left_out(example_traces: dict[str, Path]) -> None:
+    from types import SimpleNamespace
+
+    from daydream.trace.model import memory_before, recorded_fact
+
+    raw = load_raw(example_traces["mlp"])["daydream"]
+    trace = read_job(example_traces["mlp"]).traces[0]
+    assert memory_before(trace) == raw["memory_before"]
+    assert recorded_fact(trace, "host") == raw["host"]
+    assert recorded_fact(trace, "no such fact") is None
+
+    def written(block: Any) -> Any:
+        return SimpleNamespace(meta=SimpleNamespace(collector=block))
+
+    assert recorded_fact(written(["not", "a", "table"]), "host") is None
+    assert memory_before(written({"memory_before": [1, 2]})) == {}
+    assert memory_before(written({"memory_before": {"cpu": 5, "cuda:0": {"weights": 8}}})) == {"cuda:0": {"weights": 8}}
+
+
 sys.path.insert(0, str(REPO / "scripts"))
 from validate_memory import WHOLE_RUN  # noqa: E402  (the same independent measurement the script reports)
 
