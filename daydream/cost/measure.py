@@ -34,7 +34,7 @@ from typing import Any
 from daydream._files import write_atomically
 from daydream.cost.shapes import Tensor, elements
 from daydream.trace.collect.heap import BLOCK, RESERVE_LEAST, keep_freed, reserve
-from daydream.trace.collect.speed import cpu_clock, speed_probe_ns
+from daydream.trace.collect.speed import cpu_clock, drift_beyond_spread, speed_probe_ns
 from daydream.trace.collect.usage import minor_faults
 from daydream.trace.store import cache_dir
 
@@ -241,14 +241,15 @@ class Measurer:
 
     def cached(self, key: str) -> int:
         """The cached time under `key`, ns, at the speed of the trace it is asked for: × the
-        trace's probe / that of the process that measured it, where both are known (a time kept
-        hours before on a machine whose speed drifts carries none of the drift into a trace recorded
-        now); as measured otherwise."""
+        trace's probe / that of the process that measured it, beyond the spread two probes show
+        without any drift (`drift_beyond_spread`), where both are known (a time kept hours before
+        on a machine whose speed drifts carries less of the drift into a trace recorded now); as
+        measured otherwise."""
         value = self.cache[key]
         measured_at = self.probes.get(key)
         if self.speed_at is None or measured_at is None:
             return value
-        return max(1, int(round(value * self.speed_at / measured_at)))
+        return max(1, int(round(value * drift_beyond_spread(self.speed_at, measured_at))))
 
     def within(self, timed: Callable[[], int]) -> int:
         """`timed()` run as the measured tier runs ops: this process's threads set to the trace's,

@@ -506,17 +506,24 @@ def _stored(measurer: Measurer, times: dict[str, int], probes: dict[str, int]) -
     measurer.path.write_text(json.dumps({"version": CACHE_VERSION, "ns": times, "probes": probes}))
 
 
-def test_a_cached_time_is_carried_to_the_speed_the_trace_ran_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kept at a probe of 2.0 ms, asked for a trace whose probe took 1.5 ms: 3/4 of it. Without the trace's probe, or
-    without the entry's, as kept."""
+@pytest.mark.parametrize(("trace_probe", "carried"), [
+    (1_000_000, 800_000 * 1.3 / 2),  # the trace's probe half the kept one's: half, less the spread (x 1/2 x 1.3)
+    (5_200_000, 800_000 * 2.6 / 1.3),  # 2.6 times: 2.6 / 1.3 = twice
+    (1_600_000, 800_000),  # within the spread on either side: as kept
+    (2_500_000, 800_000),
+])
+def test_a_cached_time_is_carried_to_the_speed_the_trace_ran_at_beyond_the_probes_spread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_probe: int, carried: float) -> None:
+    """Kept at a probe of 2.0 ms: carried by the ratio of the trace's probe to it, beyond the factor of 1.3 two probes
+    fall apart by without drift. Without the trace's probe, or without the entry's, as kept."""
     monkeypatch.setattr(measure, "speed_probe_ns", lambda threads: pytest.fail("nothing is measured here"))
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     key = measure.Measurer._op(measurer, "aten::mm", MM, None)[0]
     _stored(measurer, {key: 800_000, "old-entry": 400_000}, {key: 2_000_000})
     kept = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     assert kept.op_ns("aten::mm", MM) == 800_000  # no trace probe: as kept
-    kept.speed_at = 1_500_000
-    assert kept.op_ns("aten::mm", MM) == 600_000
+    kept.speed_at = trace_probe
+    assert kept.op_ns("aten::mm", MM) == round(carried)
     assert kept.cached("old-entry") == 400_000  # kept without a probe: as kept
     assert kept.ran == []
 
@@ -529,7 +536,7 @@ def test_a_pair_is_carried_alike_and_its_ratio_is_not(tmp_path: Path, monkeypatc
     times = {f"pair|{signature}|new": 900_000, f"pair|{signature}|old": 300_000, f"ratio|{signature}": 3_000_000}
     _stored(measurer, times, {key: 1_000_000 for key in times})
     kept = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
-    kept.speed_at = 2_000_000  # the trace ran at half this speed: twice the time
+    kept.speed_at = 2_600_000  # the trace ran 2.6 times as slow: twice the time beyond the spread of 1.3
     assert kept.op_pair_ns("aten::mm", new, old) == (1_800_000, 600_000)
     assert kept.op_ratio("aten::mm", new, old) == 3.0
 
@@ -549,9 +556,10 @@ def test_what_is_measured_is_kept_with_this_processs_probe_measured_once(tmp_pat
     measurer.save()
     stored = json.loads(measurer.path.read_text())
     assert probes == [1] and len(stored["ns"]) == 3 and stored["probes"] == {key: 1_250_000 for key in stored["ns"]}
-    # Measured now for a trace recorded at twice this probe: the time handed back is twice the kept one.
+    # Measured now for a trace recorded at 2.6 times this probe: the time handed back is twice the kept one (2.6 / 1.3,
+    # the ratio beyond the probes' spread).
     later = Measurer(threads=1, budget_s=30.0, folder=tmp_path / "other")
-    later.speed_at = 2_500_000
+    later.speed_at = 3_250_000
     got = later.op_ns("aten::mm", MM)
     kept = later.cache[next(iter(later.cache))]
     assert got == 2 * kept
