@@ -43,8 +43,9 @@ PROBE_FACT = "speed_probe_hot_ns"
 #: `amp`, `batch-size`, `checkpoint` and `compile` on the 2-core AVX2 machine (five rounds, 75
 #: traces), the traces' probes took 1.59-4.07 ms (median 2.09) and those of the 12 processes that
 #: measured the cost stage's times 1.84-2.40; 95% of the ratios of a baseline's probe to a measuring
-#: process's fell within this factor. Carried by the whole ratio, those predictions' `amp` rows
-#: came out worse in every round of the MLP (median error -10.9% against -1.8% as measured).
+#: process's fell within this factor, while the steps did not follow the probes. Carried by the
+#: whole ratio, the MLP's `amp` came out worse in every one of the five rounds (median error -10.9%,
+#: against -1.8% carried beyond this factor only; docs/validation-whatif-cpu.md).
 PROBE_SPREAD = 1.3
 
 
