@@ -19,7 +19,10 @@ says why; the table is written either way.
 Each part runs `daydream` in its own process, with a time limit (`--budget` seconds per
 trace or prediction). With `--rounds N` the whole comparison runs N times, baseline and variants interleaved in
 each round (each round predicts from its own baseline); a row gives the medians over the rounds and the median of
-the rounds' errors, with their range.
+the rounds' errors, with their range. With `--paired`, each variant after the first is predicted from a baseline of
+its own, traced just before it in odd rounds and just after it in even ones (kept as EXAMPLE-baseline-SLUG.json.gz,
+which `--recorded` pairs again): on a machine whose speed moves from one run to the next, each comparison is then of
+two runs made one after the other, not of a variant with a baseline traced minutes before.
 
 A script of your own (`--script`) takes the flags the examples take: `--device cpu|cuda`, `--steps N`,
 `--batch-size N`, `--optim loop|foreach|fused` (a per-parameter loop, multi-tensor, fused), `--amp` (bf16 autocast),
@@ -37,7 +40,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -366,24 +371,54 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
     except Failed as exc:
         return [Row(example, v.whatif, problem=f"baseline: {exc}") for v in chosen]
     rows = []
-    for variant in chosen:
+    for number, variant in enumerate(chosen):
         row = Row(example, variant.whatif, baseline_ns=baseline_ns)
         rows.append(row)
         if variant.needs_gpu and options.device != "cuda":
             row.problem = "needs a CUDA device"
             continue
+        # The variant replaces the baseline's values where it sets the same flag.
+        arguments = _merged(baseline_arguments, variant.arguments)
+        measured = work / f"{example}-{variant.slug}.json.gz"
         try:
-            row.predicted_ns, row.tiers, row.predicted_peak = predicted_ns(base, variant.whatif, options.budget,
+            paired = Paired(base, baseline_ns)
+            if getattr(options, "paired", False) and number > 0:  # the first variant follows the round's baseline
+                paired = _paired(script, work / f"{example}-baseline-{variant.slug}.json.gz", baseline_arguments,
+                                 options, daydream_options,
+                                 partial(trace, script, measured, arguments, options, variant.step_fn))
+            row.baseline_ns = paired.baseline_ns
+            row.predicted_ns, row.tiers, row.predicted_peak = predicted_ns(paired.base, variant.whatif, options.budget,
                                                                            memory=options.device == "cuda")
-            # The variant replaces the baseline's values where it sets the same flag.
-            arguments = _merged(baseline_arguments, variant.arguments)
-            measured = work / f"{example}-{variant.slug}.json.gz"
-            row.measured_ns = trace(script, measured, arguments, options, variant.step_fn)
-            row.baseline_peak, row.real_peak = real_peak(base), real_peak(measured)
-            row.drift = drift(variant, measured, base)
+            row.measured_ns = paired.measured_ns or trace(script, measured, arguments, options, variant.step_fn)
+            row.baseline_peak, row.real_peak = real_peak(paired.base), real_peak(measured)
+            row.drift = drift(variant, measured, paired.base)
         except Failed as exc:
             row.problem = str(exc)
     return rows
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The baseline a variant is predicted from (its trace and measured iteration, ns), and the variant's measured
+    iteration where it was run with it (None: not yet)."""
+
+    base: Path
+    baseline_ns: float
+    measured_ns: float | None = None
+
+
+def _paired(script: Path, base: Path, baseline_arguments: list[str], options: argparse.Namespace,
+            daydream_options: tuple[str, ...], run_variant: Callable[[], float]) -> Paired:
+    """--paired: a baseline of the variant's own, traced next to it: just before it in odd rounds, just after it in even
+    ones (`options.round`), so that neither place in the pair is always the earlier one."""
+    def run_baseline() -> float:
+        return trace(script, base, baseline_arguments, options, daydream_options=daydream_options)
+
+    if getattr(options, "round", 1) % 2:
+        baseline_ns = run_baseline()
+        return Paired(base, baseline_ns)
+    measured_ns = run_variant()
+    return Paired(base, run_baseline(), measured_ns)
 
 
 def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint: str = CHECKPOINT) -> list[Row]:
@@ -397,12 +432,15 @@ def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint
         return [Row(example, v.whatif, problem=f"no {base.name} in {folder}") for v in chosen
                 if kept(folder, f"{example}-{v.slug}").exists()]
     baseline_ns = measured_ns(base, options.budget)
+    shared = base
     rows = []
     for variant in chosen:
         measured = kept(folder, f"{example}-{variant.slug}")
         if not measured.exists():
             continue  # a variant that run did not include (torch.compile, in examples/h200)
-        row = Row(example, variant.whatif, baseline_ns=baseline_ns)
+        own = kept(folder, f"{example}-baseline-{variant.slug}")  # --paired: the baseline traced next to it
+        base = own if own.exists() else shared
+        row = Row(example, variant.whatif, baseline_ns=measured_ns(base, options.budget) if own.exists() else baseline_ns)
         row.baseline_peak, row.real_peak = real_peak(base), real_peak(measured)
         rows.append(row)
         try:
@@ -542,6 +580,10 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="keep every trace (baseline and variants) in DIR (DIR/round-N with "
                                                       "--rounds); --recorded DIR compares them again")
     parser.add_argument("--rounds", type=int, default=1, help="run the whole comparison this many times, interleaved")
+    parser.add_argument("--paired", action="store_true",
+                        help="trace a baseline of its own next to each variant (before it in odd rounds, after it in "
+                             "even ones) and predict the variant from it: on a machine whose speed moves between runs, "
+                             "each comparison is of two runs made one after the other")
     parser.add_argument("--recorded", metavar="DIR", type=Path,
                         help="compare the traces kept earlier in DIR (e.g. examples/h200; its round-N folders combined "
                              "as rounds) instead of running anything")
@@ -577,6 +619,7 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         rounds: list[list[Row]] = []
         for number in range(1, max(1, options.rounds) + 1):
+            options.round = number
             this_round: list[Row] = []
             folder = work / f"round-{number}" if options.keep and options.rounds > 1 else work
             folder.mkdir(parents=True, exist_ok=True)

@@ -234,3 +234,56 @@ def test_rounds_combine_into_medians_and_the_median_error() -> None:
     assert (row.baseline_ns, row.predicted_ns, row.measured_ns) == (11e6, 6e6, 5e6)
     assert row.error == pytest.approx(0.20)
     assert "| mlp | `amp` | 11.00 ms | 6.00 ms | 5.00 ms | +20.0% | 3 (+0.0% to +25.0%) |" in whatif_truth.table([row])
+
+
+@pytest.mark.parametrize("round_number", [1, 2])
+def test_paired_rounds_predict_each_variant_from_a_baseline_traced_next_to_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, round_number: int) -> None:
+    traced: list[str] = []
+    predicted_from: list[str] = []
+
+    def trace(script: Path, out: Path, *rest: object, **keywords: object) -> float:
+        traced.append(out.name)
+        return float(len(traced))  # the n-th run traced took n ns
+
+    def predicted(path: Path, whatif: str, budget: float, memory: bool = False) -> tuple[float, str, None]:
+        predicted_from.append(path.name)
+        return 100.0, "", None
+
+    monkeypatch.setattr(whatif_truth, "trace", trace)
+    monkeypatch.setattr(whatif_truth, "predicted_ns", predicted)
+    monkeypatch.setattr(whatif_truth, "drift", lambda *arguments: None)
+    monkeypatch.setattr(whatif_truth, "CHOSEN", {"amp", "batch-size", "compile"})
+    options = argparse.Namespace(device="cpu", paired=True, round=round_number, budget=10.0)
+    rows = whatif_truth.compare("mlp", options, tmp_path)
+    if round_number == 1:  # odd rounds: each baseline just before its variant (the first variant's is the round's)
+        assert traced == ["mlp-baseline.json.gz", "mlp-amp.json.gz", "mlp-baseline-batch-x2.json.gz",
+                          "mlp-batch-x2.json.gz", "mlp-baseline-compile.json.gz", "mlp-compile.json.gz"]
+        assert [(r.baseline_ns, r.measured_ns) for r in rows] == [(1, 2), (3, 4), (5, 6)]
+    else:  # even rounds: just after it
+        assert traced == ["mlp-baseline.json.gz", "mlp-amp.json.gz", "mlp-batch-x2.json.gz",
+                          "mlp-baseline-batch-x2.json.gz", "mlp-compile.json.gz", "mlp-baseline-compile.json.gz"]
+        assert [(r.baseline_ns, r.measured_ns) for r in rows] == [(1, 2), (4, 3), (6, 5)]
+    assert predicted_from == ["mlp-baseline.json.gz", "mlp-baseline-batch-x2.json.gz", "mlp-baseline-compile.json.gz"]
+
+
+def test_kept_paired_rounds_are_compared_with_each_variants_own_baseline(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("mlp-baseline", "mlp-amp", "mlp-batch-x2", "mlp-baseline-batch-x2"):
+        (tmp_path / f"{name}.json.gz").write_bytes(b"")
+    times = {"mlp-baseline.json.gz": 10.0, "mlp-baseline-batch-x2.json.gz": 12.0, "mlp-amp.json.gz": 20.0,
+             "mlp-batch-x2.json.gz": 30.0}
+    predicted_from: list[str] = []
+
+    def predicted(path: Path, whatif: str, budget: float, memory: bool = False) -> tuple[float, str, None]:
+        predicted_from.append(path.name)
+        return 100.0, "", None
+
+    monkeypatch.setattr(whatif_truth, "measured_ns", lambda path, budget: times[path.name])
+    monkeypatch.setattr(whatif_truth, "predicted_ns", predicted)
+    monkeypatch.setattr(whatif_truth, "drift", lambda *arguments: None)
+    monkeypatch.setattr(whatif_truth, "CHOSEN", {"amp", "batch-size"})
+    rows = whatif_truth.recorded("mlp", tmp_path, argparse.Namespace(device="cpu", budget=10.0))
+    assert [(r.whatif, r.baseline_ns, r.measured_ns) for r in rows] == [("amp", 10.0, 20.0),
+                                                                        ("batch-size:factor=2", 12.0, 30.0)]
+    assert predicted_from == ["mlp-baseline.json.gz", "mlp-baseline-batch-x2.json.gz"]
