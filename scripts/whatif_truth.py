@@ -412,7 +412,10 @@ def _paired(script: Path, base: Path, baseline_arguments: list[str], options: ar
     """--paired: a baseline of the variant's own, traced next to it: just before it in odd rounds, just after it in even
     ones (`options.round`), so that neither place in the pair is always the earlier one."""
     def run_baseline() -> float:
-        return trace(script, base, baseline_arguments, options, daydream_options=daydream_options)
+        try:
+            return trace(script, base, baseline_arguments, options, daydream_options=daydream_options)
+        except Failed as exc:
+            raise Failed(f"baseline: {exc}") from None
 
     if getattr(options, "round", 1) % 2:
         baseline_ns = run_baseline()

@@ -287,3 +287,19 @@ def test_kept_paired_rounds_are_compared_with_each_variants_own_baseline(tmp_pat
     assert [(r.whatif, r.baseline_ns, r.measured_ns) for r in rows] == [("amp", 10.0, 20.0),
                                                                         ("batch-size:factor=2", 12.0, 30.0)]
     assert predicted_from == ["mlp-baseline.json.gz", "mlp-baseline-batch-x2.json.gz"]
+
+
+def test_a_paired_baseline_that_fails_says_so_on_its_variants_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def trace(script: Path, out: Path, *rest: object, **keywords: object) -> float:
+        if out.name == "mlp-baseline-batch-x2.json.gz":
+            raise whatif_truth.Failed("ran past its 10 s budget")
+        return 1.0
+
+    monkeypatch.setattr(whatif_truth, "trace", trace)
+    monkeypatch.setattr(whatif_truth, "predicted_ns", lambda *arguments, **keywords: (1.0, "", None))
+    monkeypatch.setattr(whatif_truth, "drift", lambda *arguments: None)
+    monkeypatch.setattr(whatif_truth, "CHOSEN", {"amp", "batch-size"})
+    for round_number in (1, 2):
+        rows = whatif_truth.compare("mlp", argparse.Namespace(device="cpu", paired=True, round=round_number, budget=10.0),
+                                    tmp_path)
+        assert [r.problem for r in rows] == ["", "baseline: ran past its 10 s budget"]
