@@ -381,36 +381,28 @@ def compare(example: str, options: argparse.Namespace, work: Path, script: Path 
         arguments = _merged(baseline_arguments, variant.arguments)
         measured = work / f"{example}-{variant.slug}.json.gz"
         try:
-            paired = Paired(base, baseline_ns)
+            own, variant_ns = base, None
             if getattr(options, "paired", False) and number > 0:  # the first variant follows the round's baseline
-                paired = _paired(script, work / f"{example}-baseline-{variant.slug}.json.gz", baseline_arguments,
-                                 options, daydream_options,
-                                 partial(trace, script, measured, arguments, options, variant.step_fn))
-            row.baseline_ns = paired.baseline_ns
-            row.predicted_ns, row.tiers, row.predicted_peak = predicted_ns(paired.base, variant.whatif, options.budget,
+                own = work / f"{example}-baseline-{variant.slug}.json.gz"
+                row.baseline_ns, variant_ns = _paired(script, own, baseline_arguments, options, daydream_options,
+                                                      partial(trace, script, measured, arguments, options,
+                                                              variant.step_fn))
+            row.predicted_ns, row.tiers, row.predicted_peak = predicted_ns(own, variant.whatif, options.budget,
                                                                            memory=options.device == "cuda")
-            row.measured_ns = paired.measured_ns or trace(script, measured, arguments, options, variant.step_fn)
-            row.baseline_peak, row.real_peak = real_peak(paired.base), real_peak(measured)
-            row.drift = drift(variant, measured, paired.base)
+            row.measured_ns = (variant_ns if variant_ns is not None
+                               else trace(script, measured, arguments, options, variant.step_fn))
+            row.baseline_peak, row.real_peak = real_peak(own), real_peak(measured)
+            row.drift = drift(variant, measured, own)
         except Failed as exc:
             row.problem = str(exc)
     return rows
 
 
-@dataclass(frozen=True)
-class Paired:
-    """The baseline a variant is predicted from (its trace and measured iteration, ns), and the variant's measured
-    iteration where it was run with it (None: not yet)."""
-
-    base: Path
-    baseline_ns: float
-    measured_ns: float | None = None
-
-
 def _paired(script: Path, base: Path, baseline_arguments: list[str], options: argparse.Namespace,
-            daydream_options: tuple[str, ...], run_variant: Callable[[], float]) -> Paired:
-    """--paired: a baseline of the variant's own, traced next to it: just before it in odd rounds, just after it in even
-    ones (`options.round`), so that neither place in the pair is always the earlier one."""
+            daydream_options: tuple[str, ...], run_variant: Callable[[], float]) -> tuple[float, float | None]:
+    """--paired: a baseline of the variant's own, traced into `base` next to it: just before it in odd rounds, just
+    after it in even ones (`options.round`), so that neither place in the pair is always the earlier one. Its measured
+    iteration, ns, and the variant's where it ran first (None: not yet run)."""
     def run_baseline() -> float:
         try:
             return trace(script, base, baseline_arguments, options, daydream_options=daydream_options)
@@ -418,10 +410,9 @@ def _paired(script: Path, base: Path, baseline_arguments: list[str], options: ar
             raise Failed(f"baseline: {exc}") from None
 
     if getattr(options, "round", 1) % 2:
-        baseline_ns = run_baseline()
-        return Paired(base, baseline_ns)
-    measured_ns = run_variant()
-    return Paired(base, run_baseline(), measured_ns)
+        return run_baseline(), None
+    variant_ns = run_variant()
+    return run_baseline(), variant_ns
 
 
 def recorded(example: str, folder: Path, options: argparse.Namespace, checkpoint: str = CHECKPOINT) -> list[Row]:

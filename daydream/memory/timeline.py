@@ -323,12 +323,6 @@ def _known_into(known: dict[str, int], label: str, before_first: int, categories
     return 0
 
 
-def _recorded_before(trace: Trace, label: str) -> dict[str, object] | None:
-    """What daydream trace recorded about device `label` at the first traced iteration
-    (`memory_before`), if anything."""
-    return memory_before(trace).get(label)
-
-
 def _bytes(value: object) -> int:
     """A recorded byte count, 0 when it is not a plausible one."""
     return int(value) if isinstance(value, (int, float)) and 0 <= value < 2**62 else 0
@@ -337,7 +331,7 @@ def _bytes(value: object) -> int:
 def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
     """What daydream trace found on device `label` at the first traced iteration (weights,
     gradients, optimizer state)."""
-    entry = _recorded_before(trace, label)
+    entry = memory_before(trace).get(label)
     if entry is None:
         return None
     return {name: _bytes(entry.get(recorded_as)) for name, recorded_as in
@@ -348,7 +342,7 @@ def _known_before(trace: Trace, label: str) -> dict[str, int] | None:
 def _allocator_before(trace: Trace, label: str) -> str:
     """What the caching allocator held on GPU `label` when daydream trace took its snapshot, as
     words ("" if unknown)."""
-    entry = _recorded_before(trace, label) or {}
+    entry = memory_before(trace).get(label) or {}
     reserved, segments = _bytes(entry.get("reserved")), _bytes(entry.get("segments"))
     if not reserved:
         return ""
