@@ -200,27 +200,26 @@ def fused_times(measurer: Measurer, steps: list[Step], channels_last: bool,
 
 def _timed(measurer: Measurer, key: str,
            measure: Callable[[], tuple[int, int]]) -> FusedTimes | None:
-    """The (cold, warm) times `measure` gives, cached under `key` and `key|warm`, within the
-    compile budget; None where it fails (and why in `measurer.failed`) or the budget is spent."""
+    """The (cold, warm) times `measure` gives, cached under `key` and `key|warm` (measured again
+    where not `settled`, within the compile budget); None where it fails (and why in
+    `measurer.failed`) or the budget is spent, and nothing is cached."""
     warm_key = f"{key}|warm"
-    if key in measurer.cache and warm_key in measurer.cache:
+    if warm_key in measurer.cache and measurer.settled(key, compiling=True):
         return FusedTimes(measurer.cached(key), measurer.cached(warm_key))
-    if key in measurer.failed:
-        return None
-    if measurer.compile_spent_s >= measurer.compile_budget_s:
+    if key not in measurer.failed and measurer.compile_spent_s >= measurer.compile_budget_s:
         measurer.failed[key] = "over the compiling budget"
-        return None
-    started = time.perf_counter()
-    try:
-        cold, warm = measure()
-    except Exception as exc:  # a run inductor or ATen cannot take here falls back to the ratio
-        measurer.failed[key] = type(exc).__name__
-        return None
-    finally:
-        measurer.compile_spent_s += time.perf_counter() - started
-    measurer.remember(key, max(1, cold))
-    measurer.remember(warm_key, max(1, warm))
-    return FusedTimes(measurer.cached(key), measurer.cached(warm_key))
+    if key not in measurer.failed:
+        started = time.perf_counter()
+        try:
+            cold, warm = measure()
+            measurer.remember(key, max(1, cold))
+            measurer.remember(warm_key, max(1, warm))
+        except Exception as exc:  # a run inductor or ATen cannot take here falls back to the ratio
+            measurer.failed[key] = type(exc).__name__
+        finally:
+            measurer.compile_spent_s += time.perf_counter() - started
+    cold_ns, warm_ns = measurer.kept(key), measurer.kept(warm_key)
+    return None if cold_ns is None or warm_ns is None else FusedTimes(cold_ns, warm_ns)
 
 
 #: The cache key of `graph_floor`.

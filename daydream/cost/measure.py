@@ -166,6 +166,15 @@ MULTIPLIES = ("aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::bad
               "aten::linear")
 #: Ratios are cached as integers: parts per million.
 RATIO_SCALE = 1_000_000
+#: Processes whose times of one signature the cache keeps, and hands on the median of
+#: (`Measurer.cached`). One process alone can be slow throughout while its speed probe is not: in a
+#: truth run on this project's machine, one cache held the hot bf16 backward convolution of
+#: examples/cnn.py at 12.1 ms, another at 8.4 ms, their processes' probes 2.05 and 2.11 ms, and the
+#: first put all five rounds of the cnn's `amp` 19-29% over the real runs.
+SAMPLES = 3
+#: The share of its budget a prediction may spend measuring again the signatures the cache holds
+#: from fewer than `SAMPLES` processes; the rest is left for signatures it holds no time of.
+RESAMPLE_SHARE = 0.5
 #: What measuring one signature needs: its cache key, how to make its
 #: runner, the tensors it runs on. What a measured op runs on, per
 #: tensor: (shape, type) or (shape, type, memory order) (`_make`).
@@ -203,9 +212,13 @@ class Measurer:
         folder = folder if folder is not None else cache_dir() / "cost"
         self.path = (folder / f"cpu-{cpu_identity()}-torch{torch.__version__}"
                      f"-threads{self.threads}.json")
-        # each cached time, and the speed probe of the process that measured it
-        # (trace/collect/speed.py)
-        self.cache, self.probes = _read_cache(self.path)
+        # per signature, each process's time and that process's speed probe (0: not known;
+        # trace/collect/speed.py), oldest first, at most `SAMPLES`
+        self.samples = _read_cache(self.path)
+        # per signature, the median of its processes' times, as measured
+        self.cache = {key: _median([value for value, _ in kept])
+                      for key, kept in self.samples.items()}
+        self._here: set[str] = set()  # signatures measured in this process
         # the probe of the trace the times are asked for (its host facts), None where it has none
         self.speed_at: int | None = None
         self._probe: int | None = None
@@ -223,9 +236,16 @@ class Measurer:
 
     def remember(self, key: str, value: int, ran: bool = True) -> None:
         """Cache `value` under `key`, measured in this process (`ran`: listed in `ran`, as one
-        signature run; the other half of a pair is not), with this process's speed probe."""
-        self.cache[key] = value
-        self.probes[key] = self.probe_ns()
+        signature run; the other half of a pair is not), with this process's speed probe: beside
+        the times other processes kept of it (replacing this process's own; the oldest dropped
+        past `SAMPLES`)."""
+        kept = self.samples.setdefault(key, [])
+        if key in self._here:
+            kept.pop()
+        kept.append((value, self.probe_ns()))
+        del kept[:-SAMPLES]
+        self._here.add(key)
+        self.cache[key] = _median([time for time, _ in kept])
         if ran:
             self.ran.append(key)
         self._dirty = True
@@ -240,16 +260,32 @@ class Measurer:
         return self._probe
 
     def cached(self, key: str) -> int:
-        """The cached time under `key`, ns, at the speed of the trace it is asked for: × the
-        trace's probe / that of the process that measured it, beyond the spread two probes show
-        without any drift (`drift_beyond_spread`), where both are known (a time kept hours before
-        on a machine whose speed drifts carries less of the drift into a trace recorded now); as
-        measured otherwise."""
-        value = self.cache[key]
-        measured_at = self.probes.get(key)
-        if self.speed_at is None or measured_at is None:
-            return value
-        return max(1, int(round(value * drift_beyond_spread(self.speed_at, measured_at))))
+        """The cached time under `key`, ns, at the speed of the trace it is asked for: the median,
+        over the processes that measured it, of each one's time × the trace's probe / that
+        process's, beyond the spread two probes show without any drift (`drift_beyond_spread`),
+        where both are known (a time kept hours before on a machine whose speed drifts carries
+        less of the drift into a trace recorded now); as measured otherwise."""
+        speed_at = self.speed_at
+        return _median([value if speed_at is None or not probe
+                        else max(1, int(round(value * drift_beyond_spread(speed_at, probe))))
+                        for value, probe in self.samples[key]])
+
+    def settled(self, key: str, compiling: bool = False) -> bool:
+        """Whether `key`'s cached time is handed on without measuring it again: cached, and kept
+        from `SAMPLES` processes, or measured in this one, or not to be measured again here (it
+        failed, or the share of the budget for measuring again is spent: `RESAMPLE_SHARE`; of the
+        compile budget where `compiling`)."""
+        if key not in self.cache:
+            return False
+        spent, budget = ((self.compile_spent_s, self.compile_budget_s) if compiling
+                         else (self.spent_s, self.budget_s))
+        return (len(self.samples[key]) >= SAMPLES or key in self._here or key in self.failed
+                or spent >= budget * RESAMPLE_SHARE)
+
+    def kept(self, key: str) -> int | None:
+        """The cached time under `key` (`cached`), None where there is none: what a signature that
+        could not be measured again now hands on."""
+        return self.cached(key) if key in self.cache else None
 
     def within(self, timed: Callable[[], int]) -> int:
         """`timed()` run as the measured tier runs ops: this process's threads set to the trace's,
@@ -301,22 +337,24 @@ class Measurer:
         """The median time of the runner `new()` makes over that of `old()`'s, each on its own
         tensors of `tensors`, timed in turns `repetitions` times (cached under `key` as parts per
         million); None where either cannot be made or run here (and why, in `failed`)."""
-        if key in self.cache:
+        if self.settled(key):
             return self.cache[key] / RATIO_SCALE
-        if not self._may_run(key, tensors):
-            return None
-        run_new, run_old = new(), old()
+        run_new = run_old = None
+        if self._may_run(key, tensors):
+            run_new, run_old = new(), old()
+            if run_new is None or run_old is None:
+                self.failed[key] = "not one the measured tier runs"
         if run_new is None or run_old is None:
-            self.failed[key] = "not one the measured tier runs"
-            return None
+            return self.cache[key] / RATIO_SCALE if key in self.cache else None
 
         def measure() -> int:
             times = self._median_ns([(run_new, tensors), (run_old, tensors)],
                                     repetitions=repetitions)
             return max(1, int(round(times[0] / times[1] * RATIO_SCALE)))
 
-        value = self._run(key, measure)
-        return None if value is None else value / RATIO_SCALE
+        if self._run(key, measure) is None and key not in self.cache:
+            return None
+        return self.cache[key] / RATIO_SCALE
 
     def op_pair_ns(self, name: str, new: list[Operand | None], old: list[Operand | None],
                    hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
@@ -389,16 +427,10 @@ class Measurer:
         return key, runner, tensors
 
     def _ratio(self, new: _Signature, old: _Signature, hot: bool = False) -> float | None:
-        """The time of signature `new` over that of `old`, measured in turns (cached as parts per
-        million; `hot`: caches not emptied between runs)."""
-        key = f"{'ratio-primed' if hot else 'ratio'}|{new[0]}|{old[0]}"
-        if key in self.cache:
-            return self.cache[key] / RATIO_SCALE
+        """The time of signature `new` over that of `old`, measured in turns (the pair's times,
+        `_pair`; `hot`: caches not emptied between runs)."""
         pair = self._pair(new, old, hot=hot)
-        if pair is None:
-            return None
-        self.cache[key] = max(1, int(round(pair[0] / pair[1] * RATIO_SCALE)))
-        return self.cache[key] / RATIO_SCALE
+        return None if pair is None else pair[0] / pair[1]
 
     def _pair(self, new: _Signature, old: _Signature,
               hot: bool = False, cold: bool = False) -> tuple[int, int] | None:
@@ -408,14 +440,15 @@ class Measurer:
             raise ValueError("a pair is measured hot or cold, not both")
         kind = "pair-primed" if hot else "pair-cold-net" if cold else "pair"
         keys = f"{kind}|{new[0]}|{old[0]}|new", f"{kind}|{new[0]}|{old[0]}|old"
-        if all(key in self.cache for key in keys):
+        if keys[1] in self.cache and self.settled(keys[0]):
             return self.cached(keys[0]), self.cached(keys[1])
-        if not self._may_run(keys[0], [*new[2], *old[2]]):
-            return None
-        run_new, run_old = new[1](), old[1]()
+        run_new = run_old = None
+        if self._may_run(keys[0], [*new[2], *old[2]]):
+            run_new, run_old = new[1](), old[1]()
+            if run_new is None or run_old is None:
+                self.failed[keys[0]] = "not an op the measured tier runs"
         if run_new is None or run_old is None:
-            self.failed[keys[0]] = "not an op the measured tier runs"
-            return None
+            return self._kept_pair(keys)
         measured: list[int] = []
 
         def measure() -> int:
@@ -428,9 +461,14 @@ class Measurer:
             return measured[0]
 
         if self._run(keys[0], measure) is None:
-            return None
+            return self._kept_pair(keys)
         self.remember(keys[1], measured[1], ran=False)
         return self.cached(keys[0]), self.cached(keys[1])
+
+    def _kept_pair(self, keys: tuple[str, str]) -> tuple[int, int] | None:
+        """A pair's cached times, where both are cached (`kept`)."""
+        new, old = self.kept(keys[0]), self.kept(keys[1])
+        return None if new is None or old is None else (new, old)
 
     def cast_ns(self, shape: tuple[int, ...], to_type: str,
                 from_type: str = "float", hot: bool = False) -> int | None:
@@ -468,20 +506,17 @@ class Measurer:
                        runner_of: Callable[[], Callable[[Any, list[Any]], Any] | None],
                        tensors: list[Operand], net_of_view: bool = False,
                        flush: bool = True) -> int | None:
-        """The cached time of signature `key`, or its measurement now (within the budget), or None
-        (and why, in `failed`). `net_of_view`: less a view's time after the caches were emptied
-        (`cast_ns`); `flush`: the caches emptied before each run."""
-        if key in self.cache:
+        """The cached time of signature `key`, measured now (within the budget) where it is not
+        `settled`, or None (and why, in `failed`). `net_of_view`: less a view's time after the
+        caches were emptied (`cast_ns`); `flush`: the caches emptied before each run."""
+        if self.settled(key):
             return self.cached(key)
-        if not self._may_run(key, tensors):
-            return None
-        runner = runner_of()
+        runner = runner_of() if self._may_run(key, tensors) else None
         if runner is None:
-            self.failed[key] = "not an op the measured tier runs"
-            return None
-        if self._run(key, lambda: self._time(runner, tensors, net_of_view, flush)) is None:
-            return None
-        return self.cached(key)
+            self.failed.setdefault(key, "not an op the measured tier runs")
+            return self.kept(key)
+        self._run(key, lambda: self._time(runner, tensors, net_of_view, flush))
+        return self.kept(key)
 
     def _may_run(self, key: str, tensors: list[Operand]) -> bool:
         """Whether signature `key` may be measured now: not failed
@@ -585,7 +620,11 @@ class Measurer:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            document = {"version": CACHE_VERSION, "ns": self.cache, "probes": self.probes}
+            document = {"version": CACHE_VERSION,
+                        "ns": {key: [value for value, _ in kept]
+                               for key, kept in self.samples.items()},
+                        "probes": {key: [probe for _, probe in kept]
+                                   for key, kept in self.samples.items()}}
             write_atomically(self.path, json.dumps(document, sort_keys=True).encode(),
                              cache=True)
             self._dirty = False
@@ -597,8 +636,9 @@ class Measurer:
 #: 5: blocks of 32 MiB and more from the heap's top, not fresh pages (`_heap_room`); 6: one thread
 #: timed by its own CPU time (trace/collect/speed.cpu_clock), kept per CPU (`cpu_identity`), each
 #: time with the speed probe of the process that measured it (`Measurer.cached`); 7: that probe
-#: timed hot (trace/collect/speed.py)
-CACHE_VERSION = 7
+#: timed hot (trace/collect/speed.py); 8: the times of up to `SAMPLES` processes per signature, each
+#: with its probe (0: not known); a version 7 cache is read as one process's
+CACHE_VERSION = 8
 
 
 #: Fewer fresh pages than this in a warmed-up run of an op are not worth growing the heap for.
@@ -768,28 +808,43 @@ def make_tensor(torch: Any, shape: tuple[int, ...], kind: str,
     return made.requires_grad_() if made.is_floating_point() else made
 
 
-def _read_cache(path: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """The cached times at `path`, and the speed probes they were measured at: only well-formed
-    entries (positive ints); a missing or damaged file gives none."""
+def _read_cache(path: Path) -> dict[str, list[tuple[int, int]]]:
+    """The cached times at `path`: per signature, each process's time and speed probe (0: not
+    known), only well-formed entries (positive ints; a probe list of another length is not known);
+    a version 7 cache's one time and probe per signature as one process's; a missing or damaged
+    file gives none."""
     try:
         if not path.is_file() or path.stat().st_size > 64 * 2**20:
-            return {}, {}
+            return {}
         document = json.loads(path.read_text())
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}, {}
-    if (not isinstance(document, dict) or document.get("version") != CACHE_VERSION
-        or not isinstance(document.get("ns"), dict)):
-        return {}, {}
+        return {}
+    if (not isinstance(document, dict) or document.get("version") not in (7, CACHE_VERSION)
+            or not isinstance(document.get("ns"), dict)):
+        return {}
+    if document["version"] == 7:  # one time and one probe per signature
+        document = {part: {k: [v] for k, v in (document.get(part) or {}).items()}
+                    if isinstance(document.get(part), dict) else None for part in ("ns", "probes")}
     times, probes = (_positive(document.get(part)) for part in ("ns", "probes"))
-    return times, {k: v for k, v in probes.items() if k in times}
+    samples: dict[str, list[tuple[int, int]]] = {}
+    for key, values in times.items():
+        known = probes.get(key, [])
+        known = known if len(known) == len(values) else [0] * len(values)
+        samples[key] = list(zip(values, known))[-SAMPLES:]
+    return samples
 
 
-def _positive(entries: Any) -> dict[str, int]:
-    """The entries of a cache's map that are positive ints under string keys."""
+def _positive(entries: Any) -> dict[str, list[int]]:
+    """The entries of a cache's map that are non-empty lists of positive ints under string keys."""
     if not isinstance(entries, dict):
         return {}
-    return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, int)
-            and not isinstance(v, bool) and v > 0}
+    return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, list) and v
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)}
+
+
+def _median(values: list[int]) -> int:
+    """The median of `values`, a whole number (of two in the middle, their mean, rounded)."""
+    return max(1, int(round(statistics.median(values))))
 
 
 def measuring_enabled(choice: bool | None) -> bool:

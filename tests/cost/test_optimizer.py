@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from daydream.api import open_trace
-from daydream.cost import CostOptions
+from daydream.cost import CostOptions, measure
 from daydream.cost.measure import Measurer
 from daydream.cost.optimizer import SteppedOptimizer, _stepper, step_ratio, stepped_optimizer
 from daydream.errors import InputError
@@ -109,7 +109,8 @@ def test_the_stepper_steps_the_form_asked_for(options: dict[str, bool], multi_te
     assert all(not torch.equal(p.detach(), b) for p, b in zip(parameters, before))
 
 
-def test_the_ratio_is_measured_once_and_reused_from_the_cache(tmp_path: Path) -> None:
+def test_the_ratio_is_measured_once_and_reused_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(measure, "SAMPLES", 1)  # one process's time is handed on (tests/cost/test_measure.py)
     stepped = SteppedOptimizer("Adam", (((64, 32), "float"), ((32,), "float")))
     measurer = Measurer(threads=1, budget_s=30.0, folder=tmp_path)
     ratio = step_ratio(measurer, stepped, "foreach")
