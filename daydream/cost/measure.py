@@ -335,7 +335,8 @@ class Measurer:
                    tensors: list[Operand], repetitions: int = REPETITIONS) -> float | None:
         """The median time of the runner `new()` makes over that of `old()`'s, each on its own
         tensors of `tensors`, timed in turns `repetitions` times (cached under `key` as parts per
-        million); None where either cannot be made or run here (and why, in `failed`)."""
+        million, measured again where not `settled`); where either cannot be made or run here
+        (and why, in `failed`), the cached ratio, or None where there is none."""
         if self.settled(key):
             return self.cache[key] / RATIO_SCALE
         run_new = run_old = None
